@@ -1,0 +1,520 @@
+//! The `releaseplan.io/v1alpha1` API: the `ReleasePlan` custom resource.
+//!
+//! The doc comments on these types become the CRD's descriptions, so
+//! `kubectl explain releaseplan.spec...` reads them. Validation that the
+//! schema cannot express lives in CEL rules (`x-kubernetes-validations`)
+//! beside each field, so the API server refuses a bad spec before any
+//! reconcile runs.
+
+pub mod revision;
+pub mod time;
+pub mod validation;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// API group of the ReleasePlan resource.
+pub const GROUP: &str = "releaseplan.io";
+/// Finalizer that holds deletion until an active rollout has been rolled back.
+pub const FINALIZER: &str = "releaseplan.io/finalizer";
+/// Pod and Deployment label: name of the owning ReleasePlan.
+pub const LABEL_PLAN: &str = "releaseplan.io/plan";
+/// Pod and Deployment label: name of the component.
+pub const LABEL_COMPONENT: &str = "releaseplan.io/component";
+/// Pod and Deployment label: template hash of the component revision.
+pub const LABEL_REVISION: &str = "releaseplan.io/revision";
+/// Annotation through which the plugin asks for an action (promote, abort, ...).
+pub const ANNOTATION_REQUEST: &str = "releaseplan.io/request";
+
+/// Default deadline for a step's pods to become ready.
+pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i32 = 600;
+/// Default number of container restarts tolerated on new-revision pods.
+pub const DEFAULT_MAX_RESTARTS: i32 = 3;
+/// Default number of old revision Deployments kept at zero replicas.
+pub const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 3;
+
+/// Duration pattern (Go style, e.g. `30s`, `5m`, `1h30m`) checked by CEL.
+const DURATION_RULE: &str = "self.matches('^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$')";
+
+/// Desired state of a ReleasePlan: what runs, and how a new version goes live.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(
+    group = "releaseplan.io",
+    version = "v1alpha1",
+    kind = "ReleasePlan",
+    namespaced,
+    status = "ReleasePlanStatus",
+    shortname = "rp",
+    category = "all",
+    doc = "A ReleasePlan releases one or more Deployments as one unit: canary steps, pauses and health gates, with automatic rollback to the last stable revision.",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Lifecycle phase"),
+    printcolumn(name = "Step", type_ = "integer", json_path = ".status.currentStep", description = "Index of the current canary step"),
+    printcolumn(name = "Weight", type_ = "integer", json_path = ".status.weight", description = "Percent of replicas on the new revision"),
+    printcolumn(name = "Stable", type_ = "string", json_path = ".status.stableRevision", description = "Last revision that reached Stable"),
+    printcolumn(name = "Current", type_ = "string", json_path = ".status.currentRevision", description = "Revision being rolled out or live"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("size(self.metadata.name) <= 63").message("metadata.name must be at most 63 characters: it is used as a label value")
+)]
+#[x_kube(
+    validation = Rule::new("self.components.all(c, self.components.exists_one(d, d.name == c.name))").message("spec.components: component names must be unique").field_path(".components")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleasePlanSpec {
+    /// Workloads released as one unit: they roll forward together and roll back together.
+    /// A component whose template did not change keeps running its stable revision.
+    #[schemars(length(min = 1, max = 16))]
+    pub components: Vec<Component>,
+
+    /// How a new revision goes live. Without steps the new revision goes to 100% at once
+    /// (still guarded by the health gates).
+    #[serde(default)]
+    pub strategy: Strategy,
+
+    /// Health gates checked continuously while rolling out.
+    #[serde(default)]
+    pub health: Health,
+
+    /// What happens when a health gate fails.
+    #[serde(default)]
+    pub rollback: RollbackPolicy,
+
+    /// When true, the rollout holds at its current step (health gates still roll back).
+    /// Default false.
+    #[serde(default)]
+    pub paused: bool,
+
+    /// How many old revision Deployments are kept at zero replicas for `undo`. Default 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 50))]
+    pub revision_history_limit: Option<i32>,
+}
+
+/// One workload of the plan: a Deployment per revision of its template.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(
+    validation = Rule::new("size(self.template.spec.containers) >= 1").message("template.spec.containers must hold at least one container").field_path(".template.spec.containers"),
+    validation = Rule::new("!has(self.template.metadata) || !has(self.template.metadata.labels) || self.template.metadata.labels.all(k, !k.startsWith('releaseplan.io/'))").message("template.metadata.labels must not use the reserved prefix releaseplan.io/").field_path(".template.metadata.labels")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct Component {
+    /// Name of the component, unique in the plan; a DNS label of at most 40 characters.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("component name must be a DNS label: lowercase letters, digits and '-', starting and ending with an alphanumeric character"))]
+    #[schemars(length(min = 1, max = 40))]
+    pub name: String,
+
+    /// Number of pods the component runs once released. Capacity never drops below it
+    /// during a rollout or a rollback.
+    #[schemars(range(min = 0, max = 10000))]
+    pub replicas: i32,
+
+    /// The pod template of the component. A change to it starts a new revision.
+    #[schemars(schema_with = "pod_template_schema")]
+    pub template: PodTemplateSpec,
+}
+
+/// The PodTemplateSpec schema with `spec` made required, so rules can rely on it.
+fn pod_template_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<PodTemplateSpec>();
+    if let Some(obj) = schema.as_object_mut() {
+        obj.insert("required".into(), serde_json::json!(["spec"]));
+    }
+    schema
+}
+
+/// The canary strategy.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(
+    validation = Rule::new("self.steps.filter(s, has(s.setWeight)).map(s, s.setWeight).isSorted()").message("strategy.steps: setWeight values must never decrease").field_path(".steps")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct Strategy {
+    /// Ordered steps. Each step is either `setWeight` or `pause`. The final step to 100%
+    /// is implicit.
+    #[serde(default)]
+    #[schemars(length(max = 32))]
+    pub steps: Vec<Step>,
+}
+
+/// One canary step: exactly one of `setWeight` and `pause`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(
+    validation = Rule::new("has(self.setWeight) != has(self.pause)").message("each step must set exactly one of setWeight and pause")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct Step {
+    /// Percent (0 to 100) of each changed component's replicas to run on the new revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub set_weight: Option<i32>,
+
+    /// Hold the rollout: for `duration`, or until promoted when no duration is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<Pause>,
+}
+
+/// A pause step.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Pause {
+    /// How long to hold, as a Go duration (`30s`, `5m`, `1h30m`). Omit to hold until
+    /// promoted (`kubectl releaseplan promote`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message("pause.duration must be a duration such as 30s, 5m or 1h30m"))]
+    #[schemars(length(max = 32))]
+    pub duration: Option<String>,
+}
+
+/// Health gates, checked continuously while rolling out.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(
+    validation = Rule::new("self.prometheus.all(g, self.prometheus.exists_one(h, h.name == g.name)) && self.webhooks.all(g, self.webhooks.exists_one(h, h.name == g.name)) && self.prometheus.all(g, !self.webhooks.exists(h, h.name == g.name))").message("health: gate names must be unique across prometheus and webhooks gates")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct Health {
+    /// Seconds a step may take for its pods to become ready before the rollout fails.
+    /// Default 600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub progress_deadline_seconds: Option<i32>,
+
+    /// Container restarts tolerated on a new-revision pod before the rollout fails.
+    /// Default 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub max_restarts: Option<i32>,
+
+    /// Fail at once when a new-revision pod waits in CrashLoopBackOff, ErrImagePull,
+    /// ImagePullBackOff or CreateContainerConfigError. Default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detect_pod_failures: Option<bool>,
+
+    /// Prometheus query gates.
+    #[serde(default)]
+    #[schemars(length(max = 8))]
+    pub prometheus: Vec<PrometheusGate>,
+
+    /// Webhook gates.
+    #[serde(default)]
+    #[schemars(length(max = 8))]
+    pub webhooks: Vec<WebhookGate>,
+}
+
+/// A gate that evaluates a PromQL query at an interval.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusGate {
+    /// Name of the gate, shown in status, events and metrics.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("gate name must be a DNS label"))]
+    #[schemars(length(min = 1, max = 40))]
+    pub name: String,
+
+    /// Base URL of the Prometheus HTTP API, e.g. `http://prometheus.monitoring:9090`.
+    #[x_kube(validation = Rule::new("self.matches('^https?://[^ ]+$')").message("prometheus address must be an http:// or https:// URL"))]
+    #[schemars(length(max = 512))]
+    pub address: String,
+
+    /// PromQL query returning one number. `{{plan}}`, `{{namespace}}`, `{{component}}` and
+    /// `{{revision}}` are replaced before it is sent.
+    #[schemars(length(min = 1, max = 4096))]
+    pub query: String,
+
+    /// Pass condition on the query's value: an operator and a number, e.g. `< 0.05`,
+    /// `>= 0.99`, `== 0`.
+    #[x_kube(validation = Rule::new("self.matches('^\\\\s*(<|<=|>|>=|==|!=)\\\\s*-?[0-9]+(\\\\.[0-9]+)?([eE][-+]?[0-9]+)?\\\\s*$')").message("threshold must be an operator (<, <=, >, >=, ==, !=) followed by a number, e.g. '< 0.05'"))]
+    #[schemars(length(max = 64))]
+    pub threshold: String,
+
+    /// How often the query is evaluated. Default `30s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message("interval must be a duration such as 30s, 5m or 1h30m"))]
+    #[schemars(length(max = 32))]
+    pub interval: Option<String>,
+
+    /// Failed evaluations (value outside the threshold, or query error) tolerated before
+    /// the rollout fails: the gate fails at failureLimit + 1. Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub failure_limit: Option<i32>,
+
+    /// Inconclusive evaluations (no data, NaN, several series) tolerated before the
+    /// rollout fails. Default 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub inconclusive_limit: Option<i32>,
+
+    /// Timeout of one query, in seconds. Default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 300))]
+    pub timeout_seconds: Option<i32>,
+}
+
+/// A gate that POSTs the rollout's state to a URL; a 2xx answer passes.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookGate {
+    /// Name of the gate, shown in status, events and metrics.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("gate name must be a DNS label"))]
+    #[schemars(length(min = 1, max = 40))]
+    pub name: String,
+
+    /// URL the JSON body is POSTed to.
+    #[x_kube(validation = Rule::new("self.matches('^https?://[^ ]+$')").message("webhook url must be an http:// or https:// URL"))]
+    #[schemars(length(max = 1024))]
+    pub url: String,
+
+    /// Timeout of one call, in seconds. Default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 60))]
+    pub timeout_seconds: Option<i32>,
+
+    /// Calls retried after a failure before the gate fails. Default 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 10))]
+    pub retries: Option<i32>,
+}
+
+/// Rollback policy.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RollbackPolicy {
+    /// Roll back to the last stable revision by itself when a gate fails. Default true.
+    /// When false, a failed rollout holds until `abort` or `retry`.
+    #[serde(default = "default_true")]
+    pub automatic: bool,
+}
+
+impl Default for RollbackPolicy {
+    fn default() -> Self {
+        Self { automatic: true }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// Lifecycle phase of a ReleasePlan; the state of the rollout state machine.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default,
+)]
+pub enum Phase {
+    /// Never reconciled.
+    #[default]
+    Pending,
+    /// A new revision goes live step by step.
+    RollingOut,
+    /// Every component returns to the stable revision.
+    RollbackInProgress,
+    /// The stable revision serves; the desired revision failed and is not retried until
+    /// the spec changes or a retry is requested.
+    RolledBack,
+    /// The desired revision is fully live and healthy.
+    Stable,
+}
+
+impl Phase {
+    /// Every phase, for metrics that report a gauge per phase.
+    pub const ALL: [Phase; 5] = [
+        Phase::Pending,
+        Phase::RollingOut,
+        Phase::RollbackInProgress,
+        Phase::RolledBack,
+        Phase::Stable,
+    ];
+
+    /// The phase's name as written in `status.phase`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::RollingOut => "RollingOut",
+            Phase::RollbackInProgress => "RollbackInProgress",
+            Phase::RolledBack => "RolledBack",
+            Phase::Stable => "Stable",
+        }
+    }
+
+    /// True while the operator is moving pods (a rollout or a rollback).
+    pub fn is_active(self) -> bool {
+        matches!(self, Phase::RollingOut | Phase::RollbackInProgress)
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Observed state of a ReleasePlan, written only by the operator.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleasePlanStatus {
+    /// Lifecycle phase.
+    #[serde(default)]
+    pub phase: Phase,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Revision being rolled out (or live when Stable): a hash over every component's
+    /// template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<String>,
+    /// Last revision that reached Stable; rollbacks return here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_revision: Option<String>,
+    /// Index of the current step in `spec.strategy.steps`; equal to the number of steps
+    /// during the implicit final step to 100%.
+    #[serde(default)]
+    pub current_step: i32,
+    /// Percent of each changed component's replicas targeted at the current revision.
+    #[serde(default)]
+    pub weight: i32,
+    /// When the current step started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_started_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// When the current rollout or rollback started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_started_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Per-component revisions and replica counts.
+    #[serde(default)]
+    pub components: Vec<ComponentStatus>,
+    /// Last verdict of each health gate in the current step.
+    #[serde(default)]
+    pub gates: Vec<GateStatus>,
+    /// Why the current or last rollout failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
+    /// True while held by a `pause` request from the plugin (spec.paused is the other way).
+    #[serde(default)]
+    pub pause_requested: bool,
+    /// Id of the last plugin request applied, so each is applied exactly once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acknowledged_request: Option<String>,
+    /// Number of rollouts started so far; each history entry carries its number.
+    #[serde(default)]
+    pub rollout_count: i64,
+    /// Standard conditions: Ready, Reconciling, Stalled, Progressing, RollbackInProgress,
+    /// Paused.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// Finished rollouts, newest last.
+    #[serde(default)]
+    pub history: Vec<HistoryEntry>,
+    /// One line for humans: what is happening now, or what went wrong.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Revisions and replica counts of one component.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentStatus {
+    /// Component name.
+    pub name: String,
+    /// Template hash the component is rolling to (or runs, when Stable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_hash: Option<String>,
+    /// Template hash of the last stable revision of this component.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_hash: Option<String>,
+    /// Replicas the component runs once released.
+    #[serde(default)]
+    pub replicas: i32,
+    /// Replicas wanted on the current revision now.
+    #[serde(default)]
+    pub current_replicas: i32,
+    /// Ready pods of the current revision.
+    #[serde(default)]
+    pub current_ready: i32,
+    /// Replicas wanted on the stable revision now.
+    #[serde(default)]
+    pub stable_replicas: i32,
+    /// Ready pods of the stable revision.
+    #[serde(default)]
+    pub stable_ready: i32,
+}
+
+/// Last result of one health gate.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct GateStatus {
+    /// Gate name.
+    pub name: String,
+    /// `Pending`, `Passed`, `Failed` or `Inconclusive`.
+    pub verdict: String,
+    /// Last measured value, as text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// Failed evaluations in this step.
+    #[serde(default)]
+    pub failures: i32,
+    /// Inconclusive evaluations in this step.
+    #[serde(default)]
+    pub inconclusive: i32,
+    /// When the gate was last evaluated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_evaluated: Option<chrono::DateTime<chrono::Utc>>,
+    /// Why the gate has its verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Why a rollout failed.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Failure {
+    /// The revision that failed.
+    pub revision: String,
+    /// The gate that failed: `progressDeadline`, `podFailure`, `abort`, or a gate's name.
+    pub gate: String,
+    /// Short machine-readable reason, e.g. `CrashLoopBackOff`.
+    pub reason: String,
+    /// What happened, for humans.
+    pub message: String,
+}
+
+/// One finished rollout.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryEntry {
+    /// Sequence number of the rollout (1 for the first).
+    pub number: i64,
+    /// Revision that was rolled out.
+    pub revision: String,
+    /// `Promoted`, `RolledBack` or `Superseded`.
+    pub outcome: String,
+    /// When the rollout started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// When it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Why it ended this way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Template hash per component at that revision (`name=hash`).
+    #[serde(default)]
+    pub components: Vec<String>,
+}
+
+impl ReleasePlanSpec {
+    /// Progress deadline with its default applied.
+    pub fn progress_deadline_seconds(&self) -> i64 {
+        i64::from(
+            self.health
+                .progress_deadline_seconds
+                .unwrap_or(DEFAULT_PROGRESS_DEADLINE_SECONDS),
+        )
+    }
+
+    /// Revision history limit with its default applied.
+    pub fn revision_history_limit(&self) -> usize {
+        usize::try_from(
+            self.revision_history_limit
+                .unwrap_or(DEFAULT_REVISION_HISTORY_LIMIT),
+        )
+        .unwrap_or(0)
+    }
+}

@@ -1,0 +1,9 @@
+//! releaseplan: a Kubernetes operator that releases workloads safely.
+//!
+//! `api` holds the ReleasePlan types, `plan` the pure rollout state machine,
+//! `gates` the health gates, `controller` the reconcile I/O and `ops` the
+//! process plumbing (metrics, health, leader election, telemetry).
+
+pub mod api;
+pub mod gates;
+pub mod plan;

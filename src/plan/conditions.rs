@@ -1,0 +1,283 @@
+//! Conditions and the one-line message, computed from the next status.
+//!
+//! `Ready`, `Reconciling` and `Stalled` follow kstatus, so Argo CD, Flux and
+//! `kubectl wait --for=condition=Ready` understand the plan without custom
+//! code. `Progressing`, `RollbackInProgress` and `Paused` say more for humans.
+//! A condition keeps its `lastTransitionTime` while its status stays the same.
+
+use super::Target;
+use super::machine::Facts;
+use crate::api::validation::{CheckedStep, SpecError};
+use crate::api::{Phase, ReleasePlanStatus, time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+use super::Observation;
+
+/// Condition type: the desired revision is fully live and healthy.
+pub const READY: &str = "Ready";
+/// Condition type: the operator is moving pods.
+pub const RECONCILING: &str = "Reconciling";
+/// Condition type: no progress without a human (rolled back, invalid spec, halted).
+pub const STALLED: &str = "Stalled";
+/// Condition type: a rollout advances.
+pub const PROGRESSING: &str = "Progressing";
+/// Condition type: components return to the stable revision.
+pub const ROLLBACK_IN_PROGRESS: &str = "RollbackInProgress";
+/// Condition type: the rollout is held.
+pub const PAUSED: &str = "Paused";
+
+struct Cond {
+    type_: &'static str,
+    status: bool,
+    reason: String,
+    message: String,
+}
+
+fn cond(type_: &'static str, status: bool, reason: &str, message: impl Into<String>) -> Cond {
+    Cond {
+        type_,
+        status,
+        reason: reason.to_string(),
+        message: message.into(),
+    }
+}
+
+/// Turns conditions into metav1 Conditions, keeping lastTransitionTime of those
+/// whose status did not change.
+fn finish(obs: &Observation, generation: Option<i64>, conds: Vec<Cond>) -> Vec<Condition> {
+    conds
+        .into_iter()
+        .map(|c| {
+            let status = if c.status { "True" } else { "False" }.to_string();
+            let last = obs
+                .status
+                .conditions
+                .iter()
+                .find(|old| old.type_ == c.type_ && old.status == status)
+                .map(|old| old.last_transition_time.clone())
+                .unwrap_or_else(|| time::to_k8s(obs.now));
+            Condition {
+                type_: c.type_.to_string(),
+                status,
+                reason: c.reason,
+                message: c.message,
+                observed_generation: generation,
+                last_transition_time: last,
+            }
+        })
+        .collect()
+}
+
+/// Conditions of a plan whose spec cannot be acted on.
+pub fn invalid_spec(obs: &Observation, e: &SpecError) -> Vec<Condition> {
+    let msg = format!("spec cannot be acted on: {e}");
+    finish(
+        obs,
+        Some(obs.generation),
+        vec![
+            cond(READY, false, "InvalidSpec", msg.clone()),
+            cond(RECONCILING, false, "InvalidSpec", msg.clone()),
+            cond(STALLED, true, "InvalidSpec", msg.clone()),
+            cond(PROGRESSING, false, "InvalidSpec", msg),
+            cond(ROLLBACK_IN_PROGRESS, false, "InvalidSpec", "no rollback"),
+            cond(PAUSED, false, "InvalidSpec", "not paused"),
+        ],
+    )
+}
+
+/// Conditions for the next status.
+pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<Condition> {
+    let caught_up = s.observed_generation == Some(obs.generation);
+    let msg = s.message.clone().unwrap_or_default();
+    let failure = s
+        .failure
+        .as_ref()
+        .map(|f| format!("{} failed ({}): {}", f.gate, f.reason, f.message));
+    let paused = facts.paused && s.phase == Phase::RollingOut;
+    let halted = s.phase == Phase::RollingOut && s.failure.is_some();
+    let rollback_slow =
+        s.phase == Phase::RollbackInProgress && facts.step_age > facts_deadline(obs);
+
+    let ready = match s.phase {
+        Phase::Stable if caught_up => cond(READY, true, "Stable", msg.clone()),
+        Phase::Stable => cond(
+            READY,
+            false,
+            "NewGeneration",
+            "a new spec generation is not acted on yet",
+        ),
+        Phase::RolledBack => cond(
+            READY,
+            false,
+            "RolledBack",
+            failure.clone().unwrap_or(msg.clone()),
+        ),
+        phase => cond(READY, false, phase.as_str(), msg.clone()),
+    };
+    let reconciling = match s.phase {
+        Phase::RollingOut if !halted => cond(RECONCILING, true, "RollingOut", msg.clone()),
+        Phase::RollbackInProgress => cond(RECONCILING, true, "RollingBack", msg.clone()),
+        Phase::Pending => cond(
+            RECONCILING,
+            true,
+            "Pending",
+            "waiting for the first reconcile",
+        ),
+        _ if !caught_up => cond(
+            RECONCILING,
+            true,
+            "NewGeneration",
+            "a new spec generation is not acted on yet",
+        ),
+        phase => cond(RECONCILING, false, phase.as_str(), msg.clone()),
+    };
+    let stalled = if halted {
+        cond(
+            STALLED,
+            true,
+            "RolloutHalted",
+            failure.clone().unwrap_or_default(),
+        )
+    } else if s.phase == Phase::RolledBack {
+        let text = match (&failure, &s.stable_revision) {
+            (Some(f), Some(_)) => {
+                format!("{f}; run `kubectl releaseplan retry` or change the spec")
+            }
+            (Some(f), None) => {
+                format!("{f}; first release failed and was scaled to zero; fix the spec or retry")
+            }
+            (None, _) => msg.clone(),
+        };
+        cond(STALLED, true, "RolledBack", text)
+    } else if rollback_slow {
+        cond(
+            STALLED,
+            true,
+            "RollbackSlow",
+            "the stable revision is not ready after progressDeadlineSeconds; check its pods",
+        )
+    } else {
+        cond(STALLED, false, s.phase.as_str(), msg.clone())
+    };
+    let progressing = match s.phase {
+        Phase::RollingOut if halted => cond(
+            PROGRESSING,
+            false,
+            "RolloutHalted",
+            failure.clone().unwrap_or_default(),
+        ),
+        Phase::RollingOut if paused => cond(PROGRESSING, true, "Paused", msg.clone()),
+        Phase::RollingOut => cond(PROGRESSING, true, "RollingOut", msg.clone()),
+        Phase::Stable => cond(PROGRESSING, false, "Stable", msg.clone()),
+        phase => cond(PROGRESSING, false, phase.as_str(), msg.clone()),
+    };
+    let rollback = if s.phase == Phase::RollbackInProgress {
+        cond(
+            ROLLBACK_IN_PROGRESS,
+            true,
+            "RollingBack",
+            failure.clone().unwrap_or(msg.clone()),
+        )
+    } else {
+        cond(
+            ROLLBACK_IN_PROGRESS,
+            false,
+            s.phase.as_str(),
+            "no rollback in progress",
+        )
+    };
+    let paused_cond = if paused {
+        let why = if s.pause_requested {
+            "PauseRequested"
+        } else {
+            "SpecPaused"
+        };
+        cond(
+            PAUSED,
+            true,
+            why,
+            "the rollout holds at its current step; resume to continue",
+        )
+    } else if s.phase == Phase::RollingOut && indefinite_pause(obs, s) {
+        cond(
+            PAUSED,
+            true,
+            "PauseStep",
+            "holding at a pause step until promoted",
+        )
+    } else {
+        cond(PAUSED, false, "NotPaused", "not paused")
+    };
+    finish(
+        obs,
+        s.observed_generation,
+        vec![
+            ready,
+            reconciling,
+            stalled,
+            progressing,
+            rollback,
+            paused_cond,
+        ],
+    )
+}
+
+fn indefinite_pause(obs: &Observation, s: &ReleasePlanStatus) -> bool {
+    let step = usize::try_from(s.current_step).unwrap_or(usize::MAX);
+    obs.target
+        .as_ref()
+        .is_ok_and(|t| matches!(t.steps.get(step), Some(CheckedStep::Pause(None))))
+}
+
+fn facts_deadline(obs: &Observation) -> std::time::Duration {
+    obs.target
+        .as_ref()
+        .map(|t| t.progress_deadline)
+        .unwrap_or(std::time::Duration::from_secs(600))
+}
+
+/// One line that says what is happening.
+pub fn message(target: &Target, s: &ReleasePlanStatus, facts: &Facts) -> String {
+    let stable = s.stable_revision.as_deref().unwrap_or("none");
+    let current = s.current_revision.as_deref().unwrap_or("none");
+    match s.phase {
+        Phase::Pending => "waiting for the first reconcile".into(),
+        Phase::Stable => format!("revision {current} is stable"),
+        Phase::RolledBack => match &s.failure {
+            Some(f) => format!(
+                "revision {current} rolled back to {stable}: {} failed ({}): {}",
+                f.gate, f.reason, f.message
+            ),
+            None => format!("rolled back to {stable}"),
+        },
+        Phase::RollbackInProgress => format!("rolling back from {current} to {stable}"),
+        Phase::RollingOut => {
+            if let Some(f) = &s.failure {
+                return format!(
+                    "halted: {} failed ({}): {}; abort or retry",
+                    f.gate, f.reason, f.message
+                );
+            }
+            let steps = target.steps.len();
+            let step = usize::try_from(s.current_step).unwrap_or(0);
+            let where_ = if step >= steps {
+                "final step".to_string()
+            } else {
+                format!("step {}/{steps}", step + 1)
+            };
+            let waiting = if facts.paused {
+                "paused"
+            } else if matches!(target.steps.get(step), Some(CheckedStep::Pause(None))) {
+                "waiting for promotion"
+            } else if matches!(target.steps.get(step), Some(CheckedStep::Pause(Some(_)))) {
+                "pausing"
+            } else {
+                "waiting for pods and gates"
+            };
+            format!(
+                "rolling out {current} ({where_}, weight {}%): {waiting}",
+                s.weight
+            )
+        }
+    }
+}

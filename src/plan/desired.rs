@@ -1,0 +1,268 @@
+//! The desired replica count of every revision Deployment, from the phase,
+//! the step's weight and what is ready now.
+//!
+//! Capacity never drops below a component's replicas: the stable revision
+//! gives up only as many replicas as the new revision has ready, and a
+//! revision that is neither current nor stable is scaled to zero only once
+//! the revisions that stay cover the full count with ready pods.
+
+use super::{
+    DeploymentIntent, Observation, RevisionObs, Target, TemplateSource, revisions_of, weight_at,
+};
+use crate::api::{ComponentStatus, Phase, ReleasePlanStatus, revision::deployment_name};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Replicas of the new revision at a weight: rounded up, so any weight above
+/// zero moves at least one pod.
+pub fn canary_replicas(replicas: i32, weight: i32) -> i32 {
+    let r = i64::from(replicas.max(0));
+    let w = i64::from(weight.clamp(0, 100));
+    i32::try_from((r * w + 99) / 100).unwrap_or(replicas)
+}
+
+fn ready(revs: &BTreeMap<&str, &RevisionObs>, hash: &str) -> i32 {
+    revs.get(hash).map_or(0, |r| r.ready.max(0))
+}
+
+fn observed_replicas(revs: &BTreeMap<&str, &RevisionObs>, hash: &str) -> Option<i32> {
+    revs.get(hash).map(|r| r.replicas)
+}
+
+/// Replicas of a component: from the spec, or as last recorded for a component
+/// the spec no longer has.
+fn replicas_of(target: &Target, c: &ComponentStatus) -> i32 {
+    target.component(&c.name).map_or(c.replicas, |t| t.replicas)
+}
+
+/// The wanted replicas of the current and stable revisions of one component.
+fn wanted(
+    obs: &Observation,
+    target: &Target,
+    status: &ReleasePlanStatus,
+    c: &ComponentStatus,
+) -> BTreeMap<String, i32> {
+    let revs = revisions_of(obs, &c.name);
+    let r = replicas_of(target, c);
+    let in_spec = target.component(&c.name).is_some();
+    let mut want = BTreeMap::new();
+    match status.phase {
+        Phase::Pending => {}
+        Phase::Stable => {
+            if in_spec && let Some(h) = &c.current_hash {
+                want.insert(h.clone(), r);
+            }
+        }
+        Phase::RollingOut => match (&c.current_hash, &c.stable_hash) {
+            (Some(cur), Some(st)) if !in_spec => {
+                // Removed from the spec: keeps serving until the rollout is promoted.
+                let _ = cur;
+                want.insert(st.clone(), r);
+            }
+            (Some(cur), None) => {
+                want.insert(cur.clone(), canary_replicas(r, weight_at(target, status)));
+            }
+            (Some(cur), Some(st)) if cur == st => {
+                want.insert(cur.clone(), r);
+            }
+            (Some(cur), Some(st)) => {
+                let canary = canary_replicas(r, weight_at(target, status));
+                want.insert(cur.clone(), canary);
+                want.insert(st.clone(), r - ready(&revs, cur).min(canary));
+            }
+            (None, Some(st)) => {
+                want.insert(st.clone(), r);
+            }
+            (None, None) => {}
+        },
+        Phase::RollbackInProgress | Phase::RolledBack => {
+            if let Some(st) = &c.stable_hash {
+                want.insert(st.clone(), r);
+            }
+        }
+    }
+    want
+}
+
+/// Whether the wanted revisions of a component cover its replicas with ready pods.
+fn covered(revs: &BTreeMap<&str, &RevisionObs>, want: &BTreeMap<String, i32>, r: i32) -> bool {
+    let have: i32 = want.iter().map(|(h, w)| ready(revs, h).min(*w)).sum();
+    have >= r
+}
+
+/// The Deployments to scale or create, and those to delete.
+pub fn intents(
+    obs: &Observation,
+    target: &Target,
+    status: &ReleasePlanStatus,
+    templates: &BTreeMap<String, PodTemplateSpec>,
+) -> (Vec<DeploymentIntent>, Vec<String>) {
+    let plan = plan_name(obs);
+    let mut out = Vec::new();
+    let mut delete = Vec::new();
+    let settled = matches!(status.phase, Phase::Stable | Phase::RolledBack);
+    for c in &status.components {
+        let revs = revisions_of(obs, &c.name);
+        let r = replicas_of(target, c);
+        let want = wanted(obs, target, status, c);
+        // With nothing to keep (no stable revision to return to), nothing is protected.
+        let is_covered = want.is_empty() || covered(&revs, &want, r);
+        let in_spec = target.component(&c.name);
+        for (hash, replicas) in &want {
+            let template = match (in_spec, templates.get(&c.name)) {
+                (Some(t), Some(tpl)) if &t.hash == hash => {
+                    TemplateSource::Spec(Box::new(tpl.clone()))
+                }
+                _ => TemplateSource::Existing,
+            };
+            let name = revs
+                .get(hash.as_str())
+                .map(|r| r.name.clone())
+                .unwrap_or_else(|| deployment_name(&plan, &c.name, hash));
+            out.push(DeploymentIntent {
+                name,
+                component: c.name.clone(),
+                hash: hash.clone(),
+                replicas: (*replicas).max(0),
+                template,
+            });
+        }
+        // Revisions neither current nor stable: down to zero once covered,
+        // oldest beyond the history limit deleted once settled.
+        let mut idle: Vec<&RevisionObs> = Vec::new();
+        for (hash, rev) in &revs {
+            if want.contains_key(*hash) {
+                continue;
+            }
+            let replicas = if is_covered { 0 } else { rev.replicas };
+            if replicas == 0 && rev.replicas == 0 {
+                idle.push(rev);
+            }
+            out.push(DeploymentIntent {
+                name: rev.name.clone(),
+                component: c.name.clone(),
+                hash: (*hash).to_string(),
+                replicas,
+                template: TemplateSource::Existing,
+            });
+        }
+        if settled {
+            idle.sort_by(|a, b| b.created.cmp(&a.created).then_with(|| a.name.cmp(&b.name)));
+            for old in idle.iter().skip(target.revision_history_limit) {
+                delete.push(old.name.clone());
+            }
+        }
+    }
+    // Components gone from the spec and from the record: their Deployments go
+    // once the plan is settled on a revision without them.
+    if status.phase == Phase::Stable {
+        let known: BTreeSet<&str> = status.components.iter().map(|c| c.name.as_str()).collect();
+        for rev in &obs.revisions {
+            if !known.contains(rev.component.as_str()) {
+                delete.push(rev.name.clone());
+            }
+        }
+    }
+    // Never delete what we also scale.
+    let scaled: BTreeSet<&str> = out
+        .iter()
+        .filter(|i| i.replicas > 0)
+        .map(|i| i.name.as_str())
+        .collect();
+    delete.retain(|d| !scaled.contains(d.as_str()));
+    out.retain(|i| !delete.contains(&i.name));
+    (out, delete)
+}
+
+fn plan_name(obs: &Observation) -> String {
+    obs.plan.clone()
+}
+
+/// Whether the current step's replica targets are met with ready pods.
+pub fn step_ready(obs: &Observation, target: &Target, status: &ReleasePlanStatus) -> bool {
+    let at_final = usize::try_from(status.current_step).unwrap_or(0) >= target.steps.len();
+    status.components.iter().all(|c| {
+        let revs = revisions_of(obs, &c.name);
+        let r = replicas_of(target, c);
+        let want = wanted(obs, target, status, c);
+        let Some(cur) = &c.current_hash else {
+            return true;
+        };
+        let changed = c.stable_hash.as_ref() != Some(cur);
+        let cur_want = want.get(cur).copied().unwrap_or(0);
+        if changed && ready(&revs, cur) < cur_want {
+            return false;
+        }
+        // The scale-down the step asks of the stable revision has been applied.
+        let stable_applied = match &c.stable_hash {
+            Some(st) if changed => want
+                .get(st)
+                .is_none_or(|w| observed_replicas(&revs, st).unwrap_or(0) <= *w),
+            _ => true,
+        };
+        if !stable_applied {
+            return false;
+        }
+        if at_final {
+            // Promotion needs every component whole, and nothing else running.
+            let whole = want.iter().map(|(h, _)| ready(&revs, h)).sum::<i32>() >= r;
+            let others_gone = revs
+                .iter()
+                .filter(|(h, _)| **h != cur.as_str())
+                .all(|(_, rev)| rev.replicas == 0);
+            return whole && others_gone && target.component(&c.name).is_some();
+        }
+        true
+    })
+}
+
+/// Whether every component is back on its stable revision at full, ready
+/// replicas, with every other revision at zero.
+pub fn rollback_complete(obs: &Observation, target: &Target, status: &ReleasePlanStatus) -> bool {
+    status.components.iter().all(|c| {
+        let revs = revisions_of(obs, &c.name);
+        let r = replicas_of(target, c);
+        revs.iter().all(|(h, rev)| match &c.stable_hash {
+            Some(st) if st == h => rev.replicas == r && rev.ready >= r,
+            _ => rev.replicas == 0,
+        }) && c
+            .stable_hash
+            .as_ref()
+            .is_none_or(|st| revs.contains_key(st.as_str()) || r == 0)
+    })
+}
+
+/// Per-component status after the decision: hashes and replica counts.
+pub fn component_status(
+    obs: &Observation,
+    target: &Target,
+    status: &ReleasePlanStatus,
+    intents: &[DeploymentIntent],
+) -> Vec<ComponentStatus> {
+    status
+        .components
+        .iter()
+        .map(|c| {
+            let revs = revisions_of(obs, &c.name);
+            let want_of = |h: &Option<String>| {
+                h.as_ref().map_or(0, |h| {
+                    intents
+                        .iter()
+                        .find(|i| i.component == c.name && &i.hash == h)
+                        .map_or(0, |i| i.replicas)
+                })
+            };
+            let ready_of = |h: &Option<String>| h.as_ref().map_or(0, |h| ready(&revs, h));
+            ComponentStatus {
+                name: c.name.clone(),
+                current_hash: c.current_hash.clone(),
+                stable_hash: c.stable_hash.clone(),
+                replicas: replicas_of(target, c),
+                current_replicas: want_of(&c.current_hash),
+                current_ready: ready_of(&c.current_hash),
+                stable_replicas: want_of(&c.stable_hash),
+                stable_ready: ready_of(&c.stable_hash),
+            }
+        })
+        .collect()
+}

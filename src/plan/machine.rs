@@ -1,0 +1,544 @@
+//! The phase state machine (statig, blocking mode, used as a pure decision step).
+//!
+//! The machine is rebuilt on every reconcile in the persisted phase, handed one
+//! event (the `Facts` of the observation) and read back: its new state is the
+//! next phase, and the `Cause` it recorded says why. `RollingOut` and
+//! `RollbackInProgress` share the `Active` superstate, which turns deletion and
+//! abort into a rollback.
+
+use super::{Action, EventIntent, EventType, Observation, Target, desired};
+use crate::api::validation::CheckedStep;
+use crate::api::{Failure, Phase, ReleasePlanStatus};
+use statig::Outcome::{self, Handled, Super, Transition};
+use statig::blocking::{IntoStateMachine, IntoStateMachineExt, State, Superstate};
+use std::time::Duration;
+
+/// Why the machine did what it did; status, history and events follow from it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Cause {
+    /// Nothing changed.
+    #[default]
+    None,
+    /// A new generation with the same revision: take its settings.
+    AcceptGeneration,
+    /// A rollout of the desired revision starts.
+    Start {
+        /// It replaces an unfinished rollout.
+        superseded: bool,
+    },
+    /// The rollout moves to another step.
+    Advance {
+        /// The new step index.
+        to_step: i32,
+    },
+    /// A halted rollout is retried from its current step.
+    Retry,
+    /// The rollout finished: the desired revision is now stable.
+    Promoted,
+    /// A gate failed and rollback is not automatic: hold.
+    Halted(Failure),
+    /// Every component starts returning to the stable revision.
+    RollbackStarted(Failure),
+    /// The rollback finished.
+    RollbackDone {
+        /// The spec now asks for the stable revision itself.
+        to_desired: bool,
+    },
+}
+
+/// What the machine decides on: derived from one observation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Facts {
+    /// `metadata.generation` differs from `status.observedGeneration`.
+    pub new_generation: bool,
+    /// The spec's revision differs from `status.currentRevision`.
+    pub revision_changed: bool,
+    /// The spec's revision is the stable revision.
+    pub desired_is_stable: bool,
+    /// No revision of the plan has ever been stable.
+    pub first_release: bool,
+    /// Held by `spec.paused` or a pause request.
+    pub paused: bool,
+    /// The current step's replica targets are met and ready.
+    pub step_ready: bool,
+    /// Every configured gate passed in this step.
+    pub gates_passed: bool,
+    /// The current step is past the last one (the implicit 100%).
+    pub at_final: bool,
+    /// The current step is a pause: `Some(None)` until promoted, or its remaining time.
+    pub pause: Option<Option<Duration>>,
+    /// A failure seen in this observation.
+    pub failure: Option<Failure>,
+    /// The rollout is already halted on a failure (non-automatic rollback).
+    pub halted: bool,
+    /// Every component is back on its stable revision, ready, and nothing else runs.
+    pub rollback_complete: bool,
+    /// The plan is being deleted.
+    pub deleting: bool,
+    /// A request to apply, when it applies in the current phase.
+    pub request: Option<Action>,
+    /// A request arrived that does not apply in the current phase.
+    pub request_ignored: bool,
+    /// How long the current step has run.
+    pub step_age: Duration,
+    /// Automatic rollback is on.
+    pub automatic_rollback: bool,
+    /// The current step index.
+    pub step: i32,
+    /// Number of steps in the spec.
+    pub steps: i32,
+}
+
+impl Facts {
+    /// Derives the facts from an observation.
+    pub fn gather(obs: &Observation, target: &Target) -> Facts {
+        let s = &obs.status;
+        let steps = i32::try_from(target.steps.len()).unwrap_or(i32::MAX);
+        let step = s.current_step.clamp(0, steps);
+        let step_age = s
+            .step_started_at
+            .map(|t| (obs.now - t).to_std().unwrap_or(Duration::ZERO))
+            .unwrap_or(Duration::ZERO);
+        let request = obs.request.as_ref().map(|r| r.action);
+        let halted = s.phase == Phase::RollingOut && s.failure.is_some();
+        let applies = |a: Action| match a {
+            Action::Pause | Action::Resume => true,
+            Action::Promote { .. } => s.phase == Phase::RollingOut && !halted,
+            Action::Abort => s.phase == Phase::RollingOut,
+            Action::Retry => s.phase == Phase::RolledBack || halted,
+        };
+        let pause_requested = match request {
+            Some(Action::Pause) => true,
+            Some(Action::Resume) => false,
+            _ => s.pause_requested,
+        };
+        let at_final = step >= steps;
+        let pause = match target
+            .steps
+            .get(usize::try_from(step).unwrap_or(usize::MAX))
+        {
+            Some(CheckedStep::Pause(d)) => Some(d.map(|d| d.saturating_sub(step_age))),
+            _ => None,
+        };
+        let gates_passed = target.gates.iter().all(|g| {
+            obs.gates
+                .iter()
+                .any(|st| &st.name == g && st.verdict == "Passed")
+        });
+        let mut facts = Facts {
+            new_generation: s.observed_generation != Some(obs.generation),
+            revision_changed: s.current_revision.as_deref() != Some(target.revision.as_str()),
+            desired_is_stable: s.stable_revision.as_deref() == Some(target.revision.as_str()),
+            first_release: s.stable_revision.is_none(),
+            paused: target.paused || pause_requested,
+            step_ready: false,
+            gates_passed,
+            at_final,
+            pause,
+            failure: None,
+            halted,
+            rollback_complete: false,
+            deleting: obs.deleting,
+            request: request.filter(|a| applies(*a)),
+            request_ignored: request.is_some_and(|a| !applies(a)),
+            step_age,
+            automatic_rollback: target.automatic_rollback,
+            step,
+            steps,
+        };
+        match s.phase {
+            Phase::RollingOut => {
+                facts.step_ready = desired::step_ready(obs, target, s);
+                facts.failure = detect_failure(obs, target, &facts);
+            }
+            Phase::RollbackInProgress => {
+                facts.rollback_complete = desired::rollback_complete(obs, target, s);
+            }
+            _ => {}
+        }
+        facts
+    }
+}
+
+/// The first failure in this observation: a pod failure signal of a new
+/// revision, a failed gate, or the progress deadline passed while waiting on pods.
+fn detect_failure(obs: &Observation, target: &Target, facts: &Facts) -> Option<Failure> {
+    let revision = obs
+        .status
+        .current_revision
+        .clone()
+        .unwrap_or_else(|| target.revision.clone());
+    let rolling: Vec<(&str, &str)> = obs
+        .status
+        .components
+        .iter()
+        .filter(|c| c.current_hash.is_some() && c.current_hash != c.stable_hash)
+        .filter_map(|c| Some((c.name.as_str(), c.current_hash.as_deref()?)))
+        .collect();
+    if let Some(p) = obs
+        .pod_failures
+        .iter()
+        .find(|p| rolling.contains(&(p.component.as_str(), p.hash.as_str())))
+    {
+        return Some(Failure {
+            revision,
+            gate: "podHealth".into(),
+            reason: p.reason.clone(),
+            message: format!("component {} pod {}: {}", p.component, p.pod, p.message),
+        });
+    }
+    if let Some(g) = obs.gates.iter().find(|g| g.verdict == "Failed") {
+        return Some(Failure {
+            revision,
+            gate: g.name.clone(),
+            reason: "GateFailed".into(),
+            message: g
+                .message
+                .clone()
+                .unwrap_or_else(|| format!("gate {} failed", g.name)),
+        });
+    }
+    if !facts.step_ready && facts.step_age > target.progress_deadline {
+        return Some(Failure {
+            revision,
+            gate: "progressDeadline".into(),
+            reason: "ProgressDeadlineExceeded".into(),
+            message: format!(
+                "step {} did not become ready within {}s",
+                facts.step,
+                target.progress_deadline.as_secs()
+            ),
+        });
+    }
+    None
+}
+
+/// Shared storage of the machine: what it decided, and why.
+#[derive(Debug, Default)]
+pub struct Planner {
+    cause: Cause,
+}
+
+/// The one superstate.
+#[derive(Debug)]
+pub enum Group {
+    /// A rollout or a rollback moves pods.
+    Active,
+}
+
+impl IntoStateMachine for Planner {
+    type Event<'evt> = Facts;
+    type Context<'ctx> = ();
+    type State = Phase;
+    type Superstate<'sub> = Group;
+
+    fn initial() -> Phase {
+        Phase::Pending
+    }
+}
+
+impl State<Planner> for Phase {
+    fn call_handler(&mut self, p: &mut Planner, f: &Facts, _: &mut ()) -> Outcome<Phase> {
+        match self {
+            Phase::Pending => p.pending(f),
+            Phase::RollingOut => p.rolling_out(f),
+            Phase::RollbackInProgress => p.rollback_in_progress(f),
+            Phase::RolledBack => p.rolled_back(f),
+            Phase::Stable => p.stable(f),
+        }
+    }
+
+    fn superstate(&mut self) -> Option<Group> {
+        match self {
+            Phase::RollingOut | Phase::RollbackInProgress => Some(Group::Active),
+            _ => None,
+        }
+    }
+}
+
+impl Superstate<Planner> for Group {
+    fn call_handler(&mut self, p: &mut Planner, f: &Facts, _: &mut ()) -> Outcome<Phase> {
+        match self {
+            Group::Active => p.active(f),
+        }
+    }
+}
+
+impl Planner {
+    fn set(&mut self, cause: Cause) -> Outcome<Phase> {
+        self.cause = cause;
+        Handled
+    }
+
+    fn go(&mut self, phase: Phase, cause: Cause) -> Outcome<Phase> {
+        self.cause = cause;
+        Transition(phase)
+    }
+
+    fn pending(&mut self, f: &Facts) -> Outcome<Phase> {
+        if f.deleting {
+            return Handled;
+        }
+        self.go(Phase::RollingOut, Cause::Start { superseded: false })
+    }
+
+    /// Deletion and abort, common to RollingOut and RollbackInProgress.
+    fn active(&mut self, f: &Facts) -> Outcome<Phase> {
+        let (gate, reason, message) = if f.deleting {
+            ("deletion", "DeletionRequested", "the plan is being deleted")
+        } else if f.request == Some(Action::Abort) {
+            ("abort", "Aborted", "rollout aborted by request")
+        } else {
+            return Handled;
+        };
+        let failure = Failure {
+            revision: String::new(),
+            gate: gate.into(),
+            reason: reason.into(),
+            message: message.into(),
+        };
+        self.go(Phase::RollbackInProgress, Cause::RollbackStarted(failure))
+    }
+
+    fn rolling_out(&mut self, f: &Facts) -> Outcome<Phase> {
+        if f.deleting || f.request == Some(Action::Abort) {
+            return Super;
+        }
+        if f.revision_changed {
+            return self.go(Phase::RollingOut, Cause::Start { superseded: true });
+        }
+        if f.new_generation {
+            return self.set(Cause::AcceptGeneration);
+        }
+        if f.halted {
+            if f.request == Some(Action::Retry) {
+                return self.set(Cause::Retry);
+            }
+            return Handled;
+        }
+        if let Some(failure) = &f.failure {
+            if f.automatic_rollback {
+                return self.go(
+                    Phase::RollbackInProgress,
+                    Cause::RollbackStarted(failure.clone()),
+                );
+            }
+            return self.set(Cause::Halted(failure.clone()));
+        }
+        match f.request {
+            Some(Action::Promote { full: true }) if !f.at_final => {
+                return self.set(Cause::Advance { to_step: f.steps });
+            }
+            Some(Action::Promote { .. }) if !f.at_final => {
+                return self.set(Cause::Advance {
+                    to_step: f.step + 1,
+                });
+            }
+            _ => {}
+        }
+        if f.at_final {
+            if f.step_ready && f.gates_passed {
+                return self.go(Phase::Stable, Cause::Promoted);
+            }
+            return Handled;
+        }
+        if f.paused {
+            return Handled;
+        }
+        let done = match f.pause {
+            Some(Some(remaining)) => remaining.is_zero() && f.step_ready && f.gates_passed,
+            Some(None) => false, // until promoted
+            None => f.step_ready && f.gates_passed,
+        };
+        if done {
+            return self.set(Cause::Advance {
+                to_step: f.step + 1,
+            });
+        }
+        Handled
+    }
+
+    fn rollback_in_progress(&mut self, f: &Facts) -> Outcome<Phase> {
+        if !f.rollback_complete {
+            // Deletion or abort while rolling back: keep rolling back.
+            return Handled;
+        }
+        if f.desired_is_stable && !f.deleting {
+            return self.go(Phase::Stable, Cause::RollbackDone { to_desired: true });
+        }
+        self.go(Phase::RolledBack, Cause::RollbackDone { to_desired: false })
+    }
+
+    fn rolled_back(&mut self, f: &Facts) -> Outcome<Phase> {
+        if f.deleting {
+            return Handled;
+        }
+        if f.new_generation || f.request == Some(Action::Retry) {
+            return self.go(Phase::RollingOut, Cause::Start { superseded: false });
+        }
+        Handled
+    }
+
+    fn stable(&mut self, f: &Facts) -> Outcome<Phase> {
+        if f.deleting {
+            return Handled;
+        }
+        if f.revision_changed {
+            return self.go(Phase::RollingOut, Cause::Start { superseded: false });
+        }
+        if f.new_generation {
+            return self.set(Cause::AcceptGeneration);
+        }
+        Handled
+    }
+}
+
+/// Runs the machine once from `phase` on `facts`: the next phase and its cause.
+pub fn run(phase: Phase, facts: &Facts) -> (Phase, Cause) {
+    let mut sm = Planner::default().uninitialized_state_machine();
+    *sm.state_mut() = phase;
+    // No entry actions are defined, so initialising runs nothing.
+    let mut sm = sm.init();
+    sm.handle(facts);
+    let next = *sm.state();
+    (next, sm.inner().cause.clone())
+}
+
+/// Events that follow from a transition.
+pub fn events(
+    obs: &Observation,
+    target: &Target,
+    facts: &Facts,
+    phase: Phase,
+    cause: &Cause,
+) -> Vec<EventIntent> {
+    let normal = |reason: &str, message: String| EventIntent {
+        type_: EventType::Normal,
+        reason: reason.into(),
+        message,
+    };
+    let warning = |reason: &str, message: String| EventIntent {
+        type_: EventType::Warning,
+        reason: reason.into(),
+        message,
+    };
+    let stable = obs
+        .status
+        .stable_revision
+        .clone()
+        .unwrap_or_else(|| "none".into());
+    let mut out = Vec::new();
+    match cause {
+        Cause::None | Cause::AcceptGeneration => {}
+        Cause::Start { superseded } => {
+            if *superseded {
+                out.push(normal(
+                    "RolloutSuperseded",
+                    format!(
+                        "revision {} superseded by a newer spec",
+                        obs.status.current_revision.as_deref().unwrap_or("?")
+                    ),
+                ));
+            }
+            let how = if facts.first_release {
+                "first release, straight to full scale".to_string()
+            } else {
+                format!("{} steps, stable revision {stable}", target.steps.len())
+            };
+            out.push(normal(
+                "RolloutStarted",
+                format!("rolling out revision {} ({how})", target.revision),
+            ));
+        }
+        Cause::Advance { to_step } => {
+            let mut next = obs.status.clone();
+            next.current_step = *to_step;
+            next.phase = Phase::RollingOut;
+            let w = super::weight_at(target, &next);
+            let what = if *to_step >= facts.steps {
+                "final step".to_string()
+            } else {
+                format!("step {}/{}", to_step + 1, facts.steps)
+            };
+            let by = if facts.request.is_some() {
+                " (promoted by request)"
+            } else {
+                ""
+            };
+            out.push(normal("StepAdvanced", format!("{what}: weight {w}%{by}")));
+        }
+        Cause::Retry => out.push(normal("RetryRequested", "retrying the halted step".into())),
+        Cause::Promoted => out.push(normal(
+            "Promoted",
+            format!("revision {} is stable", target.revision),
+        )),
+        Cause::Halted(f) => out.push(warning(
+            "RolloutHalted",
+            format!(
+                "{} failed ({}): {}; automatic rollback is off, waiting for abort or retry",
+                f.gate, f.reason, f.message
+            ),
+        )),
+        Cause::RollbackStarted(f) => out.push(warning(
+            "RollbackStarted",
+            format!(
+                "{} ({}): {}; rolling back to stable revision {stable}",
+                f.gate, f.reason, f.message
+            ),
+        )),
+        Cause::RollbackDone { to_desired } => {
+            let msg = if *to_desired {
+                format!(
+                    "rolled back; the spec asks for the stable revision {stable}, which is live"
+                )
+            } else {
+                format!("rolled back to stable revision {stable}")
+            };
+            out.push(if phase == Phase::Stable {
+                normal("RolledBack", msg)
+            } else {
+                warning("RolledBack", msg)
+            });
+        }
+    }
+    if let Some(a) = facts.request {
+        if matches!(a, Action::Pause | Action::Resume) {
+            out.push(normal("RequestApplied", format!("{a:?} applied")));
+        }
+    }
+    out
+}
+
+/// When to look again even without a watch event.
+pub fn requeue_after(
+    obs: &Observation,
+    target: &Target,
+    facts: &Facts,
+    status: &ReleasePlanStatus,
+) -> Option<Duration> {
+    const SAFETY: Duration = Duration::from_secs(60);
+    match status.phase {
+        Phase::Pending | Phase::Stable | Phase::RolledBack => None,
+        Phase::RollbackInProgress => Some(Duration::from_secs(30)),
+        Phase::RollingOut => {
+            if status.phase != obs.status.phase
+                || status.current_step != obs.status.current_step
+                || status.observed_generation != obs.status.observed_generation
+            {
+                // The new step starts now: look again soon to act on it.
+                return Some(Duration::from_secs(1));
+            }
+            let mut next = SAFETY;
+            if let Some(Some(remaining)) = facts.pause
+                && !facts.paused
+            {
+                next = next.min(remaining + Duration::from_millis(500));
+            }
+            if !facts.step_ready {
+                let left = target.progress_deadline.saturating_sub(facts.step_age);
+                next = next.min(left + Duration::from_secs(1));
+            }
+            Some(next.max(Duration::from_millis(500)))
+        }
+    }
+}

@@ -1,0 +1,552 @@
+//! The pure core: from one observation of the cluster to one decision.
+//!
+//! `decide` takes everything the controller read (the plan's spec and
+//! persisted status, the revision Deployments, pod failure signals, gate
+//! verdicts, the time, a pending request) and returns the next phase, the
+//! next status, and intents (Deployments to scale or create, Deployments to
+//! delete, events, when to look again). It does no I/O and reads no clock, so
+//! the same observation always gives the same decision.
+//!
+//! The phase transition itself is a statig state machine (see `machine`);
+//! what follows from a transition (status fields, history, events) is
+//! derived afterwards from the machine's cause, never from entry actions,
+//! which would re-run on every reconcile.
+
+pub mod conditions;
+pub mod desired;
+pub mod machine;
+
+use crate::api::validation::{CheckedStep, SpecError, check_spec};
+use crate::api::{
+    ComponentStatus, Failure, GateStatus, HistoryEntry, Phase, ReleasePlanSpec, ReleasePlanStatus,
+    revision,
+};
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Most history entries kept in status.
+pub const MAX_HISTORY: usize = 20;
+
+/// One component as the spec wants it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetComponent {
+    /// Component name.
+    pub name: String,
+    /// Template hash of the spec's template.
+    pub hash: String,
+    /// Replicas wanted.
+    pub replicas: i32,
+}
+
+/// The spec, validated and digested into what the machine needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    /// Components in spec order.
+    pub components: Vec<TargetComponent>,
+    /// Plan revision: a hash over the components' template hashes.
+    pub revision: String,
+    /// Canary steps.
+    pub steps: Vec<CheckedStep>,
+    /// How long a step may wait for ready pods.
+    pub progress_deadline: Duration,
+    /// Roll back without a human when a gate fails.
+    pub automatic_rollback: bool,
+    /// `spec.paused`.
+    pub paused: bool,
+    /// Old revision Deployments kept at zero replicas.
+    pub revision_history_limit: usize,
+    /// Names of the configured Prometheus and webhook gates.
+    pub gates: Vec<String>,
+}
+
+impl Target {
+    /// Validates a spec and computes its revisions.
+    pub fn from_spec(spec: &ReleasePlanSpec) -> Result<Self, SpecError> {
+        let steps = check_spec(spec)?;
+        let components: Vec<TargetComponent> = spec
+            .components
+            .iter()
+            .map(|c| TargetComponent {
+                name: c.name.clone(),
+                hash: revision::template_hash(&c.template),
+                replicas: c.replicas,
+            })
+            .collect();
+        let revision = revision::plan_revision(
+            components
+                .iter()
+                .map(|c| (c.name.as_str(), c.hash.as_str())),
+        );
+        Ok(Target {
+            components,
+            revision,
+            steps,
+            progress_deadline: Duration::from_secs(
+                u64::try_from(spec.progress_deadline_seconds()).unwrap_or(600),
+            ),
+            automatic_rollback: spec.rollback.automatic,
+            paused: spec.paused,
+            revision_history_limit: spec.revision_history_limit(),
+            gates: spec
+                .health
+                .prometheus
+                .iter()
+                .map(|g| g.name.clone())
+                .chain(spec.health.webhooks.iter().map(|g| g.name.clone()))
+                .collect(),
+        })
+    }
+
+    /// The target component of that name.
+    pub fn component(&self, name: &str) -> Option<&TargetComponent> {
+        self.components.iter().find(|c| c.name == name)
+    }
+}
+
+/// One revision Deployment as observed in the cluster.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RevisionObs {
+    /// Deployment name.
+    pub name: String,
+    /// Component label.
+    pub component: String,
+    /// Revision (template hash) label.
+    pub hash: String,
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// Ready pods running this revision's template.
+    pub ready: i32,
+    /// Pods of any kind (`status.replicas`).
+    pub current: i32,
+    /// Creation time, to prune the oldest revisions first.
+    pub created: Option<DateTime<Utc>>,
+}
+
+/// A new-revision pod in a state that fails the rollout at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodFailure {
+    /// Component of the pod.
+    pub component: String,
+    /// Revision hash of the pod.
+    pub hash: String,
+    /// Pod name.
+    pub pod: String,
+    /// `CrashLoopBackOff`, `ImagePullBackOff`, `TooManyRestarts`, ...
+    pub reason: String,
+    /// Details for humans.
+    pub message: String,
+}
+
+/// A request made through the plugin, applied exactly once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Skip the current pause or step; with `full`, go straight to 100%.
+    Promote {
+        /// Go to 100% at once.
+        full: bool,
+    },
+    /// Roll back now.
+    Abort,
+    /// Roll out the desired revision again after a rollback or a failure.
+    Retry,
+    /// Hold the rollout.
+    Pause,
+    /// Lift a pause request.
+    Resume,
+}
+
+impl Action {
+    /// Parses a request's action word.
+    pub fn parse(s: &str) -> Option<Action> {
+        Some(match s {
+            "promote" => Action::Promote { full: false },
+            "promote-full" => Action::Promote { full: true },
+            "abort" => Action::Abort,
+            "retry" => Action::Retry,
+            "pause" => Action::Pause,
+            "resume" => Action::Resume,
+            _ => return None,
+        })
+    }
+}
+
+/// A pending plugin request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// Unique id; once acknowledged in status it is never applied again.
+    pub id: String,
+    /// What is asked.
+    pub action: Action,
+}
+
+/// Everything one reconcile observed.
+#[derive(Debug, Clone)]
+pub struct Observation {
+    /// Name of the plan.
+    pub plan: String,
+    /// The time of the observation.
+    pub now: DateTime<Utc>,
+    /// `metadata.generation`.
+    pub generation: i64,
+    /// The validated spec, or why it cannot be acted on.
+    pub target: Result<Target, SpecError>,
+    /// The persisted status.
+    pub status: ReleasePlanStatus,
+    /// Every revision Deployment the plan owns.
+    pub revisions: Vec<RevisionObs>,
+    /// Failure signals of pods of revisions being rolled out.
+    pub pod_failures: Vec<PodFailure>,
+    /// Gate results of the current step, already counted (see `gates`).
+    pub gates: Vec<GateStatus>,
+    /// A request not yet acknowledged.
+    pub request: Option<Request>,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+}
+
+/// Where a Deployment's template comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TemplateSource {
+    /// The spec's template of this component (the revision is in the spec).
+    Spec(Box<PodTemplateSpec>),
+    /// Keep the template the Deployment has (an older revision).
+    Existing,
+}
+
+/// Scale (and create when missing) one revision Deployment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeploymentIntent {
+    /// Deployment name.
+    pub name: String,
+    /// Component.
+    pub component: String,
+    /// Revision hash.
+    pub hash: String,
+    /// Replicas it must have.
+    pub replicas: i32,
+    /// Template to apply.
+    pub template: TemplateSource,
+}
+
+/// Severity of an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    /// Something expected happened.
+    Normal,
+    /// Something went wrong.
+    Warning,
+}
+
+/// A Kubernetes Event to record on the plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventIntent {
+    /// Severity.
+    pub type_: EventType,
+    /// CamelCase reason, e.g. `RollbackStarted`.
+    pub reason: String,
+    /// What happened.
+    pub message: String,
+}
+
+/// Everything a reconcile must do, decided purely.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// The next status (conditions included).
+    pub status: ReleasePlanStatus,
+    /// Deployments to scale or create.
+    pub deployments: Vec<DeploymentIntent>,
+    /// Deployments to delete (pruned history, removed components).
+    pub delete: Vec<String>,
+    /// Events to record.
+    pub events: Vec<EventIntent>,
+    /// Look again after this long even if nothing changes.
+    pub requeue_after: Option<Duration>,
+    /// Deletion may proceed: remove the finalizer.
+    pub finalize: bool,
+}
+
+/// Observed counts of one component, by revision hash.
+pub(crate) type ByHash<'a> = BTreeMap<&'a str, &'a RevisionObs>;
+
+/// Revisions of a component, by hash.
+pub(crate) fn revisions_of<'a>(obs: &'a Observation, component: &str) -> ByHash<'a> {
+    obs.revisions
+        .iter()
+        .filter(|r| r.component == component)
+        .map(|r| (r.hash.as_str(), r))
+        .collect()
+}
+
+/// Decides what to do about one observation. Pure: no I/O, no clock.
+pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) -> Decision {
+    let target = match &obs.target {
+        Ok(t) => t,
+        Err(e) => return invalid_spec(obs, e),
+    };
+    let facts = machine::Facts::gather(obs, target);
+    let (phase, cause) = machine::run(obs.status.phase, &facts);
+    let mut status = apply_cause(obs, target, &facts, phase, &cause);
+    let (deployments, delete) = desired::intents(obs, target, &status, templates);
+    status.components = desired::component_status(obs, target, &status, &deployments);
+    let mut events = machine::events(obs, target, &facts, phase, &cause);
+    if let Some(req) = &obs.request
+        && facts.request_ignored
+    {
+        events.push(EventIntent {
+            type_: EventType::Warning,
+            reason: "RequestIgnored".into(),
+            message: format!(
+                "request {:?} does not apply in phase {}",
+                req.action, obs.status.phase
+            ),
+        });
+    }
+    status.message = Some(conditions::message(target, &status, &facts));
+    status.conditions = conditions::compute(obs, &status, &facts);
+    let finalize = obs.deleting
+        && match phase {
+            Phase::Pending | Phase::Stable | Phase::RolledBack => true,
+            Phase::RollingOut | Phase::RollbackInProgress => false,
+        };
+    let requeue_after = if finalize {
+        None
+    } else {
+        machine::requeue_after(obs, target, &facts, &status)
+    };
+    Decision {
+        status,
+        deployments,
+        delete,
+        events,
+        requeue_after,
+        finalize,
+    }
+}
+
+/// A spec that cannot be acted on: keep every Deployment as it is and say why.
+fn invalid_spec(obs: &Observation, e: &SpecError) -> Decision {
+    let mut status = obs.status.clone();
+    status.message = Some(format!("spec cannot be acted on: {e}"));
+    status.conditions = conditions::invalid_spec(obs, e);
+    Decision {
+        status,
+        deployments: Vec::new(),
+        delete: Vec::new(),
+        events: vec![EventIntent {
+            type_: EventType::Warning,
+            reason: "InvalidSpec".into(),
+            message: e.to_string(),
+        }],
+        requeue_after: None,
+        // A plan whose spec is broken holds no rollout worth protecting.
+        finalize: obs.deleting,
+    }
+}
+
+/// Folds the machine's cause into the next status.
+fn apply_cause(
+    obs: &Observation,
+    target: &Target,
+    facts: &machine::Facts,
+    phase: Phase,
+    cause: &machine::Cause,
+) -> ReleasePlanStatus {
+    use machine::Cause;
+    let mut s = obs.status.clone();
+    s.phase = phase;
+    s.gates = obs.gates.clone();
+    if let Some(req) = &obs.request {
+        s.acknowledged_request = Some(req.id.clone());
+        match req.action {
+            Action::Pause => s.pause_requested = true,
+            Action::Resume => s.pause_requested = false,
+            _ => {}
+        }
+    }
+    let now = obs.now;
+    match cause {
+        Cause::None => {}
+        Cause::AcceptGeneration => {
+            s.observed_generation = Some(obs.generation);
+            s.current_step = s.current_step.min(steps_len(target));
+        }
+        Cause::Start { superseded } => {
+            if *superseded && let Some(rev) = &obs.status.current_revision {
+                push_history(
+                    &mut s,
+                    obs,
+                    rev,
+                    "Superseded",
+                    "a newer spec generation replaced it",
+                );
+            }
+            s.observed_generation = Some(obs.generation);
+            s.current_revision = Some(target.revision.clone());
+            s.rollout_count += 1;
+            s.rollout_started_at = Some(now);
+            s.step_started_at = Some(now);
+            s.current_step = 0;
+            s.failure = None;
+            s.gates = Vec::new();
+            s.components = start_components(target, &obs.status);
+            if facts.first_release {
+                // Nothing stable to protect: go to full scale at once.
+                s.current_step = steps_len(target);
+            }
+        }
+        Cause::Advance { to_step } => {
+            s.current_step = *to_step;
+            s.step_started_at = Some(now);
+            s.gates = Vec::new();
+        }
+        Cause::Retry => {
+            s.failure = None;
+            s.step_started_at = Some(now);
+            s.gates = Vec::new();
+        }
+        Cause::Promoted => {
+            s.stable_revision = Some(target.revision.clone());
+            s.current_step = steps_len(target);
+            s.components.retain(|c| target.component(&c.name).is_some());
+            for c in &mut s.components {
+                c.stable_hash = c.current_hash.clone();
+            }
+            s.failure = None;
+            let rev = target.revision.clone();
+            push_history(&mut s, obs, &rev, "Promoted", "all steps passed");
+        }
+        Cause::Halted(f) => {
+            s.failure = Some(f.clone());
+        }
+        Cause::RollbackStarted(f) => {
+            s.failure = Some(f.clone());
+            s.step_started_at = Some(now);
+            s.gates = Vec::new();
+        }
+        Cause::RollbackDone { to_desired } => {
+            let rev = obs
+                .status
+                .current_revision
+                .clone()
+                .unwrap_or_else(|| target.revision.clone());
+            let reason = s
+                .failure
+                .as_ref()
+                .map(|f| format!("{}: {}", f.gate, f.message))
+                .unwrap_or_else(|| "rolled back".into());
+            push_history(&mut s, obs, &rev, "RolledBack", &reason);
+            if *to_desired {
+                // The spec was reverted to the stable revision meanwhile.
+                s.current_revision = s.stable_revision.clone();
+                s.observed_generation = Some(obs.generation);
+                for c in &mut s.components {
+                    c.current_hash = c.stable_hash.clone();
+                }
+            }
+        }
+    }
+    s.weight = weight_at(target, &s);
+    s
+}
+
+/// Component records for a new rollout: the spec's hashes as current, stable
+/// hashes kept; components the spec dropped keep serving their stable revision.
+fn start_components(target: &Target, prev: &ReleasePlanStatus) -> Vec<ComponentStatus> {
+    let stable_of = |name: &str| {
+        prev.components
+            .iter()
+            .find(|c| c.name == name)
+            .and_then(|c| c.stable_hash.clone())
+    };
+    let mut out: Vec<ComponentStatus> = target
+        .components
+        .iter()
+        .map(|t| ComponentStatus {
+            name: t.name.clone(),
+            current_hash: Some(t.hash.clone()),
+            stable_hash: stable_of(&t.name),
+            replicas: t.replicas,
+            ..ComponentStatus::default()
+        })
+        .collect();
+    for c in &prev.components {
+        if target.component(&c.name).is_none() && c.stable_hash.is_some() {
+            out.push(ComponentStatus {
+                current_hash: None,
+                ..c.clone()
+            });
+        }
+    }
+    out
+}
+
+fn steps_len(target: &Target) -> i32 {
+    i32::try_from(target.steps.len()).unwrap_or(i32::MAX)
+}
+
+/// The weight in effect at the status's step: the last setWeight at or before it;
+/// 100 past the last step, and on the stable revision when settled.
+pub fn weight_at(target: &Target, s: &ReleasePlanStatus) -> i32 {
+    match s.phase {
+        Phase::Pending => 0,
+        Phase::Stable => 100,
+        Phase::RollbackInProgress | Phase::RolledBack => 0,
+        Phase::RollingOut => {
+            let step = usize::try_from(s.current_step).unwrap_or(0);
+            if step >= target.steps.len() {
+                return 100;
+            }
+            target.steps[..=step]
+                .iter()
+                .rev()
+                .find_map(|st| match st {
+                    CheckedStep::SetWeight(w) => Some(*w),
+                    CheckedStep::Pause(_) => None,
+                })
+                .unwrap_or(0)
+        }
+    }
+}
+
+fn push_history(
+    s: &mut ReleasePlanStatus,
+    obs: &Observation,
+    rev: &str,
+    outcome: &str,
+    reason: &str,
+) {
+    let components = obs
+        .status
+        .components
+        .iter()
+        .filter_map(|c| c.current_hash.as_ref().map(|h| format!("{}={h}", c.name)))
+        .collect();
+    s.history.push(HistoryEntry {
+        number: obs.status.rollout_count,
+        revision: rev.to_string(),
+        outcome: outcome.to_string(),
+        started_at: obs.status.rollout_started_at,
+        finished_at: Some(obs.now),
+        reason: Some(reason.to_string()),
+        components,
+    });
+    if s.history.len() > MAX_HISTORY {
+        let extra = s.history.len() - MAX_HISTORY;
+        s.history.drain(..extra);
+    }
+}
+
+/// The failure that sent a rollout back, for tests and messages.
+pub fn failure_of(status: &ReleasePlanStatus) -> Option<&Failure> {
+    status.failure.as_ref()
+}
+
+/// Status entry of one component, by name.
+pub fn component_status<'a>(s: &'a ReleasePlanStatus, name: &str) -> Option<&'a ComponentStatus> {
+    s.components.iter().find(|c| c.name == name)
+}
+
+#[cfg(test)]
+mod tests;
