@@ -134,7 +134,7 @@ pub fn intents(
             if want.contains_key(*hash) {
                 continue;
             }
-            let replicas = if is_covered { 0 } else { rev.replicas };
+            let replicas = if is_covered { 0 } else { rev.replicas.max(0) };
             if replicas == 0 && rev.replicas == 0 {
                 idle.push(rev);
             }
@@ -205,7 +205,7 @@ pub fn step_ready(obs: &Observation, target: &Target, status: &ReleasePlanStatus
         }
         if at_final {
             // Promotion needs every component whole, and nothing else running.
-            let whole = want.iter().map(|(h, _)| ready(&revs, h)).sum::<i32>() >= r;
+            let whole = want.keys().map(|h| ready(&revs, h)).sum::<i32>() >= r;
             let others_gone = revs
                 .iter()
                 .filter(|(h, _)| **h != cur.as_str())

@@ -501,10 +501,10 @@ pub fn events(
             });
         }
     }
-    if let Some(a) = facts.request {
-        if matches!(a, Action::Pause | Action::Resume) {
-            out.push(normal("RequestApplied", format!("{a:?} applied")));
-        }
+    if let Some(a) = facts.request
+        && matches!(a, Action::Pause | Action::Resume)
+    {
+        out.push(normal("RequestApplied", format!("{a:?} applied")));
     }
     out
 }

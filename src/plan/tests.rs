@@ -1,1 +1,1076 @@
+//! Tests of the pure core against a small simulated cluster: Deployments whose
+//! pods become ready when told, a clock that only moves when told, and the
+//! decision applied as the controller would apply it.
 
+use super::*;
+use crate::api::{Component, Pause, ReleasePlanSpec, Step, Strategy as ApiStrategy};
+use chrono::TimeZone;
+use proptest::prelude::*;
+use serde_json::json;
+use std::collections::BTreeSet;
+
+fn template(image: &str) -> PodTemplateSpec {
+    serde_json::from_value(json!({
+        "metadata": {"labels": {"app": "shop"}},
+        "spec": {"containers": [{"name": "app", "image": image}]}
+    }))
+    .unwrap()
+}
+
+fn component(name: &str, image: &str, replicas: i32) -> Component {
+    Component {
+        name: name.into(),
+        replicas,
+        template: template(image),
+    }
+}
+
+fn weight(w: i32) -> Step {
+    Step {
+        set_weight: Some(w),
+        pause: None,
+    }
+}
+
+fn pause(d: Option<&str>) -> Step {
+    Step {
+        set_weight: None,
+        pause: Some(Pause {
+            duration: d.map(str::to_string),
+        }),
+    }
+}
+
+fn spec(components: Vec<Component>, steps: Vec<Step>) -> ReleasePlanSpec {
+    ReleasePlanSpec {
+        components,
+        strategy: ApiStrategy { steps },
+        ..Default::default()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct SimDeployment {
+    component: String,
+    hash: String,
+    replicas: i32,
+    ready: i32,
+    created: DateTime<Utc>,
+}
+
+/// A simulated cluster with one plan.
+#[derive(Debug, Clone)]
+struct Sim {
+    generation: i64,
+    spec: ReleasePlanSpec,
+    status: ReleasePlanStatus,
+    deployments: BTreeMap<String, SimDeployment>,
+    now: DateTime<Utc>,
+    /// Hashes whose pods crash.
+    crashing: BTreeSet<String>,
+    /// Hashes whose pods never become ready.
+    never_ready: BTreeSet<String>,
+    request: Option<Request>,
+    next_request: u32,
+    deleting: bool,
+    finalized: bool,
+    events: Vec<EventIntent>,
+    last: Option<Decision>,
+}
+
+impl Sim {
+    fn new(spec: ReleasePlanSpec) -> Sim {
+        Sim {
+            generation: 1,
+            spec,
+            status: ReleasePlanStatus::default(),
+            deployments: BTreeMap::new(),
+            now: Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap(),
+            crashing: BTreeSet::new(),
+            never_ready: BTreeSet::new(),
+            request: None,
+            next_request: 0,
+            deleting: false,
+            finalized: false,
+            events: Vec::new(),
+            last: None,
+        }
+    }
+
+    fn observe(&self) -> Observation {
+        let revisions = self
+            .deployments
+            .iter()
+            .map(|(name, d)| RevisionObs {
+                name: name.clone(),
+                component: d.component.clone(),
+                hash: d.hash.clone(),
+                replicas: d.replicas,
+                ready: d.ready,
+                current: d.replicas,
+                created: Some(d.created),
+            })
+            .collect();
+        let pod_failures = self
+            .deployments
+            .iter()
+            .filter(|(_, d)| d.replicas > 0 && self.crashing.contains(&d.hash))
+            .map(|(name, d)| PodFailure {
+                component: d.component.clone(),
+                hash: d.hash.clone(),
+                pod: format!("{name}-x"),
+                reason: "CrashLoopBackOff".into(),
+                message: "back-off restarting failed container".into(),
+            })
+            .collect();
+        // Gates pass as soon as they are asked, in the simulation.
+        let gates = Target::from_spec(&self.spec)
+            .map(|t| t.gates)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|name| GateStatus {
+                name,
+                verdict: "Passed".into(),
+                ..Default::default()
+            })
+            .collect();
+        Observation {
+            plan: "shop".into(),
+            now: self.now,
+            generation: self.generation,
+            target: Target::from_spec(&self.spec),
+            status: self.status.clone(),
+            revisions,
+            pod_failures,
+            gates,
+            request: self.request.clone(),
+            deleting: self.deleting,
+        }
+    }
+
+    fn templates(&self) -> BTreeMap<String, PodTemplateSpec> {
+        self.spec
+            .components
+            .iter()
+            .map(|c| (c.name.clone(), c.template.clone()))
+            .collect()
+    }
+
+    /// One reconcile: decide, then apply as the controller does.
+    fn reconcile(&mut self) -> Decision {
+        let obs = self.observe();
+        let d = decide(&obs, &self.templates());
+        self.apply(&d);
+        d
+    }
+
+    fn apply(&mut self, d: &Decision) {
+        if self.request.is_some()
+            && d.status.acknowledged_request == self.request.as_ref().map(|r| r.id.clone())
+        {
+            self.request = None;
+        }
+        self.status = d.status.clone();
+        for i in &d.deployments {
+            match self.deployments.get_mut(&i.name) {
+                Some(dep) => {
+                    dep.replicas = i.replicas;
+                    dep.ready = dep.ready.min(i.replicas);
+                }
+                None => {
+                    if matches!(i.template, TemplateSource::Spec(_)) {
+                        self.deployments.insert(
+                            i.name.clone(),
+                            SimDeployment {
+                                component: i.component.clone(),
+                                hash: i.hash.clone(),
+                                replicas: i.replicas,
+                                ready: 0,
+                                created: self.now,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        for name in &d.delete {
+            self.deployments.remove(name);
+        }
+        self.events.extend(d.events.iter().cloned());
+        if d.finalize {
+            self.finalized = true;
+        }
+        self.last = Some(d.clone());
+    }
+
+    /// Pods of healthy revisions become ready.
+    fn pods_ready(&mut self) {
+        for d in self.deployments.values_mut() {
+            if !self.crashing.contains(&d.hash) && !self.never_ready.contains(&d.hash) {
+                d.ready = d.replicas;
+            }
+        }
+    }
+
+    /// Reconciles with ready pods until nothing changes (or a bound is hit).
+    fn settle(&mut self) {
+        for _ in 0..50 {
+            let before = (self.status.clone(), self.replicas());
+            self.reconcile();
+            self.pods_ready();
+            if (self.status.clone(), self.replicas()) == before {
+                return;
+            }
+        }
+    }
+
+    fn advance(&mut self, secs: i64) {
+        self.now += chrono::Duration::seconds(secs);
+    }
+
+    fn change_image(&mut self, component: &str, image: &str) {
+        let c = self
+            .spec
+            .components
+            .iter_mut()
+            .find(|c| c.name == component)
+            .unwrap();
+        c.template = template(image);
+        self.generation += 1;
+    }
+
+    fn ask(&mut self, action: Action) {
+        self.next_request += 1;
+        self.request = Some(Request {
+            id: format!("req-{}", self.next_request),
+            action,
+        });
+    }
+
+    fn hash_of(&self, component: &str) -> String {
+        let c = self
+            .spec
+            .components
+            .iter()
+            .find(|c| c.name == component)
+            .unwrap();
+        revision::template_hash(&c.template)
+    }
+
+    fn replicas(&self) -> BTreeMap<String, (i32, i32)> {
+        self.deployments
+            .iter()
+            .map(|(n, d)| (n.clone(), (d.replicas, d.ready)))
+            .collect()
+    }
+
+    /// Replicas of a component's revision, by hash (0 when absent).
+    fn at(&self, component: &str, hash: &str) -> i32 {
+        self.deployments
+            .values()
+            .find(|d| d.component == component && d.hash == hash)
+            .map_or(0, |d| d.replicas)
+    }
+
+    fn condition(&self, type_: &str) -> Option<String> {
+        self.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.status.clone())
+    }
+
+    fn has_event(&self, reason: &str) -> bool {
+        self.events.iter().any(|e| e.reason == reason)
+    }
+}
+
+fn canary_spec() -> ReleasePlanSpec {
+    spec(
+        vec![component("web", "shop:1", 10)],
+        vec![weight(20), pause(Some("30s")), weight(50), pause(None)],
+    )
+}
+
+/// A sim whose first release is Stable.
+fn stable_sim(s: ReleasePlanSpec) -> Sim {
+    let mut sim = Sim::new(s);
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::Stable);
+    sim
+}
+
+#[test]
+fn first_release_goes_to_full_scale_then_stable() {
+    let mut sim = Sim::new(canary_spec());
+    let d = sim.reconcile();
+    assert_eq!(sim.status.phase, Phase::RollingOut);
+    assert_eq!(sim.status.weight, 100);
+    let h = sim.hash_of("web");
+    assert_eq!(sim.at("web", &h), 10, "first release skips the steps");
+    assert_eq!(d.deployments[0].name, format!("shop-web-{h}"));
+    assert_eq!(sim.condition("Ready").as_deref(), Some("False"));
+    assert_eq!(sim.condition("Reconciling").as_deref(), Some("True"));
+    sim.pods_ready();
+    sim.reconcile();
+    assert_eq!(sim.status.phase, Phase::Stable);
+    assert_eq!(sim.status.stable_revision, sim.status.current_revision);
+    assert_eq!(sim.condition("Ready").as_deref(), Some("True"));
+    assert_eq!(sim.condition("Reconciling").as_deref(), Some("False"));
+    assert_eq!(sim.condition("Stalled").as_deref(), Some("False"));
+    assert_eq!(sim.status.observed_generation, Some(1));
+    assert_eq!(sim.status.history.last().unwrap().outcome, "Promoted");
+    assert!(sim.has_event("RolloutStarted") && sim.has_event("Promoted"));
+    assert_eq!(
+        sim.last.as_ref().unwrap().requeue_after,
+        None,
+        "converged: await change"
+    );
+}
+
+#[test]
+fn image_change_walks_the_steps() {
+    let mut sim = stable_sim(canary_spec());
+    let old = sim.hash_of("web");
+    sim.change_image("web", "shop:2");
+    let new = sim.hash_of("web");
+
+    // Step 1: setWeight 20 -> 2 canary pods; stable stays at 10 until they are ready.
+    sim.reconcile();
+    assert_eq!(sim.status.phase, Phase::RollingOut);
+    assert_eq!((sim.status.current_step, sim.status.weight), (0, 20));
+    assert_eq!((sim.at("web", &new), sim.at("web", &old)), (2, 10));
+    sim.reconcile();
+    assert_eq!(
+        sim.at("web", &old),
+        10,
+        "stable waits for ready canary pods"
+    );
+    sim.pods_ready();
+    sim.reconcile();
+    assert_eq!(
+        sim.at("web", &old),
+        8,
+        "stable gives up what the canary has ready"
+    );
+    sim.reconcile();
+    assert_eq!(sim.status.current_step, 1, "step done: on to the 30s pause");
+
+    // Step 2: a timed pause holds until its time is up.
+    sim.advance(10);
+    sim.reconcile();
+    assert_eq!(sim.status.current_step, 1);
+    let wait = sim.last.as_ref().unwrap().requeue_after.unwrap();
+    assert!(
+        wait <= Duration::from_secs(21) && wait >= Duration::from_secs(19),
+        "{wait:?}"
+    );
+    sim.advance(21);
+    sim.reconcile();
+    assert_eq!((sim.status.current_step, sim.status.weight), (2, 50));
+    assert_eq!(sim.at("web", &new), 5);
+    sim.pods_ready();
+    sim.reconcile();
+    assert_eq!(sim.at("web", &old), 5);
+    sim.reconcile();
+    assert_eq!(sim.status.current_step, 3);
+
+    // Step 4: an indefinite pause holds until promoted.
+    sim.advance(3600);
+    for _ in 0..3 {
+        sim.reconcile();
+        sim.pods_ready();
+    }
+    assert_eq!(sim.status.current_step, 3);
+    assert_eq!(sim.condition("Paused").as_deref(), Some("True"));
+    sim.ask(Action::Promote { full: false });
+    sim.reconcile();
+    assert!(sim.request.is_none(), "request acknowledged");
+    assert_eq!((sim.status.current_step, sim.status.weight), (4, 100));
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::Stable);
+    assert_eq!((sim.at("web", &new), sim.at("web", &old)), (10, 0));
+    assert_eq!(
+        sim.status.components[0].stable_hash.as_deref(),
+        Some(new.as_str())
+    );
+    assert_eq!(sim.status.history.len(), 2);
+}
+
+#[test]
+fn capacity_never_drops_below_replicas() {
+    let mut sim = stable_sim(canary_spec());
+    let old = sim.hash_of("web");
+    sim.change_image("web", "shop:2");
+    let new = sim.hash_of("web");
+    sim.never_ready.insert(new.clone());
+    for _ in 0..10 {
+        sim.reconcile();
+        sim.pods_ready();
+        let ready: i32 = sim.deployments.values().map(|d| d.ready).sum();
+        assert!(ready >= 10, "ready pods {ready} < 10");
+        assert_eq!(sim.at("web", &old), 10);
+    }
+}
+
+#[test]
+fn new_generation_mid_rollout_restarts_toward_newest() {
+    let mut sim = stable_sim(canary_spec());
+    let v1 = sim.hash_of("web");
+    sim.change_image("web", "shop:2");
+    let v2 = sim.hash_of("web");
+    sim.reconcile();
+    sim.pods_ready();
+    sim.reconcile();
+    assert_eq!(sim.at("web", &v2), 2);
+    sim.change_image("web", "shop:3");
+    let v3 = sim.hash_of("web");
+    sim.change_image("web", "shop:4");
+    let v4 = sim.hash_of("web");
+    sim.reconcile();
+    assert!(sim.has_event("RolloutSuperseded"));
+    assert_eq!(sim.status.observed_generation, Some(sim.generation));
+    assert_eq!(sim.status.current_step, 0);
+    assert_eq!(
+        sim.at("web", &v3),
+        0,
+        "an intermediate generation never runs"
+    );
+    assert_eq!(sim.at("web", &v4), 2);
+    assert_eq!(
+        sim.at("web", &v2),
+        2,
+        "the superseded canary stays until covered"
+    );
+    sim.pods_ready();
+    sim.reconcile();
+    sim.pods_ready();
+    sim.reconcile();
+    assert_eq!(
+        sim.at("web", &v2),
+        0,
+        "and goes once stable and new cover the count"
+    );
+    assert_eq!(sim.status.history.last().unwrap().outcome, "Superseded");
+    sim.ask(Action::Promote { full: true });
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::Stable);
+    assert_eq!((sim.at("web", &v4), sim.at("web", &v1)), (10, 0));
+}
+
+#[test]
+fn crash_loop_rolls_back_and_does_not_retry_on_its_own() {
+    let mut sim = stable_sim(canary_spec());
+    let old = sim.hash_of("web");
+    sim.change_image("web", "shop:bad");
+    let bad = sim.hash_of("web");
+    sim.crashing.insert(bad.clone());
+    sim.reconcile();
+    assert_eq!(sim.at("web", &bad), 2);
+    sim.reconcile();
+    assert_eq!(sim.status.phase, Phase::RollbackInProgress);
+    let f = sim.status.failure.clone().unwrap();
+    assert_eq!(
+        (f.gate.as_str(), f.reason.as_str()),
+        ("podHealth", "CrashLoopBackOff")
+    );
+    assert!(sim.has_event("RollbackStarted"));
+    assert_eq!(sim.condition("RollbackInProgress").as_deref(), Some("True"));
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::RolledBack);
+    assert_eq!((sim.at("web", &old), sim.at("web", &bad)), (10, 0));
+    assert_eq!(sim.condition("Stalled").as_deref(), Some("True"));
+    assert_eq!(sim.condition("Ready").as_deref(), Some("False"));
+    let h = sim.status.history.last().unwrap();
+    assert_eq!(h.outcome, "RolledBack");
+    assert!(h.reason.as_deref().unwrap().contains("podHealth"));
+    // No flapping: time passes, nothing is retried.
+    for _ in 0..5 {
+        sim.advance(3600);
+        sim.reconcile();
+        sim.pods_ready();
+    }
+    assert_eq!(sim.status.phase, Phase::RolledBack);
+    assert_eq!(sim.at("web", &bad), 0);
+    // An explicit retry starts a new rollout of the same revision.
+    sim.crashing.clear();
+    sim.ask(Action::Retry);
+    sim.reconcile();
+    assert_eq!(sim.status.phase, Phase::RollingOut);
+    assert_eq!(sim.at("web", &bad), 2);
+}
+
+#[test]
+fn a_new_generation_after_rollback_rolls_out_again() {
+    let mut sim = stable_sim(canary_spec());
+    sim.change_image("web", "shop:bad");
+    let bad = sim.hash_of("web");
+    sim.crashing.insert(bad);
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::RolledBack);
+    sim.change_image("web", "shop:fixed");
+    sim.reconcile();
+    assert_eq!(sim.status.phase, Phase::RollingOut);
+    assert_eq!(sim.status.observed_generation, Some(sim.generation));
+}
+
+#[test]
+fn reverting_the_spec_during_rollback_ends_stable() {
+    let mut sim = stable_sim(canary_spec());
+    sim.change_image("web", "shop:bad");
+    sim.crashing.insert(sim.hash_of("web"));
+    sim.reconcile();
+    sim.reconcile();
+    assert_eq!(sim.status.phase, Phase::RollbackInProgress);
+    sim.change_image("web", "shop:1");
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::Stable);
+    assert_eq!(sim.condition("Ready").as_deref(), Some("True"));
+    assert_eq!(sim.status.observed_generation, Some(sim.generation));
+}
+
+#[test]
+fn progress_deadline_fails_a_step_that_never_gets_ready() {
+    let mut s = canary_spec();
+    s.health.progress_deadline_seconds = Some(60);
+    let mut sim = stable_sim(s);
+    sim.change_image("web", "shop:slow");
+    sim.never_ready.insert(sim.hash_of("web"));
+    sim.reconcile();
+    sim.advance(59);
+    sim.reconcile();
+    assert_eq!(sim.status.phase, Phase::RollingOut);
+    let wait = sim.last.as_ref().unwrap().requeue_after.unwrap();
+    assert!(
+        wait <= Duration::from_secs(2),
+        "requeue at the deadline, got {wait:?}"
+    );
+    sim.advance(2);
+    sim.reconcile();
+    assert_eq!(sim.status.phase, Phase::RollbackInProgress);
+    assert_eq!(
+        sim.status.failure.as_ref().unwrap().reason,
+        "ProgressDeadlineExceeded"
+    );
+}
+
+#[test]
+fn abort_rolls_back() {
+    let mut sim = stable_sim(canary_spec());
+    let old = sim.hash_of("web");
+    sim.change_image("web", "shop:2");
+    sim.settle();
+    assert_eq!(sim.status.current_step, 1);
+    sim.ask(Action::Abort);
+    sim.reconcile();
+    assert_eq!(sim.status.phase, Phase::RollbackInProgress);
+    assert_eq!(sim.status.failure.as_ref().unwrap().gate, "abort");
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::RolledBack);
+    assert_eq!(sim.at("web", &old), 10);
+}
+
+#[test]
+fn manual_rollback_policy_halts_until_told() {
+    let mut s = canary_spec();
+    s.rollback.automatic = false;
+    let mut sim = stable_sim(s);
+    sim.change_image("web", "shop:bad");
+    let bad = sim.hash_of("web");
+    sim.crashing.insert(bad.clone());
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::RollingOut);
+    assert!(sim.status.failure.is_some());
+    assert_eq!(sim.condition("Stalled").as_deref(), Some("True"));
+    assert!(sim.has_event("RolloutHalted"));
+    // Promote does not apply to a halted rollout; retry does.
+    sim.ask(Action::Promote { full: true });
+    sim.reconcile();
+    assert!(sim.has_event("RequestIgnored"));
+    assert_eq!(sim.status.current_step, 0);
+    sim.crashing.clear();
+    sim.ask(Action::Retry);
+    sim.reconcile();
+    assert!(sim.status.failure.is_none());
+    sim.ask(Action::Promote { full: true });
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::Stable);
+    assert_eq!(sim.at("web", &bad), 10);
+}
+
+#[test]
+fn spec_paused_and_pause_requests_hold_the_rollout() {
+    let mut sim = stable_sim(canary_spec());
+    sim.change_image("web", "shop:2");
+    sim.ask(Action::Pause);
+    sim.settle();
+    assert_eq!(sim.status.current_step, 0);
+    assert!(sim.status.pause_requested);
+    assert_eq!(sim.condition("Paused").as_deref(), Some("True"));
+    sim.ask(Action::Resume);
+    sim.settle();
+    assert_eq!(sim.status.current_step, 1);
+    sim.spec.paused = true;
+    sim.generation += 1;
+    sim.advance(60);
+    sim.settle();
+    assert_eq!(sim.status.current_step, 1);
+    sim.spec.paused = false;
+    sim.generation += 1;
+    sim.settle();
+    assert_eq!(sim.status.current_step, 3);
+}
+
+#[test]
+fn deletion_while_active_rolls_back_before_finalizing() {
+    let mut sim = stable_sim(canary_spec());
+    let old = sim.hash_of("web");
+    sim.change_image("web", "shop:2");
+    sim.reconcile();
+    sim.pods_ready();
+    sim.reconcile();
+    sim.deleting = true;
+    let d = sim.reconcile();
+    assert!(!d.finalize);
+    assert_eq!(sim.status.phase, Phase::RollbackInProgress);
+    sim.settle();
+    assert!(sim.finalized);
+    assert_eq!(sim.at("web", &old), 10);
+    assert_eq!(sim.at("web", &sim.hash_of("web")), 0);
+}
+
+#[test]
+fn deleting_a_settled_plan_finalizes_at_once() {
+    let mut sim = stable_sim(canary_spec());
+    sim.deleting = true;
+    let d = sim.reconcile();
+    assert!(d.finalize);
+}
+
+#[test]
+fn first_release_failure_scales_everything_to_zero() {
+    let mut sim = Sim::new(canary_spec());
+    let h = sim.hash_of("web");
+    sim.crashing.insert(h.clone());
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::RolledBack);
+    assert_eq!(sim.at("web", &h), 0);
+    assert_eq!(sim.status.stable_revision, None);
+    let stalled = sim
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Stalled")
+        .unwrap();
+    assert!(
+        stalled.message.contains("first release failed"),
+        "{}",
+        stalled.message
+    );
+}
+
+#[test]
+fn components_move_together_and_unchanged_ones_stay() {
+    let s = spec(
+        vec![
+            component("web", "web:1", 4),
+            component("api", "api:1", 2),
+            component("db", "db:1", 1),
+        ],
+        vec![weight(50)],
+    );
+    let mut sim = stable_sim(s);
+    let (web1, api1, db1) = (sim.hash_of("web"), sim.hash_of("api"), sim.hash_of("db"));
+    sim.change_image("web", "web:2");
+    {
+        let api = sim
+            .spec
+            .components
+            .iter_mut()
+            .find(|c| c.name == "api")
+            .unwrap();
+        api.template = template("api:2");
+    }
+    let (web2, api2) = (sim.hash_of("web"), sim.hash_of("api"));
+    sim.reconcile();
+    assert_eq!((sim.at("web", &web2), sim.at("api", &api2)), (2, 1));
+    assert_eq!(
+        sim.at("db", &db1),
+        1,
+        "unchanged component keeps its revision"
+    );
+    assert_eq!(
+        sim.deployments
+            .values()
+            .filter(|d| d.component == "db")
+            .count(),
+        1
+    );
+    // One component's canary not ready holds the whole step.
+    sim.never_ready.insert(api2.clone());
+    sim.pods_ready();
+    sim.reconcile();
+    sim.reconcile();
+    assert_eq!(sim.status.current_step, 0);
+    sim.never_ready.clear();
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::Stable);
+    assert_eq!(
+        (
+            sim.at("web", &web2),
+            sim.at("api", &api2),
+            sim.at("db", &db1)
+        ),
+        (4, 2, 1)
+    );
+    assert_eq!((sim.at("web", &web1), sim.at("api", &api1)), (0, 0));
+
+    // A failure of one component rolls both back.
+    sim.change_image("web", "web:3");
+    {
+        let api = sim
+            .spec
+            .components
+            .iter_mut()
+            .find(|c| c.name == "api")
+            .unwrap();
+        api.template = template("api:3");
+    }
+    let api3 = sim.hash_of("api");
+    sim.crashing.insert(api3.clone());
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::RolledBack);
+    assert_eq!((sim.at("web", &web2), sim.at("api", &api2)), (4, 2));
+    assert_eq!(
+        (sim.at("web", &sim.hash_of("web")), sim.at("api", &api3)),
+        (0, 0)
+    );
+}
+
+#[test]
+fn invalid_spec_stalls_without_touching_deployments() {
+    let mut sim = stable_sim(canary_spec());
+    let before = sim.replicas();
+    sim.spec.strategy.steps = vec![weight(50), weight(10)];
+    sim.generation += 1;
+    let d = sim.reconcile();
+    assert!(d.deployments.is_empty() && d.delete.is_empty());
+    assert_eq!(sim.replicas(), before);
+    assert_eq!(sim.condition("Stalled").as_deref(), Some("True"));
+    assert!(
+        sim.status
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("steps[1].setWeight")
+    );
+}
+
+#[test]
+fn transition_time_is_kept_while_a_condition_holds() {
+    let mut sim = stable_sim(canary_spec());
+    let t0 = sim
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap()
+        .last_transition_time
+        .clone();
+    sim.advance(100);
+    sim.reconcile();
+    let t1 = sim
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap()
+        .last_transition_time
+        .clone();
+    assert_eq!(t0, t1);
+}
+
+#[test]
+fn a_request_is_applied_exactly_once() {
+    let mut sim = stable_sim(canary_spec());
+    sim.change_image("web", "shop:2");
+    sim.settle();
+    sim.advance(31);
+    sim.settle();
+    assert_eq!(sim.status.current_step, 3);
+    let req = Request {
+        id: "once".into(),
+        action: Action::Promote { full: false },
+    };
+    sim.request = Some(req.clone());
+    sim.reconcile();
+    assert_eq!(sim.status.current_step, 4);
+    assert_eq!(sim.status.acknowledged_request.as_deref(), Some("once"));
+    // The controller filters acknowledged requests out, so a repeat never arrives;
+    // the status keeps the id to make that possible.
+}
+
+#[test]
+fn old_revisions_are_pruned_to_the_history_limit() {
+    let mut s = spec(vec![component("web", "v0", 1)], vec![]);
+    s.revision_history_limit = Some(2);
+    let mut sim = stable_sim(s);
+    for i in 1..=5 {
+        sim.advance(10);
+        sim.change_image("web", &format!("v{i}"));
+        sim.settle();
+        assert_eq!(sim.status.phase, Phase::Stable);
+    }
+    assert_eq!(
+        sim.deployments.len(),
+        3,
+        "current + 2 kept: {:?}",
+        sim.deployments.keys()
+    );
+}
+
+#[test]
+fn replicas_change_alone_does_not_start_a_rollout() {
+    let mut sim = stable_sim(canary_spec());
+    let h = sim.hash_of("web");
+    sim.spec.components[0].replicas = 4;
+    sim.generation += 1;
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::Stable);
+    assert_eq!(sim.at("web", &h), 4);
+    assert_eq!(sim.status.rollout_count, 1);
+    assert_eq!(sim.status.observed_generation, Some(sim.generation));
+}
+
+// ---- property tests over random observation sequences ----
+
+#[derive(Debug, Clone)]
+enum Op {
+    Reconcile,
+    PodsReady,
+    Advance(i64),
+    ChangeImage(usize, u8),
+    Crash(usize),
+    NeverReady(usize),
+    Heal,
+    Ask(u8),
+    Delete,
+    Replicas(usize, i32),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => Just(Op::Reconcile),
+        3 => Just(Op::PodsReady),
+        1 => (1i64..400).prop_map(Op::Advance),
+        1 => (0usize..2, 0u8..4).prop_map(|(c, v)| Op::ChangeImage(c, v)),
+        1 => (0usize..2).prop_map(Op::Crash),
+        1 => (0usize..2).prop_map(Op::NeverReady),
+        1 => Just(Op::Heal),
+        1 => (0u8..6).prop_map(Op::Ask),
+        1 => (0usize..2, 0i32..7).prop_map(|(c, r)| Op::Replicas(c, r)),
+        1 => Just(Op::Delete),
+    ]
+}
+
+fn prop_spec() -> ReleasePlanSpec {
+    let mut s = spec(
+        vec![component("web", "web:0", 5), component("api", "api:0", 3)],
+        vec![weight(20), pause(Some("60s")), weight(60), pause(None)],
+    );
+    s.health.progress_deadline_seconds = Some(300);
+    s
+}
+
+/// Checks the invariants of one decision against the observation it came from.
+fn check_invariants(obs: &Observation, d: &Decision) -> Result<(), TestCaseError> {
+    let Ok(target) = &obs.target else {
+        return Ok(());
+    };
+    for c in &d.status.components {
+        let r = target.component(&c.name).map_or(c.replicas, |t| t.replicas);
+        let revs = revisions_of(obs, &c.name);
+        let want = |h: &str| {
+            d.deployments
+                .iter()
+                .find(|i| i.component == c.name && i.hash == h)
+                .map(|i| i.replicas)
+        };
+        // Only the current and the stable revision ever grow.
+        for i in d.deployments.iter().filter(|i| i.component == c.name) {
+            let before = revs.get(i.hash.as_str()).map_or(0, |r| r.replicas);
+            if i.replicas > before {
+                prop_assert!(
+                    Some(&i.hash) == c.current_hash.as_ref()
+                        || Some(&i.hash) == c.stable_hash.as_ref(),
+                    "revision {} of {} grows but is neither current nor stable",
+                    i.hash,
+                    c.name
+                );
+            }
+        }
+        // The stable revision never goes below what the rest has ready.
+        if let Some(st) = &c.stable_hash
+            && matches!(
+                d.status.phase,
+                Phase::RollingOut | Phase::RollbackInProgress | Phase::RolledBack
+            )
+            && let Some(w) = want(st)
+        {
+            let others_ready: i32 = revs
+                .iter()
+                .filter(|(h, _)| *h != st)
+                .map(|(_, rv)| rv.ready)
+                .sum();
+            prop_assert!(
+                w >= r - others_ready,
+                "stable of {} scaled to {w} with only {others_ready} ready elsewhere (replicas {r})",
+                c.name
+            );
+        }
+        // A current revision that is new never grows beyond the component's replicas.
+        if let Some(cur) = &c.current_hash
+            && let Some(w) = want(cur)
+        {
+            prop_assert!(w <= r.max(0));
+        }
+    }
+    // At most one rollout target: per component, at most one non-stable revision grows.
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn invariants_hold_over_random_histories(ops in proptest::collection::vec(op(), 1..80)) {
+        let mut sim = Sim::new(prop_spec());
+        let names = ["web", "api"];
+        for op in ops {
+            match op {
+                Op::Reconcile => {
+                    let obs = sim.observe();
+                    let templates = sim.templates();
+                    let d = decide(&obs, &templates);
+                    // Same observation, same decision.
+                    prop_assert_eq!(&d, &decide(&obs, &templates));
+                    check_invariants(&obs, &d)?;
+                    sim.apply(&d);
+                    if sim.finalized {
+                        return Ok(());
+                    }
+                }
+                Op::PodsReady => sim.pods_ready(),
+                Op::Advance(s) => sim.advance(s),
+                Op::ChangeImage(c, v) => sim.change_image(names[c], &format!("{}:{v}", names[c])),
+                Op::Crash(c) => { let h = sim.hash_of(names[c]); sim.crashing.insert(h); }
+                Op::NeverReady(c) => { let h = sim.hash_of(names[c]); sim.never_ready.insert(h); }
+                Op::Heal => { sim.crashing.clear(); sim.never_ready.clear(); }
+                Op::Ask(a) => sim.ask([
+                    Action::Promote { full: false }, Action::Promote { full: true }, Action::Abort,
+                    Action::Retry, Action::Pause, Action::Resume][usize::from(a)]),
+                Op::Replicas(c, r) => { sim.spec.components[c].replicas = r; sim.generation += 1; }
+                Op::Delete => sim.deleting = true,
+            }
+        }
+        // Let the system settle with the clock running: it must come to rest.
+        sim.request = None;
+        for _ in 0..40 {
+            sim.advance(30);
+            sim.reconcile();
+            sim.pods_ready();
+            if sim.finalized { return Ok(()); }
+        }
+        let obs = sim.observe();
+        let d = decide(&obs, &sim.templates());
+        check_invariants(&obs, &d)?;
+        match sim.status.phase {
+            Phase::RolledBack => {
+                // Every failed rollout ends with all components on stable at full replicas.
+                for c in &sim.status.components {
+                    let r = sim.spec.components.iter().find(|s| s.name == c.name).map_or(c.replicas, |s| s.replicas);
+                    for dep in sim.deployments.values().filter(|x| x.component == c.name) {
+                        if Some(&dep.hash) == c.stable_hash.as_ref() {
+                            prop_assert_eq!(dep.replicas, r, "stable of {} not at full", c.name);
+                        } else {
+                            prop_assert_eq!(dep.replicas, 0, "failed revision of {} still runs", c.name);
+                        }
+                    }
+                }
+            }
+            Phase::Stable => {
+                for c in &sim.spec.components {
+                    prop_assert_eq!(sim.at(&c.name, &sim.hash_of(&c.name)), c.replicas);
+                }
+            }
+            // A rollout held by an indefinite pause, a pause request or spec.paused, or a
+            // halted one, may rest in RollingOut; anything else must have settled.
+            Phase::RollingOut => prop_assert!(
+                sim.status.current_step < 4 || sim.status.pause_requested || sim.status.failure.is_some()
+                    || !sim.crashing.is_empty() || !sim.never_ready.is_empty(),
+                "rollout at the final step did not settle: {:?}", sim.status.message
+            ),
+            Phase::RollbackInProgress => prop_assert!(
+                !sim.never_ready.is_empty() || !sim.crashing.is_empty(),
+                "rollback did not finish: {:?}", sim.status.message
+            ),
+            Phase::Pending => prop_assert!(false, "still pending"),
+        }
+    }
+
+    #[test]
+    fn no_panic_on_arbitrary_observations(
+        phase in prop_oneof![Just(Phase::Pending), Just(Phase::RollingOut), Just(Phase::RollbackInProgress), Just(Phase::RolledBack), Just(Phase::Stable)],
+        step in -3i32..10,
+        generation in 0i64..4,
+        observed in proptest::option::of(0i64..4),
+        replicas in proptest::collection::vec((0usize..3, 0usize..3, -2i32..12, -2i32..12), 0..6),
+        stable in proptest::option::of(0usize..3),
+        current in proptest::option::of(0usize..3),
+        deleting in any::<bool>(),
+        secs in -1000i64..100000,
+    ) {
+        let hashes = ["aaaa", "bbbb", "cccc"];
+        let comps = ["web", "api", "gone"];
+        let mut status = ReleasePlanStatus {
+            phase,
+            current_step: step,
+            observed_generation: observed,
+            stable_revision: stable.map(|i| hashes[i].to_string()),
+            current_revision: current.map(|i| hashes[i].to_string()),
+            step_started_at: Some(Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap()),
+            ..Default::default()
+        };
+        for name in comps {
+            status.components.push(ComponentStatus {
+                name: name.into(),
+                current_hash: current.map(|i| hashes[i].to_string()),
+                stable_hash: stable.map(|i| hashes[i].to_string()),
+                replicas: 3,
+                ..Default::default()
+            });
+        }
+        let obs = Observation {
+            plan: "p".into(),
+            now: Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap() + chrono::Duration::seconds(secs),
+            generation,
+            target: Target::from_spec(&prop_spec()),
+            status,
+            revisions: replicas.iter().map(|(c, h, r, ready)| RevisionObs {
+                name: format!("p-{}-{}", comps[*c], hashes[*h]),
+                component: comps[*c].into(),
+                hash: hashes[*h].into(),
+                replicas: *r,
+                ready: *ready,
+                current: *r,
+                created: None,
+            }).collect(),
+            pod_failures: vec![],
+            gates: vec![],
+            request: None,
+            deleting,
+        };
+        let d = decide(&obs, &BTreeMap::new());
+        prop_assert!(d.deployments.iter().all(|i| i.replicas >= 0));
+    }
+}
