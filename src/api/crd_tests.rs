@@ -1,0 +1,144 @@
+//! Checks of the generated CRD: what `kubectl get rp` shows, the status
+//! subresource, and that the checked-in `crds/releaseplan.yaml` is current.
+//! (tests/admission.rs proves the rules against a real API server.)
+
+use super::{MAX_TEMPLATE_LABELS, ReleasePlan};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, CustomResourceDefinitionVersion, JSONSchemaProps,
+    JSONSchemaPropsOrArray,
+};
+use kube::CustomResourceExt;
+
+fn version(crd: &CustomResourceDefinition) -> &CustomResourceDefinitionVersion {
+    assert_eq!(crd.spec.versions.len(), 1, "one served version");
+    &crd.spec.versions[0]
+}
+
+fn root_schema(crd: &CustomResourceDefinition) -> &JSONSchemaProps {
+    version(crd)
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .expect("the version has an openAPIV3Schema")
+}
+
+/// The schema at a path of property names below the root.
+fn schema_at<'a>(mut s: &'a JSONSchemaProps, path: &[&str]) -> &'a JSONSchemaProps {
+    for (i, p) in path.iter().enumerate() {
+        s = if *p == "[]" {
+            match s.items.as_ref() {
+                Some(JSONSchemaPropsOrArray::Schema(item)) => item,
+                other => panic!("{}: no items schema: {other:?}", path[..=i].join(".")),
+            }
+        } else {
+            s.properties
+                .as_ref()
+                .and_then(|props| props.get(*p))
+                .unwrap_or_else(|| panic!("no property {}", path[..=i].join(".")))
+        };
+    }
+    s
+}
+
+fn rules(s: &JSONSchemaProps) -> Vec<&str> {
+    s.x_kubernetes_validations
+        .iter()
+        .flatten()
+        .map(|r| r.rule.as_str())
+        .collect()
+}
+
+#[test]
+fn names_group_and_scope() {
+    let crd = ReleasePlan::crd();
+    assert_eq!(
+        crd.metadata.name.as_deref(),
+        Some("releaseplans.releaseplan.io")
+    );
+    assert_eq!(crd.spec.group, "releaseplan.io");
+    assert_eq!(crd.spec.scope, "Namespaced");
+    assert_eq!(crd.spec.names.kind, "ReleasePlan");
+    assert_eq!(crd.spec.names.plural, "releaseplans");
+    assert_eq!(crd.spec.names.short_names, Some(vec!["rp".to_string()]));
+    let v = version(&crd);
+    assert_eq!(v.name, "v1alpha1");
+    assert!(v.served && v.storage);
+}
+
+#[test]
+fn printer_columns_are_phase_step_weight_stable_current_age() {
+    let crd = ReleasePlan::crd();
+    let columns = version(&crd)
+        .additional_printer_columns
+        .as_ref()
+        .expect("printer columns");
+    let got: Vec<(&str, &str, &str)> = columns
+        .iter()
+        .map(|c| (c.name.as_str(), c.type_.as_str(), c.json_path.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("Phase", "string", ".status.phase"),
+            ("Step", "integer", ".status.currentStep"),
+            ("Weight", "integer", ".status.weight"),
+            ("Stable", "string", ".status.stableRevision"),
+            ("Current", "string", ".status.currentRevision"),
+            ("Age", "date", ".metadata.creationTimestamp"),
+        ]
+    );
+}
+
+#[test]
+fn has_the_status_subresource() {
+    let crd = ReleasePlan::crd();
+    let sub = version(&crd).subresources.as_ref().expect("subresources");
+    assert!(sub.status.is_some(), "status subresource");
+    assert!(sub.scale.is_none(), "no scale subresource");
+}
+
+#[test]
+fn carries_the_cel_rules_and_bounds() {
+    let crd = ReleasePlan::crd();
+    let root = root_schema(&crd);
+    assert_eq!(rules(root), vec!["size(self.metadata.name) <= 63"]);
+    let spec = schema_at(root, &["spec"]);
+    assert_eq!(spec.required, Some(vec!["components".to_string()]));
+    assert_eq!(rules(spec).len(), 1, "unique component names");
+    let component = schema_at(spec, &["components", "[]"]);
+    assert_eq!(rules(component).len(), 2, "containers and reserved labels");
+    assert_eq!(rules(schema_at(component, &["name"])).len(), 1);
+    let labels = schema_at(component, &["template", "metadata", "labels"]);
+    assert_eq!(labels.max_properties, Some(i64::from(MAX_TEMPLATE_LABELS)));
+    assert_eq!(
+        schema_at(component, &["template"]).required,
+        Some(vec!["spec".to_string()])
+    );
+    assert_eq!(rules(schema_at(spec, &["strategy"])).len(), 1, "weights");
+    assert_eq!(
+        rules(schema_at(spec, &["strategy", "steps", "[]"])).len(),
+        1
+    );
+    assert_eq!(rules(schema_at(spec, &["health"])).len(), 1, "gate names");
+    let prometheus = schema_at(spec, &["health", "prometheus", "[]"]);
+    for field in ["name", "address", "threshold", "interval"] {
+        assert_eq!(rules(schema_at(prometheus, &[field])).len(), 1, "{field}");
+    }
+    let webhook = schema_at(spec, &["health", "webhooks", "[]"]);
+    for field in ["name", "url"] {
+        assert_eq!(rules(schema_at(webhook, &[field])).len(), 1, "{field}");
+    }
+}
+
+#[test]
+fn checked_in_crd_is_current() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/releaseplan.yaml");
+    let committed = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {path}: {e}; run `make crds`"));
+    let fresh = serde_yaml::to_string(&ReleasePlan::crd()).expect("CRD as YAML");
+    assert!(
+        committed == fresh,
+        "crds/releaseplan.yaml is stale: it differs from what `cargo run --bin crdgen` prints; \
+         run `make crds` and commit the result"
+    );
+}
