@@ -5,5 +5,7 @@
 //! process plumbing (metrics, health, leader election, telemetry).
 
 pub mod api;
+pub mod controller;
 pub mod gates;
+pub mod ops;
 pub mod plan;

@@ -1,1 +1,175 @@
-fn main() {}
+//! The releaseplan operator process.
+
+use clap::Parser;
+use releaseplan::controller::{self, Settings};
+use releaseplan::ops::leader::{self, LeaderConfig};
+use releaseplan::ops::metrics::Metrics;
+use releaseplan::ops::server::{self, Health};
+use releaseplan::ops::telemetry;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::sync::watch;
+
+/// Releases workloads safely: canary steps, health gates, automatic rollback.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "RELEASEPLAN_NAMESPACE")]
+    namespace: Option<String>,
+    /// Reconciles run at once.
+    #[arg(long, env = "RELEASEPLAN_CONCURRENCY", default_value_t = 8)]
+    concurrency: u16,
+    /// Address of the /metrics, /healthz and /readyz server.
+    #[arg(long, env = "RELEASEPLAN_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+    /// Log as JSON lines instead of text.
+    #[arg(long, env = "RELEASEPLAN_LOG_JSON")]
+    log_json: bool,
+    /// Elect a leader on a Lease so that only one replica reconciles.
+    #[arg(long, env = "RELEASEPLAN_LEADER_ELECTION")]
+    leader_election: bool,
+    /// Name of the leader Lease.
+    #[arg(
+        long,
+        env = "RELEASEPLAN_LEASE_NAME",
+        default_value = "releaseplan-leader"
+    )]
+    lease_name: String,
+    /// Namespace of the leader Lease (default: POD_NAMESPACE, else `default`).
+    #[arg(long, env = "RELEASEPLAN_LEASE_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// Seconds the lease stays valid without renewal.
+    #[arg(long, env = "RELEASEPLAN_LEASE_SECONDS", default_value_t = 15)]
+    lease_seconds: u64,
+    /// Identity in the lease and in events (default: POD_NAME, else host name and pid).
+    #[arg(long, env = "RELEASEPLAN_IDENTITY")]
+    identity: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum MainError {
+    #[error("no Kubernetes configuration: {0}")]
+    Config(#[from] kube::Error),
+    #[error(transparent)]
+    Start(#[from] controller::StartError),
+    #[error(transparent)]
+    Leader(#[from] leader::LeaderError),
+    #[error("health server: {0}")]
+    Server(#[from] std::io::Error),
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = tokio::signal::ctrl_c() => {},
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn identity(args: &Args) -> String {
+    args.identity
+        .clone()
+        .or_else(|| std::env::var("POD_NAME").ok())
+        .unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/etc/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "releaseplan".into());
+            format!("{host}-{}", std::process::id())
+        })
+}
+
+async fn run(args: Args) -> Result<(), MainError> {
+    let client = kube::Client::try_default().await?;
+    controller::check_crd(&client).await?;
+
+    let metrics = Arc::new(Metrics::new());
+    let ready = Arc::new(AtomicBool::new(false));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        signal().await;
+        tracing::info!("signal received: finishing in-flight reconciles");
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let health = Health {
+        metrics: metrics.clone(),
+        ready: ready.clone(),
+    };
+    let server = tokio::spawn(server::serve(
+        args.metrics_addr,
+        health,
+        stopped(stop_rx.clone()),
+    ));
+
+    let id = identity(&args);
+    let settings = Settings {
+        namespace: args.namespace.clone(),
+        concurrency: args.concurrency,
+        instance: Some(id.clone()),
+    };
+    if args.leader_election {
+        let cfg = LeaderConfig {
+            namespace: args
+                .lease_namespace
+                .clone()
+                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                .unwrap_or_else(|| "default".into()),
+            name: args.lease_name.clone(),
+            identity: id,
+            duration_seconds: args.lease_seconds,
+        };
+        let manager = leader::manager(client.clone(), &cfg).await?;
+        ready.store(true, Ordering::Relaxed);
+        let mut stop = stop_rx.clone();
+        if leader::acquire(&manager, client.clone(), &cfg, &mut stop).await? {
+            let ctrl = controller::run(client, settings, metrics, stopped(stop_rx.clone()));
+            tokio::select! {
+                () = ctrl => {},
+                r = leader::hold(&manager) => {
+                    r?;
+                    tracing::error!("leadership lost: exiting so that only the leader writes");
+                    std::process::exit(1);
+                }
+            }
+            manager.release().await.map_err(leader::LeaderError::from)?;
+            tracing::info!("lease released");
+        }
+    } else {
+        ready.store(true, Ordering::Relaxed);
+        controller::run(client, settings, metrics, stopped(stop_rx.clone())).await;
+    }
+    let _ = server.await;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    telemetry::init(args.log_json);
+    // One TLS crypto provider for the whole process (kube and the gate client).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    if let Err(e) = run(args).await {
+        tracing::error!("{e}");
+        eprintln!("releaseplan: {e}");
+        std::process::exit(2);
+    }
+}

@@ -1,0 +1,595 @@
+//! The reconcile: all I/O around the pure core.
+//!
+//! Six stages, each quick and never blocking: the plan comes from the
+//! controller's cache; its Deployments and pods come from reflector caches;
+//! the pure core decides; we apply only what differs (server-side apply, one
+//! field manager, owner references); we write status only when it changed,
+//! with optimistic concurrency so a stale read never overwrites newer data;
+//! and we pick the requeue (await a change, look again later, or back off).
+
+pub mod deployment;
+pub mod gates;
+pub mod observe;
+
+use crate::api::{FINALIZER, LABEL_PLAN, LABEL_REVISION, Phase, ReleasePlan, ReleasePlanStatus};
+use crate::ops::metrics::{KindLabel, Metrics};
+use crate::plan::{self, Decision, EventType, Observation, PodFailure, Target, TemplateSource};
+use chrono::Utc;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tracing::{Instrument, info, warn};
+
+/// The field manager of every write the operator makes.
+pub const FIELD_MANAGER: &str = "releaseplan";
+
+/// Errors of one reconcile. None of them stops the process.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A call to the API server failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// Someone else wrote the plan first: read again.
+    #[error("conflict writing {0}: the object changed, reading again")]
+    Conflict(String),
+    /// The object has no namespace (ReleasePlans are namespaced).
+    #[error("object has no namespace")]
+    NoNamespace,
+    /// Serialization failed.
+    #[error("serialization: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+impl Error {
+    /// Short label for the failures metric.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(_)) => "api",
+            Error::Kube(_) => "client",
+            Error::Conflict(_) => "conflict",
+            Error::NoNamespace => "invalid",
+            Error::Json(_) => "serialization",
+        }
+    }
+}
+
+/// Errors that stop the operator from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The CRD is not installed in the cluster.
+    #[error(
+        "the ReleasePlan CRD (releaseplans.releaseplan.io) is not installed: run `kubectl apply --server-side -f crds/releaseplan.yaml`"
+    )]
+    CrdMissing,
+    /// The API server could not be reached.
+    #[error("cannot reach the Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// Settings of the controller.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Watch only this namespace; all namespaces when None.
+    pub namespace: Option<String>,
+    /// Reconciles run at once.
+    pub concurrency: u16,
+    /// Identity for events.
+    pub instance: Option<String>,
+}
+
+/// Shared state of all reconciles.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Cache of the revision Deployments.
+    pub deployments: Store<Deployment>,
+    /// Cache of the pods of revision Deployments (status only).
+    pub pods: Store<Pod>,
+    /// Publishes Kubernetes Events.
+    pub recorder: Recorder,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// HTTP client for gates.
+    pub http: reqwest::Client,
+    /// Consecutive failures per plan, for exponential backoff.
+    failures: Mutex<HashMap<ObjectRef<ReleasePlan>, u32>>,
+}
+
+impl Context {
+    fn backoff(&self, key: &ObjectRef<ReleasePlan>) -> Duration {
+        let Ok(mut map) = self.failures.lock() else {
+            return Duration::from_secs(5);
+        };
+        let n = map.entry(key.clone()).or_insert(0);
+        *n = n.saturating_add(1);
+        backoff_delay(*n)
+    }
+
+    fn reset_backoff(&self, key: &ObjectRef<ReleasePlan>) {
+        if let Ok(mut map) = self.failures.lock() {
+            map.remove(key);
+        }
+    }
+}
+
+/// Exponential backoff: 1s, 2s, 4s ... capped at 5 minutes.
+pub fn backoff_delay(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(9);
+    Duration::from_secs((1u64 << exp).min(300))
+}
+
+/// Reconciles one plan. Errors are returned to the error policy, never raised.
+pub async fn reconcile(plan: Arc<ReleasePlan>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    ctx.metrics.reconciles.inc();
+    let key = ObjectRef::from_obj(&*plan);
+    let span = tracing::info_span!("reconcile", plan = %key, generation = plan.metadata.generation.unwrap_or(0));
+    let res = reconcile_inner(&plan, &ctx).instrument(span).await;
+    ctx.metrics
+        .duration
+        .observe(started.elapsed().as_secs_f64());
+    if res.is_ok() {
+        ctx.reset_backoff(&key);
+    }
+    res
+}
+
+/// Requeues after an error: at once-ish for a conflict, with per-object
+/// exponential backoff otherwise.
+pub fn error_policy(plan: Arc<ReleasePlan>, err: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics
+        .failures
+        .get_or_create(&KindLabel {
+            kind: err.kind().into(),
+        })
+        .inc();
+    let key = ObjectRef::from_obj(&*plan);
+    if matches!(err, Error::Conflict(_)) {
+        info!(plan = %key, "{err}");
+        return Action::requeue(Duration::from_millis(300));
+    }
+    let delay = ctx.backoff(&key);
+    warn!(plan = %key, error = %err, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+async fn reconcile_inner(plan: &ReleasePlan, ctx: &Context) -> Result<Action, Error> {
+    let ns = plan.namespace().ok_or(Error::NoNamespace)?;
+    let name = plan.name_any();
+    let plans: Api<ReleasePlan> = Api::namespaced(ctx.client.clone(), &ns);
+    let deleting = plan.metadata.deletion_timestamp.is_some();
+    let has_finalizer = plan.finalizers().iter().any(|f| f == FINALIZER);
+    let key = format!("{ns}/{name}");
+    if deleting && !has_finalizer {
+        ctx.metrics.set_phase(&key, None);
+        return Ok(Action::await_change());
+    }
+    if !has_finalizer {
+        set_finalizers(&plans, plan, true).await?;
+        ctx.metrics.write("finalizer");
+        // The write triggers a new reconcile with the finalizer in place.
+        return Ok(Action::await_change());
+    }
+
+    // Stage 3: read the owned Deployments and pods from the caches.
+    let uid = plan.uid().unwrap_or_default();
+    let owned: Vec<Arc<Deployment>> = ctx
+        .deployments
+        .state()
+        .into_iter()
+        .filter(|d| d.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|d| d.labels().get(LABEL_PLAN) == Some(&name))
+        .filter(|d| d.owner_references().iter().any(|o| o.uid == uid))
+        .collect();
+    let status = plan.status.clone().unwrap_or_default();
+    let target = Target::from_spec(&plan.spec);
+    let pod_failures = pod_failures(ctx, plan, &ns, &name, &status);
+    let request = observe::pending_request(plan);
+    let now = Utc::now();
+    let gates = match (&target, status.phase) {
+        (Ok(_), Phase::RollingOut) => gates::evaluate(ctx, plan, &status, now).await,
+        _ => Vec::new(),
+    };
+    let obs = Observation {
+        plan: name.clone(),
+        now,
+        generation: plan.metadata.generation.unwrap_or(0),
+        target,
+        status: status.clone(),
+        revisions: owned
+            .iter()
+            .filter_map(|d| observe::revision_of(d))
+            .collect(),
+        pod_failures,
+        gates,
+        request: request.clone().ok().flatten(),
+        deleting,
+    };
+    let templates: BTreeMap<String, k8s_openapi::api::core::v1::PodTemplateSpec> = plan
+        .spec
+        .components
+        .iter()
+        .map(|c| (c.name.clone(), c.template.clone()))
+        .collect();
+
+    // Stage 4: decide, purely.
+    let mut decision = plan::decide(&obs, &templates);
+    if let Err(msg) = &request {
+        decision.status.acknowledged_request = plan
+            .annotations()
+            .get(crate::api::ANNOTATION_REQUEST)
+            .cloned();
+        decision.events.push(plan::EventIntent {
+            type_: EventType::Warning,
+            reason: "InvalidRequest".into(),
+            message: msg.clone(),
+        });
+    }
+
+    // Stage 5: act on the difference.
+    act(ctx, plan, &ns, &owned, &decision).await?;
+    publish_events(ctx, plan, &decision).await;
+    record_metrics(ctx, &key, &status, &decision);
+    if plan.status.as_ref() != Some(&decision.status) {
+        write_status(&plans, plan, &decision.status).await?;
+        ctx.metrics.write("status");
+    }
+    if decision.finalize {
+        set_finalizers(&plans, plan, false).await?;
+        ctx.metrics.write("finalizer");
+        ctx.metrics.set_phase(&key, None);
+        info!("rollout settled: finalizer removed, deletion proceeds");
+        return Ok(Action::await_change());
+    }
+
+    // Stage 6: decide the requeue.
+    let gate_wait = if decision.status.phase == Phase::RollingOut {
+        gates::next_due(plan, &decision.status, now)
+    } else {
+        None
+    };
+    Ok(match (decision.requeue_after, gate_wait) {
+        (Some(a), Some(b)) => Action::requeue(a.min(b)),
+        (Some(a), None) | (None, Some(a)) => Action::requeue(a),
+        (None, None) => Action::await_change(),
+    })
+}
+
+/// Failure signals of pods of revisions being rolled out.
+fn pod_failures(
+    ctx: &Context,
+    plan: &ReleasePlan,
+    ns: &str,
+    name: &str,
+    status: &ReleasePlanStatus,
+) -> Vec<PodFailure> {
+    if status.phase != Phase::RollingOut {
+        return Vec::new();
+    }
+    let rolling: Vec<(&str, &str)> = status
+        .components
+        .iter()
+        .filter(|c| c.current_hash.is_some() && c.current_hash != c.stable_hash)
+        .filter_map(|c| Some((c.name.as_str(), c.current_hash.as_deref()?)))
+        .collect();
+    if rolling.is_empty() {
+        return Vec::new();
+    }
+    let max_restarts = plan
+        .spec
+        .health
+        .max_restarts
+        .unwrap_or(crate::api::DEFAULT_MAX_RESTARTS);
+    let detect = plan.spec.health.detect_pod_failures.unwrap_or(true);
+    let pods: Vec<Pod> = ctx
+        .pods
+        .state()
+        .into_iter()
+        .filter(|p| p.namespace().as_deref() == Some(ns))
+        .filter(|p| p.labels().get(LABEL_PLAN).map(String::as_str) == Some(name))
+        .map(|p| (*p).clone())
+        .collect();
+    let mut out = Vec::new();
+    for (component, hash) in rolling {
+        let mine: Vec<Pod> = pods
+            .iter()
+            .filter(|p| {
+                p.labels()
+                    .get(crate::api::LABEL_COMPONENT)
+                    .map(String::as_str)
+                    == Some(component)
+                    && p.labels().get(LABEL_REVISION).map(String::as_str) == Some(hash)
+            })
+            .cloned()
+            .collect();
+        for s in crate::gates::pods::detect(&mine, max_restarts, detect) {
+            out.push(PodFailure {
+                component: component.to_string(),
+                hash: hash.to_string(),
+                pod: s.pod,
+                reason: s.reason,
+                message: s.message,
+            });
+        }
+    }
+    out
+}
+
+/// Applies the Deployment intents and deletions that differ from the cluster.
+async fn act(
+    ctx: &Context,
+    plan: &ReleasePlan,
+    ns: &str,
+    owned: &[Arc<Deployment>],
+    decision: &Decision,
+) -> Result<(), Error> {
+    let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
+    for intent in &decision.deployments {
+        let observed = owned.iter().find(|d| d.name_any() == intent.name);
+        let template = match (&intent.template, observed) {
+            (TemplateSource::Spec(t), _) => (**t).clone(),
+            (TemplateSource::Existing, Some(d)) => d
+                .spec
+                .as_ref()
+                .map(|s| s.template.clone())
+                .unwrap_or_default(),
+            (TemplateSource::Existing, None) => {
+                if intent.replicas > 0 {
+                    warn!(deployment = %intent.name, "revision Deployment is gone and its template is not in the spec: cannot recreate it");
+                }
+                continue;
+            }
+        };
+        let desired = deployment::build(plan, intent, &template);
+        if observed.is_some_and(|o| deployment::up_to_date(&desired, o)) {
+            continue;
+        }
+        info!(deployment = %intent.name, replicas = intent.replicas, "applying");
+        api.patch(
+            &intent.name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&desired),
+        )
+        .await?;
+        ctx.metrics.write("apply");
+    }
+    for name in &decision.delete {
+        info!(deployment = %name, "deleting old revision");
+        match api.delete(name, &DeleteParams::background()).await {
+            Ok(_) => ctx.metrics.write("delete"),
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+async fn publish_events(ctx: &Context, plan: &ReleasePlan, decision: &Decision) {
+    let reference = plan.object_ref(&());
+    for e in &decision.events {
+        let ev = Event {
+            type_: match e.type_ {
+                EventType::Normal => KubeEventType::Normal,
+                EventType::Warning => KubeEventType::Warning,
+            },
+            reason: e.reason.clone(),
+            note: Some(e.message.chars().take(1000).collect()),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        // An event that cannot be recorded must not fail the rollout.
+        match ctx.recorder.publish(&ev, &reference).await {
+            Ok(()) => ctx.metrics.write("event"),
+            Err(err) => warn!(error = %err, reason = %e.reason, "could not record event"),
+        }
+        info!(reason = %e.reason, "{}", e.message);
+    }
+}
+
+fn record_metrics(ctx: &Context, key: &str, before: &ReleasePlanStatus, decision: &Decision) {
+    let m = &ctx.metrics;
+    m.set_phase(key, Some(decision.status.phase));
+    for e in &decision.events {
+        let outcome = match e.reason.as_str() {
+            "Promoted" => "Promoted",
+            "RolledBack" => "RolledBack",
+            "RolloutSuperseded" => "Superseded",
+            _ => continue,
+        };
+        m.rollouts
+            .get_or_create(&KindLabel {
+                kind: outcome.into(),
+            })
+            .inc();
+        if outcome == "Promoted"
+            && let Some(start) = before.rollout_started_at
+        {
+            let secs = (decision
+                .status
+                .history
+                .last()
+                .and_then(|h| h.finished_at)
+                .unwrap_or(start)
+                - start)
+                .num_milliseconds() as f64
+                / 1000.0;
+            m.rollout_duration.observe(secs.max(0.0));
+        }
+    }
+    if before.phase == Phase::RollingOut
+        && decision.status.phase == Phase::RollbackInProgress
+        && let Some(f) = &decision.status.failure
+    {
+        m.rollbacks
+            .get_or_create(&KindLabel {
+                kind: f.gate.clone(),
+            })
+            .inc();
+    }
+}
+
+/// Writes the whole status with the plan's resourceVersion: a 409 means we
+/// decided on stale data, and the next reconcile reads again.
+async fn write_status(
+    api: &Api<ReleasePlan>,
+    plan: &ReleasePlan,
+    status: &ReleasePlanStatus,
+) -> Result<(), Error> {
+    let mut obj = plan.clone();
+    obj.metadata.managed_fields = None;
+    obj.status = Some(status.clone());
+    match api
+        .replace_status(&plan.name_any(), &PostParams::default(), &obj)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if is_conflict(&e) => Err(Error::Conflict(plan.name_any())),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Adds or removes our finalizer with a merge patch guarded by resourceVersion.
+async fn set_finalizers(
+    api: &Api<ReleasePlan>,
+    plan: &ReleasePlan,
+    add: bool,
+) -> Result<(), Error> {
+    let mut finalizers: Vec<String> = plan
+        .finalizers()
+        .iter()
+        .filter(|f| f.as_str() != FINALIZER)
+        .cloned()
+        .collect();
+    if add {
+        finalizers.push(FINALIZER.to_string());
+    }
+    let patch = serde_json::json!({
+        "metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": plan.resource_version(),
+        }
+    });
+    match api
+        .patch(
+            &plan.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if is_conflict(&e) => Err(Error::Conflict(plan.name_any())),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Checks that the CRD is installed and the API reachable.
+pub async fn check_crd(client: &Client) -> Result<(), StartError> {
+    let api: Api<ReleasePlan> = Api::all(client.clone());
+    match api.list(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Err(StartError::CrdMissing),
+        Err(e) => Err(StartError::Kube(e)),
+    }
+}
+
+/// Runs the controller until `shutdown` resolves; in-flight reconciles finish first.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (plans, deploy_api, pod_api): (Api<ReleasePlan>, Api<Deployment>, Api<Pod>) =
+        match &settings.namespace {
+            Some(ns) => (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+            ),
+            None => (
+                Api::all(client.clone()),
+                Api::all(client.clone()),
+                Api::all(client.clone()),
+            ),
+        };
+    let (deployments, dwriter) = reflector::store();
+    let deploy_stream = watcher(deploy_api, watcher::Config::default().labels(LABEL_PLAN))
+        .default_backoff()
+        .modify(|d: &mut Deployment| d.managed_fields_mut().clear())
+        .reflect(dwriter)
+        .touched_objects();
+    let (pods, pwriter) = reflector::store();
+    let pod_stream = watcher(pod_api, watcher::Config::default().labels(LABEL_PLAN))
+        .default_backoff()
+        .modify(|p: &mut Pod| {
+            // Only labels and status matter to us: keep the cache small.
+            p.managed_fields_mut().clear();
+            p.annotations_mut().clear();
+            p.spec = None;
+        })
+        .reflect(pwriter)
+        .touched_objects();
+    let reporter = Reporter {
+        controller: "releaseplan".into(),
+        instance: settings.instance.clone(),
+    };
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        deployments,
+        pods,
+        recorder: Recorder::new(client.clone(), reporter),
+        metrics,
+        http: reqwest::Client::new(),
+        failures: Mutex::new(HashMap::new()),
+    });
+    Controller::new(plans, watcher::Config::default().any_semantic())
+        .owns_stream(deploy_stream)
+        .watches_stream(pod_stream, |pod: Pod| {
+            let plan = pod.labels().get(LABEL_PLAN)?.clone();
+            let ns = pod.namespace()?;
+            Some(ObjectRef::new(&plan).within(&ns))
+        })
+        .with_config(ControllerConfig::default().concurrency(settings.concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+    info!("controller stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_caps() {
+        assert_eq!(backoff_delay(1), Duration::from_secs(1));
+        assert_eq!(backoff_delay(2), Duration::from_secs(2));
+        assert_eq!(backoff_delay(5), Duration::from_secs(16));
+        assert_eq!(backoff_delay(50), Duration::from_secs(300));
+    }
+}

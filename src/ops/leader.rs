@@ -1,0 +1,107 @@
+//! Leader election on a `coordination.k8s.io` Lease (kube-lease-manager).
+//!
+//! kube-lease-manager renews the lease and takes it over when it expires. A
+//! follower would only notice a released lease at its expiry, so we also watch
+//! the Lease and retry the moment its holder is cleared: a leader that stops on
+//! SIGTERM hands over at once, a killed one within the lease duration.
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
+
+/// Errors of leader election.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaderError {
+    /// The lease could not be created, read or written.
+    #[error("lease: {0}")]
+    Lease(#[from] kube_lease_manager::LeaseManagerError),
+}
+
+/// Settings of the election.
+#[derive(Debug, Clone)]
+pub struct LeaderConfig {
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// Name of the Lease.
+    pub name: String,
+    /// Unique identity of this process.
+    pub identity: String,
+    /// Seconds a lease stays valid without renewal.
+    pub duration_seconds: u64,
+}
+
+/// Builds the lease manager.
+pub async fn manager(client: Client, cfg: &LeaderConfig) -> Result<LeaseManager, LeaderError> {
+    let grace = (cfg.duration_seconds / 3).max(1);
+    Ok(LeaseManagerBuilder::new(client, &cfg.name)
+        .with_namespace(&cfg.namespace)
+        .with_identity(&cfg.identity)
+        .with_duration(cfg.duration_seconds)
+        .with_grace(grace)
+        .with_field_manager(format!("releaseplan-{}", cfg.identity))
+        .build()
+        .await?)
+}
+
+/// Resolves when the Lease is seen released after this call started.
+async fn released(api: Api<Lease>, name: String) {
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = watcher(api, cfg).boxed();
+    let mut synced = false;
+    while let Some(ev) = events.next().await {
+        match ev {
+            Ok(watcher::Event::InitDone) => synced = true,
+            Ok(watcher::Event::Apply(lease)) if synced => {
+                let holder = lease.spec.and_then(|s| s.holder_identity);
+                if holder.is_none_or(|h| h.is_empty()) {
+                    return;
+                }
+            }
+            Ok(watcher::Event::Delete(_)) if synced => return,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "lease watch error");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        }
+    }
+    futures::future::pending::<()>().await;
+}
+
+/// Waits until this process leads. Returns false when `stop` fires first.
+pub async fn acquire(
+    manager: &LeaseManager,
+    client: Client,
+    cfg: &LeaderConfig,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<bool, LeaderError> {
+    let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+    loop {
+        if *stop.borrow() {
+            return Ok(false);
+        }
+        tokio::select! {
+            r = manager.changed() => {
+                if r? {
+                    tracing::info!(identity = %cfg.identity, lease = %cfg.name, "leading");
+                    return Ok(true);
+                }
+            }
+            () = released(api.clone(), cfg.name.clone()) => {
+                tracing::info!("lease released by its holder: trying to take it");
+            }
+            _ = stop.changed() => return Ok(false),
+        }
+    }
+}
+
+/// Keeps the lease renewed; resolves when leadership is lost.
+pub async fn hold(manager: &LeaseManager) -> Result<(), LeaderError> {
+    loop {
+        if !manager.changed().await? {
+            return Ok(());
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! Prometheus metrics of the operator (OpenMetrics text on `/metrics`).
+
+use crate::api::Phase;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Label set with one `kind`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// What is counted: an error kind, an outcome, a write kind.
+    pub kind: String,
+}
+
+/// Label set with one `phase`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    /// Lifecycle phase.
+    pub phase: String,
+}
+
+/// Label set of a gate verdict.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GateLabel {
+    /// Namespace of the plan.
+    pub namespace: String,
+    /// Plan name.
+    pub plan: String,
+    /// Gate name.
+    pub gate: String,
+}
+
+/// Every metric the operator exports.
+pub struct Metrics {
+    /// The registry rendered on `/metrics`.
+    pub registry: Registry,
+    /// Reconciles run.
+    pub reconciles: Counter,
+    /// Reconciles failed, by error kind.
+    pub failures: Family<KindLabel, Counter>,
+    /// Reconcile duration.
+    pub duration: Histogram,
+    /// Plans per phase.
+    pub plans: Family<PhaseLabel, Gauge>,
+    /// Finished rollouts by outcome (Promoted, RolledBack, Superseded).
+    pub rollouts: Family<KindLabel, Counter>,
+    /// Rollbacks started, by the gate that failed.
+    pub rollbacks: Family<KindLabel, Counter>,
+    /// Duration of promoted rollouts.
+    pub rollout_duration: Histogram,
+    /// Writes to the API server, by kind (apply, delete, status, finalizer, event).
+    pub api_writes: Family<KindLabel, Counter>,
+    /// Last numeric value of each gate.
+    pub gate_value: Family<GateLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// Failed evaluations of each gate in the current step.
+    pub gate_failures: Family<GateLabel, Gauge>,
+    phases: Mutex<HashMap<String, Phase>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric under the `releaseplan` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("releaseplan");
+        let reconciles = Counter::default();
+        let failures = Family::<KindLabel, Counter>::default();
+        let duration = Histogram::new(exponential_buckets(0.001, 2.0, 14));
+        let plans = Family::<PhaseLabel, Gauge>::default();
+        let rollouts = Family::<KindLabel, Counter>::default();
+        let rollbacks = Family::<KindLabel, Counter>::default();
+        let rollout_duration = Histogram::new(exponential_buckets(1.0, 2.0, 14));
+        let api_writes = Family::<KindLabel, Counter>::default();
+        let gate_value = Family::<GateLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        let gate_failures = Family::<GateLabel, Gauge>::default();
+        registry.register("reconcile_runs", "Reconciles run", reconciles.clone());
+        registry.register(
+            "reconcile_failures",
+            "Reconciles failed, by error kind",
+            failures.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Reconcile duration",
+            duration.clone(),
+        );
+        registry.register("plans", "ReleasePlans per phase", plans.clone());
+        registry.register("rollouts", "Finished rollouts by outcome", rollouts.clone());
+        registry.register(
+            "rollbacks",
+            "Rollbacks started, by failed gate",
+            rollbacks.clone(),
+        );
+        registry.register(
+            "rollout_duration_seconds",
+            "Duration of promoted rollouts",
+            rollout_duration.clone(),
+        );
+        registry.register(
+            "api_writes",
+            "Writes to the Kubernetes API, by kind",
+            api_writes.clone(),
+        );
+        registry.register(
+            "gate_value",
+            "Last value measured by a health gate",
+            gate_value.clone(),
+        );
+        registry.register(
+            "gate_failures",
+            "Failed evaluations of a gate in the current step",
+            gate_failures.clone(),
+        );
+        for p in Phase::ALL {
+            plans
+                .get_or_create(&PhaseLabel {
+                    phase: p.to_string(),
+                })
+                .set(0);
+        }
+        Metrics {
+            registry,
+            reconciles,
+            failures,
+            duration,
+            plans,
+            rollouts,
+            rollbacks,
+            rollout_duration,
+            api_writes,
+            gate_value,
+            gate_failures,
+            phases: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Records the phase of a plan (None when it is gone) and refreshes the gauge.
+    pub fn set_phase(&self, key: &str, phase: Option<Phase>) {
+        let Ok(mut map) = self.phases.lock() else {
+            return;
+        };
+        match phase {
+            Some(p) => {
+                map.insert(key.to_string(), p);
+            }
+            None => {
+                map.remove(key);
+            }
+        }
+        for p in Phase::ALL {
+            let n = map.values().filter(|v| **v == p).count();
+            self.plans
+                .get_or_create(&PhaseLabel {
+                    phase: p.to_string(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Counts one write to the API server.
+    pub fn write(&self, kind: &str) {
+        self.api_writes
+            .get_or_create(&KindLabel { kind: kind.into() })
+            .inc();
+    }
+
+    /// Renders the registry as OpenMetrics text.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            return String::new();
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_phases_and_counts() {
+        let m = Metrics::new();
+        m.set_phase("a/x", Some(Phase::Stable));
+        m.set_phase("a/y", Some(Phase::Stable));
+        m.set_phase("a/z", Some(Phase::RollingOut));
+        m.set_phase("a/y", None);
+        m.reconciles.inc();
+        m.write("apply");
+        let text = m.render();
+        assert!(
+            text.contains("releaseplan_plans{phase=\"Stable\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("releaseplan_plans{phase=\"RollingOut\"} 1"));
+        assert!(text.contains("releaseplan_reconcile_runs_total 1"));
+        assert!(text.contains("releaseplan_api_writes_total{kind=\"apply\"} 1"));
+        assert!(text.ends_with("# EOF\n"));
+    }
+}

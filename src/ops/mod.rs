@@ -1,0 +1,6 @@
+//! Process plumbing: metrics, the health server, leader election, logging.
+
+pub mod leader;
+pub mod metrics;
+pub mod server;
+pub mod telemetry;
