@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
+# kwok and helm from Go modules into $RP_CACHE, keyed by version. A part whose
+# binaries are already there is skipped, so a second run takes a second.
+set -euo pipefail
+# shellcheck source=e2e/lib.sh
+. "$(dirname "$0")/lib.sh"
+export GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0 GOTOOLCHAIN=local
+command -v go >/dev/null || die "go is not installed"
+
+build_k8s() {
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  local missing=0 b
+  for b in "${want[@]}"; do [ -x "$K8S_BIN/$b" ] || missing=1; done
+  [ "$missing" = 0 ] && { log "kubernetes v$K8S_VERSION cached in $K8S_BIN"; return; }
+  log "building kubernetes v$K8S_VERSION (cold build: many minutes)"
+  local work="$RP_CACHE/src/k8s-v$K8S_VERSION"
+  mkdir -p "$work" "$K8S_BIN"
+  local minor="${K8S_VERSION#*.}"; minor="${minor%%.*}"
+  local staging="0.${K8S_VERSION#*.}"
+  # The kubernetes go.mod replaces its staging modules with ./staging paths,
+  # which do not apply to a dependency: replace each with its published
+  # version, with the list taken from the downloaded go.mod.
+  local modfile
+  modfile=$(cd /tmp && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  [ -f "$modfile" ] || die "could not download k8s.io/kubernetes@v$K8S_VERSION"
+  {
+    echo "module releaseplan.local/k8s-build"
+    echo
+    echo "go $(sed -n 's/^go //p' "$modfile")"
+    echo
+    echo "require k8s.io/kubernetes v$K8S_VERSION"
+    echo
+    echo "replace ("
+    sed -n 's#^\s*\(k8s.io/[^ ]*\) => ./staging/.*#\t\1 => \1 v'"$staging"'#p' "$modfile"
+    echo ")"
+  } >"$work/go.mod"
+  cat >"$work/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubectl/pkg/cmd"
+)
+GO
+  local v=k8s.io/component-base/version
+  local ld="-s -w -X $v.gitVersion=v$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor"
+  ld="$ld -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
+  ld="$ld -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+  (cd "$work"
+   go mod tidy -e >/dev/null 2>&1 || true
+   go build -trimpath -ldflags "$ld" -o "$K8S_BIN/" \
+     k8s.io/kubernetes/cmd/kube-apiserver \
+     k8s.io/kubernetes/cmd/kube-controller-manager \
+     k8s.io/kubernetes/cmd/kube-scheduler \
+     k8s.io/kubernetes/cmd/kubectl)
+  log "kubernetes built: $("$K8S_BIN/kube-apiserver" --version)"
+}
+
+build_etcd() {
+  [ -x "$ETCD_BIN/etcd" ] && { log "etcd v$ETCD_VERSION cached"; return; }
+  log "building etcd v$ETCD_VERSION"
+  local work="$RP_CACHE/src/etcd-v$ETCD_VERSION"
+  mkdir -p "$work" "$ETCD_BIN"
+  cat >"$work/go.mod" <<MOD
+module releaseplan.local/etcd-build
+
+go 1.24
+
+require go.etcd.io/etcd/server/v3 v$ETCD_VERSION
+
+replace (
+	go.etcd.io/etcd/api/v3 => go.etcd.io/etcd/api/v3 v$ETCD_VERSION
+	go.etcd.io/etcd/client/pkg/v3 => go.etcd.io/etcd/client/pkg/v3 v$ETCD_VERSION
+	go.etcd.io/etcd/client/v3 => go.etcd.io/etcd/client/v3 v$ETCD_VERSION
+	go.etcd.io/etcd/pkg/v3 => go.etcd.io/etcd/pkg/v3 v$ETCD_VERSION
+)
+MOD
+  (cd "$work" && go build -trimpath -ldflags "-s -w" -o "$ETCD_BIN/etcd" go.etcd.io/etcd/server/v3)
+  log "etcd built: $("$ETCD_BIN/etcd" --version | head -1)"
+}
+
+build_kwok() {
+  [ -x "$KWOK_BIN/kwok" ] && { log "kwok v$KWOK_VERSION cached"; return; }
+  log "building kwok v$KWOK_VERSION"
+  mkdir -p "$KWOK_BIN"
+  (cd /tmp && GOFLAGS=-buildvcs=false GOBIN="$KWOK_BIN" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION")
+  # The stage definitions ship in the module; keep a copy beside the binary.
+  local moddir
+  moddir=$(cd /tmp && go mod download -json "sigs.k8s.io/kwok@v$KWOK_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  mkdir -p "$KWOK_BIN/../stage"
+  cp -r "$moddir/kustomize/stage/." "$KWOK_BIN/../stage/"
+  chmod -R u+w "$KWOK_BIN/../stage"
+}
+
+build_helm() {
+  [ -x "$HELM_BIN/helm" ] && { log "helm v$HELM_VERSION cached"; return; }
+  log "building helm v$HELM_VERSION"
+  mkdir -p "$HELM_BIN"
+  (cd /tmp && GOFLAGS=-buildvcs=false GOBIN="$HELM_BIN" go install -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION")
+  log "helm built: $("$HELM_BIN/helm" version --short)"
+}
+
+start=$(date +%s)
+case "${1:-all}" in
+  all) build_etcd; build_kwok; build_helm; build_k8s ;;
+  k8s) build_k8s ;; etcd) build_etcd ;; kwok) build_kwok ;; helm) build_helm ;;
+  *) die "usage: $0 [all|k8s|etcd|kwok|helm]" ;;
+esac
+log "control plane binaries ready in $(( $(date +%s) - start ))s"
