@@ -1,6 +1,7 @@
+# shellcheck shell=bash disable=SC2034  # variables are used by the sourcing scripts
 # Shared helpers for the e2e scripts. Source it; it sets no shell options.
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=versions.env
+# shellcheck source=e2e/versions.env
 . "$E2E_DIR/versions.env"
 RP_CACHE="${RP_CACHE:-$HOME/.cache/releaseplan}"
 K8S_BIN="$RP_CACHE/k8s-v$K8S_VERSION/bin"
@@ -12,8 +13,6 @@ log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 REPO_ROOT="$(cd "$E2E_DIR/.." && pwd)"
 RUN_ROOT="${RP_RUN_DIR:-$REPO_ROOT/.e2e-run}"
-# Components in start order; cluster-down stops them in reverse.
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
 
 # cluster_dir NAME: the run dir of a cluster; refuses names that are not plain.
 cluster_dir() {

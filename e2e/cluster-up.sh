@@ -1,0 +1,273 @@
+#!/usr/bin/env bash
+# Starts a local control plane on 127.0.0.1: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler and kwok with 3 fake nodes.
+#   e2e/cluster-up.sh NAME      (state in ${RP_RUN_DIR:-<repo>/.e2e-run}/NAME)
+# Every port is picked free, so several clusters can run at once. A cluster
+# already running under NAME is stopped first. Stop it with cluster-down.sh.
+set -euo pipefail
+# shellcheck source=e2e/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+NAME="${1:-dev}"
+DIR="$(cluster_dir "$NAME")"
+SERVICE_CIDR=10.96.0.0/16
+POD_CIDR=10.244.0.0/16
+NODES=3
+start_ns=$(date +%s%N)
+
+for b in "$ETCD_BIN/etcd" "$K8S_BIN/kube-apiserver" "$K8S_BIN/kube-controller-manager" \
+  "$K8S_BIN/kube-scheduler" "$K8S_BIN/kubectl" "$KWOK_BIN/kwok"; do
+  [ -x "$b" ] || die "$b is missing: run 'make tools' (e2e/build-control-plane.sh)"
+done
+command -v openssl >/dev/null || die "openssl is not installed"
+command -v curl >/dev/null || die "curl is not installed"
+
+[ -e "$DIR/pids" ] && "$E2E_DIR/cluster-down.sh" "$NAME"
+rm -rf "$DIR"
+mkdir -p "$DIR/logs" "$DIR/pki" "$DIR/etcd-data" "$DIR/kwok"
+chmod 700 "$DIR/pki" "$DIR/etcd-data"
+
+# ---------------------------------------------------------------- ports
+# Free ports below the ephemeral range, not bound now and not recorded by
+# another cluster of this run root; a lock keeps two concurrent starts apart.
+mkdir -p "$RUN_ROOT"
+exec 9>"$RUN_ROOT/.ports.lock"
+flock 9
+used=" $(ss -Htan | awk '{n=split($4,a,":"); print a[n]}' | sort -u | tr '\n' ' ') "
+used+=" $( (cat "$RUN_ROOT"/*/ports 2>/dev/null || true) | tr "\n" " ") "
+# pick_port VAR: sets VAR to a port that is neither in use nor picked before.
+pick_port() {
+  local p
+  while :; do
+    p=$(( 10000 + (RANDOM * 32768 + RANDOM) % 22000 ))
+    [[ "$used" == *" $p "* ]] || break
+  done
+  used+=" $p "
+  printf -v "$1" '%s' "$p"
+}
+for v in ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT SCHED_PORT KWOK_PORT; do pick_port "$v"; done
+printf '%s\n' "$ETCD_PORT" "$ETCD_PEER_PORT" "$API_PORT" "$KCM_PORT" "$SCHED_PORT" "$KWOK_PORT" >"$DIR/ports"
+flock -u 9
+exec 9>&-
+
+# ---------------------------------------------------------------- certificates
+# EC P-256 keys (fast to make): a CA, the apiserver serving cert, one client
+# cert per component and the service-account signing key pair.
+PKI="$DIR/pki"
+cat >"$PKI/openssl.cnf" <<'CNF'
+[req]
+distinguished_name = dn
+prompt = no
+[dn]
+[ca]
+basicConstraints = critical,CA:TRUE
+keyUsage = critical,keyCertSign,cRLSign,digitalSignature
+subjectKeyIdentifier = hash
+[server]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+[client]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = clientAuth
+CNF
+newkey() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$PKI/$1.key" 2>/dev/null; }
+# cert NAME SUBJECT EXTENSIONS: a key and a cert signed by the CA.
+cert() {
+  newkey "$1"
+  openssl req -new -key "$PKI/$1.key" -subj "$2" -config "$PKI/openssl.cnf" |
+    openssl x509 -req -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -set_serial "0x$(openssl rand -hex 8)" \
+      -days 365 -extfile "$PKI/openssl.cnf" -extensions "$3" -out "$PKI/$1.crt" 2>/dev/null
+}
+newkey ca
+openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=releaseplan-e2e-$NAME-ca" -days 365 \
+  -config "$PKI/openssl.cnf" -extensions ca -out "$PKI/ca.crt"
+cert apiserver "/CN=kube-apiserver" server
+cert admin "/O=system:masters/CN=releaseplan-admin" client
+cert kube-controller-manager "/CN=system:kube-controller-manager" client
+cert kube-scheduler "/CN=system:kube-scheduler" client
+cert kwok "/O=system:masters/CN=kwok" client
+cert front-proxy-client "/CN=front-proxy-client" client
+newkey sa
+openssl pkey -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub"
+
+API_URL="https://127.0.0.1:$API_PORT"
+b64() { base64 -w0 <"$1"; }
+# kubeconfig FILE CERT: a kubeconfig for the client cert pki/CERT.{crt,key}.
+kubeconfig() {
+  cat >"$1" <<YAML
+apiVersion: v1
+kind: Config
+clusters:
+- name: $NAME
+  cluster:
+    server: $API_URL
+    certificate-authority-data: $(b64 "$PKI/ca.crt")
+users:
+- name: $2
+  user:
+    client-certificate-data: $(b64 "$PKI/$2.crt")
+    client-key-data: $(b64 "$PKI/$2.key")
+contexts:
+- name: $NAME
+  context:
+    cluster: $NAME
+    user: $2
+current-context: $NAME
+YAML
+}
+kubeconfig "$DIR/kubeconfig" admin
+for c in kube-controller-manager kube-scheduler kwok; do kubeconfig "$PKI/$c.kubeconfig" "$c"; done
+
+cat >"$DIR/env" <<ENV
+# Source this file to use cluster '$NAME': . $DIR/env
+export RP_CLUSTER_NAME=$NAME
+export RP_CLUSTER_DIR=$DIR
+export KUBECONFIG=$DIR/kubeconfig
+export RP_API_URL=$API_URL
+export RP_API_PORT=$API_PORT
+export RP_ETCD_PORT=$ETCD_PORT
+export RP_ETCD_PEER_PORT=$ETCD_PEER_PORT
+export RP_KCM_PORT=$KCM_PORT
+export RP_SCHEDULER_PORT=$SCHED_PORT
+export RP_KWOK_PORT=$KWOK_PORT
+export RP_SERVICE_CIDR=$SERVICE_CIDR
+export RP_POD_CIDR=$POD_CIDR
+export PATH=$RP_TOOLS_PATH:\$PATH
+ENV
+
+# ---------------------------------------------------------------- kwok stages
+# The upstream stages, with pod-ready and pod-complete made to skip pods that
+# carry the fault annotation, plus the fault stages of e2e/kwok/.
+STAGE_SRC="$KWOK_BIN/../stage"
+exclude_faults() {
+  awk '{ print } /^    matchExpressions:$/ && !done {
+    print "    - key: '"'"'.metadata.annotations[\"kwok.releaseplan.io/fault\"]'"'"'"
+    print "      operator: '"'"'DoesNotExist'"'"'"
+    done = 1 }' "$1"
+}
+{
+  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+    pod/fast/pod-delete.yaml; do
+    [ -f "$STAGE_SRC/$f" ] || die "kwok stage $STAGE_SRC/$f is missing: run 'make tools'"
+    echo "---"; cat "$STAGE_SRC/$f"
+  done
+  for f in pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml; do
+    [ -f "$STAGE_SRC/$f" ] || die "kwok stage $STAGE_SRC/$f is missing: run 'make tools'"
+    echo "---"; exclude_faults "$STAGE_SRC/$f"
+  done
+  for f in "$E2E_DIR"/kwok/*.yaml; do echo "---"; cat "$f"; done
+} >"$DIR/kwok/stages.yaml"
+[ "$(grep -c 'kwok.releaseplan.io/fault"' "$DIR/kwok/stages.yaml")" -ge 2 ] ||
+  die "could not add the fault exclusion to the upstream pod stages (layout changed?)"
+
+# ---------------------------------------------------------------- processes
+# Each component runs in its own session and process group (setsid), so
+# cluster-down can kill the group. "name pid" lines go to $DIR/pids.
+: >"$DIR/pids"
+launch() {
+  local name=$1; shift
+  setsid "$@" >"$DIR/logs/$name.log" 2>&1 </dev/null &
+  echo "$name $!" >>"$DIR/pids"
+}
+alive() { kill -0 "$(awk -v n="$1" '$1 == n { print $2 }' "$DIR/pids")" 2>/dev/null; }
+fail() { log "error: $*"; tail_logs "$DIR"; "$E2E_DIR/cluster-down.sh" "$NAME" >&2 || true; exit 1; }
+# wait_for WHAT SECONDS COMPONENT CMD...: polls CMD every 0.1s.
+wait_for() {
+  local what=$1 secs=$2 comp=$3; shift 3
+  local deadline=$(( $(date +%s) + secs ))
+  until "$@" >/dev/null 2>&1; do
+    alive "$comp" || fail "$comp exited while waiting for $what (see $DIR/logs/$comp.log)"
+    [ "$(date +%s)" -lt "$deadline" ] || fail "timed out after ${secs}s waiting for $what"
+    sleep 0.1
+  done
+}
+api_get() {
+  curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$API_URL$1"
+}
+kubectl() { "$K8S_BIN/kubectl" --kubeconfig "$DIR/kubeconfig" "$@"; }
+
+launch etcd "$ETCD_BIN/etcd" --name "$NAME" --data-dir "$DIR/etcd-data" \
+  --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+  --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-cluster "$NAME=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
+
+launch kube-apiserver "$K8S_BIN/kube-apiserver" \
+  --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
+  --cert-dir "$DIR/pki" --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+  --client-ca-file "$PKI/ca.crt" \
+  --requestheader-client-ca-file "$PKI/ca.crt" --requestheader-allowed-names front-proxy-client \
+  --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+  --requestheader-extra-headers-prefix X-Remote-Extra- \
+  --proxy-client-cert-file "$PKI/front-proxy-client.crt" --proxy-client-key-file "$PKI/front-proxy-client.key" \
+  --authorization-mode Node,RBAC \
+  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+  --service-cluster-ip-range "$SERVICE_CIDR" \
+  --endpoint-reconciler-type none \
+  --allow-privileged --profiling=false --v 1
+
+wait_for "kube-apiserver /readyz" 90 kube-apiserver api_get /readyz
+api_ready_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
+
+launch kube-controller-manager "$K8S_BIN/kube-controller-manager" \
+  --kubeconfig "$PKI/kube-controller-manager.kubeconfig" \
+  --authentication-kubeconfig "$PKI/kube-controller-manager.kubeconfig" \
+  --authorization-kubeconfig "$PKI/kube-controller-manager.kubeconfig" \
+  --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --cert-dir "$DIR/pki/kcm" \
+  --leader-elect=false --use-service-account-credentials \
+  --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
+  --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+  --cluster-name "$NAME" --service-cluster-ip-range "$SERVICE_CIDR" \
+  --profiling=false --v 1
+
+launch kube-scheduler "$K8S_BIN/kube-scheduler" \
+  --kubeconfig "$PKI/kube-scheduler.kubeconfig" \
+  --authentication-kubeconfig "$PKI/kube-scheduler.kubeconfig" \
+  --authorization-kubeconfig "$PKI/kube-scheduler.kubeconfig" \
+  --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --cert-dir "$DIR/pki/scheduler" \
+  --leader-elect=false --profiling=false --v 1
+
+launch kwok "$KWOK_BIN/kwok" --kubeconfig "$PKI/kwok.kubeconfig" --config "$DIR/kwok/stages.yaml" \
+  --manage-all-nodes --cidr "$POD_CIDR" --node-lease-duration-seconds 40 \
+  --server-address "127.0.0.1:$KWOK_PORT"
+
+# Fake nodes: kwok manages every node; capacity for hundreds of pods each.
+for i in $(seq 1 "$NODES"); do
+  cat <<YAML
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: kwok-node-$i
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+  labels:
+    kubernetes.io/hostname: kwok-node-$i
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    type: kwok
+status:
+  allocatable: {cpu: "64", memory: 256Gi, pods: "500"}
+  capacity: {cpu: "64", memory: 256Gi, pods: "500"}
+YAML
+done >"$DIR/kwok/nodes.yaml"
+wait_for "fake nodes created" 30 kwok kubectl apply -f "$DIR/kwok/nodes.yaml"
+
+nodes_ready() {
+  [ "$(kubectl get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' |
+    grep -c '^True$')" -eq "$NODES" ]
+}
+wait_for "default service account" 60 kube-controller-manager api_get /api/v1/namespaces/default/serviceaccounts/default
+wait_for "kube-controller-manager /healthz" 30 kube-controller-manager curl -sfk "https://127.0.0.1:$KCM_PORT/healthz"
+wait_for "kube-scheduler /healthz" 30 kube-scheduler curl -sfk "https://127.0.0.1:$SCHED_PORT/healthz"
+wait_for "kwok /healthz" 30 kwok curl -sf "http://127.0.0.1:$KWOK_PORT/healthz"
+wait_for "$NODES ready nodes" 60 kwok nodes_ready
+
+total_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
+log "cluster '$NAME' is up: $API_URL (readyz after ${api_ready_ms}ms, all ready after ${total_ms}ms)"
+log "use it with: . $DIR/env   (KUBECONFIG=$DIR/kubeconfig)"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs a command against a fresh local cluster and always stops it after:
+#   e2e/with-cluster.sh NAME -- CMD [ARGS...]
+# The command sees KUBECONFIG (and the other variables of the cluster's env
+# file). When the start or the command fails, the tail of each component's
+# log is printed. With RP_KUBECONFIG set, the command runs against that
+# already running cluster instead, which is neither started nor stopped.
+set -euo pipefail
+# shellcheck source=e2e/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+if [ $# -lt 3 ] || [ "$2" != "--" ]; then die "usage: $0 NAME -- CMD [ARGS...]"; fi
+NAME=$1
+shift 2
+
+if [ -n "${RP_KUBECONFIG:-}" ]; then
+  log "using the running cluster of RP_KUBECONFIG=$RP_KUBECONFIG"
+  export KUBECONFIG="$RP_KUBECONFIG"
+  exec "$@"
+fi
+
+DIR="$(cluster_dir "$NAME")"
+finish() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ "$rc" -ne 0 ]; then
+    log "failed (exit $rc): component logs of cluster '$NAME' follow"
+    tail_logs "$DIR"
+  fi
+  "$E2E_DIR/cluster-down.sh" "$NAME" || rc=1
+  exit "$rc"
+}
+trap finish EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+"$E2E_DIR/cluster-up.sh" "$NAME"
+# shellcheck source=/dev/null
+. "$DIR/env"
+"$@"
