@@ -1,0 +1,300 @@
+//! The operator against the real local control plane: each test runs its own
+//! operator process on its own namespace.
+
+mod common;
+mod crd;
+mod operator;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use operator::{
+    Operator, by_image, create, get, plan, revisions, set_components, template, wait_phase,
+};
+use releaseplan::api::{FINALIZER, Phase, ReleasePlan};
+use serde_json::json;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(90);
+
+async fn setup(prefix: &str) -> (Client, String, Operator) {
+    let client = common::client().await;
+    crd::install(&client).await;
+    let ns = common::test_namespace(&client, prefix).await;
+    let op = Operator::start(&ns, &[]).await;
+    (client, ns, op)
+}
+
+fn web(image: &str, replicas: i32) -> serde_json::Value {
+    json!({"name": "web", "replicas": replicas, "template": template(image)})
+}
+
+fn condition(p: &ReleasePlan, type_: &str) -> Option<String> {
+    p.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+}
+
+#[tokio::test]
+async fn first_release_reaches_stable() {
+    let (client, ns, op) = setup("first").await;
+    create(
+        &client,
+        &ns,
+        &plan("shop", json!({"components": [web("shop:1", 3)]})),
+    )
+    .await;
+    let p = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let s = p.status.clone().unwrap();
+    assert_eq!(s.observed_generation, p.metadata.generation);
+    assert_eq!(s.stable_revision, s.current_revision);
+    assert_eq!(condition(&p, "Ready").as_deref(), Some("True"));
+    assert_eq!(condition(&p, "Reconciling").as_deref(), Some("False"));
+    assert!(p.finalizers().iter().any(|f| f == FINALIZER));
+    let revs = revisions(&client, &ns, "shop").await;
+    assert_eq!(revs.len(), 1, "{revs:?}");
+    let hash = s.components[0].current_hash.clone().unwrap();
+    assert_eq!(
+        revs.get(&format!("shop-web-{hash}")),
+        Some(&(3, 3, "shop:1".to_string()))
+    );
+    // The Deployment is owned by the plan.
+    let d = Api::<Deployment>::namespaced(client.clone(), &ns)
+        .get(&format!("shop-web-{hash}"))
+        .await
+        .unwrap();
+    assert_eq!(d.owner_references()[0].kind, "ReleasePlan");
+    drop(op);
+}
+
+#[tokio::test]
+async fn image_change_walks_the_steps_and_pause_holds_until_promoted() {
+    let (client, ns, op) = setup("steps").await;
+    let steps = json!([{"setWeight": 25}, {"setWeight": 50}, {"pause": {}}]);
+    create(
+        &client,
+        &ns,
+        &plan(
+            "shop",
+            json!({"components": [web("shop:1", 4)], "strategy": {"steps": steps}}),
+        ),
+    )
+    .await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+
+    set_components(&client, &ns, "shop", json!([web("shop:2", 4)])).await;
+    // The rollout reaches the indefinite pause: half the replicas on each revision.
+    let p = common::wait_until(
+        T,
+        "the pause step with 2 new and 2 old pods ready",
+        || async {
+            let p = get(&client, &ns, "shop").await?;
+            let s = p.status.clone()?;
+            let revs = revisions(&client, &ns, "shop").await;
+            (s.phase == Phase::RollingOut
+                && s.current_step == 2
+                && by_image(&revs, "shop:2") == Some((2, 2))
+                && by_image(&revs, "shop:1").map(|x| x.0) == Some(2))
+            .then_some(p)
+        },
+    )
+    .await;
+    assert_eq!(p.status.as_ref().unwrap().weight, 50);
+    assert_eq!(condition(&p, "Paused").as_deref(), Some("True"));
+    // It holds there.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let s = get(&client, &ns, "shop").await.unwrap().status.unwrap();
+    assert_eq!((s.phase, s.current_step), (Phase::RollingOut, 2));
+
+    operator::request(&client, &ns, "shop", "promote").await;
+    let p = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let revs = revisions(&client, &ns, "shop").await;
+    assert_eq!(by_image(&revs, "shop:2"), Some((4, 4)));
+    assert_eq!(by_image(&revs, "shop:1").map(|x| x.0), Some(0));
+    let s = p.status.unwrap();
+    assert_eq!(s.history.len(), 2);
+    assert!(s.acknowledged_request.is_some());
+    assert!(op.counter("releaseplan_rollouts_total").await >= 2.0);
+}
+
+#[tokio::test]
+async fn spec_changed_twice_converges_on_the_newest() {
+    let (client, ns, _op) = setup("twice").await;
+    let steps = json!([{"setWeight": 50}, {"pause": {"duration": "1s"}}]);
+    create(
+        &client,
+        &ns,
+        &plan(
+            "shop",
+            json!({"components": [web("shop:1", 2)], "strategy": {"steps": steps}}),
+        ),
+    )
+    .await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
+    set_components(&client, &ns, "shop", json!([web("shop:3", 2)])).await;
+    let p = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    assert_eq!(
+        p.status.as_ref().unwrap().observed_generation,
+        p.metadata.generation
+    );
+    let revs = revisions(&client, &ns, "shop").await;
+    assert_eq!(by_image(&revs, "shop:3"), Some((2, 2)), "{revs:?}");
+    for (name, (replicas, _, image)) in &revs {
+        if image != "shop:3" {
+            assert_eq!(*replicas, 0, "{name} ({image}) still runs");
+        }
+    }
+}
+
+#[tokio::test]
+async fn deleting_mid_rollout_rolls_back_first() {
+    let (client, ns, _op) = setup("delete").await;
+    let steps = json!([{"setWeight": 50}, {"pause": {}}]);
+    create(
+        &client,
+        &ns,
+        &plan(
+            "shop",
+            json!({"components": [web("shop:1", 2)], "strategy": {"steps": steps}}),
+        ),
+    )
+    .await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
+    common::wait_until(T, "the canary to be ready", || async {
+        let revs = revisions(&client, &ns, "shop").await;
+        (by_image(&revs, "shop:2") == Some((1, 1))).then_some(())
+    })
+    .await;
+    // Orphan the Deployments so we can see what the operator left behind.
+    Api::<ReleasePlan>::namespaced(client.clone(), &ns)
+        .delete("shop", &DeleteParams::orphan())
+        .await
+        .unwrap();
+    // While the object lingers, it is rolling back.
+    let lingering = get(&client, &ns, "shop").await;
+    if let Some(p) = lingering {
+        assert!(p.metadata.deletion_timestamp.is_some());
+    }
+    common::wait_until(T, "the plan to be gone", || async {
+        get(&client, &ns, "shop").await.is_none().then_some(())
+    })
+    .await;
+    let revs = revisions(&client, &ns, "shop").await;
+    assert_eq!(
+        by_image(&revs, "shop:1"),
+        Some((2, 2)),
+        "stable back at full: {revs:?}"
+    );
+    assert_eq!(
+        by_image(&revs, "shop:2").map(|x| x.0),
+        Some(0),
+        "canary at zero: {revs:?}"
+    );
+}
+
+#[tokio::test]
+async fn drift_on_an_owned_deployment_is_corrected() {
+    let (client, ns, _op) = setup("drift").await;
+    create(
+        &client,
+        &ns,
+        &plan("shop", json!({"components": [web("shop:1", 3)]})),
+    )
+    .await;
+    let p = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let hash = p.status.unwrap().components[0]
+        .current_hash
+        .clone()
+        .unwrap();
+    let name = format!("shop-web-{hash}");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    // Someone scales it and changes its image by hand.
+    let patch = json!({"spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "app", "image": "shop:hacked"}]}}}});
+    deployments
+        .patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .unwrap();
+    common::wait_until(T, "the drift to be put back", || async {
+        let revs = revisions(&client, &ns, "shop").await;
+        (revs.get(&name) == Some(&(3, 3, "shop:1".to_string()))).then_some(())
+    })
+    .await;
+    // A deleted one is recreated.
+    deployments
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    common::wait_until(T, "the deleted Deployment to be recreated", || async {
+        let d = deployments.get_opt(&name).await.ok()??;
+        let fresh = d.metadata.deletion_timestamp.is_none();
+        (fresh && d.spec?.replicas == Some(3)).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_killed_operator_resumes_without_duplicates() {
+    let client = common::client().await;
+    crd::install(&client).await;
+    let ns = common::test_namespace(&client, "kill").await;
+    let mut op = Operator::start(&ns, &[]).await;
+    let steps = json!([{"setWeight": 50}, {"pause": {"duration": "3s"}}]);
+    create(
+        &client,
+        &ns,
+        &plan(
+            "shop",
+            json!({"components": [web("shop:1", 4)], "strategy": {"steps": steps}}),
+        ),
+    )
+    .await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    set_components(&client, &ns, "shop", json!([web("shop:2", 4)])).await;
+    common::wait_until(T, "the rollout to start", || async {
+        let s = get(&client, &ns, "shop").await?.status?;
+        (s.phase == Phase::RollingOut).then_some(())
+    })
+    .await;
+    op.kill();
+    let _op = Operator::start(&ns, &[]).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let revs = revisions(&client, &ns, "shop").await;
+    assert_eq!(revs.len(), 2, "one Deployment per revision: {revs:?}");
+    assert_eq!(by_image(&revs, "shop:2"), Some((4, 4)));
+}
+
+#[tokio::test]
+async fn two_components_promote_together() {
+    let (client, ns, _op) = setup("multi").await;
+    let api = |image: &str| json!({"name": "api", "replicas": 2, "template": template(image)});
+    let steps = json!([{"setWeight": 50}, {"pause": {}}]);
+    create(
+        &client,
+        &ns,
+        &plan(
+            "shop",
+            json!({"components": [web("web:1", 2), api("api:1")], "strategy": {"steps": steps}}),
+        ),
+    )
+    .await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    set_components(&client, &ns, "shop", json!([web("web:2", 2), api("api:2")])).await;
+    common::wait_until(T, "both canaries at one ready pod", || async {
+        let revs = revisions(&client, &ns, "shop").await;
+        (by_image(&revs, "web:2") == Some((1, 1)) && by_image(&revs, "api:2") == Some((1, 1)))
+            .then_some(())
+    })
+    .await;
+    operator::request(&client, &ns, "shop", "promote").await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let revs = revisions(&client, &ns, "shop").await;
+    assert_eq!(by_image(&revs, "web:2"), Some((2, 2)));
+    assert_eq!(by_image(&revs, "api:2"), Some((2, 2)));
+    assert_eq!(by_image(&revs, "web:1").map(|x| x.0), Some(0));
+    assert_eq!(by_image(&revs, "api:1").map(|x| x.0), Some(0));
+}
