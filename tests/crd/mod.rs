@@ -1,0 +1,131 @@
+//! Installs the ReleasePlan CRD of `crds/releaseplan.yaml` on the test cluster.
+//! Use it from a test file with `mod crd;` and `crd::install(&client).await`
+//! (it needs nothing else from the test file).
+//!
+//! Idempotent and safe to run from many tests and test binaries at once:
+//! every caller server-side applies the same object with the same field
+//! manager, transient conflicts are retried, and each caller waits until the
+//! API server serves the resource before it returns.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Client, Resource};
+use releaseplan::api::ReleasePlan;
+
+/// Name of the CRD.
+pub const NAME: &str = "releaseplans.releaseplan.io";
+/// Field manager of the tests' server-side applies.
+pub const MANAGER: &str = "releaseplan-tests";
+
+/// The CRD as checked in (what users apply), not as generated now: the unit
+/// test `api::crd_tests::checked_in_crd_is_current` keeps the two equal.
+pub fn checked_in() -> CustomResourceDefinition {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/releaseplan.yaml");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}; run `make crds`", path.display()));
+    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{} is not a CRD: {e}", path.display()))
+}
+
+/// Whether an API error is worth another try: conflicts and AlreadyExists
+/// from concurrent installs, and the API server being briefly unavailable.
+fn transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => matches!(s.code, 409 | 429 | 500 | 503 | 504),
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+/// Applies the CRD, waits until it is Established, and until a ReleasePlan
+/// can be created (dry run): only then is the resource served.
+pub async fn install(client: &Client) {
+    let crd = checked_in();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let params = PatchParams::apply(MANAGER).force();
+    let mut attempt = 0;
+    loop {
+        match crds.patch(NAME, &params, &Patch::Apply(&crd)).await {
+            Ok(_) => break,
+            Err(e) if transient(&e) && attempt < 20 => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => panic!("cannot apply the CRD {NAME}: {e}"),
+        }
+    }
+
+    wait_until(
+        Duration::from_secs(60),
+        "the ReleasePlan CRD to be Established with its names accepted",
+        || {
+            let crds = crds.clone();
+            async move {
+                let status = crds.get(NAME).await.ok()?.status?;
+                let is_true = |t: &str| {
+                    status
+                        .conditions
+                        .iter()
+                        .flatten()
+                        .any(|c| c.type_ == t && c.status == "True")
+                };
+                (is_true("Established") && is_true("NamesAccepted")).then_some(())
+            }
+        },
+    )
+    .await;
+
+    // Established can precede the first request that the new handler serves.
+    let probe: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": ReleasePlan::api_version(&()),
+        "kind": ReleasePlan::kind(&()),
+        "metadata": { "name": "crd-install-probe" },
+        "spec": { "components": [{
+            "name": "app",
+            "replicas": 1,
+            "template": { "spec": { "containers": [{ "name": "app", "image": "app:1" }] } }
+        }] }
+    }))
+    .expect("probe object");
+    let plans: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ApiResource::erase::<ReleasePlan>(&()),
+    );
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    wait_until(
+        Duration::from_secs(60),
+        "the API server to serve ReleasePlans",
+        || {
+            let plans = plans.clone();
+            let probe = probe.clone();
+            let dry_run = dry_run.clone();
+            async move { plans.create(&dry_run, &probe).await.ok() }
+        },
+    )
+    .await;
+}
+
+/// Calls `f` every 200ms until it returns `Some`; panics naming `what` after `timeout`.
+async fn wait_until<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = f().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
