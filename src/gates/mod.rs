@@ -1,4 +1,508 @@
 //! Health gates: pure verdicts from observations (pod signals, query results)
 //! and the I/O that fetches those results.
+//!
+//! One evaluation of a gate ([`prometheus::evaluate`], [`webhook::call`])
+//! yields a [`GateResult`]; [`record`] folds it into the gate's previous
+//! [`GateStatus`] (counting failures and inconclusive results against the
+//! gate's limits) and is the only place that decides a verdict.
+//! [`is_due`] and [`next_due`] say when a gate is evaluated again.
 
+mod http;
+pub mod pods;
+pub mod prometheus;
 pub mod threshold;
+pub mod webhook;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::api::GateStatus;
+
+/// `GateStatus.verdict` of a gate not decided yet: never evaluated, or failed
+/// within its `failureLimit`.
+pub const PENDING: &str = "Pending";
+/// `GateStatus.verdict` of a gate whose last evaluation passed.
+pub const PASSED: &str = "Passed";
+/// `GateStatus.verdict` of a gate over one of its limits: the rollout fails.
+pub const FAILED: &str = "Failed";
+/// `GateStatus.verdict` of a gate whose last evaluation gave no usable number,
+/// within its `inconclusiveLimit`.
+pub const INCONCLUSIVE: &str = "Inconclusive";
+
+/// Interval of a Prometheus gate without `interval` (and a sensible pace for
+/// re-calling webhook gates, which have no interval of their own).
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(30);
+/// `failureLimit` when unset.
+pub const DEFAULT_FAILURE_LIMIT: i32 = 0;
+/// `inconclusiveLimit` when unset.
+pub const DEFAULT_INCONCLUSIVE_LIMIT: i32 = 3;
+/// `timeoutSeconds` of Prometheus and webhook gates when unset.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// `retries` of a webhook gate when unset.
+pub const DEFAULT_RETRIES: i32 = 2;
+
+/// The outcome of one evaluation of a gate.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GateResult {
+    /// The measured value meets the threshold (for a webhook: the 2xx status
+    /// code).
+    Pass {
+        /// The measured value.
+        value: f64,
+    },
+    /// The value is outside the threshold, or a webhook answered non-2xx.
+    Fail {
+        /// The measured value (a webhook's status code), when there is one.
+        value: Option<f64>,
+        /// Why, for `GateStatus.message`.
+        reason: String,
+    },
+    /// The query gave no usable number: no data, NaN, more than one series, or
+    /// a result type other than a scalar or instant vector.
+    Inconclusive {
+        /// Why, for `GateStatus.message`.
+        reason: String,
+    },
+    /// The evaluation itself went wrong: timeout, connection refused, bad
+    /// JSON, a Prometheus error answer. Never a pass; counted as a failure.
+    Error {
+        /// Why, for `GateStatus.message`.
+        reason: String,
+    },
+}
+
+impl GateResult {
+    /// The numeric value measured, if any.
+    pub fn value(&self) -> Option<f64> {
+        match self {
+            GateResult::Pass { value } => Some(*value),
+            GateResult::Fail { value, .. } => *value,
+            GateResult::Inconclusive { .. } | GateResult::Error { .. } => None,
+        }
+    }
+
+    /// Whether this evaluation passed.
+    pub fn is_pass(&self) -> bool {
+        matches!(self, GateResult::Pass { .. })
+    }
+}
+
+/// Formats a measured value for `GateStatus.value`: twelve significant
+/// digits at most, plain decimals for ordinary magnitudes, exponent notation for very small or large ones, and
+/// `NaN`, `+Inf`, `-Inf` as Prometheus writes them.
+pub fn format_value(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".to_string()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.to_string()
+    } else {
+        // Twelve significant digits hide float noise (0.009999999999999998
+        // is shown as 0.01) but keep every digit a threshold would use.
+        let v: f64 = format!("{v:.11e}").parse().unwrap_or(v);
+        if v == 0.0 || (1e-4..1e15).contains(&v.abs()) {
+            format!("{v}")
+        } else {
+            format!("{v:e}")
+        }
+    }
+}
+
+/// Folds one evaluation into the gate's previous status and decides the
+/// verdict.
+///
+/// - `Pass`: verdict `Passed`; the failure and inconclusive counts are kept.
+/// - `Fail` and `Error`: one more failure; `Failed` once failures exceed
+///   `failure_limit`, else `Pending` ("n of m failures allowed").
+/// - `Inconclusive`: one more inconclusive; `Failed` once they exceed
+///   `inconclusive_limit`, else `Inconclusive`.
+///
+/// `Failed` is final for the step: once a count has exceeded its limit, later
+/// results keep the verdict `Failed` (the controller resets gate statuses at
+/// every step change). `value` holds the last numeric value measured (kept
+/// when this evaluation measured none); `message` always says why. A `prev`
+/// of another gate (different name) is ignored. Negative limits count as 0.
+pub fn record(
+    prev: Option<&GateStatus>,
+    name: &str,
+    result: &GateResult,
+    failure_limit: i32,
+    inconclusive_limit: i32,
+    now: DateTime<Utc>,
+) -> GateStatus {
+    let prev = prev.filter(|p| p.name == name);
+    let failure_limit = failure_limit.max(0);
+    let inconclusive_limit = inconclusive_limit.max(0);
+    let mut failures = prev.map_or(0, |p| p.failures.max(0));
+    let mut inconclusive = prev.map_or(0, |p| p.inconclusive.max(0));
+    let already_failed = prev.is_some_and(|p| p.verdict == FAILED)
+        || failures > failure_limit
+        || inconclusive > inconclusive_limit;
+
+    let (verdict, message) = match result {
+        GateResult::Pass { value } => {
+            let mut msg = format!("value {} passed", format_value(*value));
+            if failures > 0 || inconclusive > 0 {
+                msg.push_str(&format!(
+                    " ({failures} failed and {inconclusive} inconclusive evaluations in this step)"
+                ));
+            }
+            (PASSED, msg)
+        }
+        GateResult::Fail { reason, .. } | GateResult::Error { reason } => {
+            failures = failures.saturating_add(1);
+            if failures > failure_limit {
+                (
+                    FAILED,
+                    format!(
+                        "{reason}: {failures} failed evaluations, more than the {failure_limit} allowed"
+                    ),
+                )
+            } else {
+                (
+                    PENDING,
+                    format!("{reason} ({failures} of {failure_limit} failures allowed)"),
+                )
+            }
+        }
+        GateResult::Inconclusive { reason } => {
+            inconclusive = inconclusive.saturating_add(1);
+            if inconclusive > inconclusive_limit {
+                (
+                    FAILED,
+                    format!(
+                        "{reason}: {inconclusive} inconclusive evaluations, more than the {inconclusive_limit} allowed"
+                    ),
+                )
+            } else {
+                (
+                    INCONCLUSIVE,
+                    format!(
+                        "{reason} ({inconclusive} of {inconclusive_limit} inconclusive evaluations allowed)"
+                    ),
+                )
+            }
+        }
+    };
+
+    let (verdict, message) = if already_failed && verdict != FAILED {
+        let earlier = prev
+            .and_then(|p| p.message.as_deref())
+            .unwrap_or("a limit was exceeded");
+        (
+            FAILED,
+            format!("failed earlier in this step ({earlier}); last evaluation: {message}"),
+        )
+    } else {
+        (verdict, message)
+    };
+
+    GateStatus {
+        name: name.to_string(),
+        verdict: verdict.to_string(),
+        value: result
+            .value()
+            .map(format_value)
+            .or_else(|| prev.and_then(|p| p.value.clone())),
+        failures,
+        inconclusive,
+        last_evaluated: Some(now),
+        message: Some(message),
+    }
+}
+
+/// Whether the gate should be evaluated now: never evaluated in this step, or
+/// `interval` has passed since its last evaluation. A `Failed` gate is never
+/// due (its verdict is final for the step).
+pub fn is_due(prev: Option<&GateStatus>, interval: Duration, now: DateTime<Utc>) -> bool {
+    next_due(prev, interval, now) == Some(Duration::ZERO)
+}
+
+/// How long until the gate is due: `Some(ZERO)` when due now, `None` when it
+/// will not be evaluated again in this step (verdict `Failed`). For the
+/// controller's requeue. A last evaluation in the future (clock skew) waits at
+/// most one `interval`.
+pub fn next_due(
+    prev: Option<&GateStatus>,
+    interval: Duration,
+    now: DateTime<Utc>,
+) -> Option<Duration> {
+    let Some(prev) = prev else {
+        return Some(Duration::ZERO);
+    };
+    if prev.verdict == FAILED {
+        return None;
+    }
+    let Some(last) = prev.last_evaluated else {
+        return Some(Duration::ZERO);
+    };
+    // A negative elapsed time (clock skew) counts as zero.
+    let elapsed = (now - last).to_std().unwrap_or(Duration::ZERO);
+    Some(interval.saturating_sub(elapsed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn t(s: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_700_000_000 + s, 0).unwrap()
+    }
+
+    fn pass(v: f64) -> GateResult {
+        GateResult::Pass { value: v }
+    }
+    fn fail(v: f64) -> GateResult {
+        GateResult::Fail {
+            value: Some(v),
+            reason: format!("value {v} is not < 0.05"),
+        }
+    }
+    fn error() -> GateResult {
+        GateResult::Error {
+            reason: "connection refused".into(),
+        }
+    }
+    fn inconclusive() -> GateResult {
+        GateResult::Inconclusive {
+            reason: "no data".into(),
+        }
+    }
+
+    /// Records results one after another, returning every status.
+    fn run(results: &[GateResult], failure_limit: i32, inconclusive_limit: i32) -> Vec<GateStatus> {
+        let mut out: Vec<GateStatus> = Vec::new();
+        for (i, r) in results.iter().enumerate() {
+            let s = record(
+                out.last(),
+                "errors",
+                r,
+                failure_limit,
+                inconclusive_limit,
+                t(i as i64 * 30),
+            );
+            out.push(s);
+        }
+        out
+    }
+
+    fn verdicts(statuses: &[GateStatus]) -> Vec<&str> {
+        statuses.iter().map(|s| s.verdict.as_str()).collect()
+    }
+
+    #[test]
+    fn first_pass() {
+        let s = record(None, "errors", &pass(0.01), 0, 3, t(0));
+        assert_eq!(s.name, "errors");
+        assert_eq!(s.verdict, PASSED);
+        assert_eq!(s.value.as_deref(), Some("0.01"));
+        assert_eq!((s.failures, s.inconclusive), (0, 0));
+        assert_eq!(s.last_evaluated, Some(t(0)));
+        assert_eq!(s.message.as_deref(), Some("value 0.01 passed"));
+    }
+
+    #[test]
+    fn failure_limit_zero_fails_at_first_failure() {
+        let s = run(&[fail(0.2)], 0, 3);
+        assert_eq!(verdicts(&s), [FAILED]);
+        assert_eq!(s[0].failures, 1);
+        assert_eq!(s[0].value.as_deref(), Some("0.2"));
+        let msg = s[0].message.as_deref().unwrap();
+        assert!(msg.contains("value 0.2 is not < 0.05"), "{msg}");
+        assert!(msg.contains("more than the 0 allowed"), "{msg}");
+    }
+
+    #[test]
+    fn error_is_never_a_pass_and_counts_as_failure() {
+        let s = run(&[error()], 0, 3);
+        assert_eq!(verdicts(&s), [FAILED]);
+        assert_eq!(s[0].failures, 1);
+        assert_eq!(s[0].value, None);
+        assert!(
+            s[0].message
+                .as_deref()
+                .unwrap()
+                .contains("connection refused")
+        );
+    }
+
+    #[test]
+    fn failure_limit_two_fails_at_third_failure() {
+        let s = run(&[fail(0.2), error(), fail(0.3)], 2, 3);
+        assert_eq!(verdicts(&s), [PENDING, PENDING, FAILED]);
+        assert_eq!(s.iter().map(|s| s.failures).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(
+            s[0].message.as_deref(),
+            Some("value 0.2 is not < 0.05 (1 of 2 failures allowed)")
+        );
+        assert_eq!(
+            s[1].message.as_deref(),
+            Some("connection refused (2 of 2 failures allowed)")
+        );
+        // The error measured nothing: the last numeric value stays.
+        assert_eq!(s[1].value.as_deref(), Some("0.2"));
+        assert_eq!(s[2].value.as_deref(), Some("0.3"));
+    }
+
+    #[test]
+    fn pass_after_failures_passes_and_keeps_counts() {
+        let s = run(&[fail(0.2), fail(0.2), pass(0.01)], 2, 3);
+        assert_eq!(verdicts(&s), [PENDING, PENDING, PASSED]);
+        assert_eq!(s[2].failures, 2);
+        assert_eq!(s[2].value.as_deref(), Some("0.01"));
+        assert!(
+            s[2].message
+                .as_deref()
+                .unwrap()
+                .contains("2 failed and 0 inconclusive")
+        );
+        // Counts are per step, not consecutive: one more failure fails the gate.
+        let next = record(Some(&s[2]), "errors", &fail(0.2), 2, 3, t(100));
+        assert_eq!(next.verdict, FAILED);
+        assert_eq!(next.failures, 3);
+    }
+
+    #[test]
+    fn inconclusive_counts_against_its_own_limit() {
+        let s = run(
+            &[
+                inconclusive(),
+                inconclusive(),
+                inconclusive(),
+                inconclusive(),
+            ],
+            0,
+            3,
+        );
+        assert_eq!(
+            verdicts(&s),
+            [INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE, FAILED]
+        );
+        assert_eq!(s[3].inconclusive, 4);
+        assert_eq!(s[3].failures, 0);
+        assert_eq!(
+            s[0].message.as_deref(),
+            Some("no data (1 of 3 inconclusive evaluations allowed)")
+        );
+        assert!(
+            s[3].message
+                .as_deref()
+                .unwrap()
+                .contains("4 inconclusive evaluations, more than the 3 allowed")
+        );
+    }
+
+    #[test]
+    fn inconclusive_limit_zero_fails_at_first() {
+        let s = run(&[inconclusive()], 5, 0);
+        assert_eq!(verdicts(&s), [FAILED]);
+    }
+
+    #[test]
+    fn mixed_inconclusive_and_failures_are_counted_apart() {
+        let s = run(
+            &[
+                inconclusive(),
+                fail(0.2),
+                inconclusive(),
+                pass(0.0),
+                error(),
+                inconclusive(),
+            ],
+            1,
+            2,
+        );
+        assert_eq!(
+            verdicts(&s),
+            [INCONCLUSIVE, PENDING, INCONCLUSIVE, PASSED, FAILED, FAILED]
+        );
+        let counts: Vec<_> = s.iter().map(|s| (s.failures, s.inconclusive)).collect();
+        assert_eq!(counts, [(0, 1), (1, 1), (1, 2), (1, 2), (2, 2), (2, 3)]);
+    }
+
+    #[test]
+    fn failed_is_final_for_the_step() {
+        let s = run(&[fail(0.2), pass(0.01), inconclusive()], 0, 3);
+        assert_eq!(verdicts(&s), [FAILED, FAILED, FAILED]);
+        let msg = s[1].message.as_deref().unwrap();
+        assert!(msg.starts_with("failed earlier in this step"), "{msg}");
+        assert!(msg.contains("value 0.01 passed"), "{msg}");
+        assert_eq!(s[1].value.as_deref(), Some("0.01"));
+    }
+
+    #[test]
+    fn status_of_another_gate_is_ignored() {
+        let other = record(None, "latency", &fail(1.0), 0, 3, t(0));
+        let s = record(Some(&other), "errors", &pass(0.0), 0, 3, t(1));
+        assert_eq!(s.verdict, PASSED);
+        assert_eq!(s.failures, 0);
+    }
+
+    #[test]
+    fn negative_limits_count_as_zero() {
+        assert_eq!(run(&[fail(1.0)], -3, -3)[0].verdict, FAILED);
+        assert_eq!(run(&[inconclusive()], -3, -3)[0].verdict, FAILED);
+    }
+
+    #[test]
+    fn formats_values() {
+        assert_eq!(format_value(0.05), "0.05");
+        assert_eq!(format_value(1.0), "1");
+        assert_eq!(format_value(0.0), "0");
+        assert_eq!(format_value(-2.5), "-2.5");
+        assert_eq!(format_value(200.0), "200");
+        assert_eq!(format_value(1e-7), "1e-7");
+        assert_eq!(format_value(0.009999999999999998), "0.01");
+        assert_eq!(format_value(0.04999999), "0.04999999");
+        assert_eq!(format_value(123456.789), "123456.789");
+        assert_eq!(format_value(1.0 / 3.0), "0.333333333333");
+        assert_eq!(format_value(3.2e20), "3.2e20");
+        assert_eq!(format_value(f64::NAN), "NaN");
+        assert_eq!(format_value(f64::INFINITY), "+Inf");
+        assert_eq!(format_value(f64::NEG_INFINITY), "-Inf");
+    }
+
+    #[test]
+    fn due_when_never_evaluated() {
+        let i = Duration::from_secs(30);
+        assert!(is_due(None, i, t(0)));
+        assert_eq!(next_due(None, i, t(0)), Some(Duration::ZERO));
+        let never = GateStatus {
+            name: "errors".into(),
+            verdict: PENDING.into(),
+            ..Default::default()
+        };
+        assert!(is_due(Some(&never), i, t(0)));
+    }
+
+    #[test]
+    fn due_after_interval() {
+        let i = Duration::from_secs(30);
+        let s = record(None, "errors", &pass(0.0), 0, 3, t(0));
+        assert!(!is_due(Some(&s), i, t(0)));
+        assert_eq!(next_due(Some(&s), i, t(0)), Some(i));
+        assert!(!is_due(Some(&s), i, t(29)));
+        assert_eq!(next_due(Some(&s), i, t(29)), Some(Duration::from_secs(1)));
+        assert!(is_due(Some(&s), i, t(30)));
+        assert!(is_due(Some(&s), i, t(300)));
+        assert_eq!(next_due(Some(&s), i, t(300)), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn clock_skew_waits_at_most_one_interval() {
+        let i = Duration::from_secs(30);
+        let s = record(None, "errors", &pass(0.0), 0, 3, t(1000));
+        assert_eq!(next_due(Some(&s), i, t(0)), Some(i));
+        assert!(!is_due(Some(&s), i, t(0)));
+    }
+
+    #[test]
+    fn failed_gate_is_never_due() {
+        let i = Duration::from_secs(30);
+        let s = record(None, "errors", &error(), 0, 3, t(0));
+        assert_eq!(s.verdict, FAILED);
+        assert!(!is_due(Some(&s), i, t(1000)));
+        assert_eq!(next_due(Some(&s), i, t(1000)), None);
+    }
+}

@@ -1,0 +1,248 @@
+//! Built-in pod checks: containers stuck in a failure state, and containers
+//! that restart too often.
+
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+
+/// Waiting reasons that mean a container will not start without a change.
+pub const FAILURE_REASONS: [&str; 5] = [
+    "CrashLoopBackOff",
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "CreateContainerConfigError",
+    "InvalidImageName",
+];
+
+/// `PodSignal.reason` of a container restarted more than `maxRestarts` times.
+pub const TOO_MANY_RESTARTS: &str = "TooManyRestarts";
+
+/// A pod problem that fails the rollout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodSignal {
+    /// Pod name.
+    pub pod: String,
+    /// A waiting reason from [`FAILURE_REASONS`], or [`TOO_MANY_RESTARTS`].
+    pub reason: String,
+    /// What happened, naming the container.
+    pub message: String,
+}
+
+/// Finds failing pods. With `detect_failures`, a container or init container
+/// waiting with a reason from [`FAILURE_REASONS`] gives a signal; a container
+/// restarted more than `max_restarts` times always does (reason
+/// [`TOO_MANY_RESTARTS`]). Signals come in pod order, then container order
+/// (init containers first); one container can give both kinds.
+pub fn detect(pods: &[Pod], max_restarts: i32, detect_failures: bool) -> Vec<PodSignal> {
+    let mut signals = Vec::new();
+    for pod in pods {
+        let name = pod.metadata.name.as_deref().unwrap_or("<unnamed>");
+        let Some(status) = pod.status.as_ref() else {
+            continue;
+        };
+        let init = status.init_container_statuses.iter().flatten();
+        let main = status.container_statuses.iter().flatten();
+        for (kind, c) in init
+            .map(|c| ("init container", c))
+            .chain(main.map(|c| ("container", c)))
+        {
+            check_container(name, kind, c, max_restarts, detect_failures, &mut signals);
+        }
+    }
+    signals
+}
+
+fn check_container(
+    pod: &str,
+    kind: &str,
+    c: &ContainerStatus,
+    max_restarts: i32,
+    detect_failures: bool,
+    signals: &mut Vec<PodSignal>,
+) {
+    if detect_failures {
+        let waiting = c.state.as_ref().and_then(|s| s.waiting.as_ref());
+        if let Some(reason) = waiting
+            .and_then(|w| w.reason.as_deref())
+            .filter(|r| FAILURE_REASONS.contains(r))
+        {
+            let detail = waiting
+                .and_then(|w| w.message.as_deref())
+                .filter(|m| !m.is_empty());
+            let message = match detail {
+                Some(m) => format!("{kind} {} is waiting in {reason}: {m}", c.name),
+                None => format!("{kind} {} is waiting in {reason}", c.name),
+            };
+            signals.push(PodSignal {
+                pod: pod.to_string(),
+                reason: reason.to_string(),
+                message,
+            });
+        }
+    }
+    if c.restart_count > max_restarts.max(0) {
+        signals.push(PodSignal {
+            pod: pod.to_string(),
+            reason: TOO_MANY_RESTARTS.to_string(),
+            message: format!(
+                "{kind} {} restarted {} times, more than the {} allowed",
+                c.name,
+                c.restart_count,
+                max_restarts.max(0)
+            ),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStateWaiting, PodStatus,
+    };
+    use kube::api::ObjectMeta;
+
+    fn waiting(name: &str, reason: &str, message: Option<&str>, restarts: i32) -> ContainerStatus {
+        ContainerStatus {
+            name: name.into(),
+            restart_count: restarts,
+            state: Some(ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(reason.into()),
+                    message: message.map(Into::into),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn running(name: &str, restarts: i32) -> ContainerStatus {
+        ContainerStatus {
+            name: name.into(),
+            restart_count: restarts,
+            ready: true,
+            state: Some(ContainerState {
+                running: Some(ContainerStateRunning::default()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn pod(name: &str, init: Vec<ContainerStatus>, main: Vec<ContainerStatus>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            status: Some(PodStatus {
+                init_container_statuses: (!init.is_empty()).then_some(init),
+                container_statuses: (!main.is_empty()).then_some(main),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn healthy_pods_give_nothing() {
+        let pods = [
+            pod("a", vec![], vec![running("app", 0)]),
+            pod("b", vec![running("init", 1)], vec![running("app", 3)]),
+            pod(
+                "c",
+                vec![],
+                vec![waiting("app", "ContainerCreating", None, 0)],
+            ),
+            Pod::default(),
+        ];
+        assert_eq!(detect(&pods, 3, true), []);
+    }
+
+    #[test]
+    fn every_failure_reason_is_detected() {
+        for reason in FAILURE_REASONS {
+            let pods = [pod(
+                "web-1",
+                vec![],
+                vec![waiting("app", reason, Some("details"), 0)],
+            )];
+            assert_eq!(
+                detect(&pods, 3, true),
+                [PodSignal {
+                    pod: "web-1".into(),
+                    reason: reason.into(),
+                    message: format!("container app is waiting in {reason}: details"),
+                }]
+            );
+        }
+    }
+
+    #[test]
+    fn init_containers_are_checked() {
+        let pods = [pod(
+            "web-1",
+            vec![waiting("migrate", "ErrImagePull", None, 0)],
+            vec![waiting("app", "PodInitializing", None, 0)],
+        )];
+        let s = detect(&pods, 3, true);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].reason, "ErrImagePull");
+        assert_eq!(
+            s[0].message,
+            "init container migrate is waiting in ErrImagePull"
+        );
+    }
+
+    #[test]
+    fn failure_detection_can_be_turned_off() {
+        let pods = [pod(
+            "web-1",
+            vec![],
+            vec![waiting("app", "CrashLoopBackOff", None, 2)],
+        )];
+        assert_eq!(detect(&pods, 3, false), []);
+        assert_eq!(detect(&pods, 3, true).len(), 1);
+    }
+
+    #[test]
+    fn restarts_over_the_limit_always_signal() {
+        let pods = [pod(
+            "web-1",
+            vec![],
+            vec![running("app", 3), running("sidecar", 4)],
+        )];
+        for detect_failures in [true, false] {
+            assert_eq!(
+                detect(&pods, 3, detect_failures),
+                [PodSignal {
+                    pod: "web-1".into(),
+                    reason: TOO_MANY_RESTARTS.into(),
+                    message: "container sidecar restarted 4 times, more than the 3 allowed".into(),
+                }]
+            );
+        }
+        assert_eq!(detect(&pods, 0, false).len(), 2);
+        assert_eq!(detect(&pods, -1, false).len(), 2);
+    }
+
+    #[test]
+    fn crash_loop_with_many_restarts_gives_both_signals_in_order() {
+        let pods = [
+            pod("web-1", vec![], vec![running("app", 0)]),
+            pod(
+                "web-2",
+                vec![],
+                vec![waiting("app", "CrashLoopBackOff", Some("back-off 5m0s"), 6)],
+            ),
+        ];
+        let s = detect(&pods, 5, true);
+        let reasons: Vec<_> = s
+            .iter()
+            .map(|s| (s.pod.as_str(), s.reason.as_str()))
+            .collect();
+        assert_eq!(
+            reasons,
+            [("web-2", "CrashLoopBackOff"), ("web-2", TOO_MANY_RESTARTS)]
+        );
+    }
+}

@@ -1,0 +1,136 @@
+//! Webhook gates: POST the rollout's state to a URL; a 2xx answer passes.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::http::{read_limited, snippet, timeout_of, transport_error};
+use super::{DEFAULT_RETRIES, GateResult};
+use crate::api::{Phase, WebhookGate};
+
+/// Pause before the first retry; doubled before each further one.
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+/// Longest pause between two calls.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Bytes of an error answer read for the message.
+const MAX_ERROR_BODY: usize = 4096;
+/// Most retries honoured whatever the gate says (the CRD allows up to 10).
+const MAX_RETRIES: i32 = 10;
+
+/// The JSON body POSTed to a webhook gate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookBody {
+    /// Name of the ReleasePlan.
+    pub plan: String,
+    /// Namespace of the ReleasePlan.
+    pub namespace: String,
+    /// Revision being rolled out.
+    pub revision: String,
+    /// Index of the current step in `spec.strategy.steps`.
+    pub step: i32,
+    /// Phase of the ReleasePlan, e.g. `RollingOut`.
+    pub phase: Phase,
+}
+
+/// Calls a webhook gate: POSTs `body` as JSON with the gate's timeout. A 2xx
+/// answer is a pass (value: the status code). Any other answer, a timeout or
+/// a connection error is retried up to `retries` times (default 2) after
+/// 200ms, 400ms, ... (at most 5s); the last attempt decides: a non-2xx answer
+/// gives `Fail` with its status code and the start of its body, a transport
+/// problem gives `Error`.
+///
+/// Worst case the call takes `(retries + 1) * timeout` plus the pauses.
+pub async fn call(http: &reqwest::Client, gate: &WebhookGate, body: &WebhookBody) -> GateResult {
+    let timeout = timeout_of(gate.timeout_seconds);
+    let retries = gate
+        .retries
+        .unwrap_or(DEFAULT_RETRIES)
+        .clamp(0, MAX_RETRIES);
+    let mut backoff = FIRST_BACKOFF;
+    let mut attempt = 0;
+    loop {
+        let result = call_once(http, gate, body, timeout).await;
+        if result.is_pass() || attempt >= retries {
+            return match result {
+                GateResult::Fail { value, reason } if attempt > 0 => GateResult::Fail {
+                    value,
+                    reason: format!("{reason} (after {} attempts)", attempt + 1),
+                },
+                GateResult::Error { reason } if attempt > 0 => GateResult::Error {
+                    reason: format!("{reason} (after {} attempts)", attempt + 1),
+                },
+                other => other,
+            };
+        }
+        tracing::debug!(gate = %gate.name, attempt, ?result, "webhook gate call failed, retrying");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+        attempt += 1;
+    }
+}
+
+async fn call_once(
+    http: &reqwest::Client,
+    gate: &WebhookGate,
+    body: &WebhookBody,
+    timeout: Duration,
+) -> GateResult {
+    let response = match http
+        .post(&gate.url)
+        .json(body)
+        .timeout(timeout)
+        .send()
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => {
+            return GateResult::Error {
+                reason: transport_error("webhook", &gate.url, timeout, &e),
+            };
+        }
+    };
+    let status = response.status();
+    if status.is_success() {
+        return GateResult::Pass {
+            value: f64::from(status.as_u16()),
+        };
+    }
+    let text = match read_limited(response, MAX_ERROR_BODY).await {
+        Ok((b, _)) => snippet(&b),
+        // A body cut short still tells the status code.
+        Err(_) => String::new(),
+    };
+    let reason = if text.is_empty() {
+        format!("webhook answered HTTP {}", status.as_u16())
+    } else {
+        format!("webhook answered HTTP {}: {text}", status.as_u16())
+    };
+    GateResult::Fail {
+        value: Some(f64::from(status.as_u16())),
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_is_camel_case_json() {
+        let body = WebhookBody {
+            plan: "shop".into(),
+            namespace: "prod".into(),
+            revision: "7f3c".into(),
+            step: 2,
+            phase: Phase::RollingOut,
+        };
+        assert_eq!(
+            serde_json::to_value(&body).unwrap(),
+            serde_json::json!({
+                "plan": "shop", "namespace": "prod", "revision": "7f3c",
+                "step": 2, "phase": "RollingOut"
+            })
+        );
+    }
+}
