@@ -142,3 +142,54 @@ fn checked_in_crd_is_current() {
          run `make crds` and commit the result"
     );
 }
+
+/// Property names below a schema, skipping `skip` (embedded Kubernetes types).
+fn property_names(s: &JSONSchemaProps, skip: &[&str], out: &mut Vec<String>) {
+    if let Some(JSONSchemaPropsOrArray::Schema(item)) = s.items.as_ref() {
+        property_names(item, skip, out);
+    }
+    for (name, prop) in s.properties.iter().flatten() {
+        if skip.contains(&name.as_str()) {
+            out.push(name.clone());
+            continue;
+        }
+        out.push(name.clone());
+        property_names(prop, skip, out);
+    }
+}
+
+#[test]
+fn api_docs_show_the_full_example_and_every_field() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let docs = std::fs::read_to_string(format!("{root}/docs/api.md")).expect("docs/api.md");
+    let example =
+        std::fs::read_to_string(format!("{root}/examples/full.yaml")).expect("examples/full.yaml");
+    assert!(
+        docs.contains(&format!("```yaml\n{example}```")),
+        "docs/api.md must show examples/full.yaml verbatim"
+    );
+
+    let crd = ReleasePlan::crd();
+    let mut names = Vec::new();
+    let schema = root_schema(&crd);
+    property_names(schema_at(schema, &["spec"]), &["template"], &mut names);
+    property_names(schema_at(schema, &["status"]), &["conditions"], &mut names);
+    let missing: Vec<&String> = names
+        .iter()
+        .filter(|n| {
+            // `name`, `name[]`, or the end of a path such as `steps[].pause.duration`.
+            ![
+                format!("`{n}`"),
+                format!("`{n}[]`"),
+                format!(".{n}`"),
+                format!(".{n}[]`"),
+            ]
+            .iter()
+            .any(|form| docs.contains(form))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/api.md does not describe {missing:?}"
+    );
+}
