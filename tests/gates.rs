@@ -1,0 +1,459 @@
+//! Health gates against real servers: a real Prometheus (e2e/prometheus.sh,
+//! Debian package `prometheus`) scraping a tiny exporter inside the test, and
+//! local webhook servers.   cargo test --test gates
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use chrono::Utc;
+
+use releaseplan::api::{GateStatus, Phase, PrometheusGate, WebhookGate};
+use releaseplan::gates::prometheus::{TemplateVars, evaluate, settings};
+use releaseplan::gates::webhook::{WebhookBody, call};
+use releaseplan::gates::{FAILED, GateResult, INCONCLUSIVE, PASSED, PENDING, record};
+use support::{Prometheus, closed_port, http_client, poll, serve};
+
+// ------------------------------------------------------------------ exporter
+
+/// Counters per revision: requests and errors, and the errors added per 100
+/// requests at every scrape (the error rate the test controls).
+#[derive(Default)]
+struct Traffic {
+    revisions: BTreeMap<String, (u64, u64, u64)>,
+}
+
+/// Serves `/metrics`; each scrape adds 100 requests and `errors_per_100`
+/// errors per revision, so `rate(errors) / rate(requests)` is
+/// `errors_per_100 / 100`.
+async fn exporter(rates: &[(&str, u64)]) -> std::net::SocketAddr {
+    let mut traffic = Traffic::default();
+    for (rev, per_100) in rates {
+        traffic
+            .revisions
+            .insert((*rev).to_string(), (0, 0, *per_100));
+    }
+    let state = Arc::new(Mutex::new(traffic));
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(state);
+    serve(app).await
+}
+
+async fn metrics(State(state): State<Arc<Mutex<Traffic>>>) -> String {
+    let mut t = state.lock().unwrap();
+    let mut requests = String::from("# TYPE app_requests_total counter\n");
+    let mut errors = String::from("# TYPE app_errors_total counter\n");
+    for (rev, (req, err, per_100)) in t.revisions.iter_mut() {
+        *req += 100;
+        *err += *per_100;
+        requests.push_str(&format!("app_requests_total{{revision=\"{rev}\"}} {req}\n"));
+        errors.push_str(&format!("app_errors_total{{revision=\"{rev}\"}} {err}\n"));
+    }
+    requests + &errors
+}
+
+const ERROR_RATIO: &str = r#"sum(rate(app_errors_total{revision="{{revision}}"}[5s])) / sum(rate(app_requests_total{revision="{{revision}}"}[5s]))"#;
+
+fn gate(address: &str, query: &str, threshold: &str) -> PrometheusGate {
+    PrometheusGate {
+        name: "error-rate".into(),
+        address: address.into(),
+        query: query.into(),
+        threshold: threshold.into(),
+        timeout_seconds: Some(5),
+        ..Default::default()
+    }
+}
+
+fn vars(revision: &str) -> TemplateVars {
+    TemplateVars {
+        plan: "shop".into(),
+        namespace: "default".into(),
+        component: "web".into(),
+        revision: revision.into(),
+    }
+}
+
+/// Evaluates `gate` `n` times, folding each result with `record` like the
+/// controller does; returns every status.
+async fn evaluate_n(
+    http: &reqwest::Client,
+    gate: &PrometheusGate,
+    vars: &TemplateVars,
+    n: usize,
+) -> Vec<(GateResult, GateStatus)> {
+    let s = settings(gate).unwrap();
+    let mut out: Vec<(GateResult, GateStatus)> = Vec::new();
+    for _ in 0..n {
+        let result = evaluate(http, gate, vars).await;
+        let prev = out.last().map(|(_, s)| s);
+        let status = record(
+            prev,
+            &gate.name,
+            &result,
+            s.failure_limit,
+            s.inconclusive_limit,
+            Utc::now(),
+        );
+        out.push((result, status));
+    }
+    out
+}
+
+#[tokio::test]
+async fn prometheus_gates_against_a_real_prometheus() {
+    let target = exporter(&[("good", 1), ("bad", 50)]).await;
+    let prom = Prometheus::start(target);
+    let http = http_client();
+
+    // Wait until Prometheus has scraped enough for rate() over both revisions.
+    let ready = gate(
+        &prom.url,
+        r#"count(rate(app_requests_total[5s]) > 0)"#,
+        "== 2",
+    );
+    poll("two scraped revisions", Duration::from_secs(60), || async {
+        match evaluate(&http, &ready, &vars("")).await {
+            GateResult::Pass { .. } => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    // Low error rate: passes.
+    let good = gate(&prom.url, ERROR_RATIO, "< 0.05");
+    let runs = evaluate_n(&http, &good, &vars("good"), 1).await;
+    match &runs[0].0 {
+        GateResult::Pass { value } => assert!((value - 0.01).abs() < 1e-9, "{value}"),
+        other => panic!("good revision should pass: {other:?}"),
+    }
+    assert_eq!(runs[0].1.verdict, PASSED);
+    assert_eq!(runs[0].1.value.as_deref(), Some("0.01"));
+
+    // High error rate: fails, at the third failure with failureLimit 2.
+    let bad = PrometheusGate {
+        failure_limit: Some(2),
+        ..gate(&prom.url, ERROR_RATIO, "< 0.05")
+    };
+    let runs = evaluate_n(&http, &bad, &vars("bad"), 3).await;
+    for (result, _) in &runs {
+        match result {
+            GateResult::Fail {
+                value: Some(v),
+                reason,
+            } => {
+                assert!((v - 0.5).abs() < 1e-9, "{v}");
+                assert!(reason.contains("is not < 0.05"), "{reason}");
+            }
+            other => panic!("bad revision should fail: {other:?}"),
+        }
+    }
+    let verdicts: Vec<_> = runs.iter().map(|(_, s)| s.verdict.as_str()).collect();
+    assert_eq!(verdicts, [PENDING, PENDING, FAILED]);
+    assert_eq!(runs[2].1.failures, 3);
+    assert_eq!(runs[2].1.value.as_deref(), Some("0.5"));
+
+    // With the default failureLimit 0 the first failure fails the gate.
+    let runs = evaluate_n(&http, &good, &vars("bad"), 1).await;
+    assert_eq!(runs[0].1.verdict, FAILED);
+
+    // No data for a revision that does not exist: inconclusive, then failed
+    // once over inconclusiveLimit.
+    let nodata = PrometheusGate {
+        inconclusive_limit: Some(1),
+        ..good.clone()
+    };
+    let runs = evaluate_n(&http, &nodata, &vars("nope"), 2).await;
+    for (result, _) in &runs {
+        match result {
+            GateResult::Inconclusive { reason } => assert!(reason.contains("no data"), "{reason}"),
+            other => panic!("unknown revision should be inconclusive: {other:?}"),
+        }
+    }
+    let verdicts: Vec<_> = runs.iter().map(|(_, s)| s.verdict.as_str()).collect();
+    assert_eq!(verdicts, [INCONCLUSIVE, FAILED]);
+
+    // Several series: inconclusive.
+    let many = gate(
+        &prom.url,
+        "sum by (revision) (rate(app_requests_total[5s]))",
+        "> 0",
+    );
+    match evaluate(&http, &many, &vars("")).await {
+        GateResult::Inconclusive { reason } => assert!(reason.contains("2 series"), "{reason}"),
+        other => panic!("two series should be inconclusive: {other:?}"),
+    }
+
+    // A scalar answer is compared too.
+    let scalar = gate(
+        &prom.url,
+        r#"scalar(sum(rate(app_errors_total{revision="{{revision}}"}[5s])))"#,
+        ">= 1",
+    );
+    match evaluate(&http, &scalar, &vars("bad")).await {
+        // About 50 errors a second; rate() extrapolates, so not exactly.
+        GateResult::Pass { value } => assert!(value > 1.0, "{value}"),
+        other => panic!("scalar should pass: {other:?}"),
+    }
+
+    // A query Prometheus refuses (HTTP 400, bad_data): an error, never a pass.
+    let broken = gate(&prom.url, "sum(rate(app_requests_total[5s]", "< 0.05");
+    match evaluate(&http, &broken, &vars("good")).await {
+        GateResult::Error { reason } => {
+            assert!(reason.contains("HTTP 400"), "{reason}");
+            assert!(reason.contains("bad_data"), "{reason}");
+        }
+        other => panic!("a bad query should be an error: {other:?}"),
+    }
+    drop(prom);
+}
+
+#[tokio::test]
+async fn unreachable_prometheus_is_an_error_never_a_pass() {
+    let addr = closed_port().await;
+    let g = gate(&format!("http://{addr}"), ERROR_RATIO, "< 0.05");
+    let result = evaluate(&http_client(), &g, &vars("good")).await;
+    match &result {
+        GateResult::Error { reason } => {
+            assert!(reason.contains("cannot reach prometheus"), "{reason}")
+        }
+        other => panic!("unreachable prometheus should be an error: {other:?}"),
+    }
+    let status = record(None, &g.name, &result, 0, 3, Utc::now());
+    assert_eq!(status.verdict, FAILED);
+    assert_eq!(status.failures, 1);
+}
+
+#[tokio::test]
+async fn prometheus_errors_and_timeouts_are_errors() {
+    let app = Router::new()
+        .route(
+            "/unavailable/api/v1/query",
+            get(|| async {
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    r#"{"status":"error","errorType":"unavailable","error":"too many queries"}"#,
+                )
+            }),
+        )
+        .route(
+            "/html/api/v1/query",
+            get(|| async { (StatusCode::OK, "<html>a login page</html>") }),
+        )
+        .route(
+            "/slow/api/v1/query",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                r#"{"status":"success","data":{"resultType":"scalar","result":[0,"0"]}}"#
+            }),
+        );
+    let addr = serve(app).await;
+    let http = http_client();
+
+    let g = gate(&format!("http://{addr}/unavailable"), "up", "< 1");
+    match evaluate(&http, &g, &vars("")).await {
+        GateResult::Error { reason } => {
+            assert!(reason.contains("HTTP 503"), "{reason}");
+            assert!(reason.contains("too many queries"), "{reason}");
+        }
+        other => panic!("HTTP 503 should be an error: {other:?}"),
+    }
+
+    let g = gate(&format!("http://{addr}/html"), "up", "< 1");
+    match evaluate(&http, &g, &vars("")).await {
+        GateResult::Error { reason } => assert!(reason.contains("not JSON"), "{reason}"),
+        other => panic!("a body that is not JSON should be an error: {other:?}"),
+    }
+
+    let g = PrometheusGate {
+        timeout_seconds: Some(1),
+        ..gate(&format!("http://{addr}/slow"), "up", "< 1")
+    };
+    let started = Instant::now();
+    match evaluate(&http, &g, &vars("")).await {
+        GateResult::Error { reason } => {
+            assert!(reason.contains("did not answer within 1s"), "{reason}")
+        }
+        other => panic!("a slow prometheus should be an error: {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(4));
+}
+
+// ------------------------------------------------------------------ webhooks
+
+#[derive(Default)]
+struct Hooks {
+    calls: AtomicU32,
+    bodies: Mutex<Vec<serde_json::Value>>,
+}
+
+async fn hook_server() -> (std::net::SocketAddr, Arc<Hooks>) {
+    let hooks = Arc::new(Hooks::default());
+    let app = Router::new()
+        .route(
+            "/ok",
+            post(
+                |State(h): State<Arc<Hooks>>, headers: HeaderMap, body: Bytes| async move {
+                    h.calls.fetch_add(1, Ordering::SeqCst);
+                    assert_eq!(headers["content-type"], "application/json");
+                    let body = serde_json::from_slice(&body).expect("body is not JSON");
+                    h.bodies.lock().unwrap().push(body);
+                    StatusCode::NO_CONTENT
+                },
+            ),
+        )
+        .route(
+            "/fail",
+            post(|State(h): State<Arc<Hooks>>| async move {
+                h.calls.fetch_add(1, Ordering::SeqCst);
+                (StatusCode::INTERNAL_SERVER_ERROR, "database is on fire")
+            }),
+        )
+        .route(
+            "/flaky",
+            post(|State(h): State<Arc<Hooks>>| async move {
+                if h.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                    StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    StatusCode::OK
+                }
+            }),
+        )
+        .route(
+            "/slow",
+            post(|State(h): State<Arc<Hooks>>| async move {
+                h.calls.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                StatusCode::OK
+            }),
+        )
+        .with_state(hooks.clone());
+    (serve(app).await, hooks)
+}
+
+fn hook(url: String, retries: i32, timeout_seconds: i32) -> WebhookGate {
+    WebhookGate {
+        name: "smoke-test".into(),
+        url,
+        timeout_seconds: Some(timeout_seconds),
+        retries: Some(retries),
+    }
+}
+
+fn body() -> WebhookBody {
+    WebhookBody {
+        plan: "shop".into(),
+        namespace: "default".into(),
+        revision: "7f3c9a".into(),
+        step: 1,
+        phase: Phase::RollingOut,
+    }
+}
+
+#[tokio::test]
+async fn webhook_2xx_passes_and_receives_the_rollout_state() {
+    let (addr, hooks) = hook_server().await;
+    let g = hook(format!("http://{addr}/ok"), 2, 5);
+    let result = call(&http_client(), &g, &body()).await;
+    assert_eq!(result, GateResult::Pass { value: 204.0 });
+    assert_eq!(hooks.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        hooks.bodies.lock().unwrap().as_slice(),
+        [serde_json::json!({
+            "plan": "shop", "namespace": "default", "revision": "7f3c9a",
+            "step": 1, "phase": "RollingOut"
+        })]
+    );
+    let status = record(None, &g.name, &result, 0, 0, Utc::now());
+    assert_eq!(status.verdict, PASSED);
+    assert_eq!(status.value.as_deref(), Some("204"));
+}
+
+#[tokio::test]
+async fn webhook_500_fails_after_the_retries() {
+    let (addr, hooks) = hook_server().await;
+    let g = hook(format!("http://{addr}/fail"), 2, 5);
+    let started = Instant::now();
+    let result = call(&http_client(), &g, &body()).await;
+    assert_eq!(hooks.calls.load(Ordering::SeqCst), 3, "retries + 1 calls");
+    // Backoff 200ms then 400ms.
+    assert!(started.elapsed() >= Duration::from_millis(600));
+    match &result {
+        GateResult::Fail {
+            value: Some(v),
+            reason,
+        } => {
+            assert_eq!(*v, 500.0);
+            assert!(reason.contains("HTTP 500"), "{reason}");
+            assert!(reason.contains("database is on fire"), "{reason}");
+            assert!(reason.contains("after 3 attempts"), "{reason}");
+        }
+        other => panic!("a 500 should fail: {other:?}"),
+    }
+    let status = record(None, &g.name, &result, 0, 0, Utc::now());
+    assert_eq!(status.verdict, FAILED);
+}
+
+#[tokio::test]
+async fn webhook_without_retries_is_called_once() {
+    let (addr, hooks) = hook_server().await;
+    let g = hook(format!("http://{addr}/fail"), 0, 5);
+    let result = call(&http_client(), &g, &body()).await;
+    assert!(matches!(result, GateResult::Fail { .. }), "{result:?}");
+    assert_eq!(hooks.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn webhook_retry_can_pass() {
+    let (addr, hooks) = hook_server().await;
+    let g = hook(format!("http://{addr}/flaky"), 2, 5);
+    let result = call(&http_client(), &g, &body()).await;
+    assert_eq!(result, GateResult::Pass { value: 200.0 });
+    assert_eq!(hooks.calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn webhook_slower_than_its_timeout_fails() {
+    let (addr, hooks) = hook_server().await;
+    let g = hook(format!("http://{addr}/slow"), 1, 1);
+    let started = Instant::now();
+    let result = call(&http_client(), &g, &body()).await;
+    let elapsed = started.elapsed();
+    match &result {
+        GateResult::Error { reason } => {
+            assert!(reason.contains("did not answer within 1s"), "{reason}");
+            assert!(reason.contains("after 2 attempts"), "{reason}");
+        }
+        other => panic!("a slow webhook should be an error: {other:?}"),
+    }
+    assert_eq!(hooks.calls.load(Ordering::SeqCst), 2);
+    assert!(
+        elapsed >= Duration::from_millis(2200) && elapsed < Duration::from_secs(5),
+        "{elapsed:?}"
+    );
+    assert_eq!(
+        record(None, &g.name, &result, 0, 0, Utc::now()).verdict,
+        FAILED
+    );
+}
+
+#[tokio::test]
+async fn unreachable_webhook_is_an_error() {
+    let addr = closed_port().await;
+    let g = hook(format!("http://{addr}/ok"), 1, 2);
+    match call(&http_client(), &g, &body()).await {
+        GateResult::Error { reason } => {
+            assert!(reason.contains("cannot reach webhook"), "{reason}")
+        }
+        other => panic!("an unreachable webhook should be an error: {other:?}"),
+    }
+}
