@@ -128,6 +128,10 @@ async fn crash_loop_fault_restarts_the_container() {
     assert!(!status.ready, "a crash-looping container is not ready");
     assert_eq!(condition(&pod, "Ready"), Some("False"));
     assert_eq!(phase(&pod), Some("Running"));
+    // kwok would keep restarting it every 2s for as long as the cluster runs.
+    pods.delete("faulty", &Default::default())
+        .await
+        .expect("delete pod");
 }
 
 #[tokio::test]
