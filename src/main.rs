@@ -137,10 +137,9 @@ async fn run(args: Args) -> Result<(), MainError> {
             identity: id,
             duration_seconds: args.lease_seconds,
         };
-        let manager = leader::manager(client.clone(), &cfg).await?;
         ready.store(true, Ordering::Relaxed);
         let mut stop = stop_rx.clone();
-        if leader::acquire(&manager, client.clone(), &cfg, &mut stop).await? {
+        if let Some(manager) = leader::acquire(client.clone(), &cfg, &mut stop).await? {
             let ctrl = controller::run(client, settings, metrics, stopped(stop_rx.clone()));
             tokio::select! {
                 () = ctrl => {},

@@ -70,29 +70,35 @@ async fn released(api: Api<Lease>, name: String) {
     futures::future::pending::<()>().await;
 }
 
-/// Waits until this process leads. Returns false when `stop` fires first.
+/// Waits until this process leads and returns the lease manager that holds
+/// the lease; `None` when `stop` fires first. A released lease is noticed at
+/// once: the manager caches the lease until it expires, so a fresh one is
+/// built to read it again.
 pub async fn acquire(
-    manager: &LeaseManager,
     client: Client,
     cfg: &LeaderConfig,
     stop: &mut tokio::sync::watch::Receiver<bool>,
-) -> Result<bool, LeaderError> {
-    let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+) -> Result<Option<LeaseManager>, LeaderError> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), &cfg.namespace);
+    let mut current = manager(client.clone(), cfg).await?;
     loop {
         if *stop.borrow() {
-            return Ok(false);
+            return Ok(None);
         }
-        tokio::select! {
-            r = manager.changed() => {
+        let released_now = tokio::select! {
+            r = current.changed() => {
                 if r? {
                     tracing::info!(identity = %cfg.identity, lease = %cfg.name, "leading");
-                    return Ok(true);
+                    return Ok(Some(current));
                 }
+                false
             }
-            () = released(api.clone(), cfg.name.clone()) => {
-                tracing::info!("lease released by its holder: trying to take it");
-            }
-            _ = stop.changed() => return Ok(false),
+            () = released(api.clone(), cfg.name.clone()) => true,
+            _ = stop.changed() => return Ok(None),
+        };
+        if released_now {
+            tracing::info!("lease released by its holder: trying to take it");
+            current = manager(client.clone(), cfg).await?;
         }
     }
 }
