@@ -42,12 +42,13 @@ pub(crate) fn snippet(body: &[u8]) -> String {
 }
 
 /// Describes a transport error with its causes ("connection refused" is in
-/// the source chain, not in reqwest's own message).
+/// the source chain, not in reqwest's own message), without repeating the
+/// full request URL (the query would make the message long).
 pub(crate) fn transport_error(
     what: &str,
     target: &str,
     timeout: Duration,
-    e: &reqwest::Error,
+    e: reqwest::Error,
 ) -> String {
     if e.is_timeout() {
         return format!(
@@ -55,8 +56,9 @@ pub(crate) fn transport_error(
             timeout.as_secs()
         );
     }
+    let e = e.without_url();
     let mut msg = format!("cannot reach {what} at {target}: {e}");
-    let mut source = std::error::Error::source(e);
+    let mut source = std::error::Error::source(&e);
     while let Some(s) = source {
         msg.push_str(": ");
         msg.push_str(&s.to_string());

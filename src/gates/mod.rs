@@ -30,8 +30,7 @@ pub const FAILED: &str = "Failed";
 /// within its `inconclusiveLimit`.
 pub const INCONCLUSIVE: &str = "Inconclusive";
 
-/// Interval of a Prometheus gate without `interval` (and a sensible pace for
-/// re-calling webhook gates, which have no interval of their own).
+/// Interval of a Prometheus gate without `interval`.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(30);
 /// `failureLimit` when unset.
 pub const DEFAULT_FAILURE_LIMIT: i32 = 0;

@@ -143,7 +143,7 @@ pub async fn evaluate(
         Ok(r) => r,
         Err(e) => {
             return GateResult::Error {
-                reason: transport_error("prometheus", &gate.address, timeout, &e),
+                reason: transport_error("prometheus", &gate.address, timeout, e),
             };
         }
     };
@@ -152,7 +152,7 @@ pub async fn evaluate(
         Ok(b) => b,
         Err(e) => {
             return GateResult::Error {
-                reason: transport_error("prometheus", &gate.address, timeout, &e),
+                reason: transport_error("prometheus", &gate.address, timeout, e),
             };
         }
     };

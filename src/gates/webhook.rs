@@ -86,7 +86,7 @@ async fn call_once(
         Ok(r) => r,
         Err(e) => {
             return GateResult::Error {
-                reason: transport_error("webhook", &gate.url, timeout, &e),
+                reason: transport_error("webhook", &gate.url, timeout, e),
             };
         }
     };
