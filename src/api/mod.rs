@@ -201,7 +201,7 @@ pub struct Health {
     pub max_restarts: Option<i32>,
 
     /// Fail at once when a new-revision pod waits in CrashLoopBackOff, ErrImagePull,
-    /// ImagePullBackOff or CreateContainerConfigError. Default true.
+    /// ImagePullBackOff, CreateContainerConfigError or InvalidImageName. Default true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detect_pod_failures: Option<bool>,
 
@@ -482,7 +482,8 @@ pub struct GateStatus {
 pub struct Failure {
     /// The revision that failed.
     pub revision: String,
-    /// The gate that failed: `progressDeadline`, `podFailure`, `abort`, or a gate's name.
+    /// The gate that failed: `progressDeadline`, `podHealth`, `abort`, `deletion`, or a
+    /// gate's name.
     pub gate: String,
     /// Short machine-readable reason, e.g. `CrashLoopBackOff`.
     pub reason: String,

@@ -336,13 +336,14 @@ impl Planner {
             }
             _ => {}
         }
+        if f.paused {
+            // Held: not even promotion to Stable happens until resumed.
+            return Handled;
+        }
         if f.at_final {
             if f.step_ready && f.gates_passed {
                 return self.go(Phase::Stable, Cause::Promoted);
             }
-            return Handled;
-        }
-        if f.paused {
             return Handled;
         }
         let done = match f.pause {

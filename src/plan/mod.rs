@@ -421,7 +421,15 @@ fn apply_cause(
             s.failure = Some(f.clone());
         }
         Cause::RollbackStarted(f) => {
-            s.failure = Some(f.clone());
+            let mut f = f.clone();
+            if f.revision.is_empty() {
+                f.revision = obs
+                    .status
+                    .current_revision
+                    .clone()
+                    .unwrap_or_else(|| target.revision.clone());
+            }
+            s.failure = Some(f);
             s.step_started_at = Some(now);
             s.gates = Vec::new();
         }

@@ -564,7 +564,13 @@ fn abort_rolls_back() {
     sim.ask(Action::Abort);
     sim.reconcile();
     assert_eq!(sim.status.phase, Phase::RollbackInProgress);
-    assert_eq!(sim.status.failure.as_ref().unwrap().gate, "abort");
+    let f = sim.status.failure.clone().unwrap();
+    assert_eq!(f.gate, "abort");
+    assert_eq!(
+        Some(f.revision),
+        sim.status.current_revision,
+        "the aborted revision is named"
+    );
     sim.settle();
     assert_eq!(sim.status.phase, Phase::RolledBack);
     assert_eq!(sim.at("web", &old), 10);
@@ -619,6 +625,17 @@ fn spec_paused_and_pause_requests_hold_the_rollout() {
     sim.generation += 1;
     sim.settle();
     assert_eq!(sim.status.current_step, 3);
+    // A pause holds the final step too: no promotion to Stable while paused.
+    sim.ask(Action::Promote { full: true });
+    sim.reconcile();
+    sim.spec.paused = true;
+    sim.generation += 1;
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::RollingOut);
+    sim.spec.paused = false;
+    sim.generation += 1;
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::Stable);
 }
 
 #[test]
