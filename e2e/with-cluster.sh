@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317  # finish and stop_child run from traps
 # Runs a command against a fresh local cluster and always stops it after:
 #   e2e/with-cluster.sh NAME -- CMD [ARGS...]
 # The command sees KUBECONFIG (and the other variables of the cluster's env
@@ -37,4 +38,19 @@ trap 'exit 143' TERM
 "$E2E_DIR/cluster-up.sh" "$NAME"
 # shellcheck source=/dev/null
 . "$DIR/env"
-"$@"
+
+# The command runs in its own process group, waited for in the background so
+# that INT/TERM reach the traps at once; they stop the whole group (cargo and
+# the test binaries) before the cluster goes down.
+setsid "$@" &
+child=$!
+stop_child() {
+  kill -TERM -- "-$child" 2>/dev/null || true
+  wait "$child" 2>/dev/null || true
+  exit "$1"
+}
+trap 'stop_child 130' INT
+trap 'stop_child 143' TERM
+rc=0
+wait "$child" || rc=$?
+exit "$rc"
