@@ -1,0 +1,232 @@
+//! Whole rollouts guarded by gates: a real Prometheus scraping a test exporter
+//! whose error rate per revision the test sets, and a local webhook server.
+
+mod common;
+mod crd;
+mod operator;
+mod support;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use operator::{Operator, by_image, create, plan, revisions, set_components, template, wait_phase};
+use releaseplan::api::{Phase, revision::template_hash};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::{Prometheus, serve};
+
+const T: Duration = Duration::from_secs(120);
+
+/// Counters per revision hash: (requests, errors, errors per 100 requests).
+type Traffic = Arc<Mutex<BTreeMap<String, (u64, u64, u64)>>>;
+
+async fn metrics(State(t): State<Traffic>) -> String {
+    let mut t = t.lock().unwrap();
+    let mut out =
+        String::from("# TYPE app_requests_total counter\n# TYPE app_errors_total counter\n");
+    for (rev, (req, err, per_100)) in t.iter_mut() {
+        *req += 100;
+        *err += *per_100;
+        out.push_str(&format!("app_requests_total{{revision=\"{rev}\"}} {req}\n"));
+        out.push_str(&format!("app_errors_total{{revision=\"{rev}\"}} {err}\n"));
+    }
+    out
+}
+
+const ERROR_RATIO: &str = r#"sum(rate(app_errors_total{revision="{{revision}}"}[5s])) / sum(rate(app_requests_total{revision="{{revision}}"}[5s]))"#;
+
+fn hash_of(image: &str) -> String {
+    let t: PodTemplateSpec = serde_json::from_value(template(image)).unwrap();
+    template_hash(&t)
+}
+
+fn web(image: &str) -> Value {
+    json!({"name": "web", "replicas": 2, "template": template(image)})
+}
+
+/// Runs one gated rollout of `shop:2` over a stable `shop:1`, with the
+/// exporter reporting `per_100` errors for the new revision (None: no data).
+async fn gated_rollout(
+    prefix: &str,
+    per_100: Option<u64>,
+    gate: Value,
+) -> (kube::Client, String, releaseplan::api::ReleasePlan) {
+    let client = common::client().await;
+    crd::install(&client).await;
+    let ns = common::test_namespace(&client, prefix).await;
+    let traffic: Traffic = Arc::default();
+    let new = hash_of("shop:2");
+    if let Some(p) = per_100 {
+        traffic.lock().unwrap().insert(new.clone(), (0, 0, p));
+    }
+    // The stable revision is healthy, so the first release passes the gate.
+    traffic.lock().unwrap().insert(hash_of("shop:1"), (0, 0, 0));
+    let addr = serve(
+        Router::new()
+            .route("/metrics", get(metrics))
+            .with_state(traffic.clone()),
+    )
+    .await;
+    let prom = Prometheus::start(addr);
+    let watched: Vec<String> = [Some(hash_of("shop:1")), per_100.map(|_| new.clone())]
+        .into_iter()
+        .flatten()
+        .collect();
+    for rev in watched {
+        // Wait until the rate has data, so a gate never sees a half-scraped start.
+        let http = support::http_client();
+        let url = format!("{}/api/v1/query", prom.url);
+        let q = ERROR_RATIO.replace("{{revision}}", &rev);
+        common::wait_until(T, "the error ratio of a revision", || {
+            let (http, url, q) = (http.clone(), url.clone(), q.clone());
+            async move {
+                let body: Value = http
+                    .get(&url)
+                    .query(&[("query", q)])
+                    .send()
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
+                (!body["data"]["result"].as_array()?.is_empty()).then_some(())
+            }
+        })
+        .await;
+    }
+    let mut gate = gate;
+    gate["address"] = json!(prom.url);
+    let _op = Operator::start(&ns, &[]).await;
+    let spec = json!({
+        "components": [web("shop:1")],
+        "strategy": {"steps": [{"setWeight": 50}, {"pause": {"duration": "2s"}}]},
+        "health": {"prometheus": [gate]}
+    });
+    create(&client, &ns, &plan("shop", spec)).await;
+    let settled = common::wait_until(T, "the first release to settle", || async {
+        let p = operator::get(&client, &ns, "shop").await?;
+        let s = p.status.clone()?;
+        matches!(s.phase, Phase::Stable | Phase::RolledBack).then_some(s.phase)
+    })
+    .await;
+    assert_eq!(settled, Phase::Stable, "first release");
+    set_components(&client, &ns, "shop", json!([web("shop:2")])).await;
+    let p = common::wait_until(T, "the gated rollout to settle", || async {
+        let p = operator::get(&client, &ns, "shop").await?;
+        let s = p.status.clone()?;
+        (matches!(s.phase, Phase::Stable | Phase::RolledBack)
+            && s.observed_generation == p.metadata.generation)
+            .then_some(p)
+    })
+    .await;
+    drop(prom);
+    (client, ns, p)
+}
+
+fn prom_gate(threshold: &str) -> Value {
+    json!({"name": "error-rate", "address": "", "query": ERROR_RATIO, "threshold": threshold,
+           "interval": "1s", "failureLimit": 1, "inconclusiveLimit": 2})
+}
+
+#[tokio::test]
+async fn a_healthy_revision_passes_its_prometheus_gate() {
+    let (client, ns, p) = gated_rollout("prom-pass", Some(1), prom_gate("< 0.05")).await;
+    let s = p.status.unwrap();
+    assert_eq!(s.phase, Phase::Stable, "{:?}", s.message);
+    let revs = revisions(&client, &ns, "shop").await;
+    assert_eq!(by_image(&revs, "shop:2"), Some((2, 2)));
+}
+
+#[tokio::test]
+async fn a_failing_revision_is_rolled_back_by_its_prometheus_gate() {
+    let (client, ns, p) = gated_rollout("prom-fail", Some(50), prom_gate("< 0.05")).await;
+    let s = p.status.unwrap();
+    assert_eq!(s.phase, Phase::RolledBack, "{:?}", s.message);
+    let f = s.failure.unwrap();
+    assert_eq!(
+        (f.gate.as_str(), f.reason.as_str()),
+        ("error-rate", "GateFailed")
+    );
+    assert!(
+        f.message.contains("0.5"),
+        "the value is named: {}",
+        f.message
+    );
+    let revs = revisions(&client, &ns, "shop").await;
+    assert_eq!(by_image(&revs, "shop:1"), Some((2, 2)));
+    assert_eq!(by_image(&revs, "shop:2").map(|x| x.0), Some(0));
+}
+
+#[tokio::test]
+async fn a_gate_without_data_is_inconclusive_and_fails_past_its_limit() {
+    let (_client, _ns, p) = gated_rollout("prom-nodata", None, prom_gate("< 0.05")).await;
+    let s = p.status.unwrap();
+    assert_eq!(s.phase, Phase::RolledBack, "{:?}", s.message);
+    let f = s.failure.unwrap();
+    assert_eq!(f.gate, "error-rate");
+    assert!(f.message.contains("inconclusive"), "{}", f.message);
+}
+
+type Calls = Arc<Mutex<Vec<Value>>>;
+
+async fn hook(State((code, calls)): State<(u16, Calls)>, body: String) -> StatusCode {
+    calls
+        .lock()
+        .unwrap()
+        .push(serde_json::from_str(&body).unwrap_or(Value::Null));
+    StatusCode::from_u16(code).unwrap()
+}
+
+async fn webhook_rollout(prefix: &str, code: u16) -> (Phase, Calls) {
+    let client = common::client().await;
+    crd::install(&client).await;
+    let ns = common::test_namespace(&client, prefix).await;
+    let calls: Calls = Arc::default();
+    let addr = serve(
+        Router::new()
+            .route("/check", post(hook))
+            .with_state((code, calls.clone())),
+    )
+    .await;
+    let _op = Operator::start(&ns, &[]).await;
+    create(
+        &client,
+        &ns,
+        &plan("shop", json!({"components": [web("shop:1")]})),
+    )
+    .await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let hooks = json!([{"name": "smoke", "url": format!("http://{addr}/check"), "timeoutSeconds": 2, "retries": 1}]);
+    operator::patch_spec(
+        &client,
+        &ns,
+        "shop",
+        json!({"components": [web("shop:2")], "strategy": {"steps": [{"setWeight": 50}]}, "health": {"webhooks": hooks}}),
+    )
+    .await;
+    let phase = common::wait_until(T, "the webhook-gated rollout to settle", || async {
+        let p = operator::get(&client, &ns, "shop").await?;
+        let s = p.status.clone()?;
+        (matches!(s.phase, Phase::Stable | Phase::RolledBack)
+            && s.observed_generation == p.metadata.generation)
+            .then_some(s.phase)
+    })
+    .await;
+    (phase, calls)
+}
+
+#[tokio::test]
+async fn a_webhook_gate_passes_on_2xx_and_rolls_back_otherwise() {
+    let (phase, calls) = webhook_rollout("hook-pass", 200).await;
+    assert_eq!(phase, Phase::Stable);
+    let first = calls.lock().unwrap()[0].clone();
+    assert_eq!(first["plan"], "shop");
+    assert_eq!(first["phase"], "RollingOut");
+    let (phase, calls) = webhook_rollout("hook-fail", 503).await;
+    assert_eq!(phase, Phase::RolledBack);
+    assert_eq!(calls.lock().unwrap().len(), 2, "one call and one retry");
+}
