@@ -97,7 +97,7 @@ fn identity(args: &Args) -> String {
 
 async fn run(args: Args) -> Result<(), MainError> {
     let client = kube::Client::try_default().await?;
-    controller::check_crd(&client).await?;
+    controller::check_crd(&client, args.namespace.as_deref()).await?;
 
     let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));

@@ -502,9 +502,13 @@ async fn set_finalizers(
     }
 }
 
-/// Checks that the CRD is installed and the API reachable.
-pub async fn check_crd(client: &Client) -> Result<(), StartError> {
-    let api: Api<ReleasePlan> = Api::all(client.clone());
+/// Checks that the CRD is installed and the API reachable. With a watched
+/// namespace the list is in that namespace, so a Role there is enough.
+pub async fn check_crd(client: &Client, namespace: Option<&str>) -> Result<(), StartError> {
+    let api: Api<ReleasePlan> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
     match api.list(&ListParams::default().limit(1)).await {
         Ok(_) => Ok(()),
         Err(e) if is_not_found(&e) => Err(StartError::CrdMissing),
