@@ -46,3 +46,29 @@ crds-check:
 	  exit 1; \
 	fi; \
 	echo "crds/releaseplan.yaml is current"
+
+.PHONY: bench
+## bench: operator benchmarks on a fresh cluster (latency, writes per rollout, RSS with 100 plans)
+bench: tools
+	cargo build --release --bin releaseplan
+	e2e/with-cluster.sh bench -- env RP_OPERATOR_BIN=$(CARGO_TARGET_DIR)/release/releaseplan cargo bench --bench operator
+
+.PHONY: demo
+## demo: local cluster + operator; a two-component plan rolled out, then a broken version rolled back
+demo:
+	e2e/demo.sh
+
+.PHONY: chart-crd chart-lint
+
+## chart-crd: copy crds/releaseplan.yaml into the Helm chart (tests/chart.rs checks they are equal)
+chart-crd:
+	cp crds/releaseplan.yaml charts/releaseplan/crds/releaseplan.yaml
+	@echo "wrote charts/releaseplan/crds/releaseplan.yaml"
+
+## chart-lint: helm lint the chart and check its CRD copy is current
+chart-lint: tools
+	@cmp -s crds/releaseplan.yaml charts/releaseplan/crds/releaseplan.yaml || { \
+	  echo "chart-lint: charts/releaseplan/crds/releaseplan.yaml differs from" \
+	    "crds/releaseplan.yaml; run 'make chart-crd' and commit it" >&2; exit 1; }
+	"$${RP_CACHE:-$$HOME/.cache/releaseplan}/helm-v$$(sed -n 's/^HELM_VERSION=//p' e2e/versions.env)/bin/helm" \
+	  lint --strict charts/releaseplan

@@ -1,0 +1,268 @@
+//! Benchmarks of the operator against the local control plane (`make bench`).
+//! Prints figures; asserts nothing about speed (a shared machine makes timed
+//! assertions flaky).
+//!
+//! 1. Latency from a spec patch to the new revision Deployment existing, next
+//!    to the round trip of a no-op patch on the same API server.
+//! 2. Reconciles and API writes of one full canary rollout.
+//! 3. Operator memory (RSS) and CPU time with 100 plans.
+//!
+//! The operator binary is `$RP_OPERATOR_BIN` (a release build in `make bench`).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+#[path = "../tests/crd/mod.rs"]
+mod crd;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use releaseplan::api::{Phase, ReleasePlan, revision};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn template(image: &str) -> Value {
+    json!({"metadata": {"labels": {"app": "bench"}}, "spec": {"containers": [{"name": "app", "image": image}]}})
+}
+
+fn plan(name: &str, image: &str, replicas: i32, steps: Value) -> ReleasePlan {
+    serde_json::from_value(json!({
+        "apiVersion": "releaseplan.io/v1alpha1", "kind": "ReleasePlan",
+        "metadata": {"name": name},
+        "spec": {"components": [{"name": "web", "replicas": replicas, "template": template(image)}],
+                 "strategy": {"steps": steps}}
+    }))
+    .expect("plan")
+}
+
+fn hash(image: &str) -> String {
+    let t: PodTemplateSpec = serde_json::from_value(template(image)).expect("template");
+    revision::template_hash(&t)
+}
+
+struct Op {
+    child: Child,
+    port: u16,
+}
+
+impl Op {
+    fn start(ns: &str) -> Op {
+        let bin = std::env::var("RP_OPERATOR_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_releaseplan").to_string());
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("port");
+        let child = Command::new(bin)
+            .args(["--namespace", ns, "--metrics-addr", &format!("127.0.0.1:{port}")])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the operator");
+        Op { child, port }
+    }
+
+    async fn metric(&self, prefix: &str) -> f64 {
+        let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.port))
+            .await
+            .ok()
+            .map(|r| r.text());
+        let text = match text {
+            Some(f) => f.await.unwrap_or_default(),
+            None => String::new(),
+        };
+        text.lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Resident memory in KiB and CPU seconds (user + system) of the process.
+    fn usage(&self) -> (u64, f64) {
+        let pid = self.child.id();
+        let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().unwrap_or(0)))
+            .unwrap_or(0);
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+        let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
+            + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+        (rss, ticks / 100.0)
+    }
+}
+
+impl Drop for Op {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn report(what: &str, mut samples: Vec<Duration>) {
+    samples.sort();
+    println!(
+        "{what}: n={} median={:.1}ms p99={:.1}ms max={:.1}ms",
+        samples.len(),
+        percentile(&samples, 0.5).as_secs_f64() * 1000.0,
+        percentile(&samples, 0.99).as_secs_f64() * 1000.0,
+        samples.last().copied().unwrap_or_default().as_secs_f64() * 1000.0
+    );
+}
+
+async fn wait_stable(api: &Api<ReleasePlan>, name: &str) {
+    common::wait_until(Duration::from_secs(120), &format!("{name} Stable"), || async {
+        let p = api.get(name).await.ok()?;
+        let s = p.status?;
+        (s.phase == Phase::Stable && s.observed_generation == p.metadata.generation).then_some(())
+    })
+    .await;
+}
+
+async fn latency(client: &Client, patches: usize) {
+    let ns = common::test_namespace(client, "bench-latency").await;
+    let _op = Op::start(&ns);
+    let plans: Api<ReleasePlan> = Api::namespaced(client.clone(), &ns);
+    plans.create(&PostParams::default(), &plan("shop", "img:0", 1, json!([]))).await.expect("create");
+    wait_stable(&plans, "shop").await;
+
+    // Creation times of Deployments, seen by a client-side watch.
+    let seen: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let seen2 = seen.clone();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let watch = tokio::spawn(async move {
+        let mut s = watcher(deployments, watcher::Config::default()).applied_objects().boxed();
+        while let Some(Ok(d)) = s.next().await {
+            seen2.lock().expect("lock").entry(d.name_any()).or_insert_with(Instant::now);
+        }
+    });
+    let mut samples = Vec::new();
+    for i in 1..=patches {
+        let image = format!("img:{i}");
+        let name = format!("shop-web-{}", hash(&image));
+        let patch = json!({"spec": {"components": [{"name": "web", "replicas": 1, "template": template(&image)}]}});
+        let start = Instant::now();
+        plans.patch("shop", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+        let created = common::wait_until(Duration::from_secs(60), "the new revision Deployment", || async {
+            seen.lock().ok()?.get(&name).copied()
+        })
+        .await;
+        samples.push(created.saturating_duration_since(start));
+        wait_stable(&plans, "shop").await;
+    }
+    watch.abort();
+    report("spec patch -> new revision Deployment created", samples);
+
+    // The same API server's round trip for a patch that changes nothing.
+    let noop = json!({"metadata": {"labels": {"bench": "noop"}}});
+    let mut samples = Vec::new();
+    for _ in 0..patches {
+        let start = Instant::now();
+        plans.patch("shop", &PatchParams::default(), &Patch::Merge(&noop)).await.expect("patch");
+        samples.push(start.elapsed());
+    }
+    report("no-op patch round trip (for comparison)", samples);
+}
+
+async fn rollout_cost(client: &Client) {
+    let ns = common::test_namespace(client, "bench-rollout").await;
+    let op = Op::start(&ns);
+    let plans: Api<ReleasePlan> = Api::namespaced(client.clone(), &ns);
+    let steps = json!([{"setWeight": 25}, {"setWeight": 50}, {"setWeight": 75}]);
+    plans.create(&PostParams::default(), &plan("shop", "img:1", 4, steps)).await.expect("create");
+    wait_stable(&plans, "shop").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let runs0 = op.metric("releaseplan_reconcile_runs_total").await;
+    let writes0 = op.metric("releaseplan_api_writes_total").await;
+    let status0 = op.metric("releaseplan_api_writes_total{kind=\"status\"}").await;
+    let apply0 = op.metric("releaseplan_api_writes_total{kind=\"apply\"}").await;
+    let start = Instant::now();
+    let patch = json!({"spec": {"components": [{"name": "web", "replicas": 4, "template": template("img:2")}]}});
+    plans.patch("shop", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+    wait_stable(&plans, "shop").await;
+    let took = start.elapsed();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    println!(
+        "one rollout (4 replicas, 3 steps + final): {:.1}s, {} reconciles, {} API writes ({} Deployment applies, {} status writes, rest events/finalizer)",
+        took.as_secs_f64(),
+        op.metric("releaseplan_reconcile_runs_total").await - runs0,
+        op.metric("releaseplan_api_writes_total").await - writes0,
+        op.metric("releaseplan_api_writes_total{kind=\"apply\"}").await - apply0,
+        op.metric("releaseplan_api_writes_total{kind=\"status\"}").await - status0,
+    );
+}
+
+async fn many_plans(client: &Client, n: usize) {
+    let ns = common::test_namespace(client, "bench-many").await;
+    let op = Op::start(&ns);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (idle_rss, _) = op.usage();
+    let plans: Api<ReleasePlan> = Api::namespaced(client.clone(), &ns);
+    let start = Instant::now();
+    for i in 0..n {
+        plans
+            .create(&PostParams::default(), &plan(&format!("app-{i}"), "img:1", 1, json!([])))
+            .await
+            .expect("create");
+    }
+    common::wait_until(Duration::from_secs(600), "every plan Stable", || async {
+        let list = plans.list(&Default::default()).await.ok()?;
+        let stable = list
+            .items
+            .iter()
+            .filter(|p| p.status.as_ref().is_some_and(|s| s.phase == Phase::Stable))
+            .count();
+        (stable == n).then_some(())
+    })
+    .await;
+    let took = start.elapsed();
+    let (rss, cpu) = op.usage();
+    println!(
+        "{n} plans (first release each): all Stable in {:.1}s; operator RSS {} KiB idle, {} KiB with {n} plans; CPU {:.2}s in all",
+        took.as_secs_f64(),
+        idle_rss,
+        rss,
+        cpu
+    );
+    // Steady state: no work while nothing changes.
+    let (_, cpu0) = op.usage();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let (rss2, cpu1) = op.usage();
+    println!(
+        "steady state with {n} plans: {:.3}s CPU over 10s, RSS {} KiB",
+        cpu1 - cpu0,
+        rss2
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    // `cargo test --all-targets` also builds and runs benches without `--bench`.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("operator benchmark: run with `make bench` (cargo bench --bench operator)");
+        return;
+    }
+    let client = common::client().await;
+    crd::install(&client).await;
+    let patches: usize = std::env::var("RP_BENCH_PATCHES").ok().and_then(|v| v.parse().ok()).unwrap_or(50);
+    let plans: usize = std::env::var("RP_BENCH_PLANS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    latency(&client, patches).await;
+    rollout_cost(&client).await;
+    many_plans(&client, plans).await;
+}
