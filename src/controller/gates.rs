@@ -8,6 +8,7 @@ use crate::gates::prometheus::{self, TemplateVars};
 use crate::gates::webhook::{self, WebhookBody};
 use crate::gates::{self as g, GateResult};
 use crate::ops::metrics::GateLabel;
+use crate::plan::{EventIntent, EventType};
 use chrono::{DateTime, Utc};
 use kube::ResourceExt;
 use std::time::Duration;
@@ -113,6 +114,36 @@ pub async fn evaluate(
     out
 }
 
+/// One event per gate whose verdict changed in this evaluation.
+pub fn verdict_events(before: &[GateStatus], after: &[GateStatus]) -> Vec<EventIntent> {
+    after
+        .iter()
+        .filter(|a| {
+            a.verdict != g::PENDING
+                && before
+                    .iter()
+                    .find(|b| b.name == a.name)
+                    .is_none_or(|b| b.verdict != a.verdict)
+        })
+        .map(|a| {
+            let (type_, reason) = match a.verdict.as_str() {
+                g::PASSED => (EventType::Normal, "GatePassed"),
+                g::FAILED => (EventType::Warning, "GateFailed"),
+                _ => (EventType::Warning, "GateInconclusive"),
+            };
+            EventIntent {
+                type_,
+                reason: reason.into(),
+                message: format!(
+                    "gate {}: {}",
+                    a.name,
+                    a.message.as_deref().unwrap_or(a.verdict.as_str())
+                ),
+            }
+        })
+        .collect()
+}
+
 /// How long until the next gate is due, for the requeue.
 pub fn next_due(
     plan: &ReleasePlan,
@@ -132,4 +163,32 @@ pub fn next_due(
     prom.chain(hooks)
         .min()
         .map(|d| d.max(Duration::from_millis(500)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gate(name: &str, verdict: &str) -> GateStatus {
+        GateStatus {
+            name: name.into(),
+            verdict: verdict.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_event_per_changed_verdict() {
+        let before = vec![gate("a", "Passed"), gate("b", "Pending")];
+        let after = vec![
+            gate("a", "Passed"),
+            gate("b", "Failed"),
+            gate("c", "Passed"),
+            gate("d", "Pending"),
+        ];
+        let ev = verdict_events(&before, &after);
+        let reasons: Vec<&str> = ev.iter().map(|e| e.reason.as_str()).collect();
+        assert_eq!(reasons, ["GateFailed", "GatePassed"]);
+        assert_eq!(ev[0].type_, EventType::Warning);
+    }
 }

@@ -231,6 +231,9 @@ async fn reconcile_inner(plan: &ReleasePlan, ctx: &Context) -> Result<Action, Er
 
     // Stage 4: decide, purely.
     let mut decision = plan::decide(&obs, &templates);
+    decision
+        .events
+        .extend(gates::verdict_events(&status.gates, &obs.gates));
     if let Err(msg) = &request {
         decision.status.acknowledged_request = plan
             .annotations()
