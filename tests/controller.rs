@@ -284,11 +284,19 @@ async fn two_components_promote_together() {
     .await;
     wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
     set_components(&client, &ns, "shop", json!([web("web:2", 2), api("api:2")])).await;
-    common::wait_until(T, "both canaries at one ready pod", || async {
-        let revs = revisions(&client, &ns, "shop").await;
-        (by_image(&revs, "web:2") == Some((1, 1)) && by_image(&revs, "api:2") == Some((1, 1)))
+    common::wait_until(
+        T,
+        "both canaries at one ready pod, held at the pause",
+        || async {
+            let revs = revisions(&client, &ns, "shop").await;
+            let s = get(&client, &ns, "shop").await?.status?;
+            // Promote only once at the pause: a promote at step 0 would only move to the pause.
+            (s.current_step == 1
+                && by_image(&revs, "web:2") == Some((1, 1))
+                && by_image(&revs, "api:2") == Some((1, 1)))
             .then_some(())
-    })
+        },
+    )
     .await;
     operator::request(&client, &ns, "shop", "promote").await;
     wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
