@@ -72,3 +72,9 @@ chart-lint: tools
 	    "crds/releaseplan.yaml; run 'make chart-crd' and commit it" >&2; exit 1; }
 	"$${RP_CACHE:-$$HOME/.cache/releaseplan}/helm-v$$(sed -n 's/^HELM_VERSION=//p' e2e/versions.env)/bin/helm" \
 	  lint --strict charts/releaseplan
+
+.PHONY: lint
+## lint: formatting, clippy with warnings as errors, and the committed CRD is current
+lint: crds-check
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
