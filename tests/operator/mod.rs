@@ -276,3 +276,61 @@ pub fn by_image(revs: &BTreeMap<String, (i32, i32, String)>, image: &str) -> Opt
         .find(|(_, _, i)| i == image)
         .map(|(r, ready, _)| (*r, *ready))
 }
+
+impl Operator {
+    /// Like [`Operator::start`], with extra environment variables for the
+    /// process (set after the inherited ones, so `KUBECONFIG` can point it at
+    /// another identity than the tests' own).
+    pub async fn start_with_env(
+        namespace: &str,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Operator {
+        let port = free_port();
+        let dir = std::env::temp_dir().join("releaseplan-tests");
+        std::fs::create_dir_all(&dir).expect("log dir");
+        let log = dir.join(format!("operator-{namespace}-{port}.log"));
+        let out = std::fs::File::create(&log).expect("log file");
+        let err = out.try_clone().expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_releaseplan"))
+            .arg("--namespace")
+            .arg(namespace)
+            .arg("--metrics-addr")
+            .arg(format!("127.0.0.1:{port}"))
+            .args(extra)
+            .env("RUST_LOG", "info,releaseplan=debug")
+            .envs(envs.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("cannot start the operator binary");
+        let mut op = Operator {
+            child: Some(child),
+            port,
+            log,
+        };
+        // Fails at once, with the log, when the process exits instead.
+        let url = format!("http://127.0.0.1:{port}/readyz");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(Ok(Some(status))) = op.child.as_mut().map(|c| c.try_wait()) {
+                panic!(
+                    "the operator exited ({status}) before /readyz:\n{}",
+                    op.log_text()
+                );
+            }
+            if let Ok(r) = reqwest::get(&url).await
+                && r.status().is_success()
+            {
+                return op;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out after 30s waiting for the operator's /readyz:\n{}",
+                op.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}

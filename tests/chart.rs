@@ -1,0 +1,834 @@
+//! The Helm chart in charts/releaseplan: its CRD copy, `helm lint`, what it
+//! renders, that the API server accepts every rendered object (server-side
+//! apply), and that the operator completes rollouts holding nothing but the
+//! chart's RBAC (a token of the chart's ServiceAccount).
+//!
+//! The cluster tests need the local cluster (`e2e/cluster-up.sh chart` then
+//! `. .e2e-run/chart/env`, or `make test`), and helm and kubectl from
+//! `make tools` (on PATH, or in ~/.cache/releaseplan).
+
+mod common;
+mod crd;
+mod operator;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use operator::{Operator, by_image, create, plan, revisions, set_components, template, wait_phase};
+use releaseplan::api::Phase;
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(90);
+/// Field manager of the tests' server-side applies of the rendered chart.
+const MANAGER: &str = "releaseplan-chart-tests";
+
+fn chart_dir() -> PathBuf {
+    common::repo_root().join("charts/releaseplan")
+}
+
+/// A pinned tool of `make tools`: `<cache>/<part>-v<version>/bin/<name>`,
+/// else the first `name` on PATH.
+fn tool(name: &str, part: &str, version_key: &str) -> PathBuf {
+    let versions = std::fs::read_to_string(common::repo_root().join("e2e/versions.env"))
+        .expect("cannot read e2e/versions.env");
+    let version = versions
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{version_key}=")))
+        .map(|v| v.trim().to_string());
+    let cache = std::env::var_os("RP_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/releaseplan")));
+    if let (Some(cache), Some(version)) = (cache, version) {
+        let pinned = cache.join(format!("{part}-v{version}/bin/{name}"));
+        if pinned.is_file() {
+            return pinned;
+        }
+    }
+    std::env::var_os("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| {
+            panic!("{name} not found: run `make tools` (it builds the pinned {name})")
+        })
+}
+
+fn helm_bin() -> PathBuf {
+    tool("helm", "helm", "HELM_VERSION")
+}
+
+fn kubectl_bin() -> PathBuf {
+    tool("kubectl", "k8s", "K8S_VERSION")
+}
+
+/// Runs a command, feeding `stdin`; returns stdout or panics with stderr.
+fn run(program: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().expect("stdin pipe");
+        let input = input.to_string();
+        // A writer thread: the child may fill stdout before it reads all input.
+        std::thread::spawn(move || {
+            let _ = pipe.write_all(input.as_bytes());
+        });
+    }
+    let out = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("{} did not finish: {e}", program.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{} {} failed ({}):\n{}\n{stdout}",
+        program.display(),
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn helm(args: &[&str]) -> String {
+    run(&helm_bin(), args, None)
+}
+
+/// `helm template` of the chart: the manifest text.
+fn render_text(release: &str, namespace: &str, sets: &[&str], include_crds: bool) -> String {
+    let chart = chart_dir();
+    let chart = chart.to_str().expect("utf-8 path");
+    let mut args = vec!["template", release, chart, "--namespace", namespace];
+    if include_crds {
+        args.push("--include-crds");
+    }
+    for s in sets {
+        args.push("--set");
+        args.push(s);
+    }
+    helm(&args)
+}
+
+/// The rendered objects (templates only, not the CRD), as JSON values.
+fn render(release: &str, namespace: &str, sets: &[&str]) -> Vec<Value> {
+    parse_docs(&render_text(release, namespace, sets, false))
+}
+
+fn parse_docs(text: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|d| {
+            serde::Deserialize::deserialize(d)
+                .unwrap_or_else(|e| panic!("the chart renders invalid YAML: {e}"))
+        })
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn kind_of(v: &Value) -> &str {
+    v["kind"].as_str().unwrap_or_default()
+}
+
+fn of_kind<'a>(objs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    objs.iter().filter(|o| kind_of(o) == kind).collect()
+}
+
+fn one<'a>(objs: &'a [Value], kind: &str) -> &'a Value {
+    let found = of_kind(objs, kind);
+    assert_eq!(found.len(), 1, "expected one {kind}, got {}", found.len());
+    found[0]
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.as_str().map(String::from))
+        .collect()
+}
+
+/// (apiGroup, resource) -> sorted verbs, of every rule of a (Cluster)Role.
+fn rules(role: &Value) -> Vec<(String, String, Vec<String>)> {
+    let mut out = Vec::new();
+    for rule in role["rules"].as_array().into_iter().flatten() {
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                let mut verbs = strings(&rule["verbs"]);
+                verbs.sort();
+                out.push((group.clone(), resource, verbs));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn expected_rules() -> Vec<(String, String, Vec<String>)> {
+    let mut want: Vec<(String, String, Vec<String>)> = [
+        (
+            "releaseplan.io",
+            "releaseplans",
+            &["get", "list", "patch", "watch"][..],
+        ),
+        (
+            "releaseplan.io",
+            "releaseplans/status",
+            &["get", "patch", "update"],
+        ),
+        ("releaseplan.io", "releaseplans/finalizers", &["update"]),
+        (
+            "apps",
+            "deployments",
+            &[
+                "create", "delete", "get", "list", "patch", "update", "watch",
+            ],
+        ),
+        ("", "pods", &["get", "list", "watch"]),
+        ("events.k8s.io", "events", &["create", "patch"]),
+    ]
+    .iter()
+    .map(|(g, r, v)| {
+        (
+            g.to_string(),
+            r.to_string(),
+            v.iter().map(|s| s.to_string()).collect(),
+        )
+    })
+    .collect();
+    want.sort();
+    want
+}
+
+fn lease_rules() -> Vec<(String, String, Vec<String>)> {
+    vec![(
+        "coordination.k8s.io".into(),
+        "leases".into(),
+        ["create", "get", "list", "patch", "update", "watch"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    )]
+}
+
+// ------------------------------------------------------------ no cluster
+
+#[test]
+fn the_charts_crd_is_the_checked_in_crd() {
+    let root = common::repo_root();
+    let checked_in = std::fs::read(root.join("crds/releaseplan.yaml"))
+        .expect("cannot read crds/releaseplan.yaml");
+    let copy = std::fs::read(root.join("charts/releaseplan/crds/releaseplan.yaml"))
+        .expect("cannot read charts/releaseplan/crds/releaseplan.yaml");
+    assert!(
+        checked_in == copy,
+        "charts/releaseplan/crds/releaseplan.yaml differs from crds/releaseplan.yaml: \
+         run `make chart-crd` and commit it"
+    );
+}
+
+#[test]
+fn helm_lint_passes() {
+    let chart = chart_dir();
+    let chart = chart.to_str().expect("utf-8 path");
+    helm(&["lint", "--strict", chart]);
+    helm(&[
+        "lint",
+        "--strict",
+        chart,
+        "--set",
+        "watchNamespace=apps",
+        "--set",
+        "serviceMonitor.enabled=true",
+    ]);
+}
+
+#[test]
+fn default_values_render_least_privilege_rbac_and_a_restricted_deployment() {
+    let objs = render("rp", "rp-system", &[]);
+    let mut kinds: Vec<&str> = objs.iter().map(kind_of).collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment",
+            "NetworkPolicy",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount"
+        ],
+        "no CRD among the templates, no ServiceMonitor by default"
+    );
+    for o in &objs {
+        if kind_of(o) != "ClusterRole" && kind_of(o) != "ClusterRoleBinding" {
+            assert_eq!(o["metadata"]["namespace"], "rp-system", "{o}");
+        }
+    }
+
+    // RBAC: exactly what the operator uses; leases only in the release namespace.
+    assert_eq!(rules(one(&objs, "ClusterRole")), expected_rules());
+    let role = one(&objs, "Role");
+    assert_eq!(role["metadata"]["namespace"], "rp-system");
+    assert_eq!(rules(role), lease_rules());
+    for r in of_kind(&objs, "ClusterRole")
+        .into_iter()
+        .chain(of_kind(&objs, "Role"))
+    {
+        for (_, resource, verbs) in rules(r) {
+            assert!(
+                !["secrets", "configmaps", "*"].contains(&resource.as_str()),
+                "{resource}"
+            );
+            assert!(!verbs.contains(&"*".to_string()), "{verbs:?}");
+        }
+    }
+    let sa = one(&objs, "ServiceAccount")["metadata"]["name"].clone();
+    for b in ["ClusterRoleBinding", "RoleBinding"] {
+        let subjects = &one(&objs, b)["subjects"];
+        assert_eq!(subjects[0]["name"], sa, "{b}");
+        assert_eq!(subjects[0]["namespace"], "rp-system", "{b}");
+    }
+
+    // The Deployment: 2 replicas, leader election, probes, restricted security.
+    let d = one(&objs, "Deployment");
+    let spec = &d["spec"]["template"]["spec"];
+    assert_eq!(d["spec"]["replicas"], 2);
+    assert_eq!(spec["serviceAccountName"], sa);
+    assert_eq!(spec["terminationGracePeriodSeconds"], 30);
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(spec["securityContext"]["runAsUser"], 65532);
+    assert_eq!(
+        spec["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let c = &spec["containers"][0];
+    let args = strings(&c["args"]);
+    for want in [
+        "--leader-election",
+        "--lease-namespace=$(POD_NAMESPACE)",
+        "--metrics-addr=0.0.0.0:8080",
+        "--log-json",
+    ] {
+        assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
+    }
+    assert!(
+        !args.iter().any(|a| a.starts_with("--namespace")),
+        "{args:?}"
+    );
+    let env = c["env"].as_array().expect("env");
+    for (name, path) in [
+        ("POD_NAME", "metadata.name"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+    ] {
+        assert!(
+            env.iter()
+                .any(|e| e["name"] == name && e["valueFrom"]["fieldRef"]["fieldPath"] == path),
+            "{name} from the downward API"
+        );
+    }
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["ports"][0]["containerPort"], 8080);
+    let sc = &c["securityContext"];
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["runAsNonRoot"], true);
+    assert_eq!(sc["runAsUser"], 65532);
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(c["resources"]["requests"]["cpu"], "10m");
+    assert_eq!(c["resources"]["requests"]["memory"], "32Mi");
+    assert_eq!(c["resources"]["limits"]["memory"], "256Mi");
+    assert!(
+        spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+            .is_array()
+    );
+    assert_eq!(
+        spec["topologySpreadConstraints"][0]["whenUnsatisfiable"],
+        "ScheduleAnyway"
+    );
+
+    assert_eq!(one(&objs, "PodDisruptionBudget")["spec"]["minAvailable"], 1);
+    let np = one(&objs, "NetworkPolicy");
+    assert_eq!(
+        np["spec"]["ingress"],
+        json!([{"ports": [{"port": "http-metrics", "protocol": "TCP"}]}])
+    );
+    assert_eq!(np["spec"]["egress"], json!([{}]));
+    assert_eq!(
+        one(&objs, "Service")["spec"]["ports"][0]["targetPort"],
+        "http-metrics"
+    );
+
+    // The CRD is only in crds/ (never in an annotation, never templated).
+    let text = render_text("rp", "rp-system", &[], false);
+    assert!(
+        text.len() < 50_000,
+        "rendered templates are {} bytes",
+        text.len()
+    );
+    assert!(!text.contains("CustomResourceDefinition"));
+}
+
+#[test]
+fn watch_namespace_renders_roles_only_and_the_service_monitor_on_request() {
+    let objs = render(
+        "rp",
+        "rp-system",
+        &["watchNamespace=apps", "serviceMonitor.enabled=true"],
+    );
+    assert!(of_kind(&objs, "ClusterRole").is_empty());
+    assert!(of_kind(&objs, "ClusterRoleBinding").is_empty());
+    let roles = of_kind(&objs, "Role");
+    assert_eq!(roles.len(), 2);
+    let in_ns = |ns: &str| {
+        *roles
+            .iter()
+            .find(|r| r["metadata"]["namespace"] == ns)
+            .unwrap_or_else(|| panic!("no Role in {ns}"))
+    };
+    assert_eq!(rules(in_ns("apps")), expected_rules());
+    assert_eq!(rules(in_ns("rp-system")), lease_rules());
+    let bindings = of_kind(&objs, "RoleBinding");
+    assert_eq!(bindings.len(), 2);
+    for b in bindings {
+        assert_eq!(b["subjects"][0]["namespace"], "rp-system");
+    }
+    let args =
+        strings(&one(&objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert!(args.iter().any(|a| a == "--namespace=apps"), "{args:?}");
+    let sm = one(&objs, "ServiceMonitor");
+    assert_eq!(sm["spec"]["endpoints"][0]["port"], "http-metrics");
+    assert_eq!(sm["spec"]["endpoints"][0]["path"], "/metrics");
+
+    // Without leader election there is no lease Role.
+    let objs = render("rp", "rp-system", &["leaderElection.enabled=false"]);
+    assert!(of_kind(&objs, "Role").is_empty());
+    let args =
+        strings(&one(&objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert!(
+        !args
+            .iter()
+            .any(|a| a.contains("lease") || a.contains("leader"))
+    );
+}
+
+// ------------------------------------------------------------ cluster
+
+/// The chart installed from its rendered manifests, and a client holding a
+/// token of its ServiceAccount.
+struct Install {
+    release: String,
+    namespace: String,
+    service_account: String,
+    /// A kubeconfig with the ServiceAccount's token (same server and CA).
+    kubeconfig: PathBuf,
+    /// A client that holds only the chart's permissions.
+    sa_client: Client,
+    _dir: tempfile::TempDir,
+}
+
+/// Creates a namespace enforcing the restricted Pod Security Standard,
+/// renders the chart into it (with the CRD) and applies every object
+/// server-side; waits until the Deployment's 2 pods are ready (so the pod
+/// security admission accepted them); makes a token for the ServiceAccount.
+async fn install(client: &Client, prefix: &str, sets: &[&str]) -> Install {
+    crd::install(client).await;
+    let namespace = common::test_namespace(client, prefix).await;
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            &namespace,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest",
+            }}})),
+        )
+        .await
+        .expect("cannot label the namespace");
+    // The namespace name is unique, so it keeps cluster-scoped names apart.
+    let release = namespace.clone();
+    let manifest = render_text(&release, &namespace, sets, true);
+    let applied = run(
+        &kubectl_bin(),
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager",
+            MANAGER,
+            "-f",
+            "-",
+        ],
+        Some(&manifest),
+    );
+    let objs = parse_docs(&manifest);
+    assert_eq!(
+        applied
+            .lines()
+            .filter(|l| l.contains("serverside-applied"))
+            .count(),
+        objs.len(),
+        "every rendered object is applied:\n{applied}"
+    );
+    let deployment = one(&objs, "Deployment")["metadata"]["name"]
+        .as_str()
+        .expect("Deployment name")
+        .to_string();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
+    common::wait_until(
+        Duration::from_secs(60),
+        "the chart's Deployment to have 2 ready pods in a restricted namespace",
+        || async {
+            let d = deployments.get(&deployment).await.ok()?;
+            (d.status?.ready_replicas? == 2).then_some(())
+        },
+    )
+    .await;
+
+    let service_account = one(&objs, "ServiceAccount")["metadata"]["name"]
+        .as_str()
+        .expect("ServiceAccount name")
+        .to_string();
+    let token = run(
+        &kubectl_bin(),
+        &[
+            "create",
+            "token",
+            &service_account,
+            "--namespace",
+            &namespace,
+            "--duration",
+            "1h",
+        ],
+        None,
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, token_kubeconfig(token.trim())).expect("write kubeconfig");
+    let config = Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(&kubeconfig).expect("the token kubeconfig"),
+        &KubeConfigOptions::default(),
+    )
+    .await
+    .expect("load the token kubeconfig");
+    let sa_client = Client::try_from(config).expect("client with the token");
+    Install {
+        release,
+        namespace,
+        service_account,
+        kubeconfig,
+        sa_client,
+        _dir: dir,
+    }
+}
+
+/// A kubeconfig with the server and CA of the admin kubeconfig ($KUBECONFIG)
+/// and `token` as the only credential.
+fn token_kubeconfig(token: &str) -> String {
+    let admin = Kubeconfig::read().expect("cannot read the kubeconfig of KUBECONFIG");
+    let context = admin
+        .current_context
+        .as_ref()
+        .and_then(|c| admin.contexts.iter().find(|n| &n.name == c))
+        .and_then(|n| n.context.as_ref())
+        .expect("the admin kubeconfig has a current context");
+    let cluster = admin
+        .clusters
+        .iter()
+        .find(|c| c.name == context.cluster)
+        .and_then(|c| c.cluster.as_ref())
+        .expect("the current context's cluster");
+    let server = cluster.server.as_deref().expect("the cluster has a server");
+    let ca = match (
+        &cluster.certificate_authority_data,
+        &cluster.certificate_authority,
+    ) {
+        (Some(data), _) => format!("certificate-authority-data: {data}"),
+        (None, Some(file)) => format!("certificate-authority: {file}"),
+        (None, None) => panic!("the admin kubeconfig has no CA"),
+    };
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster:
+    server: {server}
+    {ca}
+users:
+- name: chart-service-account
+  user:
+    token: {token}
+contexts:
+- name: test
+  context:
+    cluster: test
+    user: chart-service-account
+current-context: test
+"
+    )
+}
+
+/// Whether the client may do `verb` on `resource` (SelfSubjectAccessReview).
+async fn may(client: &Client, verb: &str, group: &str, resource: &str, ns: Option<&str>) -> bool {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                namespace: ns.map(String::from),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("SelfSubjectAccessReview")
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+fn is_forbidden<T: std::fmt::Debug>(r: &Result<T, kube::Error>) -> bool {
+    matches!(r, Err(kube::Error::Api(s)) if s.code == 403)
+}
+
+async fn assert_no_secrets_or_configmaps(i: &Install, apps: &str) {
+    let c = &i.sa_client;
+    for ns in [i.namespace.as_str(), apps, "default", "kube-system"] {
+        for verb in [
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ] {
+            for resource in ["secrets", "configmaps"] {
+                assert!(
+                    !may(c, verb, "", resource, Some(ns)).await,
+                    "{} may {verb} {resource} in {ns}",
+                    i.service_account
+                );
+            }
+        }
+    }
+    assert!(!may(c, "list", "", "secrets", None).await);
+    let secrets = Api::<Secret>::namespaced(c.clone(), &i.namespace);
+    let list = secrets.list(&ListParams::default()).await;
+    assert!(is_forbidden(&list), "list secrets: {list:?}");
+    let get = secrets.get("anything").await;
+    assert!(is_forbidden(&get), "get a secret: {get:?}");
+    let all = Api::<Secret>::all(c.clone())
+        .list(&ListParams::default())
+        .await;
+    assert!(is_forbidden(&all), "list secrets cluster-wide: {all:?}");
+    let cms = Api::<ConfigMap>::namespaced(c.clone(), apps)
+        .list(&ListParams::default())
+        .await;
+    assert!(is_forbidden(&cms), "list configmaps: {cms:?}");
+}
+
+#[tokio::test]
+async fn the_service_account_cannot_read_secrets() {
+    let client = common::client().await;
+    let i = install(&client, "chart-rbac", &[]).await;
+    let apps = common::test_namespace(&client, "chart-rbac-apps").await;
+    assert_no_secrets_or_configmaps(&i, &apps).await;
+
+    // What it may do, and that leases are limited to the release namespace.
+    let c = &i.sa_client;
+    for (verb, group, resource) in [
+        ("watch", "releaseplan.io", "releaseplans"),
+        ("update", "releaseplan.io", "releaseplans/status"),
+        ("update", "releaseplan.io", "releaseplans/finalizers"),
+        ("delete", "apps", "deployments"),
+        ("list", "", "pods"),
+        ("create", "events.k8s.io", "events"),
+    ] {
+        assert!(
+            may(c, verb, group, resource, Some(&apps)).await,
+            "{verb} {resource}"
+        );
+    }
+    assert!(!may(c, "delete", "releaseplan.io", "releaseplans", Some(&apps)).await);
+    assert!(!may(c, "create", "", "pods", Some(&apps)).await);
+    assert!(!may(c, "create", "", "events", Some(&apps)).await);
+    assert!(
+        may(
+            c,
+            "update",
+            "coordination.k8s.io",
+            "leases",
+            Some(&i.namespace)
+        )
+        .await
+    );
+    assert!(
+        !may(
+            c,
+            "delete",
+            "coordination.k8s.io",
+            "leases",
+            Some(&i.namespace)
+        )
+        .await
+    );
+    assert!(!may(c, "get", "coordination.k8s.io", "leases", Some(&apps)).await);
+}
+
+/// Waits until the plan is Stable with its generation observed; fails at
+/// once, with the log lines, when the operator was refused a request.
+async fn wait_stable(client: &Client, op: &Operator, ns: &str, name: &str) {
+    common::wait_until(T, &format!("plan {ns}/{name} to be Stable"), || {
+        let log = op.log_text();
+        let refused: Vec<&str> = log
+            .lines()
+            .filter(|l| l.to_lowercase().contains("forbidden"))
+            .take(5)
+            .collect();
+        assert!(
+            refused.is_empty(),
+            "the chart's RBAC refused the operator a request:\n{}",
+            refused.join("\n")
+        );
+        async move {
+            let p = operator::get(client, ns, name).await?;
+            let s = p.status.as_ref()?;
+            (s.phase == Phase::Stable && s.observed_generation == p.metadata.generation)
+                .then_some(())
+        }
+    })
+    .await;
+}
+
+/// Runs the operator with the chart's ServiceAccount token, as the chart's
+/// Deployment does (leader election, lease in the release namespace,
+/// POD_NAME and POD_NAMESPACE), and walks a plan through a first release and
+/// a canary rollout to Stable.
+async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
+    let client = common::client().await;
+    let apps = common::test_namespace(&client, &format!("{prefix}-apps")).await;
+    let set = format!("watchNamespace={apps}");
+    let sets: &[&str] = if watch_namespace { &[&set] } else { &[] };
+    let i = install(&client, prefix, sets).await;
+    assert_no_secrets_or_configmaps(&i, &apps).await;
+    if watch_namespace {
+        // Namespaced RBAC: nothing in the other namespaces.
+        let other = common::test_namespace(&client, &format!("{prefix}-other")).await;
+        assert!(!may(&i.sa_client, "list", "releaseplan.io", "releaseplans", None).await);
+        assert!(!may(&i.sa_client, "list", "apps", "deployments", Some(&other)).await);
+    }
+
+    let pod_name = format!("{}-0", i.release);
+    let kubeconfig = i.kubeconfig.to_str().expect("utf-8 path");
+    let mut op = Operator::start_with_env(
+        &apps,
+        &["--leader-election", "--lease-namespace", &i.namespace],
+        &[
+            ("KUBECONFIG", kubeconfig),
+            ("POD_NAME", &pod_name),
+            ("POD_NAMESPACE", &i.namespace),
+        ],
+    )
+    .await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &i.namespace);
+    common::wait_until(T, "the operator to hold the lease", || async {
+        let lease = leases.get_opt("releaseplan-leader").await.ok()??;
+        (lease.spec?.holder_identity? == pod_name).then_some(())
+    })
+    .await;
+
+    let steps = json!([{"setWeight": 50}, {"pause": {"duration": "1s"}}]);
+    let web = |image: &str| json!([{"name": "web", "replicas": 2, "template": template(image)}]);
+    create(
+        &client,
+        &apps,
+        &plan(
+            "shop",
+            json!({"components": web("shop:1"), "strategy": {"steps": steps}}),
+        ),
+    )
+    .await;
+    wait_stable(&client, &op, &apps, "shop").await;
+    let done = wait_phase(&client, &apps, "shop", Phase::Stable, T).await;
+    assert!(
+        done.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == releaseplan::api::FINALIZER),
+        "the finalizer was added"
+    );
+    set_components(&client, &apps, "shop", web("shop:2")).await;
+    wait_stable(&client, &op, &apps, "shop").await;
+    let revs = revisions(&client, &apps, "shop").await;
+    assert_eq!(by_image(&revs, "shop:2"), Some((2, 2)), "{revs:?}");
+
+    let events = Api::<Event>::namespaced(client.clone(), &apps)
+        .list(&ListParams::default())
+        .await
+        .expect("list events");
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.reporting_controller.as_deref() == Some("releaseplan")),
+        "the operator recorded events"
+    );
+    let log = op.log_text();
+    assert!(
+        !log.to_lowercase().contains("forbidden"),
+        "a request was forbidden:\n{log}"
+    );
+    assert!(op.counter("releaseplan_api_writes_total").await > 0.0);
+
+    let status = op.terminate().await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "clean exit on SIGTERM: {status:?}\n{}",
+        op.log_text()
+    );
+    let holder = leases
+        .get("releaseplan-leader")
+        .await
+        .expect("the lease")
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert!(
+        holder.is_empty(),
+        "the lease was released, held by {holder:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_operator_rolls_out_with_the_chart_cluster_role_only() {
+    rollout_with_chart_rbac("chart-op", false).await;
+}
+
+#[tokio::test]
+async fn the_operator_rolls_out_with_the_chart_namespaced_role_only() {
+    rollout_with_chart_rbac("chart-opns", true).await;
+}
