@@ -2,9 +2,11 @@
 //!
 //! `api` holds the ReleasePlan types, `plan` the pure rollout state machine,
 //! `gates` the health gates, `controller` the reconcile I/O and `ops` the
-//! process plumbing (metrics, health, leader election, telemetry).
+//! process plumbing (metrics, health, leader election, telemetry); `cli` is
+//! the `kubectl releaseplan` plugin.
 
 pub mod api;
+pub mod cli;
 pub mod controller;
 pub mod gates;
 pub mod ops;

@@ -1,0 +1,593 @@
+//! Pure text rendering for the plugin: the `get` tree, the `history` table and
+//! the one-line progress summary of `wait` and the request commands.
+
+use crate::api::{LABEL_COMPONENT, LABEL_REVISION, ReleasePlan, ReleasePlanStatus};
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::ResourceExt;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Where the rollout stands among the steps: `step 2/4`, `steps 4/4 done` (the
+/// implicit final step to 100%, or settled) or `no steps`. `currentStep` is the
+/// index of the step being run, and equals the number of steps during the
+/// implicit final step to 100%.
+pub fn step_text(plan: &ReleasePlan) -> String {
+    let n = plan.spec.strategy.steps.len();
+    let step = plan
+        .status
+        .as_ref()
+        .map(|s| usize::try_from(s.current_step).unwrap_or(0))
+        .unwrap_or(0);
+    if n == 0 {
+        "no steps".into()
+    } else if step < n {
+        format!("step {}/{n}", step + 1)
+    } else {
+        format!("steps {n}/{n} done")
+    }
+}
+
+/// `RollingOut, step 2/4, weight 50%`: where a plan stands, for before/after lines.
+pub fn summary(plan: &ReleasePlan) -> String {
+    let s = plan.status.clone().unwrap_or_default();
+    let mut out = format!("{}, {}, weight {}%", s.phase, step_text(plan), s.weight);
+    if s.pause_requested {
+        out.push_str(", pause requested");
+    }
+    out
+}
+
+/// One progress line of `wait` (without the timestamp): phase, step, weight and
+/// the operator's message.
+pub fn progress_line(plan: &ReleasePlan) -> String {
+    let s = plan.status.clone().unwrap_or_default();
+    let mut line = format!(
+        "{:<18} {:<15} weight {:>3}%",
+        s.phase.as_str(),
+        step_text(plan),
+        s.weight
+    );
+    let generation = plan.metadata.generation;
+    if s.observed_generation != generation {
+        let _ = write!(
+            line,
+            "  (generation {} not observed yet)",
+            generation.unwrap_or(0)
+        );
+    }
+    if let Some(m) = s.message.as_deref().filter(|m| !m.is_empty()) {
+        let _ = write!(line, "  {m}");
+    }
+    line
+}
+
+/// A node of a text tree.
+struct Node {
+    text: String,
+    children: Vec<Node>,
+}
+
+impl Node {
+    fn leaf(text: impl Into<String>) -> Node {
+        Node {
+            text: text.into(),
+            children: Vec::new(),
+        }
+    }
+}
+
+fn draw(out: &mut String, nodes: &[Node], prefix: &str) {
+    for (i, node) in nodes.iter().enumerate() {
+        let last = i + 1 == nodes.len();
+        let (branch, cont) = if last {
+            ("└── ", "    ")
+        } else {
+            ("├── ", "│   ")
+        };
+        let _ = writeln!(out, "{prefix}{branch}{}", node.text.trim_end());
+        draw(out, &node.children, &format!("{prefix}{cont}"));
+    }
+}
+
+/// Pads the cells of each column to the widest cell, two spaces apart.
+fn columns(rows: &[Vec<String>]) -> Vec<String> {
+    let width = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..width)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    rows.iter()
+        .map(|r| {
+            let mut line = String::new();
+            for (c, cell) in r.iter().enumerate() {
+                if c > 0 {
+                    line.push_str("  ");
+                }
+                let pad = widths[c].saturating_sub(cell.chars().count());
+                line.push_str(cell);
+                if c + 1 < r.len() {
+                    line.push_str(&" ".repeat(pad));
+                }
+            }
+            line
+        })
+        .collect()
+}
+
+/// Facts of one revision Deployment, for the tree.
+struct Rev {
+    name: String,
+    hash: String,
+    replicas: i32,
+    ready: i32,
+    image: String,
+}
+
+fn rev_of(d: &Deployment) -> Rev {
+    let labels = d.labels();
+    Rev {
+        name: d.name_any(),
+        hash: labels.get(LABEL_REVISION).cloned().unwrap_or_default(),
+        replicas: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0),
+        ready: d
+            .status
+            .as_ref()
+            .and_then(|s| s.ready_replicas)
+            .unwrap_or(0),
+        image: d
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .map(|s| {
+                s.containers
+                    .iter()
+                    .filter_map(|c| c.image.clone())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default(),
+    }
+}
+
+/// The components of the plan with their revision Deployments, in status order,
+/// then any component only the Deployments know of.
+fn component_nodes(status: &ReleasePlanStatus, deployments: &[Deployment]) -> Vec<Node> {
+    let mut by_component: BTreeMap<String, Vec<Rev>> = BTreeMap::new();
+    for d in deployments {
+        let component = d.labels().get(LABEL_COMPONENT).cloned().unwrap_or_default();
+        by_component.entry(component).or_default().push(rev_of(d));
+    }
+    let mut order: Vec<String> = status.components.iter().map(|c| c.name.clone()).collect();
+    for name in by_component.keys() {
+        if !order.contains(name) {
+            order.push(name.clone());
+        }
+    }
+    order
+        .into_iter()
+        .map(|name| {
+            let cs = status.components.iter().find(|c| c.name == name);
+            let current = cs.and_then(|c| c.current_hash.clone());
+            let stable = cs.and_then(|c| c.stable_hash.clone());
+            let role = |hash: &str| -> &'static str {
+                match (
+                    current.as_deref() == Some(hash),
+                    stable.as_deref() == Some(hash),
+                ) {
+                    (true, true) => "current, stable",
+                    (true, false) => "current",
+                    (false, true) => "stable",
+                    (false, false) => "old",
+                }
+            };
+            let rank = |hash: &str| match role(hash) {
+                "current, stable" | "current" => 0,
+                "stable" => 1,
+                _ => 2,
+            };
+            let mut revs = by_component.remove(&name).unwrap_or_default();
+            revs.sort_by(|a, b| {
+                rank(&a.hash)
+                    .cmp(&rank(&b.hash))
+                    .then_with(|| a.name.cmp(&b.name))
+            });
+            let rows: Vec<Vec<String>> = revs
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.name.clone(),
+                        r.hash.clone(),
+                        format!("{}/{} ready", r.ready, r.replicas),
+                        role(&r.hash).to_string(),
+                        r.image.clone(),
+                    ]
+                })
+                .collect();
+            let mut children: Vec<Node> = columns(&rows).into_iter().map(Node::leaf).collect();
+            // A revision the status names but no Deployment carries (not created yet, or pruned).
+            for (hash, what) in [
+                (current.as_deref(), "current"),
+                (stable.as_deref(), "stable"),
+            ] {
+                if let Some(hash) = hash
+                    && !revs.iter().any(|r| r.hash == hash)
+                    && !(what == "stable" && current.as_deref() == Some(hash))
+                {
+                    children.push(Node::leaf(format!(
+                        "{hash}  no Deployment ({what} revision)"
+                    )));
+                }
+            }
+            let text = match cs {
+                Some(c) if current.is_some() && current == stable => format!(
+                    "{name}  replicas {}  ({}/{} ready)",
+                    c.replicas, c.current_ready, c.current_replicas
+                ),
+                Some(c) => format!(
+                    "{name}  replicas {}  (current {}/{} ready, stable {}/{} ready)",
+                    c.replicas,
+                    c.current_ready,
+                    c.current_replicas,
+                    c.stable_ready,
+                    c.stable_replicas
+                ),
+                None => format!("{name}  (not in status)"),
+            };
+            Node { text, children }
+        })
+        .collect()
+}
+
+/// Renders a plan and its revision Deployments as a tree: the plan line, the
+/// components with their revisions, the gates and the conditions.
+pub fn render_tree(plan: &ReleasePlan, deployments: &[Deployment]) -> String {
+    let status = plan.status.clone().unwrap_or_default();
+    let name = plan.name_any();
+    let ns = plan.namespace().unwrap_or_default();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "ReleasePlan {ns}/{name}  {}  {}  weight {}%",
+        status.phase,
+        step_text(plan),
+        status.weight
+    );
+    let mut top: Vec<Node> = Vec::new();
+    let mut info = vec![
+        vec![
+            "stable".to_string(),
+            status
+                .stable_revision
+                .clone()
+                .unwrap_or_else(|| "none".into()),
+        ],
+        vec![
+            "current".to_string(),
+            status
+                .current_revision
+                .clone()
+                .unwrap_or_else(|| "none".into()),
+        ],
+    ];
+    let generation = plan.metadata.generation.unwrap_or(0);
+    let observed = status
+        .observed_generation
+        .map(|g| g.to_string())
+        .unwrap_or_else(|| "none".into());
+    info.push(vec![
+        "generation".into(),
+        format!("{generation} (observed {observed})"),
+    ]);
+    if let Some(m) = status.message.as_deref().filter(|m| !m.is_empty()) {
+        info.push(vec!["message".into(), m.to_string()]);
+    }
+    if let Some(f) = &status.failure {
+        info.push(vec![
+            "failure".into(),
+            format!("{} ({}): {}", f.gate, f.reason, f.message),
+        ]);
+    }
+    if plan.spec.paused {
+        info.push(vec!["paused".into(), "spec.paused is true".into()]);
+    }
+    if status.pause_requested {
+        info.push(vec![
+            "paused".into(),
+            "a pause request holds the rollout (resume to continue)".into(),
+        ]);
+    }
+    for line in columns(&info) {
+        let _ = writeln!(out, "│ {line}");
+    }
+
+    let components = component_nodes(&status, deployments);
+    top.push(Node {
+        text: if components.is_empty() {
+            "components: none yet".into()
+        } else {
+            "components".into()
+        },
+        children: components,
+    });
+
+    let gate_rows: Vec<Vec<String>> = status
+        .gates
+        .iter()
+        .map(|g| {
+            let mut row = vec![
+                g.name.clone(),
+                g.verdict.clone(),
+                format!("value {}", g.value.as_deref().unwrap_or("-")),
+                format!("failures {}", g.failures),
+            ];
+            if g.inconclusive > 0 {
+                row.push(format!("inconclusive {}", g.inconclusive));
+            }
+            if let Some(m) = g.message.as_deref().filter(|m| !m.is_empty()) {
+                row.push(m.to_string());
+            }
+            row
+        })
+        .collect();
+    top.push(Node {
+        text: if gate_rows.is_empty() {
+            "gates: none in this step".into()
+        } else {
+            "gates".into()
+        },
+        children: columns(&gate_rows).into_iter().map(Node::leaf).collect(),
+    });
+
+    let cond_rows: Vec<Vec<String>> = status
+        .conditions
+        .iter()
+        .map(|c| vec![c.type_.clone(), c.status.clone(), c.reason.clone()])
+        .collect();
+    top.push(Node {
+        text: if cond_rows.is_empty() {
+            "conditions: none".into()
+        } else {
+            "conditions".into()
+        },
+        children: columns(&cond_rows).into_iter().map(Node::leaf).collect(),
+    });
+    draw(&mut out, &top, "");
+    out
+}
+
+/// `1h2m3s`, `4m0s`, `12s`.
+pub fn human_duration(d: chrono::Duration) -> String {
+    let secs = d.num_seconds().max(0);
+    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
+    if h > 0 {
+        format!("{h}h{m}m{s}s")
+    } else if m > 0 {
+        format!("{m}m{s}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
+fn time_text(t: Option<DateTime<Utc>>) -> String {
+    t.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_else(|| "-".into())
+}
+
+/// The `history` table: finished rollouts oldest first, then the rollout in
+/// progress (if any) as of `now`.
+pub fn render_history(plan: &ReleasePlan, now: DateTime<Utc>) -> String {
+    let status = plan.status.clone().unwrap_or_default();
+    let mut rows = vec![vec![
+        "NUMBER".to_string(),
+        "REVISION".into(),
+        "OUTCOME".into(),
+        "STARTED (UTC)".into(),
+        "FINISHED (UTC)".into(),
+        "DURATION".into(),
+        "REASON".into(),
+    ]];
+    for h in &status.history {
+        let duration = match (h.started_at, h.finished_at) {
+            (Some(a), Some(b)) => human_duration(b - a),
+            _ => "-".into(),
+        };
+        rows.push(vec![
+            h.number.to_string(),
+            h.revision.clone(),
+            h.outcome.clone(),
+            time_text(h.started_at),
+            time_text(h.finished_at),
+            duration,
+            h.reason.clone().unwrap_or_default(),
+        ]);
+    }
+    if status.phase.is_active()
+        && let Some(rev) = &status.current_revision
+    {
+        rows.push(vec![
+            status.rollout_count.to_string(),
+            rev.clone(),
+            format!("({})", status.phase),
+            time_text(status.rollout_started_at),
+            "-".into(),
+            status
+                .rollout_started_at
+                .map(|t| human_duration(now - t))
+                .unwrap_or_else(|| "-".into()),
+            "in progress".into(),
+        ]);
+    }
+    if rows.len() == 1 {
+        return format!(
+            "releaseplan {} has no finished rollouts yet ({})\n",
+            plan.name_any(),
+            status.phase
+        );
+    }
+    let mut out = String::new();
+    for line in columns(&rows) {
+        let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Phase;
+    use crate::cli::fixtures::{deployment, plan, plan_json};
+    use serde_json::json;
+
+    #[test]
+    fn tree_shows_plan_components_gates_conditions() {
+        let deployments = vec![
+            deployment("shop-web-web1hash11", "web", "web1hash11", 3, 3, "web:1"),
+            deployment("shop-web-web2hash22", "web", "web2hash22", 1, 1, "web:2"),
+            deployment("shop-web-old0hash00", "web", "old0hash00", 0, 0, "web:0"),
+            deployment(
+                "shop-worker-wrk1hash11",
+                "worker",
+                "wrk1hash11",
+                2,
+                2,
+                "worker:1",
+            ),
+        ];
+        let text = render_tree(&plan(), &deployments);
+        let expected = "\
+ReleasePlan prod/shop  RollingOut  step 2/4  weight 25%
+│ stable      x8r2kq7b4m
+│ current     tn5wd9cz2h
+│ generation  3 (observed 3)
+│ message     rolling out tn5wd9cz2h (step 2/4, weight 25%): waiting for promotion
+├── components
+│   ├── web  replicas 4  (current 1/1 ready, stable 3/3 ready)
+│   │   ├── shop-web-web2hash22  web2hash22  1/1 ready  current  web:2
+│   │   ├── shop-web-web1hash11  web1hash11  3/3 ready  stable   web:1
+│   │   └── shop-web-old0hash00  old0hash00  0/0 ready  old      web:0
+│   └── worker  replicas 2  (2/2 ready)
+│       └── shop-worker-wrk1hash11  wrk1hash11  2/2 ready  current, stable  worker:1
+├── gates
+│   └── error-rate  Passed  value 0.01  failures 0
+└── conditions
+    ├── Ready   False  RollingOut
+    └── Paused  True   PauseStep
+";
+        assert_eq!(text, expected, "\n{text}");
+    }
+
+    #[test]
+    fn tree_of_a_plan_without_status() {
+        let mut v = plan_json();
+        v.as_object_mut().unwrap().remove("status");
+        let p: ReleasePlan = serde_json::from_value(v).unwrap();
+        let text = render_tree(&p, &[]);
+        assert!(
+            text.starts_with("ReleasePlan prod/shop  Pending  step 1/4  weight 0%\n"),
+            "{text}"
+        );
+        assert!(text.contains("generation  3 (observed none)"), "{text}");
+        assert!(text.contains("components: none yet"), "{text}");
+        assert!(text.contains("gates: none in this step"), "{text}");
+        assert!(text.contains("conditions: none"), "{text}");
+    }
+
+    #[test]
+    fn tree_names_missing_deployments_and_failures() {
+        let mut v = plan_json();
+        v["status"]["failure"] = json!({"revision": "tn5wd9cz2h", "gate": "podHealth", "reason": "CrashLoopBackOff", "message": "pod x crashed"});
+        v["status"]["pauseRequested"] = json!(true);
+        let p: ReleasePlan = serde_json::from_value(v).unwrap();
+        let text = render_tree(&p, &[]);
+        assert!(
+            text.contains("│ failure     podHealth (CrashLoopBackOff): pod x crashed"),
+            "{text}"
+        );
+        assert!(text.contains("a pause request holds the rollout"), "{text}");
+        assert!(
+            text.contains("web2hash22  no Deployment (current revision)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("web1hash11  no Deployment (stable revision)"),
+            "{text}"
+        );
+        // current == stable: named once.
+        assert_eq!(
+            text.matches("wrk1hash11  no Deployment").count(),
+            1,
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn step_text_cases() {
+        let mut p = plan();
+        assert_eq!(step_text(&p), "step 2/4");
+        p.status.as_mut().unwrap().current_step = 4;
+        assert_eq!(step_text(&p), "steps 4/4 done");
+        p.spec.strategy.steps.clear();
+        assert_eq!(step_text(&p), "no steps");
+    }
+
+    #[test]
+    fn progress_line_has_phase_step_weight_message() {
+        let mut p = plan();
+        let line = progress_line(&p);
+        assert!(
+            line.starts_with("RollingOut         step 2/4        weight  25%"),
+            "{line}"
+        );
+        assert!(line.ends_with("waiting for promotion"), "{line}");
+        p.metadata.generation = Some(4);
+        assert!(progress_line(&p).contains("(generation 4 not observed yet)"));
+        assert_eq!(summary(&p), "RollingOut, step 2/4, weight 25%");
+    }
+
+    #[test]
+    fn history_table() {
+        let now: DateTime<Utc> = "2025-01-02T09:01:30Z".parse().unwrap();
+        let text = render_history(&plan(), now);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(
+            lines[0].starts_with("NUMBER  REVISION    OUTCOME"),
+            "{text}"
+        );
+        assert!(lines[1].contains("x8r2kq7b4m  Promoted"), "{text}");
+        assert!(
+            lines[1].contains("2025-01-01 10:00:00  2025-01-01 10:02:13  2m13s"),
+            "{text}"
+        );
+        assert!(lines[1].ends_with("all steps passed"), "{text}");
+        assert!(
+            lines[2].starts_with("2       tn5wd9cz2h  (RollingOut)"),
+            "{text}"
+        );
+        assert!(lines[2].contains("1m30s"), "{text}");
+        assert!(lines[2].ends_with("in progress"), "{text}");
+
+        let mut empty = plan();
+        let s = empty.status.as_mut().unwrap();
+        s.history.clear();
+        s.phase = Phase::Pending;
+        assert_eq!(
+            render_history(&empty, now),
+            "releaseplan shop has no finished rollouts yet (Pending)\n"
+        );
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(human_duration(chrono::Duration::seconds(12)), "12s");
+        assert_eq!(human_duration(chrono::Duration::seconds(240)), "4m0s");
+        assert_eq!(human_duration(chrono::Duration::seconds(3723)), "1h2m3s");
+        assert_eq!(human_duration(chrono::Duration::seconds(-5)), "0s");
+    }
+}

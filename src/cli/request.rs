@@ -1,0 +1,190 @@
+//! Plugin requests (promote, abort, retry, pause, resume): the annotation value,
+//! the metadata-only patch, and whether a request applies in a phase.
+
+use crate::api::{ANNOTATION_REQUEST, Phase, ReleasePlan};
+use crate::plan::Action;
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+/// The action word of the annotation, as `Action::parse` reads it.
+pub fn action_word(action: Action) -> &'static str {
+    match action {
+        Action::Promote { full: false } => "promote",
+        Action::Promote { full: true } => "promote-full",
+        Action::Abort => "abort",
+        Action::Retry => "retry",
+        Action::Pause => "pause",
+        Action::Resume => "resume",
+    }
+}
+
+/// The annotation value of a request: `<action>/<id>`, where the id is the UTC
+/// time to the millisecond plus a nonce, e.g. `promote/20250102T090000.123Z-3f2a`.
+/// The operator applies each distinct value once and records it in
+/// `status.acknowledgedRequest`.
+pub fn request_value(action: Action, now: DateTime<Utc>, nonce: u16) -> String {
+    format!(
+        "{}/{}-{nonce:04x}",
+        action_word(action),
+        now.format("%Y%m%dT%H%M%S%.3fZ")
+    )
+}
+
+/// A nonce for [`request_value`] from the process id and the clock, so two
+/// plugin runs in the same millisecond still differ.
+pub fn nonce() -> u16 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let mixed = std::process::id().wrapping_mul(2_654_435_761) ^ nanos;
+    u16::try_from(mixed & 0xffff).unwrap_or(0)
+}
+
+/// The JSON merge patch that sets the request annotation. It touches metadata
+/// only: the spec belongs to its author (often a GitOps tool).
+pub fn request_patch(value: &str) -> Value {
+    json!({"metadata": {"annotations": {ANNOTATION_REQUEST: value}}})
+}
+
+/// Why `action` will be ignored in the plan's current state, or `None` when it
+/// applies. Mirrors the operator's rules (`plan::machine::Facts::gather`).
+pub fn not_applicable(action: Action, plan: &ReleasePlan) -> Option<String> {
+    let status = plan.status.clone().unwrap_or_default();
+    let phase = status.phase;
+    let halted = phase == Phase::RollingOut && status.failure.is_some();
+    let word = action_word(action);
+    match action {
+        Action::Pause | Action::Resume => None,
+        Action::Promote { .. } if halted => Some(format!(
+            "{word} does not apply: the rollout is halted on a failure; use `retry` to re-run the step or `abort` to roll back"
+        )),
+        Action::Promote { .. } if phase != Phase::RollingOut => Some(format!(
+            "{word} applies only while RollingOut; the plan is {phase}"
+        )),
+        Action::Abort if phase != Phase::RollingOut => Some(format!(
+            "abort applies only while RollingOut; the plan is {phase}"
+        )),
+        Action::Retry if !(phase == Phase::RolledBack || halted) => Some(format!(
+            "retry applies only when RolledBack or when a rollout is halted on a failure; the plan is {phase}"
+        )),
+        _ => None,
+    }
+}
+
+/// A note when a pause or resume changes nothing.
+pub fn no_op_note(action: Action, plan: &ReleasePlan) -> Option<&'static str> {
+    let requested = plan.status.as_ref().is_some_and(|s| s.pause_requested);
+    match action {
+        Action::Pause if requested => Some("a pause request already holds the plan"),
+        Action::Resume if !requested && plan.spec.paused => Some(
+            "no pause request to lift; the plan is held by spec.paused, which only a spec change lifts",
+        ),
+        Action::Resume if !requested => Some("no pause request to lift"),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::fixtures::plan;
+    use crate::plan::Action;
+
+    const ALL: [Action; 6] = [
+        Action::Promote { full: false },
+        Action::Promote { full: true },
+        Action::Abort,
+        Action::Retry,
+        Action::Pause,
+        Action::Resume,
+    ];
+
+    #[test]
+    fn request_value_format_round_trips() {
+        let now: DateTime<Utc> = "2025-01-02T09:00:00.123Z".parse().unwrap();
+        assert_eq!(
+            request_value(Action::Promote { full: false }, now, 0x3f2a),
+            "promote/20250102T090000.123Z-3f2a"
+        );
+        assert_eq!(
+            request_value(Action::Promote { full: true }, now, 1),
+            "promote-full/20250102T090000.123Z-0001"
+        );
+        for a in ALL {
+            let v = request_value(a, now, 7);
+            let (word, id) = v.split_once('/').unwrap();
+            assert_eq!(Action::parse(word), Some(a), "{v}");
+            assert!(!id.contains('/'), "{v}");
+            assert!(v.len() <= 63, "{v}");
+        }
+        assert_ne!(
+            request_value(Action::Abort, now, 1),
+            request_value(Action::Abort, now, 2)
+        );
+    }
+
+    #[test]
+    fn patch_touches_metadata_only() {
+        let p = request_patch("abort/x");
+        assert_eq!(
+            p,
+            json!({"metadata": {"annotations": {"releaseplan.io/request": "abort/x"}}})
+        );
+        assert!(p.get("spec").is_none());
+    }
+
+    #[test]
+    fn applicability_follows_the_operator() {
+        let mut p = plan(); // RollingOut, not halted
+        for a in ALL {
+            let expect = !matches!(a, Action::Retry);
+            assert_eq!(not_applicable(a, &p).is_none(), expect, "{a:?}");
+        }
+        p.status.as_mut().unwrap().failure = Some(crate::api::Failure::default());
+        // Halted: promote no, abort yes, retry yes.
+        assert!(
+            not_applicable(Action::Promote { full: false }, &p)
+                .unwrap()
+                .contains("halted")
+        );
+        assert!(not_applicable(Action::Abort, &p).is_none());
+        assert!(not_applicable(Action::Retry, &p).is_none());
+        for phase in [Phase::Stable, Phase::Pending, Phase::RollbackInProgress] {
+            let s = p.status.as_mut().unwrap();
+            s.phase = phase;
+            s.failure = None;
+            assert!(
+                not_applicable(Action::Promote { full: true }, &p)
+                    .unwrap()
+                    .contains(&format!("the plan is {phase}"))
+            );
+            assert!(not_applicable(Action::Abort, &p).is_some());
+            assert!(not_applicable(Action::Retry, &p).is_some());
+            assert!(not_applicable(Action::Pause, &p).is_none());
+            assert!(not_applicable(Action::Resume, &p).is_none());
+        }
+        p.status.as_mut().unwrap().phase = Phase::RolledBack;
+        assert!(not_applicable(Action::Retry, &p).is_none());
+        assert!(not_applicable(Action::Abort, &p).is_some());
+    }
+
+    #[test]
+    fn pause_resume_notes() {
+        let mut p = plan();
+        assert_eq!(no_op_note(Action::Pause, &p), None);
+        assert_eq!(
+            no_op_note(Action::Resume, &p),
+            Some("no pause request to lift")
+        );
+        p.spec.paused = true;
+        assert!(
+            no_op_note(Action::Resume, &p)
+                .unwrap()
+                .contains("spec.paused")
+        );
+        p.status.as_mut().unwrap().pause_requested = true;
+        assert!(no_op_note(Action::Pause, &p).is_some());
+        assert_eq!(no_op_note(Action::Resume, &p), None);
+    }
+}
