@@ -245,6 +245,64 @@ fn the_charts_crd_is_the_checked_in_crd() {
     );
 }
 
+/// Key paths of values.yaml down to leaves (and empty maps), e.g. `image.tag`.
+fn value_paths(prefix: &str, v: &serde_yaml::Value, out: &mut Vec<String>) {
+    match v {
+        serde_yaml::Value::Mapping(m) if !m.is_empty() => {
+            for (k, child) in m {
+                let k = k.as_str().expect("string keys in values.yaml");
+                let path = if prefix.is_empty() {
+                    k.to_string()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                value_paths(&path, child, out);
+            }
+        }
+        _ => out.push(prefix.to_string()),
+    }
+}
+
+#[test]
+fn every_value_is_documented_in_the_readme_and_values_yaml() {
+    let dir = chart_dir();
+    let text = std::fs::read_to_string(dir.join("values.yaml")).expect("values.yaml");
+    let readme = std::fs::read_to_string(dir.join("README.md")).expect("README.md");
+    let values: serde_yaml::Value = serde_yaml::from_str(&text).expect("values.yaml is YAML");
+    let mut paths = Vec::new();
+    value_paths("", &values, &mut paths);
+    assert!(paths.len() > 30, "{paths:?}");
+    // A value is documented by its own row, or by a row of a parent map
+    // (`resources`, `securityContext`: documented whole).
+    let undocumented: Vec<&String> = paths
+        .iter()
+        .filter(|p| {
+            let parts: Vec<&str> = p.split('.').collect();
+            !(1..=parts.len()).any(|n| readme.contains(&format!("| `{}` |", parts[..n].join("."))))
+        })
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "values missing from the Values table of charts/releaseplan/README.md: {undocumented:?}"
+    );
+    // Every top-level key has a comment right above it (or above its first child).
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        if line.starts_with(|c: char| c.is_ascii_alphabetic()) {
+            let above = i
+                .checked_sub(1)
+                .map(|j| lines[j].trim_start())
+                .unwrap_or("");
+            let below = lines.get(i + 1).map(|l| l.trim_start()).unwrap_or("");
+            assert!(
+                above.starts_with('#') || below.starts_with('#'),
+                "values.yaml line {}: `{line}` has no comment",
+                i + 1
+            );
+        }
+    }
+}
+
 #[test]
 fn helm_lint_passes() {
     let chart = chart_dir();
