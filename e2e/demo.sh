@@ -34,14 +34,21 @@ export PATH="$BIN:$PATH"   # kubectl finds kubectl-releaseplan as `kubectl relea
 
 say "installing the ReleasePlan CRD"
 kubectl apply --server-side -f crds/releaseplan.yaml
-kubectl wait --for=condition=Established crd/releaseplans.releaseplan.io --timeout=60s
+for _ in $(seq 120); do
+  est=$(kubectl get crd releaseplans.releaseplan.io \
+    -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null || true)
+  [ "$est" = True ] && break
+  sleep 0.5
+done
+[ "$est" = True ] || die "the CRD did not become Established"
 
 say "starting the operator (log: $RUN/operator.log)"
 "$BIN/releaseplan" --metrics-addr 127.0.0.1:0 >"$RUN/operator.log" 2>&1 &
 OP_PID=$!
 
 say "first release of examples/demo.yaml: straight to full scale"
-kubectl apply --server-side -f examples/demo.yaml
+# The API server may need a moment before it serves a new resource.
+for _ in $(seq 20); do kubectl apply --server-side -f examples/demo.yaml && break; sleep 0.5; done
 kubectl releaseplan wait shop --timeout 3m
 kubectl releaseplan get shop
 kubectl get rp shop

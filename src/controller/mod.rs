@@ -394,7 +394,10 @@ async fn publish_events(ctx: &Context, plan: &ReleasePlan, decision: &Decision) 
             },
             reason: e.reason.clone(),
             note: Some(e.message.chars().take(1000).collect()),
-            action: "Reconcile".into(),
+            // The recorder merges events with the same reason and action into one
+            // series that keeps the first note: key the action on the message so only
+            // true repeats are merged.
+            action: event_action(&e.reason, &e.message),
             secondary: None,
         };
         // An event that cannot be recorded must not fail the rollout.
@@ -404,6 +407,12 @@ async fn publish_events(ctx: &Context, plan: &ReleasePlan, decision: &Decision) 
         }
         info!(reason = %e.reason, "{}", e.message);
     }
+}
+
+/// `<reason>-<hash of the message>`: distinct messages make distinct events.
+fn event_action(reason: &str, message: &str) -> String {
+    let h = crate::api::revision::hash_value(&serde_json::Value::String(message.to_string()));
+    format!("{}-{h}", reason.chars().take(100).collect::<String>())
 }
 
 fn record_metrics(ctx: &Context, key: &str, before: &ReleasePlanStatus, decision: &Decision) {
@@ -591,6 +600,19 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn event_actions_differ_by_message() {
+        assert_ne!(
+            event_action("StepAdvanced", "step 1"),
+            event_action("StepAdvanced", "step 2")
+        );
+        assert_eq!(
+            event_action("StepAdvanced", "step 1"),
+            event_action("StepAdvanced", "step 1")
+        );
+        assert!(event_action(&"R".repeat(300), "m").len() <= 128);
+    }
 
     #[test]
     fn backoff_grows_and_caps() {
