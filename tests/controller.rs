@@ -67,6 +67,24 @@ async fn first_release_reaches_stable() {
         .await
         .unwrap();
     assert_eq!(d.owner_references()[0].kind, "ReleasePlan");
+    // CI pipelines can wait on the Ready condition with plain kubectl.
+    let kubectl = common::repo_root().join("e2e/kubectl.sh");
+    let out = std::process::Command::new(kubectl)
+        .args([
+            "wait",
+            "--for=condition=Ready",
+            "rp/shop",
+            "-n",
+            &ns,
+            "--timeout=30s",
+        ])
+        .output()
+        .expect("run kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl wait: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     drop(op);
 }
 
