@@ -31,6 +31,11 @@ fn template(image: &str) -> Value {
     json!({"metadata": {"labels": {"app": "bench"}}, "spec": {"containers": [{"name": "app", "image": image}]}})
 }
 
+fn crashing_template(image: &str) -> Value {
+    json!({"metadata": {"labels": {"app": "bench"}, "annotations": {"kwok.releaseplan.io/fault": "crash-loop"}},
+           "spec": {"containers": [{"name": "app", "image": image}]}})
+}
+
 fn plan(name: &str, image: &str, replicas: i32, steps: Value) -> ReleasePlan {
     serde_json::from_value(json!({
         "apiVersion": "releaseplan.io/v1alpha1", "kind": "ReleasePlan",
@@ -53,13 +58,19 @@ struct Op {
 
 impl Op {
     fn start(ns: &str) -> Op {
-        let bin = std::env::var("RP_OPERATOR_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_releaseplan").to_string());
+        let bin = std::env::var("RP_OPERATOR_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_releaseplan").to_string());
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .expect("port");
         let child = Command::new(bin)
-            .args(["--namespace", ns, "--metrics-addr", &format!("127.0.0.1:{port}")])
+            .args([
+                "--namespace",
+                ns,
+                "--metrics-addr",
+                &format!("127.0.0.1:{port}"),
+            ])
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -90,12 +101,31 @@ impl Op {
         let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
             .unwrap_or_default()
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().unwrap_or(0)))
+            .find_map(|l| {
+                l.strip_prefix("VmRSS:").map(|v| {
+                    v.trim()
+                        .trim_end_matches(" kB")
+                        .trim()
+                        .parse::<u64>()
+                        .unwrap_or(0)
+                })
+            })
             .unwrap_or(0);
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-        let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
-            + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        let ticks: f64 = fields
+            .get(11)
+            .and_then(|u| u.parse::<f64>().ok())
+            .unwrap_or(0.0)
+            + fields
+                .get(12)
+                .and_then(|s| s.parse::<f64>().ok())
+                .unwrap_or(0.0);
         (rss, ticks / 100.0)
     }
 }
@@ -127,11 +157,16 @@ fn report(what: &str, mut samples: Vec<Duration>) {
 }
 
 async fn wait_stable(api: &Api<ReleasePlan>, name: &str) {
-    common::wait_until(Duration::from_secs(120), &format!("{name} Stable"), || async {
-        let p = api.get(name).await.ok()?;
-        let s = p.status?;
-        (s.phase == Phase::Stable && s.observed_generation == p.metadata.generation).then_some(())
-    })
+    common::wait_until(
+        Duration::from_secs(120),
+        &format!("{name} Stable"),
+        || async {
+            let p = api.get(name).await.ok()?;
+            let s = p.status?;
+            (s.phase == Phase::Stable && s.observed_generation == p.metadata.generation)
+                .then_some(())
+        },
+    )
     .await;
 }
 
@@ -139,7 +174,10 @@ async fn latency(client: &Client, patches: usize) {
     let ns = common::test_namespace(client, "bench-latency").await;
     let _op = Op::start(&ns);
     let plans: Api<ReleasePlan> = Api::namespaced(client.clone(), &ns);
-    plans.create(&PostParams::default(), &plan("shop", "img:0", 1, json!([]))).await.expect("create");
+    plans
+        .create(&PostParams::default(), &plan("shop", "img:0", 1, json!([])))
+        .await
+        .expect("create");
     wait_stable(&plans, "shop").await;
 
     // Creation times of Deployments, seen by a client-side watch.
@@ -147,9 +185,15 @@ async fn latency(client: &Client, patches: usize) {
     let seen2 = seen.clone();
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let watch = tokio::spawn(async move {
-        let mut s = watcher(deployments, watcher::Config::default()).applied_objects().boxed();
+        let mut s = watcher(deployments, watcher::Config::default())
+            .applied_objects()
+            .boxed();
         while let Some(Ok(d)) = s.next().await {
-            seen2.lock().expect("lock").entry(d.name_any()).or_insert_with(Instant::now);
+            seen2
+                .lock()
+                .expect("lock")
+                .entry(d.name_any())
+                .or_insert_with(Instant::now);
         }
     });
     let mut samples = Vec::new();
@@ -158,10 +202,15 @@ async fn latency(client: &Client, patches: usize) {
         let name = format!("shop-web-{}", hash(&image));
         let patch = json!({"spec": {"components": [{"name": "web", "replicas": 1, "template": template(&image)}]}});
         let start = Instant::now();
-        plans.patch("shop", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
-        let created = common::wait_until(Duration::from_secs(60), "the new revision Deployment", || async {
-            seen.lock().ok()?.get(&name).copied()
-        })
+        plans
+            .patch("shop", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("patch");
+        let created = common::wait_until(
+            Duration::from_secs(60),
+            "the new revision Deployment",
+            || async { seen.lock().ok()?.get(&name).copied() },
+        )
         .await;
         samples.push(created.saturating_duration_since(start));
         wait_stable(&plans, "shop").await;
@@ -174,7 +223,10 @@ async fn latency(client: &Client, patches: usize) {
     let mut samples = Vec::new();
     for _ in 0..patches {
         let start = Instant::now();
-        plans.patch("shop", &PatchParams::default(), &Patch::Merge(&noop)).await.expect("patch");
+        plans
+            .patch("shop", &PatchParams::default(), &Patch::Merge(&noop))
+            .await
+            .expect("patch");
         samples.push(start.elapsed());
     }
     report("no-op patch round trip (for comparison)", samples);
@@ -185,16 +237,26 @@ async fn rollout_cost(client: &Client) {
     let op = Op::start(&ns);
     let plans: Api<ReleasePlan> = Api::namespaced(client.clone(), &ns);
     let steps = json!([{"setWeight": 25}, {"setWeight": 50}, {"setWeight": 75}]);
-    plans.create(&PostParams::default(), &plan("shop", "img:1", 4, steps)).await.expect("create");
+    plans
+        .create(&PostParams::default(), &plan("shop", "img:1", 4, steps))
+        .await
+        .expect("create");
     wait_stable(&plans, "shop").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let runs0 = op.metric("releaseplan_reconcile_runs_total").await;
     let writes0 = op.metric("releaseplan_api_writes_total").await;
-    let status0 = op.metric("releaseplan_api_writes_total{kind=\"status\"}").await;
-    let apply0 = op.metric("releaseplan_api_writes_total{kind=\"apply\"}").await;
+    let status0 = op
+        .metric("releaseplan_api_writes_total{kind=\"status\"}")
+        .await;
+    let apply0 = op
+        .metric("releaseplan_api_writes_total{kind=\"apply\"}")
+        .await;
     let start = Instant::now();
     let patch = json!({"spec": {"components": [{"name": "web", "replicas": 4, "template": template("img:2")}]}});
-    plans.patch("shop", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+    plans
+        .patch("shop", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch");
     wait_stable(&plans, "shop").await;
     let took = start.elapsed();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -203,8 +265,12 @@ async fn rollout_cost(client: &Client) {
         took.as_secs_f64(),
         op.metric("releaseplan_reconcile_runs_total").await - runs0,
         op.metric("releaseplan_api_writes_total").await - writes0,
-        op.metric("releaseplan_api_writes_total{kind=\"apply\"}").await - apply0,
-        op.metric("releaseplan_api_writes_total{kind=\"status\"}").await - status0,
+        op.metric("releaseplan_api_writes_total{kind=\"apply\"}")
+            .await
+            - apply0,
+        op.metric("releaseplan_api_writes_total{kind=\"status\"}")
+            .await
+            - status0,
     );
 }
 
@@ -217,7 +283,10 @@ async fn many_plans(client: &Client, n: usize) {
     let start = Instant::now();
     for i in 0..n {
         plans
-            .create(&PostParams::default(), &plan(&format!("app-{i}"), "img:1", 1, json!([])))
+            .create(
+                &PostParams::default(),
+                &plan(&format!("app-{i}"), "img:1", 1, json!([])),
+            )
             .await
             .expect("create");
     }
@@ -251,6 +320,92 @@ async fn many_plans(client: &Client, n: usize) {
     );
 }
 
+/// Time from the first crash-looping pod of a new revision to the rollback
+/// being complete (phase RolledBack), next to the progress deadline.
+async fn rollback_latency(client: &Client, runs: usize) {
+    use k8s_openapi::api::core::v1::Pod;
+    let ns = common::test_namespace(client, "bench-rollback").await;
+    let _op = Op::start(&ns);
+    let plans: Api<ReleasePlan> = Api::namespaced(client.clone(), &ns);
+    let steps = json!([{"setWeight": 34}, {"pause": {"duration": "60s"}}]);
+    let mut p = plan("shop", "good:0", 3, steps);
+    p.spec.health.progress_deadline_seconds = Some(600);
+    plans
+        .create(&PostParams::default(), &p)
+        .await
+        .expect("create");
+    wait_stable(&plans, "shop").await;
+
+    // First time a pod of each revision was seen waiting in CrashLoopBackOff.
+    let crashing: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let seen = crashing.clone();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let watch = tokio::spawn(async move {
+        let mut s = watcher(pods, watcher::Config::default())
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(pod)) = s.next().await {
+            let waiting = pod
+                .status
+                .as_ref()
+                .and_then(|st| st.container_statuses.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c.state
+                            .as_ref()
+                            .and_then(|s| s.waiting.as_ref())
+                            .and_then(|w| w.reason.as_deref())
+                            == Some("CrashLoopBackOff")
+                    })
+                });
+            if waiting && let Some(rev) = pod.labels().get("releaseplan.io/revision") {
+                seen.lock()
+                    .expect("lock")
+                    .entry(rev.clone())
+                    .or_insert_with(Instant::now);
+            }
+        }
+    });
+    let mut samples = Vec::new();
+    for i in 1..=runs {
+        let bad = crashing_template(&format!("bad:{i}"));
+        let bad_hash = {
+            let t: PodTemplateSpec = serde_json::from_value(bad.clone()).expect("template");
+            revision::template_hash(&t)
+        };
+        let patch =
+            json!({"spec": {"components": [{"name": "web", "replicas": 3, "template": bad}]}});
+        plans
+            .patch("shop", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("patch");
+        let rolled_back = common::wait_until(Duration::from_secs(120), "RolledBack", || async {
+            let p = plans.get("shop").await.ok()?;
+            let s = p.status?;
+            (s.phase == Phase::RolledBack && s.observed_generation == p.metadata.generation)
+                .then(Instant::now)
+        })
+        .await;
+        let first_crash = crashing.lock().expect("lock").get(&bad_hash).copied();
+        match first_crash {
+            Some(t) => samples.push(rolled_back.saturating_duration_since(t)),
+            None => println!("run {i}: rolled back before any pod was seen crash-looping"),
+        }
+        // Back to a good revision for the next run.
+        let patch = json!({"spec": {"components": [{"name": "web", "replicas": 3, "template": template(&format!("good:{i}"))}]}});
+        plans
+            .patch("shop", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("patch");
+        wait_stable(&plans, "shop").await;
+    }
+    watch.abort();
+    report(
+        "first crash-looping pod -> rollback complete (progress deadline 600s)",
+        samples,
+    );
+}
+
 #[tokio::main]
 async fn main() {
     // `cargo test --all-targets` also builds and runs benches without `--bench`.
@@ -260,8 +415,19 @@ async fn main() {
     }
     let client = common::client().await;
     crd::install(&client).await;
-    let patches: usize = std::env::var("RP_BENCH_PATCHES").ok().and_then(|v| v.parse().ok()).unwrap_or(50);
-    let plans: usize = std::env::var("RP_BENCH_PLANS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    let patches: usize = std::env::var("RP_BENCH_PATCHES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let plans: usize = std::env::var("RP_BENCH_PLANS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let runs: usize = std::env::var("RP_BENCH_ROLLBACKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7);
+    rollback_latency(&client, runs).await;
     latency(&client, patches).await;
     rollout_cost(&client).await;
     many_plans(&client, plans).await;

@@ -140,6 +140,7 @@ async fn run(args: Args) -> Result<(), MainError> {
         ready.store(true, Ordering::Relaxed);
         let mut stop = stop_rx.clone();
         if let Some(manager) = leader::acquire(client.clone(), &cfg, &mut stop).await? {
+            metrics.leader.set(1);
             let ctrl = controller::run(client, settings, metrics, stopped(stop_rx.clone()));
             tokio::select! {
                 () = ctrl => {},
@@ -154,6 +155,7 @@ async fn run(args: Args) -> Result<(), MainError> {
         }
     } else {
         ready.store(true, Ordering::Relaxed);
+        metrics.leader.set(1);
         controller::run(client, settings, metrics, stopped(stop_rx.clone())).await;
     }
     let _ = server.await;

@@ -77,6 +77,8 @@ async fn only_the_leader_writes_and_leadership_moves_on_kill_and_term() {
         "the follower never writes"
     );
     assert_eq!(b.counter("releaseplan_reconcile_runs_total").await, 0.0);
+    assert_eq!(a.counter("releaseplan_leader").await, 1.0);
+    assert_eq!(b.counter("releaseplan_leader").await, 0.0);
 
     // SIGKILL: the lease is taken over once it expires.
     a.kill();

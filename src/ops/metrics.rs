@@ -59,6 +59,8 @@ pub struct Metrics {
     pub gate_value: Family<GateLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// Failed evaluations of each gate in the current step.
     pub gate_failures: Family<GateLabel, Gauge>,
+    /// 1 while this process reconciles (leader, or leader election off), else 0.
+    pub leader: Gauge,
     phases: Mutex<HashMap<String, Phase>>,
 }
 
@@ -82,6 +84,7 @@ impl Metrics {
         let api_writes = Family::<KindLabel, Counter>::default();
         let gate_value = Family::<GateLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
         let gate_failures = Family::<GateLabel, Gauge>::default();
+        let leader = Gauge::default();
         registry.register("reconcile_runs", "Reconciles run", reconciles.clone());
         registry.register(
             "reconcile_failures",
@@ -120,6 +123,11 @@ impl Metrics {
             "Failed evaluations of a gate in the current step",
             gate_failures.clone(),
         );
+        registry.register(
+            "leader",
+            "1 while this process reconciles (holds the lease)",
+            leader.clone(),
+        );
         for p in Phase::ALL {
             plans
                 .get_or_create(&PhaseLabel {
@@ -139,6 +147,7 @@ impl Metrics {
             api_writes,
             gate_value,
             gate_failures,
+            leader,
             phases: Mutex::new(HashMap::new()),
         }
     }
@@ -204,6 +213,7 @@ mod tests {
         assert!(text.contains("releaseplan_plans{phase=\"RollingOut\"} 1"));
         assert!(text.contains("releaseplan_reconcile_runs_total 1"));
         assert!(text.contains("releaseplan_api_writes_total{kind=\"apply\"} 1"));
+        assert!(text.contains("releaseplan_leader 0"));
         assert!(text.ends_with("# EOF\n"));
     }
 }
