@@ -324,3 +324,25 @@ async fn two_components_promote_together() {
     assert_eq!(by_image(&revs, "web:1").map(|x| x.0), Some(0));
     assert_eq!(by_image(&revs, "api:1").map(|x| x.0), Some(0));
 }
+
+#[tokio::test]
+async fn foreground_deletion_removes_the_plan_and_its_deployments() {
+    let (client, ns, _op) = setup("foreground").await;
+    create(
+        &client,
+        &ns,
+        &plan("shop", json!({"components": [web("shop:1", 2)]})),
+    )
+    .await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
+    Api::<ReleasePlan>::namespaced(client.clone(), &ns)
+        .delete("shop", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    common::wait_until(T, "the plan and its Deployments to be gone", || async {
+        let gone = get(&client, &ns, "shop").await.is_none();
+        (gone && revisions(&client, &ns, "shop").await.is_empty()).then_some(())
+    })
+    .await;
+}

@@ -29,6 +29,7 @@ pub fn build(
     plan: &ReleasePlan,
     intent: &DeploymentIntent,
     template: &PodTemplateSpec,
+    owned: bool,
 ) -> Deployment {
     let name = plan.metadata.name.clone().unwrap_or_default();
     let selector = revision_labels(&name, &intent.component, &intent.hash);
@@ -44,7 +45,11 @@ pub fn build(
             name: Some(intent.name.clone()),
             namespace: plan.metadata.namespace.clone(),
             labels: Some(labels),
-            owner_references: plan.controller_owner_ref(&()).map(|o| vec![o]),
+            owner_references: if owned {
+                plan.controller_owner_ref(&()).map(|o| vec![o])
+            } else {
+                None
+            },
             ..ObjectMeta::default()
         },
         spec: Some(DeploymentSpec {
@@ -59,6 +64,33 @@ pub fn build(
             ..DeploymentSpec::default()
         }),
         status: None,
+    }
+}
+
+/// Whether a Deployment written now should carry the plan as its owner.
+///
+/// Always, except while the plan is being deleted: then a Deployment keeps the
+/// ownership it has (the garbage collector strips it when the plan is deleted
+/// with orphan propagation, and re-adding it would get the Deployment deleted
+/// with the plan), and a new one is owned unless the deletion orphans.
+pub fn should_own(plan: &ReleasePlan, observed: Option<&Deployment>) -> bool {
+    if plan.metadata.deletion_timestamp.is_none() {
+        return true;
+    }
+    let uid = plan.metadata.uid.as_deref().unwrap_or_default();
+    match observed {
+        Some(d) => d
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.uid == uid),
+        None => !plan
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == "orphan"),
     }
 }
 
@@ -121,7 +153,7 @@ mod tests {
     fn builds_an_owned_labelled_deployment() {
         let p = plan();
         let tpl = p.spec.components[0].template.clone();
-        let d = build(&p, &intent(3), &tpl);
+        let d = build(&p, &intent(3), &tpl, true);
         assert_eq!(d.metadata.name.as_deref(), Some("shop-web-abc"));
         assert_eq!(d.metadata.namespace.as_deref(), Some("prod"));
         let owner = &d.metadata.owner_references.as_ref().unwrap()[0];
@@ -140,10 +172,39 @@ mod tests {
     }
 
     #[test]
+    fn ownership_is_kept_as_found_while_deleting() {
+        let mut p = plan();
+        let tpl = p.spec.components[0].template.clone();
+        let owned = build(&p, &intent(1), &tpl, true);
+        let mut orphaned = owned.clone();
+        orphaned.metadata.owner_references = None;
+        assert!(should_own(&p, Some(&orphaned)), "not deleting: adopt");
+        p.metadata.deletion_timestamp = Some(crate::api::time::to_k8s(chrono::Utc::now()));
+        p.metadata.finalizers = Some(vec![crate::api::FINALIZER.into()]);
+        assert!(should_own(&p, Some(&owned)));
+        assert!(
+            !should_own(&p, Some(&orphaned)),
+            "orphaned by the GC: leave it so"
+        );
+        assert!(
+            should_own(&p, None),
+            "background deletion: new ones are collected with the plan"
+        );
+        p.metadata.finalizers = Some(vec!["orphan".into(), crate::api::FINALIZER.into()]);
+        assert!(!should_own(&p, None));
+        assert!(
+            build(&p, &intent(1), &tpl, false)
+                .metadata
+                .owner_references
+                .is_none()
+        );
+    }
+
+    #[test]
     fn subset_ignores_server_defaults_but_sees_drift() {
         let p = plan();
         let tpl = p.spec.components[0].template.clone();
-        let desired = build(&p, &intent(2), &tpl);
+        let desired = build(&p, &intent(2), &tpl, true);
         let mut observed = serde_json::to_value(&desired).unwrap();
         observed["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] =
             json!("IfNotPresent");

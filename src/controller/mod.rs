@@ -181,6 +181,14 @@ async fn reconcile_inner(plan: &ReleasePlan, ctx: &Context) -> Result<Action, Er
         ctx.metrics.set_phase(&key, None);
         return Ok(Action::await_change());
     }
+    if deleting && plan.finalizers().iter().any(|f| f == "foregroundDeletion") {
+        // Foreground deletion removes every Deployment first: there is nothing to
+        // roll back to, and holding the plan would only fight the garbage collector.
+        set_finalizers(&plans, plan, false).await?;
+        ctx.metrics.write("finalizer");
+        ctx.metrics.set_phase(&key, None);
+        return Ok(Action::await_change());
+    }
     if !has_finalizer {
         set_finalizers(&plans, plan, true).await?;
         ctx.metrics.write("finalizer");
@@ -196,7 +204,12 @@ async fn reconcile_inner(plan: &ReleasePlan, ctx: &Context) -> Result<Action, Er
         .into_iter()
         .filter(|d| d.namespace().as_deref() == Some(ns.as_str()))
         .filter(|d| d.labels().get(LABEL_PLAN) == Some(&name))
-        .filter(|d| d.owner_references().iter().any(|o| o.uid == uid))
+        // Ours, or orphaned (no controller): a plan deleted with orphan propagation
+        // leaves its Deployments without owner, and a plan of the same name adopts them.
+        .filter(|d| {
+            let refs = d.owner_references();
+            refs.iter().any(|o| o.uid == uid) || !refs.iter().any(|o| o.controller == Some(true))
+        })
         .collect();
     let status = plan.status.clone().unwrap_or_default();
     let target = Target::from_spec(&plan.spec);
@@ -344,8 +357,27 @@ async fn act(
     decision: &Decision,
 ) -> Result<(), Error> {
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
+    let deleting = plan.metadata.deletion_timestamp.is_some();
     for intent in &decision.deployments {
         let observed = owned.iter().find(|d| d.name_any() == intent.name);
+        if deleting && let Some(o) = observed {
+            // While the plan is deleted, only scale: the garbage collector may be
+            // stripping owner references (orphan propagation), and an apply of the
+            // whole object could put them back and get the Deployment deleted too.
+            if o.spec.as_ref().and_then(|s| s.replicas) != Some(intent.replicas) {
+                info!(deployment = %intent.name, replicas = intent.replicas, "scaling");
+                let patch = serde_json::json!({"spec": {"replicas": intent.replicas}});
+                match api
+                    .patch(&intent.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => ctx.metrics.write("apply"),
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            continue;
+        }
         let template = match (&intent.template, observed) {
             (TemplateSource::Spec(t), _) => (**t).clone(),
             (TemplateSource::Existing, Some(d)) => d
@@ -360,7 +392,8 @@ async fn act(
                 continue;
             }
         };
-        let desired = deployment::build(plan, intent, &template);
+        let owned = deployment::should_own(plan, observed.map(|d| d.as_ref()));
+        let desired = deployment::build(plan, intent, &template, owned);
         if observed.is_some_and(|o| deployment::up_to_date(&desired, o)) {
             continue;
         }
@@ -528,6 +561,13 @@ pub async fn check_crd(client: &Client, namespace: Option<&str>) -> Result<(), S
     }
 }
 
+/// The plan an object belongs to, by its `releaseplan.io/plan` label.
+fn plan_of<K: Resource>(obj: &K) -> Option<ObjectRef<ReleasePlan>> {
+    let plan = obj.meta().labels.as_ref()?.get(LABEL_PLAN)?;
+    let ns = obj.meta().namespace.as_ref()?;
+    Some(ObjectRef::new(plan).within(ns))
+}
+
 /// Runs the controller until `shutdown` resolves; in-flight reconciles finish first.
 pub async fn run(
     client: Client,
@@ -579,12 +619,10 @@ pub async fn run(
         failures: Mutex::new(HashMap::new()),
     });
     Controller::new(plans, watcher::Config::default().any_semantic())
-        .owns_stream(deploy_stream)
-        .watches_stream(pod_stream, |pod: Pod| {
-            let plan = pod.labels().get(LABEL_PLAN)?.clone();
-            let ns = pod.namespace()?;
-            Some(ObjectRef::new(&plan).within(&ns))
-        })
+        // Deployments and pods reach their plan through the plan label rather than
+        // owner references, so a Deployment orphaned during deletion still does.
+        .watches_stream(deploy_stream, |d: Deployment| plan_of(&d))
+        .watches_stream(pod_stream, |pod: Pod| plan_of(&pod))
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
