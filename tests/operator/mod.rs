@@ -32,39 +32,7 @@ pub fn free_port() -> u16 {
 impl Operator {
     /// Starts the operator watching `namespace`, with extra flags, and waits for /readyz.
     pub async fn start(namespace: &str, extra: &[&str]) -> Operator {
-        let port = free_port();
-        let dir = std::env::temp_dir().join("releaseplan-tests");
-        std::fs::create_dir_all(&dir).expect("log dir");
-        let log = dir.join(format!("operator-{namespace}-{port}.log"));
-        let out = std::fs::File::create(&log).expect("log file");
-        let err = out.try_clone().expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_releaseplan"))
-            .arg("--namespace")
-            .arg(namespace)
-            .arg("--metrics-addr")
-            .arg(format!("127.0.0.1:{port}"))
-            .args(extra)
-            .env("RUST_LOG", "info,releaseplan=debug")
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .expect("cannot start the operator binary");
-        let op = Operator {
-            child: Some(child),
-            port,
-            log,
-        };
-        let url = format!("http://127.0.0.1:{port}/readyz");
-        crate::common::wait_until(Duration::from_secs(30), "the operator's /readyz", || {
-            let url = url.clone();
-            async move {
-                let r = reqwest::get(&url).await.ok()?;
-                r.status().is_success().then_some(())
-            }
-        })
-        .await;
-        op
+        Operator::start_with_env(namespace, extra, &[]).await
     }
 
     /// The operator's metrics text.
