@@ -9,7 +9,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use operator::{
-    Operator, by_image, create, get, plan, revisions, set_components, template, wait_phase,
+    Operator, by_image, create, create_stable, get, plan, revisions, set_components, template,
+    wait_phase,
 };
 use releaseplan::api::{FINALIZER, Phase, ReleasePlan};
 use serde_json::json;
@@ -92,16 +93,13 @@ async fn first_release_reaches_stable() {
 async fn image_change_walks_the_steps_and_pause_holds_until_promoted() {
     let (client, ns, op) = setup("steps").await;
     let steps = json!([{"setWeight": 25}, {"setWeight": 50}, {"pause": {}}]);
-    create(
+    create_stable(
         &client,
         &ns,
-        &plan(
-            "shop",
-            json!({"components": [web("shop:1", 4)], "strategy": {"steps": steps}}),
-        ),
+        "shop",
+        json!({"components": [web("shop:1", 4)], "strategy": {"steps": steps}}),
     )
     .await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
 
     set_components(&client, &ns, "shop", json!([web("shop:2", 4)])).await;
     // The rollout reaches the indefinite pause: half the replicas on each revision.
@@ -142,16 +140,13 @@ async fn image_change_walks_the_steps_and_pause_holds_until_promoted() {
 async fn spec_changed_twice_converges_on_the_newest() {
     let (client, ns, _op) = setup("twice").await;
     let steps = json!([{"setWeight": 50}, {"pause": {"duration": "1s"}}]);
-    create(
+    create_stable(
         &client,
         &ns,
-        &plan(
-            "shop",
-            json!({"components": [web("shop:1", 2)], "strategy": {"steps": steps}}),
-        ),
+        "shop",
+        json!({"components": [web("shop:1", 2)], "strategy": {"steps": steps}}),
     )
     .await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
     set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
     set_components(&client, &ns, "shop", json!([web("shop:3", 2)])).await;
     let p = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
@@ -172,16 +167,13 @@ async fn spec_changed_twice_converges_on_the_newest() {
 async fn deleting_mid_rollout_rolls_back_first() {
     let (client, ns, _op) = setup("delete").await;
     let steps = json!([{"setWeight": 50}, {"pause": {}}]);
-    create(
+    create_stable(
         &client,
         &ns,
-        &plan(
-            "shop",
-            json!({"components": [web("shop:1", 2)], "strategy": {"steps": steps}}),
-        ),
+        "shop",
+        json!({"components": [web("shop:1", 2)], "strategy": {"steps": steps}}),
     )
     .await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
     set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
     common::wait_until(T, "the canary to be ready", || async {
         let revs = revisions(&client, &ns, "shop").await;
@@ -262,16 +254,13 @@ async fn a_killed_operator_resumes_without_duplicates() {
     let ns = common::test_namespace(&client, "kill").await;
     let mut op = Operator::start(&ns, &[]).await;
     let steps = json!([{"setWeight": 50}, {"pause": {"duration": "3s"}}]);
-    create(
+    create_stable(
         &client,
         &ns,
-        &plan(
-            "shop",
-            json!({"components": [web("shop:1", 4)], "strategy": {"steps": steps}}),
-        ),
+        "shop",
+        json!({"components": [web("shop:1", 4)], "strategy": {"steps": steps}}),
     )
     .await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
     set_components(&client, &ns, "shop", json!([web("shop:2", 4)])).await;
     common::wait_until(T, "the rollout to start", || async {
         let s = get(&client, &ns, "shop").await?.status?;
@@ -291,16 +280,13 @@ async fn two_components_promote_together() {
     let (client, ns, _op) = setup("multi").await;
     let api = |image: &str| json!({"name": "api", "replicas": 2, "template": template(image)});
     let steps = json!([{"setWeight": 50}, {"pause": {}}]);
-    create(
+    create_stable(
         &client,
         &ns,
-        &plan(
-            "shop",
-            json!({"components": [web("web:1", 2), api("api:1")], "strategy": {"steps": steps}}),
-        ),
+        "shop",
+        json!({"components": [web("web:1", 2), api("api:1")], "strategy": {"steps": steps}}),
     )
     .await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
     set_components(&client, &ns, "shop", json!([web("web:2", 2), api("api:2")])).await;
     common::wait_until(
         T,
@@ -328,13 +314,13 @@ async fn two_components_promote_together() {
 #[tokio::test]
 async fn foreground_deletion_removes_the_plan_and_its_deployments() {
     let (client, ns, _op) = setup("foreground").await;
-    create(
+    create_stable(
         &client,
         &ns,
-        &plan("shop", json!({"components": [web("shop:1", 2)]})),
+        "shop",
+        json!({"components": [web("shop:1", 2)]}),
     )
     .await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
     set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
     Api::<ReleasePlan>::namespaced(client.clone(), &ns)
         .delete("shop", &DeleteParams::foreground())

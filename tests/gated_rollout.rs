@@ -11,7 +11,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
-use operator::{Operator, by_image, create, plan, revisions, set_components, template, wait_phase};
+use operator::{
+    Operator, by_image, create, create_stable, plan, revisions, set_components, template,
+};
 use releaseplan::api::{Phase, revision::template_hash};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -193,13 +195,7 @@ async fn webhook_rollout(prefix: &str, code: u16) -> (Phase, Calls) {
     )
     .await;
     let _op = Operator::start(&ns, &[]).await;
-    create(
-        &client,
-        &ns,
-        &plan("shop", json!({"components": [web("shop:1")]})),
-    )
-    .await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    create_stable(&client, &ns, "shop", json!({"components": [web("shop:1")]})).await;
     let hooks = json!([{"name": "smoke", "url": format!("http://{addr}/check"), "timeoutSeconds": 2, "retries": 1}]);
     operator::patch_spec(
         &client,

@@ -6,7 +6,9 @@ mod operator;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
-use operator::{Operator, by_image, create, plan, revisions, set_components, template, wait_phase};
+use operator::{
+    Operator, by_image, create_stable, revisions, set_components, template, wait_phase,
+};
 use releaseplan::api::Phase;
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -60,13 +62,7 @@ async fn only_the_leader_writes_and_leadership_moves_on_kill_and_term() {
     let mut b = start(&ns, "op-b").await;
 
     let web = |image: &str| json!([{"name": "web", "replicas": 2, "template": template(image)}]);
-    create(
-        &client,
-        &ns,
-        &plan("shop", json!({"components": web("shop:1")})),
-    )
-    .await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    create_stable(&client, &ns, "shop", json!({"components": web("shop:1")})).await;
     assert!(
         a.counter("releaseplan_api_writes_total").await > 0.0,
         "the leader writes"

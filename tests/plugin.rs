@@ -7,8 +7,8 @@ mod operator;
 
 use kube::Client;
 use operator::{
-    Operator, by_image, create, faulty_template, get, plan, revisions, set_components, template,
-    wait_phase,
+    Operator, by_image, create, create_stable, faulty_template, get, plan, revisions,
+    set_components, template, wait_phase,
 };
 use releaseplan::api::{Phase, ReleasePlan};
 use serde_json::{Value, json};
@@ -370,16 +370,13 @@ async fn a_halted_rollout_makes_wait_exit_3() {
 async fn pause_holds_and_resume_lets_it_finish() {
     let (client, ns, op) = setup("plugin-pause").await;
     let steps = json!([{"setWeight": 50}, {"pause": {"duration": "1s"}}]);
-    create(
+    create_stable(
         &client,
         &ns,
-        &plan(
-            "shop",
-            json!({"components": [web("shop:1", 2)], "strategy": {"steps": steps}}),
-        ),
+        "shop",
+        json!({"components": [web("shop:1", 2)], "strategy": {"steps": steps}}),
     )
     .await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
 
     let out = rp_in(&ns, &["pause", "shop"]).await;
     assert_eq!(out.code, 0, "{}\n{}", out.show(), op.log_text());

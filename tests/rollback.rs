@@ -8,8 +8,8 @@ mod operator;
 
 use kube::Client;
 use operator::{
-    Operator, by_image, create, faulty_template, plan, revisions, set_components, template,
-    wait_phase,
+    Operator, by_image, create, create_stable, faulty_template, plan, revisions, set_components,
+    template, wait_phase,
 };
 use releaseplan::api::{Phase, ReleasePlan};
 use serde_json::{Value, json};
@@ -33,13 +33,7 @@ async fn roll_out_bad(
     let ns = common::test_namespace(&client, prefix).await;
     let op = Operator::start(&ns, &[]).await;
     let steps = json!([{"setWeight": 34}, {"pause": {"duration": "2s"}}, {"setWeight": 67}]);
-    create(
-        &client,
-        &ns,
-        &plan("shop", json!({"components": [web(template("shop:1"))], "strategy": {"steps": steps}, "health": health})),
-    )
-    .await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    create_stable(&client, &ns, "shop", json!({"components": [web(template("shop:1"))], "strategy": {"steps": steps}, "health": health})).await;
     let started = Instant::now();
     set_components(&client, &ns, "shop", json!([web(bad)])).await;
     let p = wait_phase(&client, &ns, "shop", Phase::RolledBack, T).await;

@@ -302,3 +302,9 @@ impl Operator {
         }
     }
 }
+
+/// Creates a plan and waits until its first release is Stable.
+pub async fn create_stable(client: &Client, ns: &str, name: &str, spec: Value) -> ReleasePlan {
+    create(client, ns, &plan(name, spec)).await;
+    wait_phase(client, ns, name, Phase::Stable, Duration::from_secs(120)).await
+}
