@@ -3,6 +3,7 @@
 use clap::Parser;
 use releaseplan::controller::{self, Settings};
 use releaseplan::ops::leader::{self, LeaderConfig};
+use releaseplan::ops::liveness::Liveness;
 use releaseplan::ops::metrics::Metrics;
 use releaseplan::ops::server::{self, Health};
 use releaseplan::ops::telemetry;
@@ -46,6 +47,9 @@ struct Args {
     /// Identity in the lease and in events (default: POD_NAME, else host name and pid).
     #[arg(long, env = "RELEASEPLAN_IDENTITY")]
     identity: Option<String>,
+    /// /healthz fails when a reconcile runs, or a watch keeps failing, this long.
+    #[arg(long, env = "RELEASEPLAN_STUCK_AFTER_SECONDS", default_value_t = 120)]
+    stuck_after_seconds: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -110,9 +114,11 @@ async fn run(args: Args) -> Result<(), MainError> {
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
+    let liveness = Liveness::new(std::time::Duration::from_secs(args.stuck_after_seconds));
     let health = Health {
         metrics: metrics.clone(),
         ready: ready.clone(),
+        liveness: liveness.clone(),
     };
     let server = tokio::spawn(server::serve(
         args.metrics_addr,
@@ -141,7 +147,13 @@ async fn run(args: Args) -> Result<(), MainError> {
         let mut stop = stop_rx.clone();
         if let Some(manager) = leader::acquire(client.clone(), &cfg, &mut stop).await? {
             metrics.leader.set(1);
-            let ctrl = controller::run(client, settings, metrics, stopped(stop_rx.clone()));
+            let ctrl = controller::run(
+                client,
+                settings,
+                metrics,
+                liveness,
+                stopped(stop_rx.clone()),
+            );
             tokio::select! {
                 () = ctrl => {},
                 r = leader::hold(&manager) => {
@@ -156,7 +168,14 @@ async fn run(args: Args) -> Result<(), MainError> {
     } else {
         ready.store(true, Ordering::Relaxed);
         metrics.leader.set(1);
-        controller::run(client, settings, metrics, stopped(stop_rx.clone())).await;
+        controller::run(
+            client,
+            settings,
+            metrics,
+            liveness,
+            stopped(stop_rx.clone()),
+        )
+        .await;
     }
     let _ = server.await;
     Ok(())

@@ -451,6 +451,14 @@ pub struct ComponentStatus {
     pub stable_ready: i32,
 }
 
+impl ComponentStatus {
+    /// The component rolls out a revision other than its stable one (the one
+    /// predicate the machine, pod checks and gates use).
+    pub fn is_changing(&self) -> bool {
+        self.current_hash.is_some() && self.current_hash != self.stable_hash
+    }
+}
+
 /// Last result of one health gate.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]

@@ -1,194 +1,387 @@
-//! Evaluates the health gates that are due, and folds their results into the
-//! gate statuses the pure core reads. Gates are I/O; their counting is pure
-//! (`crate::gates::record`).
+//! The gate runner: Prometheus and webhook gates are evaluated beside the
+//! controller, never inside a reconcile.
+//!
+//! A reconcile tells the runner which gates its plan needs now ([`GateWork`]:
+//! the plan, its revision, rollout and step, the gate specs, and the verdicts
+//! persisted in `status.gates`), and reads back the latest verdicts at once.
+//! The runner keeps one task per gate of that (plan, revision, rollout, step):
+//! each waits until its gate is due, calls it with its own timeouts, folds the
+//! result in with the pure [`crate::gates::record`] and wakes the plan's
+//! reconcile. A task ends when the work changes (new step, revision or gate
+//! specs), when the plan no longer needs gates (settled, failed, deleted), or
+//! when its gate has failed.
+//!
+//! Verdicts survive a restart or a change of leader through `status.gates`:
+//! new tasks start from the persisted counts and `lastEvaluated`, so an
+//! evaluation is never counted twice and a gate is not called again before
+//! its interval has passed.
 
-use super::Context;
-use crate::api::{GateStatus, ReleasePlan, ReleasePlanStatus};
+use crate::api::{GateStatus, PrometheusGate, ReleasePlan, ReleasePlanStatus, WebhookGate};
 use crate::gates::prometheus::{self, TemplateVars};
 use crate::gates::webhook::{self, WebhookBody};
 use crate::gates::{self as g, GateResult};
-use crate::ops::metrics::GateLabel;
-use crate::plan::{EventIntent, EventType};
-use chrono::{DateTime, Utc};
+use crate::ops::metrics::{GateLabel, Metrics};
+use chrono::Utc;
+use futures::channel::mpsc::UnboundedSender;
 use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use tokio::task::JoinHandle;
+use tracing::debug;
 
 /// Webhook gates have no interval of their own: they are asked this often.
 pub const WEBHOOK_INTERVAL: Duration = Duration::from_secs(10);
 /// Webhook gates fail the rollout on the first failed call (after its retries).
 const WEBHOOK_FAILURE_LIMIT: i32 = 0;
+/// Added to a gate's own timeouts before the runner gives up on a call.
+const CALL_GRACE: Duration = Duration::from_secs(5);
 
-fn vars(plan: &ReleasePlan, status: &ReleasePlanStatus) -> TemplateVars {
-    // The first component that changes in this rollout is the one gates speak of.
-    let changed = status
-        .components
-        .iter()
-        .find(|c| c.current_hash.is_some() && c.current_hash != c.stable_hash)
-        .or_else(|| status.components.first());
-    TemplateVars {
-        plan: plan.name_any(),
-        namespace: plan.namespace().unwrap_or_default(),
-        component: changed.map(|c| c.name.clone()).unwrap_or_default(),
-        revision: changed
-            .and_then(|c| c.current_hash.clone())
-            .unwrap_or_default(),
+/// One gate as the runner evaluates it.
+#[derive(Debug, Clone, PartialEq)]
+enum GateKind {
+    Prometheus(Box<PrometheusGate>),
+    Webhook(Box<WebhookGate>),
+}
+
+impl GateKind {
+    fn name(&self) -> &str {
+        match self {
+            GateKind::Prometheus(p) => &p.name,
+            GateKind::Webhook(w) => &w.name,
+        }
     }
 }
 
-fn prev<'a>(status: &'a ReleasePlanStatus, name: &str) -> Option<&'a GateStatus> {
-    status.gates.iter().find(|s| s.name == name)
+/// What a plan needs from the runner now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GateWork {
+    uid: String,
+    revision: String,
+    rollout: i64,
+    step: i32,
+    gates: Vec<GateKind>,
+    vars: TemplateVars,
+    /// The verdicts persisted in `status.gates`, where new tasks start from.
+    seed: Vec<GateStatus>,
 }
 
-/// Evaluates the gates that are due and returns every gate's status.
-pub async fn evaluate(
-    ctx: &Context,
-    plan: &ReleasePlan,
-    status: &ReleasePlanStatus,
-    now: DateTime<Utc>,
-) -> Vec<GateStatus> {
-    if status.failure.is_some() {
-        return status.gates.clone();
+impl GateWork {
+    /// The gates a plan needs evaluated, or `None` when it needs none now: not
+    /// rolling out, halted or failed, being deleted, or without gates.
+    pub fn of(plan: &ReleasePlan, status: &ReleasePlanStatus) -> Option<GateWork> {
+        let health = &plan.spec.health;
+        if status.phase != crate::api::Phase::RollingOut
+            || status.failure.is_some()
+            || plan.metadata.deletion_timestamp.is_some()
+            || (health.prometheus.is_empty() && health.webhooks.is_empty())
+        {
+            return None;
+        }
+        let gates = health
+            .prometheus
+            .iter()
+            .map(|p| GateKind::Prometheus(Box::new(p.clone())))
+            .chain(
+                health
+                    .webhooks
+                    .iter()
+                    .map(|w| GateKind::Webhook(Box::new(w.clone()))),
+            )
+            .collect();
+        // The first component that changes in this rollout is the one gates speak of.
+        let changed = status
+            .components
+            .iter()
+            .find(|c| c.is_changing())
+            .or_else(|| status.components.first());
+        Some(GateWork {
+            uid: plan.uid().unwrap_or_default(),
+            revision: status.current_revision.clone().unwrap_or_default(),
+            rollout: status.rollout_count,
+            step: status.current_step,
+            gates,
+            vars: TemplateVars {
+                plan: plan.name_any(),
+                namespace: plan.namespace().unwrap_or_default(),
+                component: changed.map(|c| c.name.clone()).unwrap_or_default(),
+                revision: changed
+                    .and_then(|c| c.current_hash.clone())
+                    .unwrap_or_default(),
+            },
+            seed: status.gates.clone(),
+        })
     }
-    let v = vars(plan, status);
-    let mut out = Vec::new();
-    for gate in &plan.spec.health.prometheus {
-        let before = prev(status, &gate.name);
-        let st = match prometheus::settings(gate) {
-            Ok(s) => {
-                if g::is_due(before, s.interval, now) {
-                    let result = prometheus::evaluate(&ctx.http, gate, &v).await;
-                    g::record(
-                        before,
-                        &gate.name,
-                        &result,
-                        s.failure_limit,
-                        s.inconclusive_limit,
-                        now,
-                    )
-                } else {
-                    before.cloned().unwrap_or_default()
+
+    /// Same plan, rollout, step and gates: the running tasks serve it.
+    fn same_as(&self, other: &GateWork) -> bool {
+        self.uid == other.uid
+            && self.revision == other.revision
+            && self.rollout == other.rollout
+            && self.step == other.step
+            && self.gates == other.gates
+            && self.vars == other.vars
+    }
+}
+
+/// Latest verdict of each gate of one work, in spec order.
+type Verdicts = Arc<Mutex<Vec<GateStatus>>>;
+
+struct Running {
+    work: GateWork,
+    verdicts: Verdicts,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Evaluates gates off the reconcile path (see the module docs).
+pub struct GateRunner {
+    http: reqwest::Client,
+    metrics: Arc<Metrics>,
+    wake: UnboundedSender<ObjectRef<ReleasePlan>>,
+    plans: Store<ReleasePlan>,
+    running: Mutex<HashMap<ObjectRef<ReleasePlan>, Running>>,
+}
+
+impl GateRunner {
+    /// A runner whose results wake plans through `wake`; `plans` is the
+    /// controller's cache, so a task of a plan that is gone stops by itself.
+    pub fn new(
+        http: reqwest::Client,
+        metrics: Arc<Metrics>,
+        wake: UnboundedSender<ObjectRef<ReleasePlan>>,
+        plans: Store<ReleasePlan>,
+    ) -> Arc<GateRunner> {
+        Arc::new(GateRunner {
+            http,
+            metrics,
+            wake,
+            plans,
+            running: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Makes the runner serve `work` for the plan (starting or stopping tasks
+    /// as needed) and returns the latest verdicts. Never waits on a gate.
+    pub fn observe(
+        self: &Arc<Self>,
+        key: &ObjectRef<ReleasePlan>,
+        work: Option<GateWork>,
+    ) -> Vec<GateStatus> {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(work) = work else {
+            running.remove(key);
+            return Vec::new();
+        };
+        if let Some(r) = running.get(key)
+            && r.work.same_as(&work)
+        {
+            return snapshot(&r.verdicts);
+        }
+        let verdicts: Verdicts = Arc::new(Mutex::new(
+            work.gates
+                .iter()
+                .map(|gate| {
+                    work.seed
+                        .iter()
+                        .find(|s| s.name == gate.name())
+                        .cloned()
+                        .unwrap_or_else(|| GateStatus {
+                            name: gate.name().to_string(),
+                            verdict: g::PENDING.into(),
+                            message: Some("not evaluated yet".into()),
+                            ..GateStatus::default()
+                        })
+                })
+                .collect(),
+        ));
+        let tasks = (0..work.gates.len())
+            .map(|i| {
+                let this = Arc::clone(self);
+                let key = key.clone();
+                let work = work.clone();
+                let verdicts = Arc::clone(&verdicts);
+                tokio::spawn(async move { this.run_gate(key, work, i, verdicts).await })
+            })
+            .collect();
+        let out = snapshot(&verdicts);
+        running.insert(
+            key.clone(),
+            Running {
+                work,
+                verdicts,
+                tasks,
+            },
+        );
+        out
+    }
+
+    /// Number of plans with gate tasks, for tests and metrics.
+    pub fn active(&self) -> usize {
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    fn plan_exists(&self, key: &ObjectRef<ReleasePlan>, uid: &str) -> bool {
+        self.plans
+            .get(key)
+            .is_some_and(|p| p.uid().as_deref() == Some(uid))
+    }
+
+    /// One gate's loop: wait until due, evaluate, record, wake the plan.
+    async fn run_gate(
+        self: Arc<Self>,
+        key: ObjectRef<ReleasePlan>,
+        work: GateWork,
+        index: usize,
+        verdicts: Verdicts,
+    ) {
+        let Some(gate) = work.gates.get(index) else {
+            return;
+        };
+        loop {
+            let prev = verdicts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(index)
+                .cloned();
+            let prev = prev.filter(|p| p.last_evaluated.is_some());
+            let (interval, failure_limit, inconclusive_limit) = match limits(gate) {
+                Ok(l) => l,
+                Err(reason) => {
+                    let st = g::record(
+                        prev.as_ref(),
+                        gate.name(),
+                        &GateResult::Error { reason },
+                        0,
+                        0,
+                        Utc::now(),
+                    );
+                    self.store(&key, &work, index, &verdicts, st);
+                    return;
                 }
-            }
-            Err(e) => g::record(
-                before,
-                &gate.name,
-                &GateResult::Error { reason: e },
-                0,
-                0,
-                now,
-            ),
-        };
-        out.push(st);
-    }
-    for gate in &plan.spec.health.webhooks {
-        let before = prev(status, &gate.name);
-        let st = if g::is_due(before, WEBHOOK_INTERVAL, now) {
-            let body = WebhookBody {
-                plan: v.plan.clone(),
-                namespace: v.namespace.clone(),
-                revision: status.current_revision.clone().unwrap_or_default(),
-                step: status.current_step,
-                phase: status.phase,
             };
-            let result = webhook::call(&ctx.http, gate, &body).await;
-            g::record(before, &gate.name, &result, WEBHOOK_FAILURE_LIMIT, 0, now)
-        } else {
-            before.cloned().unwrap_or_default()
-        };
-        out.push(st);
+            let Some(wait) = g::next_due(prev.as_ref(), interval, Utc::now()) else {
+                return; // Failed: final for this step.
+            };
+            tokio::time::sleep(wait).await;
+            if !self.plan_exists(&key, &work.uid) {
+                self.forget(&key, &work);
+                return;
+            }
+            let result = self.evaluate(gate, &work).await;
+            let st = g::record(
+                prev.as_ref(),
+                gate.name(),
+                &result,
+                failure_limit,
+                inconclusive_limit,
+                Utc::now(),
+            );
+            let failed = st.verdict == g::FAILED;
+            self.store(&key, &work, index, &verdicts, st);
+            if failed {
+                return;
+            }
+        }
     }
-    for st in &out {
+
+    async fn evaluate(&self, gate: &GateKind, work: &GateWork) -> GateResult {
+        let (bound, call) = match gate {
+            GateKind::Prometheus(p) => {
+                let bound = crate::gates::http::timeout_of(p.timeout_seconds) + CALL_GRACE;
+                (
+                    bound,
+                    futures::future::Either::Left(prometheus::evaluate(&self.http, p, &work.vars)),
+                )
+            }
+            GateKind::Webhook(w) => {
+                let body = WebhookBody {
+                    plan: work.vars.plan.clone(),
+                    namespace: work.vars.namespace.clone(),
+                    revision: work.revision.clone(),
+                    step: work.step,
+                    phase: crate::api::Phase::RollingOut,
+                };
+                (
+                    webhook::worst_case(w) + CALL_GRACE,
+                    futures::future::Either::Right(async move {
+                        webhook::call(&self.http, w, &body).await
+                    }),
+                )
+            }
+        };
+        match tokio::time::timeout(bound, call).await {
+            Ok(r) => r,
+            Err(_) => GateResult::Error {
+                reason: format!("no answer within {}s", bound.as_secs()),
+            },
+        }
+    }
+
+    fn store(
+        &self,
+        key: &ObjectRef<ReleasePlan>,
+        work: &GateWork,
+        index: usize,
+        verdicts: &Verdicts,
+        st: GateStatus,
+    ) {
         let label = GateLabel {
-            namespace: v.namespace.clone(),
-            plan: v.plan.clone(),
+            namespace: work.vars.namespace.clone(),
+            plan: work.vars.plan.clone(),
             gate: st.name.clone(),
         };
         if let Some(value) = st.value.as_deref().and_then(|s| s.parse::<f64>().ok()) {
-            ctx.metrics.gate_value.get_or_create(&label).set(value);
+            self.metrics.gate_value.get_or_create(&label).set(value);
         }
-        ctx.metrics
+        self.metrics
             .gate_failures
             .get_or_create(&label)
             .set(i64::from(st.failures));
+        debug!(plan = %key, gate = %st.name, verdict = %st.verdict, "gate evaluated");
+        if let Some(slot) = verdicts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(index)
+        {
+            *slot = st;
+        }
+        // The reconcile reads the verdict; a closed channel means shutdown.
+        let _ = self.wake.unbounded_send(key.clone());
     }
-    out
-}
 
-/// One event per gate whose verdict changed in this evaluation.
-pub fn verdict_events(before: &[GateStatus], after: &[GateStatus]) -> Vec<EventIntent> {
-    after
-        .iter()
-        .filter(|a| {
-            a.verdict != g::PENDING
-                && before
-                    .iter()
-                    .find(|b| b.name == a.name)
-                    .is_none_or(|b| b.verdict != a.verdict)
-        })
-        .map(|a| {
-            let (type_, reason) = match a.verdict.as_str() {
-                g::PASSED => (EventType::Normal, "GatePassed"),
-                g::FAILED => (EventType::Warning, "GateFailed"),
-                _ => (EventType::Warning, "GateInconclusive"),
-            };
-            EventIntent {
-                type_,
-                reason: reason.into(),
-                message: format!(
-                    "gate {}: {}",
-                    a.name,
-                    a.message.as_deref().unwrap_or(a.verdict.as_str())
-                ),
-            }
-        })
-        .collect()
-}
-
-/// How long until the next gate is due, for the requeue.
-pub fn next_due(
-    plan: &ReleasePlan,
-    status: &ReleasePlanStatus,
-    now: DateTime<Utc>,
-) -> Option<Duration> {
-    let prom = plan.spec.health.prometheus.iter().filter_map(|gate| {
-        let interval = prometheus::settings(gate).ok()?.interval;
-        g::next_due(prev(status, &gate.name), interval, now)
-    });
-    let hooks = plan
-        .spec
-        .health
-        .webhooks
-        .iter()
-        .filter_map(|gate| g::next_due(prev(status, &gate.name), WEBHOOK_INTERVAL, now));
-    prom.chain(hooks)
-        .min()
-        .map(|d| d.max(Duration::from_millis(500)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn gate(name: &str, verdict: &str) -> GateStatus {
-        GateStatus {
-            name: name.into(),
-            verdict: verdict.into(),
-            ..Default::default()
+    /// Drops the work of a plan that is gone, if it is still this work.
+    fn forget(&self, key: &ObjectRef<ReleasePlan>, work: &GateWork) {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if running.get(key).is_some_and(|r| r.work.same_as(work)) {
+            // Dropping aborts the tasks, this one among them: it returns right after.
+            running.remove(key);
         }
     }
+}
 
-    #[test]
-    fn an_event_per_changed_verdict() {
-        let before = vec![gate("a", "Passed"), gate("b", "Pending")];
-        let after = vec![
-            gate("a", "Passed"),
-            gate("b", "Failed"),
-            gate("c", "Passed"),
-            gate("d", "Pending"),
-        ];
-        let ev = verdict_events(&before, &after);
-        let reasons: Vec<&str> = ev.iter().map(|e| e.reason.as_str()).collect();
-        assert_eq!(reasons, ["GateFailed", "GatePassed"]);
-        assert_eq!(ev[0].type_, EventType::Warning);
+fn snapshot(v: &Verdicts) -> Vec<GateStatus> {
+    v.lock().unwrap_or_else(PoisonError::into_inner).clone()
+}
+
+/// Interval, failure limit and inconclusive limit of a gate.
+fn limits(gate: &GateKind) -> Result<(Duration, i32, i32), String> {
+    match gate {
+        GateKind::Prometheus(p) => {
+            let s = prometheus::settings(p)?;
+            Ok((s.interval, s.failure_limit, s.inconclusive_limit))
+        }
+        GateKind::Webhook(_) => Ok((WEBHOOK_INTERVAL, WEBHOOK_FAILURE_LIMIT, 0)),
     }
 }

@@ -12,10 +12,15 @@ pub mod gates;
 pub mod observe;
 
 use crate::api::{FINALIZER, LABEL_PLAN, LABEL_REVISION, Phase, ReleasePlan, ReleasePlanStatus};
+use crate::ops::liveness::Liveness;
 use crate::ops::metrics::{KindLabel, Metrics};
-use crate::plan::{self, Decision, EventType, Observation, PodFailure, Target, TemplateSource};
+use crate::plan::machine::Cause;
+use crate::plan::{
+    self, Decision, EventType, Observation, PodFailure, Refusal, Target, TemplateSource, reasons,
+};
 use chrono::Utc;
 use futures::StreamExt;
+use gates::{GateRunner, GateWork};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -25,7 +30,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tracing::{Instrument, info, warn};
 
@@ -47,6 +52,9 @@ pub enum Error {
     /// Serialization failed.
     #[error("serialization: {0}")]
     Json(#[from] serde_json::Error),
+    /// A Deployment write failed; status and an Event say why.
+    #[error("Deployment {0} could not be written (see the plan's status)")]
+    Refused(String),
 }
 
 impl Error {
@@ -58,6 +66,7 @@ impl Error {
             Error::Conflict(_) => "conflict",
             Error::NoNamespace => "invalid",
             Error::Json(_) => "serialization",
+            Error::Refused(_) => "refused",
         }
     }
 }
@@ -98,27 +107,73 @@ pub struct Context {
     pub recorder: Recorder,
     /// Metrics.
     pub metrics: Arc<Metrics>,
-    /// HTTP client for gates.
-    pub http: reqwest::Client,
+    /// Evaluates Prometheus and webhook gates beside the reconciles.
+    pub gates: Arc<GateRunner>,
+    /// What `/healthz` reads.
+    pub liveness: Arc<Liveness>,
     /// Consecutive failures per plan, for exponential backoff.
     failures: Mutex<HashMap<ObjectRef<ReleasePlan>, u32>>,
+    /// The newest version of a plan this process wrote or read back, until the
+    /// cache has caught up with it: a reconcile never decides on an older one
+    /// (deciding on a stale cache repeats transitions and ends in a conflict).
+    fresh: Mutex<HashMap<ObjectRef<ReleasePlan>, Arc<ReleasePlan>>>,
+    /// The last failed Deployment write per plan, until one succeeds.
+    refusals: Mutex<HashMap<ObjectRef<ReleasePlan>, Refusal>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Context {
-    fn backoff(&self, key: &ObjectRef<ReleasePlan>) -> Duration {
-        let Ok(mut map) = self.failures.lock() else {
-            return Duration::from_secs(5);
-        };
+    fn backoff(&self, key: &ObjectRef<ReleasePlan>) -> (u32, Duration) {
+        let mut map = lock(&self.failures);
         let n = map.entry(key.clone()).or_insert(0);
         *n = n.saturating_add(1);
-        backoff_delay(*n)
+        (*n, backoff_delay(*n))
     }
 
     fn reset_backoff(&self, key: &ObjectRef<ReleasePlan>) {
-        if let Ok(mut map) = self.failures.lock() {
-            map.remove(key);
+        lock(&self.failures).remove(key);
+    }
+
+    /// The cached plan, or the newer copy this process last wrote or read.
+    fn freshest(&self, key: &ObjectRef<ReleasePlan>, cached: Arc<ReleasePlan>) -> Arc<ReleasePlan> {
+        let mut fresh = lock(&self.fresh);
+        match fresh.get(key) {
+            Some(f) if f.uid() == cached.uid() && newer(f, &cached) => Arc::clone(f),
+            Some(_) => {
+                fresh.remove(key);
+                cached
+            }
+            None => cached,
         }
     }
+
+    fn remember(&self, plan: ReleasePlan) {
+        lock(&self.fresh).insert(ObjectRef::from_obj(&plan), Arc::new(plan));
+    }
+
+    /// Drops everything kept about a plan whose deletion proceeds.
+    fn forget(&self, key: &ObjectRef<ReleasePlan>) {
+        lock(&self.fresh).remove(key);
+        lock(&self.refusals).remove(key);
+        lock(&self.failures).remove(key);
+        self.gates.observe(key, None);
+    }
+}
+
+/// Whether `a` has a later resourceVersion than `b`. Versions are opaque to
+/// clients, but the API server's are etcd revisions; anything that does not
+/// parse is taken as not newer, so the cache wins.
+fn newer(a: &ReleasePlan, b: &ReleasePlan) -> bool {
+    let rv = |p: &ReleasePlan| {
+        p.metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    matches!((rv(a), rv(b)), (Some(x), Some(y)) if x > y)
 }
 
 /// Exponential backoff: 1s, 2s, 4s ... capped at 5 minutes.
@@ -132,6 +187,8 @@ pub async fn reconcile(plan: Arc<ReleasePlan>, ctx: Arc<Context>) -> Result<Acti
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
     let key = ObjectRef::from_obj(&*plan);
+    let _in_flight = ctx.liveness.reconcile_started();
+    let plan = ctx.freshest(&key, plan);
     let span = tracing::info_span!("reconcile", plan = %key, generation = plan.metadata.generation.unwrap_or(0));
     let res = reconcile_inner(&plan, &ctx).instrument(span).await;
     ctx.metrics
@@ -143,8 +200,9 @@ pub async fn reconcile(plan: Arc<ReleasePlan>, ctx: Arc<Context>) -> Result<Acti
     res
 }
 
-/// Requeues after an error: at once-ish for a conflict, with per-object
-/// exponential backoff otherwise.
+/// Requeues after an error: soon for a conflict (the fresh object is already
+/// read), with per-object exponential backoff otherwise, and a Warning Event
+/// on the plan at the 1st, 2nd, 4th, 8th ... failure in a row.
 pub fn error_policy(plan: Arc<ReleasePlan>, err: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics
         .failures
@@ -157,8 +215,32 @@ pub fn error_policy(plan: Arc<ReleasePlan>, err: &Error, ctx: Arc<Context>) -> A
         info!(plan = %key, "{err}");
         return Action::requeue(Duration::from_millis(300));
     }
-    let delay = ctx.backoff(&key);
+    let (n, delay) = ctx.backoff(&key);
     warn!(plan = %key, error = %err, retry_in = ?delay, "reconcile failed");
+    // A refused Deployment already has its own Event from the decision.
+    if n.is_power_of_two() && !matches!(err, Error::Refused(_)) {
+        let ev = Event {
+            type_: KubeEventType::Warning,
+            reason: reasons::RECONCILE_ERROR.into(),
+            note: Some(
+                format!("{err} (failure {n} in a row; retrying in {delay:?})")
+                    .chars()
+                    .take(1000)
+                    .collect(),
+            ),
+            action: event_action(reasons::RECONCILE_ERROR, &err.to_string()),
+            secondary: None,
+        };
+        let reference = plan.object_ref(&());
+        let recorder = ctx.recorder.clone();
+        let metrics = Arc::clone(&ctx.metrics);
+        tokio::spawn(async move {
+            match recorder.publish(&ev, &reference).await {
+                Ok(()) => metrics.write("event"),
+                Err(e) => warn!(error = %e, "could not record event"),
+            }
+        });
+    }
     Action::requeue(delay)
 }
 
@@ -170,15 +252,17 @@ fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
-async fn reconcile_inner(plan: &ReleasePlan, ctx: &Context) -> Result<Action, Error> {
+async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Action, Error> {
     let ns = plan.namespace().ok_or(Error::NoNamespace)?;
     let name = plan.name_any();
     let plans: Api<ReleasePlan> = Api::namespaced(ctx.client.clone(), &ns);
     let deleting = plan.metadata.deletion_timestamp.is_some();
     let has_finalizer = plan.finalizers().iter().any(|f| f == FINALIZER);
-    let key = format!("{ns}/{name}");
+    let key = ObjectRef::from_obj(&**plan);
+    let metrics_key = format!("{ns}/{name}");
     if deleting && !has_finalizer {
-        ctx.metrics.set_phase(&key, None);
+        ctx.metrics.set_phase(&metrics_key, None);
+        ctx.forget(&key);
         return Ok(Action::await_change());
     }
     if deleting && plan.finalizers().iter().any(|f| f == "foregroundDeletion") {
@@ -186,17 +270,25 @@ async fn reconcile_inner(plan: &ReleasePlan, ctx: &Context) -> Result<Action, Er
         // roll back to, and holding the plan would only fight the garbage collector.
         set_finalizers(&plans, plan, false).await?;
         ctx.metrics.write("finalizer");
-        ctx.metrics.set_phase(&key, None);
+        ctx.metrics.set_phase(&metrics_key, None);
+        ctx.forget(&key);
         return Ok(Action::await_change());
     }
-    if !has_finalizer {
-        set_finalizers(&plans, plan, true).await?;
+    let plan: Arc<ReleasePlan> = if has_finalizer {
+        Arc::clone(plan)
+    } else {
+        // Go on with the patched object: the first status is written in this
+        // same reconcile, so a new plan never sits without one.
+        let Some(p) = set_finalizers(&plans, plan, true).await? else {
+            return Ok(Action::await_change());
+        };
         ctx.metrics.write("finalizer");
-        // The write triggers a new reconcile with the finalizer in place.
-        return Ok(Action::await_change());
-    }
+        ctx.remember(p.clone());
+        Arc::new(p)
+    };
 
-    // Stage 3: read the owned Deployments and pods from the caches.
+    // Stage 3: observe: the owned Deployments and pods from the caches, gate
+    // verdicts from the runner, the last refused write from memory.
     let uid = plan.uid().unwrap_or_default();
     let owned: Vec<Arc<Deployment>> = ctx
         .deployments
@@ -213,16 +305,28 @@ async fn reconcile_inner(plan: &ReleasePlan, ctx: &Context) -> Result<Action, Er
         .collect();
     let status = plan.status.clone().unwrap_or_default();
     let target = Target::from_spec(&plan.spec);
-    let pod_failures = pod_failures(ctx, plan, &ns, &name, &status);
-    let request = observe::pending_request(plan);
-    let now = Utc::now();
-    let gates = match (&target, status.phase) {
-        (Ok(_), Phase::RollingOut) => gates::evaluate(ctx, plan, &status, now).await,
-        _ => Vec::new(),
+    let pod_failures = pod_failures(ctx, &plan, &ns, &name, &status);
+    let (request, invalid_request) = match observe::pending_request(&plan) {
+        Ok(r) => (r, None),
+        Err(bad) => (None, Some(bad)),
     };
-    let obs = Observation {
+    let work = target
+        .as_ref()
+        .ok()
+        .and_then(|_| GateWork::of(&plan, &status));
+    let gates = if work.is_some() {
+        ctx.gates.observe(&key, work)
+    } else {
+        ctx.gates.observe(&key, None);
+        if status.phase == Phase::RollingOut && status.failure.is_some() {
+            status.gates.clone()
+        } else {
+            Vec::new()
+        }
+    };
+    let mut obs = Observation {
         plan: name.clone(),
-        now,
+        now: Utc::now(),
         generation: plan.metadata.generation.unwrap_or(0),
         target,
         status: status.clone(),
@@ -232,7 +336,9 @@ async fn reconcile_inner(plan: &ReleasePlan, ctx: &Context) -> Result<Action, Er
             .collect(),
         pod_failures,
         gates,
-        request: request.clone().ok().flatten(),
+        request,
+        invalid_request,
+        refusal: lock(&ctx.refusals).get(&key).cloned(),
         deleting,
     };
     let templates: BTreeMap<String, k8s_openapi::api::core::v1::PodTemplateSpec> = plan
@@ -244,48 +350,62 @@ async fn reconcile_inner(plan: &ReleasePlan, ctx: &Context) -> Result<Action, Er
 
     // Stage 4: decide, purely.
     let mut decision = plan::decide(&obs, &templates);
-    decision
-        .events
-        .extend(gates::verdict_events(&status.gates, &obs.gates));
-    if let Err(msg) = &request {
-        decision.status.acknowledged_request = plan
-            .annotations()
-            .get(crate::api::ANNOTATION_REQUEST)
-            .cloned();
-        decision.events.push(plan::EventIntent {
-            type_: EventType::Warning,
-            reason: "InvalidRequest".into(),
-            message: msg.clone(),
-        });
+
+    // Stage 5: act on the difference. A refused write does not end the
+    // reconcile: the core decides again knowing it, and status says so.
+    let refusal = match act(ctx, &plan, &ns, &owned, &decision).await {
+        Acted::Done => None,
+        Acted::Refused(r) => Some(r),
+        Acted::NamespaceTerminating => {
+            info!("the namespace is being deleted: waiting for the plan's own deletion");
+            return Ok(Action::await_change());
+        }
+    };
+    if refusal != obs.refusal {
+        match &refusal {
+            Some(r) => lock(&ctx.refusals).insert(key.clone(), r.clone()),
+            None => lock(&ctx.refusals).remove(&key),
+        };
+        obs.refusal = refusal.clone();
+        decision = plan::decide(&obs, &templates);
     }
 
-    // Stage 5: act on the difference.
-    act(ctx, plan, &ns, &owned, &decision).await?;
-    publish_events(ctx, plan, &decision).await;
-    record_metrics(ctx, &key, &status, &decision);
+    // Stage 6: write status; events and metrics only for what was written.
     if plan.status.as_ref() != Some(&decision.status) {
-        write_status(&plans, plan, &decision.status).await?;
+        match write_status(&plans, &plan, &decision.status).await {
+            Ok(Some(written)) => ctx.remember(written),
+            Ok(None) => {}
+            Err(e @ Error::Conflict(_)) => {
+                // Decided on a stale object: read it fresh, so the retry does not
+                // conflict again (after an API server restart the cache may lag
+                // for many seconds), and drop this decision's events.
+                if let Ok(p) = plans.get(&name).await {
+                    ctx.remember(p);
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        }
         ctx.metrics.write("status");
     }
+    publish_events(ctx, &plan, &decision).await;
+    record_metrics(ctx, &metrics_key, &status, &decision);
     if decision.finalize {
-        set_finalizers(&plans, plan, false).await?;
+        set_finalizers(&plans, &plan, false).await?;
         ctx.metrics.write("finalizer");
-        ctx.metrics.set_phase(&key, None);
+        ctx.metrics.set_phase(&metrics_key, None);
+        ctx.forget(&key);
         info!("rollout settled: finalizer removed, deletion proceeds");
         return Ok(Action::await_change());
     }
+    if let Some(r) = refusal {
+        return Err(Error::Refused(r.deployment));
+    }
 
-    // Stage 6: decide the requeue.
-    let gate_wait = if decision.status.phase == Phase::RollingOut {
-        gates::next_due(plan, &decision.status, now)
-    } else {
-        None
-    };
-    Ok(match (decision.requeue_after, gate_wait) {
-        (Some(a), Some(b)) => Action::requeue(a.min(b)),
-        (Some(a), None) | (None, Some(a)) => Action::requeue(a),
-        (None, None) => Action::await_change(),
-    })
+    // Stage 7: one requeue, decided by the core; gate results wake the plan.
+    Ok(decision
+        .requeue_after
+        .map_or_else(Action::await_change, Action::requeue))
 }
 
 /// Failure signals of pods of revisions being rolled out.
@@ -302,7 +422,7 @@ fn pod_failures(
     let rolling: Vec<(&str, &str)> = status
         .components
         .iter()
-        .filter(|c| c.current_hash.is_some() && c.current_hash != c.stable_hash)
+        .filter(|c| c.is_changing())
         .filter_map(|c| Some((c.name.as_str(), c.current_hash.as_deref()?)))
         .collect();
     if rolling.is_empty() {
@@ -348,6 +468,41 @@ fn pod_failures(
     out
 }
 
+/// Whether the API server refused a write because the namespace is being
+/// deleted: nothing to report then, the plan's own deletion follows.
+fn namespace_terminating(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403
+        && s.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating")))
+}
+
+/// The refusal a failed Deployment write becomes.
+fn refusal_of(deployment: &str, e: &kube::Error) -> Refusal {
+    match e {
+        kube::Error::Api(s) => Refusal {
+            deployment: deployment.to_string(),
+            code: s.code,
+            message: s.message.clone(),
+        },
+        other => Refusal {
+            deployment: deployment.to_string(),
+            code: 0,
+            message: other.to_string(),
+        },
+    }
+}
+
+/// What acting on a decision came to.
+#[derive(Debug, Clone, PartialEq)]
+enum Acted {
+    /// Every write went through (or none was needed).
+    Done,
+    /// The first write that failed; the rest were not tried (they would most
+    /// likely fail the same way).
+    Refused(Refusal),
+    /// The namespace is being deleted: the plan's deletion follows.
+    NamespaceTerminating,
+}
+
 /// Applies the Deployment intents and deletions that differ from the cluster.
 async fn act(
     ctx: &Context,
@@ -355,15 +510,19 @@ async fn act(
     ns: &str,
     owned: &[Arc<Deployment>],
     decision: &Decision,
-) -> Result<(), Error> {
+) -> Acted {
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
     let deleting = plan.metadata.deletion_timestamp.is_some();
     for intent in &decision.deployments {
         let observed = owned.iter().find(|d| d.name_any() == intent.name);
-        if deleting && let Some(o) = observed {
-            // While the plan is deleted, only scale: the garbage collector may be
-            // stripping owner references (orphan propagation), and an apply of the
-            // whole object could put them back and get the Deployment deleted too.
+        if deleting {
+            // While the plan is deleted, only scale what exists: never create (the
+            // namespace may be terminating, where every create is refused), and
+            // never apply the whole object (the garbage collector may be stripping
+            // owner references for orphan propagation; an apply would put them back).
+            let Some(o) = observed else {
+                continue;
+            };
             if o.spec.as_ref().and_then(|s| s.replicas) != Some(intent.replicas) {
                 info!(deployment = %intent.name, replicas = intent.replicas, "scaling");
                 let patch = serde_json::json!({"spec": {"replicas": intent.replicas}});
@@ -373,7 +532,12 @@ async fn act(
                 {
                     Ok(_) => ctx.metrics.write("apply"),
                     Err(e) if is_not_found(&e) => {}
-                    Err(e) => return Err(e.into()),
+                    // The deletion proceeds anyway once nothing is left to protect.
+                    Err(e) if decision.finalize => {
+                        warn!(deployment = %intent.name, error = %e, "scaling during deletion failed");
+                    }
+                    Err(e) if namespace_terminating(&e) => return Acted::NamespaceTerminating,
+                    Err(e) => return Acted::Refused(refusal_of(&intent.name, &e)),
                 }
             }
             continue;
@@ -398,23 +562,35 @@ async fn act(
             continue;
         }
         info!(deployment = %intent.name, replicas = intent.replicas, "applying");
-        api.patch(
-            &intent.name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&desired),
-        )
-        .await?;
-        ctx.metrics.write("apply");
+        match api
+            .patch(
+                &intent.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&desired),
+            )
+            .await
+        {
+            Ok(_) => ctx.metrics.write("apply"),
+            Err(e) if namespace_terminating(&e) => return Acted::NamespaceTerminating,
+            Err(e) => {
+                warn!(deployment = %intent.name, error = %e, "Deployment write failed");
+                return Acted::Refused(refusal_of(&intent.name, &e));
+            }
+        }
     }
     for name in &decision.delete {
         info!(deployment = %name, "deleting old revision");
         match api.delete(name, &DeleteParams::background()).await {
             Ok(_) => ctx.metrics.write("delete"),
             Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(e.into()),
+            Err(e) if deleting && decision.finalize => {
+                warn!(deployment = %name, error = %e, "delete during deletion failed");
+            }
+            Err(e) if namespace_terminating(&e) => return Acted::NamespaceTerminating,
+            Err(e) => return Acted::Refused(refusal_of(name, &e)),
         }
     }
-    Ok(())
+    Acted::Done
 }
 
 async fn publish_events(ctx: &Context, plan: &ReleasePlan, decision: &Decision) {
@@ -448,55 +624,49 @@ fn event_action(reason: &str, message: &str) -> String {
     format!("{}-{h}", reason.chars().take(100).collect::<String>())
 }
 
+/// Metrics of a written decision, from its transition.
 fn record_metrics(ctx: &Context, key: &str, before: &ReleasePlanStatus, decision: &Decision) {
     let m = &ctx.metrics;
     m.set_phase(key, Some(decision.status.phase));
-    for e in &decision.events {
-        let outcome = match e.reason.as_str() {
-            "Promoted" => "Promoted",
-            "RolledBack" => "RolledBack",
-            "RolloutSuperseded" => "Superseded",
-            _ => continue,
-        };
+    let outcome = |kind: &str| {
         m.rollouts
-            .get_or_create(&KindLabel {
-                kind: outcome.into(),
-            })
+            .get_or_create(&KindLabel { kind: kind.into() })
             .inc();
-        if outcome == "Promoted"
-            && let Some(start) = before.rollout_started_at
-        {
-            let secs = (decision
-                .status
-                .history
-                .last()
-                .and_then(|h| h.finished_at)
-                .unwrap_or(start)
-                - start)
-                .num_milliseconds() as f64
-                / 1000.0;
-            m.rollout_duration.observe(secs.max(0.0));
+    };
+    match &decision.transition {
+        Cause::Promoted => {
+            outcome("Promoted");
+            if let Some(start) = before.rollout_started_at {
+                let end = decision
+                    .status
+                    .history
+                    .last()
+                    .and_then(|h| h.finished_at)
+                    .unwrap_or(start);
+                let secs = (end - start).num_milliseconds() as f64 / 1000.0;
+                m.rollout_duration.observe(secs.max(0.0));
+            }
         }
-    }
-    if before.phase == Phase::RollingOut
-        && decision.status.phase == Phase::RollbackInProgress
-        && let Some(f) = &decision.status.failure
-    {
-        m.rollbacks
-            .get_or_create(&KindLabel {
-                kind: f.gate.clone(),
-            })
-            .inc();
+        Cause::RollbackDone { .. } => outcome("RolledBack"),
+        Cause::Start { superseded: true } => outcome("Superseded"),
+        Cause::RollbackStarted(f) => {
+            m.rollbacks
+                .get_or_create(&KindLabel {
+                    kind: f.gate.clone(),
+                })
+                .inc();
+        }
+        _ => {}
     }
 }
 
 /// Writes the whole status with the plan's resourceVersion: a 409 means we
-/// decided on stale data, and the next reconcile reads again.
+/// decided on stale data. Returns the written object (`None`: the plan is gone).
 async fn write_status(
     api: &Api<ReleasePlan>,
     plan: &ReleasePlan,
     status: &ReleasePlanStatus,
-) -> Result<(), Error> {
+) -> Result<Option<ReleasePlan>, Error> {
     let mut obj = plan.clone();
     obj.metadata.managed_fields = None;
     obj.status = Some(status.clone());
@@ -504,19 +674,20 @@ async fn write_status(
         .replace_status(&plan.name_any(), &PostParams::default(), &obj)
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(written) => Ok(Some(written)),
         Err(e) if is_conflict(&e) => Err(Error::Conflict(plan.name_any())),
-        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(None),
         Err(e) => Err(e.into()),
     }
 }
 
-/// Adds or removes our finalizer with a merge patch guarded by resourceVersion.
+/// Adds or removes our finalizer with a merge patch guarded by
+/// resourceVersion. Returns the patched object (`None`: the plan is gone).
 async fn set_finalizers(
     api: &Api<ReleasePlan>,
     plan: &ReleasePlan,
     add: bool,
-) -> Result<(), Error> {
+) -> Result<Option<ReleasePlan>, Error> {
     let mut finalizers: Vec<String> = plan
         .finalizers()
         .iter()
@@ -540,9 +711,9 @@ async fn set_finalizers(
         )
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(p) => Ok(Some(p)),
         Err(e) if is_conflict(&e) => Err(Error::Conflict(plan.name_any())),
-        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(None),
         Err(e) => Err(e.into()),
     }
 }
@@ -568,11 +739,47 @@ fn plan_of<K: Resource>(obj: &K) -> Option<ObjectRef<ReleasePlan>> {
     Some(ObjectRef::new(plan).within(ns))
 }
 
+/// Backoff of the watch streams after an error: 250ms doubling to 5s, reset
+/// on success. The default (up to 30s) leaves every cache stale for that long
+/// after an API server restart; a watch re-established within seconds keeps
+/// rollouts moving.
+#[derive(Debug, Clone)]
+pub struct WatchBackoff {
+    next: Duration,
+}
+
+impl WatchBackoff {
+    const MIN: Duration = Duration::from_millis(250);
+    const MAX: Duration = Duration::from_secs(5);
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        WatchBackoff { next: Self::MIN }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+    fn next(&mut self) -> Option<Duration> {
+        let d = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        Some(d)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = Self::MIN;
+    }
+}
+
 /// Runs the controller until `shutdown` resolves; in-flight reconciles finish first.
 pub async fn run(
     client: Client,
     settings: Settings,
     metrics: Arc<Metrics>,
+    liveness: Arc<Liveness>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (plans, deploy_api, pod_api): (Api<ReleasePlan>, Api<Deployment>, Api<Pod>) =
@@ -588,15 +795,23 @@ pub async fn run(
                 Api::all(client.clone()),
             ),
         };
+    let (plan_store, plan_writer) = reflector::store();
+    let plan_stream = watcher(plans, watcher::Config::default().any_semantic())
+        .backoff(WatchBackoff::default())
+        .inspect(watched(&liveness, "ReleasePlan"))
+        .reflect(plan_writer)
+        .applied_objects();
     let (deployments, dwriter) = reflector::store();
     let deploy_stream = watcher(deploy_api, watcher::Config::default().labels(LABEL_PLAN))
-        .default_backoff()
+        .backoff(WatchBackoff::default())
+        .inspect(watched(&liveness, "Deployment"))
         .modify(|d: &mut Deployment| d.managed_fields_mut().clear())
         .reflect(dwriter)
         .touched_objects();
     let (pods, pwriter) = reflector::store();
     let pod_stream = watcher(pod_api, watcher::Config::default().labels(LABEL_PLAN))
-        .default_backoff()
+        .backoff(WatchBackoff::default())
+        .inspect(watched(&liveness, "Pod"))
         .modify(|p: &mut Pod| {
             // Only labels and status matter to us: keep the cache small.
             p.managed_fields_mut().clear();
@@ -609,20 +824,33 @@ pub async fn run(
         controller: "releaseplan".into(),
         instance: settings.instance.clone(),
     };
+    let (wake_tx, wake_rx) = futures::channel::mpsc::unbounded();
+    let gates = GateRunner::new(
+        gate_http_client(),
+        Arc::clone(&metrics),
+        wake_tx,
+        plan_store.clone(),
+    );
     let ctx = Arc::new(Context {
         client: client.clone(),
         deployments,
         pods,
         recorder: Recorder::new(client.clone(), reporter),
         metrics,
-        http: reqwest::Client::new(),
+        gates,
+        liveness,
         failures: Mutex::new(HashMap::new()),
+        fresh: Mutex::new(HashMap::new()),
+        refusals: Mutex::new(HashMap::new()),
     });
-    Controller::new(plans, watcher::Config::default().any_semantic())
+    Controller::for_stream(plan_stream, plan_store)
         // Deployments and pods reach their plan through the plan label rather than
         // owner references, so a Deployment orphaned during deletion still does.
         .watches_stream(deploy_stream, |d: Deployment| plan_of(&d))
         .watches_stream(pod_stream, |pod: Pod| plan_of(&pod))
+        // A gate result wakes its plan; reconciles never wait for one.
+        .reconcile_on(wake_rx)
+        .trigger_backoff(WatchBackoff::default())
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -633,6 +861,23 @@ pub async fn run(
         })
         .await;
     info!("controller stopped");
+}
+
+/// Reports each item of a watch stream to the liveness check.
+fn watched<T>(
+    liveness: &Arc<Liveness>,
+    name: &'static str,
+) -> impl Fn(&Result<T, watcher::Error>) + Send + Sync + 'static {
+    let liveness = Arc::clone(liveness);
+    move |r| liveness.watch_result(name, r.is_ok())
+}
+
+/// The HTTP client of gates: no redirects followed (a gate answers itself).
+fn gate_http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! From cluster objects to the pure core's observation: small pure helpers.
 
 use crate::api::{ANNOTATION_REQUEST, LABEL_COMPONENT, LABEL_REVISION, ReleasePlan};
-use crate::plan::{Action, Request, RevisionObs};
+use crate::plan::{Action, InvalidRequest, Request, RevisionObs};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
 
@@ -33,7 +33,7 @@ pub fn revision_of(d: &Deployment) -> Option<RevisionObs> {
 /// The request in the plan's annotation, `<action>/<id>` (for example
 /// `promote/1732870000-ab12`), unless already acknowledged. An unknown action
 /// is reported as an error string so the controller can say so in an event.
-pub fn pending_request(plan: &ReleasePlan) -> Result<Option<Request>, String> {
+pub fn pending_request(plan: &ReleasePlan) -> Result<Option<Request>, InvalidRequest> {
     let Some(raw) = plan.annotations().get(ANNOTATION_REQUEST) else {
         return Ok(None);
     };
@@ -51,9 +51,12 @@ pub fn pending_request(plan: &ReleasePlan) -> Result<Option<Request>, String> {
             id: raw.clone(),
             action,
         })),
-        None => Err(format!(
-            "unknown request {raw:?} in annotation {ANNOTATION_REQUEST}: expected promote, promote-full, abort, retry, pause or resume"
-        )),
+        None => Err(InvalidRequest {
+            raw: raw.clone(),
+            message: format!(
+                "unknown request {raw:?} in annotation {ANNOTATION_REQUEST}: expected promote, promote-full, abort, retry, pause or resume"
+            ),
+        }),
     }
 }
 

@@ -7,7 +7,7 @@
 //! gate's limits) and is the only place that decides a verdict.
 //! [`is_due`] and [`next_due`] say when a gate is evaluated again.
 
-mod http;
+pub(crate) mod http;
 pub mod pods;
 pub mod prometheus;
 pub mod threshold;

@@ -70,6 +70,20 @@ pub async fn call(http: &reqwest::Client, gate: &WebhookGate, body: &WebhookBody
     }
 }
 
+/// The longest a [`call`] can take: every attempt timing out, plus the pauses.
+pub fn worst_case(gate: &WebhookGate) -> Duration {
+    let timeout = timeout_of(gate.timeout_seconds);
+    let retries = gate
+        .retries
+        .unwrap_or(DEFAULT_RETRIES)
+        .clamp(0, MAX_RETRIES);
+    let attempts = u32::try_from(retries).unwrap_or(0) + 1;
+    let pauses = (0..attempts.saturating_sub(1))
+        .map(|i| (FIRST_BACKOFF * 2u32.saturating_pow(i)).min(MAX_BACKOFF))
+        .sum::<Duration>();
+    timeout * attempts + pauses
+}
+
 async fn call_once(
     http: &reqwest::Client,
     gate: &WebhookGate,

@@ -1,5 +1,6 @@
 //! The HTTP server for `/metrics`, `/healthz` and `/readyz`.
 
+use super::liveness::Liveness;
 use super::metrics::Metrics;
 use axum::Router;
 use axum::extract::State;
@@ -9,6 +10,7 @@ use axum::routing::get;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 /// What the server reports on.
 #[derive(Clone)]
@@ -17,6 +19,8 @@ pub struct Health {
     pub metrics: Arc<Metrics>,
     /// Set once the process can do its work (caches synced, or following a leader).
     pub ready: Arc<AtomicBool>,
+    /// Whether the controller makes progress.
+    pub liveness: Arc<Liveness>,
 }
 
 async fn metrics(State(h): State<Health>) -> impl IntoResponse {
@@ -29,15 +33,25 @@ async fn metrics(State(h): State<Health>) -> impl IntoResponse {
     )
 }
 
-async fn healthz() -> &'static str {
-    "ok"
+/// 200 while the controller makes progress, 503 with the reason when stuck.
+async fn healthz(State(h): State<Health>) -> (StatusCode, String) {
+    match h.liveness.check(Instant::now()) {
+        Ok(()) => (StatusCode::OK, "ok".into()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("stuck: {why}")),
+    }
 }
 
+/// Ready once started; the body says whether this replica leads or stands by.
 async fn readyz(State(h): State<Health>) -> (StatusCode, &'static str) {
-    if h.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ok")
-    } else {
+    if !h.ready.load(Ordering::Relaxed) {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    } else if h.metrics.leader.get() == 1 {
+        (StatusCode::OK, "ok: leader")
+    } else {
+        (
+            StatusCode::OK,
+            "ok: follower (standing by; another replica holds the lease)",
+        )
     }
 }
 

@@ -1,12 +1,12 @@
 //! Conditions and the one-line message, computed from the next status.
 //!
-//! `Ready`, `Reconciling` and `Stalled` follow kstatus, so Argo CD, Flux and
-//! `kubectl wait --for=condition=Ready` understand the plan without custom
-//! code. `Progressing`, `RollbackInProgress` and `Paused` say more for humans.
+//! `Ready`, `Reconciling` and `Stalled` follow kstatus' conventions
+//! (`kubectl wait --for=condition=Ready` works as is; Argo CD needs the health
+//! check in the README). `Progressing`, `RollbackInProgress` and `Paused` say more for humans.
 //! A condition keeps its `lastTransitionTime` while its status stays the same.
 
-use super::Target;
 use super::machine::Facts;
+use super::{Refusal, Target, reasons};
 use crate::api::validation::{CheckedStep, SpecError};
 use crate::api::{Phase, ReleasePlanStatus, time};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -95,8 +95,13 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
         .map(|f| format!("{} failed ({}): {}", f.gate, f.reason, f.message));
     let paused = facts.paused && s.phase == Phase::RollingOut;
     let halted = s.phase == Phase::RollingOut && s.failure.is_some();
-    let rollback_slow =
-        s.phase == Phase::RollbackInProgress && facts.step_age > facts_deadline(obs);
+    // Measured from the rollback's own start (the next status's step start),
+    // not from the failed step's: a rollback that just began is not slow.
+    let rollback_age = s
+        .step_started_at
+        .map(|t| (obs.now - t).to_std().unwrap_or_default())
+        .unwrap_or_default();
+    let rollback_slow = s.phase == Phase::RollbackInProgress && rollback_age > facts_deadline(obs);
 
     let ready = match s.phase {
         Phase::Stable if caught_up => cond(READY, true, "Stable", msg.clone()),
@@ -115,6 +120,12 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
         phase => cond(READY, false, phase.as_str(), msg.clone()),
     };
     let reconciling = match s.phase {
+        _ if obs.refusal.as_ref().is_some_and(|r| !r.is_permanent()) => cond(
+            RECONCILING,
+            true,
+            reasons::DEPLOYMENT_WRITE_FAILED,
+            obs.refusal.as_ref().map(refusal_text).unwrap_or_default(),
+        ),
         Phase::RollingOut if !halted => cond(RECONCILING, true, "RollingOut", msg.clone()),
         Phase::RollbackInProgress => cond(RECONCILING, true, "RollingBack", msg.clone()),
         Phase::Pending => cond(
@@ -153,8 +164,15 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
         cond(
             STALLED,
             true,
-            "RollbackSlow",
+            reasons::ROLLBACK_SLOW,
             "the stable revision is not ready after progressDeadlineSeconds; check its pods",
+        )
+    } else if let Some(r) = obs.refusal.as_ref().filter(|r| r.is_permanent()) {
+        cond(
+            STALLED,
+            true,
+            reasons::DEPLOYMENT_REFUSED,
+            format!("{}; change the spec", refusal_text(r)),
         )
     } else {
         cond(STALLED, false, s.phase.as_str(), msg.clone())
@@ -236,8 +254,32 @@ fn facts_deadline(obs: &Observation) -> std::time::Duration {
         .unwrap_or(std::time::Duration::from_secs(600))
 }
 
-/// One line that says what is happening.
-pub fn message(target: &Target, s: &ReleasePlanStatus, facts: &Facts) -> String {
+/// What a refused Deployment write says in conditions, messages and events.
+pub fn refusal_text(r: &Refusal) -> String {
+    if r.code == 0 {
+        format!("cannot write Deployment {}: {}", r.deployment, r.message)
+    } else {
+        format!(
+            "the API server refused Deployment {} ({}): {}",
+            r.deployment, r.code, r.message
+        )
+    }
+}
+
+/// One line that says what is happening; a refused Deployment write comes first.
+pub fn message(
+    target: &Target,
+    s: &ReleasePlanStatus,
+    facts: &Facts,
+    refusal: Option<&Refusal>,
+) -> String {
+    match refusal {
+        Some(r) => format!("{}; {}", refusal_text(r), phase_message(target, s, facts)),
+        None => phase_message(target, s, facts),
+    }
+}
+
+fn phase_message(target: &Target, s: &ReleasePlanStatus, facts: &Facts) -> String {
     let stable = s.stable_revision.as_deref().unwrap_or("none");
     let current = s.current_revision.as_deref().unwrap_or("none");
     match s.phase {

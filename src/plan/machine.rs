@@ -6,7 +6,7 @@
 //! `RollbackInProgress` share the `Active` superstate, which turns deletion and
 //! abort into a rollback.
 
-use super::{Action, EventIntent, EventType, Observation, Target, desired};
+use super::{Action, EventIntent, EventType, Observation, Target, desired, reasons};
 use crate::api::validation::CheckedStep;
 use crate::api::{Failure, Phase, ReleasePlanStatus};
 use statig::Outcome::{self, Handled, Super, Transition};
@@ -123,7 +123,7 @@ impl Facts {
         let gates_passed = target.gates.iter().all(|g| {
             obs.gates
                 .iter()
-                .any(|st| &st.name == g && st.verdict == "Passed")
+                .any(|st| &st.name == g && st.verdict == crate::gates::PASSED)
         });
         let mut facts = Facts {
             new_generation: s.observed_generation != Some(obs.generation),
@@ -172,7 +172,7 @@ fn detect_failure(obs: &Observation, target: &Target, facts: &Facts) -> Option<F
         .status
         .components
         .iter()
-        .filter(|c| c.current_hash.is_some() && c.current_hash != c.stable_hash)
+        .filter(|c| c.is_changing())
         .filter_map(|c| Some((c.name.as_str(), c.current_hash.as_deref()?)))
         .collect();
     if let Some(p) = obs
@@ -187,7 +187,7 @@ fn detect_failure(obs: &Observation, target: &Target, facts: &Facts) -> Option<F
             message: format!("component {} pod {}: {}", p.component, p.pod, p.message),
         });
     }
-    if let Some(g) = obs.gates.iter().find(|g| g.verdict == "Failed") {
+    if let Some(g) = obs.gates.iter().find(|g| g.verdict == crate::gates::FAILED) {
         return Some(Failure {
             revision,
             gate: g.name.clone(),
@@ -434,7 +434,7 @@ pub fn events(
         Cause::Start { superseded } => {
             if *superseded {
                 out.push(normal(
-                    "RolloutSuperseded",
+                    reasons::ROLLOUT_SUPERSEDED,
                     format!(
                         "revision {} superseded by a newer spec",
                         obs.status.current_revision.as_deref().unwrap_or("?")
@@ -447,7 +447,7 @@ pub fn events(
                 format!("{} steps, stable revision {stable}", target.steps.len())
             };
             out.push(normal(
-                "RolloutStarted",
+                reasons::ROLLOUT_STARTED,
                 format!("rolling out revision {} ({how})", target.revision),
             ));
         }
@@ -466,22 +466,28 @@ pub fn events(
             } else {
                 ""
             };
-            out.push(normal("StepAdvanced", format!("{what}: weight {w}%{by}")));
+            out.push(normal(
+                reasons::STEP_ADVANCED,
+                format!("{what}: weight {w}%{by}"),
+            ));
         }
-        Cause::Retry => out.push(normal("RetryRequested", "retrying the halted step".into())),
+        Cause::Retry => out.push(normal(
+            reasons::RETRY_REQUESTED,
+            "retrying the halted step".into(),
+        )),
         Cause::Promoted => out.push(normal(
-            "Promoted",
+            reasons::PROMOTED,
             format!("revision {} is stable", target.revision),
         )),
         Cause::Halted(f) => out.push(warning(
-            "RolloutHalted",
+            reasons::ROLLOUT_HALTED,
             format!(
                 "{} failed ({}): {}; automatic rollback is off, waiting for abort or retry",
                 f.gate, f.reason, f.message
             ),
         )),
         Cause::RollbackStarted(f) => out.push(warning(
-            "RollbackStarted",
+            reasons::ROLLBACK_STARTED,
             format!(
                 "{} ({}): {}; rolling back to stable revision {stable}",
                 f.gate, f.reason, f.message
@@ -496,16 +502,16 @@ pub fn events(
                 format!("rolled back to stable revision {stable}")
             };
             out.push(if phase == Phase::Stable {
-                normal("RolledBack", msg)
+                normal(reasons::ROLLED_BACK, msg)
             } else {
-                warning("RolledBack", msg)
+                warning(reasons::ROLLED_BACK, msg)
             });
         }
     }
     if let Some(a) = facts.request
         && matches!(a, Action::Pause | Action::Resume)
     {
-        out.push(normal("RequestApplied", format!("{a:?} applied")));
+        out.push(normal(reasons::REQUEST_APPLIED, format!("{a:?} applied")));
     }
     out
 }

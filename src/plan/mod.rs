@@ -15,6 +15,7 @@
 pub mod conditions;
 pub mod desired;
 pub mod machine;
+pub mod reasons;
 
 use crate::api::validation::{CheckedStep, SpecError, check_spec};
 use crate::api::{
@@ -181,6 +182,38 @@ pub struct Request {
     pub action: Action,
 }
 
+/// A request annotation that could not be parsed: acknowledged once, with a
+/// Warning, so it is neither retried nor silently dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidRequest {
+    /// The annotation's value, acknowledged as it is.
+    pub raw: String,
+    /// Why it is not a request.
+    pub message: String,
+}
+
+/// The API server refused (or could not take) a Deployment write of the plan.
+/// The controller remembers the last one per plan, so status keeps saying so
+/// until a write succeeds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The Deployment that could not be written.
+    pub deployment: String,
+    /// HTTP status code of the answer; 0 when there was no answer.
+    pub code: u16,
+    /// The API server's message (or the transport error).
+    pub message: String,
+}
+
+impl Refusal {
+    /// A refusal that no retry can fix: the object itself is invalid
+    /// (400 Bad Request, 422 Unprocessable Entity). Quota, RBAC, webhooks and
+    /// outages may clear by themselves, so they are retried.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self.code, 400 | 422)
+    }
+}
+
 /// Everything one reconcile observed.
 #[derive(Debug, Clone)]
 pub struct Observation {
@@ -202,6 +235,10 @@ pub struct Observation {
     pub gates: Vec<GateStatus>,
     /// A request not yet acknowledged.
     pub request: Option<Request>,
+    /// A request annotation not yet acknowledged that is not a valid request.
+    pub invalid_request: Option<InvalidRequest>,
+    /// The last Deployment write of this plan that failed, until one succeeds.
+    pub refusal: Option<Refusal>,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
 }
@@ -265,6 +302,9 @@ pub struct Decision {
     pub requeue_after: Option<Duration>,
     /// Deletion may proceed: remove the finalizer.
     pub finalize: bool,
+    /// What happened in this decision, for metrics (never re-derived from
+    /// event reasons).
+    pub transition: machine::Cause,
 }
 
 /// Observed counts of one component, by revision hash.
@@ -291,25 +331,33 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
     let (deployments, delete) = desired::intents(obs, target, &status, templates);
     status.components = desired::component_status(obs, target, &status, &deployments);
     let mut events = machine::events(obs, target, &facts, phase, &cause);
+    events.extend(gate_events(&obs.status.gates, &status.gates));
     if let Some(req) = &obs.request
         && facts.request_ignored
     {
         events.push(EventIntent {
             type_: EventType::Warning,
-            reason: "RequestIgnored".into(),
+            reason: reasons::REQUEST_IGNORED.into(),
             message: format!(
                 "request {:?} does not apply in phase {}",
                 req.action, obs.status.phase
             ),
         });
     }
-    status.message = Some(conditions::message(target, &status, &facts));
+    events.extend(invalid_request(obs, &mut status));
+    events.extend(refusal_event(obs));
+    status.message = Some(conditions::message(
+        target,
+        &status,
+        &facts,
+        obs.refusal.as_ref(),
+    ));
     status.conditions = conditions::compute(obs, &status, &facts);
     let finalize = obs.deleting
-        && match phase {
+        && (match phase {
             Phase::Pending | Phase::Stable | Phase::RolledBack => true,
             Phase::RollingOut | Phase::RollbackInProgress => false,
-        };
+        } || nothing_to_protect(obs, &status));
     let requeue_after = if finalize {
         None
     } else {
@@ -322,26 +370,99 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
         events,
         requeue_after,
         finalize,
+        transition: cause,
     }
 }
 
+/// While the plan is deleted the operator never creates Deployments (the
+/// namespace may be terminating, and a create there is refused forever). So
+/// when a component's stable Deployment is already gone there is nothing to
+/// roll back to, and holding the finalizer would only hang the deletion.
+fn nothing_to_protect(obs: &Observation, status: &ReleasePlanStatus) -> bool {
+    obs.revisions.is_empty()
+        || status.components.iter().any(|c| {
+            c.stable_hash
+                .as_deref()
+                .is_some_and(|h| !revisions_of(obs, &c.name).contains_key(h))
+        })
+}
+
+/// One event per gate whose verdict changed between the persisted status and
+/// the next one; `Pending` is not news.
+pub fn gate_events(before: &[GateStatus], after: &[GateStatus]) -> Vec<EventIntent> {
+    after
+        .iter()
+        .filter(|a| {
+            a.verdict != crate::gates::PENDING
+                && before
+                    .iter()
+                    .find(|b| b.name == a.name)
+                    .is_none_or(|b| b.verdict != a.verdict)
+        })
+        .map(|a| {
+            let (type_, reason) = match a.verdict.as_str() {
+                crate::gates::PASSED => (EventType::Normal, reasons::GATE_PASSED),
+                crate::gates::FAILED => (EventType::Warning, reasons::GATE_FAILED),
+                _ => (EventType::Warning, reasons::GATE_INCONCLUSIVE),
+            };
+            EventIntent {
+                type_,
+                reason: reason.into(),
+                message: format!(
+                    "gate {}: {}",
+                    a.name,
+                    a.message.as_deref().unwrap_or(a.verdict.as_str())
+                ),
+            }
+        })
+        .collect()
+}
+
+/// A malformed request is acknowledged (so it is reported once) with a Warning.
+fn invalid_request(obs: &Observation, status: &mut ReleasePlanStatus) -> Option<EventIntent> {
+    let bad = obs.invalid_request.as_ref()?;
+    status.acknowledged_request = Some(bad.raw.clone());
+    Some(EventIntent {
+        type_: EventType::Warning,
+        reason: reasons::INVALID_REQUEST.into(),
+        message: bad.message.clone(),
+    })
+}
+
+/// A Warning for every reconcile whose Deployment write failed; the
+/// controller's backoff spaces them out.
+fn refusal_event(obs: &Observation) -> Option<EventIntent> {
+    let r = obs.refusal.as_ref()?;
+    Some(EventIntent {
+        type_: EventType::Warning,
+        reason: reasons::DEPLOYMENT_REFUSED.into(),
+        message: conditions::refusal_text(r),
+    })
+}
+
 /// A spec that cannot be acted on: keep every Deployment as it is and say why.
+/// The generation is marked observed: it was judged, and tools that wait on
+/// `observedGeneration` must see the verdict, not "in progress" forever.
 fn invalid_spec(obs: &Observation, e: &SpecError) -> Decision {
     let mut status = obs.status.clone();
+    status.observed_generation = Some(obs.generation);
     status.message = Some(format!("spec cannot be acted on: {e}"));
     status.conditions = conditions::invalid_spec(obs, e);
+    let mut events = vec![EventIntent {
+        type_: EventType::Warning,
+        reason: reasons::INVALID_SPEC.into(),
+        message: e.to_string(),
+    }];
+    events.extend(invalid_request(obs, &mut status));
     Decision {
         status,
         deployments: Vec::new(),
         delete: Vec::new(),
-        events: vec![EventIntent {
-            type_: EventType::Warning,
-            reason: "InvalidSpec".into(),
-            message: e.to_string(),
-        }],
+        events,
         requeue_after: None,
         // A plan whose spec is broken holds no rollout worth protecting.
         finalize: obs.deleting,
+        transition: machine::Cause::None,
     }
 }
 

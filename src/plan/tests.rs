@@ -144,6 +144,8 @@ impl Sim {
             pod_failures,
             gates,
             request: self.request.clone(),
+            invalid_request: None,
+            refusal: None,
             deleting: self.deleting,
         }
     }
@@ -552,6 +554,31 @@ fn progress_deadline_fails_a_step_that_never_gets_ready() {
         sim.status.failure.as_ref().unwrap().reason,
         "ProgressDeadlineExceeded"
     );
+    // The rollback just began: it is not slow (its age counts from its own
+    // start, not from the failed step's), so tools see no Stalled.
+    assert_eq!(sim.condition("Stalled").as_deref(), Some("False"));
+    // The stable pods lose readiness: the rollback cannot finish.
+    let stable = sim.status.components[0].stable_hash.clone().unwrap();
+    sim.never_ready.insert(stable.clone());
+    for d in sim.deployments.values_mut().filter(|d| d.hash == stable) {
+        d.ready = 0;
+    }
+    sim.reconcile();
+    assert_eq!(sim.status.phase, Phase::RollbackInProgress);
+    assert_eq!(sim.condition("Stalled").as_deref(), Some("False"));
+    sim.advance(61);
+    sim.reconcile();
+    let stalled = sim
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Stalled")
+        .unwrap();
+    assert_eq!(
+        (stalled.status.as_str(), stalled.reason.as_str()),
+        ("True", "RollbackSlow"),
+        "a rollback older than the deadline is slow"
+    );
 }
 
 #[test]
@@ -774,6 +801,12 @@ fn invalid_spec_stalls_without_touching_deployments() {
     assert!(d.deployments.is_empty() && d.delete.is_empty());
     assert_eq!(sim.replicas(), before);
     assert_eq!(sim.condition("Stalled").as_deref(), Some("True"));
+    assert_eq!(sim.condition("Ready").as_deref(), Some("False"));
+    assert_eq!(
+        sim.status.observed_generation,
+        Some(sim.generation),
+        "the judged generation is observed, or tools wait forever"
+    );
     assert!(
         sim.status
             .message
@@ -781,6 +814,116 @@ fn invalid_spec_stalls_without_touching_deployments() {
             .unwrap()
             .contains("steps[1].setWeight")
     );
+}
+
+#[test]
+fn deleting_with_the_stable_deployment_gone_finalizes() {
+    // A terminating namespace: the namespace controller deleted the Deployments,
+    // and creating them again is refused. Nothing is left to roll back to.
+    let mut sim = stable_sim(canary_spec());
+    sim.change_image("web", "shop:2");
+    sim.reconcile();
+    sim.pods_ready();
+    sim.reconcile();
+    assert_eq!(sim.status.phase, Phase::RollingOut);
+    let stable = sim.status.components[0].stable_hash.clone().unwrap();
+    sim.deployments.retain(|_, d| d.hash != stable);
+    sim.deleting = true;
+    let d = sim.reconcile();
+    assert!(d.finalize, "finalize at once: {:?}", sim.status.message);
+}
+
+#[test]
+fn a_refused_deployment_write_shows_in_conditions_and_events() {
+    let mut sim = stable_sim(canary_spec());
+    sim.change_image("web", "shop:2");
+    let mut obs = sim.observe();
+    obs.refusal = Some(Refusal {
+        deployment: "shop-web-x".into(),
+        code: 422,
+        message: "spec.template.spec.containers[0].ports[0].containerPort: Invalid value: 70000"
+            .into(),
+    });
+    let d = decide(&obs, &sim.templates());
+    let cond = |d: &Decision, t: &str| {
+        d.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+            .unwrap()
+    };
+    let (st, reason, msg) = cond(&d, "Stalled");
+    assert_eq!(
+        (st.as_str(), reason.as_str()),
+        ("True", "DeploymentRefused")
+    );
+    assert!(
+        msg.contains("shop-web-x") && msg.contains("containerPort"),
+        "{msg}"
+    );
+    assert_eq!(cond(&d, "Ready").0, "False");
+    assert_eq!(d.status.observed_generation, Some(sim.generation));
+    assert!(
+        d.events
+            .iter()
+            .any(|e| e.reason == "DeploymentRefused" && e.type_ == EventType::Warning)
+    );
+    assert!(
+        d.status
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("refused Deployment shop-web-x")
+    );
+
+    // A refusal that may clear by itself (quota, RBAC) is retried: Reconciling.
+    obs.refusal = Some(Refusal {
+        deployment: "shop-web-x".into(),
+        code: 403,
+        message: "exceeded quota".into(),
+    });
+    let d = decide(&obs, &sim.templates());
+    let (st, reason, _) = cond(&d, "Reconciling");
+    assert_eq!(
+        (st.as_str(), reason.as_str()),
+        ("True", "DeploymentWriteFailed")
+    );
+    assert_eq!(cond(&d, "Stalled").0, "False");
+}
+
+#[test]
+fn gate_verdict_changes_are_events() {
+    let g = |name: &str, verdict: &str| GateStatus {
+        name: name.into(),
+        verdict: verdict.into(),
+        ..Default::default()
+    };
+    let before = vec![g("a", "Passed"), g("b", "Pending")];
+    let after = vec![
+        g("a", "Passed"),
+        g("b", "Failed"),
+        g("c", "Passed"),
+        g("d", "Pending"),
+    ];
+    let ev = gate_events(&before, &after);
+    let reasons: Vec<&str> = ev.iter().map(|e| e.reason.as_str()).collect();
+    assert_eq!(reasons, ["GateFailed", "GatePassed"]);
+    assert_eq!(ev[0].type_, EventType::Warning);
+}
+
+#[test]
+fn an_invalid_request_is_acknowledged_with_a_warning() {
+    let mut sim = stable_sim(canary_spec());
+    let mut obs = sim.observe();
+    obs.invalid_request = Some(InvalidRequest {
+        raw: "explode/1".into(),
+        message: "unknown request".into(),
+    });
+    let d = decide(&obs, &sim.templates());
+    assert_eq!(d.status.acknowledged_request.as_deref(), Some("explode/1"));
+    assert!(d.events.iter().any(|e| e.reason == "InvalidRequest"));
+    sim.apply(&d);
 }
 
 #[test]
@@ -1085,6 +1228,8 @@ proptest! {
             pod_failures: vec![],
             gates: vec![],
             request: None,
+            invalid_request: None,
+            refusal: None,
             deleting,
         };
         let d = decide(&obs, &BTreeMap::new());
