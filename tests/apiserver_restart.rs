@@ -1,0 +1,135 @@
+//! kube-apiserver restarts in the middle of a rollout: the operator must not
+//! storm (no conflict loop, no repeated Events), `/healthz` must say the
+//! watches are failing while it is gone, and the rollout must finish within
+//! seconds of its return. This file holds one test on purpose: it stops the
+//! API server that every other test uses, and cargo runs test binaries one at
+//! a time.
+
+mod common;
+mod crd;
+mod operator;
+
+use k8s_openapi::api::core::v1::Event;
+use kube::Client;
+use kube::api::{Api, ListParams};
+use operator::{Operator, create_stable, get, set_components, sum_metric, template, wait_phase};
+use releaseplan::api::Phase;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(120);
+
+fn web(image: &str) -> serde_json::Value {
+    json!({"name": "web", "replicas": 4, "template": template(image)})
+}
+
+/// Events on the plan with `reason`, counting repeats of a series.
+async fn events(client: &Client, ns: &str, reason: &str) -> i32 {
+    let list = Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.kind=ReleasePlan,involvedObject.name=shop,reason={reason}"
+        )))
+        .await
+        .expect("cannot list events");
+    list.items.iter().map(|e| e.count.unwrap_or(1).max(1)).sum()
+}
+
+async fn healthz(port: u16) -> Option<u16> {
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    let r = reqwest::Client::new()
+        .get(&url)
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .ok()?;
+    Some(r.status().as_u16())
+}
+
+#[tokio::test]
+async fn an_api_server_restart_mid_rollout_causes_no_storm() {
+    let cluster = std::env::var("RP_CLUSTER_NAME")
+        .expect("RP_CLUSTER_NAME (set by the cluster's env file; run through make test)");
+    let client = common::client().await;
+    crd::install(&client).await;
+    let ns = common::test_namespace(&client, "apirestart").await;
+    let op = Operator::start(&ns, &["--stuck-after-seconds", "3"]).await;
+    let steps = json!([
+        {"setWeight": 25}, {"pause": {"duration": "2s"}},
+        {"setWeight": 50}, {"pause": {"duration": "2s"}},
+        {"setWeight": 75}, {"pause": {"duration": "2s"}},
+    ]);
+    create_stable(
+        &client,
+        &ns,
+        "shop",
+        json!({"components": [web("shop:1")], "strategy": {"steps": steps}}),
+    )
+    .await;
+    set_components(&client, &ns, "shop", json!([web("shop:2")])).await;
+    common::wait_until(T, "the rollout to pass its first step", || async {
+        let s = get(&client, &ns, "shop").await?.status?;
+        (s.phase == Phase::RollingOut && s.current_step >= 1).then_some(())
+    })
+    .await;
+
+    // Restart the API server (down for 6s) while polling /healthz.
+    let root = common::repo_root();
+    let restart = std::thread::spawn(move || {
+        std::process::Command::new(root.join("e2e/restart-apiserver.sh"))
+            .arg(&cluster)
+            .arg("6")
+            .status()
+    });
+    let mut unhealthy_seen = false;
+    while !restart.is_finished() {
+        if healthz(op.port).await == Some(503) {
+            unhealthy_seen = true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let status = restart.join().expect("restart thread");
+    assert!(
+        status.as_ref().is_ok_and(|s| s.success()),
+        "restart-apiserver.sh: {status:?}"
+    );
+    let back = Instant::now();
+    assert!(
+        unhealthy_seen,
+        "/healthz failed while every watch was failing for more than 3s"
+    );
+
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let took = back.elapsed();
+    println!("rollout finished {took:?} after the API server's return");
+    assert!(
+        took < Duration::from_secs(20),
+        "the rollout finished {took:?} after the API server came back"
+    );
+    common::wait_until(Duration::from_secs(30), "/healthz to recover", || async {
+        (healthz(op.port).await == Some(200)).then_some(())
+    })
+    .await;
+
+    // 6 steps and the final one: 6 StepAdvanced Events, each once.
+    let advanced = events(&client, &ns, "StepAdvanced").await;
+    assert!(
+        advanced <= 6,
+        "{advanced} StepAdvanced Events for 6 step changes"
+    );
+    assert_eq!(events(&client, &ns, "Promoted").await, 1);
+    let text = op.metrics().await;
+    let conflicts: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("releaseplan_reconcile_failures_total{kind=\"conflict\"}"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    println!(
+        "conflicts: {conflicts}, failures: {}, StepAdvanced events: {advanced}",
+        sum_metric(&text, "releaseplan_reconcile_failures_total")
+    );
+    assert!(
+        conflicts <= 2.0,
+        "{conflicts} conflicts:\n{}",
+        op.log_text()
+    );
+}

@@ -1,0 +1,490 @@
+//! The failure table of the reconcile journey (seed notes, section 4.10), one
+//! test per row, against the local control plane and the real operator:
+//!
+//! | row | test |
+//! | --- | --- |
+//! | reconcile error forever | `reconcile_error_forever_is_visible_and_backs_off` |
+//! | CR stuck Terminating | `cr_stuck_terminating_namespace_deletion_never_hangs`, `cr_stuck_terminating_escape_hatch_removes_the_finalizer` |
+//! | status not updating | `status_not_updating_a_refused_template_reaches_status` |
+//! | duplicate operations | `duplicate_operations_twenty_requeues_change_nothing` |
+//! | controller stuck | `controller_stuck_hung_gates_never_delay_a_rollback` |
+//! | two replicas acting | `tests/leader.rs` `only_the_leader_writes_and_leadership_moves_on_kill_and_term` |
+//! | drift | `tests/controller.rs` `drift_on_an_owned_deployment_is_corrected` |
+
+mod common;
+mod crd;
+mod operator;
+
+use axum::Router;
+use axum::routing::post;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod, ResourceQuota};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use operator::{
+    Operator, create, create_stable, faulty_template, get, plan, revisions, set_components,
+    sum_metric, template, wait_phase,
+};
+use releaseplan::api::{Phase, ReleasePlan};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(120);
+
+fn web(template: Value, replicas: i32) -> Value {
+    json!({"name": "web", "replicas": replicas, "template": template})
+}
+
+async fn setup(prefix: &str) -> (Client, String, Operator) {
+    let client = common::client().await;
+    crd::install(&client).await;
+    let ns = common::test_namespace(&client, prefix).await;
+    let op = Operator::start(&ns, &[]).await;
+    (client, ns, op)
+}
+
+/// The condition `type_` of a plan: (status, reason, message).
+fn condition(p: &ReleasePlan, type_: &str) -> Option<(String, String, String)> {
+    p.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Events recorded on the plan: (reason, type, note, count).
+async fn plan_events(client: &Client, ns: &str, name: &str) -> Vec<(String, String, String, i32)> {
+    let list = Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.kind=ReleasePlan,involvedObject.name={name}"
+        )))
+        .await
+        .expect("cannot list events");
+    list.items
+        .into_iter()
+        .map(|e| {
+            (
+                e.reason.unwrap_or_default(),
+                e.type_.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+                e.count.unwrap_or(1),
+            )
+        })
+        .collect()
+}
+
+/// A pod template the CRD accepts but Deployment validation refuses: a CPU
+/// request above its limit.
+fn refused_template() -> Value {
+    json!({
+        "metadata": {"labels": {"app": "shop"}},
+        "spec": {"containers": [{"name": "app", "image": "shop:bad",
+            "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}]}
+    })
+}
+
+#[tokio::test]
+async fn reconcile_error_forever_is_visible_and_backs_off() {
+    let (client, ns, op) = setup("fm-error").await;
+    // No Deployment may be created in this namespace: every create is refused (403).
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "no-deployments"},
+        "spec": {"hard": {"count/deployments.apps": "0"}}
+    }))
+    .unwrap();
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns);
+    quotas.create(&PostParams::default(), &quota).await.unwrap();
+    create(
+        &client,
+        &ns,
+        &plan("shop", json!({"components": [web(template("shop:1"), 2)]})),
+    )
+    .await;
+
+    // Status says what is wrong, at once, naming the Deployment and the API
+    // server's answer; the plan is still trying (Reconciling, not Stalled).
+    let p = common::wait_until(T, "the refusal in status", || async {
+        let p = get(&client, &ns, "shop").await?;
+        let (st, reason, msg) = condition(&p, "Reconciling")?;
+        (st == "True" && reason == "DeploymentWriteFailed").then_some((p, msg))
+    })
+    .await;
+    let (p, msg) = p;
+    assert!(msg.contains("shop-web-") && msg.contains("403"), "{msg}");
+    assert!(msg.contains("quota"), "the API server's message: {msg}");
+    let s = p.status.as_ref().unwrap();
+    assert_eq!(s.observed_generation, p.metadata.generation);
+    assert_eq!(condition(&p, "Ready").unwrap().0, "False");
+    assert_eq!(condition(&p, "Stalled").unwrap().0, "False");
+
+    // Backoff: failures grow slower and slower (1s, 2s, 4s, 8s ...), not every 300ms.
+    tokio::time::sleep(Duration::from_secs(14)).await;
+    let failures = sum_metric(&op.metrics().await, "releaseplan_reconcile_failures_total");
+    assert!(
+        (3.0..=7.0).contains(&failures),
+        "about 5 failures in 15s with exponential backoff, got {failures}"
+    );
+    let events = plan_events(&client, &ns, "shop").await;
+    let refused: i32 = events
+        .iter()
+        .filter(|e| e.0 == "DeploymentRefused" && e.1 == "Warning")
+        .map(|e| e.3)
+        .sum();
+    assert!(
+        (1..=8).contains(&refused),
+        "a Warning per failed attempt, spaced by the backoff: {events:?}"
+    );
+
+    // The cause goes away: the plan recovers on its own.
+    quotas
+        .delete("no-deployments", &DeleteParams::default())
+        .await
+        .unwrap();
+    let p = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    assert_eq!(condition(&p, "Ready").unwrap().0, "True");
+    assert_eq!(condition(&p, "Reconciling").unwrap().0, "False");
+}
+
+#[tokio::test]
+async fn status_not_updating_a_refused_template_reaches_status() {
+    let (client, ns, _op) = setup("fm-status").await;
+
+    // A new plan whose Deployment can never be created: status, not silence.
+    create(
+        &client,
+        &ns,
+        &plan("fresh", json!({"components": [web(refused_template(), 2)]})),
+    )
+    .await;
+    let (p, msg) = common::wait_until(T, "the refusal of a new plan in status", || async {
+        let p = get(&client, &ns, "fresh").await?;
+        let (st, reason, msg) = condition(&p, "Stalled")?;
+        (st == "True" && reason == "DeploymentRefused").then_some((p, msg))
+    })
+    .await;
+    assert!(msg.contains("fresh-web-") && msg.contains("422"), "{msg}");
+    assert!(msg.contains("limit"), "the API server's own words: {msg}");
+    assert_eq!(p.status.as_ref().unwrap().observed_generation, Some(1));
+    assert_eq!(condition(&p, "Ready").unwrap().0, "False");
+    let events = plan_events(&client, &ns, "fresh").await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.0 == "DeploymentRefused" && e.1 == "Warning" && e.2.contains("limit")),
+        "{events:?}"
+    );
+
+    // A Stable plan patched to such a template: Ready goes False on the new
+    // generation, so `kubectl wait --for=condition=Ready` does not pass.
+    create_stable(
+        &client,
+        &ns,
+        "shop",
+        json!({"components": [web(template("shop:1"), 2)]}),
+    )
+    .await;
+    set_components(&client, &ns, "shop", json!([web(refused_template(), 2)])).await;
+    let p = common::wait_until(T, "the refused generation observed", || async {
+        let p = get(&client, &ns, "shop").await?;
+        let s = p.status.as_ref()?;
+        (s.observed_generation == Some(2)
+            && condition(&p, "Stalled").is_some_and(|c| c.1 == "DeploymentRefused"))
+        .then_some(p)
+    })
+    .await;
+    let (ready, reason, _) = condition(&p, "Ready").unwrap();
+    assert_eq!(ready, "False", "reason {reason}");
+    // The stable revision keeps serving meanwhile.
+    let revs = revisions(&client, &ns, "shop").await;
+    assert_eq!(
+        operator::by_image(&revs, "shop:1"),
+        Some((2, 2)),
+        "{revs:?}"
+    );
+}
+
+#[tokio::test]
+async fn duplicate_operations_twenty_requeues_change_nothing() {
+    let (client, ns, op) = setup("fm-dup").await;
+    create_stable(
+        &client,
+        &ns,
+        "shop",
+        json!({"components": [web(template("shop:1"), 2)]}),
+    )
+    .await;
+    // Let the last writes of the first release land.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
+    let before_deploys: Vec<String> = deployments
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|d| d.name_any())
+        .collect();
+    let before_events = plan_events(&client, &ns, "shop").await;
+    let before_writes = op.counter("releaseplan_api_writes_total").await;
+    let before_runs = op.counter("releaseplan_reconcile_runs_total").await;
+    let plans: Api<ReleasePlan> = Api::namespaced(client.clone(), &ns);
+    for i in 0..20 {
+        // Any change to the plan object triggers a reconcile.
+        plans
+            .patch(
+                "shop",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"test/poke": i.to_string()}}})),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    common::wait_until(T, "the requeues to be reconciled", || async {
+        (op.counter("releaseplan_reconcile_runs_total").await >= before_runs + 5.0).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after_deploys: Vec<String> = deployments
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|d| d.name_any())
+        .collect();
+    assert_eq!(after_deploys, before_deploys, "no Deployment created");
+    assert_eq!(
+        plan_events(&client, &ns, "shop").await,
+        before_events,
+        "no Event published or repeated"
+    );
+    assert_eq!(
+        op.counter("releaseplan_api_writes_total").await,
+        before_writes,
+        "no write at all"
+    );
+}
+
+#[tokio::test]
+async fn cr_stuck_terminating_namespace_deletion_never_hangs() {
+    let client = common::client().await;
+    crd::install(&client).await;
+    let mut namespaces = Vec::new();
+    let mut ops = Vec::new();
+    for i in 0..3 {
+        let ns = common::test_namespace(&client, &format!("fm-nsdel{i}")).await;
+        ops.push(Operator::start(&ns, &[]).await);
+        for name in ["a", "b"] {
+            create_stable(
+                &client,
+                &ns,
+                name,
+                json!({"components": [web(template("shop:1"), 2)]}),
+            )
+            .await;
+        }
+        // One plan mid-rollout too: deletion must not wait for a rollback that
+        // can no longer finish.
+        create_stable(
+            &client,
+            &ns,
+            "c",
+            json!({"components": [web(template("shop:1"), 2)],
+            "strategy": {"steps": [{"setWeight": 50}, {"pause": {}}]}}),
+        )
+        .await;
+        set_components(&client, &ns, "c", json!([web(template("shop:2"), 2)])).await;
+        namespaces.push(ns);
+    }
+    let api: Api<Namespace> = Api::all(client.clone());
+    for ns in &namespaces {
+        api.delete(ns, &DeleteParams::default()).await.unwrap();
+    }
+    for ns in &namespaces {
+        common::wait_until(
+            Duration::from_secs(90),
+            &format!("namespace {ns} to be gone"),
+            || async { api.get_opt(ns).await.ok()?.is_none().then_some(()) },
+        )
+        .await;
+    }
+    for op in &ops {
+        let log = op.log_text();
+        assert!(
+            !log.contains("Deployment write failed"),
+            "the operator never writes Deployments of a plan being deleted:\n{log}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn cr_stuck_terminating_escape_hatch_removes_the_finalizer() {
+    let (client, ns, mut op) = setup("fm-escape").await;
+    create_stable(
+        &client,
+        &ns,
+        "shop",
+        json!({"components": [web(template("shop:1"), 2)]}),
+    )
+    .await;
+    // The operator is gone (uninstalled first, or crashed for good): the plan's
+    // finalizer holds the deletion.
+    op.kill();
+    let plans: Api<ReleasePlan> = Api::namespaced(client.clone(), &ns);
+    plans
+        .delete("shop", &DeleteParams::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let p = plans.get("shop").await.unwrap();
+    assert!(
+        p.metadata.deletion_timestamp.is_some(),
+        "held by the finalizer"
+    );
+    // The documented escape (docs/troubleshooting.md):
+    //   kubectl patch rp shop --type merge -p '{"metadata":{"finalizers":null}}'
+    plans
+        .patch(
+            "shop",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    common::wait_until(T, "the plan to be gone", || async {
+        plans.get_opt("shop").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    // Its Deployments are owned by the plan: the garbage collector removes them.
+    common::wait_until(T, "the plan's Deployments to be collected", || async {
+        revisions(&client, &ns, "shop")
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+}
+
+/// A webhook that never answers.
+async fn hang() -> &'static str {
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    "late"
+}
+
+#[tokio::test]
+async fn controller_stuck_hung_gates_never_delay_a_rollback() {
+    let (client, ns, op) = setup("fm-stuck").await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, Router::new().route("/check", post(hang))).await;
+    });
+    // Each gate call waits 30s, three times: without a gate runner one such
+    // plan holds a reconcile worker for 90s, and 8 of them hold all 8.
+    let hooks = json!([{"name": "smoke", "url": format!("http://{addr}/check"), "timeoutSeconds": 30, "retries": 2}]);
+    let steps = json!([{"setWeight": 50}, {"pause": {}}]);
+    let names: Vec<String> = (0..9).map(|i| format!("p{i}")).collect();
+    for name in &names {
+        create_stable(
+            &client,
+            &ns,
+            name,
+            json!({"components": [web(template("shop:1"), 2)], "strategy": {"steps": steps}}),
+        )
+        .await;
+    }
+    for name in &names[..8] {
+        operator::patch_spec(
+            &client,
+            &ns,
+            name,
+            json!({"components": [web(template("shop:2"), 2)], "health": {"webhooks": hooks}}),
+        )
+        .await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    operator::patch_spec(&client, &ns, "p8", json!({"components": [web(faulty_template("shop:2", "crash-loop"), 2)], "health": {"webhooks": hooks}})).await;
+
+    // The clock starts when the first new pod of p8 is seen crash-looping; the
+    // rollback may even beat the poll (then the pod is gone before it is seen).
+    let patched = Instant::now();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let crash_seen: std::cell::Cell<Option<Instant>> = std::cell::Cell::new(None);
+    let rollback_seen = common::wait_until(T, "p8's rollback to start", || async {
+        if crash_seen.get().is_none() {
+            let list = pods
+                .list(&ListParams::default().labels("releaseplan.io/plan=p8"))
+                .await
+                .ok()?;
+            let crashing = list
+                .items
+                .iter()
+                .flat_map(|p| {
+                    p.status
+                        .iter()
+                        .flat_map(|s| s.container_statuses.iter().flatten())
+                })
+                .any(|c| {
+                    c.restart_count > 0
+                        || c.state
+                            .as_ref()
+                            .and_then(|s| s.waiting.as_ref())
+                            .and_then(|w| w.reason.as_deref())
+                            == Some("CrashLoopBackOff")
+                });
+            if crashing {
+                crash_seen.set(Some(Instant::now()));
+            }
+        }
+        let p = get(&client, &ns, "p8").await?;
+        matches!(
+            p.status?.phase,
+            Phase::RollbackInProgress | Phase::RolledBack
+        )
+        .then(Instant::now)
+    })
+    .await;
+    let crash_seen = crash_seen.get();
+    let took = crash_seen.map_or(Duration::ZERO, |c| {
+        rollback_seen.saturating_duration_since(c)
+    });
+    println!(
+        "crash-loop seen -> rollback started with 8 hung-gate plans: {took:?} (crash seen by the test: {}; spec patch -> rollback {:?})",
+        crash_seen.is_some(),
+        rollback_seen - patched
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "rollback started {took:?} after the crash-loop"
+    );
+    // kwok crash-loops a pod 1.5 to 4s after it runs: the whole way from the
+    // spec change to the rollback stays far below one hung gate call (30s).
+    assert!(
+        rollback_seen - patched < Duration::from_secs(15),
+        "spec patch -> rollback took {:?}",
+        rollback_seen - patched
+    );
+
+    // The 8 other plans are still waiting on their gates, and no reconcile
+    // ever took a second.
+    for name in &names[..8] {
+        let p = get(&client, &ns, name).await.unwrap();
+        let s = p.status.unwrap();
+        assert_eq!(s.phase, Phase::RollingOut, "{name}: {:?}", s.message);
+        let g = &s.gates[0];
+        assert_eq!(g.verdict, "Pending", "{name}: {g:?}");
+    }
+    let text = op.metrics().await;
+    let count = sum_metric(&text, "releaseplan_reconcile_duration_seconds_count");
+    let under_1s: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("releaseplan_reconcile_duration_seconds_bucket{le=\"1.0\"}"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(count > 20.0, "reconciles ran: {count}");
+    assert_eq!(under_1s, count, "every reconcile took under 1s:\n{text}");
+    let failures = sum_metric(&text, "releaseplan_reconcile_failures_total");
+    assert_eq!(failures, 0.0, "{text}");
+}
