@@ -293,6 +293,9 @@ struct Case {
     via: Via,
     edit: Box<dyn Fn(&mut Value)>,
     expect: Vec<&'static str>,
+    /// The field path one of the refusal's causes must carry
+    /// (`status.details.causes[].field`), when the case checks it.
+    path: Option<&'static str>,
 }
 
 fn case(name: &'static str, expect: &[&'static str], edit: impl Fn(&mut Value) + 'static) -> Case {
@@ -301,6 +304,20 @@ fn case(name: &'static str, expect: &[&'static str], edit: impl Fn(&mut Value) +
         via: Via::Create,
         edit: Box::new(edit),
         expect: expect.to_vec(),
+        path: None,
+    }
+}
+
+/// A case whose refusal must name `path` as the field, not only in the message.
+fn at(
+    path: &'static str,
+    name: &'static str,
+    expect: &[&'static str],
+    edit: impl Fn(&mut Value) + 'static,
+) -> Case {
+    Case {
+        path: Some(path),
+        ..case(name, expect, edit)
     }
 }
 
@@ -841,7 +858,8 @@ fn invalid_cases() -> Vec<Case> {
             &["spec.rollback.automatic", "must be of type boolean"],
             |p| p["spec"]["rollback"] = json!({ "automatic": "no" }),
         ),
-        case(
+        at(
+            "metadata.name",
             "plan-name-over-63",
             &["metadata.name must be at most 63 characters"],
             |p| p["metadata"]["name"] = json!("p".repeat(64)),
@@ -906,6 +924,20 @@ async fn refuses_invalid_plans_naming_field_and_rule() {
                         "{}: message lacks {missing:?}: {}",
                         c.name, status.message
                     ));
+                }
+                if let Some(path) = c.path {
+                    let fields: Vec<&str> = status
+                        .details
+                        .iter()
+                        .flat_map(|d| &d.causes)
+                        .map(|cause| cause.field.as_str())
+                        .collect();
+                    if !fields.contains(&path) {
+                        problems.push(format!(
+                            "{}: the refusal names the fields {fields:?}, not {path}: {}",
+                            c.name, status.message
+                        ));
+                    }
                 }
                 if c.via == Via::Create && status.code != 422 {
                     problems.push(format!(

@@ -14,8 +14,11 @@ pub mod validation;
 mod crd_tests;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::{CustomResource, KubeSchema};
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 /// API group of the ReleasePlan resource.
@@ -41,6 +44,35 @@ pub const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 3;
 /// Duration pattern (Go style, e.g. `30s`, `5m`, `1h30m`) checked by CEL.
 const DURATION_RULE: &str = "self.matches('^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$')";
 
+/// The ReleasePlan CRD as installed (`make crds` prints it): [`ReleasePlan::crd`]
+/// with `metadata.name` declared in the root schema. The API server accepts a
+/// rule's `fieldPath` only when it names a property of the schema, and the
+/// plan-name rule reports `metadata.name`; `ReleasePlan::crd()` alone is refused.
+pub fn crd() -> CustomResourceDefinition {
+    let mut crd = ReleasePlan::crd();
+    let name = JSONSchemaProps {
+        type_: Some("string".into()),
+        ..JSONSchemaProps::default()
+    };
+    let metadata = JSONSchemaProps {
+        type_: Some("object".into()),
+        properties: Some([("name".to_string(), name)].into()),
+        ..JSONSchemaProps::default()
+    };
+    for version in &mut crd.spec.versions {
+        if let Some(root) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            root.properties
+                .get_or_insert_with(Default::default)
+                .insert("metadata".into(), metadata.clone());
+        }
+    }
+    crd
+}
+
 /// Desired state of a ReleasePlan: what runs, and how a new version goes live.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[kube(
@@ -58,7 +90,7 @@ const DURATION_RULE: &str = "self.matches('^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$')
     printcolumn(name = "Stable", type_ = "string", json_path = ".status.stableRevision", description = "Last revision that reached Stable"),
     printcolumn(name = "Current", type_ = "string", json_path = ".status.currentRevision", description = "Revision being rolled out or live"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    validation = Rule::new("size(self.metadata.name) <= 63").message("metadata.name must be at most 63 characters: it is used as a label value")
+    validation = Rule::new("size(self.metadata.name) <= 63").message("metadata.name must be at most 63 characters: it is used as a label value").field_path(".metadata.name")
 )]
 #[x_kube(
     validation = Rule::new("self.components.all(c, self.components.exists_one(d, d.name == c.name))").message("spec.components: component names must be unique").field_path(".components")
