@@ -2,10 +2,10 @@
 //! subresource, and that the checked-in `crds/releaseplan.yaml` is current.
 //! (tests/admission.rs proves the rules against a real API server.)
 
-use super::{MAX_TEMPLATE_LABELS, crd};
+use super::{MAX_CONTAINERS, MAX_TEMPLATE_LABELS, crd};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, CustomResourceDefinitionVersion, JSONSchemaProps,
-    JSONSchemaPropsOrArray,
+    JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
 };
 
 fn version(crd: &CustomResourceDefinition) -> &CustomResourceDefinitionVersion {
@@ -112,10 +112,53 @@ fn carries_the_cel_rules_and_bounds() {
     assert_eq!(spec.required, Some(vec!["components".to_string()]));
     assert_eq!(rules(spec).len(), 1, "unique component names");
     let component = schema_at(spec, &["components", "[]"]);
-    assert_eq!(rules(component).len(), 2, "containers and reserved labels");
+    assert_eq!(
+        rules(component).len(),
+        4,
+        "containers, reserved labels, unique container and init container names"
+    );
     assert_eq!(rules(schema_at(component, &["name"])).len(), 1);
     let labels = schema_at(component, &["template", "metadata", "labels"]);
     assert_eq!(labels.max_properties, Some(i64::from(MAX_TEMPLATE_LABELS)));
+    assert_eq!(rules(labels).len(), 1, "label keys");
+    let value = match labels.additional_properties.as_ref() {
+        Some(JSONSchemaPropsOrBool::Schema(value)) => value,
+        other => panic!("labels: no value schema: {other:?}"),
+    };
+    assert_eq!(value.max_length, Some(63));
+    assert_eq!(rules(value).len(), 1, "label values");
+    let pod = schema_at(component, &["template", "spec"]);
+    assert_eq!(schema_at(pod, &["ephemeralContainers"]).max_items, Some(0));
+    for list in ["containers", "initContainers"] {
+        let containers = schema_at(pod, &[list]);
+        assert_eq!(
+            containers.max_items,
+            Some(i64::from(MAX_CONTAINERS)),
+            "{list}"
+        );
+        let container = schema_at(containers, &["[]"]);
+        assert_eq!(
+            container.required,
+            Some(vec!["image".to_string(), "name".to_string()]),
+            "{list}"
+        );
+        let name = schema_at(container, &["name"]);
+        assert_eq!(
+            (name.max_length, rules(name).len()),
+            (Some(63), 1),
+            "{list}"
+        );
+        let image = schema_at(container, &["image"]);
+        assert_eq!(image.min_length, Some(1), "{list}");
+        assert!(image.pattern.is_some(), "{list}: image without whitespace");
+        let port = schema_at(container, &["ports", "[]"]);
+        let range = |field: &str| {
+            let s = schema_at(port, &[field]);
+            (s.minimum, s.maximum)
+        };
+        assert_eq!(range("containerPort"), (Some(1.0), Some(65535.0)), "{list}");
+        assert_eq!(range("hostPort"), (Some(0.0), Some(65535.0)), "{list}");
+    }
     assert_eq!(
         schema_at(component, &["template"]).required,
         Some(vec!["spec".to_string()])
