@@ -13,7 +13,7 @@ use common::{client, repo_root, test_namespace};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use releaseplan::api::validation::check_spec;
-use releaseplan::api::{MAX_TEMPLATE_LABELS, ReleasePlan, ReleasePlanStatus};
+use releaseplan::api::{MAX_CONTAINERS, MAX_TEMPLATE_LABELS, ReleasePlan, ReleasePlanStatus};
 use serde_json::{Value, json};
 
 /// The smallest valid plan: one component, everything else defaulted.
@@ -273,6 +273,36 @@ async fn accepts_values_at_the_limits() {
                 .collect();
             p["spec"]["components"][0]["template"]["metadata"]["labels"] = Value::Object(labels);
         }),
+        ("ports-at-the-limits", |p| {
+            p["spec"]["components"][0]["template"]["spec"]["containers"][0]["ports"] = json!([
+                { "containerPort": 1 },
+                { "containerPort": 65535, "hostPort": 65535 },
+                { "containerPort": 8080, "hostPort": 0 },
+            ])
+        }),
+        ("labels-at-the-limits", |p| {
+            p["spec"]["components"][0]["template"]["metadata"]["labels"] = json!({
+                "app": "v".repeat(63),
+                "empty": "",
+                "a.b_c-D": "A.b_c-9",
+                "app.kubernetes.io/name": "shop",
+                format!("{}/{}", "p".repeat(253), "n".repeat(63)): "x",
+            })
+        }),
+        ("container-name-63", |p| {
+            p["spec"]["components"][0]["template"]["spec"]["containers"][0]["name"] =
+                json!("w".repeat(63))
+        }),
+        ("max-containers-and-init-containers", |p| {
+            let named = |prefix: &str| -> Vec<Value> {
+                (0..MAX_CONTAINERS)
+                    .map(|i| json!({ "name": format!("{prefix}{i}"), "image": "nginx:1.27" }))
+                    .collect()
+            };
+            let spec = &mut p["spec"]["components"][0]["template"]["spec"];
+            spec["containers"] = Value::Array(named("c"));
+            spec["initContainers"] = Value::Array(named("i"));
+        }),
         ("template-without-metadata", |p| {
             p["spec"]["components"][0]["template"]
                 .as_object_mut()
@@ -293,6 +323,9 @@ struct Case {
     via: Via,
     edit: Box<dyn Fn(&mut Value)>,
     expect: Vec<&'static str>,
+    /// The field path one of the refusal's causes must carry
+    /// (`status.details.causes[].field`), when the case checks it.
+    path: Option<&'static str>,
 }
 
 fn case(name: &'static str, expect: &[&'static str], edit: impl Fn(&mut Value) + 'static) -> Case {
@@ -301,6 +334,20 @@ fn case(name: &'static str, expect: &[&'static str], edit: impl Fn(&mut Value) +
         via: Via::Create,
         edit: Box::new(edit),
         expect: expect.to_vec(),
+        path: None,
+    }
+}
+
+/// A case whose refusal must name `path` as the field, not only in the message.
+fn at(
+    path: &'static str,
+    name: &'static str,
+    expect: &[&'static str],
+    edit: impl Fn(&mut Value) + 'static,
+) -> Case {
+    Case {
+        path: Some(path),
+        ..case(name, expect, edit)
     }
 }
 
@@ -311,6 +358,19 @@ fn applied(mut c: Case) -> Case {
 
 fn component(p: &mut Value) -> &mut Value {
     &mut p["spec"]["components"][0]
+}
+
+fn container(p: &mut Value, i: usize) -> &mut Value {
+    &mut component(p)["template"]["spec"]["containers"][i]
+}
+
+fn labels(p: &mut Value) -> &mut Value {
+    &mut component(p)["template"]["metadata"]["labels"]
+}
+
+/// A minimal container spec.
+fn container_named(name: &str) -> Value {
+    json!({ "name": name, "image": "nginx:1.27" })
 }
 
 fn steps(p: &mut Value, steps: Value) {
@@ -506,6 +566,181 @@ fn invalid_cases() -> Vec<Case> {
             |p| {
                 component(p)["template"]["spec"]["containers"][0]["ports"] =
                     json!([{ "containerPort": "http" }])
+            },
+        ),
+        // what the API server would refuse in the Deployment made of the template
+        at(
+            "spec.components[0].template.spec.containers[0].ports[0].containerPort",
+            "container-port-over-65535",
+            &["less than or equal to 65535"],
+            |p| container(p, 0)["ports"] = json!([{ "containerPort": 70000 }]),
+        ),
+        at(
+            "spec.components[0].template.spec.containers[0].ports[1].containerPort",
+            "container-port-zero",
+            &["greater than or equal to 1"],
+            |p| container(p, 0)["ports"] = json!([{ "containerPort": 80 }, { "containerPort": 0 }]),
+        ),
+        at(
+            "spec.components[0].template.spec.containers[0].ports[0].hostPort",
+            "host-port-over-65535",
+            &["less than or equal to 65535"],
+            |p| container(p, 0)["ports"] = json!([{ "containerPort": 80, "hostPort": 70000 }]),
+        ),
+        at(
+            "spec.components[0].template.spec.containers[0].ports[0].hostPort",
+            "host-port-negative",
+            &["greater than or equal to 0"],
+            |p| container(p, 0)["ports"] = json!([{ "containerPort": 80, "hostPort": -1 }]),
+        ),
+        at(
+            "spec.components[0].template.spec.initContainers[0].ports[0].containerPort",
+            "init-container-port-over-65535",
+            &["less than or equal to 65535"],
+            |p| {
+                let mut init = container_named("init");
+                init["ports"] = json!([{ "containerPort": 65536 }]);
+                component(p)["template"]["spec"]["initContainers"] = json!([init]);
+            },
+        ),
+        at(
+            "spec.components[0].template.metadata.labels[app]",
+            "label-value-with-space",
+            &["label value must be empty or at most 63 alphanumerics"],
+            |p| labels(p)["app"] = json!("my shop"),
+        ),
+        at(
+            "spec.components[0].template.metadata.labels[app]",
+            "label-value-trailing-dash",
+            &["label value must be empty or at most 63 alphanumerics"],
+            |p| labels(p)["app"] = json!("shop-"),
+        ),
+        at(
+            "spec.components[0].template.metadata.labels.app",
+            "label-value-64-chars",
+            &["Too long", "63"],
+            |p| labels(p)["app"] = json!("v".repeat(64)),
+        ),
+        at(
+            "spec.components[0].template.metadata.labels",
+            "label-key-with-space",
+            &["each key must be a qualified name"],
+            |p| labels(p)["my app"] = json!("shop"),
+        ),
+        at(
+            "spec.components[0].template.metadata.labels",
+            "label-key-name-64-chars",
+            &["each key must be a qualified name"],
+            |p| labels(p)["n".repeat(64)] = json!("shop"),
+        ),
+        at(
+            "spec.components[0].template.metadata.labels",
+            "label-key-prefix-uppercase",
+            &["each key must be a qualified name"],
+            |p| labels(p)["Example.com/tier"] = json!("web"),
+        ),
+        at(
+            "spec.components[0].template.metadata.labels",
+            "label-key-prefix-254-chars",
+            &["each key must be a qualified name"],
+            |p| labels(p)[format!("{}/tier", "p".repeat(254))] = json!("web"),
+        ),
+        at(
+            "spec.components[0].template.metadata.labels",
+            "label-key-empty-name",
+            &["each key must be a qualified name"],
+            |p| labels(p)["example.com/"] = json!("web"),
+        ),
+        at(
+            "spec.components[0].template.spec.containers[0].image",
+            "container-without-image",
+            &["Required value"],
+            |p| {
+                container(p, 0)
+                    .as_object_mut()
+                    .expect("container")
+                    .remove("image");
+            },
+        ),
+        at(
+            "spec.components[0].template.spec.containers[1].image",
+            "second-container-with-empty-image",
+            &["at least 1 chars long"],
+            |p| {
+                component(p)["template"]["spec"]["containers"] =
+                    json!([container_named("web"), { "name": "side", "image": "" }])
+            },
+        ),
+        at(
+            "spec.components[0].template.spec.initContainers[0].image",
+            "init-container-without-image",
+            &["Required value"],
+            |p| component(p)["template"]["spec"]["initContainers"] = json!([{ "name": "init" }]),
+        ),
+        at(
+            "spec.components[0].template.spec.containers[0].image",
+            "image-with-trailing-space",
+            &["should match"],
+            |p| container(p, 0)["image"] = json!("nginx:1.27 "),
+        ),
+        at(
+            "spec.components[0].template.spec.containers",
+            "duplicate-container-names",
+            &["container names must be unique"],
+            |p| {
+                component(p)["template"]["spec"]["containers"] = json!([
+                    container_named("web"),
+                    container_named("side"),
+                    { "name": "web", "image": "other:1" }
+                ])
+            },
+        ),
+        at(
+            "spec.components[0].template.spec.initContainers",
+            "init-container-named-like-a-container",
+            &["container names must be unique across containers and initContainers"],
+            |p| {
+                component(p)["template"]["spec"]["initContainers"] = json!([container_named("web")])
+            },
+        ),
+        at(
+            "spec.components[0].template.spec.initContainers",
+            "duplicate-init-container-names",
+            &["container names must be unique across containers and initContainers"],
+            |p| {
+                component(p)["template"]["spec"]["initContainers"] =
+                    json!([container_named("init"), container_named("init")])
+            },
+        ),
+        at(
+            "spec.components[0].template.spec.containers[0].name",
+            "container-name-not-dns-label",
+            &["container name must be a DNS label"],
+            |p| container(p, 0)["name"] = json!("Web_1"),
+        ),
+        at(
+            "spec.components[0].template.spec.containers[0].name",
+            "container-name-64-chars",
+            &["Too long", "63"],
+            |p| container(p, 0)["name"] = json!("w".repeat(64)),
+        ),
+        at(
+            "spec.components[0].template.spec.containers",
+            "too-many-containers",
+            &["must have at most 64 items"],
+            |p| {
+                component(p)["template"]["spec"]["containers"] = (0..=MAX_CONTAINERS)
+                    .map(|i| container_named(&format!("c{i}")))
+                    .collect()
+            },
+        ),
+        at(
+            "spec.components[0].template.spec.ephemeralContainers",
+            "ephemeral-container-in-template",
+            &["must have at most 0 items"],
+            |p| {
+                component(p)["template"]["spec"]["ephemeralContainers"] =
+                    json!([container_named("debug")])
             },
         ),
         // steps
@@ -841,7 +1076,8 @@ fn invalid_cases() -> Vec<Case> {
             &["spec.rollback.automatic", "must be of type boolean"],
             |p| p["spec"]["rollback"] = json!({ "automatic": "no" }),
         ),
-        case(
+        at(
+            "metadata.name",
             "plan-name-over-63",
             &["metadata.name must be at most 63 characters"],
             |p| p["metadata"]["name"] = json!("p".repeat(64)),
@@ -906,6 +1142,20 @@ async fn refuses_invalid_plans_naming_field_and_rule() {
                         "{}: message lacks {missing:?}: {}",
                         c.name, status.message
                     ));
+                }
+                if let Some(path) = c.path {
+                    let fields: Vec<&str> = status
+                        .details
+                        .iter()
+                        .flat_map(|d| &d.causes)
+                        .map(|cause| cause.field.as_str())
+                        .collect();
+                    if !fields.contains(&path) {
+                        problems.push(format!(
+                            "{}: the refusal names the fields {fields:?}, not {path}: {}",
+                            c.name, status.message
+                        ));
+                    }
                 }
                 if c.via == Via::Create && status.code != 422 {
                     problems.push(format!(

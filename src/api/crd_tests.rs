@@ -2,12 +2,11 @@
 //! subresource, and that the checked-in `crds/releaseplan.yaml` is current.
 //! (tests/admission.rs proves the rules against a real API server.)
 
-use super::{MAX_TEMPLATE_LABELS, ReleasePlan};
+use super::{MAX_CONTAINERS, MAX_TEMPLATE_LABELS, crd};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, CustomResourceDefinitionVersion, JSONSchemaProps,
-    JSONSchemaPropsOrArray,
+    JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
 };
-use kube::CustomResourceExt;
 
 fn version(crd: &CustomResourceDefinition) -> &CustomResourceDefinitionVersion {
     assert_eq!(crd.spec.versions.len(), 1, "one served version");
@@ -50,7 +49,7 @@ fn rules(s: &JSONSchemaProps) -> Vec<&str> {
 
 #[test]
 fn names_group_and_scope() {
-    let crd = ReleasePlan::crd();
+    let crd = crd();
     assert_eq!(
         crd.metadata.name.as_deref(),
         Some("releaseplans.releaseplan.io")
@@ -67,7 +66,7 @@ fn names_group_and_scope() {
 
 #[test]
 fn printer_columns_are_phase_step_weight_stable_current_age() {
-    let crd = ReleasePlan::crd();
+    let crd = crd();
     let columns = version(&crd)
         .additional_printer_columns
         .as_ref()
@@ -91,7 +90,7 @@ fn printer_columns_are_phase_step_weight_stable_current_age() {
 
 #[test]
 fn has_the_status_subresource() {
-    let crd = ReleasePlan::crd();
+    let crd = crd();
     let sub = version(&crd).subresources.as_ref().expect("subresources");
     assert!(sub.status.is_some(), "status subresource");
     assert!(sub.scale.is_none(), "no scale subresource");
@@ -99,17 +98,67 @@ fn has_the_status_subresource() {
 
 #[test]
 fn carries_the_cel_rules_and_bounds() {
-    let crd = ReleasePlan::crd();
+    let crd = crd();
     let root = root_schema(&crd);
     assert_eq!(rules(root), vec!["size(self.metadata.name) <= 63"]);
+    let name_rule = &root.x_kubernetes_validations.as_ref().expect("root rules")[0];
+    assert_eq!(name_rule.field_path.as_deref(), Some(".metadata.name"));
+    assert_eq!(
+        schema_at(root, &["metadata", "name"]).type_.as_deref(),
+        Some("string"),
+        "the fieldPath must name a property of the schema"
+    );
     let spec = schema_at(root, &["spec"]);
     assert_eq!(spec.required, Some(vec!["components".to_string()]));
     assert_eq!(rules(spec).len(), 1, "unique component names");
     let component = schema_at(spec, &["components", "[]"]);
-    assert_eq!(rules(component).len(), 2, "containers and reserved labels");
+    assert_eq!(
+        rules(component).len(),
+        4,
+        "containers, reserved labels, unique container and init container names"
+    );
     assert_eq!(rules(schema_at(component, &["name"])).len(), 1);
     let labels = schema_at(component, &["template", "metadata", "labels"]);
     assert_eq!(labels.max_properties, Some(i64::from(MAX_TEMPLATE_LABELS)));
+    assert_eq!(rules(labels).len(), 1, "label keys");
+    let value = match labels.additional_properties.as_ref() {
+        Some(JSONSchemaPropsOrBool::Schema(value)) => value,
+        other => panic!("labels: no value schema: {other:?}"),
+    };
+    assert_eq!(value.max_length, Some(63));
+    assert_eq!(rules(value).len(), 1, "label values");
+    let pod = schema_at(component, &["template", "spec"]);
+    assert_eq!(schema_at(pod, &["ephemeralContainers"]).max_items, Some(0));
+    for list in ["containers", "initContainers"] {
+        let containers = schema_at(pod, &[list]);
+        assert_eq!(
+            containers.max_items,
+            Some(i64::from(MAX_CONTAINERS)),
+            "{list}"
+        );
+        let container = schema_at(containers, &["[]"]);
+        assert_eq!(
+            container.required,
+            Some(vec!["image".to_string(), "name".to_string()]),
+            "{list}"
+        );
+        let name = schema_at(container, &["name"]);
+        assert_eq!(
+            (name.max_length, rules(name).len()),
+            (Some(63), 1),
+            "{list}"
+        );
+        let image = schema_at(container, &["image"]);
+        assert_eq!(image.min_length, Some(1), "{list}");
+        assert!(image.pattern.is_some(), "{list}: image without whitespace");
+        let port = schema_at(container, &["ports", "[]"]);
+        let range = |field: &str| {
+            let s = schema_at(port, &[field]);
+            (s.minimum, s.maximum)
+        };
+        assert_eq!(range("containerPort"), (Some(1.0), Some(65535.0)), "{list}");
+        assert_eq!(range("hostPort"), (Some(0.0), Some(65535.0)), "{list}");
+    }
     assert_eq!(
         schema_at(component, &["template"]).required,
         Some(vec!["spec".to_string()])
@@ -135,7 +184,7 @@ fn checked_in_crd_is_current() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/releaseplan.yaml");
     let committed = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("cannot read {path}: {e}; run `make crds`"));
-    let fresh = serde_yaml::to_string(&ReleasePlan::crd()).expect("CRD as YAML");
+    let fresh = serde_yaml::to_string(&crd()).expect("CRD as YAML");
     assert!(
         committed == fresh,
         "crds/releaseplan.yaml is stale: it differs from what `cargo run --bin crdgen` prints; \
@@ -169,7 +218,7 @@ fn api_docs_show_the_full_example_and_every_field() {
         "docs/api.md must show examples/full.yaml verbatim"
     );
 
-    let crd = ReleasePlan::crd();
+    let crd = crd();
     let mut names = Vec::new();
     let schema = root_schema(&crd);
     property_names(schema_at(schema, &["spec"]), &["template"], &mut names);

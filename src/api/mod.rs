@@ -14,8 +14,11 @@ pub mod validation;
 mod crd_tests;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::{CustomResource, KubeSchema};
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 /// API group of the ReleasePlan resource.
@@ -41,6 +44,35 @@ pub const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 3;
 /// Duration pattern (Go style, e.g. `30s`, `5m`, `1h30m`) checked by CEL.
 const DURATION_RULE: &str = "self.matches('^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$')";
 
+/// The ReleasePlan CRD as installed (`make crds` prints it): [`ReleasePlan::crd`]
+/// with `metadata.name` declared in the root schema. The API server accepts a
+/// rule's `fieldPath` only when it names a property of the schema, and the
+/// plan-name rule reports `metadata.name`; `ReleasePlan::crd()` alone is refused.
+pub fn crd() -> CustomResourceDefinition {
+    let mut crd = ReleasePlan::crd();
+    let name = JSONSchemaProps {
+        type_: Some("string".into()),
+        ..JSONSchemaProps::default()
+    };
+    let metadata = JSONSchemaProps {
+        type_: Some("object".into()),
+        properties: Some([("name".to_string(), name)].into()),
+        ..JSONSchemaProps::default()
+    };
+    for version in &mut crd.spec.versions {
+        if let Some(root) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            root.properties
+                .get_or_insert_with(Default::default)
+                .insert("metadata".into(), metadata.clone());
+        }
+    }
+    crd
+}
+
 /// Desired state of a ReleasePlan: what runs, and how a new version goes live.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[kube(
@@ -58,7 +90,7 @@ const DURATION_RULE: &str = "self.matches('^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$')
     printcolumn(name = "Stable", type_ = "string", json_path = ".status.stableRevision", description = "Last revision that reached Stable"),
     printcolumn(name = "Current", type_ = "string", json_path = ".status.currentRevision", description = "Revision being rolled out or live"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    validation = Rule::new("size(self.metadata.name) <= 63").message("metadata.name must be at most 63 characters: it is used as a label value")
+    validation = Rule::new("size(self.metadata.name) <= 63").message("metadata.name must be at most 63 characters: it is used as a label value").field_path(".metadata.name")
 )]
 #[x_kube(
     validation = Rule::new("self.components.all(c, self.components.exists_one(d, d.name == c.name))").message("spec.components: component names must be unique").field_path(".components")
@@ -98,7 +130,9 @@ pub struct ReleasePlanSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(
     validation = Rule::new("size(self.template.spec.containers) >= 1").message("template.spec.containers must hold at least one container").field_path(".template.spec.containers"),
-    validation = Rule::new("!has(self.template.metadata) || !has(self.template.metadata.labels) || self.template.metadata.labels.all(k, !k.startsWith('releaseplan.io/'))").message("template.metadata.labels must not use the reserved prefix releaseplan.io/").field_path(".template.metadata.labels")
+    validation = Rule::new("!has(self.template.metadata) || !has(self.template.metadata.labels) || self.template.metadata.labels.all(k, !k.startsWith('releaseplan.io/'))").message("template.metadata.labels must not use the reserved prefix releaseplan.io/").field_path(".template.metadata.labels"),
+    validation = Rule::new("self.template.spec.containers.all(c, self.template.spec.containers.exists_one(d, d.name == c.name))").message("template.spec.containers: container names must be unique").field_path(".template.spec.containers"),
+    validation = Rule::new("!has(self.template.spec.initContainers) || self.template.spec.initContainers.all(c, self.template.spec.initContainers.exists_one(d, d.name == c.name) && !self.template.spec.containers.exists(d, d.name == c.name))").message("template.spec.initContainers: container names must be unique across containers and initContainers").field_path(".template.spec.initContainers")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct Component {
@@ -118,24 +152,119 @@ pub struct Component {
 }
 
 /// Most labels a component's pod template may carry. The bound keeps the estimated
-/// cost of the reserved-prefix CEL rule within the API server's budget: without it the
+/// cost of the label CEL rules within the API server's budget: without it the
 /// API server refuses the CRD (estimated rule cost 4.4x over budget).
 pub const MAX_TEMPLATE_LABELS: u32 = 128;
 
-/// The PodTemplateSpec schema with `spec` made required, so rules can rely on it, and
-/// `metadata.labels` bounded to [`MAX_TEMPLATE_LABELS`] entries.
+/// Most entries of `containers`, and of `initContainers`, in a component's pod
+/// template. Kubernetes sets no limit, but the unique-name rules compare every pair
+/// of names and their estimated cost must fit the API server's budget: at 64 the
+/// init-container rule is estimated at about 43% of the per-rule limit, from 98 on
+/// the CRD is refused. Real pods have a handful of containers.
+pub const MAX_CONTAINERS: u32 = 64;
+
+/// Longest label value, and longest name part of a label key (Kubernetes' limit).
+pub const MAX_LABEL_VALUE_LENGTH: u32 = 63;
+
+/// A label value as Kubernetes accepts it; the length is bounded by `maxLength`.
+const LABEL_VALUE_RULE: &str = "self.matches('^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$')";
+
+/// Every key a qualified name: an optional DNS subdomain prefix (at most 253
+/// characters) and `/`, then a name of at most 63 characters.
+const LABEL_KEYS_RULE: &str = "self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && k.indexOf('/') <= 253)";
+
+/// A container name as Kubernetes accepts it (a DNS label); length bounded by `maxLength`.
+const CONTAINER_NAME_RULE: &str = "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')";
+
+/// No leading or trailing whitespace in an image: Kubernetes refuses such a pod
+/// (not the Deployment), so the rollout would wait for pods that never come.
+const IMAGE_PATTERN: &str = r"^(\S(.*\S)?)?$";
+
+/// The PodTemplateSpec schema, tightened so that a template the API server would
+/// refuse in a Deployment is refused in the plan already, naming its field:
+/// `spec` required; labels bounded and valid; containers and init containers
+/// bounded, each with a DNS-label name, an image, and ports in range; no
+/// ephemeral containers.
 fn pod_template_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let mut schema = generator.subschema_for::<PodTemplateSpec>();
     if let Some(obj) = schema.as_object_mut() {
         obj.insert("required".into(), serde_json::json!(["spec"]));
     }
-    if let Some(labels) = schema
-        .pointer_mut("/properties/metadata/properties/labels")
-        .and_then(|v| v.as_object_mut())
-    {
+    if let Some(labels) = object_at(&mut schema, "/properties/metadata/properties/labels") {
         labels.insert("maxProperties".into(), MAX_TEMPLATE_LABELS.into());
+        add_rule(
+            labels,
+            LABEL_KEYS_RULE,
+            "template.metadata.labels: each key must be a qualified name: an optional DNS subdomain prefix of at most 253 characters and '/', then at most 63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric",
+        );
+    }
+    if let Some(value) = object_at(
+        &mut schema,
+        "/properties/metadata/properties/labels/additionalProperties",
+    ) {
+        value.insert("maxLength".into(), MAX_LABEL_VALUE_LENGTH.into());
+        add_rule(
+            value,
+            LABEL_VALUE_RULE,
+            "label value must be empty or at most 63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric",
+        );
+    }
+    // Kubernetes refuses ephemeral containers in a pod template.
+    if let Some(obj) = object_at(
+        &mut schema,
+        "/properties/spec/properties/ephemeralContainers",
+    ) {
+        obj.insert("maxItems".into(), 0.into());
+    }
+    for list in ["containers", "initContainers"] {
+        let list = format!("/properties/spec/properties/{list}");
+        if let Some(obj) = object_at(&mut schema, &list) {
+            obj.insert("maxItems".into(), MAX_CONTAINERS.into());
+        }
+        if let Some(obj) = object_at(&mut schema, &format!("{list}/items")) {
+            obj.insert("required".into(), serde_json::json!(["name", "image"]));
+        }
+        if let Some(obj) = object_at(&mut schema, &format!("{list}/items/properties/name")) {
+            obj.insert("maxLength".into(), 63.into());
+            add_rule(
+                obj,
+                CONTAINER_NAME_RULE,
+                "container name must be a DNS label: at most 63 lowercase letters, digits and '-', starting and ending with an alphanumeric character",
+            );
+        }
+        if let Some(obj) = object_at(&mut schema, &format!("{list}/items/properties/image")) {
+            obj.insert("minLength".into(), 1.into());
+            // A pattern, not CEL: images have no length bound to keep a rule's cost down.
+            obj.insert("pattern".into(), IMAGE_PATTERN.into());
+        }
+        let port = format!("{list}/items/properties/ports/items/properties");
+        for (field, min) in [("containerPort", 1), ("hostPort", 0)] {
+            if let Some(obj) = object_at(&mut schema, &format!("{port}/{field}")) {
+                obj.insert("minimum".into(), min.into());
+                obj.insert("maximum".into(), 65535.into());
+            }
+        }
     }
     schema
+}
+
+/// The JSON object at `pointer` in `schema`, if there is one.
+fn object_at<'a>(
+    schema: &'a mut schemars::Schema,
+    pointer: &str,
+) -> Option<&'a mut serde_json::Map<String, serde_json::Value>> {
+    schema.pointer_mut(pointer).and_then(|v| v.as_object_mut())
+}
+
+/// Appends a CEL rule to a schema object's `x-kubernetes-validations`.
+fn add_rule(obj: &mut serde_json::Map<String, serde_json::Value>, rule: &str, message: &str) {
+    let rule = serde_json::json!({ "rule": rule, "message": message });
+    match obj.get_mut("x-kubernetes-validations") {
+        Some(serde_json::Value::Array(rules)) => rules.push(rule),
+        _ => {
+            obj.insert("x-kubernetes-validations".into(), serde_json::json!([rule]));
+        }
+    }
 }
 
 /// The canary strategy.

@@ -2,7 +2,8 @@
 //! even for objects stored before a rule existed. The controller refuses to act
 //! on a spec that fails them and says why in a `Stalled` condition.
 
-use super::{ReleasePlanSpec, Step};
+use super::{Component, ReleasePlanSpec, Step};
+use k8s_openapi::api::core::v1::Container;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -103,13 +104,7 @@ pub fn check_spec(spec: &ReleasePlanSpec) -> Result<Vec<CheckedStep>, SpecError>
                 "must not be negative",
             ));
         }
-        let containers = c.template.spec.as_ref().map_or(0, |s| s.containers.len());
-        if containers == 0 {
-            return Err(err(
-                format!("spec.components[{i}].template.spec.containers"),
-                "at least one container is required",
-            ));
-        }
+        check_template(i, c)?;
     }
     for (i, g) in spec.health.prometheus.iter().enumerate() {
         if let Some(s) = &g.interval {
@@ -124,6 +119,187 @@ pub fn check_spec(spec: &ReleasePlanSpec) -> Result<Vec<CheckedStep>, SpecError>
         })?;
     }
     check_steps(&spec.strategy.steps)
+}
+
+/// What Kubernetes would refuse in the Deployment (or its pods) made from a
+/// component's template, as the CRD's rules do for new objects: invalid labels,
+/// containers without an image, ports out of range, container names that are not
+/// DNS labels or not unique in the pod, ephemeral containers. Not the CRD's size
+/// bounds: they only serve the CEL cost budget.
+fn check_template(i: usize, c: &Component) -> Result<(), SpecError> {
+    let template = format!("spec.components[{i}].template");
+    let labels = c.template.metadata.as_ref().and_then(|m| m.labels.as_ref());
+    for (key, value) in labels.into_iter().flatten() {
+        if let Err(m) = check_label_key(key) {
+            return Err(err(
+                format!("{template}.metadata.labels"),
+                format!("invalid label key {key:?}: {m}"),
+            ));
+        }
+        if let Err(m) = check_label_value(value) {
+            return Err(err(
+                format!("{template}.metadata.labels[{key}]"),
+                format!("invalid label value {value:?}: {m}"),
+            ));
+        }
+    }
+    let Some(spec) = c.template.spec.as_ref() else {
+        return Err(err(
+            format!("{template}.spec.containers"),
+            "at least one container is required",
+        ));
+    };
+    if spec.containers.is_empty() {
+        return Err(err(
+            format!("{template}.spec.containers"),
+            "at least one container is required",
+        ));
+    }
+    if spec
+        .ephemeral_containers
+        .as_ref()
+        .is_some_and(|e| !e.is_empty())
+    {
+        return Err(err(
+            format!("{template}.spec.ephemeralContainers"),
+            "ephemeral containers are not allowed in a pod template",
+        ));
+    }
+    let lists = [
+        ("containers", spec.containers.as_slice()),
+        (
+            "initContainers",
+            spec.init_containers.as_deref().unwrap_or(&[]),
+        ),
+    ];
+    let mut seen: Vec<&str> = Vec::new();
+    for (list, containers) in lists {
+        for (j, container) in containers.iter().enumerate() {
+            let field = format!("{template}.spec.{list}[{j}]");
+            check_container(&field, container)?;
+            if seen.contains(&container.name.as_str()) {
+                return Err(err(
+                    format!("{field}.name"),
+                    format!(
+                        "duplicate container name {:?}: names must be unique across containers and initContainers",
+                        container.name
+                    ),
+                ));
+            }
+            seen.push(&container.name);
+        }
+    }
+    Ok(())
+}
+
+/// One container: a DNS-label name, an image, ports in range.
+fn check_container(field: &str, container: &Container) -> Result<(), SpecError> {
+    if !is_dns_label(&container.name) {
+        return Err(err(
+            format!("{field}.name"),
+            format!(
+                "container name {:?} must be a DNS label: at most 63 lowercase letters, digits and '-', starting and ending with an alphanumeric character",
+                container.name
+            ),
+        ));
+    }
+    match container.image.as_deref() {
+        None | Some("") => {
+            return Err(err(
+                format!("{field}.image"),
+                "a container image is required",
+            ));
+        }
+        Some(image) if image.trim() != image => {
+            return Err(err(
+                format!("{field}.image"),
+                format!("image {image:?} must not have leading or trailing whitespace"),
+            ));
+        }
+        Some(_) => {}
+    }
+    for (p, port) in container.ports.iter().flatten().enumerate() {
+        if !(1..=65535).contains(&port.container_port) {
+            return Err(err(
+                format!("{field}.ports[{p}].containerPort"),
+                format!(
+                    "{} is not a port number: must be between 1 and 65535",
+                    port.container_port
+                ),
+            ));
+        }
+        if let Some(host) = port.host_port
+            && !(0..=65535).contains(&host)
+        {
+            return Err(err(
+                format!("{field}.ports[{p}].hostPort"),
+                format!("{host} is not a port number: must be between 1 and 65535, or 0 for none"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn is_alphanumeric(c: char) -> bool {
+    c.is_ascii_alphanumeric()
+}
+
+/// Empty, or at most 63 of `[-A-Za-z0-9_.]` starting and ending with an alphanumeric.
+fn check_label_value(v: &str) -> Result<(), &'static str> {
+    if v.len() > 63 {
+        return Err("must be at most 63 characters");
+    }
+    if v.is_empty() {
+        return Ok(());
+    }
+    let inner_ok = v
+        .chars()
+        .all(|c| is_alphanumeric(c) || matches!(c, '-' | '_' | '.'));
+    let ends_ok = v.starts_with(is_alphanumeric) && v.ends_with(is_alphanumeric);
+    if inner_ok && ends_ok {
+        Ok(())
+    } else {
+        Err("must be alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric")
+    }
+}
+
+/// A qualified name: an optional DNS subdomain prefix and `/`, then a non-empty name
+/// that is a valid label value.
+fn check_label_key(k: &str) -> Result<(), &'static str> {
+    let name = match k.split_once('/') {
+        Some((prefix, name)) => {
+            if prefix.len() > 253 || !is_dns_subdomain(prefix) {
+                return Err(
+                    "the prefix before '/' must be a DNS subdomain of at most 253 characters",
+                );
+            }
+            name
+        }
+        None => k,
+    };
+    if name.is_empty() {
+        return Err("the name part must not be empty");
+    }
+    check_label_value(name)
+}
+
+/// A DNS label: at most 63 characters.
+fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63 && is_dns_label_chars(s)
+}
+
+/// DNS labels joined by dots (Kubernetes bounds only the whole, not each label).
+fn is_dns_subdomain(s: &str) -> bool {
+    s.split('.').all(is_dns_label_chars)
+}
+
+/// Non-empty `[-a-z0-9]`, starting and ending with a letter or digit.
+fn is_dns_label_chars(s: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !s.is_empty()
+        && s.chars().all(|c| alnum(c) || c == '-')
+        && s.starts_with(alnum)
+        && s.ends_with(alnum)
 }
 
 #[cfg(test)]
@@ -144,6 +320,174 @@ mod tests {
                 duration: d.map(str::to_string),
             }),
         }
+    }
+
+    /// A valid one-component spec, edited as JSON.
+    fn spec_with(edit: impl FnOnce(&mut serde_json::Value)) -> ReleasePlanSpec {
+        let mut v = serde_json::json!({ "components": [{
+            "name": "web",
+            "replicas": 1,
+            "template": {
+                "metadata": { "labels": { "app": "web" } },
+                "spec": { "containers": [{ "name": "web", "image": "nginx:1.27" }] }
+            }
+        }]});
+        edit(&mut v);
+        serde_json::from_value(v).expect("a spec")
+    }
+
+    fn field_of(spec: &ReleasePlanSpec) -> Option<String> {
+        check_spec(spec).err().map(|e| e.field)
+    }
+
+    const TEMPLATE: &str = "spec.components[0].template";
+
+    #[test]
+    fn accepts_templates_at_the_limits() {
+        let spec = spec_with(|v| {
+            let t = &mut v["components"][0]["template"];
+            t["metadata"]["labels"] = serde_json::json!({
+                "app": "v".repeat(63),
+                "empty": "",
+                "a.b_c-d": "A.b_c-9",
+                format!("{}/{}", "p".repeat(253), "n".repeat(63)): "x",
+                "example.com/tier": "web",
+            });
+            t["spec"]["containers"][0]["name"] = serde_json::json!("w".repeat(63));
+            t["spec"]["containers"][0]["ports"] = serde_json::json!([
+                { "containerPort": 1 },
+                { "containerPort": 65535, "hostPort": 65535 },
+                { "containerPort": 80, "hostPort": 0 },
+            ]);
+            t["spec"]["initContainers"] =
+                serde_json::json!([{ "name": "init", "image": "busybox" }]);
+        });
+        assert_eq!(check_spec(&spec).map(|_| ()), Ok(()));
+    }
+
+    #[test]
+    fn refuses_ports_out_of_range() {
+        let port = |p: serde_json::Value| {
+            spec_with(|v| v["components"][0]["template"]["spec"]["containers"][0]["ports"] = p)
+        };
+        let f = format!("{TEMPLATE}.spec.containers[0].ports");
+        let spec = port(serde_json::json!([{ "containerPort": 80 }, { "containerPort": 70000 }]));
+        assert_eq!(field_of(&spec), Some(format!("{f}[1].containerPort")));
+        let spec = port(serde_json::json!([{ "containerPort": 0 }]));
+        assert_eq!(field_of(&spec), Some(format!("{f}[0].containerPort")));
+        let spec = port(serde_json::json!([{ "containerPort": 80, "hostPort": 65536 }]));
+        assert_eq!(field_of(&spec), Some(format!("{f}[0].hostPort")));
+        let spec = port(serde_json::json!([{ "containerPort": 80, "hostPort": -1 }]));
+        assert_eq!(field_of(&spec), Some(format!("{f}[0].hostPort")));
+        let spec = spec_with(|v| {
+            v["components"][0]["template"]["spec"]["initContainers"] = serde_json::json!([
+                { "name": "init", "image": "busybox", "ports": [{ "containerPort": 70000 }] }
+            ])
+        });
+        assert_eq!(
+            field_of(&spec),
+            Some(format!(
+                "{TEMPLATE}.spec.initContainers[0].ports[0].containerPort"
+            ))
+        );
+    }
+
+    #[test]
+    fn refuses_invalid_label_values_and_keys() {
+        let labels = |l: serde_json::Value| {
+            spec_with(|v| v["components"][0]["template"]["metadata"]["labels"] = l)
+        };
+        for value in ["my shop", "-web", "web.", "ü", &"v".repeat(64)] {
+            let e = check_spec(&labels(serde_json::json!({ "app": value }))).unwrap_err();
+            assert_eq!(
+                e.field,
+                format!("{TEMPLATE}.metadata.labels[app]"),
+                "{value}"
+            );
+            assert!(e.message.contains("invalid label value"), "{e}");
+        }
+        let long_prefix = format!("{}/x", "p".repeat(254));
+        let long_name = "n".repeat(64);
+        for key in [
+            "my app",
+            "",
+            "/x",
+            "example.com/",
+            "a/b/c",
+            "Example.com/x",
+            "-x",
+            long_prefix.as_str(),
+            long_name.as_str(),
+        ] {
+            let e = check_spec(&labels(serde_json::json!({ key: "v" }))).unwrap_err();
+            assert_eq!(e.field, format!("{TEMPLATE}.metadata.labels"), "{key:?}");
+            assert!(e.message.contains("invalid label key"), "{e}");
+        }
+    }
+
+    #[test]
+    fn refuses_containers_without_image_and_bad_names() {
+        let c = format!("{TEMPLATE}.spec.containers[0]");
+        let spec = spec_with(|v| {
+            v["components"][0]["template"]["spec"]["containers"][0]
+                .as_object_mut()
+                .expect("container")
+                .remove("image");
+        });
+        assert_eq!(field_of(&spec), Some(format!("{c}.image")));
+        let spec = spec_with(|v| {
+            v["components"][0]["template"]["spec"]["containers"][0]["image"] = "".into()
+        });
+        assert_eq!(field_of(&spec), Some(format!("{c}.image")));
+        let spec = spec_with(|v| {
+            v["components"][0]["template"]["spec"]["containers"][0]["image"] = "nginx ".into()
+        });
+        assert_eq!(field_of(&spec), Some(format!("{c}.image")));
+        let spec = spec_with(|v| {
+            v["components"][0]["template"]["spec"]["ephemeralContainers"] =
+                serde_json::json!([{ "name": "debug", "image": "busybox" }])
+        });
+        assert_eq!(
+            field_of(&spec),
+            Some(format!("{TEMPLATE}.spec.ephemeralContainers"))
+        );
+        for name in ["Web", "web_1", "", &"w".repeat(64)] {
+            let spec = spec_with(|v| {
+                v["components"][0]["template"]["spec"]["containers"][0]["name"] = name.into()
+            });
+            assert_eq!(field_of(&spec), Some(format!("{c}.name")), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn refuses_duplicate_container_names() {
+        let container = |name: &str| serde_json::json!({ "name": name, "image": "nginx" });
+        let spec = spec_with(|v| {
+            v["components"][0]["template"]["spec"]["containers"] =
+                serde_json::json!([container("web"), container("side"), container("web")])
+        });
+        let e = check_spec(&spec).unwrap_err();
+        assert_eq!(e.field, format!("{TEMPLATE}.spec.containers[2].name"));
+        assert!(
+            e.message.contains("duplicate container name \"web\""),
+            "{e}"
+        );
+        let spec = spec_with(|v| {
+            v["components"][0]["template"]["spec"]["initContainers"] =
+                serde_json::json!([container("init"), container("web")])
+        });
+        assert_eq!(
+            field_of(&spec),
+            Some(format!("{TEMPLATE}.spec.initContainers[1].name"))
+        );
+        let spec = spec_with(|v| {
+            v["components"][0]["template"]["spec"]["initContainers"] =
+                serde_json::json!([container("init"), container("init")])
+        });
+        assert_eq!(
+            field_of(&spec),
+            Some(format!("{TEMPLATE}.spec.initContainers[1].name"))
+        );
     }
 
     #[test]
