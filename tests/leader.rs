@@ -75,6 +75,19 @@ async fn only_the_leader_writes_and_leadership_moves_on_kill_and_term() {
     assert_eq!(b.counter("releaseplan_reconcile_runs_total").await, 0.0);
     assert_eq!(a.counter("releaseplan_leader").await, 1.0);
     assert_eq!(b.counter("releaseplan_leader").await, 0.0);
+    // Both are ready (a rolling update of the operator must not wait on the
+    // standby), and each says what it is.
+    let readyz = |port: u16| async move {
+        let r = reqwest::get(format!("http://127.0.0.1:{port}/readyz"))
+            .await
+            .expect("readyz");
+        (r.status().as_u16(), r.text().await.unwrap_or_default())
+    };
+    let (code, body) = readyz(a.port).await;
+    assert_eq!((code, body.as_str()), (200, "ok: leader"));
+    let (code, body) = readyz(b.port).await;
+    assert_eq!(code, 200);
+    assert!(body.contains("follower"), "{body}");
 
     // SIGKILL: the lease is taken over once it expires.
     a.kill();
