@@ -226,3 +226,74 @@ async fn a_webhook_gate_passes_on_2xx_and_rolls_back_otherwise() {
     assert_eq!(phase, Phase::RolledBack);
     assert_eq!(calls.lock().unwrap().len(), 2, "one call and one retry");
 }
+
+/// Times of the calls a webhook received.
+type Stamps = Arc<Mutex<Vec<std::time::Instant>>>;
+
+async fn stamp(State(stamps): State<Stamps>) -> StatusCode {
+    stamps.lock().unwrap().push(std::time::Instant::now());
+    StatusCode::OK
+}
+
+#[tokio::test]
+async fn a_restarted_operator_neither_repeats_nor_forgets_a_gate_call() {
+    let client = common::client().await;
+    crd::install(&client).await;
+    let ns = common::test_namespace(&client, "hook-restart").await;
+    let stamps: Stamps = Arc::default();
+    let addr = serve(
+        Router::new()
+            .route("/check", post(stamp))
+            .with_state(stamps.clone()),
+    )
+    .await;
+    let mut op = Operator::start(&ns, &[]).await;
+    create_stable(&client, &ns, "shop", json!({"components": [web("shop:1")]})).await;
+    let hooks = json!([{"name": "smoke", "url": format!("http://{addr}/check"), "timeoutSeconds": 2, "retries": 0}]);
+    // A `pause: {}` step holds the rollout, so the gate keeps being asked every 10s.
+    operator::patch_spec(
+        &client,
+        &ns,
+        "shop",
+        json!({"components": [web("shop:2")], "strategy": {"steps": [{"setWeight": 50}, {"pause": {}}]}, "health": {"webhooks": hooks}}),
+    )
+    .await;
+    // The first call of the pause step, and its verdict in status.
+    common::wait_until(T, "the gate's verdict at the pause step", || async {
+        let s = operator::get(&client, &ns, "shop").await?.status?;
+        (s.current_step == 1 && s.gates.first().is_some_and(|g| g.verdict == "Passed"))
+            .then_some(())
+    })
+    .await;
+    let calls_before = stamps.lock().unwrap().len();
+    let last = *stamps.lock().unwrap().last().unwrap();
+    // The operator dies and another one starts: it reads the verdict and the
+    // time of the last call from status.gates, so it does not call again
+    // before the 10s interval is over...
+    op.kill();
+    let _op2 = Operator::start(&ns, &[]).await;
+    tokio::time::sleep_until(tokio::time::Instant::from_std(
+        last + Duration::from_secs(8),
+    ))
+    .await;
+    assert_eq!(
+        stamps.lock().unwrap().len(),
+        calls_before,
+        "no call before the interval is over"
+    );
+    // ...and calls again once it is.
+    common::wait_until(
+        Duration::from_secs(30),
+        "the next call after the interval",
+        || async { (stamps.lock().unwrap().len() > calls_before).then_some(()) },
+    )
+    .await;
+    let next = stamps.lock().unwrap()[calls_before];
+    let gap = next - last;
+    assert!(
+        gap >= Duration::from_millis(9500) && gap < Duration::from_secs(20),
+        "next call {gap:?} after the last one (interval 10s)"
+    );
+    let p = operator::get(&client, &ns, "shop").await.unwrap();
+    assert_eq!(p.status.unwrap().phase, Phase::RollingOut);
+}
