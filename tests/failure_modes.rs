@@ -3,7 +3,7 @@
 //!
 //! | row | test |
 //! | --- | --- |
-//! | reconcile error forever | `reconcile_error_forever_is_visible_and_backs_off` |
+//! | reconcile error forever | `reconcile_error_forever_is_visible_and_backs_off`, `reconcile_error_forever_when_status_cannot_be_written_is_a_warning_event` |
 //! | CR stuck Terminating | `cr_stuck_terminating_namespace_deletion_never_hangs`, `cr_stuck_terminating_escape_hatch_removes_the_finalizer` |
 //! | status not updating | `status_not_updating_a_refused_template_reaches_status` |
 //! | duplicate operations | `duplicate_operations_twenty_requeues_change_nothing` |
@@ -487,4 +487,106 @@ async fn controller_stuck_hung_gates_never_delay_a_rollback() {
     assert_eq!(under_1s, count, "every reconcile took under 1s:\n{text}");
     let failures = sum_metric(&text, "releaseplan_reconcile_failures_total");
     assert_eq!(failures, 0.0, "{text}");
+}
+
+#[tokio::test]
+async fn reconcile_error_forever_when_status_cannot_be_written_is_a_warning_event() {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let (client, ns, op) = setup("fm-frozen").await;
+    // An admission policy refuses every status write of plans in this namespace.
+    let name = format!("freeze-{ns}");
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": ["releaseplan.io"], "apiVersions": ["*"],
+                "operations": ["UPDATE"], "resources": ["releaseplans/status"]}]},
+            "validations": [{"expression": "false", "message": "status writes are frozen by policy"}]
+        }
+    }))
+    .unwrap();
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}}
+    }))
+    .unwrap();
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    // The API server loads policies asynchronously: wait until one status write is refused.
+    let plans: Api<ReleasePlan> = Api::namespaced(client.clone(), &ns);
+    create(
+        &client,
+        &ns,
+        &plan("probe", json!({"components": [web(template("shop:1"), 1)]})),
+    )
+    .await;
+    common::wait_until(T, "the policy to refuse a status write", || async {
+        let mut p = plans.get("probe").await.ok()?;
+        p.metadata.managed_fields = None;
+        let mut s = p.status.clone().unwrap_or_default();
+        s.message = Some(format!("probe {:?}", Instant::now()));
+        p.status = Some(s);
+        plans
+            .replace_status("probe", &PostParams::default(), &p)
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await;
+
+    create(
+        &client,
+        &ns,
+        &plan("shop", json!({"components": [web(template("shop:1"), 2)]})),
+    )
+    .await;
+    let events = common::wait_until(T, "a ReconcileError Warning on the plan", || async {
+        let events = plan_events(&client, &ns, "shop").await;
+        events
+            .iter()
+            .any(|e| {
+                e.0 == "ReconcileError" && e.1 == "Warning" && e.2.contains("frozen by policy")
+            })
+            .then_some(events)
+    })
+    .await;
+    assert!(
+        !events.iter().any(|e| e.0 == "RolloutStarted"),
+        "no Event for a transition whose status was not written: {events:?}"
+    );
+    // Rate-limited: at the 1st, 2nd, 4th, 8th failure, not at each.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let failures = sum_metric(&op.metrics().await, "releaseplan_reconcile_failures_total");
+    let warnings: i32 = plan_events(&client, &ns, "shop")
+        .await
+        .iter()
+        .filter(|e| e.0 == "ReconcileError")
+        .map(|e| e.3)
+        .sum();
+    assert!(failures >= 3.0, "{failures}");
+    assert!(
+        f64::from(warnings) < failures,
+        "{warnings} ReconcileError events for {failures} failures"
+    );
+    policies
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    bindings
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    // Once status can be written again, the plan goes on to Stable.
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
 }

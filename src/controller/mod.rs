@@ -112,7 +112,7 @@ pub struct Context {
     /// What `/healthz` reads.
     pub liveness: Arc<Liveness>,
     /// Consecutive failures per plan, for exponential backoff.
-    failures: Mutex<HashMap<ObjectRef<ReleasePlan>, u32>>,
+    failures: Mutex<HashMap<ObjectRef<ReleasePlan>, Backoff>>,
     /// The newest version of a plan this process wrote or read back, until the
     /// cache has caught up with it: a reconcile never decides on an older one
     /// (deciding on a stale cache repeats transitions and ends in a conflict).
@@ -121,16 +121,37 @@ pub struct Context {
     refusals: Mutex<HashMap<ObjectRef<ReleasePlan>, Refusal>>,
 }
 
+/// Failures in a row of one plan and when it is retried.
+struct Backoff {
+    failures: u32,
+    retry_at: Instant,
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Context {
-    fn backoff(&self, key: &ObjectRef<ReleasePlan>) -> (u32, Duration) {
+    /// The retry delay after a failure. The exponent grows with time, not
+    /// with the number of failed reconciles: a failure that comes before the
+    /// scheduled retry (a watch event woke the plan early) keeps the schedule,
+    /// so a burst of events cannot push the next retry to minutes away.
+    /// Returns whether this failure moved the schedule, the failure count and
+    /// the delay.
+    fn backoff(&self, key: &ObjectRef<ReleasePlan>) -> (bool, u32, Duration) {
+        let now = Instant::now();
         let mut map = lock(&self.failures);
-        let n = map.entry(key.clone()).or_insert(0);
-        *n = n.saturating_add(1);
-        (*n, backoff_delay(*n))
+        let b = map.entry(key.clone()).or_insert(Backoff {
+            failures: 0,
+            retry_at: now,
+        });
+        if now < b.retry_at {
+            return (false, b.failures, b.retry_at - now);
+        }
+        b.failures = b.failures.saturating_add(1);
+        let delay = backoff_delay(b.failures);
+        b.retry_at = now + delay;
+        (true, b.failures, delay)
     }
 
     fn reset_backoff(&self, key: &ObjectRef<ReleasePlan>) {
@@ -215,10 +236,10 @@ pub fn error_policy(plan: Arc<ReleasePlan>, err: &Error, ctx: Arc<Context>) -> A
         info!(plan = %key, "{err}");
         return Action::requeue(Duration::from_millis(300));
     }
-    let (n, delay) = ctx.backoff(&key);
+    let (moved, n, delay) = ctx.backoff(&key);
     warn!(plan = %key, error = %err, retry_in = ?delay, "reconcile failed");
     // A refused Deployment already has its own Event from the decision.
-    if n.is_power_of_two() && !matches!(err, Error::Refused(_)) {
+    if moved && n.is_power_of_two() && !matches!(err, Error::Refused(_)) {
         let ev = Event {
             type_: KubeEventType::Warning,
             reason: reasons::RECONCILE_ERROR.into(),
