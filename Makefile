@@ -85,8 +85,15 @@ chart-lint: tools
 	"$${RP_CACHE:-$$HOME/.cache/releaseplan}/helm-v$$(sed -n 's/^HELM_VERSION=//p' e2e/versions.env)/bin/helm" \
 	  lint --strict charts/releaseplan
 
-.PHONY: lint
-## lint: formatting, clippy with warnings as errors, and the committed CRD is current
-lint: crds-check
+.PHONY: lint shellcheck
+## lint: shellcheck, formatting, clippy with warnings as errors, and the committed CRD is current
+lint:
+	e2e/ensure-deps.sh lint
+	@$(MAKE) --no-print-directory shellcheck crds-check
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
+
+## shellcheck: the shell scripts (-x follows the files they source)
+shellcheck:
+	e2e/ensure-deps.sh lint
+	shellcheck -x e2e/*.sh .ci/run

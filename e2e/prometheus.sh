@@ -8,6 +8,7 @@
 # data/, logs/prometheus.log, url, ports, pids. The binary is the Debian package
 # `prometheus` (run directly, never as a system service); PROMETHEUS_BIN overrides.
 set -euo pipefail
+# shellcheck source=e2e/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 usage() { die "usage: $0 start NAME HOST:PORT | stop NAME | remove NAME"; }
