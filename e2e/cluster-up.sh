@@ -4,6 +4,7 @@
 #   e2e/cluster-up.sh NAME      (state in ${RP_RUN_DIR:-<repo>/.e2e-run}/NAME)
 # Every port is picked free, so several clusters can run at once. A cluster
 # already running under NAME is stopped first. Stop it with cluster-down.sh.
+# A start that fails or is interrupted stops everything it started (EXIT trap).
 set -euo pipefail
 # shellcheck source=e2e/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -26,6 +27,33 @@ start_ns=$(date +%s%N)
 rm -rf "$DIR"
 mkdir -p "$DIR/logs" "$DIR/pki" "$DIR/etcd-data" "$DIR/kwok"
 chmod 700 "$DIR/pki" "$DIR/etcd-data"
+
+# From here on, any failure (a wait that times out, a component that exits, a
+# failed command under set -e) and Ctrl-C or SIGTERM stop everything started so
+# far: cluster-down.sh stops what the pids file records, kills any process of
+# the pinned binaries that still names the run dir (one started but not yet
+# recorded), and frees the ports. Disarmed once the cluster is up.
+# A signal can run the trap while a command's output goes to /dev/null (bash
+# runs it in the middle of `until CMD >/dev/null`): the trap writes to the
+# original stdout and stderr, kept as fds 7 and 8 (not passed to components).
+exec 7>&1 8>&2
+on_exit() {
+  local rc=$?
+  exec 1>&7 2>&8
+  trap - EXIT INT TERM
+  [ "$rc" -ne 0 ] || rc=1
+  if [ "$rc" -ge 128 ]; then
+    log "cluster-up of '$NAME' interrupted (exit $rc): stopping what it started"
+  else
+    log "cluster-up of '$NAME' failed (exit $rc): component logs follow, then what it started is stopped"
+    tail_logs "$DIR"
+  fi
+  "$E2E_DIR/cluster-down.sh" "$NAME" >&2 || log "error: cluster-down.sh '$NAME' failed too"
+  exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # ---------------------------------------------------------------- ports
 # Free ports below the ephemeral range, not bound now and not recorded by
@@ -172,11 +200,12 @@ exclude_faults() {
 : >"$DIR/pids"
 launch() {
   local name=$1; shift
-  setsid "$@" >"$DIR/logs/$name.log" 2>&1 </dev/null &
+  setsid "$@" >"$DIR/logs/$name.log" 2>&1 </dev/null 7>&- 8>&- &
   echo "$name $!" >>"$DIR/pids"
 }
 alive() { kill -0 "$(awk -v n="$1" '$1 == n { print $2 }' "$DIR/pids")" 2>/dev/null; }
-fail() { log "error: $*"; tail_logs "$DIR"; "$E2E_DIR/cluster-down.sh" "$NAME" >&2 || true; exit 1; }
+# fail MESSAGE: the EXIT trap prints the logs and stops everything.
+fail() { log "error: $*"; exit 1; }
 # wait_for WHAT SECONDS COMPONENT CMD...: polls CMD every 0.1s.
 wait_for() {
   local what=$1 secs=$2 comp=$3; shift 3
@@ -271,6 +300,7 @@ wait_for "kube-scheduler /healthz" 30 kube-scheduler curl -sfk "https://127.0.0.
 wait_for "kwok /healthz" 30 kwok curl -sf "http://127.0.0.1:$KWOK_PORT/healthz"
 wait_for "$NODES ready nodes" 60 kwok nodes_ready
 
+trap - EXIT INT TERM
 total_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
 log "cluster '$NAME' is up: $API_URL (readyz after ${api_ready_ms}ms, all ready after ${total_ms}ms)"
 log "use it with: . $DIR/env   (KUBECONFIG=$DIR/kubeconfig)"
