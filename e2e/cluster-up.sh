@@ -195,15 +195,13 @@ exclude_faults() {
   die "could not add the fault exclusion to the upstream pod stages (layout changed?)"
 
 # ---------------------------------------------------------------- processes
-# Each component runs in its own session and process group (setsid), so
-# cluster-down can kill the group. "name pid" lines go to $DIR/pids.
+# Components are started through lib.sh (own process group, command recorded
+# in $DIR/cmd/NAME, "NAME PID" lines in $DIR/pids), so that
+# restart-apiserver.sh can start kube-apiserver again the very same way.
 : >"$DIR/pids"
-launch() {
-  local name=$1; shift
-  setsid "$@" >"$DIR/logs/$name.log" 2>&1 </dev/null 7>&- 8>&- &
-  echo "$name $!" >>"$DIR/pids"
-}
-alive() { kill -0 "$(awk -v n="$1" '$1 == n { print $2 }' "$DIR/pids")" 2>/dev/null; }
+# launch NAME CMD...: records CMD as component NAME's command and starts it.
+launch() { record_component "$DIR" "$@"; start_component "$DIR" "$1"; }
+alive() { kill -0 "$(component_pid "$DIR" "$1")" 2>/dev/null; }
 # fail MESSAGE: the EXIT trap prints the logs and stops everything.
 fail() { log "error: $*"; exit 1; }
 # wait_for WHAT SECONDS COMPONENT CMD...: polls CMD every 0.1s.
@@ -216,9 +214,6 @@ wait_for() {
     sleep 0.1
   done
 }
-api_get() {
-  curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$API_URL$1"
-}
 kubectl() { "$K8S_BIN/kubectl" --kubeconfig "$DIR/kubeconfig" "$@"; }
 
 launch etcd "$ETCD_BIN/etcd" --name "$NAME" --data-dir "$DIR/etcd-data" \
@@ -228,7 +223,8 @@ launch etcd "$ETCD_BIN/etcd" --name "$NAME" --data-dir "$DIR/etcd-data" \
 
 # --shutdown-watch-termination-grace-period: on SIGTERM the apiserver ends the
 # open watches and exits within about a second; without it, it stops
-# listening at once but then waits 60s for the controllers' watch connections.
+# listening at once but then waits 60s for the controllers' watch connections
+# (restart-apiserver.sh, cluster-down.sh).
 launch kube-apiserver "$K8S_BIN/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
@@ -245,7 +241,7 @@ launch kube-apiserver "$K8S_BIN/kube-apiserver" \
   --endpoint-reconciler-type none --shutdown-watch-termination-grace-period 2s \
   --allow-privileged --profiling=false --v 1
 
-wait_for "kube-apiserver /readyz" 90 kube-apiserver api_get /readyz
+wait_for "kube-apiserver /readyz" 90 kube-apiserver api_get "$DIR" "$API_URL" /readyz
 api_ready_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
 
 launch kube-controller-manager "$K8S_BIN/kube-controller-manager" \
@@ -297,7 +293,8 @@ nodes_ready() {
   [ "$(kubectl get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' |
     grep -c '^True$')" -eq "$NODES" ]
 }
-wait_for "default service account" 60 kube-controller-manager api_get /api/v1/namespaces/default/serviceaccounts/default
+wait_for "default service account" 60 kube-controller-manager \
+  api_get "$DIR" "$API_URL" /api/v1/namespaces/default/serviceaccounts/default
 wait_for "kube-controller-manager /healthz" 30 kube-controller-manager curl -sfk "https://127.0.0.1:$KCM_PORT/healthz"
 wait_for "kube-scheduler /healthz" 30 kube-scheduler curl -sfk "https://127.0.0.1:$SCHED_PORT/healthz"
 wait_for "kwok /healthz" 30 kwok curl -sf "http://127.0.0.1:$KWOK_PORT/healthz"
