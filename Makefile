@@ -10,12 +10,19 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/releaseplan/cargo-target
 
 .PHONY: tools cluster-up cluster-down test
 
+# Targets that need system commands (openssl, curl, prometheus, shellcheck...)
+# run e2e/ensure-deps.sh first, before any build: it installs the missing
+# Debian packages, or fails at once with the command to run. It is a recipe
+# line rather than a prerequisite so that it also comes first under make -j.
+
 ## tools: build (or reuse) the pinned etcd, kubernetes, kwok and helm binaries
 tools:
 	e2e/build-control-plane.sh all
 
 ## cluster-up: start the local cluster $(NAME); then `. .e2e-run/$(NAME)/env`
-cluster-up: tools
+cluster-up:
+	e2e/ensure-deps.sh cluster
+	e2e/build-control-plane.sh all
 	e2e/cluster-up.sh $(NAME)
 
 ## cluster-down: stop the local cluster $(NAME)
@@ -24,7 +31,9 @@ cluster-down:
 
 ## test: run all cargo tests against a fresh cluster $(TEST_CLUSTER), stopped after
 ## (set RP_KUBECONFIG to test against an already running cluster instead)
-test: tools
+test:
+	e2e/ensure-deps.sh test
+	e2e/build-control-plane.sh all
 	e2e/with-cluster.sh $(TEST_CLUSTER) -- cargo test --all-targets
 
 .PHONY: crds crds-check
@@ -49,13 +58,16 @@ crds-check:
 
 .PHONY: bench
 ## bench: operator benchmarks on a fresh cluster (latency, writes per rollout, RSS with 100 plans)
-bench: tools
+bench:
+	e2e/ensure-deps.sh cluster
+	e2e/build-control-plane.sh all
 	cargo build --release --bin releaseplan
 	e2e/with-cluster.sh bench -- env RP_OPERATOR_BIN=$(CARGO_TARGET_DIR)/release/releaseplan cargo bench --bench operator
 
 .PHONY: demo
 ## demo: local cluster + operator; a two-component plan rolled out, then a broken version rolled back
 demo:
+	e2e/ensure-deps.sh demo
 	e2e/demo.sh
 
 .PHONY: chart-crd chart-lint
@@ -73,8 +85,15 @@ chart-lint: tools
 	"$${RP_CACHE:-$$HOME/.cache/releaseplan}/helm-v$$(sed -n 's/^HELM_VERSION=//p' e2e/versions.env)/bin/helm" \
 	  lint --strict charts/releaseplan
 
-.PHONY: lint
-## lint: formatting, clippy with warnings as errors, and the committed CRD is current
-lint: crds-check
+.PHONY: lint shellcheck
+## lint: shellcheck, formatting, clippy with warnings as errors, and the committed CRD is current
+lint:
+	e2e/ensure-deps.sh lint
+	@$(MAKE) --no-print-directory shellcheck crds-check
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
+
+## shellcheck: the shell scripts (-x follows the files they source)
+shellcheck:
+	e2e/ensure-deps.sh lint
+	shellcheck -x e2e/*.sh .ci/run

@@ -15,8 +15,6 @@ GRACE_SECONDS="${RP_STOP_GRACE_SECONDS:-10}"
 
 # belongs PID: the process is one of ours (its command line names the run dir).
 belongs() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF "$DIR/"; }
-# live_members PGID: live (non-zombie) processes of a process group.
-live_members() { ps -e -o pid=,pgid=,stat= | awk -v g="$1" '$2 == g && $3 !~ /^Z/ { print $1 }'; }
 # strays: processes of the pinned binaries that mention the run dir.
 strays() {
   local p exe

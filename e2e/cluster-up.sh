@@ -4,6 +4,7 @@
 #   e2e/cluster-up.sh NAME      (state in ${RP_RUN_DIR:-<repo>/.e2e-run}/NAME)
 # Every port is picked free, so several clusters can run at once. A cluster
 # already running under NAME is stopped first. Stop it with cluster-down.sh.
+# A start that fails or is interrupted stops everything it started (EXIT trap).
 set -euo pipefail
 # shellcheck source=e2e/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -26,6 +27,33 @@ start_ns=$(date +%s%N)
 rm -rf "$DIR"
 mkdir -p "$DIR/logs" "$DIR/pki" "$DIR/etcd-data" "$DIR/kwok"
 chmod 700 "$DIR/pki" "$DIR/etcd-data"
+
+# From here on, any failure (a wait that times out, a component that exits, a
+# failed command under set -e) and Ctrl-C or SIGTERM stop everything started so
+# far: cluster-down.sh stops what the pids file records, kills any process of
+# the pinned binaries that still names the run dir (one started but not yet
+# recorded), and frees the ports. Disarmed once the cluster is up.
+# A signal can run the trap while a command's output goes to /dev/null (bash
+# runs it in the middle of `until CMD >/dev/null`): the trap writes to the
+# original stdout and stderr, kept as fds 7 and 8 (not passed to components).
+exec 7>&1 8>&2
+on_exit() {
+  local rc=$?
+  exec 1>&7 2>&8
+  trap - EXIT INT TERM
+  [ "$rc" -ne 0 ] || rc=1
+  if [ "$rc" -ge 128 ]; then
+    log "cluster-up of '$NAME' interrupted (exit $rc): stopping what it started"
+  else
+    log "cluster-up of '$NAME' failed (exit $rc): component logs follow, then what it started is stopped"
+    tail_logs "$DIR"
+  fi
+  "$E2E_DIR/cluster-down.sh" "$NAME" >&2 || log "error: cluster-down.sh '$NAME' failed too"
+  exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # ---------------------------------------------------------------- ports
 # Free ports below the ephemeral range, not bound now and not recorded by
@@ -167,16 +195,15 @@ exclude_faults() {
   die "could not add the fault exclusion to the upstream pod stages (layout changed?)"
 
 # ---------------------------------------------------------------- processes
-# Each component runs in its own session and process group (setsid), so
-# cluster-down can kill the group. "name pid" lines go to $DIR/pids.
+# Components are started through lib.sh (own process group, command recorded
+# in $DIR/cmd/NAME, "NAME PID" lines in $DIR/pids), so that
+# restart-apiserver.sh can start kube-apiserver again the very same way.
 : >"$DIR/pids"
-launch() {
-  local name=$1; shift
-  setsid "$@" >"$DIR/logs/$name.log" 2>&1 </dev/null &
-  echo "$name $!" >>"$DIR/pids"
-}
-alive() { kill -0 "$(awk -v n="$1" '$1 == n { print $2 }' "$DIR/pids")" 2>/dev/null; }
-fail() { log "error: $*"; tail_logs "$DIR"; "$E2E_DIR/cluster-down.sh" "$NAME" >&2 || true; exit 1; }
+# launch NAME CMD...: records CMD as component NAME's command and starts it.
+launch() { record_component "$DIR" "$@"; start_component "$DIR" "$1"; }
+alive() { kill -0 "$(component_pid "$DIR" "$1")" 2>/dev/null; }
+# fail MESSAGE: the EXIT trap prints the logs and stops everything.
+fail() { log "error: $*"; exit 1; }
 # wait_for WHAT SECONDS COMPONENT CMD...: polls CMD every 0.1s.
 wait_for() {
   local what=$1 secs=$2 comp=$3; shift 3
@@ -187,9 +214,6 @@ wait_for() {
     sleep 0.1
   done
 }
-api_get() {
-  curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$API_URL$1"
-}
 kubectl() { "$K8S_BIN/kubectl" --kubeconfig "$DIR/kubeconfig" "$@"; }
 
 launch etcd "$ETCD_BIN/etcd" --name "$NAME" --data-dir "$DIR/etcd-data" \
@@ -197,6 +221,10 @@ launch etcd "$ETCD_BIN/etcd" --name "$NAME" --data-dir "$DIR/etcd-data" \
   --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
   --initial-cluster "$NAME=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
 
+# --shutdown-watch-termination-grace-period: on SIGTERM the apiserver ends the
+# open watches and exits within about a second; without it, it stops
+# listening at once but then waits 60s for the controllers' watch connections
+# (restart-apiserver.sh, cluster-down.sh).
 launch kube-apiserver "$K8S_BIN/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
@@ -210,10 +238,10 @@ launch kube-apiserver "$K8S_BIN/kube-apiserver" \
   --service-account-issuer https://kubernetes.default.svc.cluster.local \
   --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
   --service-cluster-ip-range "$SERVICE_CIDR" \
-  --endpoint-reconciler-type none \
+  --endpoint-reconciler-type none --shutdown-watch-termination-grace-period 2s \
   --allow-privileged --profiling=false --v 1
 
-wait_for "kube-apiserver /readyz" 90 kube-apiserver api_get /readyz
+wait_for "kube-apiserver /readyz" 90 kube-apiserver api_get "$DIR" "$API_URL" /readyz
 api_ready_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
 
 launch kube-controller-manager "$K8S_BIN/kube-controller-manager" \
@@ -265,12 +293,14 @@ nodes_ready() {
   [ "$(kubectl get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' |
     grep -c '^True$')" -eq "$NODES" ]
 }
-wait_for "default service account" 60 kube-controller-manager api_get /api/v1/namespaces/default/serviceaccounts/default
+wait_for "default service account" 60 kube-controller-manager \
+  api_get "$DIR" "$API_URL" /api/v1/namespaces/default/serviceaccounts/default
 wait_for "kube-controller-manager /healthz" 30 kube-controller-manager curl -sfk "https://127.0.0.1:$KCM_PORT/healthz"
 wait_for "kube-scheduler /healthz" 30 kube-scheduler curl -sfk "https://127.0.0.1:$SCHED_PORT/healthz"
 wait_for "kwok /healthz" 30 kwok curl -sf "http://127.0.0.1:$KWOK_PORT/healthz"
 wait_for "$NODES ready nodes" 60 kwok nodes_ready
 
+trap - EXIT INT TERM
 total_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
 log "cluster '$NAME' is up: $API_URL (readyz after ${api_ready_ms}ms, all ready after ${total_ms}ms)"
 log "use it with: . $DIR/env   (KUBECONFIG=$DIR/kubeconfig)"

@@ -4,6 +4,7 @@
 # and rolled back by the operator on its own. Stops everything it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=e2e/lib.sh
 . e2e/lib.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/releaseplan/cargo-target}"
 NAME="${DEMO_CLUSTER:-demo}"
@@ -19,7 +20,9 @@ BIN="$CARGO_TARGET_DIR/debug"
 OP_PID=""
 cleanup() {
   status=$?
-  [ -n "$OP_PID" ] && kill "$OP_PID" 2>/dev/null && wait "$OP_PID" 2>/dev/null || true
+  if [ -n "$OP_PID" ] && kill "$OP_PID" 2>/dev/null; then
+    wait "$OP_PID" 2>/dev/null || true
+  fi
   say "stopping the cluster"
   e2e/cluster-down.sh "$NAME" || true
   exit "$status"
@@ -28,7 +31,7 @@ trap cleanup EXIT INT TERM
 
 say "starting a local cluster '$NAME' (etcd, kube-apiserver, controller-manager, scheduler, kwok)"
 e2e/cluster-up.sh "$NAME"
-# shellcheck disable=SC1090
+# shellcheck source=/dev/null  # written by cluster-up.sh
 . "$RUN/env"
 export PATH="$BIN:$PATH"   # kubectl finds kubectl-releaseplan as `kubectl releaseplan`
 

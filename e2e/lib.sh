@@ -29,3 +29,59 @@ tail_logs() {
     tail -n 25 "$f" >&2
   done
 }
+
+# live_members PGID: live (non-zombie) processes of a process group.
+live_members() { ps -e -o pid=,pgid=,stat= | awk -v g="$1" '$2 == g && $3 !~ /^Z/ { print $1 }'; }
+
+# ---------------------------------------------------------------- components
+# A cluster's components (etcd, kube-apiserver, ...) are started by
+# cluster-up.sh, and kube-apiserver again by restart-apiserver.sh, through
+# these. The command of component C is recorded in DIR/cmd/C, one argument
+# per line, so that it is started again exactly the same way; "C PID" lines
+# are in DIR/pids, which cluster-down.sh reads. Each component runs in its own
+# session and process group (setsid: its pid is its group), so that
+# cluster-down.sh can stop the whole group.
+
+# record_component DIR C CMD...: records CMD as the command of component C.
+record_component() {
+  local dir=$1 comp=$2 arg
+  shift 2
+  for arg in "$@"; do
+    [[ "$arg" != *$'\n'* ]] || die "$comp: an argument holds a newline, which cannot be recorded"
+  done
+  mkdir -p "$dir/cmd"
+  printf '%s\n' "$@" >"$dir/cmd/$comp"
+}
+
+# start_component DIR C: starts the recorded command of component C detached
+# (setsid, stdin /dev/null, output appended to DIR/logs/C.log) and records its
+# pid in DIR/pids, in place of an earlier pid of C.
+start_component() {
+  local dir=$1 comp=$2
+  local -a argv
+  [ -s "$dir/cmd/$comp" ] || die "no recorded command for $comp in $dir/cmd"
+  mapfile -t argv <"$dir/cmd/$comp"
+  mkdir -p "$dir/logs"
+  # 7>&- 8>&-: cluster-up.sh keeps its stdout and stderr there (see its EXIT
+  # trap); a component must not hold them open (a pipe would never close).
+  setsid "${argv[@]}" >>"$dir/logs/$comp.log" 2>&1 </dev/null 7>&- 8>&- &
+  set_component_pid "$dir" "$comp" "$!"
+}
+
+# set_component_pid DIR C PID: the "C PID" line of DIR/pids, replaced in
+# place (the order is the stop order, reversed) or appended.
+set_component_pid() {
+  local dir=$1 comp=$2 pid=$3
+  [ -f "$dir/pids" ] || : >"$dir/pids"
+  awk -v c="$comp" -v p="$pid" '$1 == c { if (!done) print c, p; done = 1; next } { print }
+    END { if (!done) print c, p }' "$dir/pids" >"$dir/pids.new"
+  mv "$dir/pids.new" "$dir/pids"
+}
+
+# component_pid DIR C: the recorded pid of component C (empty if none).
+component_pid() { awk -v c="$2" '$1 == c { print $2; exit }' "$1/pids" 2>/dev/null || true; }
+
+# api_get DIR URL PATH: GET URL/PATH as the cluster's admin (client cert).
+api_get() {
+  curl -sf --cacert "$1/pki/ca.crt" --cert "$1/pki/admin.crt" --key "$1/pki/admin.key" "$2$3"
+}

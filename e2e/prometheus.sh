@@ -8,6 +8,7 @@
 # data/, logs/prometheus.log, url, ports, pids. The binary is the Debian package
 # `prometheus` (run directly, never as a system service); PROMETHEUS_BIN overrides.
 set -euo pipefail
+# shellcheck source=e2e/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 usage() { die "usage: $0 start NAME HOST:PORT | stop NAME | remove NAME"; }
@@ -17,8 +18,6 @@ NAME="${2:-}"
 DIR="$RUN_ROOT/prometheus-$NAME"
 GRACE_SECONDS="${RP_STOP_GRACE_SECONDS:-10}"
 
-# live_members PGID: live (non-zombie) processes of a process group.
-live_members() { ps -e -o pid=,pgid=,stat= | awk -v g="$1" '$2 == g && $3 !~ /^Z/ { print $1 }'; }
 # belongs PID: the process's command line names our run dir.
 belongs() { tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF "$DIR/"; }
 

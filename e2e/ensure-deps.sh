@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Makes sure the system commands a make target needs are there, before
+# anything else runs:   e2e/ensure-deps.sh SET...
+#   cluster  openssl, curl, ss (iproute2), ps and kill (procps): cluster-up/down
+#   demo     what `make demo` needs: cluster
+#   test     what `make test` needs: cluster, plus prometheus (metric gate tests)
+#   lint     what `make lint` needs: shellcheck
+#   ci       what .ci/run needs: test and lint
+# A missing command's Debian package is installed with apt-get (one
+# `apt-get update` first): directly as root, else with `sudo -n` when sudo
+# works without a password. Otherwise it fails at once and prints the command
+# to run. RP_DEPS_NO_INSTALL=1 only checks (and prints that command).
+# Go and Rust are not checked: the Debian ones are too old (see the README).
+set -euo pipefail
+# shellcheck source=e2e/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+usage() { die "usage: $0 SET...   (SET: cluster, demo, test, lint, ci)"; }
+[ $# -gt 0 ] || usage
+for set in "$@"; do
+  case "$set" in cluster | demo | test | lint | ci) ;; *) usage ;; esac
+done
+
+# needs SET: "command:debian-package" pairs of a set.
+needs() {
+  case "$1" in
+    cluster | demo) echo openssl:openssl curl:curl ss:iproute2 ps:procps ;;
+    test)
+      needs cluster
+      # e2e/prometheus.sh runs PROMETHEUS_BIN instead when it is set.
+      [ -x "${PROMETHEUS_BIN:-}" ] || echo prometheus:prometheus
+      ;;
+    lint) echo shellcheck:shellcheck ;;
+    ci) needs test; needs lint ;;
+  esac
+}
+
+# check SET...: sets MISSING_CMDS to the commands that are not on PATH and
+# PKGS to their packages, each once, in order.
+check() {
+  local set pair cmd pkg
+  MISSING_CMDS=() PKGS=()
+  for set in "$@"; do
+    for pair in $(needs "$set"); do
+      cmd=${pair%%:*} pkg=${pair#*:}
+      command -v "$cmd" >/dev/null 2>&1 && continue
+      MISSING_CMDS+=("$cmd")
+      [[ " ${PKGS[*]} " == *" $pkg "* ]] || PKGS+=("$pkg")
+    done
+  done
+}
+
+check "$@"
+[ ${#PKGS[@]} -gt 0 ] || exit 0
+
+# The command to print: with sudo when not root and sudo exists, else as is
+# (for root).
+sudo=()
+[ "$(id -u)" -eq 0 ] || ! command -v sudo >/dev/null 2>&1 || sudo=(sudo)
+install_cmd="${sudo[*]:+sudo }apt-get update && ${sudo[*]:+sudo }apt-get install -y --no-install-recommends ${PKGS[*]}"
+log "missing: ${MISSING_CMDS[*]} (Debian packages: ${PKGS[*]})"
+
+cannot() {
+  log "error: $1; install them with:"
+  printf '  %s\n' "$install_cmd" >&2
+  exit 1
+}
+command -v apt-get >/dev/null 2>&1 ||
+  die "apt-get is not available (not Debian?): install what provides ${MISSING_CMDS[*]}"
+[ "${RP_DEPS_NO_INSTALL:-}" != 1 ] || cannot "not installing (RP_DEPS_NO_INSTALL=1)"
+if [ "$(id -u)" -ne 0 ]; then
+  [ ${#sudo[@]} -gt 0 ] || cannot "not root and sudo is not installed (run it as root)"
+  sudo -n true 2>/dev/null || cannot "not root and sudo needs a password"
+  sudo=(sudo -n)
+fi
+
+log "installing ${PKGS[*]}: $install_cmd"
+"${sudo[@]}" apt-get update || cannot "apt-get update failed"
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${PKGS[@]}" ||
+  cannot "apt-get install failed"
+hash -r
+installed="${PKGS[*]}"
+check "$@"
+[ ${#MISSING_CMDS[@]} -eq 0 ] || die "still missing after installing $installed: ${MISSING_CMDS[*]}"
+log "installed $installed"
