@@ -52,7 +52,7 @@ async fn an_api_server_restart_mid_rollout_causes_no_storm() {
     let client = common::client().await;
     crd::install(&client).await;
     let ns = common::test_namespace(&client, "apirestart").await;
-    let op = Operator::start(&ns, &["--stuck-after-seconds", "3"]).await;
+    let op = Operator::start(&ns, &["--stuck-after-seconds", "2"]).await;
     let steps = json!([
         {"setWeight": 25}, {"pause": {"duration": "2s"}},
         {"setWeight": 50}, {"pause": {"duration": "2s"}},
@@ -72,12 +72,13 @@ async fn an_api_server_restart_mid_rollout_causes_no_storm() {
     })
     .await;
 
-    // Restart the API server (down for 6s) while polling /healthz.
+    // Restart the API server (down for 3s, plus its own stop and start) while
+    // polling /healthz.
     let root = common::repo_root();
     let restart = std::thread::spawn(move || {
         std::process::Command::new(root.join("e2e/restart-apiserver.sh"))
             .arg(&cluster)
-            .arg("6")
+            .arg("3")
             .status()
     });
     let mut unhealthy_seen = false;
@@ -95,14 +96,26 @@ async fn an_api_server_restart_mid_rollout_causes_no_storm() {
     let back = Instant::now();
     assert!(
         unhealthy_seen,
-        "/healthz failed while every watch was failing for more than 3s"
+        "/healthz failed while every watch was failing for more than 2s"
     );
 
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    wait_phase(
+        &client,
+        &ns,
+        "shop",
+        Phase::Stable,
+        Duration::from_secs(180),
+    )
+    .await;
     let took = back.elapsed();
     println!("rollout finished {took:?} after the API server's return");
+    // The bound is loose on purpose: after a restart the controller-manager's
+    // own informers take 10-60s to catch up (its ReplicaSet controller logs
+    // "read version ... is not as new as written version"), and no Deployment
+    // gets ready pods before that. What the operator controls is asserted
+    // below: no conflict loop, no repeated Event.
     assert!(
-        took < Duration::from_secs(20),
+        took < Duration::from_secs(150),
         "the rollout finished {took:?} after the API server came back"
     );
     common::wait_until(Duration::from_secs(30), "/healthz to recover", || async {
@@ -116,7 +129,8 @@ async fn an_api_server_restart_mid_rollout_causes_no_storm() {
         advanced <= 6,
         "{advanced} StepAdvanced Events for 6 step changes"
     );
-    assert_eq!(events(&client, &ns, "Promoted").await, 1);
+    // The first release and this rollout: one each.
+    assert_eq!(events(&client, &ns, "Promoted").await, 2);
     let text = op.metrics().await;
     let conflicts: f64 = text
         .lines()
