@@ -322,7 +322,7 @@ pub fn render_tree(plan: &ReleasePlan, deployments: &[Deployment]) -> String {
         .map(|g| {
             let mut row = vec![
                 g.name.clone(),
-                g.verdict.clone(),
+                g.verdict.to_string(),
                 format!("value {}", g.value.as_deref().unwrap_or("-")),
                 format!("failures {}", g.failures),
             ];
@@ -400,7 +400,7 @@ pub fn render_history(plan: &ReleasePlan, now: DateTime<Utc>) -> String {
         rows.push(vec![
             h.number.to_string(),
             h.revision.clone(),
-            h.outcome.clone(),
+            h.outcome.to_string(),
             time_text(h.started_at),
             time_text(h.finished_at),
             duration,

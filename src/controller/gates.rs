@@ -16,7 +16,9 @@
 //! evaluation is never counted twice and a gate is not called again before
 //! its interval has passed.
 
-use crate::api::{GateStatus, PrometheusGate, ReleasePlan, ReleasePlanStatus, WebhookGate};
+use crate::api::{
+    GateStatus, PrometheusGate, ReleasePlan, ReleasePlanStatus, Verdict, WebhookGate,
+};
 use crate::gates::prometheus::{self, TemplateVars};
 use crate::gates::webhook::{self, WebhookBody};
 use crate::gates::{self as g, GateResult};
@@ -196,7 +198,7 @@ impl GateRunner {
                         .cloned()
                         .unwrap_or_else(|| GateStatus {
                             name: gate.name().to_string(),
-                            verdict: g::PENDING.into(),
+                            verdict: Verdict::Pending,
                             message: Some("not evaluated yet".into()),
                             ..GateStatus::default()
                         })
@@ -288,7 +290,7 @@ impl GateRunner {
                 inconclusive_limit,
                 Utc::now(),
             );
-            let failed = st.verdict == g::FAILED;
+            let failed = st.verdict == Verdict::Failed;
             self.store(&key, &work, index, &verdicts, st);
             if failed {
                 return;

@@ -6,9 +6,10 @@
 //! `RollbackInProgress` share the `Active` superstate, which turns deletion and
 //! abort into a rollback.
 
-use super::{Action, EventIntent, EventType, Observation, Target, desired, reasons};
+use super::reasons::{EventReason, FailureReason};
+use super::{Action, EventIntent, EventType, Observation, Target, desired};
 use crate::api::validation::CheckedStep;
-use crate::api::{Failure, Phase, ReleasePlanStatus};
+use crate::api::{Failure, Phase, ReleasePlanStatus, Verdict};
 use statig::Outcome::{self, Handled, Super, Transition};
 use statig::blocking::{IntoStateMachine, IntoStateMachineExt, State, Superstate};
 use std::time::Duration;
@@ -123,7 +124,7 @@ impl Facts {
         let gates_passed = target.gates.iter().all(|g| {
             obs.gates
                 .iter()
-                .any(|st| &st.name == g && st.verdict == crate::gates::PASSED)
+                .any(|st| &st.name == g && st.verdict == Verdict::Passed)
         });
         let mut facts = Facts {
             new_generation: s.observed_generation != Some(obs.generation),
@@ -187,11 +188,11 @@ fn detect_failure(obs: &Observation, target: &Target, facts: &Facts) -> Option<F
             message: format!("component {} pod {}: {}", p.component, p.pod, p.message),
         });
     }
-    if let Some(g) = obs.gates.iter().find(|g| g.verdict == crate::gates::FAILED) {
+    if let Some(g) = obs.gates.iter().find(|g| g.verdict == Verdict::Failed) {
         return Some(Failure {
             revision,
             gate: g.name.clone(),
-            reason: "GateFailed".into(),
+            reason: FailureReason::GateFailed.to_string(),
             message: g
                 .message
                 .clone()
@@ -202,7 +203,7 @@ fn detect_failure(obs: &Observation, target: &Target, facts: &Facts) -> Option<F
         return Some(Failure {
             revision,
             gate: "progressDeadline".into(),
-            reason: "ProgressDeadlineExceeded".into(),
+            reason: FailureReason::ProgressDeadlineExceeded.to_string(),
             message: format!(
                 "step {} did not become ready within {}s",
                 facts.step,
@@ -285,16 +286,24 @@ impl Planner {
     /// Deletion and abort, common to RollingOut and RollbackInProgress.
     fn active(&mut self, f: &Facts) -> Outcome<Phase> {
         let (gate, reason, message) = if f.deleting {
-            ("deletion", "DeletionRequested", "the plan is being deleted")
+            (
+                "deletion",
+                FailureReason::DeletionRequested,
+                "the plan is being deleted",
+            )
         } else if f.request == Some(Action::Abort) {
-            ("abort", "Aborted", "rollout aborted by request")
+            (
+                "abort",
+                FailureReason::Aborted,
+                "rollout aborted by request",
+            )
         } else {
             return Handled;
         };
         let failure = Failure {
             revision: String::new(),
             gate: gate.into(),
-            reason: reason.into(),
+            reason: reason.to_string(),
             message: message.into(),
         };
         self.go(Phase::RollbackInProgress, Cause::RollbackStarted(failure))
@@ -413,14 +422,14 @@ pub fn events(
     phase: Phase,
     cause: &Cause,
 ) -> Vec<EventIntent> {
-    let normal = |reason: &str, message: String| EventIntent {
+    let normal = |reason: EventReason, message: String| EventIntent {
         type_: EventType::Normal,
-        reason: reason.into(),
+        reason,
         message,
     };
-    let warning = |reason: &str, message: String| EventIntent {
+    let warning = |reason: EventReason, message: String| EventIntent {
         type_: EventType::Warning,
-        reason: reason.into(),
+        reason,
         message,
     };
     let stable = obs
@@ -434,7 +443,7 @@ pub fn events(
         Cause::Start { superseded } => {
             if *superseded {
                 out.push(normal(
-                    reasons::ROLLOUT_SUPERSEDED,
+                    EventReason::RolloutSuperseded,
                     format!(
                         "revision {} superseded by a newer spec",
                         obs.status.current_revision.as_deref().unwrap_or("?")
@@ -447,7 +456,7 @@ pub fn events(
                 format!("{} steps, stable revision {stable}", target.steps.len())
             };
             out.push(normal(
-                reasons::ROLLOUT_STARTED,
+                EventReason::RolloutStarted,
                 format!("rolling out revision {} ({how})", target.revision),
             ));
         }
@@ -467,27 +476,27 @@ pub fn events(
                 ""
             };
             out.push(normal(
-                reasons::STEP_ADVANCED,
+                EventReason::StepAdvanced,
                 format!("{what}: weight {w}%{by}"),
             ));
         }
         Cause::Retry => out.push(normal(
-            reasons::RETRY_REQUESTED,
+            EventReason::RetryRequested,
             "retrying the halted step".into(),
         )),
         Cause::Promoted => out.push(normal(
-            reasons::PROMOTED,
+            EventReason::Promoted,
             format!("revision {} is stable", target.revision),
         )),
         Cause::Halted(f) => out.push(warning(
-            reasons::ROLLOUT_HALTED,
+            EventReason::RolloutHalted,
             format!(
                 "{} failed ({}): {}; automatic rollback is off, waiting for abort or retry",
                 f.gate, f.reason, f.message
             ),
         )),
         Cause::RollbackStarted(f) => out.push(warning(
-            reasons::ROLLBACK_STARTED,
+            EventReason::RollbackStarted,
             format!(
                 "{} ({}): {}; rolling back to stable revision {stable}",
                 f.gate, f.reason, f.message
@@ -502,16 +511,19 @@ pub fn events(
                 format!("rolled back to stable revision {stable}")
             };
             out.push(if phase == Phase::Stable {
-                normal(reasons::ROLLED_BACK, msg)
+                normal(EventReason::RolledBack, msg)
             } else {
-                warning(reasons::ROLLED_BACK, msg)
+                warning(EventReason::RolledBack, msg)
             });
         }
     }
     if let Some(a) = facts.request
         && matches!(a, Action::Pause | Action::Resume)
     {
-        out.push(normal(reasons::REQUEST_APPLIED, format!("{a:?} applied")));
+        out.push(normal(
+            EventReason::RequestApplied,
+            format!("{a:?} applied"),
+        ));
     }
     out
 }

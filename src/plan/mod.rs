@@ -17,10 +17,12 @@ pub mod desired;
 pub mod machine;
 pub mod reasons;
 
+pub use reasons::EventReason;
+
 use crate::api::validation::{CheckedStep, SpecError, check_spec};
 use crate::api::{
-    ComponentStatus, Failure, GateStatus, HistoryEntry, Phase, ReleasePlanSpec, ReleasePlanStatus,
-    revision,
+    ComponentStatus, Failure, GateStatus, HistoryEntry, Outcome, Phase, ReleasePlanSpec,
+    ReleasePlanStatus, Verdict, revision,
 };
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
@@ -281,8 +283,8 @@ pub enum EventType {
 pub struct EventIntent {
     /// Severity.
     pub type_: EventType,
-    /// CamelCase reason, e.g. `RollbackStarted`.
-    pub reason: String,
+    /// Why, e.g. `RollbackStarted`.
+    pub reason: EventReason,
     /// What happened.
     pub message: String,
 }
@@ -337,7 +339,7 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
     {
         events.push(EventIntent {
             type_: EventType::Warning,
-            reason: reasons::REQUEST_IGNORED.into(),
+            reason: EventReason::RequestIgnored,
             message: format!(
                 "request {:?} does not apply in phase {}",
                 req.action, obs.status.phase
@@ -393,21 +395,23 @@ pub fn gate_events(before: &[GateStatus], after: &[GateStatus]) -> Vec<EventInte
     after
         .iter()
         .filter(|a| {
-            a.verdict != crate::gates::PENDING
+            a.verdict != Verdict::Pending
                 && before
                     .iter()
                     .find(|b| b.name == a.name)
                     .is_none_or(|b| b.verdict != a.verdict)
         })
         .map(|a| {
-            let (type_, reason) = match a.verdict.as_str() {
-                crate::gates::PASSED => (EventType::Normal, reasons::GATE_PASSED),
-                crate::gates::FAILED => (EventType::Warning, reasons::GATE_FAILED),
-                _ => (EventType::Warning, reasons::GATE_INCONCLUSIVE),
+            let (type_, reason) = match a.verdict {
+                Verdict::Passed => (EventType::Normal, EventReason::GatePassed),
+                Verdict::Failed => (EventType::Warning, EventReason::GateFailed),
+                Verdict::Inconclusive | Verdict::Pending => {
+                    (EventType::Warning, EventReason::GateInconclusive)
+                }
             };
             EventIntent {
                 type_,
-                reason: reason.into(),
+                reason,
                 message: format!(
                     "gate {}: {}",
                     a.name,
@@ -424,7 +428,7 @@ fn invalid_request(obs: &Observation, status: &mut ReleasePlanStatus) -> Option<
     status.acknowledged_request = Some(bad.raw.clone());
     Some(EventIntent {
         type_: EventType::Warning,
-        reason: reasons::INVALID_REQUEST.into(),
+        reason: EventReason::InvalidRequest,
         message: bad.message.clone(),
     })
 }
@@ -435,7 +439,7 @@ fn refusal_event(obs: &Observation) -> Option<EventIntent> {
     let r = obs.refusal.as_ref()?;
     Some(EventIntent {
         type_: EventType::Warning,
-        reason: reasons::DEPLOYMENT_REFUSED.into(),
+        reason: EventReason::DeploymentRefused,
         message: conditions::refusal_text(r),
     })
 }
@@ -450,7 +454,7 @@ fn invalid_spec(obs: &Observation, e: &SpecError) -> Decision {
     status.conditions = conditions::invalid_spec(obs, e);
     let mut events = vec![EventIntent {
         type_: EventType::Warning,
-        reason: reasons::INVALID_SPEC.into(),
+        reason: EventReason::InvalidSpec,
         message: e.to_string(),
     }];
     events.extend(invalid_request(obs, &mut status));
@@ -499,7 +503,7 @@ fn apply_cause(
                     &mut s,
                     obs,
                     rev,
-                    "Superseded",
+                    Outcome::Superseded,
                     "a newer spec generation replaced it",
                 );
             }
@@ -536,7 +540,7 @@ fn apply_cause(
             }
             s.failure = None;
             let rev = target.revision.clone();
-            push_history(&mut s, obs, &rev, "Promoted", "all steps passed");
+            push_history(&mut s, obs, &rev, Outcome::Promoted, "all steps passed");
         }
         Cause::Halted(f) => {
             s.failure = Some(f.clone());
@@ -565,7 +569,7 @@ fn apply_cause(
                 .as_ref()
                 .map(|f| format!("{}: {}", f.gate, f.message))
                 .unwrap_or_else(|| "rolled back".into());
-            push_history(&mut s, obs, &rev, "RolledBack", &reason);
+            push_history(&mut s, obs, &rev, Outcome::RolledBack, &reason);
             if *to_desired {
                 // The spec was reverted to the stable revision meanwhile.
                 s.current_revision = s.stable_revision.clone();
@@ -643,7 +647,7 @@ fn push_history(
     s: &mut ReleasePlanStatus,
     obs: &Observation,
     rev: &str,
-    outcome: &str,
+    outcome: Outcome,
     reason: &str,
 ) {
     let components = obs
@@ -655,7 +659,7 @@ fn push_history(
     s.history.push(HistoryEntry {
         number: obs.status.rollout_count,
         revision: rev.to_string(),
-        outcome: outcome.to_string(),
+        outcome,
         started_at: obs.status.rollout_started_at,
         finished_at: Some(obs.now),
         reason: Some(reason.to_string()),
