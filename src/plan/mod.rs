@@ -24,7 +24,9 @@ use crate::api::{
     ComponentStatus, Failure, GateStatus, HistoryEntry, Outcome, Phase, ReleasePlanSpec,
     ReleasePlanStatus, Verdict, revision,
 };
+use crate::api::{LABEL_COMPONENT, LABEL_REVISION};
 use chrono::{DateTime, Utc};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -125,6 +127,38 @@ pub struct RevisionObs {
     pub current: i32,
     /// Creation time, to prune the oldest revisions first.
     pub created: Option<DateTime<Utc>>,
+}
+
+/// A revision Deployment as the core sees it; `None` when it lacks our labels.
+/// The one reader of a revision Deployment: the controller observes through
+/// it and the plugin draws its tree with it, so both count the same pods.
+///
+/// `ready` counts only ready pods of the Deployment's current template
+/// (`min(readyReplicas, updatedReplicas)`), so a pod left from an older template
+/// is never taken for one of this revision; a missing `spec.replicas` is 1,
+/// as the API server defaults it.
+pub fn revision_of(d: &Deployment) -> Option<RevisionObs> {
+    let labels = d.metadata.labels.as_ref()?;
+    let component = labels.get(LABEL_COMPONENT)?.clone();
+    let hash = labels.get(LABEL_REVISION)?.clone();
+    let status = d.status.clone().unwrap_or_default();
+    let ready = status
+        .ready_replicas
+        .unwrap_or(0)
+        .min(status.updated_replicas.unwrap_or(0));
+    Some(RevisionObs {
+        name: d.metadata.name.clone().unwrap_or_default(),
+        component,
+        hash,
+        replicas: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+        ready,
+        current: status.replicas.unwrap_or(0),
+        created: d
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(crate::api::time::from_k8s),
+    })
 }
 
 /// A new-revision pod in a state that fails the rollout at once.
