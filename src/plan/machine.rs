@@ -102,12 +102,7 @@ impl Facts {
             .unwrap_or(Duration::ZERO);
         let request = obs.request.as_ref().map(|r| r.action);
         let halted = s.phase == Phase::RollingOut && s.failure.is_some();
-        let applies = |a: Action| match a {
-            Action::Pause | Action::Resume => true,
-            Action::Promote { .. } => s.phase == Phase::RollingOut && !halted,
-            Action::Abort => s.phase == Phase::RollingOut,
-            Action::Retry => s.phase == Phase::RolledBack || halted,
-        };
+        let applies = |a: Action| a.applies_in(s).is_ok();
         let pause_requested = match request {
             Some(Action::Pause) => true,
             Some(Action::Resume) => false,

@@ -16,8 +16,10 @@ pub mod conditions;
 pub mod desired;
 pub mod machine;
 pub mod reasons;
+pub mod request;
 
 pub use reasons::EventReason;
+pub use request::{Action, NotApplicable};
 
 use crate::api::validation::{CheckedStep, SpecError, check_spec};
 use crate::api::{
@@ -174,39 +176,6 @@ pub struct PodFailure {
     pub reason: String,
     /// Details for humans.
     pub message: String,
-}
-
-/// A request made through the plugin, applied exactly once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    /// Skip the current pause or step; with `full`, go straight to 100%.
-    Promote {
-        /// Go to 100% at once.
-        full: bool,
-    },
-    /// Roll back now.
-    Abort,
-    /// Roll out the desired revision again after a rollback or a failure.
-    Retry,
-    /// Hold the rollout.
-    Pause,
-    /// Lift a pause request.
-    Resume,
-}
-
-impl Action {
-    /// Parses a request's action word.
-    pub fn parse(s: &str) -> Option<Action> {
-        Some(match s {
-            "promote" => Action::Promote { full: false },
-            "promote-full" => Action::Promote { full: true },
-            "abort" => Action::Abort,
-            "retry" => Action::Retry,
-            "pause" => Action::Pause,
-            "resume" => Action::Resume,
-            _ => return None,
-        })
-    }
 }
 
 /// A pending plugin request.
