@@ -17,8 +17,8 @@ use axum::routing::{get, post};
 use chrono::Utc;
 
 use releaseplan::api::{GateStatus, Phase, PrometheusGate, Verdict, WebhookGate};
-use releaseplan::gates::prometheus::{TemplateVars, evaluate, settings};
-use releaseplan::gates::webhook::{WebhookBody, call};
+use releaseplan::gates::prometheus::{self, PrometheusSpec, TemplateVars};
+use releaseplan::gates::webhook::{self, WebhookBody, WebhookSpec};
 use releaseplan::gates::{GateResult, record};
 use support::{Prometheus, closed_port, http_client, poll, serve};
 
@@ -74,6 +74,21 @@ fn gate(address: &str, query: &str, threshold: &str) -> PrometheusGate {
     }
 }
 
+/// Evaluates a gate as the runner does: parsed once, as the core parses the spec.
+async fn evaluate(
+    http: &reqwest::Client,
+    gate: &PrometheusGate,
+    vars: &TemplateVars,
+) -> GateResult {
+    let spec = PrometheusSpec::parse(gate).expect("a valid gate");
+    prometheus::evaluate(http, &spec, vars).await
+}
+
+/// Calls a webhook gate as the runner does: parsed once.
+async fn call(http: &reqwest::Client, gate: &WebhookGate, body: &WebhookBody) -> GateResult {
+    webhook::call(http, &WebhookSpec::parse(gate), body).await
+}
+
 fn vars(revision: &str) -> TemplateVars {
     TemplateVars {
         plan: "shop".into(),
@@ -91,7 +106,7 @@ async fn evaluate_n(
     vars: &TemplateVars,
     n: usize,
 ) -> Vec<(GateResult, GateStatus)> {
-    let s = settings(gate).unwrap();
+    let s = PrometheusSpec::parse(gate).unwrap();
     let mut out: Vec<(GateResult, GateStatus)> = Vec::new();
     for _ in 0..n {
         let result = evaluate(http, gate, vars).await;

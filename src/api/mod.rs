@@ -8,7 +8,6 @@
 
 pub mod revision;
 pub mod time;
-pub mod validation;
 
 #[cfg(test)]
 mod crd_tests;

@@ -166,7 +166,7 @@ pub struct RequestArgs {
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, String> {
-    crate::api::validation::parse_duration(s)
+    crate::api::time::parse_duration(s)
 }
 
 /// Errors of the plugin, each with a message that says what to do.

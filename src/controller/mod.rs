@@ -316,7 +316,7 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
     let work = target
         .as_ref()
         .ok()
-        .and_then(|_| GateWork::of(&plan, &status));
+        .and_then(|t| GateWork::of(&plan, t, &status));
     let gates = if work.is_some() {
         ctx.gates.observe(&key, work)
     } else {

@@ -17,18 +17,126 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::api::{GateStatus, Verdict};
+use crate::api::{GateStatus, Health, Verdict};
 
-/// Interval of a Prometheus gate without `interval`.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(30);
-/// `failureLimit` when unset.
-pub const DEFAULT_FAILURE_LIMIT: i32 = 0;
-/// `inconclusiveLimit` when unset.
-pub const DEFAULT_INCONCLUSIVE_LIMIT: i32 = 3;
 /// `timeoutSeconds` of Prometheus and webhook gates when unset.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-/// `retries` of a webhook gate when unset.
-pub const DEFAULT_RETRIES: i32 = 2;
+
+/// One configured gate, parsed once from the spec (see `plan::spec`): each
+/// kind's settings with their defaults applied. The one place that dispatches
+/// to a kind's module, so a new gate kind is its API struct, its module
+/// (settings, `parse`, evaluation) and one arm here.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GateSpec {
+    /// A PromQL query compared with a threshold.
+    Prometheus(prometheus::PrometheusSpec),
+    /// A URL that must answer 2xx.
+    Webhook(webhook::WebhookSpec),
+}
+
+/// A gate setting that cannot be used, with the path of its field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateSpecError {
+    /// JSON path of the field, e.g. `spec.health.prometheus[0].threshold`.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+/// What a gate is told about the rollout it judges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GateContext {
+    /// Values for a query's placeholders (the component is the first one
+    /// that changes).
+    pub vars: prometheus::TemplateVars,
+    /// The plan revision being rolled out.
+    pub revision: String,
+    /// Index of the current step.
+    pub step: i32,
+}
+
+impl GateSpec {
+    /// Every gate of `health` in spec order: Prometheus gates, then webhooks.
+    pub fn all(health: &Health) -> Result<Vec<GateSpec>, GateSpecError> {
+        let mut out = Vec::with_capacity(health.prometheus.len() + health.webhooks.len());
+        for (i, g) in health.prometheus.iter().enumerate() {
+            let spec =
+                prometheus::PrometheusSpec::parse(g).map_err(|(field, message)| GateSpecError {
+                    field: format!("spec.health.prometheus[{i}].{field}"),
+                    message,
+                })?;
+            out.push(GateSpec::Prometheus(spec));
+        }
+        out.extend(
+            health
+                .webhooks
+                .iter()
+                .map(|g| GateSpec::Webhook(webhook::WebhookSpec::parse(g))),
+        );
+        Ok(out)
+    }
+
+    /// The gate's name, unique in the plan.
+    pub fn name(&self) -> &str {
+        match self {
+            GateSpec::Prometheus(p) => &p.name,
+            GateSpec::Webhook(w) => &w.name,
+        }
+    }
+
+    /// Time between two evaluations.
+    pub fn interval(&self) -> Duration {
+        match self {
+            GateSpec::Prometheus(p) => p.interval,
+            GateSpec::Webhook(_) => webhook::INTERVAL,
+        }
+    }
+
+    /// Failed and inconclusive evaluations tolerated in a step (see [`record`]).
+    pub fn limits(&self) -> Limits {
+        match self {
+            GateSpec::Prometheus(p) => Limits {
+                failures: p.failure_limit,
+                inconclusive: p.inconclusive_limit,
+            },
+            GateSpec::Webhook(_) => webhook::LIMITS,
+        }
+    }
+
+    /// The longest one evaluation may take, its own timeouts and retries included.
+    pub fn worst_case(&self) -> Duration {
+        match self {
+            GateSpec::Prometheus(p) => p.timeout,
+            GateSpec::Webhook(w) => w.worst_case(),
+        }
+    }
+
+    /// Evaluates the gate once. Does I/O; never called by the pure core.
+    pub async fn evaluate(&self, http: &reqwest::Client, ctx: &GateContext) -> GateResult {
+        match self {
+            GateSpec::Prometheus(p) => prometheus::evaluate(http, p, &ctx.vars).await,
+            GateSpec::Webhook(w) => {
+                let body = webhook::WebhookBody {
+                    plan: ctx.vars.plan.clone(),
+                    namespace: ctx.vars.namespace.clone(),
+                    revision: ctx.revision.clone(),
+                    step: ctx.step,
+                    phase: crate::api::Phase::RollingOut,
+                };
+                webhook::call(http, w, &body).await
+            }
+        }
+    }
+}
+
+/// Evaluations a gate tolerates in a step before it fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Failed evaluations (and errors) tolerated.
+    pub failures: i32,
+    /// Inconclusive evaluations tolerated.
+    pub inconclusive: i32,
+}
 
 /// The outcome of one evaluation of a gate.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,12 +5,13 @@
 //! check in the README). `Progressing`, `RollbackInProgress` and `Paused` say more for humans.
 //! A condition keeps its `lastTransitionTime` while its status stays the same.
 
+use super::SpecError;
 use super::machine::Facts;
 use super::reasons::ConditionReason as R;
 use super::{Refusal, Target};
-use crate::api::validation::{CheckedStep, SpecError};
 use crate::api::{Phase, ReleasePlanStatus, time};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use std::time::Duration;
 
 use super::Observation;
 
@@ -242,17 +243,19 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
 }
 
 fn indefinite_pause(obs: &Observation, s: &ReleasePlanStatus) -> bool {
-    let step = usize::try_from(s.current_step).unwrap_or(usize::MAX);
+    let Ok(step) = usize::try_from(s.current_step) else {
+        return false;
+    };
     obs.target
         .as_ref()
-        .is_ok_and(|t| matches!(t.steps.get(step), Some(CheckedStep::Pause(None))))
+        .is_ok_and(|t| t.current_step(step, Duration::ZERO).holds_until_promoted())
 }
 
-fn facts_deadline(obs: &Observation) -> std::time::Duration {
+fn facts_deadline(obs: &Observation) -> Duration {
     obs.target
         .as_ref()
         .map(|t| t.progress_deadline)
-        .unwrap_or(std::time::Duration::from_secs(600))
+        .unwrap_or(Duration::from_secs(600))
 }
 
 /// What a refused Deployment write says in conditions, messages and events.
@@ -310,12 +313,8 @@ fn phase_message(target: &Target, s: &ReleasePlanStatus, facts: &Facts) -> Strin
             };
             let waiting = if facts.paused {
                 "paused"
-            } else if matches!(target.steps.get(step), Some(CheckedStep::Pause(None))) {
-                "waiting for promotion"
-            } else if matches!(target.steps.get(step), Some(CheckedStep::Pause(Some(_)))) {
-                "pausing"
             } else {
-                "waiting for pods and gates"
+                target.current_step(step, Duration::ZERO).waiting_for()
             };
             format!(
                 "rolling out {current} ({where_}, weight {}%): {waiting}",

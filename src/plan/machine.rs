@@ -7,8 +7,8 @@
 //! abort into a rollback.
 
 use super::reasons::{EventReason, FailureReason};
+use super::steps::CurrentStep;
 use super::{Action, EventIntent, EventType, Observation, Target, desired};
-use crate::api::validation::CheckedStep;
 use crate::api::{Failure, Phase, ReleasePlanStatus, Verdict};
 use statig::Outcome::{self, Handled, Super, Transition};
 use statig::blocking::{IntoStateMachine, IntoStateMachineExt, State, Superstate};
@@ -64,10 +64,8 @@ pub struct Facts {
     pub step_ready: bool,
     /// Every configured gate passed in this step.
     pub gates_passed: bool,
-    /// The current step is past the last one (the implicit 100%).
-    pub at_final: bool,
-    /// The current step is a pause: `Some(None)` until promoted, or its remaining time.
-    pub pause: Option<Option<Duration>>,
+    /// The step the rollout is at, with what it waits for.
+    pub current: CurrentStep,
     /// A failure seen in this observation.
     pub failure: Option<Failure>,
     /// The rollout is already halted on a failure (non-automatic rollback).
@@ -108,18 +106,11 @@ impl Facts {
             Some(Action::Resume) => false,
             _ => s.pause_requested,
         };
-        let at_final = step >= steps;
-        let pause = match target
-            .steps
-            .get(usize::try_from(step).unwrap_or(usize::MAX))
-        {
-            Some(CheckedStep::Pause(d)) => Some(d.map(|d| d.saturating_sub(step_age))),
-            _ => None,
-        };
+        let current = target.current_step(usize::try_from(step).unwrap_or(usize::MAX), step_age);
         let gates_passed = target.gates.iter().all(|g| {
             obs.gates
                 .iter()
-                .any(|st| &st.name == g && st.verdict == Verdict::Passed)
+                .any(|st| st.name == g.name() && st.verdict == Verdict::Passed)
         });
         let mut facts = Facts {
             new_generation: s.observed_generation != Some(obs.generation),
@@ -129,8 +120,7 @@ impl Facts {
             paused: target.paused || pause_requested,
             step_ready: false,
             gates_passed,
-            at_final,
-            pause,
+            current,
             failure: None,
             halted,
             rollback_complete: false,
@@ -329,11 +319,12 @@ impl Planner {
             }
             return self.set(Cause::Halted(failure.clone()));
         }
+        let at_final = f.current == CurrentStep::Final;
         match f.request {
-            Some(Action::Promote { full: true }) if !f.at_final => {
+            Some(Action::Promote { full: true }) if !at_final => {
                 return self.set(Cause::Advance { to_step: f.steps });
             }
-            Some(Action::Promote { .. }) if !f.at_final => {
+            Some(Action::Promote { .. }) if !at_final => {
                 return self.set(Cause::Advance {
                     to_step: f.step + 1,
                 });
@@ -344,23 +335,15 @@ impl Planner {
             // Held: not even promotion to Stable happens until resumed.
             return Handled;
         }
-        if f.at_final {
-            if f.step_ready && f.gates_passed {
-                return self.go(Phase::Stable, Cause::Promoted);
-            }
+        if !f.current.done(f.step_ready && f.gates_passed) {
             return Handled;
         }
-        let done = match f.pause {
-            Some(Some(remaining)) => remaining.is_zero() && f.step_ready && f.gates_passed,
-            Some(None) => false, // until promoted
-            None => f.step_ready && f.gates_passed,
-        };
-        if done {
-            return self.set(Cause::Advance {
-                to_step: f.step + 1,
-            });
+        if at_final {
+            return self.go(Phase::Stable, Cause::Promoted);
         }
-        Handled
+        self.set(Cause::Advance {
+            to_step: f.step + 1,
+        })
     }
 
     fn rollback_in_progress(&mut self, f: &Facts) -> Outcome<Phase> {
@@ -543,7 +526,7 @@ pub fn requeue_after(
                 return Some(Duration::from_secs(1));
             }
             let mut next = SAFETY;
-            if let Some(Some(remaining)) = facts.pause
+            if let Some(remaining) = facts.current.ends_in()
                 && !facts.paused
             {
                 next = next.min(remaining + Duration::from_millis(500));

@@ -17,11 +17,16 @@ pub mod desired;
 pub mod machine;
 pub mod reasons;
 pub mod request;
+pub mod spec;
+pub mod steps;
 
 pub use reasons::EventReason;
 pub use request::{Action, NotApplicable};
+pub use spec::SpecError;
 
-use crate::api::validation::{CheckedStep, SpecError, check_spec};
+use crate::gates::GateSpec;
+use steps::{CurrentStep, Step};
+
 use crate::api::{
     ComponentStatus, Failure, GateStatus, HistoryEntry, Outcome, Phase, ReleasePlanSpec,
     ReleasePlanStatus, Verdict, revision,
@@ -54,8 +59,8 @@ pub struct Target {
     pub components: Vec<TargetComponent>,
     /// Plan revision: a hash over the components' template hashes.
     pub revision: String,
-    /// Canary steps.
-    pub steps: Vec<CheckedStep>,
+    /// Canary steps, parsed.
+    pub steps: Vec<Step>,
     /// How long a step may wait for ready pods.
     pub progress_deadline: Duration,
     /// Roll back without a human when a gate fails.
@@ -64,14 +69,14 @@ pub struct Target {
     pub paused: bool,
     /// Old revision Deployments kept at zero replicas.
     pub revision_history_limit: usize,
-    /// Names of the configured Prometheus and webhook gates.
-    pub gates: Vec<String>,
+    /// The configured health gates, parsed (the gate runner evaluates them).
+    pub gates: Vec<GateSpec>,
 }
 
 impl Target {
     /// Validates a spec and computes its revisions.
     pub fn from_spec(spec: &ReleasePlanSpec) -> Result<Self, SpecError> {
-        let steps = check_spec(spec)?;
+        let spec::Checked { steps, gates } = spec::check_spec(spec)?;
         let components: Vec<TargetComponent> = spec
             .components
             .iter()
@@ -96,14 +101,13 @@ impl Target {
             automatic_rollback: spec.rollback.automatic,
             paused: spec.paused,
             revision_history_limit: spec.revision_history_limit(),
-            gates: spec
-                .health
-                .prometheus
-                .iter()
-                .map(|g| g.name.clone())
-                .chain(spec.health.webhooks.iter().map(|g| g.name.clone()))
-                .collect(),
+            gates,
         })
+    }
+
+    /// The step at `index` after `age` in it.
+    pub fn current_step(&self, index: usize, age: Duration) -> CurrentStep {
+        CurrentStep::at(&self.steps, index, age)
     }
 
     /// The target component of that name.
@@ -637,10 +641,7 @@ pub fn weight_at(target: &Target, s: &ReleasePlanStatus) -> i32 {
             target.steps[..=step]
                 .iter()
                 .rev()
-                .find_map(|st| match st {
-                    CheckedStep::SetWeight(w) => Some(*w),
-                    CheckedStep::Pause(_) => None,
-                })
+                .find_map(Step::weight)
                 .unwrap_or(0)
         }
     }

@@ -128,8 +128,8 @@ impl Sim {
             .map(|t| t.gates)
             .unwrap_or_default()
             .into_iter()
-            .map(|name| GateStatus {
-                name,
+            .map(|g| GateStatus {
+                name: g.name().to_string(),
                 verdict: Verdict::Passed,
                 ..Default::default()
             })
