@@ -12,8 +12,8 @@ use std::collections::BTreeSet;
 use common::{client, repo_root, test_namespace};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
-use releaseplan::api::validation::check_spec;
 use releaseplan::api::{MAX_CONTAINERS, MAX_TEMPLATE_LABELS, ReleasePlan, ReleasePlanStatus};
+use releaseplan::plan::spec::check_spec;
 use serde_json::{Value, json};
 
 /// The smallest valid plan: one component, everything else defaulted.

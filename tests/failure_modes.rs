@@ -25,7 +25,7 @@ use operator::{
     Operator, create, create_stable, faulty_template, get, plan, revisions, set_components,
     sum_metric, template, wait_phase,
 };
-use releaseplan::api::{Phase, ReleasePlan};
+use releaseplan::api::{Phase, ReleasePlan, Verdict};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -474,7 +474,7 @@ async fn controller_stuck_hung_gates_never_delay_a_rollback() {
         let s = p.status.unwrap();
         assert_eq!(s.phase, Phase::RollingOut, "{name}: {:?}", s.message);
         let g = &s.gates[0];
-        assert_eq!(g.verdict, "Pending", "{name}: {g:?}");
+        assert_eq!(g.verdict, Verdict::Pending, "{name}: {g:?}");
     }
     let text = op.metrics().await;
     let count = sum_metric(&text, "releaseplan_reconcile_duration_seconds_count");

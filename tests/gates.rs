@@ -16,10 +16,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use chrono::Utc;
 
-use releaseplan::api::{GateStatus, Phase, PrometheusGate, WebhookGate};
-use releaseplan::gates::prometheus::{TemplateVars, evaluate, settings};
-use releaseplan::gates::webhook::{WebhookBody, call};
-use releaseplan::gates::{FAILED, GateResult, INCONCLUSIVE, PASSED, PENDING, record};
+use releaseplan::api::{GateStatus, Phase, PrometheusGate, Verdict, WebhookGate};
+use releaseplan::gates::prometheus::{self, PrometheusSpec, TemplateVars};
+use releaseplan::gates::webhook::{self, WebhookBody, WebhookSpec};
+use releaseplan::gates::{GateResult, record};
 use support::{Prometheus, closed_port, http_client, poll, serve};
 
 // ------------------------------------------------------------------ exporter
@@ -74,6 +74,21 @@ fn gate(address: &str, query: &str, threshold: &str) -> PrometheusGate {
     }
 }
 
+/// Evaluates a gate as the runner does: parsed once, as the core parses the spec.
+async fn evaluate(
+    http: &reqwest::Client,
+    gate: &PrometheusGate,
+    vars: &TemplateVars,
+) -> GateResult {
+    let spec = PrometheusSpec::parse(gate).expect("a valid gate");
+    prometheus::evaluate(http, &spec, vars).await
+}
+
+/// Calls a webhook gate as the runner does: parsed once.
+async fn call(http: &reqwest::Client, gate: &WebhookGate, body: &WebhookBody) -> GateResult {
+    webhook::call(http, &WebhookSpec::parse(gate), body).await
+}
+
 fn vars(revision: &str) -> TemplateVars {
     TemplateVars {
         plan: "shop".into(),
@@ -91,7 +106,7 @@ async fn evaluate_n(
     vars: &TemplateVars,
     n: usize,
 ) -> Vec<(GateResult, GateStatus)> {
-    let s = settings(gate).unwrap();
+    let s = PrometheusSpec::parse(gate).unwrap();
     let mut out: Vec<(GateResult, GateStatus)> = Vec::new();
     for _ in 0..n {
         let result = evaluate(http, gate, vars).await;
@@ -136,7 +151,7 @@ async fn prometheus_gates_against_a_real_prometheus() {
         GateResult::Pass { value } => assert!((value - 0.01).abs() < 1e-9, "{value}"),
         other => panic!("good revision should pass: {other:?}"),
     }
-    assert_eq!(runs[0].1.verdict, PASSED);
+    assert_eq!(runs[0].1.verdict, Verdict::Passed);
     assert_eq!(runs[0].1.value.as_deref(), Some("0.01"));
 
     // High error rate: fails, at the third failure with failureLimit 2.
@@ -157,14 +172,17 @@ async fn prometheus_gates_against_a_real_prometheus() {
             other => panic!("bad revision should fail: {other:?}"),
         }
     }
-    let verdicts: Vec<_> = runs.iter().map(|(_, s)| s.verdict.as_str()).collect();
-    assert_eq!(verdicts, [PENDING, PENDING, FAILED]);
+    let verdicts: Vec<_> = runs.iter().map(|(_, s)| s.verdict).collect();
+    assert_eq!(
+        verdicts,
+        [Verdict::Pending, Verdict::Pending, Verdict::Failed]
+    );
     assert_eq!(runs[2].1.failures, 3);
     assert_eq!(runs[2].1.value.as_deref(), Some("0.5"));
 
     // With the default failureLimit 0 the first failure fails the gate.
     let runs = evaluate_n(&http, &good, &vars("bad"), 1).await;
-    assert_eq!(runs[0].1.verdict, FAILED);
+    assert_eq!(runs[0].1.verdict, Verdict::Failed);
 
     // No data for a revision that does not exist: inconclusive, then failed
     // once over inconclusiveLimit.
@@ -179,8 +197,8 @@ async fn prometheus_gates_against_a_real_prometheus() {
             other => panic!("unknown revision should be inconclusive: {other:?}"),
         }
     }
-    let verdicts: Vec<_> = runs.iter().map(|(_, s)| s.verdict.as_str()).collect();
-    assert_eq!(verdicts, [INCONCLUSIVE, FAILED]);
+    let verdicts: Vec<_> = runs.iter().map(|(_, s)| s.verdict).collect();
+    assert_eq!(verdicts, [Verdict::Inconclusive, Verdict::Failed]);
 
     // Several series: inconclusive.
     let many = gate(
@@ -229,7 +247,7 @@ async fn unreachable_prometheus_is_an_error_never_a_pass() {
         other => panic!("unreachable prometheus should be an error: {other:?}"),
     }
     let status = record(None, &g.name, &result, 0, 3, Utc::now());
-    assert_eq!(status.verdict, FAILED);
+    assert_eq!(status.verdict, Verdict::Failed);
     assert_eq!(status.failures, 1);
 }
 
@@ -374,7 +392,7 @@ async fn webhook_2xx_passes_and_receives_the_rollout_state() {
         })]
     );
     let status = record(None, &g.name, &result, 0, 0, Utc::now());
-    assert_eq!(status.verdict, PASSED);
+    assert_eq!(status.verdict, Verdict::Passed);
     assert_eq!(status.value.as_deref(), Some("204"));
 }
 
@@ -400,7 +418,7 @@ async fn webhook_500_fails_after_the_retries() {
         other => panic!("a 500 should fail: {other:?}"),
     }
     let status = record(None, &g.name, &result, 0, 0, Utc::now());
-    assert_eq!(status.verdict, FAILED);
+    assert_eq!(status.verdict, Verdict::Failed);
 }
 
 #[tokio::test]
@@ -442,7 +460,7 @@ async fn webhook_slower_than_its_timeout_fails() {
     );
     assert_eq!(
         record(None, &g.name, &result, 0, 0, Utc::now()).verdict,
-        FAILED
+        Verdict::Failed
     );
 }
 

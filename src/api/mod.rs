@@ -8,7 +8,6 @@
 
 pub mod revision;
 pub mod time;
-pub mod validation;
 
 #[cfg(test)]
 mod crd_tests;
@@ -491,6 +490,78 @@ impl std::fmt::Display for Phase {
     }
 }
 
+/// Verdict of a health gate in the current step. Tools read the names, so
+/// they are part of the API: one enum, never a string literal elsewhere.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default,
+)]
+pub enum Verdict {
+    /// Not decided yet: never evaluated, or failed within its `failureLimit`.
+    #[default]
+    Pending,
+    /// The last evaluation passed.
+    Passed,
+    /// Over one of its limits: the rollout fails.
+    Failed,
+    /// The last evaluation gave no usable number, within its `inconclusiveLimit`.
+    Inconclusive,
+}
+
+impl Verdict {
+    /// The verdict's name as written in `status.gates[].verdict`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pending => "Pending",
+            Verdict::Passed => "Passed",
+            Verdict::Failed => "Failed",
+            Verdict::Inconclusive => "Inconclusive",
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a finished rollout ended (`status.history[].outcome`; also the
+/// rollouts metric's label).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The revision became stable.
+    Promoted,
+    /// The revision failed and every component returned to the stable one.
+    RolledBack,
+    /// A newer spec replaced the revision before it finished.
+    Superseded,
+}
+
+impl Outcome {
+    /// The outcome's name as written in `status.history[].outcome`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Promoted => "Promoted",
+            Outcome::RolledBack => "RolledBack",
+            Outcome::Superseded => "Superseded",
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Lets code written against the string field (`h.outcome == "Promoted"`)
+/// keep compiling; new code compares with the variants.
+impl PartialEq<&str> for Outcome {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// Observed state of a ReleasePlan, written only by the operator.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
@@ -595,7 +666,7 @@ pub struct GateStatus {
     /// Gate name.
     pub name: String,
     /// `Pending`, `Passed`, `Failed` or `Inconclusive`.
-    pub verdict: String,
+    pub verdict: Verdict,
     /// Last measured value, as text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
@@ -629,7 +700,7 @@ pub struct Failure {
 }
 
 /// One finished rollout.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct HistoryEntry {
     /// Sequence number of the rollout (1 for the first).
@@ -637,7 +708,7 @@ pub struct HistoryEntry {
     /// Revision that was rolled out.
     pub revision: String,
     /// `Promoted`, `RolledBack` or `Superseded`.
-    pub outcome: String,
+    pub outcome: Outcome,
     /// When the rollout started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<chrono::DateTime<chrono::Utc>>,

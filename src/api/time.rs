@@ -1,4 +1,5 @@
-//! The one place where domain time (chrono) meets Kubernetes time (jiff).
+//! The one place where domain time (chrono) meets Kubernetes time (jiff),
+//! and where the API's duration strings (`30s`, `1h30m`) are read.
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -16,9 +17,30 @@ pub fn from_k8s(t: &Time) -> DateTime<Utc> {
         .unwrap_or(DateTime::UNIX_EPOCH)
 }
 
+/// Parses a Go-style duration (`30s`, `1h30m`), the format the CRD's rules
+/// admit for `pause.duration` and gate intervals; negative durations are refused.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let d = <kube::core::Duration as std::str::FromStr>::from_str(s)
+        .map_err(|e| format!("invalid duration {s:?}: {e}"))?;
+    if d.is_negative() {
+        return Err(format!("duration {s:?} must not be negative"));
+    }
+    Ok(d.into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn parses_go_durations() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("-5s").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
 
     #[test]
     fn round_trips_at_second_precision() {

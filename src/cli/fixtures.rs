@@ -54,7 +54,7 @@ pub fn deployment(
         "spec": {"replicas": replicas, "selector": {}, "template": {
             "metadata": {"labels": {"app": "shop", "releaseplan.io/plan": "shop", "releaseplan.io/component": component, "releaseplan.io/revision": hash}},
             "spec": {"containers": [{"name": "c", "image": image}]}}},
-        "status": {"readyReplicas": ready}
+        "status": {"replicas": replicas, "readyReplicas": ready, "updatedReplicas": replicas}
     }))
     .unwrap()
 }

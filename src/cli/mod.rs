@@ -166,7 +166,7 @@ pub struct RequestArgs {
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, String> {
-    crate::api::validation::parse_duration(s)
+    crate::api::time::parse_duration(s)
 }
 
 /// Errors of the plugin, each with a message that says what to do.
@@ -533,7 +533,9 @@ async fn wait_for(ctx: &Ctx, name: &str, timeout: Duration) -> Result<i32, CliEr
 async fn send_request(ctx: &Ctx, args: &RequestArgs, action: Action) -> Result<i32, CliError> {
     let name = args.name.as_str();
     let before = ctx.plan(name).await?;
-    let ignored = request::not_applicable(action, &before);
+    let ignored = action
+        .applies_in(&before.status.clone().unwrap_or_default())
+        .err();
     if let Some(why) = &ignored {
         eprintln!("warning: {why}; sending it anyway, the operator will ignore it");
     }
@@ -573,7 +575,7 @@ async fn send_request(ctx: &Ctx, args: &RequestArgs, action: Action) -> Result<i
     };
     if let Some(why) = ignored {
         println!("now:    {}", render::summary(&after));
-        return Err(CliError::Ignored(why));
+        return Err(CliError::Ignored(why.to_string()));
     }
     println!("acknowledged by the operator");
     println!("before: {}", render::summary(&before));

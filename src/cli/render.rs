@@ -1,7 +1,8 @@
 //! Pure text rendering for the plugin: the `get` tree, the `history` table and
 //! the one-line progress summary of `wait` and the request commands.
 
-use crate::api::{LABEL_COMPONENT, LABEL_REVISION, ReleasePlan, ReleasePlanStatus};
+use crate::api::{ReleasePlan, ReleasePlanStatus};
+use crate::plan::{RevisionObs, revision_of};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
@@ -120,48 +121,39 @@ fn columns(rows: &[Vec<String>]) -> Vec<String> {
         .collect()
 }
 
-/// Facts of one revision Deployment, for the tree.
+/// Facts of one revision Deployment, for the tree: what the operator observes
+/// ([`revision_of`]) and the images.
 struct Rev {
-    name: String,
-    hash: String,
-    replicas: i32,
-    ready: i32,
+    obs: RevisionObs,
     image: String,
 }
 
-fn rev_of(d: &Deployment) -> Rev {
-    let labels = d.labels();
-    Rev {
-        name: d.name_any(),
-        hash: labels.get(LABEL_REVISION).cloned().unwrap_or_default(),
-        replicas: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0),
-        ready: d
-            .status
-            .as_ref()
-            .and_then(|s| s.ready_replicas)
-            .unwrap_or(0),
-        image: d
-            .spec
-            .as_ref()
-            .and_then(|s| s.template.spec.as_ref())
-            .map(|s| {
-                s.containers
-                    .iter()
-                    .filter_map(|c| c.image.clone())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            })
-            .unwrap_or_default(),
-    }
+fn rev_of(d: &Deployment) -> Option<Rev> {
+    let obs = revision_of(d)?;
+    let image = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .map(|s| {
+            s.containers
+                .iter()
+                .filter_map(|c| c.image.clone())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    Some(Rev { obs, image })
 }
 
 /// The components of the plan with their revision Deployments, in status order,
 /// then any component only the Deployments know of.
 fn component_nodes(status: &ReleasePlanStatus, deployments: &[Deployment]) -> Vec<Node> {
     let mut by_component: BTreeMap<String, Vec<Rev>> = BTreeMap::new();
-    for d in deployments {
-        let component = d.labels().get(LABEL_COMPONENT).cloned().unwrap_or_default();
-        by_component.entry(component).or_default().push(rev_of(d));
+    for rev in deployments.iter().filter_map(rev_of) {
+        by_component
+            .entry(rev.obs.component.clone())
+            .or_default()
+            .push(rev);
     }
     let mut order: Vec<String> = status.components.iter().map(|c| c.name.clone()).collect();
     for name in by_component.keys() {
@@ -193,18 +185,18 @@ fn component_nodes(status: &ReleasePlanStatus, deployments: &[Deployment]) -> Ve
             };
             let mut revs = by_component.remove(&name).unwrap_or_default();
             revs.sort_by(|a, b| {
-                rank(&a.hash)
-                    .cmp(&rank(&b.hash))
-                    .then_with(|| a.name.cmp(&b.name))
+                rank(&a.obs.hash)
+                    .cmp(&rank(&b.obs.hash))
+                    .then_with(|| a.obs.name.cmp(&b.obs.name))
             });
             let rows: Vec<Vec<String>> = revs
                 .iter()
                 .map(|r| {
                     vec![
-                        r.name.clone(),
-                        r.hash.clone(),
-                        format!("{}/{} ready", r.ready, r.replicas),
-                        role(&r.hash).to_string(),
+                        r.obs.name.clone(),
+                        r.obs.hash.clone(),
+                        format!("{}/{} ready", r.obs.ready, r.obs.replicas),
+                        role(&r.obs.hash).to_string(),
                         r.image.clone(),
                     ]
                 })
@@ -216,7 +208,7 @@ fn component_nodes(status: &ReleasePlanStatus, deployments: &[Deployment]) -> Ve
                 (stable.as_deref(), "stable"),
             ] {
                 if let Some(hash) = hash
-                    && !revs.iter().any(|r| r.hash == hash)
+                    && !revs.iter().any(|r| r.obs.hash == hash)
                     && !(what == "stable" && current.as_deref() == Some(hash))
                 {
                     children.push(Node::leaf(format!(
@@ -322,7 +314,7 @@ pub fn render_tree(plan: &ReleasePlan, deployments: &[Deployment]) -> String {
         .map(|g| {
             let mut row = vec![
                 g.name.clone(),
-                g.verdict.clone(),
+                g.verdict.to_string(),
                 format!("value {}", g.value.as_deref().unwrap_or("-")),
                 format!("failures {}", g.failures),
             ];
@@ -400,7 +392,7 @@ pub fn render_history(plan: &ReleasePlan, now: DateTime<Utc>) -> String {
         rows.push(vec![
             h.number.to_string(),
             h.revision.clone(),
-            h.outcome.clone(),
+            h.outcome.to_string(),
             time_text(h.started_at),
             time_text(h.finished_at),
             duration,
@@ -480,6 +472,26 @@ ReleasePlan prod/shop  RollingOut  step 2/4  weight 25%
     └── Paused  True   PauseStep
 ";
         assert_eq!(text, expected, "\n{text}");
+    }
+
+    #[test]
+    fn tree_counts_pods_as_the_operator_does() {
+        // Ready pods of an older template are not this revision's; a missing
+        // spec.replicas is 1 (the API server's default), as the controller reads it.
+        let mut d = deployment("shop-web-web2hash22", "web", "web2hash22", 3, 3, "web:2");
+        if let Some(s) = d.status.as_mut() {
+            s.updated_replicas = Some(1);
+        }
+        let mut unset = deployment("shop-web-web1hash11", "web", "web1hash11", 1, 1, "web:1");
+        if let Some(s) = unset.spec.as_mut() {
+            s.replicas = None;
+        }
+        let text = render_tree(&plan(), &[d.clone(), unset.clone()]);
+        assert!(text.contains("web2hash22  1/3 ready"), "{text}");
+        assert!(text.contains("web1hash11  1/1 ready"), "{text}");
+        let seen = |d: &Deployment| revision_of(d).map(|r| (r.ready, r.replicas));
+        assert_eq!(seen(&d), Some((1, 3)));
+        assert_eq!(seen(&unset), Some((1, 1)));
     }
 
     #[test]

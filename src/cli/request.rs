@@ -1,22 +1,11 @@
-//! Plugin requests (promote, abort, retry, pause, resume): the annotation value,
-//! the metadata-only patch, and whether a request applies in a phase.
+//! Plugin requests (promote, abort, retry, pause, resume): the annotation value
+//! and the metadata-only patch. The action word and whether a request applies
+//! are the core's (`plan::request`), shared with the operator.
 
-use crate::api::{ANNOTATION_REQUEST, Phase, ReleasePlan};
+use crate::api::{ANNOTATION_REQUEST, ReleasePlan};
 use crate::plan::Action;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-
-/// The action word of the annotation, as `Action::parse` reads it.
-pub fn action_word(action: Action) -> &'static str {
-    match action {
-        Action::Promote { full: false } => "promote",
-        Action::Promote { full: true } => "promote-full",
-        Action::Abort => "abort",
-        Action::Retry => "retry",
-        Action::Pause => "pause",
-        Action::Resume => "resume",
-    }
-}
 
 /// The annotation value of a request: `<action>/<id>`, where the id is the UTC
 /// time to the millisecond plus a nonce, e.g. `promote/20250102T090000.123Z-3f2a`.
@@ -25,7 +14,7 @@ pub fn action_word(action: Action) -> &'static str {
 pub fn request_value(action: Action, now: DateTime<Utc>, nonce: u16) -> String {
     format!(
         "{}/{}-{nonce:04x}",
-        action_word(action),
+        action.word(),
         now.format("%Y%m%dT%H%M%S%.3fZ")
     )
 }
@@ -47,31 +36,6 @@ pub fn request_patch(value: &str) -> Value {
     json!({"metadata": {"annotations": {ANNOTATION_REQUEST: value}}})
 }
 
-/// Why `action` will be ignored in the plan's current state, or `None` when it
-/// applies. Mirrors the operator's rules (`plan::machine::Facts::gather`).
-pub fn not_applicable(action: Action, plan: &ReleasePlan) -> Option<String> {
-    let status = plan.status.clone().unwrap_or_default();
-    let phase = status.phase;
-    let halted = phase == Phase::RollingOut && status.failure.is_some();
-    let word = action_word(action);
-    match action {
-        Action::Pause | Action::Resume => None,
-        Action::Promote { .. } if halted => Some(format!(
-            "{word} does not apply: the rollout is halted on a failure; use `retry` to re-run the step or `abort` to roll back"
-        )),
-        Action::Promote { .. } if phase != Phase::RollingOut => Some(format!(
-            "{word} applies only while RollingOut; the plan is {phase}"
-        )),
-        Action::Abort if phase != Phase::RollingOut => Some(format!(
-            "abort applies only while RollingOut; the plan is {phase}"
-        )),
-        Action::Retry if !(phase == Phase::RolledBack || halted) => Some(format!(
-            "retry applies only when RolledBack or when a rollout is halted on a failure; the plan is {phase}"
-        )),
-        _ => None,
-    }
-}
-
 /// A note when a pause or resume changes nothing.
 pub fn no_op_note(action: Action, plan: &ReleasePlan) -> Option<&'static str> {
     let requested = plan.status.as_ref().is_some_and(|s| s.pause_requested);
@@ -91,15 +55,6 @@ mod tests {
     use crate::cli::fixtures::plan;
     use crate::plan::Action;
 
-    const ALL: [Action; 6] = [
-        Action::Promote { full: false },
-        Action::Promote { full: true },
-        Action::Abort,
-        Action::Retry,
-        Action::Pause,
-        Action::Resume,
-    ];
-
     #[test]
     fn request_value_format_round_trips() {
         let now: DateTime<Utc> = "2025-01-02T09:00:00.123Z".parse().unwrap();
@@ -111,7 +66,7 @@ mod tests {
             request_value(Action::Promote { full: true }, now, 1),
             "promote-full/20250102T090000.123Z-0001"
         );
-        for a in ALL {
+        for a in Action::ALL {
             let v = request_value(a, now, 7);
             let (word, id) = v.split_once('/').unwrap();
             assert_eq!(Action::parse(word), Some(a), "{v}");
@@ -132,41 +87,6 @@ mod tests {
             json!({"metadata": {"annotations": {"releaseplan.io/request": "abort/x"}}})
         );
         assert!(p.get("spec").is_none());
-    }
-
-    #[test]
-    fn applicability_follows_the_operator() {
-        let mut p = plan(); // RollingOut, not halted
-        for a in ALL {
-            let expect = !matches!(a, Action::Retry);
-            assert_eq!(not_applicable(a, &p).is_none(), expect, "{a:?}");
-        }
-        p.status.as_mut().unwrap().failure = Some(crate::api::Failure::default());
-        // Halted: promote no, abort yes, retry yes.
-        assert!(
-            not_applicable(Action::Promote { full: false }, &p)
-                .unwrap()
-                .contains("halted")
-        );
-        assert!(not_applicable(Action::Abort, &p).is_none());
-        assert!(not_applicable(Action::Retry, &p).is_none());
-        for phase in [Phase::Stable, Phase::Pending, Phase::RollbackInProgress] {
-            let s = p.status.as_mut().unwrap();
-            s.phase = phase;
-            s.failure = None;
-            assert!(
-                not_applicable(Action::Promote { full: true }, &p)
-                    .unwrap()
-                    .contains(&format!("the plan is {phase}"))
-            );
-            assert!(not_applicable(Action::Abort, &p).is_some());
-            assert!(not_applicable(Action::Retry, &p).is_some());
-            assert!(not_applicable(Action::Pause, &p).is_none());
-            assert!(not_applicable(Action::Resume, &p).is_none());
-        }
-        p.status.as_mut().unwrap().phase = Phase::RolledBack;
-        assert!(not_applicable(Action::Retry, &p).is_none());
-        assert!(not_applicable(Action::Abort, &p).is_some());
     }
 
     #[test]

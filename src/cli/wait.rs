@@ -3,6 +3,7 @@
 
 use crate::api::{ANNOTATION_REQUEST, Phase, ReleasePlan};
 use crate::plan::conditions::STALLED;
+use crate::plan::reasons::ConditionReason;
 use kube::ResourceExt;
 
 /// Exit code: the current generation is `Stable`.
@@ -55,11 +56,9 @@ pub fn decide(plan: &ReleasePlan) -> Decision {
     if current && status.phase == Phase::RolledBack {
         return Decision::Done(EXIT_ROLLED_BACK, format!("rolled back: {message}"));
     }
-    if let Some(stalled) = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == STALLED && c.status == "True" && c.reason != "RolledBack")
-    {
+    if let Some(stalled) = status.conditions.iter().find(|c| {
+        c.type_ == STALLED && c.status == "True" && c.reason != ConditionReason::RolledBack.as_str()
+    }) {
         let condition_generation = stalled.observed_generation.or(status.observed_generation);
         if condition_generation.is_some() && condition_generation == generation {
             return Decision::Done(

@@ -16,11 +16,11 @@
 //! evaluation is never counted twice and a gate is not called again before
 //! its interval has passed.
 
-use crate::api::{GateStatus, PrometheusGate, ReleasePlan, ReleasePlanStatus, WebhookGate};
-use crate::gates::prometheus::{self, TemplateVars};
-use crate::gates::webhook::{self, WebhookBody};
-use crate::gates::{self as g, GateResult};
+use crate::api::{GateStatus, ReleasePlan, ReleasePlanStatus, Verdict};
+use crate::gates::prometheus::TemplateVars;
+use crate::gates::{self as g, GateContext, GateResult, GateSpec};
 use crate::ops::metrics::{GateLabel, Metrics};
+use crate::plan::Target;
 use chrono::Utc;
 use futures::channel::mpsc::UnboundedSender;
 use kube::ResourceExt;
@@ -31,65 +31,34 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tracing::debug;
 
-/// Webhook gates have no interval of their own: they are asked this often.
-pub const WEBHOOK_INTERVAL: Duration = Duration::from_secs(10);
-/// Webhook gates fail the rollout on the first failed call (after its retries).
-const WEBHOOK_FAILURE_LIMIT: i32 = 0;
 /// Added to a gate's own timeouts before the runner gives up on a call.
 const CALL_GRACE: Duration = Duration::from_secs(5);
-
-/// One gate as the runner evaluates it.
-#[derive(Debug, Clone, PartialEq)]
-enum GateKind {
-    Prometheus(Box<PrometheusGate>),
-    Webhook(Box<WebhookGate>),
-}
-
-impl GateKind {
-    fn name(&self) -> &str {
-        match self {
-            GateKind::Prometheus(p) => &p.name,
-            GateKind::Webhook(w) => &w.name,
-        }
-    }
-}
 
 /// What a plan needs from the runner now.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GateWork {
     uid: String,
-    revision: String,
     rollout: i64,
-    step: i32,
-    gates: Vec<GateKind>,
-    vars: TemplateVars,
+    /// The gates, as the core parsed them from the spec.
+    gates: Vec<GateSpec>,
+    /// Revision, step and query values the gates are told.
+    ctx: GateContext,
     /// The verdicts persisted in `status.gates`, where new tasks start from.
     seed: Vec<GateStatus>,
 }
 
 impl GateWork {
-    /// The gates a plan needs evaluated, or `None` when it needs none now: not
-    /// rolling out, halted or failed, being deleted, or without gates.
-    pub fn of(plan: &ReleasePlan, status: &ReleasePlanStatus) -> Option<GateWork> {
-        let health = &plan.spec.health;
+    /// The gates of `target` (the plan's spec, parsed) a plan needs evaluated,
+    /// or `None` when it needs none now: not rolling out, halted or failed,
+    /// being deleted, or without gates.
+    pub fn of(plan: &ReleasePlan, target: &Target, status: &ReleasePlanStatus) -> Option<GateWork> {
         if status.phase != crate::api::Phase::RollingOut
             || status.failure.is_some()
             || plan.metadata.deletion_timestamp.is_some()
-            || (health.prometheus.is_empty() && health.webhooks.is_empty())
+            || target.gates.is_empty()
         {
             return None;
         }
-        let gates = health
-            .prometheus
-            .iter()
-            .map(|p| GateKind::Prometheus(Box::new(p.clone())))
-            .chain(
-                health
-                    .webhooks
-                    .iter()
-                    .map(|w| GateKind::Webhook(Box::new(w.clone()))),
-            )
-            .collect();
         // The first component that changes in this rollout is the one gates speak of.
         let changed = status
             .components
@@ -98,17 +67,19 @@ impl GateWork {
             .or_else(|| status.components.first());
         Some(GateWork {
             uid: plan.uid().unwrap_or_default(),
-            revision: status.current_revision.clone().unwrap_or_default(),
             rollout: status.rollout_count,
-            step: status.current_step,
-            gates,
-            vars: TemplateVars {
-                plan: plan.name_any(),
-                namespace: plan.namespace().unwrap_or_default(),
-                component: changed.map(|c| c.name.clone()).unwrap_or_default(),
-                revision: changed
-                    .and_then(|c| c.current_hash.clone())
-                    .unwrap_or_default(),
+            gates: target.gates.clone(),
+            ctx: GateContext {
+                vars: TemplateVars {
+                    plan: plan.name_any(),
+                    namespace: plan.namespace().unwrap_or_default(),
+                    component: changed.map(|c| c.name.clone()).unwrap_or_default(),
+                    revision: changed
+                        .and_then(|c| c.current_hash.clone())
+                        .unwrap_or_default(),
+                },
+                revision: status.current_revision.clone().unwrap_or_default(),
+                step: status.current_step,
             },
             seed: status.gates.clone(),
         })
@@ -117,11 +88,9 @@ impl GateWork {
     /// Same plan, rollout, step and gates: the running tasks serve it.
     fn same_as(&self, other: &GateWork) -> bool {
         self.uid == other.uid
-            && self.revision == other.revision
             && self.rollout == other.rollout
-            && self.step == other.step
             && self.gates == other.gates
-            && self.vars == other.vars
+            && self.ctx == other.ctx
     }
 }
 
@@ -196,7 +165,7 @@ impl GateRunner {
                         .cloned()
                         .unwrap_or_else(|| GateStatus {
                             name: gate.name().to_string(),
-                            verdict: g::PENDING.into(),
+                            verdict: Verdict::Pending,
                             message: Some("not evaluated yet".into()),
                             ..GateStatus::default()
                         })
@@ -256,22 +225,7 @@ impl GateRunner {
                 .get(index)
                 .cloned();
             let prev = prev.filter(|p| p.last_evaluated.is_some());
-            let (interval, failure_limit, inconclusive_limit) = match limits(gate) {
-                Ok(l) => l,
-                Err(reason) => {
-                    let st = g::record(
-                        prev.as_ref(),
-                        gate.name(),
-                        &GateResult::Error { reason },
-                        0,
-                        0,
-                        Utc::now(),
-                    );
-                    self.store(&key, &work, index, &verdicts, st);
-                    return;
-                }
-            };
-            let Some(wait) = g::next_due(prev.as_ref(), interval, Utc::now()) else {
+            let Some(wait) = g::next_due(prev.as_ref(), gate.interval(), Utc::now()) else {
                 return; // Failed: final for this step.
             };
             tokio::time::sleep(wait).await;
@@ -280,15 +234,16 @@ impl GateRunner {
                 return;
             }
             let result = self.evaluate(gate, &work).await;
+            let limits = gate.limits();
             let st = g::record(
                 prev.as_ref(),
                 gate.name(),
                 &result,
-                failure_limit,
-                inconclusive_limit,
+                limits.failures,
+                limits.inconclusive,
                 Utc::now(),
             );
-            let failed = st.verdict == g::FAILED;
+            let failed = st.verdict == Verdict::Failed;
             self.store(&key, &work, index, &verdicts, st);
             if failed {
                 return;
@@ -296,32 +251,9 @@ impl GateRunner {
         }
     }
 
-    async fn evaluate(&self, gate: &GateKind, work: &GateWork) -> GateResult {
-        let (bound, call) = match gate {
-            GateKind::Prometheus(p) => {
-                let bound = crate::gates::http::timeout_of(p.timeout_seconds) + CALL_GRACE;
-                (
-                    bound,
-                    futures::future::Either::Left(prometheus::evaluate(&self.http, p, &work.vars)),
-                )
-            }
-            GateKind::Webhook(w) => {
-                let body = WebhookBody {
-                    plan: work.vars.plan.clone(),
-                    namespace: work.vars.namespace.clone(),
-                    revision: work.revision.clone(),
-                    step: work.step,
-                    phase: crate::api::Phase::RollingOut,
-                };
-                (
-                    webhook::worst_case(w) + CALL_GRACE,
-                    futures::future::Either::Right(async move {
-                        webhook::call(&self.http, w, &body).await
-                    }),
-                )
-            }
-        };
-        match tokio::time::timeout(bound, call).await {
+    async fn evaluate(&self, gate: &GateSpec, work: &GateWork) -> GateResult {
+        let bound = gate.worst_case() + CALL_GRACE;
+        match tokio::time::timeout(bound, gate.evaluate(&self.http, &work.ctx)).await {
             Ok(r) => r,
             Err(_) => GateResult::Error {
                 reason: format!("no answer within {}s", bound.as_secs()),
@@ -338,8 +270,8 @@ impl GateRunner {
         st: GateStatus,
     ) {
         let label = GateLabel {
-            namespace: work.vars.namespace.clone(),
-            plan: work.vars.plan.clone(),
+            namespace: work.ctx.vars.namespace.clone(),
+            plan: work.ctx.vars.plan.clone(),
             gate: st.name.clone(),
         };
         if let Some(value) = st.value.as_deref().and_then(|s| s.parse::<f64>().ok()) {
@@ -373,15 +305,4 @@ impl GateRunner {
 
 fn snapshot(v: &Verdicts) -> Vec<GateStatus> {
     v.lock().unwrap_or_else(PoisonError::into_inner).clone()
-}
-
-/// Interval, failure limit and inconclusive limit of a gate.
-fn limits(gate: &GateKind) -> Result<(Duration, i32, i32), String> {
-    match gate {
-        GateKind::Prometheus(p) => {
-            let s = prometheus::settings(p)?;
-            Ok((s.interval, s.failure_limit, s.inconclusive_limit))
-        }
-        GateKind::Webhook(_) => Ok((WEBHOOK_INTERVAL, WEBHOOK_FAILURE_LIMIT, 0)),
-    }
 }

@@ -11,12 +11,15 @@ pub mod deployment;
 pub mod gates;
 pub mod observe;
 
-use crate::api::{FINALIZER, LABEL_PLAN, LABEL_REVISION, Phase, ReleasePlan, ReleasePlanStatus};
+use crate::api::{
+    FINALIZER, LABEL_PLAN, LABEL_REVISION, Outcome, Phase, ReleasePlan, ReleasePlanStatus,
+};
 use crate::ops::liveness::Liveness;
 use crate::ops::metrics::{KindLabel, Metrics};
 use crate::plan::machine::Cause;
 use crate::plan::{
-    self, Decision, EventType, Observation, PodFailure, Refusal, Target, TemplateSource, reasons,
+    self, Decision, EventReason, EventType, Observation, PodFailure, Refusal, Target,
+    TemplateSource,
 };
 use chrono::Utc;
 use futures::StreamExt;
@@ -242,14 +245,14 @@ pub fn error_policy(plan: Arc<ReleasePlan>, err: &Error, ctx: Arc<Context>) -> A
     if moved && n.is_power_of_two() && !matches!(err, Error::Refused(_)) {
         let ev = Event {
             type_: KubeEventType::Warning,
-            reason: reasons::RECONCILE_ERROR.into(),
+            reason: EventReason::ReconcileError.to_string(),
             note: Some(
                 format!("{err} (failure {n} in a row; retrying in {delay:?})")
                     .chars()
                     .take(1000)
                     .collect(),
             ),
-            action: event_action(reasons::RECONCILE_ERROR, &err.to_string()),
+            action: event_action(EventReason::ReconcileError.as_str(), &err.to_string()),
             secondary: None,
         };
         let reference = plan.object_ref(&());
@@ -334,7 +337,7 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
     let work = target
         .as_ref()
         .ok()
-        .and_then(|_| GateWork::of(&plan, &status));
+        .and_then(|t| GateWork::of(&plan, t, &status));
     let gates = if work.is_some() {
         ctx.gates.observe(&key, work)
     } else {
@@ -622,12 +625,12 @@ async fn publish_events(ctx: &Context, plan: &ReleasePlan, decision: &Decision) 
                 EventType::Normal => KubeEventType::Normal,
                 EventType::Warning => KubeEventType::Warning,
             },
-            reason: e.reason.clone(),
+            reason: e.reason.to_string(),
             note: Some(e.message.chars().take(1000).collect()),
             // The recorder merges events with the same reason and action into one
             // series that keeps the first note: key the action on the message so only
             // true repeats are merged.
-            action: event_action(&e.reason, &e.message),
+            action: event_action(e.reason.as_str(), &e.message),
             secondary: None,
         };
         // An event that cannot be recorded must not fail the rollout.
@@ -649,14 +652,16 @@ fn event_action(reason: &str, message: &str) -> String {
 fn record_metrics(ctx: &Context, key: &str, before: &ReleasePlanStatus, decision: &Decision) {
     let m = &ctx.metrics;
     m.set_phase(key, Some(decision.status.phase));
-    let outcome = |kind: &str| {
+    let outcome = |kind: Outcome| {
         m.rollouts
-            .get_or_create(&KindLabel { kind: kind.into() })
+            .get_or_create(&KindLabel {
+                kind: kind.to_string(),
+            })
             .inc();
     };
     match &decision.transition {
         Cause::Promoted => {
-            outcome("Promoted");
+            outcome(Outcome::Promoted);
             if let Some(start) = before.rollout_started_at {
                 let end = decision
                     .status
@@ -668,8 +673,8 @@ fn record_metrics(ctx: &Context, key: &str, before: &ReleasePlanStatus, decision
                 m.rollout_duration.observe(secs.max(0.0));
             }
         }
-        Cause::RollbackDone { .. } => outcome("RolledBack"),
-        Cause::Start { superseded: true } => outcome("Superseded"),
+        Cause::RollbackDone { .. } => outcome(Outcome::RolledBack),
+        Cause::Start { superseded: true } => outcome(Outcome::Superseded),
         Cause::RollbackStarted(f) => {
             m.rollbacks
                 .get_or_create(&KindLabel {

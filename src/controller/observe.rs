@@ -1,34 +1,11 @@
 //! From cluster objects to the pure core's observation: small pure helpers.
 
-use crate::api::{ANNOTATION_REQUEST, LABEL_COMPONENT, LABEL_REVISION, ReleasePlan};
-use crate::plan::{Action, InvalidRequest, Request, RevisionObs};
-use k8s_openapi::api::apps::v1::Deployment;
+use crate::api::{ANNOTATION_REQUEST, ReleasePlan};
+use crate::plan::{Action, InvalidRequest, Request};
 use kube::ResourceExt;
 
-/// A revision Deployment as the core sees it; `None` when it lacks our labels.
-pub fn revision_of(d: &Deployment) -> Option<RevisionObs> {
-    let labels = d.labels();
-    let component = labels.get(LABEL_COMPONENT)?.clone();
-    let hash = labels.get(LABEL_REVISION)?.clone();
-    let status = d.status.clone().unwrap_or_default();
-    let ready = status
-        .ready_replicas
-        .unwrap_or(0)
-        .min(status.updated_replicas.unwrap_or(0));
-    Some(RevisionObs {
-        name: d.name_any(),
-        component,
-        hash,
-        replicas: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
-        ready,
-        current: status.replicas.unwrap_or(0),
-        created: d
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map(crate::api::time::from_k8s),
-    })
-}
+/// The core's reader of a revision Deployment, shared with the plugin.
+pub use crate::plan::revision_of;
 
 /// The request in the plan's annotation, `<action>/<id>` (for example
 /// `promote/1732870000-ab12`), unless already acknowledged. An unknown action
@@ -63,6 +40,8 @@ pub fn pending_request(plan: &ReleasePlan) -> Result<Option<Request>, InvalidReq
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{LABEL_COMPONENT, LABEL_REVISION};
+    use k8s_openapi::api::apps::v1::Deployment;
     use serde_json::json;
 
     fn plan(annotation: Option<&str>, acked: Option<&str>) -> ReleasePlan {

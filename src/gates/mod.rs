@@ -17,29 +17,126 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::api::GateStatus;
+use crate::api::{GateStatus, Health, Verdict};
 
-/// `GateStatus.verdict` of a gate not decided yet: never evaluated, or failed
-/// within its `failureLimit`.
-pub const PENDING: &str = "Pending";
-/// `GateStatus.verdict` of a gate whose last evaluation passed.
-pub const PASSED: &str = "Passed";
-/// `GateStatus.verdict` of a gate over one of its limits: the rollout fails.
-pub const FAILED: &str = "Failed";
-/// `GateStatus.verdict` of a gate whose last evaluation gave no usable number,
-/// within its `inconclusiveLimit`.
-pub const INCONCLUSIVE: &str = "Inconclusive";
-
-/// Interval of a Prometheus gate without `interval`.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(30);
-/// `failureLimit` when unset.
-pub const DEFAULT_FAILURE_LIMIT: i32 = 0;
-/// `inconclusiveLimit` when unset.
-pub const DEFAULT_INCONCLUSIVE_LIMIT: i32 = 3;
 /// `timeoutSeconds` of Prometheus and webhook gates when unset.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-/// `retries` of a webhook gate when unset.
-pub const DEFAULT_RETRIES: i32 = 2;
+
+/// One configured gate, parsed once from the spec (see `plan::spec`): each
+/// kind's settings with their defaults applied. The one place that dispatches
+/// to a kind's module, so a new gate kind is its API struct, its module
+/// (settings, `parse`, evaluation) and one arm here.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GateSpec {
+    /// A PromQL query compared with a threshold.
+    Prometheus(prometheus::PrometheusSpec),
+    /// A URL that must answer 2xx.
+    Webhook(webhook::WebhookSpec),
+}
+
+/// A gate setting that cannot be used, with the path of its field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateSpecError {
+    /// JSON path of the field, e.g. `spec.health.prometheus[0].threshold`.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+/// What a gate is told about the rollout it judges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GateContext {
+    /// Values for a query's placeholders (the component is the first one
+    /// that changes).
+    pub vars: prometheus::TemplateVars,
+    /// The plan revision being rolled out.
+    pub revision: String,
+    /// Index of the current step.
+    pub step: i32,
+}
+
+impl GateSpec {
+    /// Every gate of `health` in spec order: Prometheus gates, then webhooks.
+    pub fn all(health: &Health) -> Result<Vec<GateSpec>, GateSpecError> {
+        let mut out = Vec::with_capacity(health.prometheus.len() + health.webhooks.len());
+        for (i, g) in health.prometheus.iter().enumerate() {
+            let spec =
+                prometheus::PrometheusSpec::parse(g).map_err(|(field, message)| GateSpecError {
+                    field: format!("spec.health.prometheus[{i}].{field}"),
+                    message,
+                })?;
+            out.push(GateSpec::Prometheus(spec));
+        }
+        out.extend(
+            health
+                .webhooks
+                .iter()
+                .map(|g| GateSpec::Webhook(webhook::WebhookSpec::parse(g))),
+        );
+        Ok(out)
+    }
+
+    /// The gate's name, unique in the plan.
+    pub fn name(&self) -> &str {
+        match self {
+            GateSpec::Prometheus(p) => &p.name,
+            GateSpec::Webhook(w) => &w.name,
+        }
+    }
+
+    /// Time between two evaluations.
+    pub fn interval(&self) -> Duration {
+        match self {
+            GateSpec::Prometheus(p) => p.interval,
+            GateSpec::Webhook(_) => webhook::INTERVAL,
+        }
+    }
+
+    /// Failed and inconclusive evaluations tolerated in a step (see [`record`]).
+    pub fn limits(&self) -> Limits {
+        match self {
+            GateSpec::Prometheus(p) => Limits {
+                failures: p.failure_limit,
+                inconclusive: p.inconclusive_limit,
+            },
+            GateSpec::Webhook(_) => webhook::LIMITS,
+        }
+    }
+
+    /// The longest one evaluation may take, its own timeouts and retries included.
+    pub fn worst_case(&self) -> Duration {
+        match self {
+            GateSpec::Prometheus(p) => p.timeout,
+            GateSpec::Webhook(w) => w.worst_case(),
+        }
+    }
+
+    /// Evaluates the gate once. Does I/O; never called by the pure core.
+    pub async fn evaluate(&self, http: &reqwest::Client, ctx: &GateContext) -> GateResult {
+        match self {
+            GateSpec::Prometheus(p) => prometheus::evaluate(http, p, &ctx.vars).await,
+            GateSpec::Webhook(w) => {
+                let body = webhook::WebhookBody {
+                    plan: ctx.vars.plan.clone(),
+                    namespace: ctx.vars.namespace.clone(),
+                    revision: ctx.revision.clone(),
+                    step: ctx.step,
+                    phase: crate::api::Phase::RollingOut,
+                };
+                webhook::call(http, w, &body).await
+            }
+        }
+    }
+}
+
+/// Evaluations a gate tolerates in a step before it fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Failed evaluations (and errors) tolerated.
+    pub failures: i32,
+    /// Inconclusive evaluations tolerated.
+    pub inconclusive: i32,
+}
 
 /// The outcome of one evaluation of a gate.
 #[derive(Debug, Clone, PartialEq)]
@@ -134,7 +231,7 @@ pub fn record(
     let inconclusive_limit = inconclusive_limit.max(0);
     let mut failures = prev.map_or(0, |p| p.failures.max(0));
     let mut inconclusive = prev.map_or(0, |p| p.inconclusive.max(0));
-    let already_failed = prev.is_some_and(|p| p.verdict == FAILED)
+    let already_failed = prev.is_some_and(|p| p.verdict == Verdict::Failed)
         || failures > failure_limit
         || inconclusive > inconclusive_limit;
 
@@ -146,20 +243,20 @@ pub fn record(
                     " ({failures} failed and {inconclusive} inconclusive evaluations in this step)"
                 ));
             }
-            (PASSED, msg)
+            (Verdict::Passed, msg)
         }
         GateResult::Fail { reason, .. } | GateResult::Error { reason } => {
             failures = failures.saturating_add(1);
             if failures > failure_limit {
                 (
-                    FAILED,
+                    Verdict::Failed,
                     format!(
                         "{reason}: {failures} failed evaluations, more than the {failure_limit} allowed"
                     ),
                 )
             } else {
                 (
-                    PENDING,
+                    Verdict::Pending,
                     format!("{reason} ({failures} of {failure_limit} failures allowed)"),
                 )
             }
@@ -168,14 +265,14 @@ pub fn record(
             inconclusive = inconclusive.saturating_add(1);
             if inconclusive > inconclusive_limit {
                 (
-                    FAILED,
+                    Verdict::Failed,
                     format!(
                         "{reason}: {inconclusive} inconclusive evaluations, more than the {inconclusive_limit} allowed"
                     ),
                 )
             } else {
                 (
-                    INCONCLUSIVE,
+                    Verdict::Inconclusive,
                     format!(
                         "{reason} ({inconclusive} of {inconclusive_limit} inconclusive evaluations allowed)"
                     ),
@@ -184,12 +281,12 @@ pub fn record(
         }
     };
 
-    let (verdict, message) = if already_failed && verdict != FAILED {
+    let (verdict, message) = if already_failed && verdict != Verdict::Failed {
         let earlier = prev
             .and_then(|p| p.message.as_deref())
             .unwrap_or("a limit was exceeded");
         (
-            FAILED,
+            Verdict::Failed,
             format!("failed earlier in this step ({earlier}); last evaluation: {message}"),
         )
     } else {
@@ -198,7 +295,7 @@ pub fn record(
 
     GateStatus {
         name: name.to_string(),
-        verdict: verdict.to_string(),
+        verdict,
         value: result
             .value()
             .map(format_value)
@@ -229,7 +326,7 @@ pub fn next_due(
     let Some(prev) = prev else {
         return Some(Duration::ZERO);
     };
-    if prev.verdict == FAILED {
+    if prev.verdict == Verdict::Failed {
         return None;
     }
     let Some(last) = prev.last_evaluated else {
@@ -286,15 +383,15 @@ mod tests {
         out
     }
 
-    fn verdicts(statuses: &[GateStatus]) -> Vec<&str> {
-        statuses.iter().map(|s| s.verdict.as_str()).collect()
+    fn verdicts(statuses: &[GateStatus]) -> Vec<Verdict> {
+        statuses.iter().map(|s| s.verdict).collect()
     }
 
     #[test]
     fn first_pass() {
         let s = record(None, "errors", &pass(0.01), 0, 3, t(0));
         assert_eq!(s.name, "errors");
-        assert_eq!(s.verdict, PASSED);
+        assert_eq!(s.verdict, Verdict::Passed);
         assert_eq!(s.value.as_deref(), Some("0.01"));
         assert_eq!((s.failures, s.inconclusive), (0, 0));
         assert_eq!(s.last_evaluated, Some(t(0)));
@@ -304,7 +401,7 @@ mod tests {
     #[test]
     fn failure_limit_zero_fails_at_first_failure() {
         let s = run(&[fail(0.2)], 0, 3);
-        assert_eq!(verdicts(&s), [FAILED]);
+        assert_eq!(verdicts(&s), [Verdict::Failed]);
         assert_eq!(s[0].failures, 1);
         assert_eq!(s[0].value.as_deref(), Some("0.2"));
         let msg = s[0].message.as_deref().unwrap();
@@ -315,7 +412,7 @@ mod tests {
     #[test]
     fn error_is_never_a_pass_and_counts_as_failure() {
         let s = run(&[error()], 0, 3);
-        assert_eq!(verdicts(&s), [FAILED]);
+        assert_eq!(verdicts(&s), [Verdict::Failed]);
         assert_eq!(s[0].failures, 1);
         assert_eq!(s[0].value, None);
         assert!(
@@ -329,7 +426,10 @@ mod tests {
     #[test]
     fn failure_limit_two_fails_at_third_failure() {
         let s = run(&[fail(0.2), error(), fail(0.3)], 2, 3);
-        assert_eq!(verdicts(&s), [PENDING, PENDING, FAILED]);
+        assert_eq!(
+            verdicts(&s),
+            [Verdict::Pending, Verdict::Pending, Verdict::Failed]
+        );
         assert_eq!(s.iter().map(|s| s.failures).collect::<Vec<_>>(), [1, 2, 3]);
         assert_eq!(
             s[0].message.as_deref(),
@@ -347,7 +447,10 @@ mod tests {
     #[test]
     fn pass_after_failures_passes_and_keeps_counts() {
         let s = run(&[fail(0.2), fail(0.2), pass(0.01)], 2, 3);
-        assert_eq!(verdicts(&s), [PENDING, PENDING, PASSED]);
+        assert_eq!(
+            verdicts(&s),
+            [Verdict::Pending, Verdict::Pending, Verdict::Passed]
+        );
         assert_eq!(s[2].failures, 2);
         assert_eq!(s[2].value.as_deref(), Some("0.01"));
         assert!(
@@ -358,7 +461,7 @@ mod tests {
         );
         // Counts are per step, not consecutive: one more failure fails the gate.
         let next = record(Some(&s[2]), "errors", &fail(0.2), 2, 3, t(100));
-        assert_eq!(next.verdict, FAILED);
+        assert_eq!(next.verdict, Verdict::Failed);
         assert_eq!(next.failures, 3);
     }
 
@@ -376,7 +479,12 @@ mod tests {
         );
         assert_eq!(
             verdicts(&s),
-            [INCONCLUSIVE, INCONCLUSIVE, INCONCLUSIVE, FAILED]
+            [
+                Verdict::Inconclusive,
+                Verdict::Inconclusive,
+                Verdict::Inconclusive,
+                Verdict::Failed
+            ]
         );
         assert_eq!(s[3].inconclusive, 4);
         assert_eq!(s[3].failures, 0);
@@ -395,7 +503,7 @@ mod tests {
     #[test]
     fn inconclusive_limit_zero_fails_at_first() {
         let s = run(&[inconclusive()], 5, 0);
-        assert_eq!(verdicts(&s), [FAILED]);
+        assert_eq!(verdicts(&s), [Verdict::Failed]);
     }
 
     #[test]
@@ -414,7 +522,14 @@ mod tests {
         );
         assert_eq!(
             verdicts(&s),
-            [INCONCLUSIVE, PENDING, INCONCLUSIVE, PASSED, FAILED, FAILED]
+            [
+                Verdict::Inconclusive,
+                Verdict::Pending,
+                Verdict::Inconclusive,
+                Verdict::Passed,
+                Verdict::Failed,
+                Verdict::Failed
+            ]
         );
         let counts: Vec<_> = s.iter().map(|s| (s.failures, s.inconclusive)).collect();
         assert_eq!(counts, [(0, 1), (1, 1), (1, 2), (1, 2), (2, 2), (2, 3)]);
@@ -423,7 +538,10 @@ mod tests {
     #[test]
     fn failed_is_final_for_the_step() {
         let s = run(&[fail(0.2), pass(0.01), inconclusive()], 0, 3);
-        assert_eq!(verdicts(&s), [FAILED, FAILED, FAILED]);
+        assert_eq!(
+            verdicts(&s),
+            [Verdict::Failed, Verdict::Failed, Verdict::Failed]
+        );
         let msg = s[1].message.as_deref().unwrap();
         assert!(msg.starts_with("failed earlier in this step"), "{msg}");
         assert!(msg.contains("value 0.01 passed"), "{msg}");
@@ -434,14 +552,14 @@ mod tests {
     fn status_of_another_gate_is_ignored() {
         let other = record(None, "latency", &fail(1.0), 0, 3, t(0));
         let s = record(Some(&other), "errors", &pass(0.0), 0, 3, t(1));
-        assert_eq!(s.verdict, PASSED);
+        assert_eq!(s.verdict, Verdict::Passed);
         assert_eq!(s.failures, 0);
     }
 
     #[test]
     fn negative_limits_count_as_zero() {
-        assert_eq!(run(&[fail(1.0)], -3, -3)[0].verdict, FAILED);
-        assert_eq!(run(&[inconclusive()], -3, -3)[0].verdict, FAILED);
+        assert_eq!(run(&[fail(1.0)], -3, -3)[0].verdict, Verdict::Failed);
+        assert_eq!(run(&[inconclusive()], -3, -3)[0].verdict, Verdict::Failed);
     }
 
     #[test]
@@ -469,7 +587,7 @@ mod tests {
         assert_eq!(next_due(None, i, t(0)), Some(Duration::ZERO));
         let never = GateStatus {
             name: "errors".into(),
-            verdict: PENDING.into(),
+            verdict: Verdict::Pending,
             ..Default::default()
         };
         assert!(is_due(Some(&never), i, t(0)));
@@ -500,7 +618,7 @@ mod tests {
     fn failed_gate_is_never_due() {
         let i = Duration::from_secs(30);
         let s = record(None, "errors", &error(), 0, 3, t(0));
-        assert_eq!(s.verdict, FAILED);
+        assert_eq!(s.verdict, Verdict::Failed);
         assert!(!is_due(Some(&s), i, t(1000)));
         assert_eq!(next_due(Some(&s), i, t(1000)), None);
     }

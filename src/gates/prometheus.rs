@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::GateResult;
 use super::http::{read_limited, snippet, timeout_of, transport_error};
 use super::threshold::Threshold;
-use super::{DEFAULT_FAILURE_LIMIT, DEFAULT_INCONCLUSIVE_LIMIT, DEFAULT_INTERVAL, GateResult};
 use crate::api::PrometheusGate;
-use crate::api::validation::parse_duration;
+use crate::api::time::parse_duration;
 
 /// Largest response body read from Prometheus; a bigger answer is an error
 /// (a gate query must return one number, not thousands of series).
@@ -29,12 +29,25 @@ pub struct TemplateVars {
     pub revision: String,
 }
 
-/// A gate's settings with their defaults applied.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Settings {
+/// Interval of a Prometheus gate without `interval`.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(30);
+/// `failureLimit` when unset.
+pub const DEFAULT_FAILURE_LIMIT: i32 = 0;
+/// `inconclusiveLimit` when unset.
+pub const DEFAULT_INCONCLUSIVE_LIMIT: i32 = 3;
+
+/// A Prometheus gate, parsed, with its defaults applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrometheusSpec {
+    /// Name of the gate.
+    pub name: String,
+    /// Base URL of the Prometheus HTTP API.
+    pub address: String,
+    /// The query, placeholders not yet replaced.
+    pub query: String,
     /// Pass condition.
     pub threshold: Threshold,
-    /// Time between evaluations (default 30s).
+    /// Time between evaluations (default 30s, at least 1s).
     pub interval: Duration,
     /// Failed evaluations tolerated (default 0).
     pub failure_limit: i32,
@@ -44,29 +57,34 @@ pub struct Settings {
     pub timeout: Duration,
 }
 
-/// Reads a gate's settings, applying the defaults. Fails on an unparsable
-/// threshold or interval (the CRD's rules normally reject those first).
-pub fn settings(gate: &PrometheusGate) -> Result<Settings, String> {
-    let threshold = gate
-        .threshold
-        .parse::<Threshold>()
-        .map_err(|e| e.to_string())?;
-    let interval = match gate.interval.as_deref() {
-        Some(s) => parse_duration(s)?,
-        None => DEFAULT_INTERVAL,
-    };
-    // A zero interval would re-evaluate on every reconcile; one second is the floor.
-    let interval = interval.max(Duration::from_secs(1));
-    Ok(Settings {
-        threshold,
-        interval,
-        failure_limit: gate.failure_limit.unwrap_or(DEFAULT_FAILURE_LIMIT).max(0),
-        inconclusive_limit: gate
-            .inconclusive_limit
-            .unwrap_or(DEFAULT_INCONCLUSIVE_LIMIT)
-            .max(0),
-        timeout: timeout_of(gate.timeout_seconds),
-    })
+impl PrometheusSpec {
+    /// Parses a gate, applying the defaults. Fails, naming the field under
+    /// the gate, on an unparsable interval or threshold (the CRD's rules
+    /// normally reject those first).
+    pub fn parse(gate: &PrometheusGate) -> Result<PrometheusSpec, (&'static str, String)> {
+        let interval = match gate.interval.as_deref() {
+            Some(s) => parse_duration(s).map_err(|m| ("interval", m))?,
+            None => DEFAULT_INTERVAL,
+        };
+        let threshold = gate
+            .threshold
+            .parse::<Threshold>()
+            .map_err(|e| ("threshold", e.to_string()))?;
+        Ok(PrometheusSpec {
+            name: gate.name.clone(),
+            address: gate.address.clone(),
+            query: gate.query.clone(),
+            threshold,
+            // A zero interval would re-evaluate on every reconcile; one second is the floor.
+            interval: interval.max(Duration::from_secs(1)),
+            failure_limit: gate.failure_limit.unwrap_or(DEFAULT_FAILURE_LIMIT).max(0),
+            inconclusive_limit: gate
+                .inconclusive_limit
+                .unwrap_or(DEFAULT_INCONCLUSIVE_LIMIT)
+                .max(0),
+            timeout: timeout_of(gate.timeout_seconds),
+        })
+    }
 }
 
 /// Replaces `{{plan}}`, `{{namespace}}`, `{{component}}` and `{{revision}}`
@@ -116,18 +134,10 @@ pub fn query_url(address: &str, query: &str, timeout: Duration) -> Result<reqwes
 /// unreadable answers give [`GateResult::Error`], never a pass.
 pub async fn evaluate(
     http: &reqwest::Client,
-    gate: &PrometheusGate,
+    gate: &PrometheusSpec,
     vars: &TemplateVars,
 ) -> GateResult {
-    let threshold = match gate.threshold.parse::<Threshold>() {
-        Ok(t) => t,
-        Err(e) => {
-            return GateResult::Error {
-                reason: e.to_string(),
-            };
-        }
-    };
-    let timeout = timeout_of(gate.timeout_seconds);
+    let timeout = gate.timeout;
     let query = render_query(&gate.query, vars);
     let url = match query_url(&gate.address, &query, timeout) {
         Ok(u) => u,
@@ -183,7 +193,7 @@ pub async fn evaluate(
             reason: format!("prometheus answered HTTP {}: {detail}", status.as_u16()),
         };
     }
-    interpret(&json, &threshold)
+    interpret(&json, &gate.threshold)
 }
 
 /// Judges a Prometheus `/api/v1/query` answer against a threshold.
@@ -380,7 +390,7 @@ mod tests {
             threshold: ">= 1".into(),
             ..Default::default()
         };
-        let s = settings(&gate).unwrap();
+        let s = PrometheusSpec::parse(&gate).unwrap();
         assert_eq!(s.threshold, ">= 1".parse().unwrap());
         assert_eq!(s.interval, Duration::from_secs(30));
         assert_eq!((s.failure_limit, s.inconclusive_limit), (0, 3));
@@ -392,7 +402,7 @@ mod tests {
             timeout_seconds: Some(3),
             ..gate
         };
-        let s = settings(&gate).unwrap();
+        let s = PrometheusSpec::parse(&gate).unwrap();
         assert_eq!(s.interval, Duration::from_secs(90));
         assert_eq!((s.failure_limit, s.inconclusive_limit), (2, 0));
         assert_eq!(s.timeout, Duration::from_secs(3));
@@ -400,12 +410,12 @@ mod tests {
             threshold: "0.05".into(),
             ..gate.clone()
         };
-        assert!(settings(&bad).is_err());
+        assert_eq!(PrometheusSpec::parse(&bad).unwrap_err().0, "threshold");
         let bad = PrometheusGate {
             interval: Some("soon".into()),
             ..gate
         };
-        assert!(settings(&bad).is_err());
+        assert_eq!(PrometheusSpec::parse(&bad).unwrap_err().0, "interval");
         assert_eq!(timeout_of(Some(0)), Duration::from_secs(1));
     }
 

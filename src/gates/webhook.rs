@@ -5,8 +5,18 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::http::{read_limited, snippet, timeout_of, transport_error};
-use super::{DEFAULT_RETRIES, GateResult};
+use super::{GateResult, Limits};
 use crate::api::{Phase, WebhookGate};
+
+/// `retries` of a webhook gate when unset.
+pub const DEFAULT_RETRIES: i32 = 2;
+/// Webhook gates have no interval of their own: they are asked this often.
+pub const INTERVAL: Duration = Duration::from_secs(10);
+/// Webhook gates fail the rollout on the first failed call (after its retries).
+pub const LIMITS: Limits = Limits {
+    failures: 0,
+    inconclusive: 0,
+};
 
 /// Pause before the first retry; doubled before each further one.
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
@@ -16,6 +26,43 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const MAX_ERROR_BODY: usize = 4096;
 /// Most retries honoured whatever the gate says (the CRD allows up to 10).
 const MAX_RETRIES: i32 = 10;
+
+/// A webhook gate, parsed, with its defaults applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookSpec {
+    /// Name of the gate.
+    pub name: String,
+    /// URL the body is POSTed to.
+    pub url: String,
+    /// Timeout of one call (default 10s, at least 1s).
+    pub timeout: Duration,
+    /// Calls retried after a failure (default 2, at most 10).
+    pub retries: i32,
+}
+
+impl WebhookSpec {
+    /// Reads a gate, applying the defaults; every value is usable.
+    pub fn parse(gate: &WebhookGate) -> WebhookSpec {
+        WebhookSpec {
+            name: gate.name.clone(),
+            url: gate.url.clone(),
+            timeout: timeout_of(gate.timeout_seconds),
+            retries: gate
+                .retries
+                .unwrap_or(DEFAULT_RETRIES)
+                .clamp(0, MAX_RETRIES),
+        }
+    }
+
+    /// The longest a [`call`] can take: every attempt timing out, plus the pauses.
+    pub fn worst_case(&self) -> Duration {
+        let attempts = u32::try_from(self.retries).unwrap_or(0) + 1;
+        let pauses = (0..attempts.saturating_sub(1))
+            .map(|i| (FIRST_BACKOFF * 2u32.saturating_pow(i)).min(MAX_BACKOFF))
+            .sum::<Duration>();
+        self.timeout * attempts + pauses
+    }
+}
 
 /// The JSON body POSTed to a webhook gate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,12 +88,8 @@ pub struct WebhookBody {
 /// problem gives `Error`.
 ///
 /// Worst case the call takes `(retries + 1) * timeout` plus the pauses.
-pub async fn call(http: &reqwest::Client, gate: &WebhookGate, body: &WebhookBody) -> GateResult {
-    let timeout = timeout_of(gate.timeout_seconds);
-    let retries = gate
-        .retries
-        .unwrap_or(DEFAULT_RETRIES)
-        .clamp(0, MAX_RETRIES);
+pub async fn call(http: &reqwest::Client, gate: &WebhookSpec, body: &WebhookBody) -> GateResult {
+    let (timeout, retries) = (gate.timeout, gate.retries);
     let mut backoff = FIRST_BACKOFF;
     let mut attempt = 0;
     loop {
@@ -70,23 +113,9 @@ pub async fn call(http: &reqwest::Client, gate: &WebhookGate, body: &WebhookBody
     }
 }
 
-/// The longest a [`call`] can take: every attempt timing out, plus the pauses.
-pub fn worst_case(gate: &WebhookGate) -> Duration {
-    let timeout = timeout_of(gate.timeout_seconds);
-    let retries = gate
-        .retries
-        .unwrap_or(DEFAULT_RETRIES)
-        .clamp(0, MAX_RETRIES);
-    let attempts = u32::try_from(retries).unwrap_or(0) + 1;
-    let pauses = (0..attempts.saturating_sub(1))
-        .map(|i| (FIRST_BACKOFF * 2u32.saturating_pow(i)).min(MAX_BACKOFF))
-        .sum::<Duration>();
-    timeout * attempts + pauses
-}
-
 async fn call_once(
     http: &reqwest::Client,
-    gate: &WebhookGate,
+    gate: &WebhookSpec,
     body: &WebhookBody,
     timeout: Duration,
 ) -> GateResult {

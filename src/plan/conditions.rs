@@ -5,11 +5,13 @@
 //! check in the README). `Progressing`, `RollbackInProgress` and `Paused` say more for humans.
 //! A condition keeps its `lastTransitionTime` while its status stays the same.
 
+use super::SpecError;
 use super::machine::Facts;
-use super::{Refusal, Target, reasons};
-use crate::api::validation::{CheckedStep, SpecError};
+use super::reasons::ConditionReason as R;
+use super::{Refusal, Target};
 use crate::api::{Phase, ReleasePlanStatus, time};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use std::time::Duration;
 
 use super::Observation;
 
@@ -29,15 +31,15 @@ pub const PAUSED: &str = "Paused";
 struct Cond {
     type_: &'static str,
     status: bool,
-    reason: String,
+    reason: R,
     message: String,
 }
 
-fn cond(type_: &'static str, status: bool, reason: &str, message: impl Into<String>) -> Cond {
+fn cond(type_: &'static str, status: bool, reason: R, message: impl Into<String>) -> Cond {
     Cond {
         type_,
         status,
-        reason: reason.to_string(),
+        reason,
         message: message.into(),
     }
 }
@@ -59,7 +61,7 @@ fn finish(obs: &Observation, generation: Option<i64>, conds: Vec<Cond>) -> Vec<C
             Condition {
                 type_: c.type_.to_string(),
                 status,
-                reason: c.reason,
+                reason: c.reason.to_string(),
                 message: c.message,
                 observed_generation: generation,
                 last_transition_time: last,
@@ -75,12 +77,12 @@ pub fn invalid_spec(obs: &Observation, e: &SpecError) -> Vec<Condition> {
         obs,
         Some(obs.generation),
         vec![
-            cond(READY, false, "InvalidSpec", msg.clone()),
-            cond(RECONCILING, false, "InvalidSpec", msg.clone()),
-            cond(STALLED, true, "InvalidSpec", msg.clone()),
-            cond(PROGRESSING, false, "InvalidSpec", msg),
-            cond(ROLLBACK_IN_PROGRESS, false, "InvalidSpec", "no rollback"),
-            cond(PAUSED, false, "InvalidSpec", "not paused"),
+            cond(READY, false, R::InvalidSpec, msg.clone()),
+            cond(RECONCILING, false, R::InvalidSpec, msg.clone()),
+            cond(STALLED, true, R::InvalidSpec, msg.clone()),
+            cond(PROGRESSING, false, R::InvalidSpec, msg),
+            cond(ROLLBACK_IN_PROGRESS, false, R::InvalidSpec, "no rollback"),
+            cond(PAUSED, false, R::InvalidSpec, "not paused"),
         ],
     )
 }
@@ -104,49 +106,49 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
     let rollback_slow = s.phase == Phase::RollbackInProgress && rollback_age > facts_deadline(obs);
 
     let ready = match s.phase {
-        Phase::Stable if caught_up => cond(READY, true, "Stable", msg.clone()),
+        Phase::Stable if caught_up => cond(READY, true, R::Stable, msg.clone()),
         Phase::Stable => cond(
             READY,
             false,
-            "NewGeneration",
+            R::NewGeneration,
             "a new spec generation is not acted on yet",
         ),
         Phase::RolledBack => cond(
             READY,
             false,
-            "RolledBack",
+            R::RolledBack,
             failure.clone().unwrap_or(msg.clone()),
         ),
-        phase => cond(READY, false, phase.as_str(), msg.clone()),
+        phase => cond(READY, false, R::from(phase), msg.clone()),
     };
     let reconciling = match s.phase {
         _ if obs.refusal.as_ref().is_some_and(|r| !r.is_permanent()) => cond(
             RECONCILING,
             true,
-            reasons::DEPLOYMENT_WRITE_FAILED,
+            R::DeploymentWriteFailed,
             obs.refusal.as_ref().map(refusal_text).unwrap_or_default(),
         ),
-        Phase::RollingOut if !halted => cond(RECONCILING, true, "RollingOut", msg.clone()),
-        Phase::RollbackInProgress => cond(RECONCILING, true, "RollingBack", msg.clone()),
+        Phase::RollingOut if !halted => cond(RECONCILING, true, R::RollingOut, msg.clone()),
+        Phase::RollbackInProgress => cond(RECONCILING, true, R::RollingBack, msg.clone()),
         Phase::Pending => cond(
             RECONCILING,
             true,
-            "Pending",
+            R::Pending,
             "waiting for the first reconcile",
         ),
         _ if !caught_up => cond(
             RECONCILING,
             true,
-            "NewGeneration",
+            R::NewGeneration,
             "a new spec generation is not acted on yet",
         ),
-        phase => cond(RECONCILING, false, phase.as_str(), msg.clone()),
+        phase => cond(RECONCILING, false, R::from(phase), msg.clone()),
     };
     let stalled = if halted {
         cond(
             STALLED,
             true,
-            "RolloutHalted",
+            R::RolloutHalted,
             failure.clone().unwrap_or_default(),
         )
     } else if s.phase == Phase::RolledBack {
@@ -159,56 +161,56 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
             }
             (None, _) => msg.clone(),
         };
-        cond(STALLED, true, "RolledBack", text)
+        cond(STALLED, true, R::RolledBack, text)
     } else if rollback_slow {
         cond(
             STALLED,
             true,
-            reasons::ROLLBACK_SLOW,
+            R::RollbackSlow,
             "the stable revision is not ready after progressDeadlineSeconds; check its pods",
         )
     } else if let Some(r) = obs.refusal.as_ref().filter(|r| r.is_permanent()) {
         cond(
             STALLED,
             true,
-            reasons::DEPLOYMENT_REFUSED,
+            R::DeploymentRefused,
             format!("{}; change the spec", refusal_text(r)),
         )
     } else {
-        cond(STALLED, false, s.phase.as_str(), msg.clone())
+        cond(STALLED, false, R::from(s.phase), msg.clone())
     };
     let progressing = match s.phase {
         Phase::RollingOut if halted => cond(
             PROGRESSING,
             false,
-            "RolloutHalted",
+            R::RolloutHalted,
             failure.clone().unwrap_or_default(),
         ),
-        Phase::RollingOut if paused => cond(PROGRESSING, true, "Paused", msg.clone()),
-        Phase::RollingOut => cond(PROGRESSING, true, "RollingOut", msg.clone()),
-        Phase::Stable => cond(PROGRESSING, false, "Stable", msg.clone()),
-        phase => cond(PROGRESSING, false, phase.as_str(), msg.clone()),
+        Phase::RollingOut if paused => cond(PROGRESSING, true, R::Paused, msg.clone()),
+        Phase::RollingOut => cond(PROGRESSING, true, R::RollingOut, msg.clone()),
+        Phase::Stable => cond(PROGRESSING, false, R::Stable, msg.clone()),
+        phase => cond(PROGRESSING, false, R::from(phase), msg.clone()),
     };
     let rollback = if s.phase == Phase::RollbackInProgress {
         cond(
             ROLLBACK_IN_PROGRESS,
             true,
-            "RollingBack",
+            R::RollingBack,
             failure.clone().unwrap_or(msg.clone()),
         )
     } else {
         cond(
             ROLLBACK_IN_PROGRESS,
             false,
-            s.phase.as_str(),
+            R::from(s.phase),
             "no rollback in progress",
         )
     };
     let paused_cond = if paused {
         let why = if s.pause_requested {
-            "PauseRequested"
+            R::PauseRequested
         } else {
-            "SpecPaused"
+            R::SpecPaused
         };
         cond(
             PAUSED,
@@ -220,11 +222,11 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
         cond(
             PAUSED,
             true,
-            "PauseStep",
+            R::PauseStep,
             "holding at a pause step until promoted",
         )
     } else {
-        cond(PAUSED, false, "NotPaused", "not paused")
+        cond(PAUSED, false, R::NotPaused, "not paused")
     };
     finish(
         obs,
@@ -241,17 +243,19 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
 }
 
 fn indefinite_pause(obs: &Observation, s: &ReleasePlanStatus) -> bool {
-    let step = usize::try_from(s.current_step).unwrap_or(usize::MAX);
+    let Ok(step) = usize::try_from(s.current_step) else {
+        return false;
+    };
     obs.target
         .as_ref()
-        .is_ok_and(|t| matches!(t.steps.get(step), Some(CheckedStep::Pause(None))))
+        .is_ok_and(|t| t.current_step(step, Duration::ZERO).holds_until_promoted())
 }
 
-fn facts_deadline(obs: &Observation) -> std::time::Duration {
+fn facts_deadline(obs: &Observation) -> Duration {
     obs.target
         .as_ref()
         .map(|t| t.progress_deadline)
-        .unwrap_or(std::time::Duration::from_secs(600))
+        .unwrap_or(Duration::from_secs(600))
 }
 
 /// What a refused Deployment write says in conditions, messages and events.
@@ -309,12 +313,8 @@ fn phase_message(target: &Target, s: &ReleasePlanStatus, facts: &Facts) -> Strin
             };
             let waiting = if facts.paused {
                 "paused"
-            } else if matches!(target.steps.get(step), Some(CheckedStep::Pause(None))) {
-                "waiting for promotion"
-            } else if matches!(target.steps.get(step), Some(CheckedStep::Pause(Some(_)))) {
-                "pausing"
             } else {
-                "waiting for pods and gates"
+                target.current_step(step, Duration::ZERO).waiting_for()
             };
             format!(
                 "rolling out {current} ({where_}, weight {}%): {waiting}",

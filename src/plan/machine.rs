@@ -6,9 +6,10 @@
 //! `RollbackInProgress` share the `Active` superstate, which turns deletion and
 //! abort into a rollback.
 
-use super::{Action, EventIntent, EventType, Observation, Target, desired, reasons};
-use crate::api::validation::CheckedStep;
-use crate::api::{Failure, Phase, ReleasePlanStatus};
+use super::reasons::{EventReason, FailureReason};
+use super::steps::CurrentStep;
+use super::{Action, EventIntent, EventType, Observation, Target, desired};
+use crate::api::{Failure, Phase, ReleasePlanStatus, Verdict};
 use statig::Outcome::{self, Handled, Super, Transition};
 use statig::blocking::{IntoStateMachine, IntoStateMachineExt, State, Superstate};
 use std::time::Duration;
@@ -63,10 +64,8 @@ pub struct Facts {
     pub step_ready: bool,
     /// Every configured gate passed in this step.
     pub gates_passed: bool,
-    /// The current step is past the last one (the implicit 100%).
-    pub at_final: bool,
-    /// The current step is a pause: `Some(None)` until promoted, or its remaining time.
-    pub pause: Option<Option<Duration>>,
+    /// The step the rollout is at, with what it waits for.
+    pub current: CurrentStep,
     /// A failure seen in this observation.
     pub failure: Option<Failure>,
     /// The rollout is already halted on a failure (non-automatic rollback).
@@ -101,29 +100,17 @@ impl Facts {
             .unwrap_or(Duration::ZERO);
         let request = obs.request.as_ref().map(|r| r.action);
         let halted = s.phase == Phase::RollingOut && s.failure.is_some();
-        let applies = |a: Action| match a {
-            Action::Pause | Action::Resume => true,
-            Action::Promote { .. } => s.phase == Phase::RollingOut && !halted,
-            Action::Abort => s.phase == Phase::RollingOut,
-            Action::Retry => s.phase == Phase::RolledBack || halted,
-        };
+        let applies = |a: Action| a.applies_in(s).is_ok();
         let pause_requested = match request {
             Some(Action::Pause) => true,
             Some(Action::Resume) => false,
             _ => s.pause_requested,
         };
-        let at_final = step >= steps;
-        let pause = match target
-            .steps
-            .get(usize::try_from(step).unwrap_or(usize::MAX))
-        {
-            Some(CheckedStep::Pause(d)) => Some(d.map(|d| d.saturating_sub(step_age))),
-            _ => None,
-        };
+        let current = target.current_step(usize::try_from(step).unwrap_or(usize::MAX), step_age);
         let gates_passed = target.gates.iter().all(|g| {
             obs.gates
                 .iter()
-                .any(|st| &st.name == g && st.verdict == crate::gates::PASSED)
+                .any(|st| st.name == g.name() && st.verdict == Verdict::Passed)
         });
         let mut facts = Facts {
             new_generation: s.observed_generation != Some(obs.generation),
@@ -133,8 +120,7 @@ impl Facts {
             paused: target.paused || pause_requested,
             step_ready: false,
             gates_passed,
-            at_final,
-            pause,
+            current,
             failure: None,
             halted,
             rollback_complete: false,
@@ -187,11 +173,11 @@ fn detect_failure(obs: &Observation, target: &Target, facts: &Facts) -> Option<F
             message: format!("component {} pod {}: {}", p.component, p.pod, p.message),
         });
     }
-    if let Some(g) = obs.gates.iter().find(|g| g.verdict == crate::gates::FAILED) {
+    if let Some(g) = obs.gates.iter().find(|g| g.verdict == Verdict::Failed) {
         return Some(Failure {
             revision,
             gate: g.name.clone(),
-            reason: "GateFailed".into(),
+            reason: FailureReason::GateFailed.to_string(),
             message: g
                 .message
                 .clone()
@@ -202,7 +188,7 @@ fn detect_failure(obs: &Observation, target: &Target, facts: &Facts) -> Option<F
         return Some(Failure {
             revision,
             gate: "progressDeadline".into(),
-            reason: "ProgressDeadlineExceeded".into(),
+            reason: FailureReason::ProgressDeadlineExceeded.to_string(),
             message: format!(
                 "step {} did not become ready within {}s",
                 facts.step,
@@ -285,16 +271,24 @@ impl Planner {
     /// Deletion and abort, common to RollingOut and RollbackInProgress.
     fn active(&mut self, f: &Facts) -> Outcome<Phase> {
         let (gate, reason, message) = if f.deleting {
-            ("deletion", "DeletionRequested", "the plan is being deleted")
+            (
+                "deletion",
+                FailureReason::DeletionRequested,
+                "the plan is being deleted",
+            )
         } else if f.request == Some(Action::Abort) {
-            ("abort", "Aborted", "rollout aborted by request")
+            (
+                "abort",
+                FailureReason::Aborted,
+                "rollout aborted by request",
+            )
         } else {
             return Handled;
         };
         let failure = Failure {
             revision: String::new(),
             gate: gate.into(),
-            reason: reason.into(),
+            reason: reason.to_string(),
             message: message.into(),
         };
         self.go(Phase::RollbackInProgress, Cause::RollbackStarted(failure))
@@ -325,11 +319,12 @@ impl Planner {
             }
             return self.set(Cause::Halted(failure.clone()));
         }
+        let at_final = f.current == CurrentStep::Final;
         match f.request {
-            Some(Action::Promote { full: true }) if !f.at_final => {
+            Some(Action::Promote { full: true }) if !at_final => {
                 return self.set(Cause::Advance { to_step: f.steps });
             }
-            Some(Action::Promote { .. }) if !f.at_final => {
+            Some(Action::Promote { .. }) if !at_final => {
                 return self.set(Cause::Advance {
                     to_step: f.step + 1,
                 });
@@ -340,23 +335,15 @@ impl Planner {
             // Held: not even promotion to Stable happens until resumed.
             return Handled;
         }
-        if f.at_final {
-            if f.step_ready && f.gates_passed {
-                return self.go(Phase::Stable, Cause::Promoted);
-            }
+        if !f.current.done(f.step_ready && f.gates_passed) {
             return Handled;
         }
-        let done = match f.pause {
-            Some(Some(remaining)) => remaining.is_zero() && f.step_ready && f.gates_passed,
-            Some(None) => false, // until promoted
-            None => f.step_ready && f.gates_passed,
-        };
-        if done {
-            return self.set(Cause::Advance {
-                to_step: f.step + 1,
-            });
+        if at_final {
+            return self.go(Phase::Stable, Cause::Promoted);
         }
-        Handled
+        self.set(Cause::Advance {
+            to_step: f.step + 1,
+        })
     }
 
     fn rollback_in_progress(&mut self, f: &Facts) -> Outcome<Phase> {
@@ -413,14 +400,14 @@ pub fn events(
     phase: Phase,
     cause: &Cause,
 ) -> Vec<EventIntent> {
-    let normal = |reason: &str, message: String| EventIntent {
+    let normal = |reason: EventReason, message: String| EventIntent {
         type_: EventType::Normal,
-        reason: reason.into(),
+        reason,
         message,
     };
-    let warning = |reason: &str, message: String| EventIntent {
+    let warning = |reason: EventReason, message: String| EventIntent {
         type_: EventType::Warning,
-        reason: reason.into(),
+        reason,
         message,
     };
     let stable = obs
@@ -434,7 +421,7 @@ pub fn events(
         Cause::Start { superseded } => {
             if *superseded {
                 out.push(normal(
-                    reasons::ROLLOUT_SUPERSEDED,
+                    EventReason::RolloutSuperseded,
                     format!(
                         "revision {} superseded by a newer spec",
                         obs.status.current_revision.as_deref().unwrap_or("?")
@@ -447,7 +434,7 @@ pub fn events(
                 format!("{} steps, stable revision {stable}", target.steps.len())
             };
             out.push(normal(
-                reasons::ROLLOUT_STARTED,
+                EventReason::RolloutStarted,
                 format!("rolling out revision {} ({how})", target.revision),
             ));
         }
@@ -467,27 +454,27 @@ pub fn events(
                 ""
             };
             out.push(normal(
-                reasons::STEP_ADVANCED,
+                EventReason::StepAdvanced,
                 format!("{what}: weight {w}%{by}"),
             ));
         }
         Cause::Retry => out.push(normal(
-            reasons::RETRY_REQUESTED,
+            EventReason::RetryRequested,
             "retrying the halted step".into(),
         )),
         Cause::Promoted => out.push(normal(
-            reasons::PROMOTED,
+            EventReason::Promoted,
             format!("revision {} is stable", target.revision),
         )),
         Cause::Halted(f) => out.push(warning(
-            reasons::ROLLOUT_HALTED,
+            EventReason::RolloutHalted,
             format!(
                 "{} failed ({}): {}; automatic rollback is off, waiting for abort or retry",
                 f.gate, f.reason, f.message
             ),
         )),
         Cause::RollbackStarted(f) => out.push(warning(
-            reasons::ROLLBACK_STARTED,
+            EventReason::RollbackStarted,
             format!(
                 "{} ({}): {}; rolling back to stable revision {stable}",
                 f.gate, f.reason, f.message
@@ -502,16 +489,19 @@ pub fn events(
                 format!("rolled back to stable revision {stable}")
             };
             out.push(if phase == Phase::Stable {
-                normal(reasons::ROLLED_BACK, msg)
+                normal(EventReason::RolledBack, msg)
             } else {
-                warning(reasons::ROLLED_BACK, msg)
+                warning(EventReason::RolledBack, msg)
             });
         }
     }
     if let Some(a) = facts.request
         && matches!(a, Action::Pause | Action::Resume)
     {
-        out.push(normal(reasons::REQUEST_APPLIED, format!("{a:?} applied")));
+        out.push(normal(
+            EventReason::RequestApplied,
+            format!("{a:?} applied"),
+        ));
     }
     out
 }
@@ -536,7 +526,7 @@ pub fn requeue_after(
                 return Some(Duration::from_secs(1));
             }
             let mut next = SAFETY;
-            if let Some(Some(remaining)) = facts.pause
+            if let Some(remaining) = facts.current.ends_in()
                 && !facts.paused
             {
                 next = next.min(remaining + Duration::from_millis(500));

@@ -16,13 +16,24 @@ pub mod conditions;
 pub mod desired;
 pub mod machine;
 pub mod reasons;
+pub mod request;
+pub mod spec;
+pub mod steps;
 
-use crate::api::validation::{CheckedStep, SpecError, check_spec};
+pub use reasons::EventReason;
+pub use request::{Action, NotApplicable};
+pub use spec::SpecError;
+
+use crate::gates::GateSpec;
+use steps::{CurrentStep, Step};
+
 use crate::api::{
-    ComponentStatus, Failure, GateStatus, HistoryEntry, Phase, ReleasePlanSpec, ReleasePlanStatus,
-    revision,
+    ComponentStatus, Failure, GateStatus, HistoryEntry, Outcome, Phase, ReleasePlanSpec,
+    ReleasePlanStatus, Verdict, revision,
 };
+use crate::api::{LABEL_COMPONENT, LABEL_REVISION};
 use chrono::{DateTime, Utc};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -48,8 +59,8 @@ pub struct Target {
     pub components: Vec<TargetComponent>,
     /// Plan revision: a hash over the components' template hashes.
     pub revision: String,
-    /// Canary steps.
-    pub steps: Vec<CheckedStep>,
+    /// Canary steps, parsed.
+    pub steps: Vec<Step>,
     /// How long a step may wait for ready pods.
     pub progress_deadline: Duration,
     /// Roll back without a human when a gate fails.
@@ -58,14 +69,14 @@ pub struct Target {
     pub paused: bool,
     /// Old revision Deployments kept at zero replicas.
     pub revision_history_limit: usize,
-    /// Names of the configured Prometheus and webhook gates.
-    pub gates: Vec<String>,
+    /// The configured health gates, parsed (the gate runner evaluates them).
+    pub gates: Vec<GateSpec>,
 }
 
 impl Target {
     /// Validates a spec and computes its revisions.
     pub fn from_spec(spec: &ReleasePlanSpec) -> Result<Self, SpecError> {
-        let steps = check_spec(spec)?;
+        let spec::Checked { steps, gates } = spec::check_spec(spec)?;
         let components: Vec<TargetComponent> = spec
             .components
             .iter()
@@ -90,14 +101,13 @@ impl Target {
             automatic_rollback: spec.rollback.automatic,
             paused: spec.paused,
             revision_history_limit: spec.revision_history_limit(),
-            gates: spec
-                .health
-                .prometheus
-                .iter()
-                .map(|g| g.name.clone())
-                .chain(spec.health.webhooks.iter().map(|g| g.name.clone()))
-                .collect(),
+            gates,
         })
+    }
+
+    /// The step at `index` after `age` in it.
+    pub fn current_step(&self, index: usize, age: Duration) -> CurrentStep {
+        CurrentStep::at(&self.steps, index, age)
     }
 
     /// The target component of that name.
@@ -125,6 +135,38 @@ pub struct RevisionObs {
     pub created: Option<DateTime<Utc>>,
 }
 
+/// A revision Deployment as the core sees it; `None` when it lacks our labels.
+/// The one reader of a revision Deployment: the controller observes through
+/// it and the plugin draws its tree with it, so both count the same pods.
+///
+/// `ready` counts only ready pods of the Deployment's current template
+/// (`min(readyReplicas, updatedReplicas)`), so a pod left from an older template
+/// is never taken for one of this revision; a missing `spec.replicas` is 1,
+/// as the API server defaults it.
+pub fn revision_of(d: &Deployment) -> Option<RevisionObs> {
+    let labels = d.metadata.labels.as_ref()?;
+    let component = labels.get(LABEL_COMPONENT)?.clone();
+    let hash = labels.get(LABEL_REVISION)?.clone();
+    let status = d.status.clone().unwrap_or_default();
+    let ready = status
+        .ready_replicas
+        .unwrap_or(0)
+        .min(status.updated_replicas.unwrap_or(0));
+    Some(RevisionObs {
+        name: d.metadata.name.clone().unwrap_or_default(),
+        component,
+        hash,
+        replicas: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+        ready,
+        current: status.replicas.unwrap_or(0),
+        created: d
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(crate::api::time::from_k8s),
+    })
+}
+
 /// A new-revision pod in a state that fails the rollout at once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodFailure {
@@ -138,39 +180,6 @@ pub struct PodFailure {
     pub reason: String,
     /// Details for humans.
     pub message: String,
-}
-
-/// A request made through the plugin, applied exactly once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    /// Skip the current pause or step; with `full`, go straight to 100%.
-    Promote {
-        /// Go to 100% at once.
-        full: bool,
-    },
-    /// Roll back now.
-    Abort,
-    /// Roll out the desired revision again after a rollback or a failure.
-    Retry,
-    /// Hold the rollout.
-    Pause,
-    /// Lift a pause request.
-    Resume,
-}
-
-impl Action {
-    /// Parses a request's action word.
-    pub fn parse(s: &str) -> Option<Action> {
-        Some(match s {
-            "promote" => Action::Promote { full: false },
-            "promote-full" => Action::Promote { full: true },
-            "abort" => Action::Abort,
-            "retry" => Action::Retry,
-            "pause" => Action::Pause,
-            "resume" => Action::Resume,
-            _ => return None,
-        })
-    }
 }
 
 /// A pending plugin request.
@@ -281,8 +290,8 @@ pub enum EventType {
 pub struct EventIntent {
     /// Severity.
     pub type_: EventType,
-    /// CamelCase reason, e.g. `RollbackStarted`.
-    pub reason: String,
+    /// Why, e.g. `RollbackStarted`.
+    pub reason: EventReason,
     /// What happened.
     pub message: String,
 }
@@ -337,7 +346,7 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
     {
         events.push(EventIntent {
             type_: EventType::Warning,
-            reason: reasons::REQUEST_IGNORED.into(),
+            reason: EventReason::RequestIgnored,
             message: format!(
                 "request {:?} does not apply in phase {}",
                 req.action, obs.status.phase
@@ -393,21 +402,23 @@ pub fn gate_events(before: &[GateStatus], after: &[GateStatus]) -> Vec<EventInte
     after
         .iter()
         .filter(|a| {
-            a.verdict != crate::gates::PENDING
+            a.verdict != Verdict::Pending
                 && before
                     .iter()
                     .find(|b| b.name == a.name)
                     .is_none_or(|b| b.verdict != a.verdict)
         })
         .map(|a| {
-            let (type_, reason) = match a.verdict.as_str() {
-                crate::gates::PASSED => (EventType::Normal, reasons::GATE_PASSED),
-                crate::gates::FAILED => (EventType::Warning, reasons::GATE_FAILED),
-                _ => (EventType::Warning, reasons::GATE_INCONCLUSIVE),
+            let (type_, reason) = match a.verdict {
+                Verdict::Passed => (EventType::Normal, EventReason::GatePassed),
+                Verdict::Failed => (EventType::Warning, EventReason::GateFailed),
+                Verdict::Inconclusive | Verdict::Pending => {
+                    (EventType::Warning, EventReason::GateInconclusive)
+                }
             };
             EventIntent {
                 type_,
-                reason: reason.into(),
+                reason,
                 message: format!(
                     "gate {}: {}",
                     a.name,
@@ -424,7 +435,7 @@ fn invalid_request(obs: &Observation, status: &mut ReleasePlanStatus) -> Option<
     status.acknowledged_request = Some(bad.raw.clone());
     Some(EventIntent {
         type_: EventType::Warning,
-        reason: reasons::INVALID_REQUEST.into(),
+        reason: EventReason::InvalidRequest,
         message: bad.message.clone(),
     })
 }
@@ -435,7 +446,7 @@ fn refusal_event(obs: &Observation) -> Option<EventIntent> {
     let r = obs.refusal.as_ref()?;
     Some(EventIntent {
         type_: EventType::Warning,
-        reason: reasons::DEPLOYMENT_REFUSED.into(),
+        reason: EventReason::DeploymentRefused,
         message: conditions::refusal_text(r),
     })
 }
@@ -450,7 +461,7 @@ fn invalid_spec(obs: &Observation, e: &SpecError) -> Decision {
     status.conditions = conditions::invalid_spec(obs, e);
     let mut events = vec![EventIntent {
         type_: EventType::Warning,
-        reason: reasons::INVALID_SPEC.into(),
+        reason: EventReason::InvalidSpec,
         message: e.to_string(),
     }];
     events.extend(invalid_request(obs, &mut status));
@@ -499,7 +510,7 @@ fn apply_cause(
                     &mut s,
                     obs,
                     rev,
-                    "Superseded",
+                    Outcome::Superseded,
                     "a newer spec generation replaced it",
                 );
             }
@@ -536,7 +547,7 @@ fn apply_cause(
             }
             s.failure = None;
             let rev = target.revision.clone();
-            push_history(&mut s, obs, &rev, "Promoted", "all steps passed");
+            push_history(&mut s, obs, &rev, Outcome::Promoted, "all steps passed");
         }
         Cause::Halted(f) => {
             s.failure = Some(f.clone());
@@ -565,7 +576,7 @@ fn apply_cause(
                 .as_ref()
                 .map(|f| format!("{}: {}", f.gate, f.message))
                 .unwrap_or_else(|| "rolled back".into());
-            push_history(&mut s, obs, &rev, "RolledBack", &reason);
+            push_history(&mut s, obs, &rev, Outcome::RolledBack, &reason);
             if *to_desired {
                 // The spec was reverted to the stable revision meanwhile.
                 s.current_revision = s.stable_revision.clone();
@@ -630,10 +641,7 @@ pub fn weight_at(target: &Target, s: &ReleasePlanStatus) -> i32 {
             target.steps[..=step]
                 .iter()
                 .rev()
-                .find_map(|st| match st {
-                    CheckedStep::SetWeight(w) => Some(*w),
-                    CheckedStep::Pause(_) => None,
-                })
+                .find_map(Step::weight)
                 .unwrap_or(0)
         }
     }
@@ -643,7 +651,7 @@ fn push_history(
     s: &mut ReleasePlanStatus,
     obs: &Observation,
     rev: &str,
-    outcome: &str,
+    outcome: Outcome,
     reason: &str,
 ) {
     let components = obs
@@ -655,7 +663,7 @@ fn push_history(
     s.history.push(HistoryEntry {
         number: obs.status.rollout_count,
         revision: rev.to_string(),
-        outcome: outcome.to_string(),
+        outcome,
         started_at: obs.status.rollout_started_at,
         finished_at: Some(obs.now),
         reason: Some(reason.to_string()),

@@ -1,41 +1,165 @@
-//! Event and condition reasons: one home for the strings tools and people
-//! match on (Events' `reason`, conditions' `reason`, the plugin's exit codes).
+//! Event, condition and failure reasons: one home for the names tools and
+//! people match on (Events' `reason`, conditions' `reason`, the plugin's exit
+//! codes). Each set is an enum, so a reason the core writes and one the
+//! plugin matches on are the same value, checked by the compiler; the text
+//! appears only here.
 
-/// Event: a rollout of a new revision started.
-pub const ROLLOUT_STARTED: &str = "RolloutStarted";
-/// Event: an unfinished rollout was replaced by a newer spec.
-pub const ROLLOUT_SUPERSEDED: &str = "RolloutSuperseded";
-/// Event: the rollout moved to another step.
-pub const STEP_ADVANCED: &str = "StepAdvanced";
-/// Event: a halted rollout is retried.
-pub const RETRY_REQUESTED: &str = "RetryRequested";
-/// Event: the new revision is stable.
-pub const PROMOTED: &str = "Promoted";
-/// Event and condition: a failure holds the rollout (automatic rollback off).
-pub const ROLLOUT_HALTED: &str = "RolloutHalted";
-/// Event: every component returns to the stable revision.
-pub const ROLLBACK_STARTED: &str = "RollbackStarted";
-/// Event and condition: the rollback finished.
-pub const ROLLED_BACK: &str = "RolledBack";
-/// Event: a pause or resume request was applied.
-pub const REQUEST_APPLIED: &str = "RequestApplied";
-/// Event: a request that does not apply in the current phase.
-pub const REQUEST_IGNORED: &str = "RequestIgnored";
-/// Event: a request annotation that is not a request.
-pub const INVALID_REQUEST: &str = "InvalidRequest";
-/// Event and condition: the spec passed admission but cannot be acted on.
-pub const INVALID_SPEC: &str = "InvalidSpec";
-/// Event and condition: the API server refused a Deployment write.
-pub const DEPLOYMENT_REFUSED: &str = "DeploymentRefused";
-/// Condition: a Deployment write failed and is retried.
-pub const DEPLOYMENT_WRITE_FAILED: &str = "DeploymentWriteFailed";
-/// Event: a reconcile failed (rate-limited).
-pub const RECONCILE_ERROR: &str = "ReconcileError";
-/// Event: a gate's verdict became Passed.
-pub const GATE_PASSED: &str = "GatePassed";
-/// Event: a gate's verdict became Failed.
-pub const GATE_FAILED: &str = "GateFailed";
-/// Event: a gate's verdict became Inconclusive.
-pub const GATE_INCONCLUSIVE: &str = "GateInconclusive";
-/// Condition: the stable revision is not ready long after the rollback began.
-pub const ROLLBACK_SLOW: &str = "RollbackSlow";
+/// An enum of reasons whose variant names are the reasons' text.
+macro_rules! reasons {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident,)+ }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vdoc])* $variant,)+
+        }
+
+        impl $name {
+            /// Every reason of the set.
+            pub const ALL: &[$name] = &[$($name::$variant,)+];
+
+            /// The reason as written to the API.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => stringify!($variant),)+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+reasons! {
+    /// `reason` of an Event the operator records on a plan.
+    EventReason {
+        /// A rollout of a new revision started.
+        RolloutStarted,
+        /// An unfinished rollout was replaced by a newer spec.
+        RolloutSuperseded,
+        /// The rollout moved to another step.
+        StepAdvanced,
+        /// A halted rollout is retried.
+        RetryRequested,
+        /// The new revision is stable.
+        Promoted,
+        /// A failure holds the rollout (automatic rollback off).
+        RolloutHalted,
+        /// Every component returns to the stable revision.
+        RollbackStarted,
+        /// The rollback finished.
+        RolledBack,
+        /// A pause or resume request was applied.
+        RequestApplied,
+        /// A request that does not apply in the current phase.
+        RequestIgnored,
+        /// A request annotation that is not a request.
+        InvalidRequest,
+        /// The spec passed admission but cannot be acted on.
+        InvalidSpec,
+        /// The API server refused a Deployment write.
+        DeploymentRefused,
+        /// A reconcile failed (rate-limited).
+        ReconcileError,
+        /// A gate's verdict became Passed.
+        GatePassed,
+        /// A gate's verdict became Failed.
+        GateFailed,
+        /// A gate's verdict became Inconclusive.
+        GateInconclusive,
+    }
+}
+
+reasons! {
+    /// `reason` of a condition the operator sets (see `conditions`).
+    ConditionReason {
+        /// Phase `Pending`: never reconciled.
+        Pending,
+        /// Phase `RollingOut`.
+        RollingOut,
+        /// Phase `RollbackInProgress`.
+        RollbackInProgress,
+        /// Phase `RolledBack`: a failed revision was rolled back.
+        RolledBack,
+        /// Phase `Stable`.
+        Stable,
+        /// A new spec generation is not acted on yet.
+        NewGeneration,
+        /// Components return to the stable revision.
+        RollingBack,
+        /// A failure holds the rollout (automatic rollback off).
+        RolloutHalted,
+        /// The rollout is held (`Progressing`).
+        Paused,
+        /// Held by a pause request.
+        PauseRequested,
+        /// Held by `spec.paused`.
+        SpecPaused,
+        /// Held at a pause step until promoted.
+        PauseStep,
+        /// Not held.
+        NotPaused,
+        /// The spec passed admission but cannot be acted on.
+        InvalidSpec,
+        /// The API server refused a Deployment write for good.
+        DeploymentRefused,
+        /// A Deployment write failed and is retried.
+        DeploymentWriteFailed,
+        /// The stable revision is not ready long after the rollback began.
+        RollbackSlow,
+    }
+}
+
+impl From<crate::api::Phase> for ConditionReason {
+    fn from(p: crate::api::Phase) -> Self {
+        use crate::api::Phase;
+        match p {
+            Phase::Pending => ConditionReason::Pending,
+            Phase::RollingOut => ConditionReason::RollingOut,
+            Phase::RollbackInProgress => ConditionReason::RollbackInProgress,
+            Phase::RolledBack => ConditionReason::RolledBack,
+            Phase::Stable => ConditionReason::Stable,
+        }
+    }
+}
+
+reasons! {
+    /// `status.failure.reason` of a failure the operator itself declares (pod
+    /// failures carry the kubelet's reason instead, e.g. `CrashLoopBackOff`).
+    FailureReason {
+        /// A health gate failed.
+        GateFailed,
+        /// A step's pods were not ready within the progress deadline.
+        ProgressDeadlineExceeded,
+        /// An `abort` request.
+        Aborted,
+        /// The plan is being deleted.
+        DeletionRequested,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Phase;
+
+    #[test]
+    fn phase_reasons_are_the_phase_names() {
+        for p in Phase::ALL {
+            assert_eq!(ConditionReason::from(p).as_str(), p.as_str());
+        }
+    }
+
+    #[test]
+    fn reasons_are_camel_case_and_unique() {
+        let all: Vec<&str> = EventReason::ALL.iter().map(|r| r.as_str()).collect();
+        let mut sorted = all.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), all.len());
+        assert!(all.iter().all(|r| r.starts_with(char::is_uppercase)));
+    }
+}

@@ -128,9 +128,9 @@ impl Sim {
             .map(|t| t.gates)
             .unwrap_or_default()
             .into_iter()
-            .map(|name| GateStatus {
-                name,
-                verdict: "Passed".into(),
+            .map(|g| GateStatus {
+                name: g.name().to_string(),
+                verdict: Verdict::Passed,
                 ..Default::default()
             })
             .collect();
@@ -283,7 +283,7 @@ impl Sim {
     }
 
     fn has_event(&self, reason: &str) -> bool {
-        self.events.iter().any(|e| e.reason == reason)
+        self.events.iter().any(|e| e.reason.as_str() == reason)
     }
 }
 
@@ -867,7 +867,7 @@ fn a_refused_deployment_write_shows_in_conditions_and_events() {
     assert!(
         d.events
             .iter()
-            .any(|e| e.reason == "DeploymentRefused" && e.type_ == EventType::Warning)
+            .any(|e| e.reason == EventReason::DeploymentRefused && e.type_ == EventType::Warning)
     );
     assert!(
         d.status
@@ -894,17 +894,17 @@ fn a_refused_deployment_write_shows_in_conditions_and_events() {
 
 #[test]
 fn gate_verdict_changes_are_events() {
-    let g = |name: &str, verdict: &str| GateStatus {
+    let g = |name: &str, verdict: Verdict| GateStatus {
         name: name.into(),
-        verdict: verdict.into(),
+        verdict,
         ..Default::default()
     };
-    let before = vec![g("a", "Passed"), g("b", "Pending")];
+    let before = vec![g("a", Verdict::Passed), g("b", Verdict::Pending)];
     let after = vec![
-        g("a", "Passed"),
-        g("b", "Failed"),
-        g("c", "Passed"),
-        g("d", "Pending"),
+        g("a", Verdict::Passed),
+        g("b", Verdict::Failed),
+        g("c", Verdict::Passed),
+        g("d", Verdict::Pending),
     ];
     let ev = gate_events(&before, &after);
     let reasons: Vec<&str> = ev.iter().map(|e| e.reason.as_str()).collect();
@@ -922,7 +922,11 @@ fn an_invalid_request_is_acknowledged_with_a_warning() {
     });
     let d = decide(&obs, &sim.templates());
     assert_eq!(d.status.acknowledged_request.as_deref(), Some("explode/1"));
-    assert!(d.events.iter().any(|e| e.reason == "InvalidRequest"));
+    assert!(
+        d.events
+            .iter()
+            .any(|e| e.reason == EventReason::InvalidRequest)
+    );
     sim.apply(&d);
 }
 

@@ -1,11 +1,13 @@
-//! Checks of a spec that the CRD's CEL rules cannot express, or that must hold
-//! even for objects stored before a rule existed. The controller refuses to act
-//! on a spec that fails them and says why in a `Stalled` condition.
+//! From the API's spec to what the core works with: checks that the CRD's CEL
+//! rules cannot express, or that must hold even for objects stored before a
+//! rule existed, and the parsing of steps and gate settings (done here once;
+//! the machine and the gate runner only see typed values). The controller
+//! refuses to act on a spec that fails and says why in a `Stalled` condition.
 
-use super::{Component, ReleasePlanSpec, Step};
+use super::steps::{Step, parse_steps};
+use crate::api::{Component, ReleasePlanSpec};
+use crate::gates::{GateSpec, GateSpecError};
 use k8s_openapi::api::core::v1::Container;
-use std::str::FromStr;
-use std::time::Duration;
 
 /// A spec the operator cannot act on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -17,77 +19,39 @@ pub struct SpecError {
     pub message: String,
 }
 
-fn err(field: impl Into<String>, message: impl Into<String>) -> SpecError {
-    SpecError {
-        field: field.into(),
-        message: message.into(),
-    }
-}
-
-/// Parses a Go-style duration (`30s`, `1h30m`); negative durations are refused.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d =
-        kube::core::Duration::from_str(s).map_err(|e| format!("invalid duration {s:?}: {e}"))?;
-    if d.is_negative() {
-        return Err(format!("duration {s:?} must not be negative"));
-    }
-    Ok(d.into())
-}
-
-/// A step once validated: what the state machine works with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CheckedStep {
-    /// Move this percent of replicas to the new revision.
-    SetWeight(i32),
-    /// Hold for a time, or until promoted when `None`.
-    Pause(Option<Duration>),
-}
-
-/// Validates the steps and returns them in checked form.
-pub fn check_steps(steps: &[Step]) -> Result<Vec<CheckedStep>, SpecError> {
-    let mut out = Vec::with_capacity(steps.len());
-    let mut last_weight = 0;
-    for (i, step) in steps.iter().enumerate() {
-        let field = format!("spec.strategy.steps[{i}]");
-        match (&step.set_weight, &step.pause) {
-            (Some(w), None) => {
-                if !(0..=100).contains(w) {
-                    return Err(err(
-                        format!("{field}.setWeight"),
-                        "must be between 0 and 100",
-                    ));
-                }
-                if *w < last_weight {
-                    return Err(err(
-                        format!("{field}.setWeight"),
-                        "setWeight values must never decrease",
-                    ));
-                }
-                last_weight = *w;
-                out.push(CheckedStep::SetWeight(*w));
-            }
-            (None, Some(p)) => {
-                let d = match &p.duration {
-                    Some(s) => Some(
-                        parse_duration(s).map_err(|m| err(format!("{field}.pause.duration"), m))?,
-                    ),
-                    None => None,
-                };
-                out.push(CheckedStep::Pause(d));
-            }
-            _ => {
-                return Err(err(
-                    field,
-                    "each step must set exactly one of setWeight and pause",
-                ));
-            }
+impl SpecError {
+    /// An error of the field at `field`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> SpecError {
+        SpecError {
+            field: field.into(),
+            message: message.into(),
         }
     }
-    Ok(out)
 }
 
-/// Validates what the state machine relies on.
-pub fn check_spec(spec: &ReleasePlanSpec) -> Result<Vec<CheckedStep>, SpecError> {
+fn err(field: impl Into<String>, message: impl Into<String>) -> SpecError {
+    SpecError::new(field, message)
+}
+
+impl From<GateSpecError> for SpecError {
+    fn from(e: GateSpecError) -> Self {
+        SpecError::new(e.field, e.message)
+    }
+}
+
+/// A spec's steps and gates, parsed: what the state machine and the gate
+/// runner work with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checked {
+    /// The canary steps.
+    pub steps: Vec<Step>,
+    /// The health gates, Prometheus gates first, then webhooks.
+    pub gates: Vec<GateSpec>,
+}
+
+/// Validates what the state machine relies on and parses steps, thresholds
+/// and intervals, once.
+pub fn check_spec(spec: &ReleasePlanSpec) -> Result<Checked, SpecError> {
     if spec.components.is_empty() {
         return Err(err("spec.components", "at least one component is required"));
     }
@@ -106,19 +70,9 @@ pub fn check_spec(spec: &ReleasePlanSpec) -> Result<Vec<CheckedStep>, SpecError>
         }
         check_template(i, c)?;
     }
-    for (i, g) in spec.health.prometheus.iter().enumerate() {
-        if let Some(s) = &g.interval {
-            parse_duration(s)
-                .map_err(|m| err(format!("spec.health.prometheus[{i}].interval"), m))?;
-        }
-        crate::gates::threshold::Threshold::from_str(&g.threshold).map_err(|e| {
-            err(
-                format!("spec.health.prometheus[{i}].threshold"),
-                e.to_string(),
-            )
-        })?;
-    }
-    check_steps(&spec.strategy.steps)
+    let gates = GateSpec::all(&spec.health)?;
+    let steps = parse_steps(&spec.strategy.steps)?;
+    Ok(Checked { steps, gates })
 }
 
 /// What Kubernetes would refuse in the Deployment (or its pods) made from a
@@ -305,22 +259,6 @@ fn is_dns_label_chars(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Pause;
-
-    fn weight(w: i32) -> Step {
-        Step {
-            set_weight: Some(w),
-            pause: None,
-        }
-    }
-    fn pause(d: Option<&str>) -> Step {
-        Step {
-            set_weight: None,
-            pause: Some(Pause {
-                duration: d.map(str::to_string),
-            }),
-        }
-    }
 
     /// A valid one-component spec, edited as JSON.
     fn spec_with(edit: impl FnOnce(&mut serde_json::Value)) -> ReleasePlanSpec {
@@ -363,6 +301,34 @@ mod tests {
                 serde_json::json!([{ "name": "init", "image": "busybox" }]);
         });
         assert_eq!(check_spec(&spec).map(|_| ()), Ok(()));
+    }
+
+    #[test]
+    fn parses_gates_once_naming_the_field() {
+        let gate = |threshold: &str, interval: &str| {
+            spec_with(|v| {
+                v["health"] = serde_json::json!({
+                    "prometheus": [{"name": "errors", "address": "http://p:9090", "query": "up",
+                                    "threshold": threshold, "interval": interval}],
+                    "webhooks": [{"name": "smoke", "url": "http://h/ok"}]
+                })
+            })
+        };
+        let checked = check_spec(&gate("< 0.05", "1m")).unwrap();
+        let names: Vec<&str> = checked.gates.iter().map(|g| g.name()).collect();
+        assert_eq!(names, ["errors", "smoke"]);
+        assert_eq!(
+            checked.gates[0].interval(),
+            std::time::Duration::from_secs(60)
+        );
+        assert_eq!(
+            field_of(&gate("0.05", "1m")).as_deref(),
+            Some("spec.health.prometheus[0].threshold")
+        );
+        assert_eq!(
+            field_of(&gate("< 0.05", "soon")).as_deref(),
+            Some("spec.health.prometheus[0].interval")
+        );
     }
 
     #[test]
@@ -488,39 +454,5 @@ mod tests {
             field_of(&spec),
             Some(format!("{TEMPLATE}.spec.initContainers[1].name"))
         );
-    }
-
-    #[test]
-    fn parses_go_durations() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert!(parse_duration("-5s").is_err());
-        assert!(parse_duration("soon").is_err());
-    }
-
-    #[test]
-    fn checks_steps() {
-        let steps = vec![weight(10), pause(Some("1m")), weight(50), pause(None)];
-        assert_eq!(
-            check_steps(&steps),
-            Ok(vec![
-                CheckedStep::SetWeight(10),
-                CheckedStep::Pause(Some(Duration::from_secs(60))),
-                CheckedStep::SetWeight(50),
-                CheckedStep::Pause(None)
-            ])
-        );
-    }
-
-    #[test]
-    fn refuses_decreasing_weights_and_bad_steps() {
-        let e = check_steps(&[weight(50), weight(20)]).unwrap_err();
-        assert_eq!(e.field, "spec.strategy.steps[1].setWeight");
-        let e = check_steps(&[Step::default()]).unwrap_err();
-        assert!(e.message.contains("exactly one"));
-        let e = check_steps(&[pause(Some("later"))]).unwrap_err();
-        assert_eq!(e.field, "spec.strategy.steps[0].pause.duration");
-        assert!(check_steps(&[weight(101)]).is_err());
     }
 }

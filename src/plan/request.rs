@@ -1,0 +1,157 @@
+//! Plugin requests as the core knows them: the action word of the request
+//! annotation (printed by the plugin, parsed by the operator) and the rule of
+//! when a request applies (the machine ignores it otherwise, and the plugin
+//! warns before sending it). One home, so the two sides cannot drift.
+
+use crate::api::{Phase, ReleasePlanStatus};
+
+/// A request made through the plugin, applied exactly once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Skip the current pause or step; with `full`, go straight to 100%.
+    Promote {
+        /// Go to 100% at once.
+        full: bool,
+    },
+    /// Roll back now.
+    Abort,
+    /// Roll out the desired revision again after a rollback or a failure.
+    Retry,
+    /// Hold the rollout.
+    Pause,
+    /// Lift a pause request.
+    Resume,
+}
+
+impl Action {
+    /// Every action.
+    pub const ALL: [Action; 6] = [
+        Action::Promote { full: false },
+        Action::Promote { full: true },
+        Action::Abort,
+        Action::Retry,
+        Action::Pause,
+        Action::Resume,
+    ];
+
+    /// The action word of the annotation (`<word>/<id>`).
+    pub fn word(self) -> &'static str {
+        match self {
+            Action::Promote { full: false } => "promote",
+            Action::Promote { full: true } => "promote-full",
+            Action::Abort => "abort",
+            Action::Retry => "retry",
+            Action::Pause => "pause",
+            Action::Resume => "resume",
+        }
+    }
+
+    /// Parses a request's action word, as [`Action::word`] prints it.
+    pub fn parse(s: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.word() == s)
+    }
+
+    /// Whether the request applies to a plan in this state; the machine
+    /// ignores (and reports) one that does not. Pause and resume always
+    /// apply; promote only while rolling out and not halted; abort only while
+    /// rolling out; retry after a rollback or while halted on a failure.
+    pub fn applies_in(self, status: &ReleasePlanStatus) -> Result<(), NotApplicable> {
+        let phase = status.phase;
+        let halted = phase == Phase::RollingOut && status.failure.is_some();
+        let applies = match self {
+            Action::Pause | Action::Resume => true,
+            Action::Promote { .. } => phase == Phase::RollingOut && !halted,
+            Action::Abort => phase == Phase::RollingOut,
+            Action::Retry => phase == Phase::RolledBack || halted,
+        };
+        if applies {
+            Ok(())
+        } else {
+            Err(NotApplicable {
+                action: self,
+                phase,
+                halted,
+            })
+        }
+    }
+}
+
+/// Why a request does not apply; its text says what would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotApplicable {
+    /// The request.
+    pub action: Action,
+    /// The plan's phase.
+    pub phase: Phase,
+    /// The rollout is halted on a failure.
+    pub halted: bool,
+}
+
+impl std::fmt::Display for NotApplicable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (word, phase) = (self.action.word(), self.phase);
+        match self.action {
+            Action::Promote { .. } if self.halted => write!(
+                f,
+                "{word} does not apply: the rollout is halted on a failure; use `retry` to re-run the step or `abort` to roll back"
+            ),
+            Action::Retry => write!(
+                f,
+                "retry applies only when RolledBack or when a rollout is halted on a failure; the plan is {phase}"
+            ),
+            _ => write!(
+                f,
+                "{word} applies only while RollingOut; the plan is {phase}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for NotApplicable {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Failure;
+
+    #[test]
+    fn words_round_trip() {
+        for a in Action::ALL {
+            assert_eq!(Action::parse(a.word()), Some(a));
+        }
+        assert_eq!(Action::parse("explode"), None);
+    }
+
+    #[test]
+    fn applicability() {
+        let mut s = ReleasePlanStatus {
+            phase: Phase::RollingOut,
+            ..Default::default()
+        };
+        for a in Action::ALL {
+            assert_eq!(a.applies_in(&s).is_ok(), a != Action::Retry, "{a:?}");
+        }
+        s.failure = Some(Failure::default());
+        // Halted: promote no, abort yes, retry yes.
+        let e = Action::Promote { full: false }.applies_in(&s).unwrap_err();
+        assert!(e.to_string().contains("halted"), "{e}");
+        assert!(Action::Abort.applies_in(&s).is_ok());
+        assert!(Action::Retry.applies_in(&s).is_ok());
+        for phase in [Phase::Stable, Phase::Pending, Phase::RollbackInProgress] {
+            s.phase = phase;
+            s.failure = None;
+            let e = Action::Promote { full: true }.applies_in(&s).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("promote-full applies only while RollingOut; the plan is {phase}")
+            );
+            assert!(Action::Abort.applies_in(&s).is_err());
+            assert!(Action::Retry.applies_in(&s).is_err());
+            assert!(Action::Pause.applies_in(&s).is_ok());
+            assert!(Action::Resume.applies_in(&s).is_ok());
+        }
+        s.phase = Phase::RolledBack;
+        assert!(Action::Retry.applies_in(&s).is_ok());
+        assert!(Action::Abort.applies_in(&s).is_err());
+    }
+}

@@ -1,0 +1,199 @@
+//! Canary steps: parsed once from `spec.strategy.steps`, and the step a
+//! rollout is at. A step kind is its field in `api::Step`, one arm of
+//! [`Step`] with its parse, and one arm of [`CurrentStep`] saying when the
+//! step is done and what it waits for; the machine, the requeue and the
+//! status message ask `CurrentStep` and need no change.
+
+use super::spec::SpecError;
+use crate::api::time::parse_duration;
+use std::time::Duration;
+
+/// A canary step of the spec, parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Move this percent of replicas to the new revision.
+    SetWeight(i32),
+    /// Hold for a time, or until promoted when `None`.
+    Pause(Option<Duration>),
+}
+
+impl Step {
+    /// The weight this step sets, if it sets one (later steps keep it).
+    pub fn weight(&self) -> Option<i32> {
+        match self {
+            Step::SetWeight(w) => Some(*w),
+            Step::Pause(_) => None,
+        }
+    }
+}
+
+/// Parses and validates the spec's steps: exactly one kind per step, weights
+/// within 0..=100 and never decreasing, pause durations readable.
+pub fn parse_steps(steps: &[crate::api::Step]) -> Result<Vec<Step>, SpecError> {
+    let mut out = Vec::with_capacity(steps.len());
+    let mut last_weight = 0;
+    for (i, step) in steps.iter().enumerate() {
+        let field = format!("spec.strategy.steps[{i}]");
+        match (&step.set_weight, &step.pause) {
+            (Some(w), None) => {
+                if !(0..=100).contains(w) {
+                    return Err(SpecError::new(
+                        format!("{field}.setWeight"),
+                        "must be between 0 and 100",
+                    ));
+                }
+                if *w < last_weight {
+                    return Err(SpecError::new(
+                        format!("{field}.setWeight"),
+                        "setWeight values must never decrease",
+                    ));
+                }
+                last_weight = *w;
+                out.push(Step::SetWeight(*w));
+            }
+            (None, Some(p)) => {
+                let d = match &p.duration {
+                    Some(s) => Some(
+                        parse_duration(s)
+                            .map_err(|m| SpecError::new(format!("{field}.pause.duration"), m))?,
+                    ),
+                    None => None,
+                };
+                out.push(Step::Pause(d));
+            }
+            _ => {
+                return Err(SpecError::new(
+                    field,
+                    "each step must set exactly one of setWeight and pause",
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The step a rollout is at, with what it waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CurrentStep {
+    /// A setWeight step: done once its pods are ready and its gates passed.
+    SetWeight(i32),
+    /// A timed pause: done once `remaining` is zero and pods and gates are good.
+    Pause {
+        /// Time left of the pause.
+        remaining: Duration,
+    },
+    /// A pause without duration: holds until promoted.
+    UntilPromoted,
+    /// Past the last step: the implicit 100%, promoted to Stable when ready.
+    Final,
+}
+
+impl CurrentStep {
+    /// The step at `index` of `steps` after `age` in it; past the end is [`CurrentStep::Final`].
+    pub fn at(steps: &[Step], index: usize, age: Duration) -> CurrentStep {
+        match steps.get(index) {
+            None => CurrentStep::Final,
+            Some(Step::SetWeight(w)) => CurrentStep::SetWeight(*w),
+            Some(Step::Pause(Some(d))) => CurrentStep::Pause {
+                remaining: d.saturating_sub(age),
+            },
+            Some(Step::Pause(None)) => CurrentStep::UntilPromoted,
+        }
+    }
+
+    /// Whether the step is done, given whether its pods are ready and its
+    /// gates passed.
+    pub fn done(&self, ready: bool) -> bool {
+        match self {
+            CurrentStep::SetWeight(_) | CurrentStep::Final => ready,
+            CurrentStep::Pause { remaining } => remaining.is_zero() && ready,
+            CurrentStep::UntilPromoted => false,
+        }
+    }
+
+    /// How long until time alone may finish the step (a timed pause).
+    pub fn ends_in(&self) -> Option<Duration> {
+        match self {
+            CurrentStep::Pause { remaining } => Some(*remaining),
+            _ => None,
+        }
+    }
+
+    /// The step holds until a human promotes it.
+    pub fn holds_until_promoted(&self) -> bool {
+        matches!(self, CurrentStep::UntilPromoted)
+    }
+
+    /// What the rollout waits for at this step, for the status message.
+    pub fn waiting_for(&self) -> &'static str {
+        match self {
+            CurrentStep::UntilPromoted => "waiting for promotion",
+            CurrentStep::Pause { .. } => "pausing",
+            CurrentStep::SetWeight(_) | CurrentStep::Final => "waiting for pods and gates",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Pause;
+
+    fn weight(w: i32) -> crate::api::Step {
+        crate::api::Step {
+            set_weight: Some(w),
+            pause: None,
+        }
+    }
+    fn pause(d: Option<&str>) -> crate::api::Step {
+        crate::api::Step {
+            set_weight: None,
+            pause: Some(Pause {
+                duration: d.map(str::to_string),
+            }),
+        }
+    }
+
+    #[test]
+    fn parses_steps() {
+        let steps = vec![weight(10), pause(Some("1m")), weight(50), pause(None)];
+        assert_eq!(
+            parse_steps(&steps),
+            Ok(vec![
+                Step::SetWeight(10),
+                Step::Pause(Some(Duration::from_secs(60))),
+                Step::SetWeight(50),
+                Step::Pause(None)
+            ])
+        );
+    }
+
+    #[test]
+    fn refuses_decreasing_weights_and_bad_steps() {
+        let e = parse_steps(&[weight(50), weight(20)]).unwrap_err();
+        assert_eq!(e.field, "spec.strategy.steps[1].setWeight");
+        let e = parse_steps(&[crate::api::Step::default()]).unwrap_err();
+        assert!(e.message.contains("exactly one"));
+        let e = parse_steps(&[pause(Some("later"))]).unwrap_err();
+        assert_eq!(e.field, "spec.strategy.steps[0].pause.duration");
+        assert!(parse_steps(&[weight(101)]).is_err());
+    }
+
+    #[test]
+    fn current_step_knows_when_it_is_done() {
+        let steps = [
+            Step::SetWeight(10),
+            Step::Pause(Some(Duration::from_secs(30))),
+            Step::Pause(None),
+        ];
+        let at = |i, age| CurrentStep::at(&steps, i, Duration::from_secs(age));
+        assert_eq!(at(0, 5), CurrentStep::SetWeight(10));
+        assert!(at(0, 0).done(true) && !at(0, 0).done(false));
+        assert_eq!(at(1, 10).ends_in(), Some(Duration::from_secs(20)));
+        assert!(!at(1, 10).done(true));
+        assert!(at(1, 40).done(true) && !at(1, 40).done(false));
+        assert!(at(2, 1000).holds_until_promoted() && !at(2, 1000).done(true));
+        assert_eq!(at(3, 0), CurrentStep::Final);
+        assert!(at(3, 0).done(true));
+    }
+}
