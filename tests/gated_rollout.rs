@@ -261,8 +261,11 @@ async fn a_restarted_operator_neither_repeats_nor_forgets_a_gate_call() {
     // The first call of the pause step, and its verdict in status.
     common::wait_until(T, "the gate's verdict at the pause step", || async {
         let s = operator::get(&client, &ns, "shop").await?.status?;
-        (s.current_step == 1 && s.gates.first().is_some_and(|g| g.verdict == "Passed"))
-            .then_some(())
+        (s.current_step == 1
+            && s.gates
+                .first()
+                .is_some_and(|g| g.verdict == releaseplan::api::Verdict::Passed))
+        .then_some(())
     })
     .await;
     let calls_before = stamps.lock().unwrap().len();
