@@ -137,8 +137,8 @@ pub enum Command {
     #[command(after_help = "\
 The templates are the ones the operator stored for each revision (one
 ControllerRevision per component revision, kept up to spec.revisionHistoryLimit
-old revisions). Without --apply nothing in the
-cluster changes: the patch goes to stdout, notes to stderr. Apply it in git, or:
+old revisions). Without --apply nothing in the cluster changes: the patch goes
+to stdout, notes to stderr. Apply it in git, or:
   kubectl releaseplan undo shop > undo.json
   kubectl patch rp shop --type merge --patch-file undo.json
 --apply edits spec.components directly: a GitOps tool that owns the plan will
