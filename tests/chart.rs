@@ -1,7 +1,8 @@
 //! The Helm chart in charts/releaseplan: its CRD copy, `helm lint`, what it
 //! renders, that the API server accepts every rendered object (server-side
 //! apply), and that the operator completes rollouts holding nothing but the
-//! chart's RBAC (a token of the chart's ServiceAccount).
+//! chart's RBAC (a token of the chart's ServiceAccount), storing and pruning
+//! the revisions' templates (ControllerRevisions) with it.
 //!
 //! The cluster tests need the local cluster (`e2e/cluster-up.sh chart` then
 //! `. .e2e-run/chart/env`, or `make test`), and helm and kubectl from
@@ -11,7 +12,7 @@ mod common;
 mod crd;
 mod operator;
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -201,6 +202,11 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
             &[
                 "create", "delete", "get", "list", "patch", "update", "watch",
             ],
+        ),
+        (
+            "apps",
+            "controllerrevisions",
+            &["create", "delete", "list", "patch", "watch"],
         ),
         ("", "pods", &["get", "list", "watch"]),
         ("events.k8s.io", "events", &["create", "patch"]),
@@ -722,6 +728,10 @@ async fn the_service_account_cannot_read_secrets() {
         ("update", "releaseplan.io", "releaseplans/status"),
         ("update", "releaseplan.io", "releaseplans/finalizers"),
         ("delete", "apps", "deployments"),
+        ("watch", "apps", "controllerrevisions"),
+        ("create", "apps", "controllerrevisions"),
+        ("patch", "apps", "controllerrevisions"),
+        ("delete", "apps", "controllerrevisions"),
         ("list", "", "pods"),
         ("create", "events.k8s.io", "events"),
     ] {
@@ -731,6 +741,8 @@ async fn the_service_account_cannot_read_secrets() {
         );
     }
     assert!(!may(c, "delete", "releaseplan.io", "releaseplans", Some(&apps)).await);
+    // Stored templates are never rewritten in place (their data is immutable).
+    assert!(!may(c, "update", "apps", "controllerrevisions", Some(&apps)).await);
     assert!(!may(c, "create", "", "pods", Some(&apps)).await);
     assert!(!may(c, "create", "", "events", Some(&apps)).await);
     assert!(
@@ -784,7 +796,8 @@ async fn wait_stable(client: &Client, op: &Operator, ns: &str, name: &str) {
 /// Runs the operator with the chart's ServiceAccount token, as the chart's
 /// Deployment does (leader election, lease in the release namespace,
 /// POD_NAME and POD_NAMESPACE), and walks a plan through a first release and
-/// a canary rollout to Stable.
+/// a canary rollout to Stable: each revision's template stored, the pruned
+/// one's deleted (every verb on controllerrevisions used).
 async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
     let client = common::client().await;
     let apps = common::test_namespace(&client, &format!("{prefix}-apps")).await;
@@ -820,12 +833,14 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
 
     let steps = json!([{"setWeight": 50}, {"pause": {"duration": "1s"}}]);
     let web = |image: &str| json!([{"name": "web", "replicas": 2, "template": template(image)}]);
+    // No old revision kept: the first one is pruned, its stored template too.
     create(
         &client,
         &apps,
         &plan(
             "shop",
-            json!({"components": web("shop:1"), "strategy": {"steps": steps}}),
+            json!({"components": web("shop:1"), "strategy": {"steps": steps},
+                   "revisionHistoryLimit": 0}),
         ),
     )
     .await;
@@ -839,10 +854,37 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
             .any(|f| f == releaseplan::api::FINALIZER),
         "the finalizer was added"
     );
+    let hash = |p: &releaseplan::api::ReleasePlan| {
+        p.status.as_ref().expect("status").components[0]
+            .current_hash
+            .clone()
+            .expect("a current hash")
+    };
+    let first = format!("shop-web-{}", hash(&done));
+    let stored: Api<ControllerRevision> = Api::namespaced(client.clone(), &apps);
+    common::wait_until(T, "the first revision's template to be stored", || async {
+        stored.get_opt(&first).await.ok()?.map(|_| ())
+    })
+    .await;
     set_components(&client, &apps, "shop", web("shop:2")).await;
     wait_stable(&client, &op, &apps, "shop").await;
     let revs = revisions(&client, &apps, "shop").await;
     assert_eq!(by_image(&revs, "shop:2"), Some((2, 2)), "{revs:?}");
+    let second = format!(
+        "shop-web-{}",
+        hash(&wait_phase(&client, &apps, "shop", Phase::Stable, T).await)
+    );
+    common::wait_until(
+        T,
+        "the first revision pruned with its stored template, the second stored",
+        || async {
+            let revs = revisions(&client, &apps, "shop").await;
+            let first_gone = stored.get_opt(&first).await.ok()?.is_none();
+            let second_kept = stored.get_opt(&second).await.ok()?.is_some();
+            (first_gone && second_kept && !revs.contains_key(&first)).then_some(())
+        },
+    )
+    .await;
 
     let events = Api::<Event>::namespaced(client.clone(), &apps)
         .list(&ListParams::default())

@@ -5,14 +5,16 @@ mod common;
 mod crd;
 mod operator;
 
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use operator::{
     Operator, by_image, create, create_stable, get, plan, revisions, set_components, template,
     wait_phase,
 };
-use releaseplan::api::{FINALIZER, Phase, ReleasePlan};
+use releaseplan::api::{
+    FINALIZER, LABEL_COMPONENT, LABEL_PLAN, LABEL_REVISION, Phase, ReleasePlan,
+};
 use serde_json::json;
 use std::time::Duration;
 
@@ -329,6 +331,160 @@ async fn foreground_deletion_removes_the_plan_and_its_deployments() {
     common::wait_until(T, "the plan and its Deployments to be gone", || async {
         let gone = get(&client, &ns, "shop").await.is_none();
         (gone && revisions(&client, &ns, "shop").await.is_empty()).then_some(())
+    })
+    .await;
+}
+
+/// The ControllerRevision storing the template of `hash`, if any.
+async fn stored_template(client: &Client, ns: &str, hash: &str) -> Option<ControllerRevision> {
+    Api::<ControllerRevision>::namespaced(client.clone(), ns)
+        .get_opt(&format!("shop-web-{hash}"))
+        .await
+        .expect("cannot read ControllerRevisions")
+}
+
+fn current_hash(p: &ReleasePlan) -> String {
+    p.status.as_ref().unwrap().components[0]
+        .current_hash
+        .clone()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_deleted_stable_deployment_is_recreated_from_its_stored_template() {
+    let (client, ns, op) = setup("recreate").await;
+    let steps = json!([{"setWeight": 50}, {"pause": {}}]);
+    let p = create_stable(
+        &client,
+        &ns,
+        "shop",
+        json!({"components": [web("shop:1", 2)], "strategy": {"steps": steps}}),
+    )
+    .await;
+    let stable = format!("shop-web-{}", current_hash(&p));
+    set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
+    common::wait_until(T, "the pause with one pod on each revision", || async {
+        let s = get(&client, &ns, "shop").await?.status?;
+        let revs = revisions(&client, &ns, "shop").await;
+        (s.current_step == 1
+            && by_image(&revs, "shop:2") == Some((1, 1))
+            && by_image(&revs, "shop:1") == Some((1, 1)))
+        .then_some(())
+    })
+    .await;
+
+    // The stable revision's template is only in its Deployment and its
+    // ControllerRevision now: the spec has moved on. Delete the Deployment.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let old_uid = deployments.get(&stable).await.unwrap().metadata.uid;
+    deployments
+        .delete(&stable, &DeleteParams::background())
+        .await
+        .unwrap();
+    let d = common::wait_until(
+        T,
+        "the stable Deployment to be recreated with a ready pod",
+        || async {
+            let d = deployments.get_opt(&stable).await.ok()??;
+            let ready = d.status.as_ref()?.ready_replicas? == 1;
+            (d.metadata.uid != old_uid && d.metadata.deletion_timestamp.is_none() && ready)
+                .then_some(d)
+        },
+    )
+    .await;
+    let spec = d.spec.unwrap();
+    assert_eq!(spec.replicas, Some(1));
+    let containers = spec.template.spec.unwrap().containers;
+    assert_eq!(containers[0].image.as_deref(), Some("shop:1"));
+    assert_eq!(d.metadata.owner_references.unwrap()[0].kind, "ReleasePlan");
+    assert!(
+        op.log_text().contains("from its stored template"),
+        "{}",
+        op.log_text()
+    );
+
+    // And the rollout can go back to it.
+    operator::request(&client, &ns, "shop", "abort").await;
+    wait_phase(&client, &ns, "shop", Phase::RolledBack, T).await;
+    let revs = revisions(&client, &ns, "shop").await;
+    assert_eq!(revs.get(&stable), Some(&(2, 2, "shop:1".to_string())));
+    assert_eq!(by_image(&revs, "shop:2").map(|x| x.0), Some(0));
+}
+
+#[tokio::test]
+async fn each_revision_stores_its_template_until_pruned() {
+    let (client, ns, _op) = setup("stored").await;
+    let p = create_stable(
+        &client,
+        &ns,
+        "shop",
+        json!({"components": [web("shop:1", 1)], "revisionHistoryLimit": 1}),
+    )
+    .await;
+    let h1 = current_hash(&p);
+    let cr = common::wait_until(T, "the first template to be stored", || async {
+        stored_template(&client, &ns, &h1).await
+    })
+    .await;
+    let labels = cr.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get(LABEL_PLAN).map(String::as_str), Some("shop"));
+    assert_eq!(labels.get(LABEL_COMPONENT).map(String::as_str), Some("web"));
+    assert_eq!(
+        labels.get(LABEL_REVISION).map(String::as_str),
+        Some(h1.as_str())
+    );
+    let owner = &cr.metadata.owner_references.clone().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), Some(&owner.uid), owner.controller),
+        ("ReleasePlan", p.metadata.uid.as_ref(), Some(true))
+    );
+    // The spec's template as written: what hashes to the revision.
+    assert_eq!(cr.data.unwrap().0, template("shop:1"));
+    assert_eq!(cr.revision, 1, "numbered by the rollout that made it");
+    let managers: Vec<String> = cr
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert_eq!(managers, ["releaseplan"]);
+
+    set_components(&client, &ns, "shop", json!([web("shop:2", 1)])).await;
+    let p = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let h2 = current_hash(&p);
+    let cr2 = stored_template(&client, &ns, &h2).await.expect("stored");
+    assert_eq!(cr2.revision, 2);
+    assert!(
+        stored_template(&client, &ns, &h1).await.is_some(),
+        "kept: limit 1"
+    );
+
+    // A third revision: the first is beyond the limit, Deployment and template go.
+    set_components(&client, &ns, "shop", json!([web("shop:3", 1)])).await;
+    let p = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let h3 = current_hash(&p);
+    common::wait_until(T, "the first revision to be pruned", || async {
+        let revs = revisions(&client, &ns, "shop").await;
+        let gone = stored_template(&client, &ns, &h1).await.is_none()
+            && !revs.contains_key(&format!("shop-web-{h1}"));
+        gone.then_some(())
+    })
+    .await;
+    assert!(stored_template(&client, &ns, &h2).await.is_some());
+    assert!(stored_template(&client, &ns, &h3).await.is_some());
+
+    // Owned by the plan: collected with it.
+    Api::<ReleasePlan>::namespaced(client.clone(), &ns)
+        .delete("shop", &DeleteParams::background())
+        .await
+        .unwrap();
+    common::wait_until(T, "the stored templates to be collected", || async {
+        let left = Api::<ControllerRevision>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default().labels(&format!("{LABEL_PLAN}=shop")))
+            .await
+            .ok()?;
+        left.items.is_empty().then_some(())
     })
     .await;
 }

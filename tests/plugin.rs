@@ -5,7 +5,9 @@ mod common;
 mod crd;
 mod operator;
 
+use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use kube::Client;
+use kube::api::{Api, DeleteParams};
 use operator::{
     Operator, by_image, create, create_stable, faulty_template, get, plan, revisions,
     set_components, template, wait_phase,
@@ -419,35 +421,57 @@ async fn pause_holds_and_resume_lets_it_finish() {
     assert_eq!(out.code, 0, "{}", out.show());
 }
 
+/// A component whose template the API server would store differently in a
+/// Deployment (the quantity `0.1` becomes `100m`).
+fn web_cpu(image: &str) -> Value {
+    let mut t = template(image);
+    t["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "0.1"}});
+    json!({"name": "web", "replicas": 2, "template": t})
+}
+
 #[tokio::test]
-async fn undo_rebuilds_the_previous_revision() {
+async fn undo_looks_up_the_stored_template_of_the_previous_revision() {
     let (client, ns, op) = setup("plugin-undo").await;
     create(
         &client,
         &ns,
-        &plan("shop", json!({"components": [web("shop:1", 2)]})),
+        &plan("shop", json!({"components": [web_cpu("shop:1")]})),
     )
     .await;
     let first = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
     let rev1 = status_of(&first).current_revision.expect("revision");
-    set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let h1 = status_of(&first).components[0]
+        .current_hash
+        .clone()
+        .expect("hash");
+    set_components(&client, &ns, "shop", json!([web_cpu("shop:2")])).await;
+    let second = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let h2 = status_of(&second).components[0]
+        .current_hash
+        .clone()
+        .expect("hash");
+    // The old revision's Deployment is gone: its stored template is enough.
+    Api::<Deployment>::namespaced(client.clone(), &ns)
+        .delete(&format!("shop-web-{h1}"), &DeleteParams::background())
+        .await
+        .expect("delete the old Deployment");
 
-    // Printed only: the patch restores shop:1 exactly, nothing changes.
+    // Printed only: the patch restores shop:1 exactly as written, nothing changes.
     let out = rp_in(&ns, &["undo", "shop"]).await;
     assert_eq!(out.code, 0, "{}\n{}", out.show(), op.log_text());
     let patch: Value = serde_json::from_str(&out.stdout).expect("a JSON patch on stdout");
     assert_eq!(
         patch,
-        json!({"spec": {"components": [web("shop:1", 2)]}}),
+        json!({"spec": {"components": [web_cpu("shop:1")]}}),
         "{}",
         out.show()
     );
     assert!(
-        !out.stderr.contains("does not hash"),
-        "the template should be restored exactly: {}",
+        out.stderr.contains("to history entry 1 (revision"),
+        "{}",
         out.show()
     );
+    assert!(!out.stderr.contains("note:"), "{}", out.show());
     let p = get(&client, &ns, "shop").await.expect("plan");
     assert_ne!(
         status_of(&p).current_revision.as_deref(),
@@ -462,7 +486,7 @@ async fn undo_rebuilds_the_previous_revision() {
         out.show()
     );
 
-    // Applied: the operator goes back to the very same revision and Deployment.
+    // Applied: the operator goes back to the very same revision.
     let out = rp_in(&ns, &["undo", "shop", "--apply"]).await;
     assert_eq!(out.code, 0, "{}", out.show());
     let out = rp_in(&ns, &["wait", "shop", "--timeout", "90s"]).await;
@@ -475,4 +499,25 @@ async fn undo_rebuilds_the_previous_revision() {
     let revs = revisions(&client, &ns, "shop").await;
     assert_eq!(revs.len(), 2, "{revs:?}");
     assert_eq!(by_image(&revs, "shop:1"), Some((2, 2)), "{revs:?}");
+
+    // A revision whose template is not stored cannot be rebuilt, and says so.
+    Api::<ControllerRevision>::namespaced(client.clone(), &ns)
+        .delete(&format!("shop-web-{h2}"), &DeleteParams::background())
+        .await
+        .expect("delete a stored template");
+    let out = rp_in(&ns, &["undo", "shop"]).await;
+    assert_eq!(out.code, 1, "{}", out.show());
+    assert!(
+        out.stderr.contains(&format!(
+            "component web at template {h2} has no stored template"
+        )),
+        "{}",
+        out.show()
+    );
+    assert!(
+        out.stderr
+            .contains("take its templates from your git history"),
+        "{}",
+        out.show()
+    );
 }

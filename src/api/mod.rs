@@ -24,11 +24,11 @@ use serde::{Deserialize, Serialize};
 pub const GROUP: &str = "releaseplan.io";
 /// Finalizer that holds deletion until an active rollout has been rolled back.
 pub const FINALIZER: &str = "releaseplan.io/finalizer";
-/// Pod and Deployment label: name of the owning ReleasePlan.
+/// Pod, Deployment and ControllerRevision label: name of the owning ReleasePlan.
 pub const LABEL_PLAN: &str = "releaseplan.io/plan";
-/// Pod and Deployment label: name of the component.
+/// Pod, Deployment and ControllerRevision label: name of the component.
 pub const LABEL_COMPONENT: &str = "releaseplan.io/component";
-/// Pod and Deployment label: template hash of the component revision.
+/// Pod, Deployment and ControllerRevision label: template hash of the component revision.
 pub const LABEL_REVISION: &str = "releaseplan.io/revision";
 /// Annotation through which the plugin asks for an action (promote, abort, ...).
 pub const ANNOTATION_REQUEST: &str = "releaseplan.io/request";
@@ -119,7 +119,8 @@ pub struct ReleasePlanSpec {
     #[serde(default)]
     pub paused: bool,
 
-    /// How many old revision Deployments are kept at zero replicas for `undo`. Default 3.
+    /// How many old revisions are kept once the plan is settled: their Deployments at zero
+    /// replicas and their stored templates (ControllerRevisions, for `undo`). Default 3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 50))]
     pub revision_history_limit: Option<i32>,

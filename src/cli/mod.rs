@@ -4,10 +4,10 @@
 //! generation settles (with exit codes), `promote`, `abort`, `retry`, `pause`
 //! and `resume` ask the operator for an action through the
 //! `releaseplan.io/request` annotation (never the spec), `history` lists
-//! finished rollouts, and `undo` rebuilds an earlier revision's components as a
-//! patch for git. The pure parts (rendering, the wait decision, request values,
-//! the undo patch) live in the submodules and are unit-tested; this module does
-//! the I/O.
+//! finished rollouts, and `undo` looks up an earlier revision's stored
+//! templates and prints them as a patch for git. The pure parts (rendering,
+//! the wait decision, request values, the undo patch) live in the submodules
+//! and are unit-tested; this module does the I/O.
 
 #[cfg(test)]
 mod fixtures;
@@ -20,7 +20,7 @@ use crate::api::{LABEL_PLAN, ReleasePlan};
 use crate::plan::Action;
 use clap::{Args, Parser, Subcommand};
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
@@ -135,9 +135,10 @@ pub enum Command {
     /// Go back to an earlier revision: prints a JSON merge patch of spec.components
     /// to apply in git (GitOps), or applies it to the spec with --apply.
     #[command(after_help = "\
-The templates come from the old revision Deployments, which the operator keeps at
-zero replicas (up to spec.revisionHistoryLimit). Without --apply nothing in the
-cluster changes: the patch goes to stdout, notes to stderr. Apply it in git, or:
+The templates are the ones the operator stored for each revision (one
+ControllerRevision per component revision, kept up to spec.revisionHistoryLimit
+old revisions). Without --apply nothing in the cluster changes: the patch goes
+to stdout, notes to stderr. Apply it in git, or:
   kubectl releaseplan undo shop > undo.json
   kubectl patch rp shop --type merge --patch-file undo.json
 --apply edits spec.components directly: a GitOps tool that owns the plan will
@@ -339,6 +340,21 @@ impl Ctx {
             .items;
         list.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         Ok(list)
+    }
+
+    /// The ControllerRevisions storing the plan's revision templates.
+    pub async fn stored_templates(&self, name: &str) -> Result<Vec<ControllerRevision>, CliError> {
+        let api: Api<ControllerRevision> = Api::namespaced(self.client.clone(), &self.namespace);
+        Ok(api
+            .list(&ListParams::default().labels(&format!("{LABEL_PLAN}={name}")))
+            .await
+            .map_err(|e| {
+                self.error(
+                    &format!("list the stored templates (ControllerRevisions) of {name}"),
+                    e,
+                )
+            })?
+            .items)
     }
 }
 
@@ -593,8 +609,8 @@ async fn undo_cmd(
     apply: bool,
 ) -> Result<i32, CliError> {
     let plan = ctx.plan(name).await?;
-    let deployments = ctx.deployments(name).await?;
-    let built = undo::build_undo(&plan, &deployments, to_revision)?;
+    let stored = ctx.stored_templates(name).await?;
+    let built = undo::build_undo(&plan, &stored, to_revision)?;
     let entry = &built.entry;
     eprintln!(
         "undo of releaseplan {}/{name} to history entry {} (revision {}, {})",

@@ -23,8 +23,8 @@ pub fn revision_labels(plan: &str, component: &str, hash: &str) -> BTreeMap<Stri
     ])
 }
 
-/// Builds the Deployment for an intent from a template (the spec's, or the one
-/// the Deployment already runs).
+/// Builds the Deployment for an intent from a template (the spec's, the one
+/// the Deployment already runs, or the one stored for its revision).
 pub fn build(
     plan: &ReleasePlan,
     intent: &DeploymentIntent,

@@ -1,12 +1,14 @@
 //! The reconcile: all I/O around the pure core.
 //!
 //! Six stages, each quick and never blocking: the plan comes from the
-//! controller's cache; its Deployments and pods come from reflector caches;
-//! the pure core decides; we apply only what differs (server-side apply, one
-//! field manager, owner references); we write status only when it changed,
+//! controller's cache; its Deployments, pods and stored templates
+//! (ControllerRevisions) come from reflector caches; the pure core decides; we
+//! apply only what differs (server-side apply, one field manager, owner
+//! references); we write status only when it changed,
 //! with optimistic concurrency so a stale read never overwrites newer data;
 //! and we pick the requeue (await a change, look again later, or back off).
 
+pub mod controller_revision;
 pub mod deployment;
 pub mod gates;
 pub mod observe;
@@ -22,11 +24,12 @@ use crate::plan::{
     TemplateSource,
 };
 use chrono::Utc;
+use controller_revision::Write;
 use futures::StreamExt;
 use gates::{GateRunner, GateWork};
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -58,6 +61,18 @@ pub enum Error {
     /// A Deployment write failed; status and an Event say why.
     #[error("Deployment {0} could not be written (see the plan's status)")]
     Refused(String),
+    /// A ControllerRevision (a revision's stored template) could not be
+    /// written or deleted. It never holds the rollout: the Deployments were
+    /// written, and the reconcile is retried with backoff.
+    #[error(
+        "ControllerRevision {name} (the stored template of a revision) could not be written: {source}"
+    )]
+    Template {
+        /// The ControllerRevision.
+        name: String,
+        /// The API server's answer.
+        source: kube::Error,
+    },
 }
 
 impl Error {
@@ -70,6 +85,7 @@ impl Error {
             Error::NoNamespace => "invalid",
             Error::Json(_) => "serialization",
             Error::Refused(_) => "refused",
+            Error::Template { .. } => "template",
         }
     }
 }
@@ -104,6 +120,8 @@ pub struct Context {
     pub client: Client,
     /// Cache of the revision Deployments.
     pub deployments: Store<Deployment>,
+    /// Cache of the ControllerRevisions that store the revisions' templates.
+    pub templates: Store<ControllerRevision>,
     /// Cache of the pods of revision Deployments (status only).
     pub pods: Store<Pod>,
     /// Publishes Kubernetes Events.
@@ -314,19 +332,8 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
     // Stage 3: observe: the owned Deployments and pods from the caches, gate
     // verdicts from the runner, the last refused write from memory.
     let uid = plan.uid().unwrap_or_default();
-    let owned: Vec<Arc<Deployment>> = ctx
-        .deployments
-        .state()
-        .into_iter()
-        .filter(|d| d.namespace().as_deref() == Some(ns.as_str()))
-        .filter(|d| d.labels().get(LABEL_PLAN) == Some(&name))
-        // Ours, or orphaned (no controller): a plan deleted with orphan propagation
-        // leaves its Deployments without owner, and a plan of the same name adopts them.
-        .filter(|d| {
-            let refs = d.owner_references();
-            refs.iter().any(|o| o.uid == uid) || !refs.iter().any(|o| o.controller == Some(true))
-        })
-        .collect();
+    let owned = plan_objects(&ctx.deployments, &ns, &name, &uid);
+    let stored = plan_objects(&ctx.templates, &ns, &name, &uid);
     let status = plan.status.clone().unwrap_or_default();
     let target = Target::from_spec(&plan.spec);
     let pod_failures = pod_failures(ctx, &plan, &ns, &name, &status);
@@ -375,11 +382,21 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
     // Stage 4: decide, purely.
     let mut decision = plan::decide(&obs, &templates);
 
-    // Stage 5: act on the difference. A refused write does not end the
-    // reconcile: the core decides again knowing it, and status says so.
-    let refusal = match act(ctx, &plan, &ns, &owned, &decision).await {
-        Acted::Done => None,
-        Acted::Refused(r) => Some(r),
+    // Stage 5: act on the difference. The template of each revision the spec
+    // rolls out is stored before its Deployment is written, and pruned with
+    // it. A refused Deployment write does not end the reconcile: the core
+    // decides again knowing it, and status says so.
+    let recorded = if deleting {
+        Ok(())
+    } else {
+        store_templates(ctx, &plan, &ns, &decision).await
+    };
+    let (refusal, pruned) = match act(ctx, &plan, &ns, &owned, &stored, &decision).await {
+        Acted::Done => (
+            None,
+            prune_templates(ctx, &ns, &owned, &stored, &decision).await,
+        ),
+        Acted::Refused(r) => (Some(r), Ok(())),
         Acted::NamespaceTerminating => {
             info!("the namespace is being deleted: waiting for the plan's own deletion");
             return Ok(Action::await_change());
@@ -425,6 +442,7 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
     if let Some(r) = refusal {
         return Err(Error::Refused(r.deployment));
     }
+    recorded.and(pruned)?;
 
     // Stage 7: one requeue, decided by the core; gate results wake the plan.
     Ok(decision
@@ -533,6 +551,7 @@ async fn act(
     plan: &ReleasePlan,
     ns: &str,
     owned: &[Arc<Deployment>],
+    stored: &[Arc<ControllerRevision>],
     decision: &Decision,
 ) -> Acted {
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
@@ -573,11 +592,29 @@ async fn act(
                 .as_ref()
                 .map(|s| s.template.clone())
                 .unwrap_or_default(),
+            // Gone, and the spec has moved on: the template stored for the revision.
             (TemplateSource::Existing, None) => {
-                if intent.replicas > 0 {
-                    warn!(deployment = %intent.name, "revision Deployment is gone and its template is not in the spec: cannot recreate it");
+                let found = controller_revision::find(
+                    stored.iter().map(AsRef::as_ref),
+                    &intent.component,
+                    &intent.hash,
+                );
+                match found.map(|cr| controller_revision::template(cr, &intent.hash)) {
+                    Some(Ok(t)) => {
+                        info!(deployment = %intent.name, "recreating the revision Deployment from its stored template");
+                        t
+                    }
+                    Some(Err(e)) => {
+                        warn!(deployment = %intent.name, error = %e, "revision Deployment is gone and its stored template is not usable: cannot recreate it");
+                        continue;
+                    }
+                    None => {
+                        if intent.replicas > 0 {
+                            warn!(deployment = %intent.name, "revision Deployment is gone, its template is not in the spec and no ControllerRevision stores it: cannot recreate it");
+                        }
+                        continue;
+                    }
                 }
-                continue;
             }
         };
         let owned = deployment::should_own(plan, observed.map(|d| d.as_ref()));
@@ -615,6 +652,139 @@ async fn act(
         }
     }
     Acted::Done
+}
+
+/// Stores the template of every revision the spec rolls out in its
+/// ControllerRevision, looking before it writes. A failed write is reported
+/// (the first one) but holds nothing: the Deployments are written anyway.
+async fn store_templates(
+    ctx: &Context,
+    plan: &ReleasePlan,
+    ns: &str,
+    decision: &Decision,
+) -> Result<(), Error> {
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), ns);
+    let plan_name = plan.name_any();
+    let mut failed = None;
+    for intent in &decision.deployments {
+        let TemplateSource::Spec(template) = &intent.template else {
+            continue;
+        };
+        let name = controller_revision::name(&plan_name, &intent.component, &intent.hash);
+        let existing = ctx.templates.get(&ObjectRef::new(&name).within(ns));
+        let write = controller_revision::to_write(
+            plan,
+            &intent.component,
+            &intent.hash,
+            template,
+            decision.status.rollout_count,
+            existing.as_deref(),
+        );
+        let res = match write {
+            Write::Nothing => continue,
+            Write::Foreign => {
+                warn!(controller_revision = %name, "held by another controller: the template is stored once it is gone");
+                continue;
+            }
+            Write::Apply(cr) => {
+                info!(controller_revision = %name, "storing the revision's template");
+                apply_template(ctx, &api, &name, &cr).await
+            }
+            Write::Replace { uid, with } => {
+                warn!(controller_revision = %name, "it stores another template: replacing it");
+                match delete_template(ctx, &api, &name, uid).await {
+                    Ok(()) => apply_template(ctx, &api, &name, &with).await,
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        match res {
+            Ok(()) => {}
+            // The plan's own deletion follows.
+            Err(e) if namespace_terminating(&e) => return Ok(()),
+            Err(e) => {
+                warn!(controller_revision = %name, error = %e, "storing the template failed");
+                failed.get_or_insert(Error::Template { name, source: e });
+            }
+        }
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+/// Deletes the ControllerRevision of every revision Deployment the decision
+/// deleted (history beyond the limit, components gone).
+async fn prune_templates(
+    ctx: &Context,
+    ns: &str,
+    owned: &[Arc<Deployment>],
+    stored: &[Arc<ControllerRevision>],
+    decision: &Decision,
+) -> Result<(), Error> {
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), ns);
+    let mut failed = None;
+    for deleted in &decision.delete {
+        let Some(rev) = owned
+            .iter()
+            .find(|d| &d.name_any() == deleted)
+            .and_then(|d| observe::revision_of(d))
+        else {
+            continue;
+        };
+        let Some(cr) =
+            controller_revision::find(stored.iter().map(AsRef::as_ref), &rev.component, &rev.hash)
+        else {
+            continue;
+        };
+        let name = cr.name_any();
+        info!(controller_revision = %name, "deleting the stored template of an old revision");
+        let uid = cr.uid().unwrap_or_default();
+        if let Err(e) = delete_template(ctx, &api, &name, uid).await {
+            warn!(controller_revision = %name, error = %e, "deleting the stored template failed");
+            failed.get_or_insert(Error::Template { name, source: e });
+        }
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+async fn apply_template(
+    ctx: &Context,
+    api: &Api<ControllerRevision>,
+    name: &str,
+    cr: &ControllerRevision,
+) -> Result<(), kube::Error> {
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(cr),
+    )
+    .await?;
+    ctx.metrics.write("template");
+    Ok(())
+}
+
+/// Deletes the ControllerRevision of that uid (never a newer one of the same
+/// name); one already gone is fine.
+async fn delete_template(
+    ctx: &Context,
+    api: &Api<ControllerRevision>,
+    name: &str,
+    uid: String,
+) -> Result<(), kube::Error> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => {
+            ctx.metrics.write("template");
+            Ok(())
+        }
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 async fn publish_events(ctx: &Context, plan: &ReleasePlan, decision: &Decision) {
@@ -758,6 +928,26 @@ pub async fn check_crd(client: &Client, namespace: Option<&str>) -> Result<(), S
     }
 }
 
+/// The cached objects of one plan: labelled with its name, and ours or
+/// orphaned (no controller): a plan deleted with orphan propagation leaves its
+/// objects without owner, and a plan of the same name adopts them.
+fn plan_objects<K>(store: &Store<K>, ns: &str, plan: &str, uid: &str) -> Vec<Arc<K>>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    store
+        .state()
+        .into_iter()
+        .filter(|o| o.namespace().as_deref() == Some(ns))
+        .filter(|o| o.labels().get(LABEL_PLAN).map(String::as_str) == Some(plan))
+        .filter(|o| {
+            let refs = o.owner_references();
+            refs.iter().any(|r| r.uid == uid) || !refs.iter().any(|r| r.controller == Some(true))
+        })
+        .collect()
+}
+
 /// The plan an object belongs to, by its `releaseplan.io/plan` label.
 fn plan_of<K: Resource>(obj: &K) -> Option<ObjectRef<ReleasePlan>> {
     let plan = obj.meta().labels.as_ref()?.get(LABEL_PLAN)?;
@@ -809,19 +999,25 @@ pub async fn run(
     liveness: Arc<Liveness>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (plans, deploy_api, pod_api): (Api<ReleasePlan>, Api<Deployment>, Api<Pod>) =
-        match &settings.namespace {
-            Some(ns) => (
-                Api::namespaced(client.clone(), ns),
-                Api::namespaced(client.clone(), ns),
-                Api::namespaced(client.clone(), ns),
-            ),
-            None => (
-                Api::all(client.clone()),
-                Api::all(client.clone()),
-                Api::all(client.clone()),
-            ),
-        };
+    let (plans, deploy_api, pod_api, template_api): (
+        Api<ReleasePlan>,
+        Api<Deployment>,
+        Api<Pod>,
+        Api<ControllerRevision>,
+    ) = match &settings.namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+        ),
+    };
     let (plan_store, plan_writer) = reflector::store();
     let plan_stream = watcher(plans, watcher::Config::default().any_semantic())
         .backoff(WatchBackoff::default())
@@ -850,6 +1046,15 @@ pub async fn run(
         .reflect(pwriter)
         .touched_objects()
         .filter_map(ok_only);
+    // Only ours (StatefulSets and DaemonSets keep theirs too): by the plan label.
+    let (templates, twriter) = reflector::store();
+    let template_stream = watcher(template_api, watcher::Config::default().labels(LABEL_PLAN))
+        .backoff(WatchBackoff::default())
+        .inspect(watched(&liveness, "ControllerRevision"))
+        .modify(|cr: &mut ControllerRevision| cr.managed_fields_mut().clear())
+        .reflect(twriter)
+        .touched_objects()
+        .filter_map(ok_only);
     let reporter = Reporter {
         controller: "releaseplan".into(),
         instance: settings.instance.clone(),
@@ -864,6 +1069,7 @@ pub async fn run(
     let ctx = Arc::new(Context {
         client: client.clone(),
         deployments,
+        templates,
         pods,
         recorder: Recorder::new(client.clone(), reporter),
         metrics,
@@ -878,6 +1084,8 @@ pub async fn run(
         // owner references, so a Deployment orphaned during deletion still does.
         .watches_stream(deploy_stream, |d: Deployment| plan_of(&d))
         .watches_stream(pod_stream, |pod: Pod| plan_of(&pod))
+        // A stored template that appears (the cache filling) or goes wakes its plan.
+        .watches_stream(template_stream, |cr: ControllerRevision| plan_of(&cr))
         // A gate result wakes its plan; reconciles never wait for one.
         .reconcile_on(wake_rx)
         .trigger_backoff(WatchBackoff::default())

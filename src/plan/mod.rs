@@ -257,7 +257,9 @@ pub struct Observation {
 pub enum TemplateSource {
     /// The spec's template of this component (the revision is in the spec).
     Spec(Box<PodTemplateSpec>),
-    /// Keep the template the Deployment has (an older revision).
+    /// Keep the template the revision already has (an older revision): its
+    /// Deployment's, or, when that is gone, the one stored for it in a
+    /// ControllerRevision (the controller resolves which).
     Existing,
 }
 

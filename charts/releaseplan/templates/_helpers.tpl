@@ -60,6 +60,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+# The stored template of each revision: cached (list, watch), written with
+# server-side apply (patch, and create for a new one), pruned (delete).
+- apiGroups: ["apps"]
+  resources: ["controllerrevisions"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
