@@ -147,7 +147,23 @@ pub fn intents(
             });
         }
         if settled {
-            idle.sort_by(|a, b| b.created.cmp(&a.created).then_with(|| a.name.cmp(&b.name)));
+            // Newest first: by the last rollout that used the revision, then by
+            // creation (whole seconds only, so rollouts within one second tie).
+            let last_use = |hash: &str| {
+                let entry = format!("{}={hash}", c.name);
+                status
+                    .history
+                    .iter()
+                    .filter(|h| h.components.contains(&entry))
+                    .map(|h| h.number)
+                    .max()
+            };
+            idle.sort_by(|a, b| {
+                last_use(&b.hash)
+                    .cmp(&last_use(&a.hash))
+                    .then_with(|| b.created.cmp(&a.created))
+                    .then_with(|| a.name.cmp(&b.name))
+            });
             for old in idle.iter().skip(target.revision_history_limit) {
                 delete.push(old.name.clone());
             }

@@ -994,6 +994,29 @@ fn old_revisions_are_pruned_to_the_history_limit() {
 }
 
 #[test]
+fn pruning_keeps_the_most_recently_used_revisions_even_within_one_second() {
+    // Creation times have whole-second precision: rollouts within one second
+    // tie, and the last one used must still be kept.
+    let mut s = spec(vec![component("web", "v0", 1)], vec![]);
+    s.revision_history_limit = Some(1);
+    let mut sim = stable_sim(s);
+    let mut hashes = vec![sim.hash_of("web")];
+    for i in 1..=3 {
+        sim.change_image("web", &format!("v{i}"));
+        sim.settle();
+        hashes.push(sim.hash_of("web"));
+    }
+    let left: BTreeSet<String> = sim.deployments.values().map(|d| d.hash.clone()).collect();
+    assert_eq!(
+        left,
+        BTreeSet::from([hashes[2].clone(), hashes[3].clone()]),
+        "current + the previous one (v0={}, v1={})",
+        hashes[0],
+        hashes[1]
+    );
+}
+
+#[test]
 fn replicas_change_alone_does_not_start_a_rollout() {
     let mut sim = stable_sim(canary_spec());
     let h = sim.hash_of("web");
