@@ -4,6 +4,9 @@
 //! the field and the rule. Run against the cluster of `make test`, or alone:
 //! `e2e/cluster-up.sh adm && . .e2e-run/adm/env && cargo test --test admission`.
 
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use std::collections::BTreeSet;

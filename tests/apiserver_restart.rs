@@ -5,6 +5,9 @@
 //! API server that every other test uses, and cargo runs test binaries one at
 //! a time.
 
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use k8s_openapi::api::core::v1::Event;

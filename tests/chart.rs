@@ -8,6 +8,9 @@
 //! `. .e2e-run/chart/env`, or `make test`), and helm and kubectl from
 //! `make tools` (on PATH, or in ~/.cache/releaseplan).
 
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};

@@ -1,6 +1,9 @@
 //! The operator against the real local control plane: each test runs its own
 //! operator process on its own namespace.
 
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};

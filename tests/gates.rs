@@ -2,6 +2,9 @@
 //! Debian package `prometheus`) scraping a tiny exporter inside the test, and
 //! local webhook servers.   cargo test --test gates
 
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use std::collections::BTreeMap;

@@ -2,6 +2,9 @@
 //! new-revision pods crash-loop, never become ready, or fail to pull their
 //! image; the operator must return every component to the stable revision.
 
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use kube::Client;
