@@ -86,10 +86,11 @@ chart-lint: tools
 	  lint --strict charts/releaseplan
 
 .PHONY: lint shellcheck
-## lint: shellcheck, formatting, clippy with warnings as errors, and the committed CRD is current
+## lint: shellcheck, formatting, clippy with warnings as errors, the committed CRD is
+## current, and the Helm chart lints with a current copy of it
 lint:
 	e2e/ensure-deps.sh lint
-	@$(MAKE) --no-print-directory shellcheck crds-check
+	@$(MAKE) --no-print-directory shellcheck crds-check chart-lint
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
 

@@ -9,10 +9,11 @@
 //!
 //! The operator binary is `$RP_OPERATOR_BIN` (a release build in `make bench`).
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "../tests/crd/mod.rs"]
-mod crd;
+// Bench code, like test code, may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -23,27 +24,17 @@ use kube::{Client, ResourceExt};
 use releaseplan::api::{Phase, ReleasePlan, revision};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn template(image: &str) -> Value {
-    json!({"metadata": {"labels": {"app": "bench"}}, "spec": {"containers": [{"name": "app", "image": image}]}})
-}
-
-fn crashing_template(image: &str) -> Value {
-    json!({"metadata": {"labels": {"app": "bench"}, "annotations": {"kwok.releaseplan.io/fault": "crash-loop"}},
-           "spec": {"containers": [{"name": "app", "image": image}]}})
-}
+use support::fixtures::{self, faulty_template, template, web};
+use support::operator::Operator;
+use support::{cluster, crd, wait_until};
 
 fn plan(name: &str, image: &str, replicas: i32, steps: Value) -> ReleasePlan {
-    serde_json::from_value(json!({
-        "apiVersion": "releaseplan.io/v1alpha1", "kind": "ReleasePlan",
-        "metadata": {"name": name},
-        "spec": {"components": [{"name": "web", "replicas": replicas, "template": template(image)}],
-                 "strategy": {"steps": steps}}
-    }))
-    .expect("plan")
+    fixtures::plan(
+        name,
+        json!({"components": [web(image, replicas)], "strategy": {"steps": steps}}),
+    )
 }
 
 fn hash(image: &str) -> String {
@@ -51,90 +42,47 @@ fn hash(image: &str) -> String {
     revision::template_hash(&t)
 }
 
-struct Op {
-    child: Child,
-    port: u16,
+/// The operator of `$RP_OPERATOR_BIN` (else the debug build), logging warnings only.
+async fn start_operator(ns: &str) -> Operator {
+    let mut launcher = Operator::launcher(ns).rust_log("warn");
+    if let Ok(bin) = std::env::var("RP_OPERATOR_BIN") {
+        launcher = launcher.binary(bin);
+    }
+    launcher.start().await
 }
 
-impl Op {
-    fn start(ns: &str) -> Op {
-        let bin = std::env::var("RP_OPERATOR_BIN")
-            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_releaseplan").to_string());
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("port");
-        let child = Command::new(bin)
-            .args([
-                "--namespace",
-                ns,
-                "--metrics-addr",
-                &format!("127.0.0.1:{port}"),
-            ])
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the operator");
-        Op { child, port }
-    }
-
-    async fn metric(&self, prefix: &str) -> f64 {
-        let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.port))
-            .await
-            .ok()
-            .map(|r| r.text());
-        let text = match text {
-            Some(f) => f.await.unwrap_or_default(),
-            None => String::new(),
-        };
-        text.lines()
-            .filter(|l| l.starts_with(prefix))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    }
-
-    /// Resident memory in KiB and CPU seconds (user + system) of the process.
-    fn usage(&self) -> (u64, f64) {
-        let pid = self.child.id();
-        let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("VmRSS:").map(|v| {
-                    v.trim()
-                        .trim_end_matches(" kB")
-                        .trim()
-                        .parse::<u64>()
-                        .unwrap_or(0)
-                })
+/// Resident memory in KiB and CPU seconds (user + system) of the operator.
+fn usage(op: &Operator) -> (u64, f64) {
+    let pid = op.pid().expect("the operator runs");
+    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmRSS:").map(|v| {
+                v.trim()
+                    .trim_end_matches(" kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap_or(0)
             })
-            .unwrap_or(0);
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let fields: Vec<&str> = stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .collect();
-        let ticks: f64 = fields
-            .get(11)
-            .and_then(|u| u.parse::<f64>().ok())
-            .unwrap_or(0.0)
-            + fields
-                .get(12)
-                .and_then(|s| s.parse::<f64>().ok())
-                .unwrap_or(0.0);
-        (rss, ticks / 100.0)
-    }
-}
-
-impl Drop for Op {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+        })
+        .unwrap_or(0);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields
+        .get(11)
+        .and_then(|u| u.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        + fields
+            .get(12)
+            .and_then(|s| s.parse::<f64>().ok())
+            .unwrap_or(0.0);
+    (rss, ticks / 100.0)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -157,7 +105,7 @@ fn report(what: &str, mut samples: Vec<Duration>) {
 }
 
 async fn wait_stable(api: &Api<ReleasePlan>, name: &str) {
-    common::wait_until(
+    wait_until(
         Duration::from_secs(120),
         &format!("{name} Stable"),
         || async {
@@ -171,8 +119,8 @@ async fn wait_stable(api: &Api<ReleasePlan>, name: &str) {
 }
 
 async fn latency(client: &Client, patches: usize) {
-    let ns = common::test_namespace(client, "bench-latency").await;
-    let _op = Op::start(&ns);
+    let ns = cluster::test_namespace(client, "bench-latency").await;
+    let _op = start_operator(&ns).await;
     let plans: Api<ReleasePlan> = Api::namespaced(client.clone(), &ns);
     plans
         .create(&PostParams::default(), &plan("shop", "img:0", 1, json!([])))
@@ -206,7 +154,7 @@ async fn latency(client: &Client, patches: usize) {
             .patch("shop", &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .expect("patch");
-        let created = common::wait_until(
+        let created = wait_until(
             Duration::from_secs(60),
             "the new revision Deployment",
             || async { seen.lock().ok()?.get(&name).copied() },
@@ -233,8 +181,8 @@ async fn latency(client: &Client, patches: usize) {
 }
 
 async fn rollout_cost(client: &Client) {
-    let ns = common::test_namespace(client, "bench-rollout").await;
-    let op = Op::start(&ns);
+    let ns = cluster::test_namespace(client, "bench-rollout").await;
+    let op = start_operator(&ns).await;
     let plans: Api<ReleasePlan> = Api::namespaced(client.clone(), &ns);
     let steps = json!([{"setWeight": 25}, {"setWeight": 50}, {"setWeight": 75}]);
     plans
@@ -243,13 +191,13 @@ async fn rollout_cost(client: &Client) {
         .expect("create");
     wait_stable(&plans, "shop").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let runs0 = op.metric("releaseplan_reconcile_runs_total").await;
-    let writes0 = op.metric("releaseplan_api_writes_total").await;
+    let runs0 = op.counter("releaseplan_reconcile_runs_total").await;
+    let writes0 = op.counter("releaseplan_api_writes_total").await;
     let status0 = op
-        .metric("releaseplan_api_writes_total{kind=\"status\"}")
+        .counter("releaseplan_api_writes_total{kind=\"status\"}")
         .await;
     let apply0 = op
-        .metric("releaseplan_api_writes_total{kind=\"apply\"}")
+        .counter("releaseplan_api_writes_total{kind=\"apply\"}")
         .await;
     let start = Instant::now();
     let patch = json!({"spec": {"components": [{"name": "web", "replicas": 4, "template": template("img:2")}]}});
@@ -263,22 +211,22 @@ async fn rollout_cost(client: &Client) {
     println!(
         "one rollout (4 replicas, 3 steps + final): {:.1}s, {} reconciles, {} API writes ({} Deployment applies, {} status writes, rest events/finalizer)",
         took.as_secs_f64(),
-        op.metric("releaseplan_reconcile_runs_total").await - runs0,
-        op.metric("releaseplan_api_writes_total").await - writes0,
-        op.metric("releaseplan_api_writes_total{kind=\"apply\"}")
+        op.counter("releaseplan_reconcile_runs_total").await - runs0,
+        op.counter("releaseplan_api_writes_total").await - writes0,
+        op.counter("releaseplan_api_writes_total{kind=\"apply\"}")
             .await
             - apply0,
-        op.metric("releaseplan_api_writes_total{kind=\"status\"}")
+        op.counter("releaseplan_api_writes_total{kind=\"status\"}")
             .await
             - status0,
     );
 }
 
 async fn many_plans(client: &Client, n: usize) {
-    let ns = common::test_namespace(client, "bench-many").await;
-    let op = Op::start(&ns);
+    let ns = cluster::test_namespace(client, "bench-many").await;
+    let op = start_operator(&ns).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (idle_rss, _) = op.usage();
+    let (idle_rss, _) = usage(&op);
     let plans: Api<ReleasePlan> = Api::namespaced(client.clone(), &ns);
     let start = Instant::now();
     for i in 0..n {
@@ -290,7 +238,7 @@ async fn many_plans(client: &Client, n: usize) {
             .await
             .expect("create");
     }
-    common::wait_until(Duration::from_secs(600), "every plan Stable", || async {
+    wait_until(Duration::from_secs(600), "every plan Stable", || async {
         let list = plans.list(&Default::default()).await.ok()?;
         let stable = list
             .items
@@ -301,7 +249,7 @@ async fn many_plans(client: &Client, n: usize) {
     })
     .await;
     let took = start.elapsed();
-    let (rss, cpu) = op.usage();
+    let (rss, cpu) = usage(&op);
     println!(
         "{n} plans (first release each): all Stable in {:.1}s; operator RSS {} KiB idle, {} KiB with {n} plans; CPU {:.2}s in all",
         took.as_secs_f64(),
@@ -310,9 +258,9 @@ async fn many_plans(client: &Client, n: usize) {
         cpu
     );
     // Steady state: no work while nothing changes.
-    let (_, cpu0) = op.usage();
+    let (_, cpu0) = usage(&op);
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let (rss2, cpu1) = op.usage();
+    let (rss2, cpu1) = usage(&op);
     println!(
         "steady state with {n} plans: {:.3}s CPU over 10s, RSS {} KiB",
         cpu1 - cpu0,
@@ -324,8 +272,8 @@ async fn many_plans(client: &Client, n: usize) {
 /// being complete (phase RolledBack), next to the progress deadline.
 async fn rollback_latency(client: &Client, runs: usize) {
     use k8s_openapi::api::core::v1::Pod;
-    let ns = common::test_namespace(client, "bench-rollback").await;
-    let _op = Op::start(&ns);
+    let ns = cluster::test_namespace(client, "bench-rollback").await;
+    let _op = start_operator(&ns).await;
     let plans: Api<ReleasePlan> = Api::namespaced(client.clone(), &ns);
     let steps = json!([{"setWeight": 34}, {"pause": {"duration": "60s"}}]);
     let mut p = plan("shop", "good:0", 3, steps);
@@ -368,7 +316,7 @@ async fn rollback_latency(client: &Client, runs: usize) {
     });
     let mut samples = Vec::new();
     for i in 1..=runs {
-        let bad = crashing_template(&format!("bad:{i}"));
+        let bad = faulty_template(&format!("bad:{i}"), "crash-loop");
         let bad_hash = {
             let t: PodTemplateSpec = serde_json::from_value(bad.clone()).expect("template");
             revision::template_hash(&t)
@@ -379,7 +327,7 @@ async fn rollback_latency(client: &Client, runs: usize) {
             .patch("shop", &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .expect("patch");
-        let rolled_back = common::wait_until(Duration::from_secs(120), "RolledBack", || async {
+        let rolled_back = wait_until(Duration::from_secs(120), "RolledBack", || async {
             let p = plans.get("shop").await.ok()?;
             let s = p.status?;
             (s.phase == Phase::RolledBack && s.observed_generation == p.metadata.generation)
@@ -413,7 +361,7 @@ async fn main() {
         println!("operator benchmark: run with `make bench` (cargo bench --bench operator)");
         return;
     }
-    let client = common::client().await;
+    let client = cluster::client().await;
     crd::install(&client).await;
     let patches: usize = std::env::var("RP_BENCH_PATCHES")
         .ok()

@@ -4,12 +4,15 @@
 //! the field and the rule. Run against the cluster of `make test`, or alone:
 //! `e2e/cluster-up.sh adm && . .e2e-run/adm/env && cargo test --test admission`.
 
-mod common;
-mod crd;
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
 
 use std::collections::BTreeSet;
+use support::{cluster, crd};
 
-use common::{client, repo_root, test_namespace};
+use cluster::{client, repo_root, test_namespace};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use releaseplan::api::{MAX_CONTAINERS, MAX_TEMPLATE_LABELS, ReleasePlan, ReleasePlanStatus};

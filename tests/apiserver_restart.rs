@@ -5,23 +5,23 @@
 //! API server that every other test uses, and cargo runs test binaries one at
 //! a time.
 
-mod common;
-mod crd;
-mod operator;
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
 
 use k8s_openapi::api::core::v1::Event;
 use kube::Client;
 use kube::api::{Api, ListParams};
-use operator::{Operator, create_stable, get, set_components, sum_metric, template, wait_phase};
 use releaseplan::api::Phase;
 use serde_json::json;
 use std::time::{Duration, Instant};
+use support::fixtures::web;
+use support::operator::{Operator, sum_metric};
+use support::plans::{create_stable, get, set_components, wait_phase};
+use support::{Harness, cluster, wait_until};
 
 const T: Duration = Duration::from_secs(120);
-
-fn web(image: &str) -> serde_json::Value {
-    json!({"name": "web", "replicas": 4, "template": template(image)})
-}
 
 /// Events on the plan with `reason`, counting repeats of a series.
 async fn events(client: &Client, ns: &str, reason: &str) -> i32 {
@@ -49,9 +49,7 @@ async fn healthz(port: u16) -> Option<u16> {
 async fn an_api_server_restart_mid_rollout_causes_no_storm() {
     let cluster = std::env::var("RP_CLUSTER_NAME")
         .expect("RP_CLUSTER_NAME (set by the cluster's env file; run through make test)");
-    let client = common::client().await;
-    crd::install(&client).await;
-    let ns = common::test_namespace(&client, "apirestart").await;
+    let Harness { client, ns } = Harness::new("apirestart").await;
     let op = Operator::start(&ns, &["--stuck-after-seconds", "2"]).await;
     let steps = json!([
         {"setWeight": 25}, {"pause": {"duration": "2s"}},
@@ -62,11 +60,11 @@ async fn an_api_server_restart_mid_rollout_causes_no_storm() {
         &client,
         &ns,
         "shop",
-        json!({"components": [web("shop:1")], "strategy": {"steps": steps}}),
+        json!({"components": [web("shop:1", 4)], "strategy": {"steps": steps}}),
     )
     .await;
-    set_components(&client, &ns, "shop", json!([web("shop:2")])).await;
-    common::wait_until(T, "the rollout to pass its first step", || async {
+    set_components(&client, &ns, "shop", json!([web("shop:2", 4)])).await;
+    wait_until(T, "the rollout to pass its first step", || async {
         let s = get(&client, &ns, "shop").await?.status?;
         (s.phase == Phase::RollingOut && s.current_step >= 1).then_some(())
     })
@@ -74,7 +72,7 @@ async fn an_api_server_restart_mid_rollout_causes_no_storm() {
 
     // Restart the API server (down for 3s, plus its own stop and start) while
     // polling /healthz.
-    let root = common::repo_root();
+    let root = cluster::repo_root();
     let restart = std::thread::spawn(move || {
         std::process::Command::new(root.join("e2e/restart-apiserver.sh"))
             .arg(&cluster)
@@ -118,7 +116,7 @@ async fn an_api_server_restart_mid_rollout_causes_no_storm() {
         took < Duration::from_secs(150),
         "the rollout finished {took:?} after the API server came back"
     );
-    common::wait_until(Duration::from_secs(30), "/healthz to recover", || async {
+    wait_until(Duration::from_secs(30), "/healthz to recover", || async {
         (healthz(op.port).await == Some(200)).then_some(())
     })
     .await;

@@ -8,9 +8,10 @@
 //! `. .e2e-run/chart/env`, or `make test`), and helm and kubectl from
 //! `make tools` (on PATH, or in ~/.cache/releaseplan).
 
-mod common;
-mod crd;
-mod operator;
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use k8s_openapi::api::authorization::v1::{
@@ -22,26 +23,29 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use operator::{Operator, by_image, create, plan, revisions, set_components, template, wait_phase};
 use releaseplan::api::Phase;
 use serde_json::{Value, json};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use support::fixtures::{plan, web};
+use support::operator::Operator;
+use support::plans::{by_image, create, revisions, set_components, wait_phase};
+use support::{cluster, crd, plans, wait_until};
 
 const T: Duration = Duration::from_secs(90);
 /// Field manager of the tests' server-side applies of the rendered chart.
 const MANAGER: &str = "releaseplan-chart-tests";
 
 fn chart_dir() -> PathBuf {
-    common::repo_root().join("charts/releaseplan")
+    cluster::repo_root().join("charts/releaseplan")
 }
 
 /// A pinned tool of `make tools`: `<cache>/<part>-v<version>/bin/<name>`,
 /// else the first `name` on PATH.
 fn tool(name: &str, part: &str, version_key: &str) -> PathBuf {
-    let versions = std::fs::read_to_string(common::repo_root().join("e2e/versions.env"))
+    let versions = std::fs::read_to_string(cluster::repo_root().join("e2e/versions.env"))
         .expect("cannot read e2e/versions.env");
     let version = versions
         .lines()
@@ -239,7 +243,7 @@ fn lease_rules() -> Vec<(String, String, Vec<String>)> {
 
 #[test]
 fn the_charts_crd_is_the_checked_in_crd() {
-    let root = common::repo_root();
+    let root = cluster::repo_root();
     let checked_in = std::fs::read(root.join("crds/releaseplan.yaml"))
         .expect("cannot read crds/releaseplan.yaml");
     let copy = std::fs::read(root.join("charts/releaseplan/crds/releaseplan.yaml"))
@@ -520,7 +524,7 @@ struct Install {
 /// security admission accepted them); makes a token for the ServiceAccount.
 async fn install(client: &Client, prefix: &str, sets: &[&str]) -> Install {
     crd::install(client).await;
-    let namespace = common::test_namespace(client, prefix).await;
+    let namespace = cluster::test_namespace(client, prefix).await;
     Api::<Namespace>::all(client.clone())
         .patch(
             &namespace,
@@ -562,7 +566,7 @@ async fn install(client: &Client, prefix: &str, sets: &[&str]) -> Install {
         .expect("Deployment name")
         .to_string();
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &namespace);
-    common::wait_until(
+    wait_until(
         Duration::from_secs(60),
         "the chart's Deployment to have 2 ready pods in a restricted namespace",
         || async {
@@ -716,9 +720,9 @@ async fn assert_no_secrets_or_configmaps(i: &Install, apps: &str) {
 
 #[tokio::test]
 async fn the_service_account_cannot_read_secrets() {
-    let client = common::client().await;
+    let client = cluster::client().await;
     let i = install(&client, "chart-rbac", &[]).await;
-    let apps = common::test_namespace(&client, "chart-rbac-apps").await;
+    let apps = cluster::test_namespace(&client, "chart-rbac-apps").await;
     assert_no_secrets_or_configmaps(&i, &apps).await;
 
     // What it may do, and that leases are limited to the release namespace.
@@ -771,7 +775,7 @@ async fn the_service_account_cannot_read_secrets() {
 /// Waits until the plan is Stable with its generation observed; fails at
 /// once, with the log lines, when the operator was refused a request.
 async fn wait_stable(client: &Client, op: &Operator, ns: &str, name: &str) {
-    common::wait_until(T, &format!("plan {ns}/{name} to be Stable"), || {
+    wait_until(T, &format!("plan {ns}/{name} to be Stable"), || {
         let log = op.log_text();
         let refused: Vec<&str> = log
             .lines()
@@ -784,7 +788,7 @@ async fn wait_stable(client: &Client, op: &Operator, ns: &str, name: &str) {
             refused.join("\n")
         );
         async move {
-            let p = operator::get(client, ns, name).await?;
+            let p = plans::get(client, ns, name).await?;
             let s = p.status.as_ref()?;
             (s.phase == Phase::Stable && s.observed_generation == p.metadata.generation)
                 .then_some(())
@@ -799,40 +803,37 @@ async fn wait_stable(client: &Client, op: &Operator, ns: &str, name: &str) {
 /// a canary rollout to Stable: each revision's template stored, the pruned
 /// one's deleted (every verb on controllerrevisions used).
 async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
-    let client = common::client().await;
-    let apps = common::test_namespace(&client, &format!("{prefix}-apps")).await;
+    let client = cluster::client().await;
+    let apps = cluster::test_namespace(&client, &format!("{prefix}-apps")).await;
     let set = format!("watchNamespace={apps}");
     let sets: &[&str] = if watch_namespace { &[&set] } else { &[] };
     let i = install(&client, prefix, sets).await;
     assert_no_secrets_or_configmaps(&i, &apps).await;
     if watch_namespace {
         // Namespaced RBAC: nothing in the other namespaces.
-        let other = common::test_namespace(&client, &format!("{prefix}-other")).await;
+        let other = cluster::test_namespace(&client, &format!("{prefix}-other")).await;
         assert!(!may(&i.sa_client, "list", "releaseplan.io", "releaseplans", None).await);
         assert!(!may(&i.sa_client, "list", "apps", "deployments", Some(&other)).await);
     }
 
     let pod_name = format!("{}-0", i.release);
     let kubeconfig = i.kubeconfig.to_str().expect("utf-8 path");
-    let mut op = Operator::start_with_env(
-        &apps,
-        &["--leader-election", "--lease-namespace", &i.namespace],
-        &[
-            ("KUBECONFIG", kubeconfig),
-            ("POD_NAME", &pod_name),
-            ("POD_NAMESPACE", &i.namespace),
-        ],
-    )
-    .await;
+    let mut op = Operator::launcher(&apps)
+        .leader_election(&i.namespace)
+        .env("KUBECONFIG", kubeconfig)
+        .env("POD_NAME", &pod_name)
+        .env("POD_NAMESPACE", &i.namespace)
+        .start()
+        .await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), &i.namespace);
-    common::wait_until(T, "the operator to hold the lease", || async {
+    wait_until(T, "the operator to hold the lease", || async {
         let lease = leases.get_opt("releaseplan-leader").await.ok()??;
         (lease.spec?.holder_identity? == pod_name).then_some(())
     })
     .await;
 
     let steps = json!([{"setWeight": 50}, {"pause": {"duration": "1s"}}]);
-    let web = |image: &str| json!([{"name": "web", "replicas": 2, "template": template(image)}]);
+    let web = |image: &str| json!([web(image, 2)]);
     // No old revision kept: the first one is pruned, its stored template too.
     create(
         &client,
@@ -862,7 +863,7 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
     };
     let first = format!("shop-web-{}", hash(&done));
     let stored: Api<ControllerRevision> = Api::namespaced(client.clone(), &apps);
-    common::wait_until(T, "the first revision's template to be stored", || async {
+    wait_until(T, "the first revision's template to be stored", || async {
         stored.get_opt(&first).await.ok()?.map(|_| ())
     })
     .await;
@@ -874,7 +875,7 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
         "shop-web-{}",
         hash(&wait_phase(&client, &apps, "shop", Phase::Stable, T).await)
     );
-    common::wait_until(
+    wait_until(
         T,
         "the first revision pruned with its stored template, the second stored",
         || async {

@@ -2,11 +2,13 @@
 //! controllers run Deployments, kwok plays pods (and the failures of
 //! docs/control-plane.md on demand), and the API server enforces CEL rules.
 
-mod common;
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
 
 use std::time::Duration;
 
-use common::{client, test_namespace, wait_until};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -15,6 +17,8 @@ use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
 use serde_json::json;
+use support::cluster::{client, test_namespace};
+use support::wait_until;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 

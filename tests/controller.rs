@@ -1,36 +1,25 @@
 //! The operator against the real local control plane: each test runs its own
 //! operator process on its own namespace.
 
-mod common;
-mod crd;
-mod operator;
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
-use operator::{
-    Operator, by_image, create, create_stable, get, plan, revisions, set_components, template,
-    wait_phase,
-};
 use releaseplan::api::{
     FINALIZER, LABEL_COMPONENT, LABEL_PLAN, LABEL_REVISION, Phase, ReleasePlan,
 };
 use serde_json::json;
 use std::time::Duration;
+use support::fixtures::{plan, template, web};
+use support::operator::Operator;
+use support::plans::{by_image, create, create_stable, get, revisions, set_components, wait_phase};
+use support::{Harness, cluster, plans, wait_until};
 
 const T: Duration = Duration::from_secs(90);
-
-async fn setup(prefix: &str) -> (Client, String, Operator) {
-    let client = common::client().await;
-    crd::install(&client).await;
-    let ns = common::test_namespace(&client, prefix).await;
-    let op = Operator::start(&ns, &[]).await;
-    (client, ns, op)
-}
-
-fn web(image: &str, replicas: i32) -> serde_json::Value {
-    json!({"name": "web", "replicas": replicas, "template": template(image)})
-}
 
 fn condition(p: &ReleasePlan, type_: &str) -> Option<String> {
     p.status
@@ -43,7 +32,7 @@ fn condition(p: &ReleasePlan, type_: &str) -> Option<String> {
 
 #[tokio::test]
 async fn first_release_reaches_stable() {
-    let (client, ns, op) = setup("first").await;
+    let (Harness { client, ns }, op) = Harness::with_operator("first").await;
     create(
         &client,
         &ns,
@@ -71,7 +60,7 @@ async fn first_release_reaches_stable() {
         .unwrap();
     assert_eq!(d.owner_references()[0].kind, "ReleasePlan");
     // CI pipelines can wait on the Ready condition with plain kubectl.
-    let kubectl = common::repo_root().join("e2e/kubectl.sh");
+    let kubectl = cluster::repo_root().join("e2e/kubectl.sh");
     let out = std::process::Command::new(kubectl)
         .args([
             "wait",
@@ -93,7 +82,7 @@ async fn first_release_reaches_stable() {
 
 #[tokio::test]
 async fn image_change_walks_the_steps_and_pause_holds_until_promoted() {
-    let (client, ns, op) = setup("steps").await;
+    let (Harness { client, ns }, op) = Harness::with_operator("steps").await;
     let steps = json!([{"setWeight": 25}, {"setWeight": 50}, {"pause": {}}]);
     create_stable(
         &client,
@@ -105,7 +94,7 @@ async fn image_change_walks_the_steps_and_pause_holds_until_promoted() {
 
     set_components(&client, &ns, "shop", json!([web("shop:2", 4)])).await;
     // The rollout reaches the indefinite pause: half the replicas on each revision.
-    let p = common::wait_until(
+    let p = wait_until(
         T,
         "the pause step with 2 new and 2 old pods ready",
         || async {
@@ -127,7 +116,7 @@ async fn image_change_walks_the_steps_and_pause_holds_until_promoted() {
     let s = get(&client, &ns, "shop").await.unwrap().status.unwrap();
     assert_eq!((s.phase, s.current_step), (Phase::RollingOut, 2));
 
-    operator::request(&client, &ns, "shop", "promote").await;
+    plans::request(&client, &ns, "shop", "promote").await;
     let p = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
     let revs = revisions(&client, &ns, "shop").await;
     assert_eq!(by_image(&revs, "shop:2"), Some((4, 4)));
@@ -140,7 +129,7 @@ async fn image_change_walks_the_steps_and_pause_holds_until_promoted() {
 
 #[tokio::test]
 async fn spec_changed_twice_converges_on_the_newest() {
-    let (client, ns, _op) = setup("twice").await;
+    let (Harness { client, ns }, _op) = Harness::with_operator("twice").await;
     let steps = json!([{"setWeight": 50}, {"pause": {"duration": "1s"}}]);
     create_stable(
         &client,
@@ -167,7 +156,7 @@ async fn spec_changed_twice_converges_on_the_newest() {
 
 #[tokio::test]
 async fn deleting_mid_rollout_rolls_back_first() {
-    let (client, ns, _op) = setup("delete").await;
+    let (Harness { client, ns }, _op) = Harness::with_operator("delete").await;
     let steps = json!([{"setWeight": 50}, {"pause": {}}]);
     create_stable(
         &client,
@@ -177,7 +166,7 @@ async fn deleting_mid_rollout_rolls_back_first() {
     )
     .await;
     set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
-    common::wait_until(T, "the canary to be ready", || async {
+    wait_until(T, "the canary to be ready", || async {
         let revs = revisions(&client, &ns, "shop").await;
         (by_image(&revs, "shop:2") == Some((1, 1))).then_some(())
     })
@@ -192,7 +181,7 @@ async fn deleting_mid_rollout_rolls_back_first() {
     if let Some(p) = lingering {
         assert!(p.metadata.deletion_timestamp.is_some());
     }
-    common::wait_until(T, "the plan to be gone", || async {
+    wait_until(T, "the plan to be gone", || async {
         get(&client, &ns, "shop").await.is_none().then_some(())
     })
     .await;
@@ -211,7 +200,7 @@ async fn deleting_mid_rollout_rolls_back_first() {
 
 #[tokio::test]
 async fn drift_on_an_owned_deployment_is_corrected() {
-    let (client, ns, _op) = setup("drift").await;
+    let (Harness { client, ns }, _op) = Harness::with_operator("drift").await;
     create(
         &client,
         &ns,
@@ -231,7 +220,7 @@ async fn drift_on_an_owned_deployment_is_corrected() {
         .patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
         .await
         .unwrap();
-    common::wait_until(T, "the drift to be put back", || async {
+    wait_until(T, "the drift to be put back", || async {
         let revs = revisions(&client, &ns, "shop").await;
         (revs.get(&name) == Some(&(3, 3, "shop:1".to_string()))).then_some(())
     })
@@ -241,7 +230,7 @@ async fn drift_on_an_owned_deployment_is_corrected() {
         .delete(&name, &DeleteParams::default())
         .await
         .unwrap();
-    common::wait_until(T, "the deleted Deployment to be recreated", || async {
+    wait_until(T, "the deleted Deployment to be recreated", || async {
         let d = deployments.get_opt(&name).await.ok()??;
         let fresh = d.metadata.deletion_timestamp.is_none();
         (fresh && d.spec?.replicas == Some(3)).then_some(())
@@ -251,9 +240,7 @@ async fn drift_on_an_owned_deployment_is_corrected() {
 
 #[tokio::test]
 async fn a_killed_operator_resumes_without_duplicates() {
-    let client = common::client().await;
-    crd::install(&client).await;
-    let ns = common::test_namespace(&client, "kill").await;
+    let Harness { client, ns } = Harness::new("kill").await;
     let mut op = Operator::start(&ns, &[]).await;
     let steps = json!([{"setWeight": 50}, {"pause": {"duration": "3s"}}]);
     create_stable(
@@ -264,7 +251,7 @@ async fn a_killed_operator_resumes_without_duplicates() {
     )
     .await;
     set_components(&client, &ns, "shop", json!([web("shop:2", 4)])).await;
-    common::wait_until(T, "the rollout to start", || async {
+    wait_until(T, "the rollout to start", || async {
         let s = get(&client, &ns, "shop").await?.status?;
         (s.phase == Phase::RollingOut).then_some(())
     })
@@ -279,7 +266,7 @@ async fn a_killed_operator_resumes_without_duplicates() {
 
 #[tokio::test]
 async fn two_components_promote_together() {
-    let (client, ns, _op) = setup("multi").await;
+    let (Harness { client, ns }, _op) = Harness::with_operator("multi").await;
     let api = |image: &str| json!({"name": "api", "replicas": 2, "template": template(image)});
     let steps = json!([{"setWeight": 50}, {"pause": {}}]);
     create_stable(
@@ -290,7 +277,7 @@ async fn two_components_promote_together() {
     )
     .await;
     set_components(&client, &ns, "shop", json!([web("web:2", 2), api("api:2")])).await;
-    common::wait_until(
+    wait_until(
         T,
         "both canaries at one ready pod, held at the pause",
         || async {
@@ -304,7 +291,7 @@ async fn two_components_promote_together() {
         },
     )
     .await;
-    operator::request(&client, &ns, "shop", "promote").await;
+    plans::request(&client, &ns, "shop", "promote").await;
     wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
     let revs = revisions(&client, &ns, "shop").await;
     assert_eq!(by_image(&revs, "web:2"), Some((2, 2)));
@@ -315,7 +302,7 @@ async fn two_components_promote_together() {
 
 #[tokio::test]
 async fn foreground_deletion_removes_the_plan_and_its_deployments() {
-    let (client, ns, _op) = setup("foreground").await;
+    let (Harness { client, ns }, _op) = Harness::with_operator("foreground").await;
     create_stable(
         &client,
         &ns,
@@ -328,7 +315,7 @@ async fn foreground_deletion_removes_the_plan_and_its_deployments() {
         .delete("shop", &DeleteParams::foreground())
         .await
         .unwrap();
-    common::wait_until(T, "the plan and its Deployments to be gone", || async {
+    wait_until(T, "the plan and its Deployments to be gone", || async {
         let gone = get(&client, &ns, "shop").await.is_none();
         (gone && revisions(&client, &ns, "shop").await.is_empty()).then_some(())
     })
@@ -352,7 +339,7 @@ fn current_hash(p: &ReleasePlan) -> String {
 
 #[tokio::test]
 async fn a_deleted_stable_deployment_is_recreated_from_its_stored_template() {
-    let (client, ns, op) = setup("recreate").await;
+    let (Harness { client, ns }, op) = Harness::with_operator("recreate").await;
     let steps = json!([{"setWeight": 50}, {"pause": {}}]);
     let p = create_stable(
         &client,
@@ -363,7 +350,7 @@ async fn a_deleted_stable_deployment_is_recreated_from_its_stored_template() {
     .await;
     let stable = format!("shop-web-{}", current_hash(&p));
     set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
-    common::wait_until(T, "the pause with one pod on each revision", || async {
+    wait_until(T, "the pause with one pod on each revision", || async {
         let s = get(&client, &ns, "shop").await?.status?;
         let revs = revisions(&client, &ns, "shop").await;
         (s.current_step == 1
@@ -381,7 +368,7 @@ async fn a_deleted_stable_deployment_is_recreated_from_its_stored_template() {
         .delete(&stable, &DeleteParams::background())
         .await
         .unwrap();
-    let d = common::wait_until(
+    let d = wait_until(
         T,
         "the stable Deployment to be recreated with a ready pod",
         || async {
@@ -404,7 +391,7 @@ async fn a_deleted_stable_deployment_is_recreated_from_its_stored_template() {
     );
 
     // And the rollout can go back to it.
-    operator::request(&client, &ns, "shop", "abort").await;
+    plans::request(&client, &ns, "shop", "abort").await;
     wait_phase(&client, &ns, "shop", Phase::RolledBack, T).await;
     let revs = revisions(&client, &ns, "shop").await;
     assert_eq!(revs.get(&stable), Some(&(2, 2, "shop:1".to_string())));
@@ -413,7 +400,7 @@ async fn a_deleted_stable_deployment_is_recreated_from_its_stored_template() {
 
 #[tokio::test]
 async fn each_revision_stores_its_template_until_pruned() {
-    let (client, ns, _op) = setup("stored").await;
+    let (Harness { client, ns }, _op) = Harness::with_operator("stored").await;
     let p = create_stable(
         &client,
         &ns,
@@ -422,7 +409,7 @@ async fn each_revision_stores_its_template_until_pruned() {
     )
     .await;
     let h1 = current_hash(&p);
-    let cr = common::wait_until(T, "the first template to be stored", || async {
+    let cr = wait_until(T, "the first template to be stored", || async {
         stored_template(&client, &ns, &h1).await
     })
     .await;
@@ -464,7 +451,7 @@ async fn each_revision_stores_its_template_until_pruned() {
     set_components(&client, &ns, "shop", json!([web("shop:3", 1)])).await;
     let p = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
     let h3 = current_hash(&p);
-    common::wait_until(T, "the first revision to be pruned", || async {
+    wait_until(T, "the first revision to be pruned", || async {
         let revs = revisions(&client, &ns, "shop").await;
         let gone = stored_template(&client, &ns, &h1).await.is_none()
             && !revs.contains_key(&format!("shop-web-{h1}"));
@@ -479,7 +466,7 @@ async fn each_revision_stores_its_template_until_pruned() {
         .delete("shop", &DeleteParams::background())
         .await
         .unwrap();
-    common::wait_until(T, "the stored templates to be collected", || async {
+    wait_until(T, "the stored templates to be collected", || async {
         let left = Api::<ControllerRevision>::namespaced(client.clone(), &ns)
             .list(&ListParams::default().labels(&format!("{LABEL_PLAN}=shop")))
             .await

@@ -11,9 +11,10 @@
 //! | two replicas acting | `tests/leader.rs` `only_the_leader_writes_and_leadership_moves_on_kill_and_term` |
 //! | drift | `tests/controller.rs` `drift_on_an_owned_deployment_is_corrected` |
 
-mod common;
-mod crd;
-mod operator;
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
 
 use axum::Router;
 use axum::routing::post;
@@ -21,27 +22,15 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod, ResourceQuota};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use operator::{
-    Operator, create, create_stable, faulty_template, get, plan, revisions, set_components,
-    sum_metric, template, wait_phase,
-};
 use releaseplan::api::{Phase, ReleasePlan, Verdict};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
+use support::fixtures::{faulty_template, plan, template, web_with};
+use support::operator::{Operator, sum_metric};
+use support::plans::{create, create_stable, get, revisions, set_components, wait_phase};
+use support::{Harness, cluster, crd, plans, wait_until};
 
 const T: Duration = Duration::from_secs(120);
-
-fn web(template: Value, replicas: i32) -> Value {
-    json!({"name": "web", "replicas": replicas, "template": template})
-}
-
-async fn setup(prefix: &str) -> (Client, String, Operator) {
-    let client = common::client().await;
-    crd::install(&client).await;
-    let ns = common::test_namespace(&client, prefix).await;
-    let op = Operator::start(&ns, &[]).await;
-    (client, ns, op)
-}
 
 /// The condition `type_` of a plan: (status, reason, message).
 fn condition(p: &ReleasePlan, type_: &str) -> Option<(String, String, String)> {
@@ -86,7 +75,7 @@ fn refused_template() -> Value {
 
 #[tokio::test]
 async fn reconcile_error_forever_is_visible_and_backs_off() {
-    let (client, ns, op) = setup("fm-error").await;
+    let (Harness { client, ns }, op) = Harness::with_operator("fm-error").await;
     // No Deployment may be created in this namespace: every create is refused (403).
     let quota: ResourceQuota = serde_json::from_value(json!({
         "metadata": {"name": "no-deployments"},
@@ -98,13 +87,16 @@ async fn reconcile_error_forever_is_visible_and_backs_off() {
     create(
         &client,
         &ns,
-        &plan("shop", json!({"components": [web(template("shop:1"), 2)]})),
+        &plan(
+            "shop",
+            json!({"components": [web_with(template("shop:1"), 2)]}),
+        ),
     )
     .await;
 
     // Status says what is wrong, at once, naming the Deployment and the API
     // server's answer; the plan is still trying (Reconciling, not Stalled).
-    let p = common::wait_until(T, "the refusal in status", || async {
+    let p = wait_until(T, "the refusal in status", || async {
         let p = get(&client, &ns, "shop").await?;
         let (st, reason, msg) = condition(&p, "Reconciling")?;
         (st == "True" && reason == "DeploymentWriteFailed").then_some((p, msg))
@@ -148,16 +140,19 @@ async fn reconcile_error_forever_is_visible_and_backs_off() {
 
 #[tokio::test]
 async fn status_not_updating_a_refused_template_reaches_status() {
-    let (client, ns, _op) = setup("fm-status").await;
+    let (Harness { client, ns }, _op) = Harness::with_operator("fm-status").await;
 
     // A new plan whose Deployment can never be created: status, not silence.
     create(
         &client,
         &ns,
-        &plan("fresh", json!({"components": [web(refused_template(), 2)]})),
+        &plan(
+            "fresh",
+            json!({"components": [web_with(refused_template(), 2)]}),
+        ),
     )
     .await;
-    let (p, msg) = common::wait_until(T, "the refusal of a new plan in status", || async {
+    let (p, msg) = wait_until(T, "the refusal of a new plan in status", || async {
         let p = get(&client, &ns, "fresh").await?;
         let (st, reason, msg) = condition(&p, "Stalled")?;
         (st == "True" && reason == "DeploymentRefused").then_some((p, msg))
@@ -181,11 +176,17 @@ async fn status_not_updating_a_refused_template_reaches_status() {
         &client,
         &ns,
         "shop",
-        json!({"components": [web(template("shop:1"), 2)]}),
+        json!({"components": [web_with(template("shop:1"), 2)]}),
     )
     .await;
-    set_components(&client, &ns, "shop", json!([web(refused_template(), 2)])).await;
-    let p = common::wait_until(T, "the refused generation observed", || async {
+    set_components(
+        &client,
+        &ns,
+        "shop",
+        json!([web_with(refused_template(), 2)]),
+    )
+    .await;
+    let p = wait_until(T, "the refused generation observed", || async {
         let p = get(&client, &ns, "shop").await?;
         let s = p.status.as_ref()?;
         (s.observed_generation == Some(2)
@@ -197,21 +198,17 @@ async fn status_not_updating_a_refused_template_reaches_status() {
     assert_eq!(ready, "False", "reason {reason}");
     // The stable revision keeps serving meanwhile.
     let revs = revisions(&client, &ns, "shop").await;
-    assert_eq!(
-        operator::by_image(&revs, "shop:1"),
-        Some((2, 2)),
-        "{revs:?}"
-    );
+    assert_eq!(plans::by_image(&revs, "shop:1"), Some((2, 2)), "{revs:?}");
 }
 
 #[tokio::test]
 async fn duplicate_operations_twenty_requeues_change_nothing() {
-    let (client, ns, op) = setup("fm-dup").await;
+    let (Harness { client, ns }, op) = Harness::with_operator("fm-dup").await;
     create_stable(
         &client,
         &ns,
         "shop",
-        json!({"components": [web(template("shop:1"), 2)]}),
+        json!({"components": [web_with(template("shop:1"), 2)]}),
     )
     .await;
     // Let the last writes of the first release land.
@@ -241,7 +238,7 @@ async fn duplicate_operations_twenty_requeues_change_nothing() {
             .unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    common::wait_until(T, "the requeues to be reconciled", || async {
+    wait_until(T, "the requeues to be reconciled", || async {
         (op.counter("releaseplan_reconcile_runs_total").await >= before_runs + 5.0).then_some(())
     })
     .await;
@@ -269,19 +266,19 @@ async fn duplicate_operations_twenty_requeues_change_nothing() {
 
 #[tokio::test]
 async fn cr_stuck_terminating_namespace_deletion_never_hangs() {
-    let client = common::client().await;
+    let client = cluster::client().await;
     crd::install(&client).await;
     let mut namespaces = Vec::new();
     let mut ops = Vec::new();
     for i in 0..3 {
-        let ns = common::test_namespace(&client, &format!("fm-nsdel{i}")).await;
+        let ns = cluster::test_namespace(&client, &format!("fm-nsdel{i}")).await;
         ops.push(Operator::start(&ns, &[]).await);
         for name in ["a", "b"] {
             create_stable(
                 &client,
                 &ns,
                 name,
-                json!({"components": [web(template("shop:1"), 2)]}),
+                json!({"components": [web_with(template("shop:1"), 2)]}),
             )
             .await;
         }
@@ -291,11 +288,11 @@ async fn cr_stuck_terminating_namespace_deletion_never_hangs() {
             &client,
             &ns,
             "c",
-            json!({"components": [web(template("shop:1"), 2)],
+            json!({"components": [web_with(template("shop:1"), 2)],
             "strategy": {"steps": [{"setWeight": 50}, {"pause": {}}]}}),
         )
         .await;
-        set_components(&client, &ns, "c", json!([web(template("shop:2"), 2)])).await;
+        set_components(&client, &ns, "c", json!([web_with(template("shop:2"), 2)])).await;
         namespaces.push(ns);
     }
     let api: Api<Namespace> = Api::all(client.clone());
@@ -303,7 +300,7 @@ async fn cr_stuck_terminating_namespace_deletion_never_hangs() {
         api.delete(ns, &DeleteParams::default()).await.unwrap();
     }
     for ns in &namespaces {
-        common::wait_until(
+        wait_until(
             Duration::from_secs(90),
             &format!("namespace {ns} to be gone"),
             || async { api.get_opt(ns).await.ok()?.is_none().then_some(()) },
@@ -321,12 +318,12 @@ async fn cr_stuck_terminating_namespace_deletion_never_hangs() {
 
 #[tokio::test]
 async fn cr_stuck_terminating_escape_hatch_removes_the_finalizer() {
-    let (client, ns, mut op) = setup("fm-escape").await;
+    let (Harness { client, ns }, mut op) = Harness::with_operator("fm-escape").await;
     create_stable(
         &client,
         &ns,
         "shop",
-        json!({"components": [web(template("shop:1"), 2)]}),
+        json!({"components": [web_with(template("shop:1"), 2)]}),
     )
     .await;
     // The operator is gone (uninstalled first, or crashed for good): the plan's
@@ -353,12 +350,12 @@ async fn cr_stuck_terminating_escape_hatch_removes_the_finalizer() {
         )
         .await
         .unwrap();
-    common::wait_until(T, "the plan to be gone", || async {
+    wait_until(T, "the plan to be gone", || async {
         plans.get_opt("shop").await.ok()?.is_none().then_some(())
     })
     .await;
     // Its Deployments are owned by the plan: the garbage collector removes them.
-    common::wait_until(T, "the plan's Deployments to be collected", || async {
+    wait_until(T, "the plan's Deployments to be collected", || async {
         revisions(&client, &ns, "shop")
             .await
             .is_empty()
@@ -375,7 +372,7 @@ async fn hang() -> &'static str {
 
 #[tokio::test]
 async fn controller_stuck_hung_gates_never_delay_a_rollback() {
-    let (client, ns, op) = setup("fm-stuck").await;
+    let (Harness { client, ns }, op) = Harness::with_operator("fm-stuck").await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -391,28 +388,28 @@ async fn controller_stuck_hung_gates_never_delay_a_rollback() {
             &client,
             &ns,
             name,
-            json!({"components": [web(template("shop:1"), 2)], "strategy": {"steps": steps}}),
+            json!({"components": [web_with(template("shop:1"), 2)], "strategy": {"steps": steps}}),
         )
         .await;
     }
     for name in &names[..8] {
-        operator::patch_spec(
+        plans::patch_spec(
             &client,
             &ns,
             name,
-            json!({"components": [web(template("shop:2"), 2)], "health": {"webhooks": hooks}}),
+            json!({"components": [web_with(template("shop:2"), 2)], "health": {"webhooks": hooks}}),
         )
         .await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    operator::patch_spec(&client, &ns, "p8", json!({"components": [web(faulty_template("shop:2", "crash-loop"), 2)], "health": {"webhooks": hooks}})).await;
+    plans::patch_spec(&client, &ns, "p8", json!({"components": [web_with(faulty_template("shop:2", "crash-loop"), 2)], "health": {"webhooks": hooks}})).await;
 
     // The clock starts when the first new pod of p8 is seen crash-looping; the
     // rollback may even beat the poll (then the pod is gone before it is seen).
     let patched = Instant::now();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let crash_seen: std::cell::Cell<Option<Instant>> = std::cell::Cell::new(None);
-    let rollback_seen = common::wait_until(T, "p8's rollback to start", || async {
+    let rollback_seen = wait_until(T, "p8's rollback to start", || async {
         if crash_seen.get().is_none() {
             let list = pods
                 .list(&ListParams::default().labels("releaseplan.io/plan=p8"))
@@ -494,7 +491,7 @@ async fn reconcile_error_forever_when_status_cannot_be_written_is_a_warning_even
     use k8s_openapi::api::admissionregistration::v1::{
         ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
     };
-    let (client, ns, op) = setup("fm-frozen").await;
+    let (Harness { client, ns }, op) = Harness::with_operator("fm-frozen").await;
     // An admission policy refuses every status write of plans in this namespace.
     let name = format!("freeze-{ns}");
     let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
@@ -528,10 +525,13 @@ async fn reconcile_error_forever_when_status_cannot_be_written_is_a_warning_even
     create(
         &client,
         &ns,
-        &plan("probe", json!({"components": [web(template("shop:1"), 1)]})),
+        &plan(
+            "probe",
+            json!({"components": [web_with(template("shop:1"), 1)]}),
+        ),
     )
     .await;
-    common::wait_until(T, "the policy to refuse a status write", || async {
+    wait_until(T, "the policy to refuse a status write", || async {
         let mut p = plans.get("probe").await.ok()?;
         p.metadata.managed_fields = None;
         let mut s = p.status.clone().unwrap_or_default();
@@ -548,10 +548,13 @@ async fn reconcile_error_forever_when_status_cannot_be_written_is_a_warning_even
     create(
         &client,
         &ns,
-        &plan("shop", json!({"components": [web(template("shop:1"), 2)]})),
+        &plan(
+            "shop",
+            json!({"components": [web_with(template("shop:1"), 2)]}),
+        ),
     )
     .await;
-    let events = common::wait_until(T, "a ReconcileError Warning on the plan", || async {
+    let events = wait_until(T, "a ReconcileError Warning on the plan", || async {
         let events = plan_events(&client, &ns, "shop").await;
         events
             .iter()

@@ -1,9 +1,9 @@
 //! Whole rollouts guarded by gates: a real Prometheus scraping a test exporter
 //! whose error rate per revision the test sets, and a local webhook server.
 
-mod common;
-mod crd;
-mod operator;
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use axum::Router;
@@ -11,15 +11,16 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
-use operator::{
-    Operator, by_image, create, create_stable, plan, revisions, set_components, template,
-};
 use releaseplan::api::{Phase, revision::template_hash};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::{Prometheus, serve};
+use support::fixtures::{plan, template, web};
+use support::operator::Operator;
+use support::plans::{by_image, create, create_stable, revisions, set_components};
+use support::servers::{Prometheus, serve};
+use support::{Harness, plans, wait_until};
 
 const T: Duration = Duration::from_secs(120);
 
@@ -46,10 +47,6 @@ fn hash_of(image: &str) -> String {
     template_hash(&t)
 }
 
-fn web(image: &str) -> Value {
-    json!({"name": "web", "replicas": 2, "template": template(image)})
-}
-
 /// Runs one gated rollout of `shop:2` over a stable `shop:1`, with the
 /// exporter reporting `per_100` errors for the new revision (None: no data).
 async fn gated_rollout(
@@ -57,9 +54,7 @@ async fn gated_rollout(
     per_100: Option<u64>,
     gate: Value,
 ) -> (kube::Client, String, releaseplan::api::ReleasePlan) {
-    let client = common::client().await;
-    crd::install(&client).await;
-    let ns = common::test_namespace(&client, prefix).await;
+    let Harness { client, ns } = Harness::new(prefix).await;
     let traffic: Traffic = Arc::default();
     let new = hash_of("shop:2");
     if let Some(p) = per_100 {
@@ -80,10 +75,10 @@ async fn gated_rollout(
         .collect();
     for rev in watched {
         // Wait until the rate has data, so a gate never sees a half-scraped start.
-        let http = support::http_client();
+        let http = support::servers::http_client();
         let url = format!("{}/api/v1/query", prom.url);
         let q = ERROR_RATIO.replace("{{revision}}", &rev);
-        common::wait_until(T, "the error ratio of a revision", || {
+        wait_until(T, "the error ratio of a revision", || {
             let (http, url, q) = (http.clone(), url.clone(), q.clone());
             async move {
                 let body: Value = http
@@ -104,21 +99,21 @@ async fn gated_rollout(
     gate["address"] = json!(prom.url);
     let _op = Operator::start(&ns, &[]).await;
     let spec = json!({
-        "components": [web("shop:1")],
+        "components": [web("shop:1", 2)],
         "strategy": {"steps": [{"setWeight": 50}, {"pause": {"duration": "2s"}}]},
         "health": {"prometheus": [gate]}
     });
     create(&client, &ns, &plan("shop", spec)).await;
-    let settled = common::wait_until(T, "the first release to settle", || async {
-        let p = operator::get(&client, &ns, "shop").await?;
+    let settled = wait_until(T, "the first release to settle", || async {
+        let p = plans::get(&client, &ns, "shop").await?;
         let s = p.status.clone()?;
         matches!(s.phase, Phase::Stable | Phase::RolledBack).then_some(s.phase)
     })
     .await;
     assert_eq!(settled, Phase::Stable, "first release");
-    set_components(&client, &ns, "shop", json!([web("shop:2")])).await;
-    let p = common::wait_until(T, "the gated rollout to settle", || async {
-        let p = operator::get(&client, &ns, "shop").await?;
+    set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
+    let p = wait_until(T, "the gated rollout to settle", || async {
+        let p = plans::get(&client, &ns, "shop").await?;
         let s = p.status.clone()?;
         (matches!(s.phase, Phase::Stable | Phase::RolledBack)
             && s.observed_generation == p.metadata.generation)
@@ -184,9 +179,7 @@ async fn hook(State((code, calls)): State<(u16, Calls)>, body: String) -> Status
 }
 
 async fn webhook_rollout(prefix: &str, code: u16) -> (Phase, Calls) {
-    let client = common::client().await;
-    crd::install(&client).await;
-    let ns = common::test_namespace(&client, prefix).await;
+    let Harness { client, ns } = Harness::new(prefix).await;
     let calls: Calls = Arc::default();
     let addr = serve(
         Router::new()
@@ -195,17 +188,23 @@ async fn webhook_rollout(prefix: &str, code: u16) -> (Phase, Calls) {
     )
     .await;
     let _op = Operator::start(&ns, &[]).await;
-    create_stable(&client, &ns, "shop", json!({"components": [web("shop:1")]})).await;
-    let hooks = json!([{"name": "smoke", "url": format!("http://{addr}/check"), "timeoutSeconds": 2, "retries": 1}]);
-    operator::patch_spec(
+    create_stable(
         &client,
         &ns,
         "shop",
-        json!({"components": [web("shop:2")], "strategy": {"steps": [{"setWeight": 50}]}, "health": {"webhooks": hooks}}),
+        json!({"components": [web("shop:1", 2)]}),
     )
     .await;
-    let phase = common::wait_until(T, "the webhook-gated rollout to settle", || async {
-        let p = operator::get(&client, &ns, "shop").await?;
+    let hooks = json!([{"name": "smoke", "url": format!("http://{addr}/check"), "timeoutSeconds": 2, "retries": 1}]);
+    plans::patch_spec(
+        &client,
+        &ns,
+        "shop",
+        json!({"components": [web("shop:2", 2)], "strategy": {"steps": [{"setWeight": 50}]}, "health": {"webhooks": hooks}}),
+    )
+    .await;
+    let phase = wait_until(T, "the webhook-gated rollout to settle", || async {
+        let p = plans::get(&client, &ns, "shop").await?;
         let s = p.status.clone()?;
         (matches!(s.phase, Phase::Stable | Phase::RolledBack)
             && s.observed_generation == p.metadata.generation)
@@ -237,9 +236,7 @@ async fn stamp(State(stamps): State<Stamps>) -> StatusCode {
 
 #[tokio::test]
 async fn a_restarted_operator_neither_repeats_nor_forgets_a_gate_call() {
-    let client = common::client().await;
-    crd::install(&client).await;
-    let ns = common::test_namespace(&client, "hook-restart").await;
+    let Harness { client, ns } = Harness::new("hook-restart").await;
     let stamps: Stamps = Arc::default();
     let addr = serve(
         Router::new()
@@ -248,19 +245,25 @@ async fn a_restarted_operator_neither_repeats_nor_forgets_a_gate_call() {
     )
     .await;
     let mut op = Operator::start(&ns, &[]).await;
-    create_stable(&client, &ns, "shop", json!({"components": [web("shop:1")]})).await;
-    let hooks = json!([{"name": "smoke", "url": format!("http://{addr}/check"), "timeoutSeconds": 2, "retries": 0}]);
-    // A `pause: {}` step holds the rollout, so the gate keeps being asked every 10s.
-    operator::patch_spec(
+    create_stable(
         &client,
         &ns,
         "shop",
-        json!({"components": [web("shop:2")], "strategy": {"steps": [{"setWeight": 50}, {"pause": {}}]}, "health": {"webhooks": hooks}}),
+        json!({"components": [web("shop:1", 2)]}),
+    )
+    .await;
+    let hooks = json!([{"name": "smoke", "url": format!("http://{addr}/check"), "timeoutSeconds": 2, "retries": 0}]);
+    // A `pause: {}` step holds the rollout, so the gate keeps being asked every 10s.
+    plans::patch_spec(
+        &client,
+        &ns,
+        "shop",
+        json!({"components": [web("shop:2", 2)], "strategy": {"steps": [{"setWeight": 50}, {"pause": {}}]}, "health": {"webhooks": hooks}}),
     )
     .await;
     // The first call of the pause step, and its verdict in status.
-    common::wait_until(T, "the gate's verdict at the pause step", || async {
-        let s = operator::get(&client, &ns, "shop").await?.status?;
+    wait_until(T, "the gate's verdict at the pause step", || async {
+        let s = plans::get(&client, &ns, "shop").await?.status?;
         (s.current_step == 1
             && s.gates
                 .first()
@@ -285,7 +288,7 @@ async fn a_restarted_operator_neither_repeats_nor_forgets_a_gate_call() {
         "no call before the interval is over"
     );
     // ...and calls again once it is.
-    common::wait_until(
+    wait_until(
         Duration::from_secs(30),
         "the next call after the interval",
         || async { (stamps.lock().unwrap().len() > calls_before).then_some(()) },
@@ -297,6 +300,6 @@ async fn a_restarted_operator_neither_repeats_nor_forgets_a_gate_call() {
         gap >= Duration::from_millis(9500) && gap < Duration::from_secs(20),
         "next call {gap:?} after the last one (interval 10s)"
     );
-    let p = operator::get(&client, &ns, "shop").await.unwrap();
+    let p = plans::get(&client, &ns, "shop").await.unwrap();
     assert_eq!(p.status.unwrap().phase, Phase::RollingOut);
 }

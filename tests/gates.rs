@@ -2,6 +2,9 @@
 //! Debian package `prometheus`) scraping a tiny exporter inside the test, and
 //! local webhook servers.   cargo test --test gates
 
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use std::collections::BTreeMap;
@@ -20,7 +23,8 @@ use releaseplan::api::{GateStatus, Phase, PrometheusGate, Verdict, WebhookGate};
 use releaseplan::gates::prometheus::{self, PrometheusSpec, TemplateVars};
 use releaseplan::gates::webhook::{self, WebhookBody, WebhookSpec};
 use releaseplan::gates::{GateResult, record};
-use support::{Prometheus, closed_port, http_client, poll, serve};
+use support::servers::{Prometheus, closed_port, http_client, serve};
+use support::wait_until;
 
 // ------------------------------------------------------------------ exporter
 
@@ -136,7 +140,7 @@ async fn prometheus_gates_against_a_real_prometheus() {
         r#"count(rate(app_requests_total[5s]) > 0)"#,
         "== 2",
     );
-    poll("two scraped revisions", Duration::from_secs(60), || async {
+    wait_until(Duration::from_secs(60), "two scraped revisions", || async {
         match evaluate(&http, &ready, &vars("")).await {
             GateResult::Pass { .. } => Ok(()),
             other => Err(format!("{other:?}")),

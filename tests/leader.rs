@@ -1,17 +1,19 @@
 //! Leader election between two operator processes on one Lease.
 
-mod common;
-mod crd;
-mod operator;
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
-use operator::{
-    Operator, by_image, create_stable, revisions, set_components, template, wait_phase,
-};
 use releaseplan::api::Phase;
 use serde_json::json;
 use std::time::{Duration, Instant};
+use support::fixtures::web;
+use support::operator::Operator;
+use support::plans::{by_image, create_stable, revisions, set_components, wait_phase};
+use support::{Harness, wait_until};
 
 const LEASE_SECONDS: u64 = 10;
 const T: Duration = Duration::from_secs(90);
@@ -26,26 +28,23 @@ async fn holder(client: &Client, ns: &str) -> Option<String> {
 
 async fn start(ns: &str, id: &str) -> Operator {
     let secs = LEASE_SECONDS.to_string();
-    Operator::start(
-        ns,
-        &[
-            "--leader-election",
-            "--lease-namespace",
-            ns,
+    Operator::launcher(ns)
+        .leader_election(ns)
+        .args([
             "--lease-name",
             "rp-leader",
             "--lease-seconds",
             &secs,
             "--identity",
             id,
-        ],
-    )
-    .await
+        ])
+        .start()
+        .await
 }
 
 async fn wait_holder(client: &Client, ns: &str, want: &str) -> Duration {
     let started = Instant::now();
-    common::wait_until(T, &format!("{want} to hold the lease"), || async {
+    wait_until(T, &format!("{want} to hold the lease"), || async {
         (holder(client, ns).await.as_deref() == Some(want)).then_some(())
     })
     .await;
@@ -54,14 +53,12 @@ async fn wait_holder(client: &Client, ns: &str, want: &str) -> Duration {
 
 #[tokio::test]
 async fn only_the_leader_writes_and_leadership_moves_on_kill_and_term() {
-    let client = common::client().await;
-    crd::install(&client).await;
-    let ns = common::test_namespace(&client, "leader").await;
+    let Harness { client, ns } = Harness::new("leader").await;
     let mut a = start(&ns, "op-a").await;
     wait_holder(&client, &ns, "op-a").await;
     let mut b = start(&ns, "op-b").await;
 
-    let web = |image: &str| json!([{"name": "web", "replicas": 2, "template": template(image)}]);
+    let web = |image: &str| json!([web(image, 2)]);
     create_stable(&client, &ns, "shop", json!({"components": web("shop:1")})).await;
     assert!(
         a.counter("releaseplan_api_writes_total").await > 0.0,

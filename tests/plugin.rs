@@ -1,34 +1,22 @@
 //! The `kubectl-releaseplan` binary against the real local control plane, with
 //! the real operator running: each test has its own namespace and operator.
 
-mod common;
-mod crd;
-mod operator;
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use kube::Client;
 use kube::api::{Api, DeleteParams};
-use operator::{
-    Operator, by_image, create, create_stable, faulty_template, get, plan, revisions,
-    set_components, template, wait_phase,
-};
 use releaseplan::api::{Phase, ReleasePlan};
 use serde_json::{Value, json};
 use std::time::Duration;
+use support::fixtures::{faulty_template, plan, template, web};
+use support::plans::{by_image, create, create_stable, get, revisions, set_components, wait_phase};
+use support::{Harness, plans, wait_until};
 
 const T: Duration = Duration::from_secs(90);
-
-async fn setup(prefix: &str) -> (Client, String, Operator) {
-    let client = common::client().await;
-    crd::install(&client).await;
-    let ns = common::test_namespace(&client, prefix).await;
-    let op = Operator::start(&ns, &[]).await;
-    (client, ns, op)
-}
-
-fn web(image: &str, replicas: i32) -> Value {
-    json!({"name": "web", "replicas": replicas, "template": template(image)})
-}
 
 /// What one plugin run did.
 #[derive(Debug)]
@@ -91,7 +79,7 @@ async fn at_pause(client: &Client, ns: &str) -> ReleasePlan {
     .await;
     wait_phase(client, ns, "shop", Phase::Stable, T).await;
     set_components(client, ns, "shop", json!([web("shop:2", 2)])).await;
-    common::wait_until(T, "the rollout to hold at the pause step", || async {
+    wait_until(T, "the rollout to hold at the pause step", || async {
         let p = get(client, ns, "shop").await?;
         let s = status_of(&p);
         (s.phase == Phase::RollingOut
@@ -104,7 +92,7 @@ async fn at_pause(client: &Client, ns: &str) -> ReleasePlan {
 
 #[tokio::test]
 async fn get_wait_history_and_errors() {
-    let (client, ns, op) = setup("plugin-get").await;
+    let (Harness { client, ns }, op) = Harness::with_operator("plugin-get").await;
     create(
         &client,
         &ns,
@@ -187,7 +175,7 @@ async fn get_wait_history_and_errors() {
     }
 
     // No cluster: a kubeconfig that points at a closed port.
-    let port = operator::free_port();
+    let port = support::operator::free_port();
     let mut dead = config.clone();
     for c in dead["clusters"].as_array_mut().expect("clusters") {
         c["cluster"]["server"] = json!(format!("https://127.0.0.1:{port}"));
@@ -220,7 +208,7 @@ async fn get_wait_history_and_errors() {
 
 #[tokio::test]
 async fn promote_moves_an_indefinite_pause_forward() {
-    let (client, ns, op) = setup("plugin-promote").await;
+    let (Harness { client, ns }, op) = Harness::with_operator("plugin-promote").await;
     let before = at_pause(&client, &ns).await;
     assert_eq!(status_of(&before).weight, 50);
 
@@ -283,7 +271,7 @@ async fn promote_moves_an_indefinite_pause_forward() {
 
 #[tokio::test]
 async fn abort_rolls_back_and_wait_exits_2() {
-    let (client, ns, op) = setup("plugin-abort").await;
+    let (Harness { client, ns }, op) = Harness::with_operator("plugin-abort").await;
     at_pause(&client, &ns).await;
 
     let out = rp_in(&ns, &["abort", "shop"]).await;
@@ -320,7 +308,7 @@ async fn abort_rolls_back_and_wait_exits_2() {
 
 #[tokio::test]
 async fn a_halted_rollout_makes_wait_exit_3() {
-    let (client, ns, op) = setup("plugin-halt").await;
+    let (Harness { client, ns }, op) = Harness::with_operator("plugin-halt").await;
     let spec = |t: Value| {
         json!({"components": [{"name": "web", "replicas": 2, "template": t}],
                "strategy": {"steps": [{"setWeight": 50}]},
@@ -329,7 +317,7 @@ async fn a_halted_rollout_makes_wait_exit_3() {
     };
     create(&client, &ns, &plan("shop", spec(template("shop:1")))).await;
     wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
-    operator::patch_spec(
+    plans::patch_spec(
         &client,
         &ns,
         "shop",
@@ -370,7 +358,7 @@ async fn a_halted_rollout_makes_wait_exit_3() {
 
 #[tokio::test]
 async fn pause_holds_and_resume_lets_it_finish() {
-    let (client, ns, op) = setup("plugin-pause").await;
+    let (Harness { client, ns }, op) = Harness::with_operator("plugin-pause").await;
     let steps = json!([{"setWeight": 50}, {"pause": {"duration": "1s"}}]);
     create_stable(
         &client,
@@ -387,7 +375,7 @@ async fn pause_holds_and_resume_lets_it_finish() {
     assert!(status_of(&p).pause_requested);
 
     set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
-    let held = common::wait_until(T, "the paused rollout to start", || async {
+    let held = wait_until(T, "the paused rollout to start", || async {
         let p = get(&client, &ns, "shop").await?;
         let s = status_of(&p);
         (s.phase == Phase::RollingOut && s.observed_generation == p.metadata.generation)
@@ -431,7 +419,7 @@ fn web_cpu(image: &str) -> Value {
 
 #[tokio::test]
 async fn undo_looks_up_the_stored_template_of_the_previous_revision() {
-    let (client, ns, op) = setup("plugin-undo").await;
+    let (Harness { client, ns }, op) = Harness::with_operator("plugin-undo").await;
     create(
         &client,
         &ns,

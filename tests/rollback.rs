@@ -2,24 +2,21 @@
 //! new-revision pods crash-loop, never become ready, or fail to pull their
 //! image; the operator must return every component to the stable revision.
 
-mod common;
-mod crd;
-mod operator;
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
 
 use kube::Client;
-use operator::{
-    Operator, by_image, create, create_stable, faulty_template, plan, revisions, set_components,
-    template, wait_phase,
-};
 use releaseplan::api::{Phase, ReleasePlan};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
+use support::fixtures::{faulty_template, plan, template, web_with};
+use support::operator::Operator;
+use support::plans::{by_image, create, create_stable, revisions, set_components, wait_phase};
+use support::{Harness, plans, wait_until};
 
 const T: Duration = Duration::from_secs(120);
-
-fn web(template: Value) -> Value {
-    json!({"name": "web", "replicas": 3, "template": template})
-}
 
 /// Rolls a bad version out over a stable one and returns the rolled-back plan
 /// and how long the rollback took from the rollout's start.
@@ -28,14 +25,12 @@ async fn roll_out_bad(
     bad: Value,
     health: Value,
 ) -> (Client, String, ReleasePlan, Duration) {
-    let client = common::client().await;
-    crd::install(&client).await;
-    let ns = common::test_namespace(&client, prefix).await;
+    let Harness { client, ns } = Harness::new(prefix).await;
     let op = Operator::start(&ns, &[]).await;
     let steps = json!([{"setWeight": 34}, {"pause": {"duration": "2s"}}, {"setWeight": 67}]);
-    create_stable(&client, &ns, "shop", json!({"components": [web(template("shop:1"))], "strategy": {"steps": steps}, "health": health})).await;
+    create_stable(&client, &ns, "shop", json!({"components": [web_with(template("shop:1"), 3)], "strategy": {"steps": steps}, "health": health})).await;
     let started = Instant::now();
-    set_components(&client, &ns, "shop", json!([web(bad)])).await;
+    set_components(&client, &ns, "shop", json!([web_with(bad, 3)])).await;
     let p = wait_phase(&client, &ns, "shop", Phase::RolledBack, T).await;
     let took = started.elapsed();
     // Afterwards the good version serves at full replicas and no failed pod is left.
@@ -50,7 +45,7 @@ async fn roll_out_bad(
         Some(0),
         "failed revision at zero: {revs:?}"
     );
-    common::wait_until(T, "the failed revision's pods to be gone", || async {
+    wait_until(T, "the failed revision's pods to be gone", || async {
         let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), &ns)
             .list(&kube::api::ListParams::default().labels("releaseplan.io/plan=shop"))
             .await
@@ -74,7 +69,7 @@ async fn roll_out_bad(
     assert_eq!(s.history.last().unwrap().outcome, "RolledBack");
     // No flapping: it stays rolled back.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let again = operator::get(&client, &ns, "shop").await.unwrap();
+    let again = plans::get(&client, &ns, "shop").await.unwrap();
     assert_eq!(again.status.unwrap().phase, Phase::RolledBack);
     assert!(op.counter("releaseplan_rollbacks_total").await >= 1.0);
     (client, ns, p, took)
@@ -137,15 +132,15 @@ async fn a_retry_request_rolls_the_failed_revision_out_again() {
     let (client, ns, _p, _) =
         roll_out_bad("retry", faulty_template("shop:2", "crash-loop"), health).await;
     let _op = Operator::start(&ns, &[]).await;
-    let before = operator::get(&client, &ns, "shop")
+    let before = plans::get(&client, &ns, "shop")
         .await
         .unwrap()
         .status
         .unwrap()
         .rollout_count;
-    operator::request(&client, &ns, "shop", "retry").await;
-    common::wait_until(T, "a new rollout to start", || async {
-        let s = operator::get(&client, &ns, "shop").await?.status?;
+    plans::request(&client, &ns, "shop", "retry").await;
+    wait_until(T, "a new rollout to start", || async {
+        let s = plans::get(&client, &ns, "shop").await?.status?;
         (s.rollout_count > before).then_some(())
     })
     .await;
@@ -155,16 +150,14 @@ async fn a_retry_request_rolls_the_failed_revision_out_again() {
 
 #[tokio::test]
 async fn a_failed_first_release_leaves_nothing_running() {
-    let client = common::client().await;
-    crd::install(&client).await;
-    let ns = common::test_namespace(&client, "first-fail").await;
+    let Harness { client, ns } = Harness::new("first-fail").await;
     let _op = Operator::start(&ns, &[]).await;
     create(
         &client,
         &ns,
         &plan(
             "shop",
-            json!({"components": [web(faulty_template("shop:1", "crash-loop"))]}),
+            json!({"components": [web_with(faulty_template("shop:1", "crash-loop"), 3)]}),
         ),
     )
     .await;

@@ -1,126 +1,64 @@
-//! Helpers for tests that need local servers: a real Prometheus started by
-//! e2e/prometheus.sh, and small axum servers on 127.0.0.1.
+//! The one support layer of the integration tests (`tests/*.rs`, each with
+//! `mod support;`) and the benchmarks (`benches/operator.rs`, through
+//! `#[path]`):
+//!
+//! - [`Harness`]: a client of the local test cluster, a fresh namespace and
+//!   the CRD installed, optionally an operator watching the namespace;
+//! - [`wait_until`]: the one poller;
+//! - [`operator`]: the one operator launcher ([`operator::Operator::launcher`]);
+//! - [`fixtures`]: templates, components, plans; [`plans`]: the plans on the
+//!   cluster; [`cluster`]: client and namespaces; [`crd`]: the CRD install;
+//!   [`servers`]: a real Prometheus and local HTTP servers.
+//!
+//! The cluster is the one of `make test` (KUBECONFIG); see docs/control-plane.md.
+
+// Every test binary compiles this whole module but uses only part of it, so
+// what one binary leaves unused is not dead: without this allow, each binary
+// would warn about the helpers that only the others call.
 #![allow(dead_code)]
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+pub mod cluster;
+pub mod crd;
+pub mod fixtures;
+pub mod operator;
+pub mod plans;
+pub mod servers;
+mod wait;
 
-/// A Prometheus server started by `e2e/prometheus.sh start`, stopped when
-/// dropped, also when the test panics (`stop`, keeping its log under
-/// `.e2e-run/prometheus-<name>/logs`; `remove` after a passing test).
-pub struct Prometheus {
-    name: String,
-    /// Base URL, e.g. `http://127.0.0.1:23456`.
-    pub url: String,
+use kube::Client;
+
+use operator::Operator;
+pub use wait::wait_until;
+
+/// A test's place on the cluster: a client, and a fresh namespace in which
+/// the ReleasePlan CRD is served.
+pub struct Harness {
+    /// A client of the local test cluster.
+    pub client: Client,
+    /// The test's own namespace, `<prefix>-<unique suffix>`.
+    pub ns: String,
 }
 
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("e2e/prometheus.sh")
-}
-
-impl Prometheus {
-    /// Starts a Prometheus scraping `target` (`host:port`, path `/metrics`)
-    /// every second; returns once it answers `/-/ready`.
-    pub fn start(target: SocketAddr) -> Prometheus {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "test-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
-        let out = Command::new(script())
-            .args(["start", &name, &target.to_string()])
-            .output()
-            .expect("cannot run e2e/prometheus.sh");
-        // Built before the check so that a failed start is stopped too.
-        let url = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .trim()
-            .to_string();
-        let guard = Prometheus { name, url };
-        assert!(
-            out.status.success() && guard.url.starts_with("http://127.0.0.1:"),
-            "e2e/prometheus.sh start failed ({}):\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        guard
+impl Harness {
+    /// A client, the CRD installed, and a fresh namespace named after `prefix`.
+    pub async fn new(prefix: &str) -> Harness {
+        let client = cluster::client().await;
+        crd::install(&client).await;
+        let ns = cluster::test_namespace(&client, prefix).await;
+        Harness { client, ns }
     }
-}
 
-impl Drop for Prometheus {
-    /// Stops the server; after a failed test its log stays in the run dir.
-    fn drop(&mut self) {
-        let cmd = if std::thread::panicking() {
-            "stop"
-        } else {
-            "remove"
-        };
-        match Command::new(script()).args([cmd, &self.name]).output() {
-            Ok(out) if out.status.success() => {}
-            Ok(out) => eprintln!(
-                "e2e/prometheus.sh {cmd} {} failed: {}",
-                self.name,
-                String::from_utf8_lossy(&out.stderr)
-            ),
-            Err(e) => eprintln!("cannot run e2e/prometheus.sh {cmd} {}: {e}", self.name),
-        }
+    /// [`Harness::new`], and an operator watching the namespace, started with
+    /// no extra flags.
+    pub async fn with_operator(prefix: &str) -> (Harness, Operator) {
+        let h = Harness::new(prefix).await;
+        let op = h.operator().start().await;
+        (h, op)
     }
-}
 
-/// Serves `app` on a free port of 127.0.0.1 until the test's runtime ends.
-pub async fn serve(app: axum::Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("cannot bind 127.0.0.1:0");
-    let addr = listener.local_addr().expect("no local address");
-    tokio::spawn(async move {
-        axum::serve(listener, app)
-            .await
-            .expect("test server failed");
-    });
-    addr
-}
-
-/// An address of 127.0.0.1 where nothing listens (bound, then released).
-pub async fn closed_port() -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("cannot bind 127.0.0.1:0");
-    listener.local_addr().expect("no local address")
-}
-
-/// A client like the operator's, ignoring any proxy of the environment.
-/// Installs the process's TLS crypto provider first, as the operator does.
-pub fn http_client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("cannot build an HTTP client")
-}
-
-/// Polls `check` every 250ms until it returns `Some`, or panics after
-/// `timeout` with `what` and the last value seen.
-pub async fn poll<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match check().await {
-            Ok(v) => return v,
-            Err(last) if Instant::now() >= deadline => {
-                panic!("timed out after {timeout:?} waiting for {what}; last: {last}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
-        }
+    /// A launcher of an operator watching this namespace (add flags, then
+    /// `.start().await`).
+    pub fn operator(&self) -> operator::Launcher {
+        Operator::launcher(&self.ns)
     }
 }

@@ -1,8 +1,6 @@
-//! Helpers for the tests that need the local cluster of `make test`
-//! (e2e/with-cluster.sh exports its KUBECONFIG). See docs/control-plane.md.
-#![allow(dead_code)]
+//! The local cluster of `make test` (e2e/with-cluster.sh exports its
+//! KUBECONFIG): a client, fresh namespaces. See docs/control-plane.md.
 
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -11,6 +9,8 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+
+use super::wait_until;
 
 /// A client for the test cluster named by `KUBECONFIG`. Refuses a cluster
 /// that is not on this machine, since tests create and break things.
@@ -73,25 +73,6 @@ pub async fn test_namespace(client: &Client, prefix: &str) -> String {
     )
     .await;
     name
-}
-
-/// Calls `f` every 200ms until it returns `Some`, and returns that value.
-/// Panics, naming `what`, when `timeout` has passed.
-pub async fn wait_until<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(value) = f().await {
-            return value;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// The root of the repository (where Cargo.toml is).

@@ -1,19 +1,18 @@
 //! Installs the ReleasePlan CRD of `crds/releaseplan.yaml` on the test cluster.
-//! Use it from a test file with `mod crd;` and `crd::install(&client).await`
-//! (it needs nothing else from the test file).
+//! `crd::install(&client).await`, or [`super::Harness::new`].
 //!
 //! Idempotent and safe to run from many tests and test binaries at once:
 //! every caller server-side applies the same object with the same field
 //! manager, transient conflicts are retried, and each caller waits until the
 //! API server serves the resource before it returns.
-#![allow(dead_code)]
-
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use releaseplan::api::ReleasePlan;
+
+use super::wait_until;
 
 /// Name of the CRD.
 pub const NAME: &str = "releaseplans.releaseplan.io";
@@ -109,23 +108,4 @@ pub async fn install(client: &Client) {
         },
     )
     .await;
-}
-
-/// Calls `f` every 200ms until it returns `Some`; panics naming `what` after `timeout`.
-async fn wait_until<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(value) = f().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }

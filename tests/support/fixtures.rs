@@ -1,0 +1,42 @@
+//! Fixtures: pod templates, components and ReleasePlan objects (data only;
+//! `plans` reads and writes them on the cluster).
+
+use releaseplan::api::ReleasePlan;
+use serde_json::{Value, json};
+
+/// A pod template running `image`.
+pub fn template(image: &str) -> Value {
+    json!({
+        "metadata": {"labels": {"app": "shop"}},
+        "spec": {"containers": [{"name": "app", "image": image}]}
+    })
+}
+
+/// A pod template running `image` with a kwok fault annotation.
+pub fn faulty_template(image: &str, fault: &str) -> Value {
+    json!({
+        "metadata": {"labels": {"app": "shop"}, "annotations": {"kwok.releaseplan.io/fault": fault}},
+        "spec": {"containers": [{"name": "app", "image": image}]}
+    })
+}
+
+/// A ReleasePlan object.
+pub fn plan(name: &str, spec: Value) -> ReleasePlan {
+    serde_json::from_value(json!({
+        "apiVersion": "releaseplan.io/v1alpha1",
+        "kind": "ReleasePlan",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .expect("ReleasePlan object")
+}
+
+/// A component named `web` with `replicas` pods of [`template`]`(image)`.
+pub fn web(image: &str, replicas: i32) -> Value {
+    web_with(template(image), replicas)
+}
+
+/// A component named `web` with `replicas` pods of `template`.
+pub fn web_with(template: Value, replicas: i32) -> Value {
+    json!({"name": "web", "replicas": replicas, "template": template})
+}

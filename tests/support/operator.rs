@@ -1,0 +1,217 @@
+//! The real operator binary against the test cluster, one process per test
+//! namespace: [`Operator::launcher`] builds the command line (flags,
+//! environment, leader election), [`Launcher::start`] runs it and waits for
+//! `/readyz`, and the [`Operator`] reads its metrics and stops it.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+/// A running operator process; killed when dropped.
+pub struct Operator {
+    child: Option<Child>,
+    /// Port of its /metrics server.
+    pub port: u16,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+/// How to start an operator: see [`Operator::launcher`].
+pub struct Launcher {
+    namespace: String,
+    binary: PathBuf,
+    args: Vec<String>,
+    envs: Vec<(String, String)>,
+    rust_log: String,
+}
+
+/// A free port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port")
+}
+
+/// Sum of every sample of a metric family in OpenMetrics text.
+pub fn sum_metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+impl Launcher {
+    /// Adds command-line flags (after `--namespace` and `--metrics-addr`).
+    pub fn args<I, S>(mut self, args: I) -> Launcher
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.args
+            .extend(args.into_iter().map(|a| a.as_ref().to_string()));
+        self
+    }
+
+    /// Sets an environment variable of the process, after the inherited ones
+    /// (so `KUBECONFIG` can point it at another identity than the tests' own).
+    pub fn env(mut self, key: &str, value: &str) -> Launcher {
+        self.envs.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Turns on leader election with its Lease in `lease_namespace`; the
+    /// other lease flags (`--lease-name`, `--identity`...) go through [`Launcher::args`].
+    pub fn leader_election(self, lease_namespace: &str) -> Launcher {
+        self.args(["--leader-election", "--lease-namespace", lease_namespace])
+    }
+
+    /// Runs `binary` instead of the one cargo built for this package.
+    pub fn binary(mut self, binary: impl Into<PathBuf>) -> Launcher {
+        self.binary = binary.into();
+        self
+    }
+
+    /// The `RUST_LOG` of the process (`info,releaseplan=debug` unless set).
+    pub fn rust_log(mut self, filter: &str) -> Launcher {
+        self.rust_log = filter.to_string();
+        self
+    }
+
+    /// Starts the process, logging to a file under the temp dir, and waits
+    /// for its /readyz. Fails at once, with the log, when it exits instead.
+    pub async fn start(self) -> Operator {
+        let port = free_port();
+        let dir = std::env::temp_dir().join("releaseplan-tests");
+        std::fs::create_dir_all(&dir).expect("log dir");
+        let log = dir.join(format!("operator-{}-{port}.log", self.namespace));
+        let out = std::fs::File::create(&log).expect("log file");
+        let err = out.try_clone().expect("log file");
+        let child = Command::new(&self.binary)
+            .arg("--namespace")
+            .arg(&self.namespace)
+            .arg("--metrics-addr")
+            .arg(format!("127.0.0.1:{port}"))
+            .args(&self.args)
+            .env("RUST_LOG", &self.rust_log)
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.binary.display()));
+        let mut op = Operator {
+            child: Some(child),
+            port,
+            log,
+        };
+        let url = format!("http://127.0.0.1:{port}/readyz");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(Ok(Some(status))) = op.child.as_mut().map(|c| c.try_wait()) {
+                panic!(
+                    "the operator exited ({status}) before /readyz:\n{}",
+                    op.log_text()
+                );
+            }
+            if let Ok(r) = reqwest::get(&url).await
+                && r.status().is_success()
+            {
+                return op;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out after 30s waiting for the operator's /readyz:\n{}",
+                op.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+impl Operator {
+    /// A launcher of the operator watching `namespace`, with no other flags.
+    pub fn launcher(namespace: &str) -> Launcher {
+        Launcher {
+            namespace: namespace.to_string(),
+            binary: PathBuf::from(env!("CARGO_BIN_EXE_releaseplan")),
+            args: Vec::new(),
+            envs: Vec::new(),
+            rust_log: "info,releaseplan=debug".to_string(),
+        }
+    }
+
+    /// Starts the operator watching `namespace`, with extra flags, and waits for /readyz.
+    pub async fn start(namespace: &str, extra: &[&str]) -> Operator {
+        Operator::launcher(namespace).args(extra).start().await
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The operator's metrics text.
+    pub async fn metrics(&self) -> String {
+        let url = format!("http://127.0.0.1:{}/metrics", self.port);
+        match reqwest::get(&url).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+
+    /// Sum of a counter family in the metrics (all label sets), or of one
+    /// series when `name` carries its labels (`name{kind="apply"}`).
+    pub async fn counter(&self, name: &str) -> f64 {
+        sum_metric(&self.metrics().await, name)
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill")
+                .arg(format!("-{sig}"))
+                .arg(c.id().to_string())
+                .status();
+        }
+    }
+
+    /// SIGKILL: the process dies mid-work.
+    pub fn kill(&mut self) {
+        self.signal("KILL");
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, then waits (bounded) for the process to exit.
+    pub async fn terminate(&mut self) -> Option<ExitStatus> {
+        self.signal("TERM");
+        let mut c = self.child.take()?;
+        for _ in 0..100 {
+            if let Ok(Some(s)) = c.try_wait() {
+                return Some(s);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = c.kill();
+        c.wait().ok()
+    }
+
+    /// The log so far, for failure messages.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Helpers for tests that need local servers: a real Prometheus started by
+//! e2e/prometheus.sh, and small axum servers on 127.0.0.1.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A Prometheus server started by `e2e/prometheus.sh start`, stopped when
+/// dropped, also when the test panics (`stop`, keeping its log under
+/// `.e2e-run/prometheus-<name>/logs`; `remove` after a passing test).
+pub struct Prometheus {
+    name: String,
+    /// Base URL, e.g. `http://127.0.0.1:23456`.
+    pub url: String,
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("e2e/prometheus.sh")
+}
+
+impl Prometheus {
+    /// Starts a Prometheus scraping `target` (`host:port`, path `/metrics`)
+    /// every second; returns once it answers `/-/ready`.
+    pub fn start(target: SocketAddr) -> Prometheus {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "test-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let out = Command::new(script())
+            .args(["start", &name, &target.to_string()])
+            .output()
+            .expect("cannot run e2e/prometheus.sh");
+        // Built before the check so that a failed start is stopped too.
+        let url = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        let guard = Prometheus { name, url };
+        assert!(
+            out.status.success() && guard.url.starts_with("http://127.0.0.1:"),
+            "e2e/prometheus.sh start failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        guard
+    }
+}
+
+impl Drop for Prometheus {
+    /// Stops the server; after a failed test its log stays in the run dir.
+    fn drop(&mut self) {
+        let cmd = if std::thread::panicking() {
+            "stop"
+        } else {
+            "remove"
+        };
+        match Command::new(script()).args([cmd, &self.name]).output() {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => eprintln!(
+                "e2e/prometheus.sh {cmd} {} failed: {}",
+                self.name,
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => eprintln!("cannot run e2e/prometheus.sh {cmd} {}: {e}", self.name),
+        }
+    }
+}
+
+/// Serves `app` on a free port of 127.0.0.1 until the test's runtime ends.
+pub async fn serve(app: axum::Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("cannot bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("no local address");
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .await
+            .expect("test server failed");
+    });
+    addr
+}
+
+/// An address of 127.0.0.1 where nothing listens (bound, then released).
+pub async fn closed_port() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("cannot bind 127.0.0.1:0");
+    listener.local_addr().expect("no local address")
+}
+
+/// A client like the operator's, ignoring any proxy of the environment.
+/// Installs the process's TLS crypto provider first, as the operator does.
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("cannot build an HTTP client")
+}
