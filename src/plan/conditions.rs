@@ -179,6 +179,19 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
     } else {
         cond(STALLED, false, R::from(s.phase), msg.clone())
     };
+    // kstatus reads Reconciling before Stalled: a plan that needs a human must
+    // not also say it is reconciling, or Flux waits for its timeout instead of
+    // reporting the failure.
+    let reconciling = if stalled.status {
+        Cond {
+            type_: RECONCILING,
+            status: false,
+            reason: stalled.reason,
+            message: stalled.message.clone(),
+        }
+    } else {
+        reconciling
+    };
     let progressing = match s.phase {
         Phase::RollingOut if halted => cond(
             PROGRESSING,

@@ -579,6 +579,7 @@ fn progress_deadline_fails_a_step_that_never_gets_ready() {
         ("True", "RollbackSlow"),
         "a rollback older than the deadline is slow"
     );
+    assert_eq!(sim.condition("Reconciling").as_deref(), Some("False"));
 }
 
 #[test]
@@ -857,6 +858,12 @@ fn a_refused_deployment_write_shows_in_conditions_and_events() {
     assert_eq!(
         (st.as_str(), reason.as_str()),
         ("True", "DeploymentRefused")
+    );
+    // kstatus reads Reconciling first: a stalled plan is not reconciling.
+    let (st, reason, _) = cond(&d, "Reconciling");
+    assert_eq!(
+        (st.as_str(), reason.as_str()),
+        ("False", "DeploymentRefused")
     );
     assert!(
         msg.contains("shop-web-x") && msg.contains("containerPort"),
