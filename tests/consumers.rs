@@ -462,3 +462,28 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
 
     m.print();
 }
+
+/// The README carries integrations/argocd/health.lua as it is, indented in
+/// the `argocd-cm` snippet: the file is what the test above runs.
+#[test]
+fn readme_carries_the_argocd_health_check() {
+    let root = common::repo_root();
+    let lua = std::fs::read_to_string(root.join("integrations/argocd/health.lua")).unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let indented: String = lua
+        .lines()
+        .map(|l| {
+            if l.trim().is_empty() {
+                "\n".to_string()
+            } else {
+                format!("    {l}\n")
+            }
+        })
+        .collect();
+    assert!(
+        readme.contains(&format!(
+            "  resource.customizations.health.releaseplan.io_ReleasePlan: |\n{indented}```"
+        )),
+        "README.md's argocd-cm snippet differs from integrations/argocd/health.lua: copy the file in again"
+    );
+}
