@@ -181,21 +181,29 @@ struct Matrix {
 
 impl Matrix {
     /// Records what the consumers say about `name` as `state`, and checks it
-    /// against the expected (kstatus, argocd, flux) statuses.
+    /// against the expected (kstatus, argocd, flux) statuses and `wait` exit.
     async fn check(
         &mut self,
         client: &Client,
         ns: &str,
         name: &str,
         state: &'static str,
-        want: (&str, &str, &str),
+        want: (&str, &str, &str, i32),
     ) {
         let s = seen(client, ns, name).await;
         println!("{state}: {s:?}");
         self.rows.push((state, s));
         let s = &self.rows.last().unwrap().1;
-        let got = (s.kstatus.0.as_str(), s.argocd.0.as_str(), s.flux.0.as_str());
-        assert_eq!(got, want, "{state}: (kstatus, argocd, flux) of {s:?}");
+        let got = (
+            s.kstatus.0.as_str(),
+            s.argocd.0.as_str(),
+            s.flux.0.as_str(),
+            s.wait,
+        );
+        assert_eq!(
+            got, want,
+            "{state}: (kstatus, argocd, flux, wait exit) of {s:?}"
+        );
     }
 
     fn print(&self) {
@@ -228,7 +236,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &ns,
         "fresh",
         "created, operator down (no status)",
-        ("Current", "Progressing", "Error"),
+        ("Current", "Progressing", "Error", 4),
     )
     .await;
 
@@ -239,7 +247,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &ns,
         "fresh",
         "first release done (Stable)",
-        ("Current", "Healthy", "Current"),
+        ("Current", "Healthy", "Current", 0),
     )
     .await;
 
@@ -254,7 +262,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &ns,
         "roll",
         "RollingOut",
-        ("InProgress", "Progressing", "InProgress"),
+        ("InProgress", "Progressing", "InProgress", 4),
     )
     .await;
 
@@ -265,7 +273,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &ns,
         "roll",
         "paused by request (PauseRequested)",
-        ("InProgress", "Suspended", "InProgress"),
+        ("InProgress", "Suspended", "InProgress", 4),
     )
     .await;
 
@@ -284,7 +292,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &ns,
         "step",
         "waiting at pause: {} (PauseStep)",
-        ("InProgress", "Suspended", "InProgress"),
+        ("InProgress", "Suspended", "InProgress", 4),
     )
     .await;
     patch_spec(&client, &ns, "step", json!({"paused": true})).await;
@@ -294,7 +302,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &ns,
         "step",
         "spec.paused (SpecPaused)",
-        ("InProgress", "Suspended", "InProgress"),
+        ("InProgress", "Suspended", "InProgress", 4),
     )
     .await;
 
@@ -315,7 +323,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &ns,
         "halt",
         "halted (Stalled RolloutHalted)",
-        ("Failed", "Degraded", "Failed"),
+        ("Failed", "Degraded", "Failed", 3),
     )
     .await;
 
@@ -335,7 +343,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &ns,
         "refused",
         "Deployment refused (Stalled DeploymentRefused)",
-        ("InProgress", "Degraded", "Failed"),
+        ("InProgress", "Degraded", "Failed", 3),
     )
     .await;
 
@@ -381,7 +389,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &ns,
         "back",
         "RollbackInProgress",
-        ("InProgress", "Progressing", "InProgress"),
+        ("InProgress", "Progressing", "InProgress", 4),
     )
     .await;
     wait_condition(&client, &ns, "back", "Stalled", "RollbackSlow").await;
@@ -390,7 +398,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &ns,
         "back",
         "rollback too slow (Stalled RollbackSlow)",
-        ("InProgress", "Degraded", "Failed"),
+        ("InProgress", "Degraded", "Failed", 3),
     )
     .await;
     quotas
@@ -403,7 +411,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &ns,
         "back",
         "RolledBack",
-        ("Failed", "Degraded", "Failed"),
+        ("Failed", "Degraded", "Failed", 2),
     )
     .await;
 
@@ -435,7 +443,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &ns,
         "fresh",
         "being deleted",
-        ("Terminating", "Progressing", "InProgress"),
+        ("Terminating", "Progressing", "InProgress", 4),
     )
     .await;
     plans
@@ -456,7 +464,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &ns,
         "roll",
         "new spec, operator down (observedGeneration behind)",
-        ("InProgress", "Progressing", "InProgress"),
+        ("InProgress", "Progressing", "InProgress", 4),
     )
     .await;
 
