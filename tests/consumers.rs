@@ -495,3 +495,21 @@ fn readme_carries_the_argocd_health_check() {
         "README.md's argocd-cm snippet differs from integrations/argocd/health.lua: copy the file in again"
     );
 }
+
+/// docs/api.md shows the expressions of integrations/flux/health-check.yaml.
+#[test]
+fn docs_carry_the_flux_health_check() {
+    let root = common::repo_root();
+    let exprs = std::fs::read_to_string(root.join("integrations/flux/health-check.yaml")).unwrap();
+    let docs = std::fs::read_to_string(root.join("docs/api.md")).unwrap();
+    for field in ["failed: ", "current: "] {
+        let line = exprs
+            .lines()
+            .find(|l| l.starts_with(field))
+            .unwrap_or_else(|| panic!("no {field} in integrations/flux/health-check.yaml"));
+        assert!(
+            docs.contains(&format!("      {line}\n")),
+            "docs/api.md does not show {line:?} of integrations/flux/health-check.yaml"
+        );
+    }
+}
