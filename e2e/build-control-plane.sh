@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-# kwok and helm from Go modules into $RP_CACHE, keyed by version. A part whose
-# binaries are already there is skipped, so a second run takes a second.
+# kwok, helm and rp-health (the consumers' health checks, e2e/health) from Go
+# modules into $RP_CACHE, keyed by version. A part whose binaries are already
+# there is skipped, so a second run takes a second.
 set -euo pipefail
 # shellcheck source=e2e/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -106,10 +107,27 @@ build_helm() {
   log "helm built: $("$HELM_BIN/helm" version --short)"
 }
 
+# rp-health: kstatus, Argo CD's Lua and Flux's CEL health checks in one small
+# binary for tests/consumers.rs. Rebuilt when e2e/health changes (its sources'
+# hash is kept beside the binary). Cold: about a minute on 2 cores.
+build_consumers() {
+  local src="$E2E_DIR/health" sum
+  sum=$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -d' ' -f1)
+  if [ -x "$RP_HEALTH_BIN/rp-health" ] && [ "$(cat "$RP_HEALTH_BIN/.source-sum" 2>/dev/null)" = "$sum" ]; then
+    log "rp-health v$RP_HEALTH_VERSION cached"; return
+  fi
+  log "building rp-health v$RP_HEALTH_VERSION"
+  mkdir -p "$RP_HEALTH_BIN"
+  (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$RP_HEALTH_BIN/rp-health" .)
+  echo "$sum" >"$RP_HEALTH_BIN/.source-sum"
+  log "rp-health built"
+}
+
 start=$(date +%s)
 case "${1:-all}" in
-  all) build_etcd; build_kwok; build_helm; build_k8s ;;
+  all) build_etcd; build_kwok; build_helm; build_k8s; build_consumers ;;
   k8s) build_k8s ;; etcd) build_etcd ;; kwok) build_kwok ;; helm) build_helm ;;
-  *) die "usage: $0 [all|k8s|etcd|kwok|helm]" ;;
+  consumers) build_consumers ;;
+  *) die "usage: $0 [all|k8s|etcd|kwok|helm|consumers]" ;;
 esac
 log "control plane binaries ready in $(( $(date +%s) - start ))s"

@@ -1,0 +1,515 @@
+//! What our users' tools say about a ReleasePlan, by running their own code on
+//! live plans: kstatus (Flux, kpt, `kubectl wait`-like tools), Argo CD's
+//! resource health Lua (integrations/argocd/health.lua in gopher-lua) and
+//! Flux's `healthCheckExprs` (integrations/flux/health-check.yaml in cel-go).
+//! The three run in `rp-health` (e2e/health), built by
+//! `e2e/build-control-plane.sh consumers`. Each state is reached on the local
+//! control plane with the real operator; the matrix printed at the end is the
+//! table "What each consumer sees" of docs/api.md.
+
+mod common;
+mod crd;
+mod operator;
+
+use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use operator::{
+    Operator, create, create_stable, faulty_template, get, patch_spec, plan, request,
+    set_components, template, wait_phase,
+};
+use releaseplan::api::{Phase, ReleasePlan};
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(120);
+
+/// The built rp-health: `RP_HEALTH` (set by the cluster's env file), else
+/// where `e2e/build-control-plane.sh consumers` puts it.
+fn rp_health() -> PathBuf {
+    let path = match std::env::var_os("RP_HEALTH").filter(|v| !v.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let versions = std::fs::read_to_string(common::repo_root().join("e2e/versions.env"))
+                .expect("e2e/versions.env");
+            let version = versions
+                .lines()
+                .find_map(|l| l.strip_prefix("RP_HEALTH_VERSION="))
+                .expect("RP_HEALTH_VERSION in e2e/versions.env")
+                .trim()
+                .to_string();
+            let cache = std::env::var_os("RP_CACHE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var_os("HOME").expect("HOME"))
+                        .join(".cache/releaseplan")
+                });
+            cache.join(format!("rp-health-v{version}/bin/rp-health"))
+        }
+    };
+    assert!(
+        path.is_file(),
+        "rp-health not found at {} (RP_HEALTH or the cache): build it with \
+         `e2e/build-control-plane.sh consumers` (make test does)",
+        path.display()
+    );
+    path
+}
+
+/// One consumer's answer: (status, message).
+type Answer = (String, String);
+
+#[derive(Debug)]
+struct Seen {
+    kstatus: Answer,
+    argocd: Answer,
+    flux: Answer,
+    /// Exit code of `kubectl releaseplan wait --timeout 1s` (4: still waiting).
+    wait: i32,
+}
+
+fn answer(v: &Value, who: &str) -> Answer {
+    let a = &v[who];
+    (
+        a["status"].as_str().unwrap_or("<none>").to_string(),
+        a["message"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+/// The plan exactly as the API server returns it (no typed round trip).
+async fn live(client: &Client, ns: &str, name: &str) -> Value {
+    let gvk = GroupVersionKind::gvk("releaseplan.io", "v1alpha1", "ReleasePlan");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "releaseplans");
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    serde_json::to_value(api.get(name).await.expect("cannot read the plan")).unwrap()
+}
+
+/// Runs every consumer on the live plan `name`.
+async fn seen(client: &Client, ns: &str, name: &str) -> Seen {
+    let obj = live(client, ns, name).await;
+    let root = common::repo_root();
+    let bin = rp_health();
+    let (ns2, name2) = (ns.to_string(), name.to_string());
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(bin)
+            .arg("-lua")
+            .arg(root.join("integrations/argocd/health.lua"))
+            .arg("-cel")
+            .arg(root.join("integrations/flux/health-check.yaml"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot run rp-health");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(obj.to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "rp-health failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).expect("rp-health prints JSON");
+        let wait = Command::new(env!("CARGO_BIN_EXE_kubectl-releaseplan"))
+            .args(["wait", &name2, "-n", &ns2, "--timeout", "1s"])
+            .output()
+            .expect("cannot run kubectl-releaseplan")
+            .status
+            .code()
+            .unwrap_or(-1);
+        Seen {
+            kstatus: answer(&v, "kstatus"),
+            argocd: answer(&v, "argocd"),
+            flux: answer(&v, "flux"),
+            wait,
+        }
+    })
+    .await
+    .unwrap()
+}
+
+/// The condition `type_` of a plan: (status, reason).
+fn condition(p: &ReleasePlan, type_: &str) -> Option<(String, String)> {
+    p.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+/// Waits until condition `type_` of the plan's current generation is
+/// True with `reason`.
+async fn wait_condition(client: &Client, ns: &str, name: &str, type_: &str, reason: &str) {
+    common::wait_until(T, &format!("{name}: {type_}=True ({reason})"), || async {
+        let p = get(client, ns, name).await?;
+        let observed = p.status.as_ref()?.observed_generation == p.metadata.generation;
+        (observed && condition(&p, type_) == Some(("True".into(), reason.into()))).then_some(())
+    })
+    .await;
+}
+
+fn web(template: Value, replicas: i32) -> Value {
+    json!({"name": "web", "replicas": replicas, "template": template})
+}
+
+/// A pod template the CRD accepts but Deployment validation refuses.
+fn refused_template() -> Value {
+    json!({
+        "metadata": {"labels": {"app": "shop"}},
+        "spec": {"containers": [{"name": "app", "image": "shop:bad",
+            "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}]}
+    })
+}
+
+/// A step that holds a rollout at 50% for longer than the test.
+fn long_steps() -> Value {
+    json!([{"setWeight": 50}, {"pause": {"duration": "1h"}}])
+}
+
+struct Matrix {
+    rows: Vec<(&'static str, Seen)>,
+}
+
+impl Matrix {
+    /// Records what the consumers say about `name` as `state`, and checks it
+    /// against the expected (kstatus, argocd, flux) statuses and `wait` exit.
+    async fn check(
+        &mut self,
+        client: &Client,
+        ns: &str,
+        name: &str,
+        state: &'static str,
+        want: (&str, &str, &str, i32),
+    ) {
+        let s = seen(client, ns, name).await;
+        println!("{state}: {s:?}");
+        self.rows.push((state, s));
+        let s = &self.rows.last().unwrap().1;
+        let got = (
+            s.kstatus.0.as_str(),
+            s.argocd.0.as_str(),
+            s.flux.0.as_str(),
+            s.wait,
+        );
+        assert_eq!(
+            got, want,
+            "{state}: (kstatus, argocd, flux, wait exit) of {s:?}"
+        );
+    }
+
+    fn print(&self) {
+        println!(
+            "\n| state | kstatus | Argo CD (health.lua) | Flux (health-check.yaml) | `wait` exit |"
+        );
+        println!("| --- | --- | --- | --- | --- |");
+        for (state, s) in &self.rows {
+            println!(
+                "| {state} | {} | {}: {} | {} | {} |",
+                s.kstatus.0, s.argocd.0, s.argocd.1, s.flux.0, s.wait
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn each_consumer_reads_each_state_of_a_live_plan() {
+    rp_health();
+    let client = common::client().await;
+    crd::install(&client).await;
+    let ns = common::test_namespace(&client, "consumers").await;
+    let mut m = Matrix { rows: Vec::new() };
+
+    // Created while the operator is down: no status at all.
+    let one = json!({"components": [web(template("shop:1"), 2)]});
+    create(&client, &ns, &plan("fresh", one.clone())).await;
+    m.check(
+        &client,
+        &ns,
+        "fresh",
+        "created, operator down (no status)",
+        ("Current", "Progressing", "Error", 4),
+    )
+    .await;
+
+    let op = Operator::start(&ns, &[]).await;
+    wait_phase(&client, &ns, "fresh", Phase::Stable, T).await;
+    m.check(
+        &client,
+        &ns,
+        "fresh",
+        "first release done (Stable)",
+        ("Current", "Healthy", "Current", 0),
+    )
+    .await;
+
+    // Rolling out, held at 50% by a timed pause.
+    let steps =
+        |s: Value| json!({"components": [web(template("shop:1"), 2)], "strategy": {"steps": s}});
+    create_stable(&client, &ns, "roll", steps(long_steps())).await;
+    set_components(&client, &ns, "roll", json!([web(template("shop:2"), 2)])).await;
+    wait_phase(&client, &ns, "roll", Phase::RollingOut, T).await;
+    m.check(
+        &client,
+        &ns,
+        "roll",
+        "RollingOut",
+        ("InProgress", "Progressing", "InProgress", 4),
+    )
+    .await;
+
+    request(&client, &ns, "roll", "pause").await;
+    wait_condition(&client, &ns, "roll", "Paused", "PauseRequested").await;
+    m.check(
+        &client,
+        &ns,
+        "roll",
+        "paused by request (PauseRequested)",
+        ("InProgress", "Suspended", "InProgress", 4),
+    )
+    .await;
+
+    // Waiting at `pause: {}` for promotion, then also spec.paused.
+    create_stable(
+        &client,
+        &ns,
+        "step",
+        steps(json!([{"setWeight": 50}, {"pause": {}}])),
+    )
+    .await;
+    set_components(&client, &ns, "step", json!([web(template("shop:2"), 2)])).await;
+    wait_condition(&client, &ns, "step", "Paused", "PauseStep").await;
+    m.check(
+        &client,
+        &ns,
+        "step",
+        "waiting at pause: {} (PauseStep)",
+        ("InProgress", "Suspended", "InProgress", 4),
+    )
+    .await;
+    patch_spec(&client, &ns, "step", json!({"paused": true})).await;
+    wait_condition(&client, &ns, "step", "Paused", "SpecPaused").await;
+    m.check(
+        &client,
+        &ns,
+        "step",
+        "spec.paused (SpecPaused)",
+        ("InProgress", "Suspended", "InProgress", 4),
+    )
+    .await;
+
+    // Halted: a check fails with automatic rollback off.
+    let halt = json!({"components": [web(template("shop:1"), 2)], "strategy": {"steps": long_steps()},
+        "rollback": {"automatic": false}});
+    create_stable(&client, &ns, "halt", halt).await;
+    set_components(
+        &client,
+        &ns,
+        "halt",
+        json!([web(faulty_template("shop:2", "crash-loop"), 2)]),
+    )
+    .await;
+    wait_condition(&client, &ns, "halt", "Stalled", "RolloutHalted").await;
+    m.check(
+        &client,
+        &ns,
+        "halt",
+        "halted (Stalled RolloutHalted)",
+        ("Failed", "Degraded", "Failed", 3),
+    )
+    .await;
+
+    // Refused by the API server.
+    create(
+        &client,
+        &ns,
+        &plan(
+            "refused",
+            json!({"components": [web(refused_template(), 2)]}),
+        ),
+    )
+    .await;
+    wait_condition(&client, &ns, "refused", "Stalled", "DeploymentRefused").await;
+    m.check(
+        &client,
+        &ns,
+        "refused",
+        "Deployment refused (Stalled DeploymentRefused)",
+        ("InProgress", "Degraded", "Failed", 3),
+    )
+    .await;
+
+    // A rollback that cannot finish: a pod quota stops the stable revision
+    // from scaling back up. RollbackInProgress, then RollbackSlow past the
+    // progress deadline, then RolledBack once the quota goes.
+    let slow = json!({"components": [web(template("shop:1"), 2)], "strategy": {"steps": long_steps()},
+        "health": {"progressDeadlineSeconds": 15}});
+    create_stable(&client, &ns, "back", slow).await;
+    set_components(&client, &ns, "back", json!([web(template("shop:2"), 2)])).await;
+    common::wait_until(T, "back: both revisions at 50% ready", || async {
+        let p = get(&client, &ns, "back").await?;
+        let s = p.status.as_ref()?;
+        let c = s.components.first()?;
+        (s.phase == Phase::RollingOut && c.current_ready == 1 && c.stable_ready == 1).then_some(())
+    })
+    .await;
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .count();
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "no-more-pods"},
+        "spec": {"hard": {"pods": pods.to_string()}}
+    }))
+    .unwrap();
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns);
+    quotas.create(&PostParams::default(), &quota).await.unwrap();
+    // The quota controller must have counted the pods before the abort.
+    common::wait_until(T, "the pod quota to be counted", || async {
+        let q = quotas.get("no-more-pods").await.ok()?;
+        q.status?.used?.get("pods").map(|_| ())
+    })
+    .await;
+    request(&client, &ns, "back", "abort").await;
+    wait_phase(&client, &ns, "back", Phase::RollbackInProgress, T).await;
+    m.check(
+        &client,
+        &ns,
+        "back",
+        "RollbackInProgress",
+        ("InProgress", "Progressing", "InProgress", 4),
+    )
+    .await;
+    wait_condition(&client, &ns, "back", "Stalled", "RollbackSlow").await;
+    m.check(
+        &client,
+        &ns,
+        "back",
+        "rollback too slow (Stalled RollbackSlow)",
+        ("InProgress", "Degraded", "Failed", 3),
+    )
+    .await;
+    quotas
+        .delete("no-more-pods", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_phase(&client, &ns, "back", Phase::RolledBack, T).await;
+    m.check(
+        &client,
+        &ns,
+        "back",
+        "RolledBack",
+        ("Failed", "Degraded", "Failed", 2),
+    )
+    .await;
+
+    // Being deleted: a finalizer of ours keeps the object after the
+    // operator's own finalizer is gone, as any other controller's would.
+    let plans: Api<ReleasePlan> = Api::namespaced(client.clone(), &ns);
+    let hold = "test.releaseplan.io/hold";
+    plans
+        .patch(
+            "fresh",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": [hold, "releaseplan.io/finalizer"]}})),
+        )
+        .await
+        .unwrap();
+    plans
+        .delete("fresh", &DeleteParams::default())
+        .await
+        .unwrap();
+    common::wait_until(T, "fresh: only our finalizer left", || async {
+        let p = get(&client, &ns, "fresh").await?;
+        (p.metadata.deletion_timestamp.is_some()
+            && p.metadata.finalizers.as_deref() == Some(&[hold.to_string()][..]))
+        .then_some(())
+    })
+    .await;
+    m.check(
+        &client,
+        &ns,
+        "fresh",
+        "being deleted",
+        ("Terminating", "Progressing", "InProgress", 4),
+    )
+    .await;
+    plans
+        .patch(
+            "fresh",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+
+    // A new spec the operator has not seen: it is down.
+    let mut op = op;
+    op.terminate().await;
+    patch_spec(&client, &ns, "roll", json!({"paused": true})).await;
+    m.check(
+        &client,
+        &ns,
+        "roll",
+        "new spec, operator down (observedGeneration behind)",
+        ("InProgress", "Progressing", "InProgress", 4),
+    )
+    .await;
+
+    m.print();
+}
+
+/// The README carries integrations/argocd/health.lua as it is, indented in
+/// the `argocd-cm` snippet: the file is what the test above runs.
+#[test]
+fn readme_carries_the_argocd_health_check() {
+    let root = common::repo_root();
+    let lua = std::fs::read_to_string(root.join("integrations/argocd/health.lua")).unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let indented: String = lua
+        .lines()
+        .map(|l| {
+            if l.trim().is_empty() {
+                "\n".to_string()
+            } else {
+                format!("    {l}\n")
+            }
+        })
+        .collect();
+    assert!(
+        readme.contains(&format!(
+            "  resource.customizations.health.releaseplan.io_ReleasePlan: |\n{indented}```"
+        )),
+        "README.md's argocd-cm snippet differs from integrations/argocd/health.lua: copy the file in again"
+    );
+}
+
+/// docs/api.md shows the expressions of integrations/flux/health-check.yaml.
+#[test]
+fn docs_carry_the_flux_health_check() {
+    let root = common::repo_root();
+    let exprs = std::fs::read_to_string(root.join("integrations/flux/health-check.yaml")).unwrap();
+    let docs = std::fs::read_to_string(root.join("docs/api.md")).unwrap();
+    for field in ["failed: ", "current: "] {
+        let line = exprs
+            .lines()
+            .find(|l| l.starts_with(field))
+            .unwrap_or_else(|| panic!("no {field} in integrations/flux/health-check.yaml"));
+        assert!(
+            docs.contains(&format!("      {line}\n")),
+            "docs/api.md does not show {line:?} of integrations/flux/health-check.yaml"
+        );
+    }
+}
