@@ -7,24 +7,25 @@
 //! control plane with the real operator; the matrix printed at the end is the
 //! table "What each consumer sees" of docs/api.md.
 
-mod common;
-mod crd;
-mod operator;
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
 
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
-use operator::{
-    Operator, create, create_stable, faulty_template, get, patch_spec, plan, request,
-    set_components, template, wait_phase,
-};
 use releaseplan::api::{Phase, ReleasePlan};
 use serde_json::{Value, json};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use support::fixtures::{faulty_template, plan, template};
+use support::operator::Operator;
+use support::plans::{create, create_stable, get, patch_spec, request, set_components, wait_phase};
+use support::{cluster, crd, wait_until};
 
 const T: Duration = Duration::from_secs(120);
 
@@ -34,7 +35,7 @@ fn rp_health() -> PathBuf {
     let path = match std::env::var_os("RP_HEALTH").filter(|v| !v.is_empty()) {
         Some(p) => PathBuf::from(p),
         None => {
-            let versions = std::fs::read_to_string(common::repo_root().join("e2e/versions.env"))
+            let versions = std::fs::read_to_string(cluster::repo_root().join("e2e/versions.env"))
                 .expect("e2e/versions.env");
             let version = versions
                 .lines()
@@ -91,7 +92,7 @@ async fn live(client: &Client, ns: &str, name: &str) -> Value {
 /// Runs every consumer on the live plan `name`.
 async fn seen(client: &Client, ns: &str, name: &str) -> Seen {
     let obj = live(client, ns, name).await;
-    let root = common::repo_root();
+    let root = cluster::repo_root();
     let bin = rp_health();
     let (ns2, name2) = (ns.to_string(), name.to_string());
     tokio::task::spawn_blocking(move || {
@@ -149,7 +150,7 @@ fn condition(p: &ReleasePlan, type_: &str) -> Option<(String, String)> {
 /// Waits until condition `type_` of the plan's current generation is
 /// True with `reason`.
 async fn wait_condition(client: &Client, ns: &str, name: &str, type_: &str, reason: &str) {
-    common::wait_until(T, &format!("{name}: {type_}=True ({reason})"), || async {
+    wait_until(T, &format!("{name}: {type_}=True ({reason})"), || async {
         let p = get(client, ns, name).await?;
         let observed = p.status.as_ref()?.observed_generation == p.metadata.generation;
         (observed && condition(&p, type_) == Some(("True".into(), reason.into()))).then_some(())
@@ -223,9 +224,9 @@ impl Matrix {
 #[tokio::test]
 async fn each_consumer_reads_each_state_of_a_live_plan() {
     rp_health();
-    let client = common::client().await;
+    let client = cluster::client().await;
     crd::install(&client).await;
-    let ns = common::test_namespace(&client, "consumers").await;
+    let ns = cluster::test_namespace(&client, "consumers").await;
     let mut m = Matrix { rows: Vec::new() };
 
     // Created while the operator is down: no status at all.
@@ -343,7 +344,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &ns,
         "refused",
         "Deployment refused (Stalled DeploymentRefused)",
-        ("InProgress", "Degraded", "Failed", 3),
+        ("Failed", "Degraded", "Failed", 3),
     )
     .await;
 
@@ -354,7 +355,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         "health": {"progressDeadlineSeconds": 15}});
     create_stable(&client, &ns, "back", slow).await;
     set_components(&client, &ns, "back", json!([web(template("shop:2"), 2)])).await;
-    common::wait_until(T, "back: both revisions at 50% ready", || async {
+    wait_until(T, "back: both revisions at 50% ready", || async {
         let p = get(&client, &ns, "back").await?;
         let s = p.status.as_ref()?;
         let c = s.components.first()?;
@@ -377,7 +378,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
     let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns);
     quotas.create(&PostParams::default(), &quota).await.unwrap();
     // The quota controller must have counted the pods before the abort.
-    common::wait_until(T, "the pod quota to be counted", || async {
+    wait_until(T, "the pod quota to be counted", || async {
         let q = quotas.get("no-more-pods").await.ok()?;
         q.status?.used?.get("pods").map(|_| ())
     })
@@ -398,7 +399,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &ns,
         "back",
         "rollback too slow (Stalled RollbackSlow)",
-        ("InProgress", "Degraded", "Failed", 3),
+        ("Failed", "Degraded", "Failed", 3),
     )
     .await;
     quotas
@@ -431,7 +432,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         .delete("fresh", &DeleteParams::default())
         .await
         .unwrap();
-    common::wait_until(T, "fresh: only our finalizer left", || async {
+    wait_until(T, "fresh: only our finalizer left", || async {
         let p = get(&client, &ns, "fresh").await?;
         (p.metadata.deletion_timestamp.is_some()
             && p.metadata.finalizers.as_deref() == Some(&[hold.to_string()][..]))
@@ -475,7 +476,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
 /// the `argocd-cm` snippet: the file is what the test above runs.
 #[test]
 fn readme_carries_the_argocd_health_check() {
-    let root = common::repo_root();
+    let root = cluster::repo_root();
     let lua = std::fs::read_to_string(root.join("integrations/argocd/health.lua")).unwrap();
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let indented: String = lua
@@ -499,7 +500,7 @@ fn readme_carries_the_argocd_health_check() {
 /// docs/api.md shows the expressions of integrations/flux/health-check.yaml.
 #[test]
 fn docs_carry_the_flux_health_check() {
-    let root = common::repo_root();
+    let root = cluster::repo_root();
     let exprs = std::fs::read_to_string(root.join("integrations/flux/health-check.yaml")).unwrap();
     let docs = std::fs::read_to_string(root.join("docs/api.md")).unwrap();
     for field in ["failed: ", "current: "] {
