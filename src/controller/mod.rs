@@ -345,15 +345,13 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
         .as_ref()
         .ok()
         .and_then(|t| GateWork::of(&plan, t, &status));
+    // The runner's verdicts while it serves the plan, else the persisted ones;
+    // the core decides which of them count.
     let gates = if work.is_some() {
         ctx.gates.observe(&key, work)
     } else {
         ctx.gates.observe(&key, None);
-        if status.phase == Phase::RollingOut && status.failure.is_some() {
-            status.gates.clone()
-        } else {
-            Vec::new()
-        }
+        status.gates.clone()
     };
     let mut obs = Observation {
         plan: name.clone(),

@@ -173,7 +173,10 @@ fn detect_failure(obs: &Observation, target: &Target, facts: &Facts) -> Option<F
             message: format!("component {} pod {}: {}", p.component, p.pod, p.message),
         });
     }
-    if let Some(g) = obs.gates.iter().find(|g| g.verdict == Verdict::Failed) {
+    if let Some(g) = super::step_gates(obs, target)
+        .into_iter()
+        .find(|g| g.verdict == Verdict::Failed)
+    {
         return Some(Failure {
             revision,
             gate: g.name.clone(),

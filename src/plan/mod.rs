@@ -240,7 +240,9 @@ pub struct Observation {
     pub revisions: Vec<RevisionObs>,
     /// Failure signals of pods of revisions being rolled out.
     pub pod_failures: Vec<PodFailure>,
-    /// Gate results of the current step, already counted (see `gates`).
+    /// Gate results as read: the runner's latest verdicts while it evaluates
+    /// the plan's gates, else the persisted `status.gates`. Which of them
+    /// count is the core's call ([`step_gates`]).
     pub gates: Vec<GateStatus>,
     /// A request not yet acknowledged.
     pub request: Option<Request>,
@@ -479,6 +481,20 @@ fn invalid_spec(obs: &Observation, e: &SpecError) -> Decision {
     }
 }
 
+/// The gate verdicts that belong to the current step: only while rolling out,
+/// and only of gates the spec still has (a gate removed mid-step neither
+/// blocks nor fails the rollout).
+pub(crate) fn step_gates(obs: &Observation, target: &Target) -> Vec<GateStatus> {
+    if obs.status.phase != Phase::RollingOut {
+        return Vec::new();
+    }
+    obs.gates
+        .iter()
+        .filter(|g| target.gates.iter().any(|t| t.name() == g.name))
+        .cloned()
+        .collect()
+}
+
 /// Folds the machine's cause into the next status.
 fn apply_cause(
     obs: &Observation,
@@ -490,7 +506,7 @@ fn apply_cause(
     use machine::Cause;
     let mut s = obs.status.clone();
     s.phase = phase;
-    s.gates = obs.gates.clone();
+    s.gates = step_gates(obs, target);
     if let Some(req) = &obs.request {
         s.acknowledged_request = Some(req.id.clone());
         match req.action {

@@ -1270,3 +1270,32 @@ proptest! {
         prop_assert!(d.deployments.iter().all(|i| i.replicas >= 0));
     }
 }
+
+#[test]
+fn only_the_current_steps_gates_of_the_spec_count() {
+    let mut sim = stable_sim(canary_spec());
+    sim.change_image("web", "shop:2");
+    sim.reconcile();
+    assert_eq!(sim.status.phase, Phase::RollingOut);
+    // A verdict of a gate the spec no longer has (removed mid-step).
+    let mut obs = sim.observe();
+    obs.gates.push(GateStatus {
+        name: "gone".into(),
+        verdict: crate::api::Verdict::Failed,
+        ..Default::default()
+    });
+    let d = decide(&obs, &sim.templates());
+    assert_eq!(d.status.phase, Phase::RollingOut, "{:?}", d.status.failure);
+    assert!(d.status.gates.iter().all(|g| g.name != "gone"));
+    // Settled: no gate verdicts are kept, whatever was read.
+    let mut sim = stable_sim(canary_spec());
+    let mut obs = sim.observe();
+    obs.gates.push(GateStatus {
+        name: "gone".into(),
+        verdict: crate::api::Verdict::Passed,
+        ..Default::default()
+    });
+    let d = decide(&obs, &sim.templates());
+    assert!(d.status.gates.is_empty());
+    sim.apply(&d);
+}
