@@ -10,7 +10,12 @@
 //! The operator binary is `$RP_OPERATOR_BIN` (a release build in `make bench`).
 
 // Bench code, like test code, may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::pedantic
+)]
 
 #[path = "../tests/support/mod.rs"]
 mod support;

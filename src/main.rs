@@ -93,8 +93,7 @@ fn identity(args: &Args) -> String {
         .or_else(|| std::env::var("POD_NAME").ok())
         .unwrap_or_else(|| {
             let host = std::fs::read_to_string("/etc/hostname")
-                .map(|h| h.trim().to_string())
-                .unwrap_or_else(|_| "releaseplan".into());
+                .map_or_else(|_| "releaseplan".into(), |h| h.trim().to_string());
             format!("{host}-{}", std::process::id())
         })
 }

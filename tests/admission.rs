@@ -5,7 +5,12 @@
 //! `e2e/cluster-up.sh adm && . .e2e-run/adm/env && cargo test --test admission`.
 
 // Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::pedantic
+)]
 
 mod support;
 
@@ -188,19 +193,19 @@ async fn accepts_values_at_the_limits() {
     type Edit = fn(&mut Value);
     let cases: Vec<(&str, Edit)> = vec![
         ("zero-replicas", |p| {
-            p["spec"]["components"][0]["replicas"] = json!(0)
+            p["spec"]["components"][0]["replicas"] = json!(0);
         }),
         ("max-replicas", |p| {
-            p["spec"]["components"][0]["replicas"] = json!(10000)
+            p["spec"]["components"][0]["replicas"] = json!(10000);
         }),
         ("name-40", |p| {
-            p["spec"]["components"][0]["name"] = json!("a".repeat(40))
+            p["spec"]["components"][0]["name"] = json!("a".repeat(40));
         }),
         ("name-digits", |p| {
-            p["spec"]["components"][0]["name"] = json!("0-9")
+            p["spec"]["components"][0]["name"] = json!("0-9");
         }),
         ("plan-name-63", |p| {
-            p["metadata"]["name"] = json!("p".repeat(63))
+            p["metadata"]["name"] = json!("p".repeat(63));
         }),
         ("sixteen-components", |p| {
             let c = p["spec"]["components"][0].clone();
@@ -216,7 +221,7 @@ async fn accepts_values_at_the_limits() {
             p["spec"]["strategy"] = json!({ "steps": [
                 { "setWeight": 0 }, { "setWeight": 20 }, { "pause": {} }, { "setWeight": 20 },
                 { "setWeight": 100 }
-            ]})
+            ]});
         }),
         ("thirty-two-steps", |p| {
             let steps: Vec<Value> = (0..32).map(|i| json!({ "setWeight": i * 3 })).collect();
@@ -226,7 +231,7 @@ async fn accepts_values_at_the_limits() {
             p["spec"]["strategy"] = json!({ "steps": [
                 { "pause": { "duration": "0s" } }, { "pause": { "duration": "250ms" } },
                 { "pause": { "duration": "1h30m" } }, { "pause": { "duration": "1.5h" } }
-            ]})
+            ]});
         }),
         ("thresholds", |p| {
             let gates: Vec<Value> = [">= 0.99", "==0", "!= 3e2", " < -1.5 ", "<=1E-3", "> 10"]
@@ -260,15 +265,15 @@ async fn accepts_values_at_the_limits() {
             });
         }),
         ("history-limits", |p| {
-            p["spec"]["revisionHistoryLimit"] = json!(0)
+            p["spec"]["revisionHistoryLimit"] = json!(0);
         }),
         ("history-limit-50", |p| {
-            p["spec"]["revisionHistoryLimit"] = json!(50)
+            p["spec"]["revisionHistoryLimit"] = json!(50);
         }),
         ("labels-near-the-prefix", |p| {
             p["spec"]["components"][0]["template"]["metadata"]["labels"] = json!({
                 "app.releaseplan.io/tier": "web", "releaseplan.io": "x", "app": "web"
-            })
+            });
         }),
         ("max-labels", |p| {
             let labels: serde_json::Map<String, Value> = (0..MAX_TEMPLATE_LABELS)
@@ -281,7 +286,7 @@ async fn accepts_values_at_the_limits() {
                 { "containerPort": 1 },
                 { "containerPort": 65535, "hostPort": 65535 },
                 { "containerPort": 8080, "hostPort": 0 },
-            ])
+            ]);
         }),
         ("labels-at-the-limits", |p| {
             p["spec"]["components"][0]["template"]["metadata"]["labels"] = json!({
@@ -290,11 +295,11 @@ async fn accepts_values_at_the_limits() {
                 "a.b_c-D": "A.b_c-9",
                 "app.kubernetes.io/name": "shop",
                 format!("{}/{}", "p".repeat(253), "n".repeat(63)): "x",
-            })
+            });
         }),
         ("container-name-63", |p| {
             p["spec"]["components"][0]["template"]["spec"]["containers"][0]["name"] =
-                json!("w".repeat(63))
+                json!("w".repeat(63));
         }),
         ("max-containers-and-init-containers", |p| {
             let named = |prefix: &str| -> Vec<Value> {
@@ -568,7 +573,7 @@ fn invalid_cases() -> Vec<Case> {
             ],
             |p| {
                 component(p)["template"]["spec"]["containers"][0]["ports"] =
-                    json!([{ "containerPort": "http" }])
+                    json!([{ "containerPort": "http" }]);
             },
         ),
         // what the API server would refuse in the Deployment made of the template
@@ -671,7 +676,7 @@ fn invalid_cases() -> Vec<Case> {
             &["at least 1 chars long"],
             |p| {
                 component(p)["template"]["spec"]["containers"] =
-                    json!([container_named("web"), { "name": "side", "image": "" }])
+                    json!([container_named("web"), { "name": "side", "image": "" }]);
             },
         ),
         at(
@@ -695,7 +700,7 @@ fn invalid_cases() -> Vec<Case> {
                     container_named("web"),
                     container_named("side"),
                     { "name": "web", "image": "other:1" }
-                ])
+                ]);
             },
         ),
         at(
@@ -703,7 +708,8 @@ fn invalid_cases() -> Vec<Case> {
             "init-container-named-like-a-container",
             &["container names must be unique across containers and initContainers"],
             |p| {
-                component(p)["template"]["spec"]["initContainers"] = json!([container_named("web")])
+                component(p)["template"]["spec"]["initContainers"] =
+                    json!([container_named("web")]);
             },
         ),
         at(
@@ -712,7 +718,7 @@ fn invalid_cases() -> Vec<Case> {
             &["container names must be unique across containers and initContainers"],
             |p| {
                 component(p)["template"]["spec"]["initContainers"] =
-                    json!([container_named("init"), container_named("init")])
+                    json!([container_named("init"), container_named("init")]);
             },
         ),
         at(
@@ -734,7 +740,7 @@ fn invalid_cases() -> Vec<Case> {
             |p| {
                 component(p)["template"]["spec"]["containers"] = (0..=MAX_CONTAINERS)
                     .map(|i| container_named(&format!("c{i}")))
-                    .collect()
+                    .collect();
             },
         ),
         at(
@@ -743,7 +749,7 @@ fn invalid_cases() -> Vec<Case> {
             &["must have at most 0 items"],
             |p| {
                 component(p)["template"]["spec"]["ephemeralContainers"] =
-                    json!([container_named("debug")])
+                    json!([container_named("debug")]);
             },
         ),
         // steps
@@ -781,7 +787,7 @@ fn invalid_cases() -> Vec<Case> {
                 steps(
                     p,
                     json!([{ "setWeight": 50 }, { "pause": {} }, { "setWeight": 20 }]),
-                )
+                );
             },
         ),
         case(
@@ -911,7 +917,7 @@ fn invalid_cases() -> Vec<Case> {
             |p| {
                 with_prometheus(p, |g| {
                     g.as_object_mut().expect("gate").remove("threshold");
-                })
+                });
             },
         ),
         case(
@@ -970,7 +976,7 @@ fn invalid_cases() -> Vec<Case> {
             ],
             |p| {
                 p["spec"]["health"] =
-                    json!({ "prometheus": [prometheus_gate("errors"), prometheus_gate("errors")] })
+                    json!({ "prometheus": [prometheus_gate("errors"), prometheus_gate("errors")] });
             },
         ),
         case(
@@ -990,7 +996,7 @@ fn invalid_cases() -> Vec<Case> {
             ],
             |p| {
                 p["spec"]["health"] =
-                    json!({ "webhooks": [webhook_gate("smoke"), webhook_gate("smoke")] })
+                    json!({ "webhooks": [webhook_gate("smoke"), webhook_gate("smoke")] });
             },
         ),
         case(
@@ -1002,7 +1008,7 @@ fn invalid_cases() -> Vec<Case> {
             |p| {
                 p["spec"]["health"] = json!({
                     "prometheus": [prometheus_gate("check")], "webhooks": [webhook_gate("check")]
-                })
+                });
             },
         ),
         case(

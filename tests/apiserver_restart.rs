@@ -6,7 +6,12 @@
 //! a time.
 
 // Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::pedantic
+)]
 
 mod support;
 
@@ -88,7 +93,7 @@ async fn an_api_server_restart_mid_rollout_causes_no_storm() {
     }
     let status = restart.join().expect("restart thread");
     assert!(
-        status.as_ref().is_ok_and(|s| s.success()),
+        status.as_ref().is_ok_and(std::process::ExitStatus::success),
         "restart-apiserver.sh: {status:?}"
     );
     let back = Instant::now();

@@ -9,7 +9,12 @@
 //! `make tools` (on PATH, or in ~/.cache/releaseplan).
 
 // Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::pedantic
+)]
 
 mod support;
 
@@ -220,7 +225,7 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
         (
             g.to_string(),
             r.to_string(),
-            v.iter().map(|s| s.to_string()).collect(),
+            v.iter().map(std::string::ToString::to_string).collect(),
         )
     })
     .collect();
@@ -234,7 +239,7 @@ fn lease_rules() -> Vec<(String, String, Vec<String>)> {
         "leases".into(),
         ["create", "get", "list", "patch", "update", "watch"]
             .iter()
-            .map(|s| s.to_string())
+            .map(std::string::ToString::to_string)
             .collect(),
     )]
 }
@@ -299,11 +304,8 @@ fn every_value_is_documented_in_the_readme_and_values_yaml() {
     let lines: Vec<&str> = text.lines().collect();
     for (i, line) in lines.iter().enumerate() {
         if line.starts_with(|c: char| c.is_ascii_alphabetic()) {
-            let above = i
-                .checked_sub(1)
-                .map(|j| lines[j].trim_start())
-                .unwrap_or("");
-            let below = lines.get(i + 1).map(|l| l.trim_start()).unwrap_or("");
+            let above = i.checked_sub(1).map_or("", |j| lines[j].trim_start());
+            let below = lines.get(i + 1).map_or("", |l| l.trim_start());
             assert!(
                 above.starts_with('#') || below.starts_with('#'),
                 "values.yaml line {}: `{line}` has no comment",
@@ -333,7 +335,7 @@ fn helm_lint_passes() {
 fn default_values_render_least_privilege_rbac_and_a_restricted_deployment() {
     let objs = render("rp", "rp-system", &[]);
     let mut kinds: Vec<&str> = objs.iter().map(kind_of).collect();
-    kinds.sort();
+    kinds.sort_unstable();
     assert_eq!(
         kinds,
         [

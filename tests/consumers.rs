@@ -8,7 +8,12 @@
 //! table "What each consumer sees" of docs/api.md.
 
 // Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::pedantic
+)]
 
 mod support;
 
@@ -32,25 +37,22 @@ const T: Duration = Duration::from_secs(120);
 /// The built rp-health: `RP_HEALTH` (set by the cluster's env file), else
 /// where `e2e/build-control-plane.sh consumers` puts it.
 fn rp_health() -> PathBuf {
-    let path = match std::env::var_os("RP_HEALTH").filter(|v| !v.is_empty()) {
-        Some(p) => PathBuf::from(p),
-        None => {
-            let versions = std::fs::read_to_string(cluster::repo_root().join("e2e/versions.env"))
-                .expect("e2e/versions.env");
-            let version = versions
-                .lines()
-                .find_map(|l| l.strip_prefix("RP_HEALTH_VERSION="))
-                .expect("RP_HEALTH_VERSION in e2e/versions.env")
-                .trim()
-                .to_string();
-            let cache = std::env::var_os("RP_CACHE")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    PathBuf::from(std::env::var_os("HOME").expect("HOME"))
-                        .join(".cache/releaseplan")
-                });
-            cache.join(format!("rp-health-v{version}/bin/rp-health"))
-        }
+    let path = if let Some(p) = std::env::var_os("RP_HEALTH").filter(|v| !v.is_empty()) {
+        PathBuf::from(p)
+    } else {
+        let versions = std::fs::read_to_string(cluster::repo_root().join("e2e/versions.env"))
+            .expect("e2e/versions.env");
+        let version = versions
+            .lines()
+            .find_map(|l| l.strip_prefix("RP_HEALTH_VERSION="))
+            .expect("RP_HEALTH_VERSION in e2e/versions.env")
+            .trim()
+            .to_string();
+        let cache = std::env::var_os("RP_CACHE").map_or_else(
+            || PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/releaseplan"),
+            PathBuf::from,
+        );
+        cache.join(format!("rp-health-v{version}/bin/rp-health"))
     };
     assert!(
         path.is_file(),

@@ -2,7 +2,12 @@
 //! whose error rate per revision the test sets, and a local webhook server.
 
 // Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::pedantic
+)]
 
 mod support;
 

@@ -3,7 +3,12 @@
 //! local webhook servers.   cargo test --test gates
 
 // Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::pedantic
+)]
 
 mod support;
 
@@ -56,7 +61,7 @@ async fn metrics(State(state): State<Arc<Mutex<Traffic>>>) -> String {
     let mut t = state.lock().unwrap();
     let mut requests = String::from("# TYPE app_requests_total counter\n");
     let mut errors = String::from("# TYPE app_errors_total counter\n");
-    for (rev, (req, err, per_100)) in t.revisions.iter_mut() {
+    for (rev, (req, err, per_100)) in &mut t.revisions {
         *req += 100;
         *err += *per_100;
         requests.push_str(&format!("app_requests_total{{revision=\"{rev}\"}} {req}\n"));
@@ -137,7 +142,7 @@ async fn prometheus_gates_against_a_real_prometheus() {
     // Wait until Prometheus has scraped enough for rate() over both revisions.
     let ready = gate(
         &prom.url,
-        r#"count(rate(app_requests_total[5s]) > 0)"#,
+        r"count(rate(app_requests_total[5s]) > 0)",
         "== 2",
     );
     wait_until(Duration::from_secs(60), "two scraped revisions", || async {
@@ -246,7 +251,7 @@ async fn unreachable_prometheus_is_an_error_never_a_pass() {
     let result = evaluate(&http_client(), &g, &vars("good")).await;
     match &result {
         GateResult::Error { reason } => {
-            assert!(reason.contains("cannot reach prometheus"), "{reason}")
+            assert!(reason.contains("cannot reach prometheus"), "{reason}");
         }
         other => panic!("unreachable prometheus should be an error: {other:?}"),
     }
@@ -303,7 +308,7 @@ async fn prometheus_errors_and_timeouts_are_errors() {
     let started = Instant::now();
     match evaluate(&http, &g, &vars("")).await {
         GateResult::Error { reason } => {
-            assert!(reason.contains("did not answer within 1s"), "{reason}")
+            assert!(reason.contains("did not answer within 1s"), "{reason}");
         }
         other => panic!("a slow prometheus should be an error: {other:?}"),
     }
@@ -474,7 +479,7 @@ async fn unreachable_webhook_is_an_error() {
     let g = hook(format!("http://{addr}/ok"), 1, 2);
     match call(&http_client(), &g, &body()).await {
         GateResult::Error { reason } => {
-            assert!(reason.contains("cannot reach webhook"), "{reason}")
+            assert!(reason.contains("cannot reach webhook"), "{reason}");
         }
         other => panic!("an unreachable webhook should be an error: {other:?}"),
     }

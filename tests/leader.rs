@@ -1,7 +1,12 @@
 //! Leader election between two operator processes on one Lease.
 
 // Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::pedantic
+)]
 
 mod support;
 

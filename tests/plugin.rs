@@ -2,7 +2,12 @@
 //! the real operator running: each test has its own namespace and operator.
 
 // Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::pedantic
+)]
 
 mod support;
 
@@ -37,7 +42,7 @@ impl Run {
 
 /// Runs the plugin with `args` (KUBECONFIG comes from the environment).
 async fn rp(args: &[&str]) -> Run {
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let args: Vec<String> = args.iter().map(std::string::ToString::to_string).collect();
     tokio::task::spawn_blocking(move || {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-releaseplan"))
             .args(&args)

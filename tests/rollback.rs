@@ -3,7 +3,12 @@
 //! image; the operator must return every component to the stable revision.
 
 // Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::pedantic
+)]
 
 mod support;
 

@@ -64,7 +64,7 @@ pub fn template_hash(template: &PodTemplateSpec) -> String {
 /// in name order, so adding, removing or changing any component makes a new revision.
 pub fn plan_revision<'a>(components: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
     let mut pairs: Vec<(&str, &str)> = components.into_iter().collect();
-    pairs.sort();
+    pairs.sort_unstable();
     let joined: Vec<String> = pairs.iter().map(|(n, h)| format!("{n}={h}")).collect();
     let digest = Sha256::digest(joined.join(",").as_bytes());
     encode(&digest, HASH_LEN)

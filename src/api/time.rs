@@ -13,8 +13,11 @@ pub fn to_k8s(t: DateTime<Utc>) -> Time {
 
 /// Converts a Kubernetes `Time` to a domain time.
 pub fn from_k8s(t: &Time) -> DateTime<Utc> {
-    DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
-        .unwrap_or(DateTime::UNIX_EPOCH)
+    DateTime::from_timestamp(
+        t.0.as_second(),
+        u32::try_from(t.0.subsec_nanosecond()).unwrap_or(0),
+    )
+    .unwrap_or(DateTime::UNIX_EPOCH)
 }
 
 /// Parses a Go-style duration (`30s`, `1h30m`), the format the CRD's rules

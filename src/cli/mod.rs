@@ -533,16 +533,15 @@ async fn wait_for(ctx: &Ctx, name: &str, timeout: Duration) -> Result<i32, CliEr
         }
         Err(CliError::Deleted(name.to_string()))
     };
-    match tokio::time::timeout(timeout, watching).await {
-        Ok(r) => r,
-        Err(_) => {
-            println!(
-                "{}  timed out after {}s (exit {EXIT_TIMEOUT}): {last_line}",
-                stamp(),
-                timeout.as_secs()
-            );
-            Ok(EXIT_TIMEOUT)
-        }
+    if let Ok(r) = tokio::time::timeout(timeout, watching).await {
+        r
+    } else {
+        println!(
+            "{}  timed out after {}s (exit {EXIT_TIMEOUT}): {last_line}",
+            stamp(),
+            timeout.as_secs()
+        );
+        Ok(EXIT_TIMEOUT)
     }
 }
 

@@ -18,8 +18,7 @@ pub fn step_text(plan: &ReleasePlan) -> String {
     let step = plan
         .status
         .as_ref()
-        .map(|s| usize::try_from(s.current_step).unwrap_or(0))
-        .unwrap_or(0);
+        .map_or(0, |s| usize::try_from(s.current_step).unwrap_or(0));
     if n == 0 {
         "no steps".into()
     } else if step < n {
@@ -270,8 +269,7 @@ pub fn render_tree(plan: &ReleasePlan, deployments: &[Deployment]) -> String {
     let generation = plan.metadata.generation.unwrap_or(0);
     let observed = status
         .observed_generation
-        .map(|g| g.to_string())
-        .unwrap_or_else(|| "none".into());
+        .map_or_else(|| "none".into(), |g| g.to_string());
     info.push(vec![
         "generation".into(),
         format!("{generation} (observed {observed})"),
@@ -367,8 +365,7 @@ pub fn human_duration(d: chrono::Duration) -> String {
 }
 
 fn time_text(t: Option<DateTime<Utc>>) -> String {
-    t.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
-        .unwrap_or_else(|| "-".into())
+    t.map_or_else(|| "-".into(), |t| t.format("%Y-%m-%d %H:%M:%S").to_string())
 }
 
 /// The `history` table: finished rollouts oldest first, then the rollout in
@@ -410,8 +407,7 @@ pub fn render_history(plan: &ReleasePlan, now: DateTime<Utc>) -> String {
             "-".into(),
             status
                 .rollout_started_at
-                .map(|t| human_duration(now - t))
-                .unwrap_or_else(|| "-".into()),
+                .map_or_else(|| "-".into(), |t| human_duration(now - t)),
             "in progress".into(),
         ]);
     }

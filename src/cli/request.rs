@@ -24,8 +24,7 @@ pub fn request_value(action: Action, now: DateTime<Utc>, nonce: u16) -> String {
 pub fn nonce() -> u16 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+        .map_or(0, |d| d.subsec_nanos());
     let mixed = std::process::id().wrapping_mul(2_654_435_761) ^ nanos;
     u16::try_from(mixed & 0xffff).unwrap_or(0)
 }

@@ -160,7 +160,7 @@ mod tests {
     fn stalled_other_reasons_are_3() {
         for reason in ["InvalidSpec", "RolloutHalted", "RollbackSlow"] {
             let d = decide(&with(|v| {
-                v["status"]["conditions"] = json!([stalled(reason, 3)])
+                v["status"]["conditions"] = json!([stalled(reason, 3)]);
             }));
             assert_eq!(code(&d), Some(3), "{reason}: {d:?}");
             assert!(matches!(&d, Decision::Done(_, m) if m.contains(reason)));

@@ -245,6 +245,8 @@ pub async fn reconcile(plan: Arc<ReleasePlan>, ctx: Arc<Context>) -> Result<Acti
 /// Requeues after an error: soon for a conflict (the fresh object is already
 /// read), with per-object exponential backoff otherwise, and a Warning Event
 /// on the plan at the 1st, 2nd, 4th, 8th ... failure in a row.
+// kube-runtime's Controller::run hands the Arcs over by value.
+#[allow(clippy::needless_pass_by_value)]
 pub fn error_policy(plan: Arc<ReleasePlan>, err: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics
         .failures
@@ -615,7 +617,7 @@ async fn act(
                 }
             }
         };
-        let owned = deployment::should_own(plan, observed.map(|d| d.as_ref()));
+        let owned = deployment::should_own(plan, observed.map(std::convert::AsRef::as_ref));
         let desired = deployment::build(plan, intent, &template, owned);
         if observed.is_some_and(|o| deployment::up_to_date(&desired, o)) {
             continue;
@@ -837,6 +839,8 @@ fn record_metrics(ctx: &Context, key: &str, before: &ReleasePlanStatus, decision
                     .last()
                     .and_then(|h| h.finished_at)
                     .unwrap_or(start);
+                // Milliseconds of a rollout fit f64's mantissa many times over.
+                #[allow(clippy::cast_precision_loss)]
                 let secs = (end - start).num_milliseconds() as f64 / 1000.0;
                 m.rollout_duration.observe(secs.max(0.0));
             }

@@ -13,6 +13,7 @@ pub mod prometheus;
 pub mod threshold;
 pub mod webhook;
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -239,9 +240,10 @@ pub fn record(
         GateResult::Pass { value } => {
             let mut msg = format!("value {} passed", format_value(*value));
             if failures > 0 || inconclusive > 0 {
-                msg.push_str(&format!(
+                let _ = write!(
+                    msg,
                     " ({failures} failed and {inconclusive} inconclusive evaluations in this step)"
-                ));
+                );
             }
             (Verdict::Passed, msg)
         }

@@ -77,7 +77,10 @@ impl Threshold {
             Op::Le => value <= self.bound,
             Op::Gt => value > self.bound,
             Op::Ge => value >= self.bound,
+            // Thresholds compare exactly, as PromQL's `==` does.
+            #[allow(clippy::float_cmp)]
             Op::Eq => value == self.bound,
+            #[allow(clippy::float_cmp)]
             Op::Ne => value != self.bound && !value.is_nan(),
         }
     }

@@ -56,8 +56,10 @@ fn finish(obs: &Observation, generation: Option<i64>, conds: Vec<Cond>) -> Vec<C
                 .conditions
                 .iter()
                 .find(|old| old.type_ == c.type_ && old.status == status)
-                .map(|old| old.last_transition_time.clone())
-                .unwrap_or_else(|| time::to_k8s(obs.now));
+                .map_or_else(
+                    || time::to_k8s(obs.now),
+                    |old| old.last_transition_time.clone(),
+                );
             Condition {
                 type_: c.type_.to_string(),
                 status,
@@ -267,8 +269,7 @@ fn indefinite_pause(obs: &Observation, s: &ReleasePlanStatus) -> bool {
 fn facts_deadline(obs: &Observation) -> Duration {
     obs.target
         .as_ref()
-        .map(|t| t.progress_deadline)
-        .unwrap_or(Duration::from_secs(600))
+        .map_or(Duration::from_secs(600), |t| t.progress_deadline)
 }
 
 /// What a refused Deployment write says in conditions, messages and events.

@@ -117,8 +117,7 @@ pub fn intents(
             };
             let name = revs
                 .get(hash.as_str())
-                .map(|r| r.name.clone())
-                .unwrap_or_else(|| deployment_name(&plan, &c.name, hash));
+                .map_or_else(|| deployment_name(&plan, &c.name, hash), |r| r.name.clone());
             out.push(DeploymentIntent {
                 name,
                 component: c.name.clone(),

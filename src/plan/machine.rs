@@ -48,6 +48,8 @@ pub enum Cause {
 }
 
 /// What the machine decides on: derived from one observation.
+// A flat record of yes/no observations is what a state machine reads best.
+#[allow(clippy::struct_excessive_bools)]
 #[derive(Debug, Clone, PartialEq)]
 pub struct Facts {
     /// `metadata.generation` differs from `status.observedGeneration`.
@@ -94,10 +96,9 @@ impl Facts {
         let s = &obs.status;
         let steps = i32::try_from(target.steps.len()).unwrap_or(i32::MAX);
         let step = s.current_step.clamp(0, steps);
-        let step_age = s
-            .step_started_at
-            .map(|t| (obs.now - t).to_std().unwrap_or(Duration::ZERO))
-            .unwrap_or(Duration::ZERO);
+        let step_age = s.step_started_at.map_or(Duration::ZERO, |t| {
+            (obs.now - t).to_std().unwrap_or(Duration::ZERO)
+        });
         let request = obs.request.as_ref().map(|r| r.action);
         let halted = s.phase == Phase::RollingOut && s.failure.is_some();
         let applies = |a: Action| a.applies_in(s).is_ok();
@@ -227,7 +228,7 @@ impl IntoStateMachine for Planner {
 }
 
 impl State<Planner> for Phase {
-    fn call_handler(&mut self, p: &mut Planner, f: &Facts, _: &mut ()) -> Outcome<Phase> {
+    fn call_handler(&mut self, p: &mut Planner, f: &Facts, (): &mut ()) -> Outcome<Phase> {
         match self {
             Phase::Pending => p.pending(f),
             Phase::RollingOut => p.rolling_out(f),
@@ -246,7 +247,7 @@ impl State<Planner> for Phase {
 }
 
 impl Superstate<Planner> for Group {
-    fn call_handler(&mut self, p: &mut Planner, f: &Facts, _: &mut ()) -> Outcome<Phase> {
+    fn call_handler(&mut self, p: &mut Planner, f: &Facts, (): &mut ()) -> Outcome<Phase> {
         match self {
             Group::Active => p.active(f),
         }

@@ -589,11 +589,10 @@ fn apply_cause(
                 .current_revision
                 .clone()
                 .unwrap_or_else(|| target.revision.clone());
-            let reason = s
-                .failure
-                .as_ref()
-                .map(|f| format!("{}: {}", f.gate, f.message))
-                .unwrap_or_else(|| "rolled back".into());
+            let reason = s.failure.as_ref().map_or_else(
+                || "rolled back".into(),
+                |f| format!("{}: {}", f.gate, f.message),
+            );
             push_history(&mut s, obs, &rev, Outcome::RolledBack, &reason);
             if *to_desired {
                 // The spec was reverted to the stable revision meanwhile.
@@ -648,9 +647,8 @@ fn steps_len(target: &Target) -> i32 {
 /// 100 past the last step, and on the stable revision when settled.
 pub fn weight_at(target: &Target, s: &ReleasePlanStatus) -> i32 {
     match s.phase {
-        Phase::Pending => 0,
         Phase::Stable => 100,
-        Phase::RollbackInProgress | Phase::RolledBack => 0,
+        Phase::Pending | Phase::RollbackInProgress | Phase::RolledBack => 0,
         Phase::RollingOut => {
             let step = usize::try_from(s.current_step).unwrap_or(0);
             if step >= target.steps.len() {

@@ -311,11 +311,15 @@ mod tests {
                     "prometheus": [{"name": "errors", "address": "http://p:9090", "query": "up",
                                     "threshold": threshold, "interval": interval}],
                     "webhooks": [{"name": "smoke", "url": "http://h/ok"}]
-                })
+                });
             })
         };
         let checked = check_spec(&gate("< 0.05", "1m")).unwrap();
-        let names: Vec<&str> = checked.gates.iter().map(|g| g.name()).collect();
+        let names: Vec<&str> = checked
+            .gates
+            .iter()
+            .map(crate::gates::GateSpec::name)
+            .collect();
         assert_eq!(names, ["errors", "smoke"]);
         assert_eq!(
             checked.gates[0].interval(),
@@ -348,7 +352,7 @@ mod tests {
         let spec = spec_with(|v| {
             v["components"][0]["template"]["spec"]["initContainers"] = serde_json::json!([
                 { "name": "init", "image": "busybox", "ports": [{ "containerPort": 70000 }] }
-            ])
+            ]);
         });
         assert_eq!(
             field_of(&spec),
@@ -402,16 +406,16 @@ mod tests {
         });
         assert_eq!(field_of(&spec), Some(format!("{c}.image")));
         let spec = spec_with(|v| {
-            v["components"][0]["template"]["spec"]["containers"][0]["image"] = "".into()
+            v["components"][0]["template"]["spec"]["containers"][0]["image"] = "".into();
         });
         assert_eq!(field_of(&spec), Some(format!("{c}.image")));
         let spec = spec_with(|v| {
-            v["components"][0]["template"]["spec"]["containers"][0]["image"] = "nginx ".into()
+            v["components"][0]["template"]["spec"]["containers"][0]["image"] = "nginx ".into();
         });
         assert_eq!(field_of(&spec), Some(format!("{c}.image")));
         let spec = spec_with(|v| {
             v["components"][0]["template"]["spec"]["ephemeralContainers"] =
-                serde_json::json!([{ "name": "debug", "image": "busybox" }])
+                serde_json::json!([{ "name": "debug", "image": "busybox" }]);
         });
         assert_eq!(
             field_of(&spec),
@@ -419,7 +423,7 @@ mod tests {
         );
         for name in ["Web", "web_1", "", &"w".repeat(64)] {
             let spec = spec_with(|v| {
-                v["components"][0]["template"]["spec"]["containers"][0]["name"] = name.into()
+                v["components"][0]["template"]["spec"]["containers"][0]["name"] = name.into();
             });
             assert_eq!(field_of(&spec), Some(format!("{c}.name")), "{name:?}");
         }
@@ -430,7 +434,7 @@ mod tests {
         let container = |name: &str| serde_json::json!({ "name": name, "image": "nginx" });
         let spec = spec_with(|v| {
             v["components"][0]["template"]["spec"]["containers"] =
-                serde_json::json!([container("web"), container("side"), container("web")])
+                serde_json::json!([container("web"), container("side"), container("web")]);
         });
         let e = check_spec(&spec).unwrap_err();
         assert_eq!(e.field, format!("{TEMPLATE}.spec.containers[2].name"));
@@ -440,7 +444,7 @@ mod tests {
         );
         let spec = spec_with(|v| {
             v["components"][0]["template"]["spec"]["initContainers"] =
-                serde_json::json!([container("init"), container("web")])
+                serde_json::json!([container("init"), container("web")]);
         });
         assert_eq!(
             field_of(&spec),
@@ -448,7 +452,7 @@ mod tests {
         );
         let spec = spec_with(|v| {
             v["components"][0]["template"]["spec"]["initContainers"] =
-                serde_json::json!([container("init"), container("init")])
+                serde_json::json!([container("init"), container("init")]);
         });
         assert_eq!(
             field_of(&spec),

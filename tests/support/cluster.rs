@@ -15,9 +15,10 @@ use super::wait_until;
 /// A client for the test cluster named by `KUBECONFIG`. Refuses a cluster
 /// that is not on this machine, since tests create and break things.
 pub async fn client() -> Client {
-    if std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()) {
-        panic!("no test cluster: run `make test` (KUBECONFIG unset)");
-    }
+    assert!(
+        !std::env::var_os("KUBECONFIG").is_none_or(|v| v.is_empty()),
+        "no test cluster: run `make test` (KUBECONFIG unset)"
+    );
     // One rustls crypto provider for the process, as the operator's main does.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let kubeconfig = Kubeconfig::from_env()

@@ -112,7 +112,7 @@ impl Launcher {
         let url = format!("http://127.0.0.1:{port}/readyz");
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
-            if let Some(Ok(Some(status))) = op.child.as_mut().map(|c| c.try_wait()) {
+            if let Some(Ok(Some(status))) = op.child.as_mut().map(std::process::Child::try_wait) {
                 panic!(
                     "the operator exited ({status}) before /readyz:\n{}",
                     op.log_text()

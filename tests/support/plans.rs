@@ -44,8 +44,7 @@ pub async fn request(client: &Client, ns: &str, name: &str, action: &str) {
         "{action}/{}",
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
+            .map_or(0, |d| d.as_nanos())
     );
     Api::<ReleasePlan>::namespaced(client.clone(), ns)
         .patch(
