@@ -15,28 +15,25 @@
 
 mod support;
 
-use k8s_openapi::api::core::v1::Event;
 use kube::Client;
-use kube::api::{Api, ListParams};
 use releaseplan::api::Phase;
 use serde_json::json;
 use std::time::{Duration, Instant};
 use support::fixtures::web;
 use support::operator::{Operator, sum_metric};
-use support::plans::{create_stable, get, set_components, wait_phase};
+use support::plans::{create_stable, get, plan_events, set_components, wait_phase};
 use support::{Harness, cluster, wait_until};
 
 const T: Duration = Duration::from_secs(120);
 
 /// Events on the plan with `reason`, counting repeats of a series.
 async fn events(client: &Client, ns: &str, reason: &str) -> i32 {
-    let list = Api::<Event>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().fields(&format!(
-            "involvedObject.kind=ReleasePlan,involvedObject.name=shop,reason={reason}"
-        )))
+    plan_events(client, ns, "shop")
         .await
-        .expect("cannot list events");
-    list.items.iter().map(|e| e.count.unwrap_or(1).max(1)).sum()
+        .iter()
+        .filter(|e| e.0 == reason)
+        .map(|e| e.3.max(1))
+        .sum()
 }
 
 async fn healthz(port: u16) -> Option<u16> {

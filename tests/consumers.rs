@@ -27,9 +27,11 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use support::fixtures::{faulty_template, plan, template};
+use support::fixtures::{faulty_template, plan, refused_template, template, web_with as web};
 use support::operator::Operator;
-use support::plans::{create, create_stable, get, patch_spec, request, set_components, wait_phase};
+use support::plans::{
+    condition, create, create_stable, get, patch_spec, request, set_components, wait_phase,
+};
 use support::{cluster, crd, wait_until};
 
 const T: Duration = Duration::from_secs(120);
@@ -139,38 +141,16 @@ async fn seen(client: &Client, ns: &str, name: &str) -> Seen {
     .unwrap()
 }
 
-/// The condition `type_` of a plan: (status, reason).
-fn condition(p: &ReleasePlan, type_: &str) -> Option<(String, String)> {
-    p.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone()))
-}
-
 /// Waits until condition `type_` of the plan's current generation is
 /// True with `reason`.
 async fn wait_condition(client: &Client, ns: &str, name: &str, type_: &str, reason: &str) {
     wait_until(T, &format!("{name}: {type_}=True ({reason})"), || async {
         let p = get(client, ns, name).await?;
         let observed = p.status.as_ref()?.observed_generation == p.metadata.generation;
-        (observed && condition(&p, type_) == Some(("True".into(), reason.into()))).then_some(())
+        (observed && condition(&p, type_).is_some_and(|c| c.0 == "True" && c.1 == reason))
+            .then_some(())
     })
     .await;
-}
-
-fn web(template: Value, replicas: i32) -> Value {
-    json!({"name": "web", "replicas": replicas, "template": template})
-}
-
-/// A pod template the CRD accepts but Deployment validation refuses.
-fn refused_template() -> Value {
-    json!({
-        "metadata": {"labels": {"app": "shop"}},
-        "spec": {"containers": [{"name": "app", "image": "shop:bad",
-            "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}]}
-    })
 }
 
 /// A step that holds a rollout at 50% for longer than the test.

@@ -21,19 +21,12 @@ use serde_json::json;
 use std::time::Duration;
 use support::fixtures::{plan, template, web};
 use support::operator::Operator;
-use support::plans::{by_image, create, create_stable, get, revisions, set_components, wait_phase};
+use support::plans::{
+    by_image, condition, create, create_stable, get, revisions, set_components, wait_phase,
+};
 use support::{Harness, cluster, plans, wait_until};
 
 const T: Duration = Duration::from_secs(90);
-
-fn condition(p: &ReleasePlan, type_: &str) -> Option<String> {
-    p.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| c.status.clone())
-}
 
 #[tokio::test]
 async fn first_release_reaches_stable() {
@@ -48,8 +41,11 @@ async fn first_release_reaches_stable() {
     let s = p.status.clone().unwrap();
     assert_eq!(s.observed_generation, p.metadata.generation);
     assert_eq!(s.stable_revision, s.current_revision);
-    assert_eq!(condition(&p, "Ready").as_deref(), Some("True"));
-    assert_eq!(condition(&p, "Reconciling").as_deref(), Some("False"));
+    assert_eq!(condition(&p, "Ready").map(|c| c.0).as_deref(), Some("True"));
+    assert_eq!(
+        condition(&p, "Reconciling").map(|c| c.0).as_deref(),
+        Some("False")
+    );
     assert!(p.finalizers().iter().any(|f| f == FINALIZER));
     let revs = revisions(&client, &ns, "shop").await;
     assert_eq!(revs.len(), 1, "{revs:?}");
@@ -115,7 +111,10 @@ async fn image_change_walks_the_steps_and_pause_holds_until_promoted() {
     )
     .await;
     assert_eq!(p.status.as_ref().unwrap().weight, 50);
-    assert_eq!(condition(&p, "Paused").as_deref(), Some("True"));
+    assert_eq!(
+        condition(&p, "Paused").map(|c| c.0).as_deref(),
+        Some("True")
+    );
     // It holds there.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let s = get(&client, &ns, "shop").await.unwrap().status.unwrap();

@@ -24,59 +24,20 @@ mod support;
 use axum::Router;
 use axum::routing::post;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, Namespace, Pod, ResourceQuota};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ResourceQuota};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
 use releaseplan::api::{Phase, ReleasePlan, Verdict};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::time::{Duration, Instant};
-use support::fixtures::{faulty_template, plan, template, web_with};
+use support::fixtures::{faulty_template, plan, refused_template, template, web_with};
 use support::operator::{Operator, sum_metric};
-use support::plans::{create, create_stable, get, revisions, set_components, wait_phase};
+use support::plans::{
+    condition, create, create_stable, get, plan_events, revisions, set_components, wait_phase,
+};
 use support::{Harness, cluster, crd, plans, wait_until};
 
 const T: Duration = Duration::from_secs(120);
-
-/// The condition `type_` of a plan: (status, reason, message).
-fn condition(p: &ReleasePlan, type_: &str) -> Option<(String, String, String)> {
-    p.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
-/// Events recorded on the plan: (reason, type, note, count).
-async fn plan_events(client: &Client, ns: &str, name: &str) -> Vec<(String, String, String, i32)> {
-    let list = Api::<Event>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().fields(&format!(
-            "involvedObject.kind=ReleasePlan,involvedObject.name={name}"
-        )))
-        .await
-        .expect("cannot list events");
-    list.items
-        .into_iter()
-        .map(|e| {
-            (
-                e.reason.unwrap_or_default(),
-                e.type_.unwrap_or_default(),
-                e.message.unwrap_or_default(),
-                e.count.unwrap_or(1),
-            )
-        })
-        .collect()
-}
-
-/// A pod template the CRD accepts but Deployment validation refuses: a CPU
-/// request above its limit.
-fn refused_template() -> Value {
-    json!({
-        "metadata": {"labels": {"app": "shop"}},
-        "spec": {"containers": [{"name": "app", "image": "shop:bad",
-            "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}]}
-    })
-}
 
 #[tokio::test]
 async fn reconcile_error_forever_is_visible_and_backs_off() {

@@ -517,6 +517,16 @@ fn namespace_terminating(e: &kube::Error) -> bool {
         && s.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating")))
 }
 
+/// What a failed Deployment write comes to: nothing to report in a
+/// terminating namespace, else a refusal for status.
+fn failed_write(deployment: &str, e: &kube::Error) -> Acted {
+    if namespace_terminating(e) {
+        Acted::NamespaceTerminating
+    } else {
+        Acted::Refused(refusal_of(deployment, e))
+    }
+}
+
 /// The refusal a failed Deployment write becomes.
 fn refusal_of(deployment: &str, e: &kube::Error) -> Refusal {
     match e {
@@ -579,8 +589,7 @@ async fn act(
                     Err(e) if decision.finalize => {
                         warn!(deployment = %intent.name, error = %e, "scaling during deletion failed");
                     }
-                    Err(e) if namespace_terminating(&e) => return Acted::NamespaceTerminating,
-                    Err(e) => return Acted::Refused(refusal_of(&intent.name, &e)),
+                    Err(e) => return failed_write(&intent.name, &e),
                 }
             }
             continue;
@@ -632,10 +641,11 @@ async fn act(
             .await
         {
             Ok(_) => ctx.metrics.write("apply"),
-            Err(e) if namespace_terminating(&e) => return Acted::NamespaceTerminating,
             Err(e) => {
-                warn!(deployment = %intent.name, error = %e, "Deployment write failed");
-                return Acted::Refused(refusal_of(&intent.name, &e));
+                if !namespace_terminating(&e) {
+                    warn!(deployment = %intent.name, error = %e, "Deployment write failed");
+                }
+                return failed_write(&intent.name, &e);
             }
         }
     }
@@ -647,8 +657,7 @@ async fn act(
             Err(e) if deleting && decision.finalize => {
                 warn!(deployment = %name, error = %e, "delete during deletion failed");
             }
-            Err(e) if namespace_terminating(&e) => return Acted::NamespaceTerminating,
-            Err(e) => return Acted::Refused(refusal_of(name, &e)),
+            Err(e) => return failed_write(name, &e),
         }
     }
     Acted::Done
@@ -1001,62 +1010,36 @@ pub async fn run(
     liveness: Arc<Liveness>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (plans, deploy_api, pod_api, template_api): (
-        Api<ReleasePlan>,
-        Api<Deployment>,
-        Api<Pod>,
-        Api<ControllerRevision>,
-    ) = match &settings.namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-        ),
-    };
+    let ns = settings.namespace.as_deref();
     let (plan_store, plan_writer) = reflector::store();
-    let plan_stream = watcher(plans, watcher::Config::default().any_semantic())
-        .backoff(WatchBackoff::default())
-        .inspect(watched(&liveness, "ReleasePlan"))
-        .reflect(plan_writer)
-        .applied_objects()
-        .filter_map(ok_only);
-    let (deployments, dwriter) = reflector::store();
-    let deploy_stream = watcher(deploy_api, watcher::Config::default().labels(LABEL_PLAN))
-        .backoff(WatchBackoff::default())
-        .inspect(watched(&liveness, "Deployment"))
-        .modify(|d: &mut Deployment| d.managed_fields_mut().clear())
-        .reflect(dwriter)
-        .touched_objects()
-        .filter_map(ok_only);
-    let (pods, pwriter) = reflector::store();
-    let pod_stream = watcher(pod_api, watcher::Config::default().labels(LABEL_PLAN))
-        .backoff(WatchBackoff::default())
-        .inspect(watched(&liveness, "Pod"))
-        .modify(|p: &mut Pod| {
-            // Only labels and status matter to us: keep the cache small.
-            p.managed_fields_mut().clear();
-            p.annotations_mut().clear();
-            p.spec = None;
-        })
-        .reflect(pwriter)
-        .touched_objects()
-        .filter_map(ok_only);
+    let plan_stream = watcher(
+        scoped(&client, ns),
+        watcher::Config::default().any_semantic(),
+    )
+    .backoff(WatchBackoff::default())
+    .inspect(watched(&liveness, "ReleasePlan"))
+    .reflect(plan_writer)
+    .applied_objects()
+    .filter_map(ok_only);
+    let (deployments, deploy_stream) = owned_watch(
+        scoped(&client, ns),
+        "Deployment",
+        &liveness,
+        |d: &mut Deployment| d.managed_fields_mut().clear(),
+    );
+    let (pods, pod_stream) = owned_watch(scoped(&client, ns), "Pod", &liveness, |p: &mut Pod| {
+        // Only labels and status matter to us: keep the cache small.
+        p.managed_fields_mut().clear();
+        p.annotations_mut().clear();
+        p.spec = None;
+    });
     // Only ours (StatefulSets and DaemonSets keep theirs too): by the plan label.
-    let (templates, twriter) = reflector::store();
-    let template_stream = watcher(template_api, watcher::Config::default().labels(LABEL_PLAN))
-        .backoff(WatchBackoff::default())
-        .inspect(watched(&liveness, "ControllerRevision"))
-        .modify(|cr: &mut ControllerRevision| cr.managed_fields_mut().clear())
-        .reflect(twriter)
-        .touched_objects()
-        .filter_map(ok_only);
+    let (templates, template_stream) = owned_watch(
+        scoped(&client, ns),
+        "ControllerRevision",
+        &liveness,
+        |cr: &mut ControllerRevision| cr.managed_fields_mut().clear(),
+    );
     let reporter = Reporter {
         controller: "releaseplan".into(),
         instance: settings.instance.clone(),
@@ -1101,6 +1084,49 @@ pub async fn run(
         })
         .await;
     info!("controller stopped");
+}
+
+/// An Api in the watched namespace, or across all of them.
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// A cached watch of the objects made for plans (selected by the plan
+/// label), trimmed by `trim` before caching: its store, and the stream that
+/// maps their changes to plans.
+fn owned_watch<K>(
+    api: Api<K>,
+    name: &'static str,
+    liveness: &Arc<Liveness>,
+    trim: impl FnMut(&mut K) + Send + 'static,
+) -> (
+    Store<K>,
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default().labels(LABEL_PLAN))
+        .backoff(WatchBackoff::default())
+        .inspect(watched(liveness, name))
+        .modify(trim)
+        .reflect(writer)
+        .touched_objects()
+        .filter_map(ok_only);
+    (store, stream)
 }
 
 /// Drops the errors of a watch stream once its own backoff and the liveness

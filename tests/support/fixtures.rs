@@ -40,3 +40,13 @@ pub fn web(image: &str, replicas: i32) -> Value {
 pub fn web_with(template: Value, replicas: i32) -> Value {
     json!({"name": "web", "replicas": replicas, "template": template})
 }
+
+/// A pod template the CRD accepts but Deployment validation refuses: a CPU
+/// request above its limit.
+pub fn refused_template() -> Value {
+    json!({
+        "metadata": {"labels": {"app": "shop"}},
+        "spec": {"containers": [{"name": "app", "image": "shop:bad",
+            "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}]}
+    })
+}

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use releaseplan::api::{LABEL_PLAN, Phase, ReleasePlan};
@@ -127,4 +128,39 @@ pub fn by_image(revs: &BTreeMap<String, (i32, i32, String)>, image: &str) -> Opt
 pub async fn create_stable(client: &Client, ns: &str, name: &str, spec: Value) -> ReleasePlan {
     create(client, ns, &plan(name, spec)).await;
     wait_phase(client, ns, name, Phase::Stable, Duration::from_secs(120)).await
+}
+
+/// The condition `type_` of a plan: (status, reason, message).
+pub fn condition(p: &ReleasePlan, type_: &str) -> Option<(String, String, String)> {
+    p.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Events recorded on the plan: (reason, type, note, count).
+pub async fn plan_events(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Vec<(String, String, String, i32)> {
+    let list = Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.kind=ReleasePlan,involvedObject.name={name}"
+        )))
+        .await
+        .expect("cannot list events");
+    list.items
+        .into_iter()
+        .map(|e| {
+            (
+                e.reason.unwrap_or_default(),
+                e.type_.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+                e.count.unwrap_or(1),
+            )
+        })
+        .collect()
 }
