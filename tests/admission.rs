@@ -831,6 +831,19 @@ fn invalid_cases() -> Vec<Case> {
             |p| steps(p, json!([{ "pause": { "duration": "-5s" } }])),
         ),
         case(
+            "pause-duration-overflowing",
+            &[
+                "spec.strategy.steps[0].pause.duration",
+                "pause.duration must be a duration",
+            ],
+            |p| {
+                steps(
+                    p,
+                    json!([{ "pause": { "duration": "99999999999999999999h" } }]),
+                )
+            },
+        ),
+        case(
             "pause-duration-days",
             &[
                 "spec.strategy.steps[0].pause.duration",
