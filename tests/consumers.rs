@@ -757,3 +757,23 @@ fn docs_carry_the_flux_health_check() {
         );
     }
 }
+
+/// docs/api.md names every reason the operator writes (Events, conditions,
+/// failures), so the contract there covers what tools can meet.
+#[test]
+fn docs_name_every_reason() {
+    use releaseplan::plan::reasons::{ConditionReason, EventReason, FailureReason};
+    let docs = std::fs::read_to_string(cluster::repo_root().join("docs/api.md")).unwrap();
+    let reasons = EventReason::ALL
+        .iter()
+        .map(|r| r.as_str())
+        .chain(ConditionReason::ALL.iter().map(|r| r.as_str()))
+        .chain(FailureReason::ALL.iter().map(|r| r.as_str()));
+    let missing: Vec<&str> = reasons
+        .filter(|r| !docs.contains(&format!("`{r}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/api.md does not name these reasons: {missing:?}"
+    );
+}
