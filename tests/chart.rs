@@ -1293,6 +1293,20 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
             .any(|e| e.reporting_controller.as_deref() == Some("releaseplan")),
         "the operator recorded events"
     );
+    // Deleting the plan: the operator's finalizer comes off (a merge patch)
+    // with the same rules.
+    Api::<releaseplan::api::ReleasePlan>::namespaced(client.clone(), &apps)
+        .delete("shop", &kube::api::DeleteParams::default())
+        .await
+        .expect("delete the plan");
+    wait_until(T, "the deleted plan to be gone", || async {
+        plans::get(&client, &apps, "shop")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
     let log = op.log_text();
     assert!(
         !log.to_lowercase().contains("forbidden"),
