@@ -514,3 +514,753 @@ async fn undo_looks_up_the_stored_template_of_the_previous_revision() {
         out.show()
     );
 }
+
+/// Two components: `web` with one container, `api` with two (`app`, `proxy`).
+fn two_components(web_image: &str, api_image: &str) -> Value {
+    json!([
+        web(web_image, 2),
+        {"name": "api", "replicas": 1, "template": {
+            "metadata": {"labels": {"app": "api"}},
+            "spec": {"containers": [
+                {"name": "app", "image": api_image},
+                {"name": "proxy", "image": "proxy:1"}]}}}
+    ])
+}
+
+fn components_of(p: &ReleasePlan) -> Value {
+    serde_json::to_value(&p.spec.components).unwrap()
+}
+
+#[tokio::test]
+async fn set_image_patches_the_component_by_name_and_waits() {
+    let (Harness { client, ns }, op) = Harness::with_operator("plugin-setimage").await;
+    create_stable(
+        &client,
+        &ns,
+        "shop",
+        json!({"components": two_components("shop:1", "api:1")}),
+    )
+    .await;
+
+    // The only container of web; api's container named; --wait with wait's exit codes.
+    let out = rp_in(
+        &ns,
+        &[
+            "set",
+            "image",
+            "shop",
+            "web=shop:2",
+            "api/proxy=proxy:2",
+            "--wait",
+            "--timeout",
+            "90s",
+        ],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}\n{}", out.show(), op.log_text());
+    assert!(
+        out.stdout.contains("web/app: shop:1 -> shop:2"),
+        "{}",
+        out.show()
+    );
+    assert!(
+        out.stdout.contains("api/proxy: proxy:1 -> proxy:2"),
+        "{}",
+        out.show()
+    );
+    assert!(out.stdout.contains("done (exit 0)"), "{}", out.show());
+    let p = get(&client, &ns, "shop").await.expect("plan");
+    assert_eq!(status_of(&p).phase, Phase::Stable);
+    assert_eq!(
+        components_of(&p),
+        serde_json::to_value(
+            serde_json::from_value::<Vec<releaseplan::api::Component>>(two_components(
+                "shop:2", "api:1"
+            ))
+            .unwrap()
+            .into_iter()
+            .map(|mut c| {
+                if c.name == "api" {
+                    c.template.spec.as_mut().unwrap().containers[1].image = Some("proxy:2".into());
+                }
+                c
+            })
+            .collect::<Vec<_>>()
+        )
+        .unwrap()
+    );
+    let revs = revisions(&client, &ns, "shop").await;
+    assert_eq!(by_image(&revs, "shop:2"), Some((2, 2)), "{revs:?}");
+
+    // Reordered list: the name decides, not the index.
+    let mut reordered = two_components("shop:2", "api:1");
+    reordered.as_array_mut().unwrap().reverse();
+    set_components(&client, &ns, "shop", reordered).await;
+    let out = rp_in(&ns, &["set", "image", "shop", "web=shop:3"]).await;
+    assert_eq!(out.code, 0, "{}", out.show());
+    let p = get(&client, &ns, "shop").await.expect("plan");
+    let c = components_of(&p);
+    assert_eq!(c[0]["name"], "api");
+    assert_eq!(c[0]["template"]["spec"]["containers"][0]["image"], "api:1");
+    assert_eq!(c[1]["template"]["spec"]["containers"][0]["image"], "shop:3");
+
+    // Errors: several containers, unknown component, bad pair; nothing changes.
+    let generation = p.metadata.generation;
+    for (args, message) in [
+        (
+            &["set", "image", "shop", "api=api:9"][..],
+            "component api has 2 containers (app, proxy): name one, as api/CONTAINER=IMAGE",
+        ),
+        (
+            &["set", "image", "shop", "db=db:9"],
+            "releaseplan shop has no component \"db\" (components: api, web)",
+        ),
+        (
+            &["set", "image", "shop", "web/sidecar=x:1"],
+            "component web has no container \"sidecar\"",
+        ),
+        (
+            &["set", "image", "shop", "web"],
+            "write COMPONENT=IMAGE or COMPONENT/CONTAINER=IMAGE",
+        ),
+    ] {
+        let out = rp_in(&ns, args).await;
+        assert_eq!(out.code, 1, "{args:?}: {}", out.show());
+        assert!(out.stderr.contains(message), "{args:?}: {}", out.show());
+    }
+    let p = get(&client, &ns, "shop").await.expect("plan");
+    assert_eq!(p.metadata.generation, generation);
+
+    // The same image: no new generation.
+    let out = rp_in(&ns, &["set", "image", "shop", "web=shop:3"]).await;
+    assert_eq!(out.code, 0, "{}", out.show());
+    assert!(out.stdout.contains("(unchanged)"), "{}", out.show());
+    assert!(
+        out.stdout.contains("unchanged (generation"),
+        "{}",
+        out.show()
+    );
+
+    // --wait returns wait's exit codes: held at an indefinite pause, it times
+    // out (4); with -o json, stdout is one result document, the log on stderr.
+    plans::patch_spec(
+        &client,
+        &ns,
+        "shop",
+        json!({"strategy": {"steps": [{"setWeight": 50}, {"pause": {}}]}}),
+    )
+    .await;
+    wait_until(T, "the new steps to be observed", || async {
+        let p = get(&client, &ns, "shop").await?;
+        (status_of(&p).observed_generation == p.metadata.generation
+            && status_of(&p).phase == Phase::Stable)
+            .then_some(())
+    })
+    .await;
+    let out = rp_in(
+        &ns,
+        &[
+            "set",
+            "image",
+            "shop",
+            "web=shop:4",
+            "--wait",
+            "--timeout",
+            "5s",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(out.code, 4, "{}", out.show());
+    let doc: Value = serde_json::from_str(&out.stdout).expect("one JSON document on stdout");
+    assert_eq!(doc["kind"], "WaitResult", "{doc}");
+    assert_eq!(doc["exitCode"], 4, "{doc}");
+    assert_eq!(doc["result"], "TimedOut", "{doc}");
+    assert_eq!(doc["plan"]["phase"], "RollingOut", "{doc}");
+    assert_eq!(doc["plan"]["step"]["total"], 2, "{doc}");
+    assert!(
+        out.stderr.contains("web/app: shop:3 -> shop:4"),
+        "{}",
+        out.show()
+    );
+    assert!(out.stderr.contains("timed out after 5s"), "{}", out.show());
+}
+
+#[tokio::test]
+async fn list_restart_and_documents_for_scripts() {
+    let (Harness { client, ns }, op) = Harness::with_operator("plugin-list").await;
+    create_stable(
+        &client,
+        &ns,
+        "shop",
+        json!({"components": two_components("shop:1", "api:1")}),
+    )
+    .await;
+    // A second plan that rolls back: its failing gate shows in the list.
+    let spec = |t: Value| {
+        json!({"components": [{"name": "web", "replicas": 2, "template": t}],
+               "strategy": {"steps": [{"setWeight": 50}]},
+               "health": {"progressDeadlineSeconds": 3}})
+    };
+    create_stable(&client, &ns, "cart", spec(template("cart:1"))).await;
+    plans::patch_spec(
+        &client,
+        &ns,
+        "cart",
+        json!({"components": [{"name": "web", "replicas": 2,
+               "template": faulty_template("cart:2", "never-ready")}]}),
+    )
+    .await;
+    wait_until(T, "cart to roll back", || async {
+        let p = get(&client, &ns, "cart").await?;
+        (status_of(&p).phase == Phase::RolledBack).then_some(())
+    })
+    .await;
+
+    let out = rp_in(&ns, &["list"]).await;
+    assert_eq!(out.code, 0, "{}\n{}", out.show(), op.log_text());
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", out.show());
+    assert!(
+        lines[0].starts_with("NAME  PHASE       STEP           WEIGHT  STABLE"),
+        "{}",
+        out.show()
+    );
+    assert!(lines[1].starts_with("cart  RolledBack"), "{}", out.show());
+    assert!(
+        lines[1].ends_with("progressDeadline (ProgressDeadlineExceeded)"),
+        "{}",
+        out.show()
+    );
+    assert!(
+        lines[2].starts_with("shop  Stable      no steps"),
+        "{}",
+        out.show()
+    );
+    assert!(lines[2].ends_with("  -"), "{}", out.show());
+
+    // -A adds the namespace column and sees this namespace's plans.
+    let out = rp(&["list", "-A"]).await;
+    assert_eq!(out.code, 0, "{}", out.show());
+    assert!(out.stdout.starts_with("NAMESPACE"), "{}", out.show());
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with(&format!("{ns}  shop"))),
+        "{}",
+        out.show()
+    );
+
+    // list -o json / get -o yaml / history -o json.
+    let out = rp_in(&ns, &["list", "-o", "json"]).await;
+    assert_eq!(out.code, 0, "{}", out.show());
+    let doc: Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(doc["kind"], "PlanList");
+    assert_eq!(doc["items"][0]["name"], "cart");
+    assert_eq!(doc["items"][0]["failure"]["gate"], "progressDeadline");
+    assert_eq!(doc["items"][1]["phase"], "Stable");
+    assert_eq!(doc["items"][1]["components"][0]["revisions"], Value::Null);
+    let out = rp_in(&ns, &["get", "shop", "-o", "yaml"]).await;
+    assert_eq!(out.code, 0, "{}", out.show());
+    let doc: Value = serde_yaml::from_str(&out.stdout).expect("YAML");
+    assert_eq!(doc["apiVersion"], "plugin.releaseplan.io/v1");
+    assert_eq!(doc["kind"], "Plan");
+    assert_eq!(doc["namespace"], ns.as_str());
+    assert_eq!(doc["components"][0]["name"], "web");
+    assert_eq!(
+        doc["components"][0]["revisions"][0]["role"],
+        "current,stable"
+    );
+    assert_eq!(
+        doc["components"][0]["revisions"][0]["images"],
+        json!(["shop:1"])
+    );
+    let out = rp_in(&ns, &["history", "cart", "-o", "json"]).await;
+    assert_eq!(out.code, 0, "{}", out.show());
+    let doc: Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(doc["kind"], "History");
+    assert_eq!(doc["items"][0]["outcome"], "Promoted");
+    assert_eq!(doc["items"][1]["outcome"], "RolledBack");
+    let out = rp_in(&ns, &["wait", "cart", "-o", "json"]).await;
+    assert_eq!(out.code, 2, "{}", out.show());
+    let doc: Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(doc["result"], "RolledBack");
+    assert_eq!(doc["exitCode"], 2);
+
+    // list -w: the table, then a row per change.
+    let exe = env!("CARGO_BIN_EXE_kubectl-releaseplan");
+    let mut watch = tokio::process::Command::new(exe)
+        .args(["list", "-w", "-n", &ns])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("list -w");
+    let stdout = watch.stdout.take().expect("stdout");
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    assert!(next_line(&mut lines).await.starts_with("NAME"));
+    next_line(&mut lines).await;
+    next_line(&mut lines).await;
+
+    // restart: the same images roll out again through the normal steps.
+    let before = get(&client, &ns, "shop").await.expect("plan");
+    let out = rp_in(
+        &ns,
+        &["restart", "shop", "web", "--wait", "--timeout", "90s"],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}\n{}", out.show(), op.log_text());
+    assert!(
+        out.stdout.contains("releaseplan.io/restartedAt="),
+        "{}",
+        out.show()
+    );
+    assert!(out.stdout.contains("done (exit 0)"), "{}", out.show());
+    let after = get(&client, &ns, "shop").await.expect("plan");
+    let (b, a) = (status_of(&before), status_of(&after));
+    assert_ne!(a.current_revision, b.current_revision);
+    assert_eq!(a.rollout_count, b.rollout_count + 1);
+    // Only web changed revision; api kept its template and annotations.
+    assert_ne!(a.components[0].current_hash, b.components[0].current_hash);
+    assert_eq!(a.components[1].current_hash, b.components[1].current_hash);
+    let c = components_of(&after);
+    assert!(c[0]["template"]["metadata"]["annotations"]["releaseplan.io/restartedAt"].is_string());
+    assert_eq!(
+        c[0]["template"]["metadata"]["labels"],
+        json!({"app": "shop"})
+    );
+    assert_eq!(c[0]["template"]["spec"]["containers"][0]["image"], "shop:1");
+    assert!(c[1]["template"]["metadata"].get("annotations").is_none());
+    let revs = revisions(&client, &ns, "shop").await;
+    assert_eq!(
+        revs.values()
+            .filter(|(r, _, i)| i == "shop:1" && *r == 2)
+            .count(),
+        1,
+        "{revs:?}"
+    );
+
+    // The watch printed shop's rollout.
+    loop {
+        let line = next_line(&mut lines).await;
+        if line.starts_with("shop  RollingOut") {
+            break;
+        }
+    }
+    drop(watch);
+
+    // Restarting every component.
+    let out = rp_in(&ns, &["restart", "shop"]).await;
+    assert_eq!(out.code, 0, "{}", out.show());
+    assert!(out.stdout.contains("every component"), "{}", out.show());
+    let p = get(&client, &ns, "shop").await.expect("plan");
+    let c = components_of(&p);
+    assert!(c[1]["template"]["metadata"]["annotations"]["releaseplan.io/restartedAt"].is_string());
+}
+
+/// The next line of a running `list -w`.
+async fn next_line(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+) -> String {
+    tokio::time::timeout(T, lines.next_line())
+        .await
+        .expect("a line of list -w in time")
+        .expect("read")
+        .expect("list -w ended")
+}
+
+/// Writes `text` to `name` in `dir` and returns the path.
+fn file_in(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).expect("write");
+    path.to_string_lossy().into_owned()
+}
+
+/// A kubeconfig whose server is a closed port: no cluster reachable.
+fn dead_kubeconfig(dir: &tempfile::TempDir) -> String {
+    let kubeconfig = std::env::var("KUBECONFIG").expect("KUBECONFIG");
+    let mut config: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&kubeconfig).expect("kubeconfig"))
+            .expect("kubeconfig yaml");
+    let port = support::operator::free_port();
+    for c in config["clusters"].as_array_mut().expect("clusters") {
+        c["cluster"]["server"] = json!(format!("https://127.0.0.1:{port}"));
+    }
+    file_in(dir, "dead", &serde_yaml::to_string(&config).expect("yaml"))
+}
+
+#[tokio::test]
+async fn lint_checks_offline_and_with_a_server_side_dry_run() {
+    let Harness { client, ns } = Harness::new("plugin-lint").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let valid = file_in(
+        &dir,
+        "valid.yaml",
+        "apiVersion: releaseplan.io/v1alpha1\nkind: ReleasePlan\nmetadata:\n  name: shop\nspec:\n  components:\n  - name: web\n    replicas: 2\n    template:\n      spec:\n        containers:\n        - name: app\n          image: shop:1\n  strategy:\n    steps:\n    - setWeight: 50\n    - pause: {duration: 1m}\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: shop\n",
+    );
+    let out = rp_in(&ns, &["lint", "-f", &valid]).await;
+    assert_eq!(out.code, 0, "{}", out.show());
+    assert!(
+        out.stdout.contains(&format!(
+            "document 1 (shop): valid (offline checks and a server-side dry run in namespace {ns})"
+        )),
+        "{}",
+        out.show()
+    );
+    assert!(
+        out.stderr
+            .contains("document 2 (shop): skipped, kind Service"),
+        "{}",
+        out.show()
+    );
+    // A dry run: nothing was created.
+    assert!(get(&client, &ns, "shop").await.is_none());
+
+    // Schema and check_spec problems, with field paths, exit 2.
+    let invalid = file_in(
+        &dir,
+        "invalid.yaml",
+        "apiVersion: releaseplan.io/v1alpha1\nkind: ReleasePlan\nmetadata:\n  name: shop\nspec:\n  components:\n  - name: web\n    replicas: two\n    template:\n      spec:\n        containers:\n        - name: app\n          image: shop:1\n  stratgy: {}\n",
+    );
+    let out = rp_in(&ns, &["lint", "-f", &invalid]).await;
+    assert_eq!(out.code, 2, "{}", out.show());
+    assert!(
+        out.stdout
+            .contains("invalid.yaml document 1 (shop): invalid"),
+        "{}",
+        out.show()
+    );
+    assert!(
+        out.stdout
+            .contains("  spec.components[0].replicas: must be of type integer, not string"),
+        "{}",
+        out.show()
+    );
+    assert!(
+        out.stdout.contains("  spec.stratgy: unknown field"),
+        "{}",
+        out.show()
+    );
+    let dup = file_in(
+        &dir,
+        "dup.json",
+        &json!({"apiVersion": "releaseplan.io/v1alpha1", "kind": "ReleasePlan",
+                "metadata": {"name": "shop"},
+                "spec": {"components": [web("shop:1", 1), web("shop:2", 1)]}})
+        .to_string(),
+    );
+    let out = rp_in(&ns, &["lint", "-f", &dup, "--offline"]).await;
+    assert_eq!(out.code, 2, "{}", out.show());
+    assert!(
+        out.stdout
+            .contains("  spec.components[1].name: duplicate component name \"web\""),
+        "{}",
+        out.show()
+    );
+
+    // Valid offline, refused by the CRD's CEL rules in the dry run.
+    let cel = file_in(
+        &dir,
+        "cel.yaml",
+        "apiVersion: releaseplan.io/v1alpha1\nkind: ReleasePlan\nmetadata:\n  name: shop\nspec:\n  components:\n  - name: Web_1\n    replicas: 1\n    template:\n      spec:\n        containers:\n        - name: app\n          image: shop:1\n",
+    );
+    let out = rp_in(&ns, &["lint", "-f", &cel, "--offline"]).await;
+    assert_eq!(out.code, 0, "{}", out.show());
+    assert!(
+        out.stdout.contains("valid (offline checks)"),
+        "{}",
+        out.show()
+    );
+    let out = rp_in(&ns, &["lint", "-f", &cel]).await;
+    assert_eq!(out.code, 2, "{}", out.show());
+    assert!(
+        out.stdout
+            .contains("refused by the API server's dry run (422"),
+        "{}",
+        out.show()
+    );
+    assert!(
+        out.stdout.contains("component name must be a DNS label"),
+        "{}",
+        out.show()
+    );
+
+    // No cluster: the offline checks, and a note.
+    let dead = dead_kubeconfig(&dir);
+    let out = rp(&["lint", "-f", &valid, "--kubeconfig", &dead]).await;
+    assert_eq!(out.code, 0, "{}", out.show());
+    assert!(
+        out.stderr.contains("note: no cluster reachable"),
+        "{}",
+        out.show()
+    );
+    assert!(
+        out.stdout.contains("valid (offline checks)"),
+        "{}",
+        out.show()
+    );
+
+    // Unreadable or plan-less files: exit 1.
+    let out = rp(&["lint", "-f", "/nonexistent.yaml", "--offline"]).await;
+    assert_eq!(out.code, 1, "{}", out.show());
+    assert!(
+        out.stderr.contains("error: /nonexistent.yaml: "),
+        "{}",
+        out.show()
+    );
+    let svc = file_in(
+        &dir,
+        "svc.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: x\n",
+    );
+    let out = rp(&["lint", "-f", &svc, "--offline"]).await;
+    assert_eq!(out.code, 1, "{}", out.show());
+    assert!(
+        out.stderr.contains("no ReleasePlan in the file(s)"),
+        "{}",
+        out.show()
+    );
+}
+
+#[tokio::test]
+async fn completion_offers_plan_names_from_the_cluster() {
+    let Harness { client, ns } = Harness::new("plugin-complete").await;
+    create(
+        &client,
+        &ns,
+        &plan("shop", json!({"components": [web("shop:1", 1)]})),
+    )
+    .await;
+    create(
+        &client,
+        &ns,
+        &plan("cart", json!({"components": [web("cart:1", 1)]})),
+    )
+    .await;
+
+    // kubectl's plugin completion (kubectl_complete-releaseplan).
+    let out = rp(&["__complete", "get", "-n", &ns, ""]).await;
+    assert_eq!(out.code, 0, "{}", out.show());
+    assert_eq!(out.stdout, "cart\nshop\n:4\n", "{}", out.show());
+    let out = rp(&["__complete", "set", "image", "-n", &ns, "sh"]).await;
+    assert_eq!(out.stdout, "shop\n:4\n", "{}", out.show());
+    let out = rp(&["__complete", "li"]).await;
+    assert!(
+        out.stdout.starts_with("lint\t") || out.stdout.starts_with("list\t"),
+        "{}",
+        out.show()
+    );
+
+    // The shells' protocol (fish is the simplest to drive).
+    let exe = env!("CARGO_BIN_EXE_kubectl-releaseplan");
+    let out = std::process::Command::new(exe)
+        .env("COMPLETE", "fish")
+        .args(["--", exe, "wait", "--namespace", &ns, "c"])
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.trim(), "cart", "{stdout}");
+
+    for shell in ["bash", "zsh", "fish", "kubectl"] {
+        let out = rp(&["completion", shell]).await;
+        assert_eq!(out.code, 0, "{shell}: {}", out.show());
+        assert!(
+            out.stdout.contains("kubectl-releaseplan"),
+            "{shell}: {}",
+            out.show()
+        );
+    }
+}
+
+#[tokio::test]
+async fn kubectl_global_flags_reach_the_api_server() {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use kube::api::PostParams;
+    let Harness { client, ns } = Harness::new("plugin-flags").await;
+    create(
+        &client,
+        &ns,
+        &plan("shop", json!({"components": [web("shop:1", 1)]})),
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = std::env::var("KUBECONFIG").expect("KUBECONFIG");
+    let config: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&kubeconfig).expect("kubeconfig"))
+            .expect("kubeconfig yaml");
+    let cluster = &config["clusters"][0]["cluster"];
+    let server = cluster["server"].as_str().expect("server").to_string();
+    // k8s-openapi's ByteString decodes base64.
+    let ca_pem = serde_json::from_value::<k8s_openapi::ByteString>(
+        cluster["certificate-authority-data"].clone(),
+    )
+    .expect("CA data")
+    .0;
+    let ca = file_in(&dir, "ca.crt", &String::from_utf8(ca_pem).expect("PEM"));
+
+    // A service account allowed to read plans in the namespace, and a token for it.
+    let apply = |v: Value| {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            let obj: kube::api::DynamicObject = serde_json::from_value(v).unwrap();
+            let gvk = kube::api::GroupVersionKind::try_from(obj.types.as_ref().unwrap()).unwrap();
+            let ar = kube::api::ApiResource::from_gvk(&gvk);
+            let ar = kube::api::ApiResource {
+                plural: match gvk.kind.as_str() {
+                    "ServiceAccount" => "serviceaccounts".into(),
+                    "Role" => "roles".into(),
+                    _ => "rolebindings".into(),
+                },
+                ..ar
+            };
+            Api::<kube::api::DynamicObject>::namespaced_with(client, &ns, &ar)
+                .create(&PostParams::default(), &obj)
+                .await
+                .unwrap();
+        }
+    };
+    apply(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader"}}))
+        .await;
+    apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "reader"},
+        "rules": [{"apiGroups": ["releaseplan.io"], "resources": ["releaseplans"], "verbs": ["get", "list", "watch"]},
+                  {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list"]}]})).await;
+    apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}]})).await;
+    let request: TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
+            .unwrap();
+    let token = Api::<ServiceAccount>::namespaced(client.clone(), &ns)
+        .create_subresource::<TokenRequest>(
+            "token",
+            "reader",
+            &PostParams::default(),
+            serde_json::to_vec(&request).unwrap(),
+        )
+        .await
+        .expect("token")
+        .status
+        .expect("token status")
+        .token;
+
+    // --server, --token and --certificate-authority without any kubeconfig.
+    let run_without_kubeconfig = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-releaseplan"))
+                .args(&args)
+                .env_remove("KUBECONFIG")
+                .env("HOME", "/nonexistent")
+                .output()
+                .expect("run");
+            Run {
+                code: out.status.code().unwrap_or(-1),
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            }
+        })
+    };
+    let base = |extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = [
+            "get", "shop", "-n", &ns, "--server", &server, "--token", &token,
+        ]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+        v.extend(extra.iter().map(ToString::to_string));
+        v
+    };
+    let out = run_without_kubeconfig(base(&["--certificate-authority", &ca]))
+        .await
+        .unwrap();
+    assert_eq!(out.code, 0, "{}", out.show());
+    assert!(
+        out.stdout.starts_with(&format!("ReleasePlan {ns}/shop")),
+        "{}",
+        out.show()
+    );
+    let out = run_without_kubeconfig(base(&["--insecure-skip-tls-verify"]))
+        .await
+        .unwrap();
+    assert_eq!(out.code, 0, "{}", out.show());
+    // Without a CA the server's certificate is not trusted.
+    let out = run_without_kubeconfig(base(&[])).await.unwrap();
+    assert_eq!(out.code, 1, "{}", out.show());
+    // The token's identity is what the API server sees: no patch right.
+    let out = run_without_kubeconfig({
+        let mut v = base(&["--insecure-skip-tls-verify"]);
+        v[0] = "pause".into();
+        v
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.code, 1, "{}", out.show());
+    assert!(out.stderr.contains("(403 Forbidden)"), "{}", out.show());
+    assert!(
+        out.stderr
+            .contains(&format!("system:serviceaccount:{ns}:reader")),
+        "{}",
+        out.show()
+    );
+
+    // --as / --as-group: the admin impersonates someone without rights, then a group with them.
+    let out = rp_in(&ns, &["get", "shop", "--as", "nobody"]).await;
+    assert_eq!(out.code, 1, "{}", out.show());
+    assert!(
+        out.stderr
+            .contains("User \"nobody\" cannot get resource \"releaseplans\""),
+        "{}",
+        out.show()
+    );
+    let out = rp_in(
+        &ns,
+        &[
+            "get",
+            "shop",
+            "--as",
+            "nobody",
+            "--as-group",
+            "system:masters",
+        ],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}", out.show());
+    let sa = format!("system:serviceaccount:{ns}:reader");
+    let out = rp_in(&ns, &["list", "--as", &sa]).await;
+    assert_eq!(out.code, 0, "{}", out.show());
+    assert!(out.stdout.contains("shop"), "{}", out.show());
+
+    // --request-timeout: a server that accepts connections and never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let silent = format!("https://{}", listener.local_addr().expect("addr"));
+    let start = std::time::Instant::now();
+    let out = rp(&[
+        "get",
+        "shop",
+        "-n",
+        &ns,
+        "--server",
+        &silent,
+        "--insecure-skip-tls-verify",
+        "--request-timeout",
+        "2s",
+    ])
+    .await;
+    assert_eq!(out.code, 1, "{}", out.show());
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+    drop(listener);
+
+    // --context picks a context of the kubeconfig.
+    let out = rp_in(&ns, &["get", "shop", "--context", "nope"]).await;
+    assert_eq!(out.code, 1, "{}", out.show());
+    assert!(
+        out.stderr.contains("no Kubernetes configuration"),
+        "{}",
+        out.show()
+    );
+}

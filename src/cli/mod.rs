@@ -9,26 +9,32 @@
 //! the wait decision, request values, the undo patch) live in the submodules
 //! and are unit-tested; this module does the I/O.
 
+pub mod complete;
+pub mod edit;
 #[cfg(test)]
 mod fixtures;
+pub mod lint;
 pub mod render;
 pub mod request;
 pub mod undo;
+pub mod view;
 pub mod wait;
 
 use crate::api::{LABEL_PLAN, ReleasePlan};
 use crate::plan::Action;
 use clap::{Args, Parser, Subcommand};
+use clap_complete::ArgValueCompleter;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::watch_object;
-use kube::{Client, Config};
+use kube::{Client, Config, ResourceExt};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Duration;
+use view::Format;
 use wait::{Decision, EXIT_ERROR, EXIT_TIMEOUT};
 
 const EXIT_CODES: &str = "\
@@ -40,6 +46,19 @@ Exit codes of `wait`:
      rollback.automatic: false), RollbackSlow
   4  timed out
 Other commands exit 0 on success and 1 on error.";
+
+const LINT_HELP: &str = "\
+Checks, in order: apiVersion/kind/metadata.name; the CRD's structural schema
+(types, unknown and required fields, bounds); the typed spec; the operator's
+own spec checks (those behind the InvalidSpec stall); then, unless --offline
+and when a cluster answers, a server-side apply dry run (CEL rules, admission).
+Documents of other kinds are skipped.
+
+Exit codes of `lint`:
+  0  every ReleasePlan in the files is valid
+  1  error: a file cannot be read or parsed, no ReleasePlan in it, bad arguments,
+     or the API server failed for another reason than the plan (e.g. RBAC)
+  2  at least one plan is invalid (each problem printed as FIELD: MESSAGE)";
 
 /// The kubectl plugin for ReleasePlans: inspect, wait for, and steer rollouts.
 #[derive(Parser, Debug)]
@@ -71,6 +90,36 @@ pub struct Global {
     /// Path of the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config).
     #[arg(long, global = true)]
     pub kubeconfig: Option<PathBuf>,
+    /// Address of the API server (overrides the kubeconfig's; works without one).
+    #[arg(short = 's', long, global = true)]
+    pub server: Option<String>,
+    /// Bearer token for the API server (replaces the kubeconfig user's credentials).
+    #[arg(long, global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// User to impersonate.
+    #[arg(long = "as", global = true, value_name = "USER")]
+    pub as_user: Option<String>,
+    /// Group to impersonate (repeat for several).
+    #[arg(long = "as-group", global = true, value_name = "GROUP")]
+    pub as_group: Vec<String>,
+    /// Path of a PEM file of certificate authorities to trust for the API server.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub certificate_authority: Option<PathBuf>,
+    /// Do not verify the API server's certificate (insecure).
+    #[arg(long, global = true)]
+    pub insecure_skip_tls_verify: bool,
+    /// Give up on one API request after this long: 30s, 1m, or plain seconds;
+    /// 0 means no limit (the default). Watches are restarted when it passes.
+    #[arg(long, global = true, value_parser = parse_request_timeout, value_name = "DURATION")]
+    pub request_timeout: Option<Duration>,
+}
+
+/// kubectl's `--request-timeout`: a duration (`30s`, `1m`) or plain seconds.
+fn parse_request_timeout(s: &str) -> Result<Duration, String> {
+    match s.parse::<u64>() {
+        Ok(secs) => Ok(Duration::from_secs(secs)),
+        Err(_) => crate::api::time::parse_duration(s),
+    }
 }
 
 /// A plugin command.
@@ -80,19 +129,79 @@ pub enum Command {
     /// revision Deployments, gates and conditions.
     Get {
         /// Name of the ReleasePlan.
+        #[arg(add = ArgValueCompleter::new(complete::plan_names))]
         name: String,
         /// Redraw on every change (in place on a terminal, a new block otherwise).
         #[arg(short, long)]
         watch: bool,
+        /// Print a document for scripts instead of the tree (shape: docs/plugin.md).
+        #[arg(short, long, value_enum)]
+        output: Option<Format>,
+    },
+    /// List plans: phase, step, weight, revisions, age and the failing gate.
+    List {
+        /// All namespaces.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+        /// Keep watching: one more row (or document) per change.
+        #[arg(short, long)]
+        watch: bool,
+        /// Print documents for scripts instead of the table (shape: docs/plugin.md).
+        #[arg(short, long, value_enum)]
+        output: Option<Format>,
+    },
+    /// Validate plan files before merge: the CRD schema, the operator's own spec
+    /// checks, and a server-side dry run when a cluster is reachable.
+    #[command(after_help = LINT_HELP)]
+    Lint {
+        /// The file (YAML or JSON, several documents allowed; `-` for stdin).
+        #[arg(short, long, required = true)]
+        filename: Vec<PathBuf>,
+        /// Offline checks only, even when a cluster is reachable.
+        #[arg(long)]
+        offline: bool,
+    },
+    /// Print a shell completion script (plan names come from the cluster).
+    #[command(after_help = "\
+  bash:  source <(kubectl-releaseplan completion bash)     (e.g. in ~/.bashrc)
+  zsh:   source <(kubectl-releaseplan completion zsh)      (e.g. in ~/.zshrc)
+  fish:  kubectl-releaseplan completion fish | source
+  for `kubectl releaseplan <Tab>` (kubectl 1.26+, with kubectl's own completion set up):
+         kubectl-releaseplan completion kubectl > ~/bin/kubectl_complete-releaseplan
+         chmod +x ~/bin/kubectl_complete-releaseplan        (any directory on the PATH)")]
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: complete::Shell,
+    },
+    /// Change a plan's spec: `set image` (a JSON patch addressed by component name).
+    #[command(subcommand)]
+    Set(SetCommand),
+    /// Roll the same images out again through the normal steps, by bumping the
+    /// pod-template annotation releaseplan.io/restartedAt.
+    #[command(after_help = EXIT_CODES)]
+    Restart {
+        /// Name of the ReleasePlan.
+        #[arg(add = ArgValueCompleter::new(complete::plan_names))]
+        name: String,
+        /// Only this component (default: every component).
+        component: Option<String>,
+        /// How to wait afterwards.
+        #[command(flatten)]
+        wait: WaitArgs,
     },
     /// Block until the current generation settles; the exit code says how (for CI).
     #[command(after_help = EXIT_CODES)]
     Wait {
         /// Name of the ReleasePlan.
+        #[arg(add = ArgValueCompleter::new(complete::plan_names))]
         name: String,
         /// Give up after this long (exit 4), e.g. 90s, 10m, 1h30m.
         #[arg(long, default_value = "10m", value_parser = parse_timeout)]
         timeout: Duration,
+        /// Print one result document at the end (progress lines go to stderr).
+        #[arg(short, long, value_enum)]
+        output: Option<Format>,
     },
     /// Skip the current step or pause of a rollout (with --full: go to 100% at once).
     Promote {
@@ -130,7 +239,11 @@ pub enum Command {
     /// List finished rollouts (and the one in progress).
     History {
         /// Name of the ReleasePlan.
+        #[arg(add = ArgValueCompleter::new(complete::plan_names))]
         name: String,
+        /// Print a document for scripts instead of the table (shape: docs/plugin.md).
+        #[arg(short, long, value_enum)]
+        output: Option<Format>,
     },
     /// Go back to an earlier revision: prints a JSON merge patch of spec.components
     /// to apply in git (GitOps), or applies it to the spec with --apply.
@@ -145,6 +258,7 @@ to stdout, notes to stderr. Apply it in git, or:
 revert it on its next sync.")]
     Undo {
         /// Name of the ReleasePlan.
+        #[arg(add = ArgValueCompleter::new(complete::plan_names))]
         name: String,
         /// History entry number to go back to (default: the last Promoted entry before
         /// the current revision).
@@ -156,10 +270,52 @@ revert it on its next sync.")]
     },
 }
 
+/// The `set` commands.
+#[derive(Subcommand, Debug)]
+pub enum SetCommand {
+    /// Set container images of components by name: COMPONENT=IMAGE (the
+    /// component's only container) or COMPONENT/CONTAINER=IMAGE.
+    #[command(after_help = "\
+The patch is a JSON patch that first tests the component's and the container's
+name at the index it writes, so a concurrent change to the list (a reorder, a
+removal) makes the API server refuse it instead of patching another component;
+the plugin then reads the plan again and retries.
+It edits the spec: a GitOps tool that owns the plan reverts it on its next sync.
+
+With --wait, the exit codes are those of `wait`:
+  0 Stable, 1 error, 2 rolled back, 3 stalled, 4 timed out.")]
+    Image {
+        /// Name of the ReleasePlan.
+        #[arg(add = ArgValueCompleter::new(complete::plan_names))]
+        name: String,
+        /// One or more COMPONENT=IMAGE or COMPONENT/CONTAINER=IMAGE.
+        #[arg(required = true, value_name = "COMPONENT[/CONTAINER]=IMAGE")]
+        images: Vec<edit::ImageSet>,
+        /// How to wait afterwards.
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+}
+
+/// `--wait` and its options, for the commands that change the spec.
+#[derive(Args, Debug, Clone)]
+pub struct WaitArgs {
+    /// Then wait for the new generation to settle, as `wait` does, with its exit codes.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: give up after this long (exit 4).
+    #[arg(long, default_value = "10m", value_parser = parse_timeout, requires = "wait")]
+    pub timeout: Duration,
+    /// With --wait: print one result document at the end, as `wait -o` does.
+    #[arg(short, long, value_enum, requires = "wait")]
+    pub output: Option<Format>,
+}
+
 /// Arguments of the request commands.
 #[derive(Args, Debug)]
 pub struct RequestArgs {
     /// Name of the ReleasePlan.
+    #[arg(add = ArgValueCompleter::new(complete::plan_names))]
     pub name: String,
     /// How long to wait for the operator to acknowledge the request.
     #[arg(long, default_value = "30s", value_parser = parse_timeout)]
@@ -226,6 +382,20 @@ pub enum CliError {
     /// Undo cannot be built.
     #[error(transparent)]
     Undo(#[from] undo::UndoError),
+    /// A spec edit cannot be built (unknown component or container).
+    #[error(transparent)]
+    Edit(#[from] edit::EditError),
+    /// The plan kept changing under a guarded patch.
+    #[error("releaseplan {0} changed while it was being patched ({1} attempts): try again")]
+    Conflict(String, u32),
+    /// A file given to `lint` cannot be read or parsed.
+    #[error("{path}: {reason}")]
+    File {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
     /// Writing output failed.
     #[error("cannot write output: {0}")]
     Io(#[from] std::io::Error),
@@ -243,6 +413,73 @@ fn chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     parts.join(": ")
+}
+
+fn parse_server(server: &str) -> Result<http::Uri, CliError> {
+    server
+        .parse()
+        .map_err(|e| CliError::Config(format!("--server {server}: {e}")))
+}
+
+/// Maps the kubectl global flags onto the connection configuration, as kubectl
+/// does: each overrides what the kubeconfig says.
+fn apply_flags(config: &mut Config, g: &Global) -> Result<(), CliError> {
+    if let Some(server) = &g.server {
+        config.cluster_url = parse_server(server)?;
+    }
+    if let Some(token) = &g.token {
+        let auth = &mut config.auth_info;
+        auth.token = Some(token.clone().into());
+        auth.token_file = None;
+        auth.exec = None;
+        auth.auth_provider = None;
+        auth.username = None;
+        auth.password = None;
+    }
+    if let Some(user) = &g.as_user {
+        config.auth_info.impersonate = Some(user.clone());
+    }
+    if !g.as_group.is_empty() {
+        config.auth_info.impersonate_groups = Some(g.as_group.clone());
+    }
+    if let Some(path) = &g.certificate_authority {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let bad = |reason: String| {
+            CliError::Config(format!(
+                "--certificate-authority {}: {reason}",
+                path.display()
+            ))
+        };
+        let certs = CertificateDer::pem_file_iter(path)
+            .map_err(|e| bad(e.to_string()))?
+            .map(|c| c.map(|c| c.to_vec()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| bad(e.to_string()))?;
+        if certs.is_empty() {
+            return Err(bad("no PEM certificate in the file".into()));
+        }
+        config.root_cert = Some(certs);
+        config.root_cert_file = None;
+    }
+    if g.insecure_skip_tls_verify {
+        if g.certificate_authority.is_some() {
+            return Err(CliError::Config(
+                "--insecure-skip-tls-verify and --certificate-authority exclude each other".into(),
+            ));
+        }
+        config.accept_invalid_certs = true;
+        config.root_cert = None;
+        config.root_cert_file = None;
+    }
+    if let Some(t) = g.request_timeout {
+        let t = (!t.is_zero()).then_some(t);
+        config.connect_timeout = t;
+        config.read_timeout = t;
+        config.write_timeout = t;
+        config.reset_reader_on_write = true;
+    }
+    Ok(())
 }
 
 /// A connection to the cluster and the namespace to work in.
@@ -264,21 +501,28 @@ impl Ctx {
             context: global.context.clone(),
             ..KubeConfigOptions::default()
         };
-        let config = match &global.kubeconfig {
+        let loaded = match &global.kubeconfig {
             Some(path) => {
                 let kubeconfig =
                     Kubeconfig::read_from(path).map_err(|e| CliError::Config(chain(&e)))?;
-                Config::from_custom_kubeconfig(kubeconfig, &options)
+                Ok(Config::from_custom_kubeconfig(kubeconfig, &options)
                     .await
-                    .map_err(|e| CliError::Config(chain(&e)))?
+                    .map_err(|e| CliError::Config(chain(&e)))?)
             }
             None if global.context.is_some() => Config::from_kubeconfig(&options)
                 .await
-                .map_err(|e| CliError::Config(chain(&e)))?,
+                .map_err(|e| CliError::Config(chain(&e))),
             None => Config::infer()
                 .await
-                .map_err(|e| CliError::Config(chain(&e)))?,
+                .map_err(|e| CliError::Config(chain(&e))),
         };
+        let mut config = match (loaded, &global.server) {
+            (Ok(c), _) => c,
+            // Like kubectl: --server (with --token) needs no kubeconfig.
+            (Err(_), Some(server)) => Config::new(parse_server(server)?),
+            (Err(e), None) => return Err(e),
+        };
+        apply_flags(&mut config, global)?;
         let namespace = global
             .namespace
             .clone()
@@ -361,7 +605,11 @@ impl Ctx {
 /// Parses the command line, runs the command and returns the process exit code.
 /// Installs the rustls crypto provider first, as the operator does.
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if complete::handle(&args) {
+        return 0;
+    }
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -391,10 +639,42 @@ pub fn main() -> i32 {
 
 /// Runs a parsed command; `Ok` carries the exit code.
 pub async fn run(cli: Cli) -> Result<i32, CliError> {
+    match &cli.command {
+        Command::Lint { filename, offline } => {
+            return lint_cmd(&cli.global, filename, *offline).await;
+        }
+        Command::Completion { shell } => {
+            print!("{}", complete::script(*shell)?);
+            return Ok(0);
+        }
+        _ => {}
+    }
     let ctx = Ctx::connect(&cli.global).await?;
     match cli.command {
-        Command::Get { name, watch } => get(&ctx, &name, watch).await,
-        Command::Wait { name, timeout } => wait_for(&ctx, &name, timeout).await,
+        Command::Get {
+            name,
+            watch,
+            output,
+        } => get(&ctx, &name, watch, output).await,
+        Command::List {
+            all_namespaces,
+            watch,
+            output,
+        } => list(&ctx, all_namespaces, watch, output).await,
+        Command::Wait {
+            name,
+            timeout,
+            output,
+        } => wait_for(&ctx, &name, timeout, output).await,
+        Command::Lint { .. } | Command::Completion { .. } => Ok(EXIT_ERROR),
+        Command::Set(SetCommand::Image { name, images, wait }) => {
+            set_image(&ctx, &name, &images, &wait).await
+        }
+        Command::Restart {
+            name,
+            component,
+            wait,
+        } => restart(&ctx, &name, component.as_deref(), &wait).await,
         Command::Promote { request, full } => {
             send_request(&ctx, &request, Action::Promote { full }).await
         }
@@ -402,9 +682,12 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Retry { request } => send_request(&ctx, &request, Action::Retry).await,
         Command::Pause { request } => send_request(&ctx, &request, Action::Pause).await,
         Command::Resume { request } => send_request(&ctx, &request, Action::Resume).await,
-        Command::History { name } => {
+        Command::History { name, output } => {
             let plan = ctx.plan(&name).await?;
-            print!("{}", render::render_history(&plan, chrono::Utc::now()));
+            match output {
+                Some(f) => print!("{}", view::to_text(&view::history_view(&plan), f, false)),
+                None => print!("{}", render::render_history(&plan, chrono::Utc::now())),
+            }
             Ok(0)
         }
         Command::Undo {
@@ -439,20 +722,29 @@ fn plan_changes(
         })
 }
 
-async fn get(ctx: &Ctx, name: &str, watch: bool) -> Result<i32, CliError> {
+async fn get(ctx: &Ctx, name: &str, watch: bool, output: Option<Format>) -> Result<i32, CliError> {
+    let render = |plan: &ReleasePlan, deployments: &[Deployment]| match output {
+        Some(f) => view::to_text(&view::plan_view(plan, Some(deployments)), f, watch),
+        None => render::render_tree(plan, deployments),
+    };
     let plan = ctx.plan(name).await?;
     let deployments = ctx.deployments(name).await?;
-    let mut last = render::render_tree(&plan, &deployments);
+    let mut last = render(&plan, &deployments);
     let mut out = std::io::stdout();
     if !watch {
         out.write_all(last.as_bytes())?;
         return Ok(0);
     }
-    let tty = out.is_terminal();
+    let tty = out.is_terminal() && output.is_none();
+    let yaml = output == Some(Format::Yaml);
     let draw = |out: &mut std::io::Stdout, text: &str| -> std::io::Result<()> {
         if tty {
             // Home the cursor and clear the screen, then draw.
             write!(out, "\x1b[H\x1b[2J{text}")?;
+        } else if yaml {
+            write!(out, "---\n{text}")?;
+        } else if output.is_some() {
+            write!(out, "{text}")?;
         } else {
             writeln!(out, "{text}")?;
         }
@@ -479,7 +771,7 @@ async fn get(ctx: &Ctx, name: &str, watch: bool) -> Result<i32, CliError> {
         let Ok(deployments) = ctx.deployments(name).await else {
             continue;
         };
-        let text = render::render_tree(&plan, &deployments);
+        let text = render(&plan, &deployments);
         if text != last {
             draw(&mut out, &text)?;
             last = text;
@@ -491,58 +783,466 @@ fn stamp() -> String {
     chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-async fn wait_for(ctx: &Ctx, name: &str, timeout: Duration) -> Result<i32, CliError> {
+/// Waits for the current generation of `name` to settle. Without `output` the
+/// log lines go to stdout (for CI logs); with it they go to stderr and stdout
+/// gets one [`view::WaitResult`] document.
+async fn wait_for(
+    ctx: &Ctx,
+    name: &str,
+    timeout: Duration,
+    output: Option<Format>,
+) -> Result<i32, CliError> {
+    let log = |line: String| {
+        if output.is_some() {
+            eprintln!("{}  {line}", stamp());
+        } else {
+            println!("{}  {line}", stamp());
+        }
+    };
     let plan = ctx.plan(name).await?;
     let ns = ctx.namespace.clone();
-    println!(
-        "{}  waiting up to {}s for releaseplan {ns}/{name} generation {} to settle",
-        stamp(),
+    log(format!(
+        "waiting up to {}s for releaseplan {ns}/{name} generation {} to settle",
         timeout.as_secs(),
         plan.metadata.generation.unwrap_or(0)
-    );
+    ));
     let mut last_line = String::new();
-    let mut report = |plan: &ReleasePlan| -> Option<i32> {
+    let mut last_plan = plan.clone();
+    let mut report = |plan: &ReleasePlan| -> Option<(i32, String)> {
         let line = render::progress_line(plan);
         if line != last_line {
-            println!("{}  {line}", stamp());
+            log(line.clone());
             last_line = line;
         }
+        last_plan = plan.clone();
         match wait::decide(plan) {
             Decision::Done(code, why) => {
-                println!("{}  done (exit {code}): {why}", stamp());
-                Some(code)
+                log(format!("done (exit {code}): {why}"));
+                Some((code, why))
             }
             Decision::Waiting(_) => None,
         }
     };
-    if let Some(code) = report(&plan) {
-        return Ok(code);
-    }
-    let watching = async {
-        let changes = plan_changes(ctx, name);
-        futures::pin_mut!(changes);
-        while let Some(change) = changes.next().await {
-            match change {
-                Some(plan) => {
-                    if let Some(code) = report(&plan) {
-                        return Ok(code);
+    let settled = if let Some(done) = report(&plan) {
+        Some(done)
+    } else {
+        let watching = async {
+            let changes = plan_changes(ctx, name);
+            futures::pin_mut!(changes);
+            while let Some(change) = changes.next().await {
+                match change {
+                    Some(plan) => {
+                        if let Some(done) = report(&plan) {
+                            return Ok(done);
+                        }
                     }
+                    None => return Err(CliError::Deleted(name.to_string())),
                 }
-                None => return Err(CliError::Deleted(name.to_string())),
+            }
+            Err(CliError::Deleted(name.to_string()))
+        };
+        match tokio::time::timeout(timeout, watching).await {
+            Ok(r) => Some(r?),
+            Err(_) => None,
+        }
+    };
+    let (code, reason) = settled.unwrap_or_else(|| {
+        log(format!(
+            "timed out after {}s (exit {EXIT_TIMEOUT}): {last_line}",
+            timeout.as_secs()
+        ));
+        (EXIT_TIMEOUT, format!("timed out: {last_line}"))
+    });
+    if let Some(f) = output {
+        let doc = view::WaitResult {
+            api_version: view::API_VERSION,
+            kind: "WaitResult",
+            exit_code: code,
+            result: view::wait_result_word(code),
+            reason,
+            plan: view::plan_view(&last_plan, None),
+        };
+        print!("{}", view::to_text(&doc, f, false));
+    }
+    Ok(code)
+}
+
+/// `list`: the table (or documents) of the plans in the namespace, or in all
+/// namespaces; with `watch`, then one row (or document) per change.
+async fn list(ctx: &Ctx, all: bool, watch: bool, output: Option<Format>) -> Result<i32, CliError> {
+    let api: Api<ReleasePlan> = if all {
+        Api::all(ctx.client.clone())
+    } else {
+        ctx.plans()
+    };
+    let mut plans = match api.list(&ListParams::default()).await {
+        Ok(l) => l.items,
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            return Err(CliError::CrdMissing(ctx.url.clone()));
+        }
+        Err(e) => return Err(ctx.error("list releaseplans", e)),
+    };
+    plans.sort_by_key(|p| (p.namespace(), p.name_any()));
+    let now = chrono::Utc::now();
+    let mut rows = vec![view::list_header(all)];
+    rows.extend(plans.iter().map(|p| view::list_row(p, all, now)));
+    let mut out = std::io::stdout();
+    match output {
+        Some(f) if !watch => {
+            let doc = view::PlanList {
+                api_version: view::API_VERSION,
+                kind: "PlanList",
+                items: plans.iter().map(|p| view::plan_view(p, None)).collect(),
+            };
+            out.write_all(view::to_text(&doc, f, false).as_bytes())?;
+        }
+        Some(f) => {
+            for p in &plans {
+                write_doc(&mut out, &view::plan_view(p, None), f)?;
             }
         }
-        Err(CliError::Deleted(name.to_string()))
-    };
-    if let Ok(r) = tokio::time::timeout(timeout, watching).await {
-        r
-    } else {
-        println!(
-            "{}  timed out after {}s (exit {EXIT_TIMEOUT}): {last_line}",
-            stamp(),
-            timeout.as_secs()
-        );
-        Ok(EXIT_TIMEOUT)
+        None if plans.is_empty() && !watch => {
+            let scope = if all {
+                "any namespace".to_string()
+            } else {
+                format!("namespace {}", ctx.namespace)
+            };
+            eprintln!("no releaseplans in {scope}");
+        }
+        None => {
+            for line in render::columns(&rows) {
+                writeln!(out, "{line}")?;
+            }
+        }
     }
+    if !watch {
+        return Ok(0);
+    }
+    out.flush()?;
+    // Rows seen so far, by namespace/name, to print only real changes.
+    let mut seen: std::collections::BTreeMap<(Option<String>, String), Vec<String>> = plans
+        .iter()
+        .map(|p| ((p.namespace(), p.name_any()), view::list_row(p, all, now)))
+        .collect();
+    let events =
+        kube::runtime::watcher(api, kube::runtime::watcher::Config::default()).default_backoff();
+    futures::pin_mut!(events);
+    while let Some(event) = events.next().await {
+        let (plan, deleted) = match event {
+            Ok(
+                kube::runtime::watcher::Event::Apply(p)
+                | kube::runtime::watcher::Event::InitApply(p),
+            ) => (p, false),
+            Ok(kube::runtime::watcher::Event::Delete(p)) => (p, true),
+            Ok(_) => continue,
+            Err(e) => {
+                eprintln!("warning: watch failed, retrying: {}", chain(&e));
+                continue;
+            }
+        };
+        let key = (plan.namespace(), plan.name_any());
+        let mut row = view::list_row(&plan, all, chrono::Utc::now());
+        if deleted {
+            row[usize::from(all) + 1] = "(deleted)".into();
+            seen.remove(&key);
+        } else if seen.get(&key).is_some_and(|r| same_row(r, &row)) {
+            continue;
+        } else {
+            seen.insert(key, row.clone());
+        }
+        match output {
+            Some(f) => write_doc(&mut out, &view::plan_view(&plan, None), f)?,
+            None => {
+                rows.push(row);
+                if let Some(line) = render::columns(&rows).last() {
+                    writeln!(out, "{line}")?;
+                }
+            }
+        }
+        out.flush()?;
+    }
+    Ok(0)
+}
+
+/// Rows equal but for the age column (the age alone is no change).
+fn same_row(a: &[String], b: &[String]) -> bool {
+    let age = a.len().saturating_sub(2);
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .enumerate()
+            .all(|(i, (x, y))| i == age || x == y)
+}
+
+/// One document of a stream: JSON on one line, YAML after `---`.
+fn write_doc<T: serde::Serialize>(
+    out: &mut std::io::Stdout,
+    doc: &T,
+    f: Format,
+) -> std::io::Result<()> {
+    if f == Format::Yaml {
+        out.write_all(b"---\n")?;
+    }
+    out.write_all(view::to_text(doc, f, true).as_bytes())
+}
+
+/// Reads the documents of a plan file (`-`: stdin), YAML or JSON.
+fn read_documents(path: &std::path::Path) -> Result<Vec<serde_json::Value>, CliError> {
+    use serde::Deserialize as _;
+    let name = path.display().to_string();
+    let file_error = |reason: String| CliError::File {
+        path: name.clone(),
+        reason,
+    };
+    let text = if name == "-" {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(path)
+    }
+    .map_err(|e| file_error(e.to_string()))?;
+    let mut docs = Vec::new();
+    for de in serde_yaml::Deserializer::from_str(&text) {
+        let doc = serde_json::Value::deserialize(de).map_err(|e| file_error(e.to_string()))?;
+        if !doc.is_null() {
+            docs.push(doc);
+        }
+    }
+    Ok(docs)
+}
+
+/// `lint`: the offline checks of [`lint::check_document`] on every document,
+/// then a server-side apply dry run of the valid plans when a cluster answers.
+async fn lint_cmd(global: &Global, files: &[PathBuf], offline: bool) -> Result<i32, CliError> {
+    let mut valid = Vec::new();
+    let mut invalid = 0;
+    for path in files {
+        for (i, doc) in read_documents(path)?.iter().enumerate() {
+            let name = doc["metadata"]["name"].as_str().unwrap_or("(no name)");
+            let at = format!("{} document {} ({name})", path.display(), i + 1);
+            match lint::check_document(doc) {
+                lint::Verdict::Valid(plan) => valid.push((at, plan, doc.clone())),
+                lint::Verdict::Invalid(problems) => {
+                    invalid += 1;
+                    println!("{at}: invalid");
+                    for p in problems {
+                        println!("  {p}");
+                    }
+                }
+                lint::Verdict::Other(kind) => eprintln!("{at}: skipped, kind {kind}"),
+            }
+        }
+    }
+    if valid.is_empty() && invalid == 0 {
+        return Err(CliError::File {
+            path: files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            reason: "no ReleasePlan in the file(s)".into(),
+        });
+    }
+    let ctx = if offline {
+        None
+    } else {
+        match Ctx::connect(global).await {
+            Ok(ctx) => match ctx.client.apiserver_version().await {
+                Ok(_) => Some(ctx),
+                Err(e) => {
+                    eprintln!(
+                        "note: no cluster reachable ({}): offline checks only",
+                        chain(&e)
+                    );
+                    None
+                }
+            },
+            Err(e) => {
+                eprintln!("note: no cluster configured ({e}): offline checks only");
+                None
+            }
+        }
+    };
+    let mut error = false;
+    for (at, plan, doc) in valid {
+        let Some(ctx) = &ctx else {
+            println!("{at}: valid (offline checks)");
+            continue;
+        };
+        let ns = plan.namespace().unwrap_or_else(|| ctx.namespace.clone());
+        let api: Api<ReleasePlan> = Api::namespaced(ctx.client.clone(), &ns);
+        let mut params = PatchParams::apply("kubectl-releaseplan-lint")
+            .dry_run()
+            .force();
+        params.field_validation = Some(kube::api::ValidationDirective::Strict);
+        // The document as written: the server sees exactly the file.
+        match api
+            .patch(&plan.name_any(), &params, &Patch::Apply(&doc))
+            .await
+        {
+            Ok(_) => {
+                println!("{at}: valid (offline checks and a server-side dry run in namespace {ns})")
+            }
+            Err(kube::Error::Api(s)) if matches!(s.code, 400 | 422) => {
+                invalid += 1;
+                println!(
+                    "{at}: refused by the API server's dry run ({} {})",
+                    s.code, s.reason
+                );
+                println!("  {}", s.message);
+            }
+            Err(e) => {
+                error = true;
+                eprintln!(
+                    "error: {at}: {}",
+                    ctx.error(&format!("dry-run releaseplan {ns}/{}", plan.name_any()), e)
+                );
+            }
+        }
+    }
+    Ok(if invalid > 0 {
+        LINT_INVALID
+    } else if error {
+        EXIT_ERROR
+    } else {
+        0
+    })
+}
+
+/// Exit code of `lint` when a plan is invalid.
+pub const LINT_INVALID: i32 = 2;
+
+/// How many times a guarded patch is rebuilt when the plan changed under it.
+const PATCH_ATTEMPTS: u32 = 3;
+
+/// Applies a JSON patch built from the plan's raw spec by `build`; when the
+/// API server refuses it (422: a `test` op failed because the list changed),
+/// reads the plan again and rebuilds it. A patch refused twice in the same
+/// form is a real refusal and reported as such. Returns the patched plan.
+async fn guarded_patch<B>(ctx: &Ctx, name: &str, mut build: B) -> Result<ReleasePlan, CliError>
+where
+    B: FnMut(&serde_json::Value) -> Result<Option<serde_json::Value>, CliError>,
+{
+    let raw: Api<DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        &ctx.namespace,
+        &ApiResource::erase::<ReleasePlan>(&()),
+    );
+    let mut previous: Option<serde_json::Value> = None;
+    for _ in 0..PATCH_ATTEMPTS {
+        let obj = match raw.get_opt(name).await {
+            Ok(Some(o)) => o,
+            Ok(None) => return Err(ctx.not_found(name).await),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Err(ctx.not_found(name).await),
+            Err(e) => return Err(ctx.error(&format!("read releaseplan {name}"), e)),
+        };
+        let Some(patch) = build(&obj.data["spec"])? else {
+            return ctx.plan(name).await;
+        };
+        let ops: json_patch::Patch =
+            serde_json::from_value(patch.clone()).map_err(|e| CliError::Refused {
+                what: format!("build a JSON patch for releaseplan {name}"),
+                reason: e.to_string(),
+            })?;
+        match ctx
+            .plans()
+            .patch(name, &PatchParams::default(), &Patch::<()>::Json(ops))
+            .await
+        {
+            Ok(p) => return Ok(p),
+            Err(kube::Error::Api(s)) if s.code == 422 && previous.as_ref() != Some(&patch) => {
+                previous = Some(patch);
+            }
+            Err(e) => return Err(ctx.error(&format!("patch the spec of releaseplan {name}"), e)),
+        }
+    }
+    Err(CliError::Conflict(name.to_string(), PATCH_ATTEMPTS))
+}
+
+/// After a spec change: say where it stands and, with `--wait`, wait for it.
+async fn after_edit(
+    ctx: &Ctx,
+    name: &str,
+    before_generation: Option<i64>,
+    patched: &ReleasePlan,
+    wait: &WaitArgs,
+) -> Result<i32, CliError> {
+    let generation = patched.metadata.generation.unwrap_or(0);
+    if patched.metadata.generation == before_generation {
+        say(
+            wait,
+            &format!(
+                "releaseplan {}/{name} unchanged (generation {generation})",
+                ctx.namespace
+            ),
+        );
+    } else {
+        say(
+            wait,
+            &format!(
+                "releaseplan {}/{name} patched (generation {generation}); the operator rolls it out",
+                ctx.namespace
+            ),
+        );
+    }
+    if wait.wait {
+        return wait_for(ctx, name, wait.timeout, wait.output).await;
+    }
+    Ok(0)
+}
+
+/// A line about an edit: on stdout, or on stderr when stdout is for the
+/// `-o` document of `--wait`.
+fn say(wait: &WaitArgs, line: &str) {
+    if wait.output.is_some() {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
+}
+
+/// `set image`: a guarded JSON patch of the named containers' images.
+async fn set_image(
+    ctx: &Ctx,
+    name: &str,
+    images: &[edit::ImageSet],
+    wait: &WaitArgs,
+) -> Result<i32, CliError> {
+    let before = ctx.plan(name).await?;
+    let mut lines = Vec::new();
+    let patched = guarded_patch(ctx, name, |spec| {
+        let e = edit::set_image_patch(name, spec, images)?;
+        lines = e.lines;
+        Ok(e.changes.then_some(e.patch))
+    })
+    .await?;
+    for line in &lines {
+        say(wait, line);
+    }
+    after_edit(ctx, name, before.metadata.generation, &patched, wait).await
+}
+
+/// `restart`: a guarded JSON patch of the restartedAt annotation.
+async fn restart(
+    ctx: &Ctx,
+    name: &str,
+    component: Option<&str>,
+    wait: &WaitArgs,
+) -> Result<i32, CliError> {
+    let before = ctx.plan(name).await?;
+    let at = stamp();
+    let patched = guarded_patch(ctx, name, |spec| {
+        Ok(Some(edit::restart_patch(name, spec, component, &at)?))
+    })
+    .await?;
+    say(
+        wait,
+        &format!(
+            "{}={at} set on the pod template of {}",
+            edit::ANNOTATION_RESTARTED_AT,
+            component.map_or_else(|| "every component".into(), |c| format!("component {c}"))
+        ),
+    );
+    after_edit(ctx, name, before.metadata.generation, &patched, wait).await
 }
 
 async fn send_request(ctx: &Ctx, args: &RequestArgs, action: Action) -> Result<i32, CliError> {

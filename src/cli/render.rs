@@ -91,7 +91,7 @@ fn draw(out: &mut String, nodes: &[Node], prefix: &str) {
 }
 
 /// Pads the cells of each column to the widest cell, two spaces apart.
-fn columns(rows: &[Vec<String>]) -> Vec<String> {
+pub(crate) fn columns(rows: &[Vec<String>]) -> Vec<String> {
     let width = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..width)
         .map(|c| {

@@ -1,0 +1,342 @@
+//! The offline checks of `lint`: a plan file against the CRD's structural
+//! schema (types, unknown and required fields, bounds), then through serde
+//! into the typed spec, then the operator's own `check_spec`. The same
+//! order as the API server and the operator, so a file that passes here fails
+//! only on what needs a cluster (CEL rules, admission): the server-side dry
+//! run of `lint` covers those when a cluster is reachable.
+
+use crate::api::ReleasePlan;
+use crate::plan::spec::check_spec;
+use serde_json::Value;
+
+/// One problem, at a field path like `spec.components[0].replicas`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Where: a JSON path from the object's root.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+fn problem(field: &str, message: impl Into<String>) -> Problem {
+    Problem {
+        field: field.to_string(),
+        message: message.into(),
+    }
+}
+
+/// The served version's OpenAPI schema of the ReleasePlan CRD, as JSON.
+fn crd_schema() -> Value {
+    let crd = crate::api::crd();
+    crd.spec
+        .versions
+        .iter()
+        .find(|v| v.served && v.storage)
+        .and_then(|v| v.schema.as_ref())
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .and_then(|s| serde_json::to_value(s).ok())
+        .unwrap_or(Value::Null)
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn type_fits(v: &Value, wanted: &str, schema: &Value) -> bool {
+    if schema["x-kubernetes-int-or-string"] == true {
+        return matches!(v, Value::String(_)) || v.is_i64() || v.is_u64();
+    }
+    let got = type_name(v);
+    got == wanted || (wanted == "number" && got == "integer")
+}
+
+/// Checks `v` against a structural schema: `type`, `properties` (unknown
+/// fields refused unless `x-kubernetes-preserve-unknown-fields`),
+/// `additionalProperties`, `items`, `required`, `enum`, and the numeric,
+/// length and item-count bounds. Not CEL (`x-kubernetes-validations`): that
+/// needs the API server.
+fn walk(v: &Value, schema: &Value, path: &str, out: &mut Vec<Problem>) {
+    if v.is_null() {
+        if schema["nullable"] != true && !schema["type"].is_null() {
+            out.push(problem(path, "must not be null"));
+        }
+        return;
+    }
+    if let Some(t) = schema["type"].as_str()
+        && !type_fits(v, t, schema)
+    {
+        out.push(problem(
+            path,
+            format!("must be of type {t}, not {}", type_name(v)),
+        ));
+        return;
+    }
+    if let Some(allowed) = schema["enum"].as_array()
+        && !allowed.contains(v)
+    {
+        let list: Vec<String> = allowed.iter().map(Value::to_string).collect();
+        out.push(problem(
+            path,
+            format!("{v} is not one of {}", list.join(", ")),
+        ));
+    }
+    bounds(v, schema, path, out);
+    match v {
+        Value::Object(map) => {
+            if let Some(required) = schema["required"].as_array() {
+                for r in required.iter().filter_map(Value::as_str) {
+                    if !map.contains_key(r) {
+                        out.push(problem(&join(path, r), "required field is missing"));
+                    }
+                }
+            }
+            let props = schema["properties"].as_object();
+            let extra = &schema["additionalProperties"];
+            let preserve = schema["x-kubernetes-preserve-unknown-fields"] == true;
+            for (k, child) in map {
+                let at = join(path, k);
+                if let Some(s) = props.and_then(|p| p.get(k)) {
+                    walk(child, s, &at, out);
+                } else if extra.is_object() {
+                    walk(child, extra, &at, out);
+                } else if props.is_some() && !preserve && *extra != true {
+                    let known: Vec<&str> = props
+                        .map(|p| p.keys().map(String::as_str).collect())
+                        .unwrap_or_default();
+                    out.push(problem(
+                        &at,
+                        format!("unknown field (known here: {})", known.join(", ")),
+                    ));
+                }
+            }
+        }
+        Value::Array(items) => {
+            if schema["items"].is_object() {
+                for (i, item) in items.iter().enumerate() {
+                    walk(item, &schema["items"], &format!("{path}[{i}]"), out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn bounds(v: &Value, schema: &Value, path: &str, out: &mut Vec<Problem>) {
+    if let Some(n) = v.as_f64() {
+        if let Some(min) = schema["minimum"].as_f64().filter(|m| n < *m) {
+            out.push(problem(path, format!("must be at least {min}")));
+        }
+        if let Some(max) = schema["maximum"].as_f64().filter(|m| n > *m) {
+            out.push(problem(path, format!("must be at most {max}")));
+        }
+    }
+    let (len, what) = match v {
+        Value::String(s) => (
+            Some(s.chars().count() as u64),
+            ("minLength", "maxLength", "characters"),
+        ),
+        Value::Array(a) => (Some(a.len() as u64), ("minItems", "maxItems", "items")),
+        _ => (None, ("", "", "")),
+    };
+    if let Some(len) = len {
+        if let Some(min) = schema[what.0].as_u64().filter(|m| len < *m) {
+            out.push(problem(
+                path,
+                format!("must have at least {min} {}", what.2),
+            ));
+        }
+        if let Some(max) = schema[what.1].as_u64().filter(|m| len > *m) {
+            out.push(problem(path, format!("must have at most {max} {}", what.2)));
+        }
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// What the offline checks found in one document.
+#[derive(Debug, Clone)]
+pub enum Verdict {
+    /// Valid; the typed plan (for the dry run).
+    Valid(Box<ReleasePlan>),
+    /// Invalid: the problems, each at its field path.
+    Invalid(Vec<Problem>),
+    /// Not a ReleasePlan (`kind` says what), skipped.
+    Other(String),
+}
+
+/// Checks one document of a plan file offline: apiVersion and kind, then the
+/// CRD's structural schema, then serde into the typed plan, then `check_spec`.
+/// Each stage runs only when the one before found nothing, so a problem is
+/// reported once, at its field.
+pub fn check_document(doc: &Value) -> Verdict {
+    let kind = doc["kind"].as_str().unwrap_or_default();
+    let group = doc["apiVersion"]
+        .as_str()
+        .and_then(|a| a.split_once('/'))
+        .map(|(g, _)| g);
+    if kind != "ReleasePlan" || group != Some("releaseplan.io") {
+        if kind == "ReleasePlan" {
+            return Verdict::Invalid(vec![problem(
+                "apiVersion",
+                format!(
+                    "must be releaseplan.io/v1alpha1, not {}",
+                    doc["apiVersion"].as_str().unwrap_or("missing")
+                ),
+            )]);
+        }
+        return Verdict::Other(if kind.is_empty() {
+            "(no kind)".into()
+        } else {
+            kind.into()
+        });
+    }
+    let mut out = Vec::new();
+    if let Some(v) = doc["apiVersion"].as_str()
+        && v != "releaseplan.io/v1alpha1"
+    {
+        out.push(problem(
+            "apiVersion",
+            format!("must be releaseplan.io/v1alpha1, not {v}"),
+        ));
+    }
+    if doc["metadata"]["name"].as_str().is_none_or(str::is_empty)
+        && doc["metadata"]["generateName"]
+            .as_str()
+            .is_none_or(str::is_empty)
+    {
+        out.push(problem("metadata.name", "required field is missing"));
+    }
+    let schema = crd_schema();
+    // apiVersion, kind and metadata (the API server's ObjectMeta) are checked
+    // above, not by the CRD schema.
+    let mut body = doc.clone();
+    if let Some(m) = body.as_object_mut() {
+        for k in ["apiVersion", "kind", "metadata"] {
+            m.remove(k);
+        }
+    }
+    walk(&body, &schema, "", &mut out);
+    if !out.is_empty() {
+        return Verdict::Invalid(out);
+    }
+    let plan: ReleasePlan = match serde_json::from_value(doc.clone()) {
+        Ok(p) => p,
+        Err(e) => return Verdict::Invalid(vec![problem("spec", e.to_string())]),
+    };
+    match check_spec(&plan.spec) {
+        Ok(_) => Verdict::Valid(Box::new(plan)),
+        Err(e) => Verdict::Invalid(vec![problem(&e.field, e.message)]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn doc(spec: Value) -> Value {
+        json!({"apiVersion": "releaseplan.io/v1alpha1", "kind": "ReleasePlan",
+               "metadata": {"name": "shop"}, "spec": spec})
+    }
+
+    fn web() -> Value {
+        json!({"name": "web", "replicas": 2, "template": {"spec": {"containers": [{"name": "app", "image": "shop:1"}]}}})
+    }
+
+    fn problems(d: &Value) -> Vec<String> {
+        match check_document(d) {
+            Verdict::Invalid(p) => p.iter().map(ToString::to_string).collect(),
+            other => panic!("expected invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_valid_plan_passes() {
+        let d = doc(
+            json!({"components": [web()], "strategy": {"steps": [{"setWeight": 50}, {"pause": {"duration": "1m"}}]}}),
+        );
+        assert!(matches!(check_document(&d), Verdict::Valid(_)));
+    }
+
+    #[test]
+    fn schema_problems_have_field_paths() {
+        let mut c = web();
+        c["replicas"] = json!("two");
+        c["color"] = json!("blue");
+        let p = problems(&doc(json!({"components": [c], "stratgy": {}})));
+        assert!(
+            p.contains(
+                &"spec.components[0].replicas: must be of type integer, not string".to_string()
+            ),
+            "{p:?}"
+        );
+        assert!(
+            p.iter()
+                .any(|l| l.starts_with("spec.components[0].color: unknown field (known here: ")),
+            "{p:?}"
+        );
+        assert!(
+            p.iter()
+                .any(|l| l.starts_with("spec.stratgy: unknown field")),
+            "{p:?}"
+        );
+        let mut c = web();
+        c["replicas"] = json!(-1);
+        let p = problems(&doc(json!({"components": [c]})));
+        assert_eq!(p, ["spec.components[0].replicas: must be at least 0"]);
+    }
+
+    #[test]
+    fn check_spec_problems_come_last() {
+        let p = problems(&doc(json!({"components": [web(), web()]})));
+        assert_eq!(
+            p,
+            ["spec.components[1].name: duplicate component name \"web\""]
+        );
+        let p = problems(&doc(
+            json!({"components": [web()], "strategy": {"steps": [{"pause": {"duration": "soon"}}]}}),
+        ));
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].starts_with("spec.strategy.steps[0].pause.duration: "),
+            "{p:?}"
+        );
+    }
+
+    #[test]
+    fn other_kinds_and_versions() {
+        assert!(matches!(
+            check_document(&json!({"apiVersion": "v1", "kind": "Service"})),
+            Verdict::Other(k) if k == "Service"
+        ));
+        let mut d = doc(json!({"components": [web()]}));
+        d["apiVersion"] = json!("releaseplan.io/v9");
+        assert_eq!(
+            problems(&d),
+            ["apiVersion: must be releaseplan.io/v1alpha1, not releaseplan.io/v9"]
+        );
+        let mut d = doc(json!({"components": [web()]}));
+        d["metadata"] = json!({});
+        assert_eq!(problems(&d), ["metadata.name: required field is missing"]);
+    }
+}
