@@ -789,18 +789,10 @@ async fn list_restart_and_documents_for_scripts() {
     assert_eq!(doc["exitCode"], 2);
 
     // list -w: the table, then a row per change.
-    let exe = env!("CARGO_BIN_EXE_kubectl-releaseplan");
-    let mut watch = tokio::process::Command::new(exe)
-        .args(["list", "-w", "-n", &ns])
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("list -w");
-    let stdout = watch.stdout.take().expect("stdout");
-    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
-    assert!(next_line(&mut lines).await.starts_with("NAME"));
-    next_line(&mut lines).await;
-    next_line(&mut lines).await;
+    let mut watch = Watch::start(&["list", "-w", "-n", &ns]);
+    assert!(watch.next_line().await.starts_with("NAME"));
+    watch.next_line().await;
+    watch.next_line().await;
 
     // restart: the same images roll out again through the normal steps.
     let before = get(&client, &ns, "shop").await.expect("plan");
@@ -842,12 +834,12 @@ async fn list_restart_and_documents_for_scripts() {
 
     // The watch printed shop's rollout.
     loop {
-        let line = next_line(&mut lines).await;
+        let line = watch.next_line().await;
         if line.starts_with("shop  RollingOut") {
             break;
         }
     }
-    drop(watch);
+    watch.stop();
 
     // Restarting every component.
     let out = rp_in(&ns, &["restart", "shop"]).await;
@@ -858,15 +850,47 @@ async fn list_restart_and_documents_for_scripts() {
     assert!(c[1]["template"]["metadata"]["annotations"]["releaseplan.io/restartedAt"].is_string());
 }
 
-/// The next line of a running `list -w`.
-async fn next_line(
-    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
-) -> String {
-    tokio::time::timeout(T, lines.next_line())
-        .await
-        .expect("a line of list -w in time")
-        .expect("read")
-        .expect("list -w ended")
+/// A running `list -w`: its stdout lines arrive through a channel.
+struct Watch {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Watch {
+    fn start(args: &[&str]) -> Watch {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-releaseplan"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("list -w");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Watch { child, lines }
+    }
+
+    /// The next line, within [`T`]. Blocks the test's thread: the operator
+    /// and the plugin are other processes.
+    async fn next_line(&mut self) -> String {
+        self.lines
+            .recv_timeout(T)
+            .expect("a line of list -w in time")
+    }
+
+    fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Writes `text` to `name` in `dir` and returns the path.
@@ -908,8 +932,7 @@ async fn lint_checks_offline_and_with_a_server_side_dry_run() {
         out.show()
     );
     assert!(
-        out.stderr
-            .contains("document 2 (shop): skipped, kind Service"),
+        out.stderr.contains("document 2 (shop): skipped, kind Service"),
         "{}",
         out.show()
     );
@@ -925,8 +948,7 @@ async fn lint_checks_offline_and_with_a_server_side_dry_run() {
     let out = rp_in(&ns, &["lint", "-f", &invalid]).await;
     assert_eq!(out.code, 2, "{}", out.show());
     assert!(
-        out.stdout
-            .contains("invalid.yaml document 1 (shop): invalid"),
+        out.stdout.contains("invalid.yaml document 1 (shop): invalid"),
         "{}",
         out.show()
     );
@@ -1025,18 +1047,14 @@ async fn lint_checks_offline_and_with_a_server_side_dry_run() {
 #[tokio::test]
 async fn completion_offers_plan_names_from_the_cluster() {
     let Harness { client, ns } = Harness::new("plugin-complete").await;
-    create(
-        &client,
-        &ns,
-        &plan("shop", json!({"components": [web("shop:1", 1)]})),
-    )
-    .await;
-    create(
-        &client,
-        &ns,
-        &plan("cart", json!({"components": [web("cart:1", 1)]})),
-    )
-    .await;
+    for name in ["shop", "cart"] {
+        create(
+            &client,
+            &ns,
+            &plan(name, json!({"components": [web("x:1", 1)]})),
+        )
+        .await;
+    }
 
     // kubectl's plugin completion (kubectl_complete-releaseplan).
     let out = rp(&["__complete", "get", "-n", &ns, ""]).await;
@@ -1072,10 +1090,30 @@ async fn completion_offers_plan_names_from_the_cluster() {
     }
 }
 
+/// Runs the plugin with no kubeconfig at all.
+async fn rp_bare(args: Vec<String>) -> Run {
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-releaseplan"))
+            .args(&args)
+            .env_remove("KUBECONFIG")
+            .env("HOME", "/nonexistent")
+            .output()
+            .expect("run");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    })
+    .await
+    .expect("plugin thread")
+}
+
 #[tokio::test]
 async fn kubectl_global_flags_reach_the_api_server() {
     use k8s_openapi::api::authentication::v1::TokenRequest;
     use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
     use kube::api::PostParams;
     let Harness { client, ns } = Harness::new("plugin-flags").await;
     create(
@@ -1100,43 +1138,35 @@ async fn kubectl_global_flags_reach_the_api_server() {
     let ca = file_in(&dir, "ca.crt", &String::from_utf8(ca_pem).expect("PEM"));
 
     // A service account allowed to read plans in the namespace, and a token for it.
-    let apply = |v: Value| {
-        let client = client.clone();
-        let ns = ns.clone();
-        async move {
-            let obj: kube::api::DynamicObject = serde_json::from_value(v).unwrap();
-            let gvk = kube::api::GroupVersionKind::try_from(obj.types.as_ref().unwrap()).unwrap();
-            let ar = kube::api::ApiResource::from_gvk(&gvk);
-            let ar = kube::api::ApiResource {
-                plural: match gvk.kind.as_str() {
-                    "ServiceAccount" => "serviceaccounts".into(),
-                    "Role" => "roles".into(),
-                    _ => "rolebindings".into(),
-                },
-                ..ar
-            };
-            Api::<kube::api::DynamicObject>::namespaced_with(client, &ns, &ar)
-                .create(&PostParams::default(), &obj)
-                .await
-                .unwrap();
-        }
-    };
-    apply(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader"}}))
-        .await;
-    apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "reader"},
-        "rules": [{"apiGroups": ["releaseplan.io"], "resources": ["releaseplans"], "verbs": ["get", "list", "watch"]},
-                  {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list"]}]})).await;
-    apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "reader"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
-        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}]})).await;
-    let request: TokenRequest =
-        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
-            .unwrap();
+    let pp = PostParams::default();
+    Api::<ServiceAccount>::namespaced(client.clone(), &ns)
+        .create(
+            &pp,
+            &serde_json::from_value(json!({"metadata": {"name": "reader"}})).unwrap(),
+        )
+        .await
+        .expect("service account");
+    Api::<Role>::namespaced(client.clone(), &ns)
+        .create(&pp, &serde_json::from_value(json!({"metadata": {"name": "reader"},
+            "rules": [{"apiGroups": ["releaseplan.io"], "resources": ["releaseplans"], "verbs": ["get", "list", "watch"]},
+                      {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list"]}]})).unwrap())
+        .await
+        .expect("role");
+    Api::<RoleBinding>::namespaced(client.clone(), &ns)
+        .create(&pp, &serde_json::from_value(json!({"metadata": {"name": "reader"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}]})).unwrap())
+        .await
+        .expect("role binding");
+    let request: TokenRequest = serde_json::from_value(
+        json!({"spec": {"audiences": [], "expirationSeconds": 3600}}),
+    )
+    .unwrap();
     let token = Api::<ServiceAccount>::namespaced(client.clone(), &ns)
         .create_subresource::<TokenRequest>(
             "token",
             "reader",
-            &PostParams::default(),
+            &pp,
             serde_json::to_vec(&request).unwrap(),
         )
         .await
@@ -1146,24 +1176,9 @@ async fn kubectl_global_flags_reach_the_api_server() {
         .token;
 
     // --server, --token and --certificate-authority without any kubeconfig.
-    let run_without_kubeconfig = |args: Vec<String>| {
-        tokio::task::spawn_blocking(move || {
-            let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-releaseplan"))
-                .args(&args)
-                .env_remove("KUBECONFIG")
-                .env("HOME", "/nonexistent")
-                .output()
-                .expect("run");
-            Run {
-                code: out.status.code().unwrap_or(-1),
-                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            }
-        })
-    };
-    let base = |extra: &[&str]| -> Vec<String> {
+    let base = |verb: &str, extra: &[&str]| -> Vec<String> {
         let mut v: Vec<String> = [
-            "get", "shop", "-n", &ns, "--server", &server, "--token", &token,
+            verb, "shop", "-n", &ns, "--server", &server, "--token", &token,
         ]
         .iter()
         .map(ToString::to_string)
@@ -1171,30 +1186,20 @@ async fn kubectl_global_flags_reach_the_api_server() {
         v.extend(extra.iter().map(ToString::to_string));
         v
     };
-    let out = run_without_kubeconfig(base(&["--certificate-authority", &ca]))
-        .await
-        .unwrap();
+    let out = rp_bare(base("get", &["--certificate-authority", &ca])).await;
     assert_eq!(out.code, 0, "{}", out.show());
     assert!(
         out.stdout.starts_with(&format!("ReleasePlan {ns}/shop")),
         "{}",
         out.show()
     );
-    let out = run_without_kubeconfig(base(&["--insecure-skip-tls-verify"]))
-        .await
-        .unwrap();
+    let out = rp_bare(base("get", &["--insecure-skip-tls-verify"])).await;
     assert_eq!(out.code, 0, "{}", out.show());
     // Without a CA the server's certificate is not trusted.
-    let out = run_without_kubeconfig(base(&[])).await.unwrap();
+    let out = rp_bare(base("get", &[])).await;
     assert_eq!(out.code, 1, "{}", out.show());
     // The token's identity is what the API server sees: no patch right.
-    let out = run_without_kubeconfig({
-        let mut v = base(&["--insecure-skip-tls-verify"]);
-        v[0] = "pause".into();
-        v
-    })
-    .await
-    .unwrap();
+    let out = rp_bare(base("pause", &["--insecure-skip-tls-verify"])).await;
     assert_eq!(out.code, 1, "{}", out.show());
     assert!(out.stderr.contains("(403 Forbidden)"), "{}", out.show());
     assert!(
@@ -1215,14 +1220,7 @@ async fn kubectl_global_flags_reach_the_api_server() {
     );
     let out = rp_in(
         &ns,
-        &[
-            "get",
-            "shop",
-            "--as",
-            "nobody",
-            "--as-group",
-            "system:masters",
-        ],
+        &["get", "shop", "--as", "nobody", "--as-group", "system:masters"],
     )
     .await;
     assert_eq!(out.code, 0, "{}", out.show());
