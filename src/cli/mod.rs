@@ -1372,7 +1372,7 @@ mod tests {
         .unwrap();
         assert_eq!(cli.global.namespace.as_deref(), Some("prod"));
         assert!(
-            matches!(cli.command, Command::Wait { ref name, timeout } if name == "shop" && timeout == Duration::from_secs(900))
+            matches!(cli.command, Command::Wait { ref name, timeout, output: None } if name == "shop" && timeout == Duration::from_secs(900))
         );
         let cli = Cli::try_parse_from([
             "kubectl-releaseplan",
@@ -1399,6 +1399,70 @@ mod tests {
         assert!(
             Cli::try_parse_from(["kubectl-releaseplan", "wait", "shop", "--timeout", "soon"])
                 .is_err()
+        );
+    }
+
+    #[test]
+    fn parses_the_new_commands_and_kubectl_flags() {
+        let cli = Cli::try_parse_from([
+            "kubectl-releaseplan",
+            "set",
+            "image",
+            "shop",
+            "web=a:1",
+            "api/proxy=b:2",
+            "--wait",
+            "-o",
+            "json",
+            "--as",
+            "jane",
+            "--as-group",
+            "g1",
+            "--as-group",
+            "g2",
+            "--request-timeout",
+            "30",
+            "-s",
+            "https://h:6443",
+            "--insecure-skip-tls-verify",
+        ])
+        .unwrap();
+        let Command::Set(SetCommand::Image { images, wait, .. }) = &cli.command else {
+            panic!("{cli:?}");
+        };
+        assert_eq!(images.len(), 2);
+        assert!(wait.wait && wait.output == Some(Format::Json));
+        assert_eq!(cli.global.as_group, ["g1", "g2"]);
+        assert_eq!(cli.global.request_timeout, Some(Duration::from_secs(30)));
+        let mut config = Config::new("https://old:6443".parse().unwrap());
+        config.root_cert = Some(vec![vec![1]]);
+        apply_flags(&mut config, &cli.global).unwrap();
+        assert_eq!(config.cluster_url.to_string(), "https://h:6443/");
+        assert!(config.accept_invalid_certs && config.root_cert.is_none());
+        assert_eq!(config.auth_info.impersonate.as_deref(), Some("jane"));
+        assert_eq!(config.read_timeout, Some(Duration::from_secs(30)));
+        // --timeout and -o of set image need --wait.
+        assert!(
+            Cli::try_parse_from([
+                "kubectl-releaseplan",
+                "set",
+                "image",
+                "shop",
+                "web=a",
+                "--timeout",
+                "1m"
+            ])
+            .is_err()
+        );
+        assert!(
+            Cli::try_parse_from(["kubectl-releaseplan", "list", "-A", "-w", "-o", "yaml"]).is_ok()
+        );
+        assert!(
+            Cli::try_parse_from(["kubectl-releaseplan", "restart", "shop", "web", "--wait"])
+                .is_ok()
+        );
+        assert!(
+            Cli::try_parse_from(["kubectl-releaseplan", "lint", "-f", "-", "--offline"]).is_ok()
         );
     }
 
