@@ -596,7 +596,11 @@ async fn set_image_patches_the_component_by_name_and_waits() {
     let mut reordered = two_components("shop:2", "api:1");
     reordered.as_array_mut().unwrap().reverse();
     set_components(&client, &ns, "shop", reordered).await;
-    let out = rp_in(&ns, &["set", "image", "shop", "web=shop:3"]).await;
+    let out = rp_in(
+        &ns,
+        &["set", "image", "shop", "web=shop:3", "--wait", "--timeout", "90s"],
+    )
+    .await;
     assert_eq!(out.code, 0, "{}", out.show());
     let p = get(&client, &ns, "shop").await.expect("plan");
     let c = components_of(&p);
@@ -632,7 +636,11 @@ async fn set_image_patches_the_component_by_name_and_waits() {
     assert_eq!(p.metadata.generation, generation);
 
     // The same image: no new generation.
-    let out = rp_in(&ns, &["set", "image", "shop", "web=shop:3"]).await;
+    let out = rp_in(
+        &ns,
+        &["set", "image", "shop", "web=shop:3", "--wait", "--timeout", "90s"],
+    )
+    .await;
     assert_eq!(out.code, 0, "{}", out.show());
     assert!(out.stdout.contains("(unchanged)"), "{}", out.show());
     assert!(
@@ -746,9 +754,10 @@ async fn list_restart_and_documents_for_scripts() {
     assert_eq!(out.code, 0, "{}", out.show());
     assert!(out.stdout.starts_with("NAMESPACE"), "{}", out.show());
     assert!(
-        out.stdout
-            .lines()
-            .any(|l| l.starts_with(&format!("{ns}  shop"))),
+        out.stdout.lines().any(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.len() > 2 && w[0] == ns && w[1] == "shop" && w[2] == "Stable"
+        }),
         "{}",
         out.show()
     );
