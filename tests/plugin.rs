@@ -598,7 +598,15 @@ async fn set_image_patches_the_component_by_name_and_waits() {
     set_components(&client, &ns, "shop", reordered).await;
     let out = rp_in(
         &ns,
-        &["set", "image", "shop", "web=shop:3", "--wait", "--timeout", "90s"],
+        &[
+            "set",
+            "image",
+            "shop",
+            "web=shop:3",
+            "--wait",
+            "--timeout",
+            "90s",
+        ],
     )
     .await;
     assert_eq!(out.code, 0, "{}", out.show());
@@ -638,7 +646,15 @@ async fn set_image_patches_the_component_by_name_and_waits() {
     // The same image: no new generation.
     let out = rp_in(
         &ns,
-        &["set", "image", "shop", "web=shop:3", "--wait", "--timeout", "90s"],
+        &[
+            "set",
+            "image",
+            "shop",
+            "web=shop:3",
+            "--wait",
+            "--timeout",
+            "90s",
+        ],
     )
     .await;
     assert_eq!(out.code, 0, "{}", out.show());

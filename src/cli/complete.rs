@@ -160,13 +160,13 @@ pub fn script(shell: Shell) -> Result<String, std::io::Error> {
     let mut buf = Vec::new();
     match shell {
         Shell::Bash => {
-            clap_complete::env::Bash.write_registration("COMPLETE", bin, bin, bin, &mut buf)?
+            clap_complete::env::Bash.write_registration("COMPLETE", bin, bin, bin, &mut buf)?;
         }
         Shell::Zsh => {
-            clap_complete::env::Zsh.write_registration("COMPLETE", bin, bin, bin, &mut buf)?
+            clap_complete::env::Zsh.write_registration("COMPLETE", bin, bin, bin, &mut buf)?;
         }
         Shell::Fish => {
-            clap_complete::env::Fish.write_registration("COMPLETE", bin, bin, bin, &mut buf)?
+            clap_complete::env::Fish.write_registration("COMPLETE", bin, bin, bin, &mut buf)?;
         }
         Shell::Kubectl => buf.extend_from_slice(KUBECTL_SHIM.as_bytes()),
     }

@@ -124,11 +124,9 @@ fn walk(v: &Value, schema: &Value, path: &str, out: &mut Vec<Problem>) {
                 }
             }
         }
-        Value::Array(items) => {
-            if schema["items"].is_object() {
-                for (i, item) in items.iter().enumerate() {
-                    walk(item, &schema["items"], &format!("{path}[{i}]"), out);
-                }
+        Value::Array(items) if schema["items"].is_object() => {
+            for (i, item) in items.iter().enumerate() {
+                walk(item, &schema["items"], &format!("{path}[{i}]"), out);
             }
         }
         _ => {}

@@ -950,13 +950,12 @@ async fn list(ctx: &Ctx, all: bool, watch: bool, output: Option<Format>) -> Resu
         } else {
             seen.insert(key, row.clone());
         }
-        match output {
-            Some(f) => write_doc(&mut out, &view::plan_view(&plan, None), f)?,
-            None => {
-                rows.push(row);
-                if let Some(line) = render::columns(&rows).last() {
-                    writeln!(out, "{line}")?;
-                }
+        if let Some(f) = output {
+            write_doc(&mut out, &view::plan_view(&plan, None), f)?;
+        } else {
+            rows.push(row);
+            if let Some(line) = render::columns(&rows).last() {
+                writeln!(out, "{line}")?;
             }
         }
         out.flush()?;
@@ -1080,7 +1079,9 @@ async fn lint_cmd(global: &Global, files: &[PathBuf], offline: bool) -> Result<i
             .await
         {
             Ok(_) => {
-                println!("{at}: valid (offline checks and a server-side dry run in namespace {ns})")
+                println!(
+                    "{at}: valid (offline checks and a server-side dry run in namespace {ns})"
+                );
             }
             Err(kube::Error::Api(s)) if matches!(s.code, 400 | 422) => {
                 invalid += 1;
