@@ -1,13 +1,16 @@
 //! The `kubectl releaseplan` plugin (binary `kubectl-releaseplan`).
 //!
-//! `get` draws a plan as a tree, `wait` blocks a CI job until the current
-//! generation settles (with exit codes), `promote`, `abort`, `retry`, `pause`
-//! and `resume` ask the operator for an action through the
-//! `releaseplan.io/request` annotation (never the spec), `history` lists
-//! finished rollouts, and `undo` looks up an earlier revision's stored
-//! templates and prints them as a patch for git. The pure parts (rendering,
-//! the wait decision, request values, the undo patch) live in the submodules
-//! and are unit-tested; this module does the I/O.
+//! `get` draws a plan as a tree, `list` tabulates plans, `wait` blocks a CI
+//! job until the current generation settles (with exit codes), `promote`,
+//! `abort`, `retry`, `pause` and `resume` ask the operator for an action
+//! through the `releaseplan.io/request` annotation (never the spec), `history`
+//! lists finished rollouts, `undo` looks up an earlier revision's stored
+//! templates and prints them as a patch for git, `set image` and `restart`
+//! edit the spec by component name with guarded JSON patches, `lint` checks
+//! plan files, and `completion` prints shell scripts. `-o json|yaml` prints
+//! the documents of `view`. The pure parts (rendering, views, the wait
+//! decision, request values, the undo patch, the edit patches, the lint
+//! checks) live in the submodules and are unit-tested; this module does the I/O.
 
 pub mod complete;
 pub mod edit;
@@ -45,7 +48,8 @@ Exit codes of `wait`:
   3  Stalled=True for another reason: InvalidSpec, RolloutHalted (a check failed with
      rollback.automatic: false), RollbackSlow
   4  timed out
-Other commands exit 0 on success and 1 on error.";
+`set image --wait` and `restart --wait` exit like `wait`; `lint` exits 2 when a
+plan is invalid. Other commands exit 0 on success and 1 on error.";
 
 const LINT_HELP: &str = "\
 Checks, in order: apiVersion/kind/metadata.name; the CRD's structural schema
