@@ -592,10 +592,36 @@ async fn set_image_patches_the_component_by_name_and_waits() {
     let revs = revisions(&client, &ns, "shop").await;
     assert_eq!(by_image(&revs, "shop:2"), Some((2, 2)), "{revs:?}");
 
-    // Reordered list: the name decides, not the index.
+    // A patch built before a concurrent reorder is refused by the API server
+    // (its `test` of the name fails) instead of changing api's image.
+    let spec_before = serde_json::to_value(&get(&client, &ns, "shop").await.unwrap().spec).unwrap();
+    let stale = releaseplan::cli::edit::set_image_patch(
+        "shop",
+        &spec_before,
+        &["web=shop:stale".parse().unwrap()],
+    )
+    .unwrap();
     let mut reordered = two_components("shop:2", "api:1");
     reordered.as_array_mut().unwrap().reverse();
     set_components(&client, &ns, "shop", reordered).await;
+    let refused = Api::<ReleasePlan>::namespaced(client.clone(), &ns)
+        .patch(
+            "shop",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::<()>::Json(serde_json::from_value(stale.patch).unwrap()),
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 422),
+        "{refused:?}"
+    );
+    let p = get(&client, &ns, "shop").await.expect("plan");
+    assert_eq!(
+        components_of(&p)[0]["template"]["spec"]["containers"][0]["image"],
+        "api:1"
+    );
+
+    // Reordered list: the plugin reads it again, and the name decides.
     let out = rp_in(
         &ns,
         &[
