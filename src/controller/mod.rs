@@ -11,6 +11,7 @@
 pub mod controller_revision;
 pub mod deployment;
 pub mod gates;
+pub mod index;
 pub mod observe;
 
 use crate::api::{
@@ -25,14 +26,15 @@ use crate::plan::{
 };
 use chrono::Utc;
 use controller_revision::Write;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use gates::{GateRunner, GateWork};
+use index::PlanCache;
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use std::collections::{BTreeMap, HashMap};
@@ -118,12 +120,12 @@ pub struct Settings {
 pub struct Context {
     /// The API client.
     pub client: Client,
-    /// Cache of the revision Deployments.
-    pub deployments: Store<Deployment>,
-    /// Cache of the ControllerRevisions that store the revisions' templates.
-    pub templates: Store<ControllerRevision>,
-    /// Cache of the pods of revision Deployments (status only).
-    pub pods: Store<Pod>,
+    /// Cache of the revision Deployments, by plan.
+    pub deployments: PlanCache<Deployment>,
+    /// Cache of the ControllerRevisions that store the revisions' templates, by plan.
+    pub templates: PlanCache<ControllerRevision>,
+    /// Cache of the pods of revision Deployments (labels and container states), by plan.
+    pub pods: PlanCache<Pod>,
     /// Publishes Kubernetes Events.
     pub recorder: Recorder,
     /// Metrics.
@@ -476,28 +478,17 @@ fn pod_failures(
         .max_restarts
         .unwrap_or(crate::api::DEFAULT_MAX_RESTARTS);
     let detect = plan.spec.health.detect_pod_failures.unwrap_or(true);
-    let pods: Vec<Pod> = ctx
-        .pods
-        .state()
-        .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns))
-        .filter(|p| p.labels().get(LABEL_PLAN).map(String::as_str) == Some(name))
-        .map(|p| (*p).clone())
-        .collect();
+    let pods = ctx.pods.of_plan(ns, name);
     let mut out = Vec::new();
     for (component, hash) in rolling {
-        let mine: Vec<Pod> = pods
-            .iter()
-            .filter(|p| {
-                p.labels()
-                    .get(crate::api::LABEL_COMPONENT)
-                    .map(String::as_str)
-                    == Some(component)
-                    && p.labels().get(LABEL_REVISION).map(String::as_str) == Some(hash)
-            })
-            .cloned()
-            .collect();
-        for s in crate::gates::pods::detect(&mine, max_restarts, detect) {
+        let mine = pods.iter().filter(|p| {
+            p.labels()
+                .get(crate::api::LABEL_COMPONENT)
+                .map(String::as_str)
+                == Some(component)
+                && p.labels().get(LABEL_REVISION).map(String::as_str) == Some(hash)
+        });
+        for s in crate::gates::pods::detect(mine.map(|p| &**p), max_restarts, detect) {
             out.push(PodFailure {
                 component: component.to_string(),
                 hash: hash.to_string(),
@@ -680,7 +671,7 @@ async fn store_templates(
             continue;
         };
         let name = controller_revision::name(&plan_name, &intent.component, &intent.hash);
-        let existing = ctx.templates.get(&ObjectRef::new(&name).within(ns));
+        let existing = ctx.templates.get(ns, &name);
         let write = controller_revision::to_write(
             plan,
             &intent.component,
@@ -942,16 +933,10 @@ pub async fn check_crd(client: &Client, namespace: Option<&str>) -> Result<(), S
 /// The cached objects of one plan: labelled with its name, and ours or
 /// orphaned (no controller): a plan deleted with orphan propagation leaves its
 /// objects without owner, and a plan of the same name adopts them.
-fn plan_objects<K>(store: &Store<K>, ns: &str, plan: &str, uid: &str) -> Vec<Arc<K>>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: std::hash::Hash + Eq + Clone,
-{
-    store
-        .state()
+fn plan_objects<K: Resource>(cache: &PlanCache<K>, ns: &str, plan: &str, uid: &str) -> Vec<Arc<K>> {
+    cache
+        .of_plan(ns, plan)
         .into_iter()
-        .filter(|o| o.namespace().as_deref() == Some(ns))
-        .filter(|o| o.labels().get(LABEL_PLAN).map(String::as_str) == Some(plan))
         .filter(|o| {
             let refs = o.owner_references();
             refs.iter().any(|r| r.uid == uid) || !refs.iter().any(|r| r.controller == Some(true))
@@ -1106,7 +1091,7 @@ fn owned_watch<K>(
     liveness: &Arc<Liveness>,
     trim: impl FnMut(&mut K) + Send + 'static,
 ) -> (
-    Store<K>,
+    PlanCache<K>,
     impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
 )
 where
@@ -1118,15 +1103,19 @@ where
         + Sync
         + 'static,
 {
-    let (store, writer) = reflector::store();
+    let cache = PlanCache::default();
+    let mut writer = cache.writer();
     let stream = watcher(api, watcher::Config::default().labels(LABEL_PLAN))
         .backoff(WatchBackoff::default())
         .inspect(watched(liveness, name))
         .modify(trim)
-        .reflect(writer)
+        .map_ok(move |event| {
+            writer.apply(&event);
+            event
+        })
         .touched_objects()
         .filter_map(ok_only);
-    (store, stream)
+    (cache, stream)
 }
 
 /// Drops the errors of a watch stream once its own backoff and the liveness
