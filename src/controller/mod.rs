@@ -13,6 +13,7 @@ pub mod deployment;
 pub mod gates;
 pub mod index;
 pub mod observe;
+pub mod trim;
 
 use crate::api::{
     FINALIZER, LABEL_PLAN, LABEL_REVISION, Outcome, Phase, ReleasePlan, ReleasePlanStatus,
@@ -194,7 +195,8 @@ impl Context {
         }
     }
 
-    fn remember(&self, plan: ReleasePlan) {
+    fn remember(&self, mut plan: ReleasePlan) {
+        trim::plan(&mut plan);
         lock(&self.fresh).insert(ObjectRef::from_obj(&plan), Arc::new(plan));
     }
 
@@ -1003,6 +1005,7 @@ pub async fn run(
     )
     .backoff(WatchBackoff::default())
     .inspect(watched(&liveness, "ReleasePlan"))
+    .modify(trim::plan)
     .reflect(plan_writer)
     .applied_objects()
     .filter_map(ok_only);
@@ -1010,20 +1013,15 @@ pub async fn run(
         scoped(&client, ns),
         "Deployment",
         &liveness,
-        |d: &mut Deployment| d.managed_fields_mut().clear(),
+        trim::deployment,
     );
-    let (pods, pod_stream) = owned_watch(scoped(&client, ns), "Pod", &liveness, |p: &mut Pod| {
-        // Only labels and status matter to us: keep the cache small.
-        p.managed_fields_mut().clear();
-        p.annotations_mut().clear();
-        p.spec = None;
-    });
+    let (pods, pod_stream) = owned_watch(scoped(&client, ns), "Pod", &liveness, trim::pod);
     // Only ours (StatefulSets and DaemonSets keep theirs too): by the plan label.
     let (templates, template_stream) = owned_watch(
         scoped(&client, ns),
         "ControllerRevision",
         &liveness,
-        |cr: &mut ControllerRevision| cr.managed_fields_mut().clear(),
+        trim::controller_revision,
     );
     let reporter = Reporter {
         controller: "releaseplan".into(),
