@@ -5,6 +5,7 @@ use releaseplan::controller::{self, Settings};
 use releaseplan::ops::leader::{self, LeaderConfig};
 use releaseplan::ops::liveness::Liveness;
 use releaseplan::ops::metrics::Metrics;
+use releaseplan::ops::ratelimit::RateLimitLayer;
 use releaseplan::ops::server::{self, Health};
 use releaseplan::ops::telemetry;
 use std::net::SocketAddr;
@@ -19,9 +20,16 @@ struct Args {
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "RELEASEPLAN_NAMESPACE")]
     namespace: Option<String>,
-    /// Reconciles run at once.
-    #[arg(long, env = "RELEASEPLAN_CONCURRENCY", default_value_t = 8)]
+    /// Reconciles run at once. Each spends most of its time waiting on the API
+    /// server, so this is about round trips in flight; `--qps` bounds the load.
+    #[arg(long, env = "RELEASEPLAN_CONCURRENCY", default_value_t = 32)]
     concurrency: u16,
+    /// Requests per second to the API server, on average (0: no limit).
+    #[arg(long, env = "RELEASEPLAN_QPS", default_value_t = 50)]
+    qps: u32,
+    /// Requests to the API server allowed at once above `--qps`.
+    #[arg(long, env = "RELEASEPLAN_BURST", default_value_t = 100)]
+    burst: u32,
     /// Address of the /metrics, /healthz and /readyz server.
     #[arg(long, env = "RELEASEPLAN_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     metrics_addr: SocketAddr,
@@ -98,8 +106,21 @@ fn identity(args: &Args) -> String {
         })
 }
 
+/// The client of the controller, under the `--qps`/`--burst` limit, and the
+/// client of leader election, outside it: a busy controller must never hold
+/// up the lease renewal.
+async fn clients(args: &Args) -> Result<(kube::Client, kube::Client), MainError> {
+    let config = kube::Config::infer()
+        .await
+        .map_err(|e| MainError::Config(kube::Error::InferConfig(e)))?;
+    let limited = kube::client::ClientBuilder::try_from(config.clone())?
+        .with_layer(&RateLimitLayer::new(args.qps, args.burst))
+        .build();
+    Ok((limited, kube::Client::try_from(config)?))
+}
+
 async fn run(args: Args) -> Result<(), MainError> {
-    let client = kube::Client::try_default().await?;
+    let (client, lease_client) = clients(&args).await?;
     controller::check_crd(&client, args.namespace.as_deref()).await?;
 
     let metrics = Arc::new(Metrics::new());
@@ -144,7 +165,7 @@ async fn run(args: Args) -> Result<(), MainError> {
         };
         ready.store(true, Ordering::Relaxed);
         let mut stop = stop_rx.clone();
-        if let Some(manager) = leader::acquire(client.clone(), &cfg, &mut stop).await? {
+        if let Some(manager) = leader::acquire(lease_client, &cfg, &mut stop).await? {
             metrics.leader.set(1);
             let ctrl = controller::run(
                 client,
