@@ -10,6 +10,7 @@
 
 pub mod controller_revision;
 pub mod deployment;
+pub mod events;
 pub mod gates;
 pub mod index;
 pub mod observe;
@@ -27,6 +28,7 @@ use crate::plan::{
 };
 use chrono::Utc;
 use controller_revision::Write;
+use events::Events;
 use futures::{StreamExt, TryStreamExt};
 use gates::{GateRunner, GateWork};
 use index::PlanCache;
@@ -34,7 +36,7 @@ use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -127,8 +129,8 @@ pub struct Context {
     pub templates: PlanCache<ControllerRevision>,
     /// Cache of the pods of revision Deployments (labels and container states), by plan.
     pub pods: PlanCache<Pod>,
-    /// Publishes Kubernetes Events.
-    pub recorder: Recorder,
+    /// Publishes Kubernetes Events beside the reconciles.
+    pub events: Events,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// Evaluates Prometheus and webhook gates beside the reconciles.
@@ -267,27 +269,13 @@ pub fn error_policy(plan: Arc<ReleasePlan>, err: &Error, ctx: Arc<Context>) -> A
     warn!(plan = %key, error = %err, retry_in = ?delay, "reconcile failed");
     // A refused Deployment already has its own Event from the decision.
     if moved && n.is_power_of_two() && !matches!(err, Error::Refused(_)) {
-        let ev = Event {
-            type_: KubeEventType::Warning,
-            reason: EventReason::ReconcileError.to_string(),
-            note: Some(
-                format!("{err} (failure {n} in a row; retrying in {delay:?})")
-                    .chars()
-                    .take(1000)
-                    .collect(),
-            ),
-            action: event_action(EventReason::ReconcileError.as_str(), &err.to_string()),
-            secondary: None,
-        };
-        let reference = plan.object_ref(&());
-        let recorder = ctx.recorder.clone();
-        let metrics = Arc::clone(&ctx.metrics);
-        tokio::spawn(async move {
-            match recorder.publish(&ev, &reference).await {
-                Ok(()) => metrics.write("event"),
-                Err(e) => warn!(error = %e, "could not record event"),
-            }
-        });
+        ctx.events.send(
+            &plan.object_ref(&()),
+            EventType::Warning,
+            EventReason::ReconcileError,
+            &format!("{err} (failure {n} in a row; retrying in {delay:?})"),
+            &err.to_string(),
+        );
     }
     Action::requeue(delay)
 }
@@ -433,7 +421,10 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
         }
         ctx.metrics.write("status");
     }
-    publish_events(ctx, &plan, &decision).await;
+    ctx.events.planned(&plan.object_ref(&()), &decision.events);
+    for e in &decision.events {
+        info!(reason = %e.reason, "{}", e.message);
+    }
     record_metrics(ctx, &metrics_key, &status, &decision);
     if decision.finalize {
         set_finalizers(&plans, &plan, false).await?;
@@ -789,37 +780,6 @@ async fn delete_template(
     }
 }
 
-async fn publish_events(ctx: &Context, plan: &ReleasePlan, decision: &Decision) {
-    let reference = plan.object_ref(&());
-    for e in &decision.events {
-        let ev = Event {
-            type_: match e.type_ {
-                EventType::Normal => KubeEventType::Normal,
-                EventType::Warning => KubeEventType::Warning,
-            },
-            reason: e.reason.to_string(),
-            note: Some(e.message.chars().take(1000).collect()),
-            // The recorder merges events with the same reason and action into one
-            // series that keeps the first note: key the action on the message so only
-            // true repeats are merged.
-            action: event_action(e.reason.as_str(), &e.message),
-            secondary: None,
-        };
-        // An event that cannot be recorded must not fail the rollout.
-        match ctx.recorder.publish(&ev, &reference).await {
-            Ok(()) => ctx.metrics.write("event"),
-            Err(err) => warn!(error = %err, reason = %e.reason, "could not record event"),
-        }
-        info!(reason = %e.reason, "{}", e.message);
-    }
-}
-
-/// `<reason>-<hash of the message>`: distinct messages make distinct events.
-fn event_action(reason: &str, message: &str) -> String {
-    let h = crate::api::revision::hash_value(&serde_json::Value::String(message.to_string()));
-    format!("{}-{h}", reason.chars().take(100).collect::<String>())
-}
-
 /// Metrics of a written decision, from its transition.
 fn record_metrics(ctx: &Context, key: &str, before: &ReleasePlanStatus, decision: &Decision) {
     let m = &ctx.metrics;
@@ -1034,12 +994,16 @@ pub async fn run(
         wake_tx,
         plan_store.clone(),
     );
+    let (events, publisher) = Events::start(
+        Recorder::new(client.clone(), reporter),
+        Arc::clone(&metrics),
+    );
     let ctx = Arc::new(Context {
         client: client.clone(),
         deployments,
         templates,
         pods,
-        recorder: Recorder::new(client.clone(), reporter),
+        events,
         metrics,
         gates,
         liveness,
@@ -1066,6 +1030,8 @@ pub async fn run(
             }
         })
         .await;
+    // The controller and its context are gone: the Event queue is closed.
+    publisher.flush().await;
     info!("controller stopped");
 }
 
@@ -1148,19 +1114,6 @@ fn gate_http_client() -> reqwest::Client {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn event_actions_differ_by_message() {
-        assert_ne!(
-            event_action("StepAdvanced", "step 1"),
-            event_action("StepAdvanced", "step 2")
-        );
-        assert_eq!(
-            event_action("StepAdvanced", "step 1"),
-            event_action("StepAdvanced", "step 1")
-        );
-        assert!(event_action(&"R".repeat(300), "m").len() <= 128);
-    }
 
     #[test]
     fn backoff_grows_and_caps() {

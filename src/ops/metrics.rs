@@ -166,13 +166,14 @@ impl Metrics {
     pub fn set_phase(&self, key: &str, phase: Option<Phase>) {
         let mut map = self.phases.lock().unwrap_or_else(PoisonError::into_inner);
         let old = match phase {
-            Some(p) => match map.get_mut(key) {
-                Some(v) => Some(std::mem::replace(v, p)),
-                None => {
+            Some(p) => {
+                if let Some(v) = map.get_mut(key) {
+                    Some(std::mem::replace(v, p))
+                } else {
                     map.insert(key.to_string(), p);
                     None
                 }
-            },
+            }
             None => map.remove(key),
         };
         if old == phase {
