@@ -1,13 +1,27 @@
 # syntax=docker/dockerfile:1
 # The releaseplan operator image: a static (musl) binary on distroless/static,
 # running as the nonroot user 65532. Build from the repository root:
-#   docker build -t releaseplan:0.1.0 .
+#   docker build -t releaseplan:0.1.0 \
+#     --build-arg VERSION=0.1.0 --build-arg REVISION="$(git rev-parse HEAD)" \
+#     --build-arg CREATED="$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+#     --build-arg SOURCE=https://git.example.com/releaseplan .
 # The context is an allow-list (.dockerignore): Cargo.toml, Cargo.lock, src/
 # and benches/ (a declared target cargo must find).
+#
+# Base images: BUILD_IMAGE and BASE_IMAGE are tags here, not digests: no
+# digest of them could be checked from this repository's machines (no
+# registry access), and a digest copied unchecked could name a
+# single-platform manifest or nothing at all. To pin them, resolve the
+# digests of the multi-platform indexes yourself and pass them:
+#   docker buildx imagetools inspect gcr.io/distroless/static-debian12:nonroot
+#   docker buildx imagetools inspect rust:1.95-alpine
+#   docker build --build-arg BASE_IMAGE=gcr.io/distroless/static-debian12:nonroot@sha256:<digest> \
+#     --build-arg BUILD_IMAGE=rust:1.95-alpine@sha256:<digest> ...
 
-ARG RUST_VERSION=1.95
+ARG BUILD_IMAGE=rust:1.95-alpine
+ARG BASE_IMAGE=gcr.io/distroless/static-debian12:nonroot
 
-FROM rust:${RUST_VERSION}-alpine AS build
+FROM ${BUILD_IMAGE} AS build
 # ring (rustls' crypto) compiles C: the musl headers and a C compiler.
 RUN apk add --no-cache musl-dev
 WORKDIR /src
@@ -18,7 +32,24 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     cargo build --release --locked --bin releaseplan \
  && cp target/release/releaseplan /releaseplan
 
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM ${BASE_IMAGE}
+# OCI image annotations (https://github.com/opencontainers/image-spec/blob/main/annotations.md).
+# VERSION, REVISION (the git commit) and CREATED (RFC 3339) come from the
+# build; SOURCE is the URL of the repository it was built from (the project
+# has no public home yet, so it is empty unless given).
+ARG BASE_IMAGE
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+ARG SOURCE=
+LABEL org.opencontainers.image.title="releaseplan" \
+      org.opencontainers.image.description="A Kubernetes operator that releases workloads safely: canary steps, health gates, automatic rollback" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}"
 COPY --from=build /releaseplan /releaseplan
 USER 65532:65532
 EXPOSE 8080

@@ -831,6 +831,19 @@ fn invalid_cases() -> Vec<Case> {
             |p| steps(p, json!([{ "pause": { "duration": "-5s" } }])),
         ),
         case(
+            "pause-duration-overflowing",
+            &[
+                "spec.strategy.steps[0].pause.duration",
+                "pause.duration must be a duration",
+            ],
+            |p| {
+                steps(
+                    p,
+                    json!([{ "pause": { "duration": "99999999999999999999h" } }]),
+                )
+            },
+        ),
+        case(
             "pause-duration-days",
             &[
                 "spec.strategy.steps[0].pause.duration",
@@ -1200,7 +1213,12 @@ async fn status_is_a_subresource() {
         .await
         .expect("create");
     assert_eq!(created.metadata.generation, Some(1));
-    assert!(created.status.is_none(), "status is dropped on create");
+    // No status is written on create: the plan reads with the CRD's default
+    // one, "generation 0 observed", which tools take as not yet reconciled.
+    let status = created.status.as_ref().expect("the CRD defaults status");
+    assert_eq!(status.observed_generation, Some(0));
+    assert_eq!(status.phase, releaseplan::api::Phase::Pending);
+    assert!(status.conditions.is_empty());
 
     let status = ReleasePlanStatus {
         phase: releaseplan::api::Phase::RollingOut,

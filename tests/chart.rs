@@ -20,11 +20,13 @@ mod support;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
+    SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -47,15 +49,30 @@ fn chart_dir() -> PathBuf {
     cluster::repo_root().join("charts/releaseplan")
 }
 
+/// A version pinned in e2e/versions.env (`KEY=version`).
+fn pinned_version(key: &str) -> Option<String> {
+    let versions = std::fs::read_to_string(cluster::repo_root().join("e2e/versions.env"))
+        .expect("cannot read e2e/versions.env");
+    versions
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{key}=")))
+        .map(|v| v.trim().to_string())
+}
+
+/// The Kubernetes version `helm template` renders for: the local control
+/// plane's. (A helm built from source without its release ldflags assumes
+/// v1.20, below the chart's kubeVersion; Argo CD passes `--kube-version` too.)
+fn kube_version() -> String {
+    pinned_version("K8S_VERSION").expect("K8S_VERSION in e2e/versions.env")
+}
+
+/// The image repository the tests render with: the chart requires one.
+const REPOSITORY: &str = "image.repository=registry.example.com/releaseplan";
+
 /// A pinned tool of `make tools`: `<cache>/<part>-v<version>/bin/<name>`,
 /// else the first `name` on PATH.
 fn tool(name: &str, part: &str, version_key: &str) -> PathBuf {
-    let versions = std::fs::read_to_string(cluster::repo_root().join("e2e/versions.env"))
-        .expect("cannot read e2e/versions.env");
-    let version = versions
-        .lines()
-        .find_map(|l| l.trim().strip_prefix(&format!("{version_key}=")))
-        .map(|v| v.trim().to_string());
+    let version = pinned_version(version_key);
     let cache = std::env::var_os("RP_CACHE")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/releaseplan")));
@@ -86,6 +103,21 @@ fn kubectl_bin() -> PathBuf {
 
 /// Runs a command, feeding `stdin`; returns stdout or panics with stderr.
 fn run(program: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    let out = output(program, args, stdin);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{} {} failed ({}):\n{}\n{stdout}",
+        program.display(),
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// Runs a command, feeding `stdin`; its exit status and output.
+fn output(program: &Path, args: &[&str], stdin: Option<&str>) -> std::process::Output {
     let mut child = Command::new(program)
         .args(args)
         .stdin(if stdin.is_some() {
@@ -105,38 +137,55 @@ fn run(program: &Path, args: &[&str], stdin: Option<&str>) -> String {
             let _ = pipe.write_all(input.as_bytes());
         });
     }
-    let out = child
+    child
         .wait_with_output()
-        .unwrap_or_else(|e| panic!("{} did not finish: {e}", program.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{} {} failed ({}):\n{}\n{stdout}",
-        program.display(),
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+        .unwrap_or_else(|e| panic!("{} did not finish: {e}", program.display()))
 }
 
 fn helm(args: &[&str]) -> String {
     run(&helm_bin(), args, None)
 }
 
-/// `helm template` of the chart: the manifest text.
-fn render_text(release: &str, namespace: &str, sets: &[&str], include_crds: bool) -> String {
+/// `helm template` arguments: for the local control plane's Kubernetes
+/// version, with an image repository unless `sets` name one.
+fn template_args(release: &str, namespace: &str, sets: &[&str], include_crds: bool) -> Vec<String> {
     let chart = chart_dir();
     let chart = chart.to_str().expect("utf-8 path");
-    let mut args = vec!["template", release, chart, "--namespace", namespace];
+    let mut args: Vec<String> = ["template", release, chart, "--namespace", namespace]
+        .iter()
+        .map(|a| (*a).to_string())
+        .collect();
+    args.extend(["--kube-version".to_string(), kube_version()]);
     if include_crds {
-        args.push("--include-crds");
+        args.push("--include-crds".into());
+    }
+    if !sets.iter().any(|s| s.starts_with("image.repository=")) {
+        args.extend(["--set".to_string(), REPOSITORY.to_string()]);
     }
     for s in sets {
-        args.push("--set");
-        args.push(s);
+        args.extend(["--set".to_string(), (*s).to_string()]);
     }
-    helm(&args)
+    args
+}
+
+/// `helm template` of the chart: the manifest text.
+fn render_text(release: &str, namespace: &str, sets: &[&str], include_crds: bool) -> String {
+    let args = template_args(release, namespace, sets, include_crds);
+    helm(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// `helm template` that must fail: its error output.
+fn render_error(sets: &[&str]) -> String {
+    let args = template_args("rp", "rp-system", sets, false);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = output(&helm_bin(), &args, None);
+    assert!(
+        !out.status.success(),
+        "helm {} rendered, but should have failed:\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// The rendered objects (templates only, not the CRD), as JSON values.
@@ -199,25 +248,18 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
             "releaseplans",
             &["get", "list", "patch", "watch"][..],
         ),
-        (
-            "releaseplan.io",
-            "releaseplans/status",
-            &["get", "patch", "update"],
-        ),
-        ("releaseplan.io", "releaseplans/finalizers", &["update"]),
+        ("releaseplan.io", "releaseplans/status", &["update"]),
         (
             "apps",
             "deployments",
-            &[
-                "create", "delete", "get", "list", "patch", "update", "watch",
-            ],
+            &["create", "delete", "list", "patch", "watch"],
         ),
         (
             "apps",
             "controllerrevisions",
             &["create", "delete", "list", "patch", "watch"],
         ),
-        ("", "pods", &["get", "list", "watch"]),
+        ("", "pods", &["list", "watch"]),
         ("events.k8s.io", "events", &["create", "patch"]),
     ]
     .iter()
@@ -233,11 +275,36 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
     want
 }
 
+/// The ClusterRole bound to the operator (not one of the aggregated ones).
+fn operator_cluster_role(objs: &[Value]) -> &Value {
+    let found: Vec<&Value> = of_kind(objs, "ClusterRole")
+        .into_iter()
+        .filter(|r| aggregated_to(r).is_empty())
+        .collect();
+    assert_eq!(found.len(), 1, "one operator ClusterRole: {found:?}");
+    found[0]
+}
+
+/// The built-in roles (`view`, `edit`, `admin`) a ClusterRole aggregates
+/// into, by its `rbac.authorization.k8s.io/aggregate-to-*` labels.
+fn aggregated_to(role: &Value) -> Vec<String> {
+    let mut to: Vec<String> = role["metadata"]["labels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, v)| v.as_str() == Some("true"))
+        .filter_map(|(k, _)| k.strip_prefix("rbac.authorization.k8s.io/aggregate-to-"))
+        .map(String::from)
+        .collect();
+    to.sort();
+    to
+}
+
 fn lease_rules() -> Vec<(String, String, Vec<String>)> {
     vec![(
         "coordination.k8s.io".into(),
         "leases".into(),
-        ["create", "get", "list", "patch", "update", "watch"]
+        ["create", "get", "list", "patch", "watch"]
             .iter()
             .map(std::string::ToString::to_string)
             .collect(),
@@ -340,6 +407,8 @@ fn default_values_render_least_privilege_rbac_and_a_restricted_deployment() {
         kinds,
         [
             "ClusterRole",
+            "ClusterRole",
+            "ClusterRole",
             "ClusterRoleBinding",
             "Deployment",
             "NetworkPolicy",
@@ -358,7 +427,7 @@ fn default_values_render_least_privilege_rbac_and_a_restricted_deployment() {
     }
 
     // RBAC: exactly what the operator uses; leases only in the release namespace.
-    assert_eq!(rules(one(&objs, "ClusterRole")), expected_rules());
+    assert_eq!(rules(operator_cluster_role(&objs)), expected_rules());
     let role = one(&objs, "Role");
     assert_eq!(role["metadata"]["namespace"], "rp-system");
     assert_eq!(rules(role), lease_rules());
@@ -472,7 +541,13 @@ fn watch_namespace_renders_roles_only_and_the_service_monitor_on_request() {
         "rp-system",
         &["watchNamespace=apps", "serviceMonitor.enabled=true"],
     );
-    assert!(of_kind(&objs, "ClusterRole").is_empty());
+    // No cluster-wide permission for the operator: only the aggregated
+    // ClusterRoles for users, which nothing binds.
+    assert!(
+        of_kind(&objs, "ClusterRole")
+            .iter()
+            .all(|r| !aggregated_to(r).is_empty())
+    );
     assert!(of_kind(&objs, "ClusterRoleBinding").is_empty());
     let roles = of_kind(&objs, "Role");
     assert_eq!(roles.len(), 2);
@@ -496,8 +571,12 @@ fn watch_namespace_renders_roles_only_and_the_service_monitor_on_request() {
     assert_eq!(sm["spec"]["endpoints"][0]["port"], "http-metrics");
     assert_eq!(sm["spec"]["endpoints"][0]["path"], "/metrics");
 
-    // Without leader election there is no lease Role.
-    let objs = render("rp", "rp-system", &["leaderElection.enabled=false"]);
+    // Without leader election (one replica) there is no lease Role.
+    let objs = render(
+        "rp",
+        "rp-system",
+        &["leaderElection.enabled=false", "replicaCount=1"],
+    );
     assert!(of_kind(&objs, "Role").is_empty());
     let args =
         strings(&one(&objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]);
@@ -506,6 +585,227 @@ fn watch_namespace_renders_roles_only_and_the_service_monitor_on_request() {
             .iter()
             .any(|a| a.contains("lease") || a.contains("leader"))
     );
+}
+
+#[test]
+fn one_replica_renders_no_pod_disruption_budget() {
+    // minAvailable 1 of 1 replica would block every node drain.
+    for sets in [
+        &["replicaCount=1"][..],
+        &["replicaCount=1", "leaderElection.enabled=false"],
+    ] {
+        let objs = render("rp", "rp-system", sets);
+        assert!(of_kind(&objs, "PodDisruptionBudget").is_empty(), "{sets:?}");
+        assert_eq!(one(&objs, "Deployment")["spec"]["replicas"], 1);
+    }
+    let objs = render("rp", "rp-system", &["replicaCount=3"]);
+    assert_eq!(one(&objs, "PodDisruptionBudget")["spec"]["minAvailable"], 1);
+    let objs = render("rp", "rp-system", &["podDisruptionBudget.minAvailable=50%"]);
+    assert_eq!(
+        one(&objs, "PodDisruptionBudget")["spec"]["minAvailable"],
+        "50%"
+    );
+    // A budget that keeps every replica blocks drains just the same.
+    let err = render_error(&["podDisruptionBudget.minAvailable=2"]);
+    assert!(
+        err.contains(
+            "podDisruptionBudget.minAvailable=2 with replicaCount=2 would block every node drain"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn more_than_one_replica_without_leader_election_is_refused() {
+    let err = render_error(&["replicaCount=2", "leaderElection.enabled=false"]);
+    assert!(
+        err.contains(
+            "replicaCount=2 needs leaderElection.enabled=true: without leader election \
+             every replica reconciles and writes"
+        ),
+        "{err}"
+    );
+    let err = render_error(&["leaderElection.enabled=false"]);
+    assert!(
+        err.contains("replicaCount=2 needs leaderElection.enabled=true"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_misspelt_value_is_refused_by_the_schema() {
+    for (set, key) in [
+        ("replicaCont=3", "'replicaCont'"),
+        ("image.tga=1.0", "'tga'"),
+        ("leaderElection.enable=false", "'enable'"),
+        ("podDisruptionBudget.minAvialable=1", "'minAvialable'"),
+    ] {
+        let err = render_error(&[set]);
+        assert!(
+            err.contains("values don't meet the specifications of the schema")
+                && err.contains(&format!("additional properties {key} not allowed")),
+            "{set}: {err}"
+        );
+    }
+    // Types and formats too.
+    for set in [
+        "replicaCount=0",
+        "image.pullPolicy=Sometimes",
+        "image.digest=latest",
+    ] {
+        let err = render_error(&[set]);
+        assert!(err.contains("schema"), "{set}: {err}");
+    }
+    // Maps of Kubernetes objects are passed through as written.
+    let objs = render(
+        "rp",
+        "rp-system",
+        &["resources.limits.cpu=1", "podAnnotations.a=b"],
+    );
+    let d = one(&objs, "Deployment");
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"],
+        1
+    );
+}
+
+#[test]
+fn the_image_needs_a_repository_and_takes_a_digest() {
+    let image = |sets: &[&str]| {
+        let objs = render("rp", "rp-system", sets);
+        one(&objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+            .as_str()
+            .expect("image")
+            .to_string()
+    };
+    // No published image: an install without a repository says what to do.
+    let err = render_error(&["image.repository="]);
+    assert!(
+        err.contains("image.repository is required: there is no published releaseplan image"),
+        "{err}"
+    );
+    assert_eq!(image(&[]), "registry.example.com/releaseplan:0.1.0");
+    assert_eq!(
+        image(&["image.tag=1.2.3"]),
+        "registry.example.com/releaseplan:1.2.3"
+    );
+    let digest = format!("sha256:{}", "0123456789abcdef".repeat(4));
+    assert_eq!(
+        image(&[&format!("image.digest={digest}"), "image.tag=1.2.3"]),
+        format!("registry.example.com/releaseplan@{digest}")
+    );
+}
+
+#[test]
+fn aggregated_cluster_roles_let_namespace_users_read_and_promote_plans() {
+    let objs = render("rp", "rp-system", &[]);
+    let aggregated: Vec<&Value> = of_kind(&objs, "ClusterRole")
+        .into_iter()
+        .filter(|r| !aggregated_to(r).is_empty())
+        .collect();
+    assert_eq!(aggregated.len(), 2);
+    let by_target = |to: &[&str]| {
+        *aggregated
+            .iter()
+            .find(|r| aggregated_to(r) == to)
+            .unwrap_or_else(|| panic!("no ClusterRole aggregated to {to:?}"))
+    };
+    let all = |verbs: &[&str]| -> Vec<String> { verbs.iter().map(|v| (*v).to_string()).collect() };
+    let view = by_target(&["view"]);
+    assert_eq!(
+        rules(view),
+        vec![
+            (
+                "releaseplan.io".to_string(),
+                "releaseplans".to_string(),
+                all(&["get", "list", "watch"])
+            ),
+            (
+                "releaseplan.io".to_string(),
+                "releaseplans/status".to_string(),
+                all(&["get", "list", "watch"])
+            ),
+        ]
+    );
+    // edit (and admin, which holds edit's rules too): promote, pause, abort
+    // and undo are patches of the plan; the status stays the operator's.
+    let edit = by_target(&["admin", "edit"]);
+    assert_eq!(
+        rules(edit),
+        vec![(
+            "releaseplan.io".to_string(),
+            "releaseplans".to_string(),
+            all(&["create", "delete", "deletecollection", "patch", "update"])
+        )]
+    );
+    // Nothing binds them, and they reach nothing but ReleasePlans.
+    for r in [view, edit] {
+        assert!(r["aggregationRule"].is_null());
+        assert!(
+            r["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("rp-releaseplan-")),
+            "{r}"
+        );
+    }
+    let bindings = of_kind(&objs, "ClusterRoleBinding");
+    assert_eq!(bindings.len(), 1);
+    assert_eq!(
+        bindings[0]["roleRef"]["name"],
+        operator_cluster_role(&objs)["metadata"]["name"]
+    );
+
+    let objs = render("rp", "rp-system", &["rbac.aggregateToDefaultRoles=false"]);
+    assert_eq!(of_kind(&objs, "ClusterRole").len(), 1);
+    let objs = render("rp", "rp-system", &["rbac.create=false"]);
+    assert!(of_kind(&objs, "ClusterRole").is_empty());
+}
+
+#[test]
+fn kube_version_is_what_the_crds_validation_rules_need() {
+    // The CRD's x-kubernetes-validations carry fieldPath, which Kubernetes
+    // accepts from 1.28 (isSorted and the string extensions are older).
+    let crd = std::fs::read_to_string(chart_dir().join("crds/releaseplan.yaml")).expect("CRD");
+    assert!(crd.contains("- fieldPath: "), "the CRD sets fieldPath");
+    assert!(
+        !crd.contains("optionalOldSelf") && !crd.contains("messageExpression"),
+        "a newer CEL feature: revisit kubeVersion in Chart.yaml and the README"
+    );
+    let chart: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(chart_dir().join("Chart.yaml")).expect("Chart.yaml"),
+    )
+    .expect("Chart.yaml is YAML");
+    assert_eq!(chart["kubeVersion"].as_str(), Some(">=1.28.0-0"));
+    let chart = chart_dir();
+    let chart = chart.to_str().expect("utf-8 path");
+    let out = output(
+        &helm_bin(),
+        &[
+            "template",
+            "rp",
+            chart,
+            "--kube-version",
+            "1.27.9",
+            "--set",
+            REPOSITORY,
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("incompatible with Kubernetes v1.27.9"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    helm(&[
+        "template",
+        "rp",
+        chart,
+        "--kube-version",
+        "1.28.0",
+        "--set",
+        REPOSITORY,
+    ]);
 }
 
 // ------------------------------------------------------------ cluster
@@ -735,7 +1035,6 @@ async fn the_service_account_cannot_read_secrets() {
     for (verb, group, resource) in [
         ("watch", "releaseplan.io", "releaseplans"),
         ("update", "releaseplan.io", "releaseplans/status"),
-        ("update", "releaseplan.io", "releaseplans/finalizers"),
         ("delete", "apps", "deployments"),
         ("watch", "apps", "controllerrevisions"),
         ("create", "apps", "controllerrevisions"),
@@ -750,20 +1049,30 @@ async fn the_service_account_cannot_read_secrets() {
         );
     }
     assert!(!may(c, "delete", "releaseplan.io", "releaseplans", Some(&apps)).await);
+    // Nothing the operator never calls.
+    assert!(
+        !may(
+            c,
+            "update",
+            "releaseplan.io",
+            "releaseplans/finalizers",
+            Some(&apps)
+        )
+        .await
+    );
+    assert!(!may(c, "update", "apps", "deployments", Some(&apps)).await);
+    assert!(!may(c, "get", "", "pods", Some(&apps)).await);
     // Stored templates are never rewritten in place (their data is immutable).
     assert!(!may(c, "update", "apps", "controllerrevisions", Some(&apps)).await);
     assert!(!may(c, "create", "", "pods", Some(&apps)).await);
     assert!(!may(c, "create", "", "events", Some(&apps)).await);
-    assert!(
-        may(
-            c,
-            "update",
-            "coordination.k8s.io",
-            "leases",
-            Some(&i.namespace)
-        )
-        .await
-    );
+    for (verb, allowed) in [("patch", true), ("create", true), ("update", false)] {
+        assert_eq!(
+            may(c, verb, "coordination.k8s.io", "leases", Some(&i.namespace)).await,
+            allowed,
+            "{verb} leases"
+        );
+    }
     assert!(
         !may(
             c,
@@ -775,6 +1084,90 @@ async fn the_service_account_cannot_read_secrets() {
         .await
     );
     assert!(!may(c, "get", "coordination.k8s.io", "leases", Some(&apps)).await);
+}
+
+/// Whether `user` may do `verb` on `resource` in `ns` (SubjectAccessReview).
+async fn user_may(client: &Client, user: &str, verb: &str, resource: &str, ns: &str) -> bool {
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.into()),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some("releaseplan.io".into()),
+                resource: Some(resource.into()),
+                namespace: Some(ns.into()),
+                ..ResourceAttributes::default()
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("SubjectAccessReview")
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+#[tokio::test]
+async fn namespace_users_read_and_promote_plans_through_the_built_in_roles() {
+    let client = cluster::client().await;
+    let i = install(&client, "chart-users", &[]).await;
+    let apps = cluster::test_namespace(&client, "chart-users-apps").await;
+    // Users suffixed with the release, so that other runs' bindings do not count.
+    let (editor, viewer) = (
+        format!("editor-{}", i.release),
+        format!("viewer-{}", i.release),
+    );
+    for (user, role) in [(&editor, "edit"), (&viewer, "view")] {
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": user},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }))
+        .expect("a RoleBinding");
+        Api::<RoleBinding>::namespaced(client.clone(), &apps)
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("create the RoleBinding");
+    }
+    // The aggregation controller copies the rules into edit and view.
+    wait_until(
+        T,
+        "edit and view to include the chart's ReleasePlan rules",
+        || async {
+            (user_may(&client, &editor, "patch", "releaseplans", &apps).await
+                && user_may(&client, &viewer, "list", "releaseplans", &apps).await)
+                .then_some(())
+        },
+    )
+    .await;
+    for verb in [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ] {
+        assert!(
+            user_may(&client, &editor, verb, "releaseplans", &apps).await,
+            "edit: {verb}"
+        );
+    }
+    for verb in ["get", "list", "watch"] {
+        assert!(
+            user_may(&client, &viewer, verb, "releaseplans", &apps).await,
+            "view: {verb}"
+        );
+    }
+    for verb in ["patch", "update", "create", "delete"] {
+        assert!(
+            !user_may(&client, &viewer, verb, "releaseplans", &apps).await,
+            "view: {verb}"
+        );
+    }
+    // The status stays the operator's; nothing outside the bound namespace.
+    for verb in ["update", "patch"] {
+        assert!(!user_may(&client, &editor, verb, "releaseplans/status", &apps).await);
+    }
+    assert!(!user_may(&client, &editor, "patch", "releaseplans", &i.namespace).await);
 }
 
 /// Waits until the plan is Stable with its generation observed; fails at
@@ -903,6 +1296,20 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
             .any(|e| e.reporting_controller.as_deref() == Some("releaseplan")),
         "the operator recorded events"
     );
+    // Deleting the plan: the operator's finalizer comes off (a merge patch)
+    // with the same rules.
+    Api::<releaseplan::api::ReleasePlan>::namespaced(client.clone(), &apps)
+        .delete("shop", &kube::api::DeleteParams::default())
+        .await
+        .expect("delete the plan");
+    wait_until(T, "the deleted plan to be gone", || async {
+        plans::get(&client, &apps, "shop")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
     let log = op.log_text();
     assert!(
         !log.to_lowercase().contains("forbidden"),

@@ -4,8 +4,11 @@
 //! Flux's `healthCheckExprs` (integrations/flux/health-check.yaml in cel-go).
 //! The three run in `rp-health` (e2e/health), built by
 //! `e2e/build-control-plane.sh consumers`. Each state is reached on the local
-//! control plane with the real operator; the matrix printed at the end is the
-//! table "What each consumer sees" of docs/api.md.
+//! control plane with the real operator; the matrix it builds must be the
+//! table "What each consumer sees" of docs/api.md (the test fails otherwise,
+//! and `RP_BLESS=1` writes it there). Argo CD's resource actions
+//! (integrations/argocd/actions) run the same way: discovery on every state,
+//! each action's merge patch applied to a live plan.
 
 // Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
 #![allow(
@@ -21,10 +24,13 @@ use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
-use releaseplan::api::{Phase, ReleasePlan};
+use releaseplan::api::{Phase, ReleasePlan, ReleasePlanStatus};
+use releaseplan::plan::Action;
 use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::fixtures::{faulty_template, plan, refused_template, template, web_with as web};
@@ -75,7 +81,13 @@ struct Seen {
     flux: Answer,
     /// Exit code of `kubectl releaseplan wait --timeout 1s` (4: still waiting).
     wait: i32,
+    /// Exit code of `kubectl wait --for=condition=Ready --timeout=1s`.
+    ready: i32,
+    /// The Argo CD actions discovery.lua offers (not greyed out).
+    actions: BTreeSet<String>,
 }
+
+const ACTIONS: &str = "integrations/argocd/actions";
 
 fn answer(v: &Value, who: &str) -> Answer {
     let a = &v[who];
@@ -93,6 +105,29 @@ async fn live(client: &Client, ns: &str, name: &str) -> Value {
     serde_json::to_value(api.get(name).await.expect("cannot read the plan")).unwrap()
 }
 
+/// Runs rp-health with `args` on `obj` (its stdin); its JSON answer, or its
+/// stderr when it fails.
+fn run_rp_health(bin: &Path, args: &[&OsStr], obj: &Value) -> Result<Value, String> {
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot run rp-health");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(obj.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(serde_json::from_slice(&out.stdout).expect("rp-health prints JSON"))
+}
+
 /// Runs every consumer on the live plan `name`.
 async fn seen(client: &Client, ns: &str, name: &str) -> Seen {
     let obj = live(client, ns, name).await;
@@ -100,29 +135,18 @@ async fn seen(client: &Client, ns: &str, name: &str) -> Seen {
     let bin = rp_health();
     let (ns2, name2) = (ns.to_string(), name.to_string());
     tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(bin)
-            .arg("-lua")
-            .arg(root.join("integrations/argocd/health.lua"))
-            .arg("-cel")
-            .arg(root.join("integrations/flux/health-check.yaml"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("cannot run rp-health");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(obj.to_string().as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "rp-health failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: Value = serde_json::from_slice(&out.stdout).expect("rp-health prints JSON");
+        let health = root.join("integrations/argocd/health.lua");
+        let cel = root.join("integrations/flux/health-check.yaml");
+        let discovery = root.join(ACTIONS).join("discovery.lua");
+        let args = [
+            "-lua".as_ref(),
+            health.as_os_str(),
+            "-cel".as_ref(),
+            cel.as_os_str(),
+            "-discovery".as_ref(),
+            discovery.as_os_str(),
+        ];
+        let v = run_rp_health(&bin, &args, &obj).expect("rp-health failed");
         let wait = Command::new(env!("CARGO_BIN_EXE_kubectl-releaseplan"))
             .args(["wait", &name2, "-n", &ns2, "--timeout", "1s"])
             .output()
@@ -130,11 +154,34 @@ async fn seen(client: &Client, ns: &str, name: &str) -> Seen {
             .status
             .code()
             .unwrap_or(-1);
+        let ready = Command::new(root.join("e2e/kubectl.sh"))
+            .args([
+                "wait",
+                "--for=condition=Ready",
+                &format!("releaseplan/{name2}"),
+                "-n",
+                &ns2,
+                "--timeout=1s",
+            ])
+            .output()
+            .expect("cannot run kubectl")
+            .status
+            .code()
+            .unwrap_or(-1);
+        let actions = v["actions"]
+            .as_object()
+            .expect("rp-health prints the discovered actions")
+            .iter()
+            .filter(|(_, a)| a["disabled"] != json!(true))
+            .map(|(n, _)| n.clone())
+            .collect();
         Seen {
             kstatus: answer(&v, "kstatus"),
             argocd: answer(&v, "argocd"),
             flux: answer(&v, "flux"),
             wait,
+            ready,
+            actions,
         }
     })
     .await
@@ -151,6 +198,22 @@ async fn wait_condition(client: &Client, ns: &str, name: &str, type_: &str, reas
             .then_some(())
     })
     .await;
+}
+
+/// The actions the operator would act on for this status: the core's own
+/// rule (`Action::applies_in`), with pause offered only when no pause is
+/// requested and resume only when one is.
+fn applicable(status: &ReleasePlanStatus) -> BTreeSet<String> {
+    Action::ALL
+        .into_iter()
+        .filter(|a| a.applies_in(status).is_ok())
+        .filter(|a| match a {
+            Action::Pause => !status.pause_requested,
+            Action::Resume => status.pause_requested,
+            _ => true,
+        })
+        .map(|a| a.word().to_string())
+        .collect()
 }
 
 /// A step that holds a rollout at 50% for longer than the test.
@@ -171,10 +234,19 @@ impl Matrix {
         ns: &str,
         name: &str,
         state: &'static str,
-        want: (&str, &str, &str, i32),
+        want: (&str, &str, &str, i32, i32),
     ) {
         let s = seen(client, ns, name).await;
         println!("{state}: {s:?}");
+        // Argo CD offers what the operator would act on (read after the
+        // consumers: the status cannot have moved on in a held state).
+        let p = get(client, ns, name).await.expect("the plan");
+        let status = p.status.clone().unwrap_or_default();
+        let want_actions = if p.metadata.deletion_timestamp.is_some() {
+            s.actions.clone()
+        } else {
+            applicable(&status)
+        };
         self.rows.push((state, s));
         let s = &self.rows.last().unwrap().1;
         let got = (
@@ -182,25 +254,66 @@ impl Matrix {
             s.argocd.0.as_str(),
             s.flux.0.as_str(),
             s.wait,
+            s.ready,
         );
         assert_eq!(
             got, want,
-            "{state}: (kstatus, argocd, flux, wait exit) of {s:?}"
+            "{state}: (kstatus, argocd, flux, releaseplan wait exit, kubectl wait Ready exit) of {s:?}"
+        );
+        assert_eq!(
+            s.actions, want_actions,
+            "{state}: Argo CD's discovery.lua and the operator's Action::applies_in differ"
         );
     }
 
-    fn print(&self) {
-        println!(
-            "\n| state | kstatus | Argo CD (health.lua) | Flux (health-check.yaml) | `wait` exit |"
+    /// The table of docs/api.md.
+    fn table(&self) -> String {
+        let mut t = String::from(
+            "| state | kstatus | Argo CD | Argo CD actions | Flux CEL | `releaseplan wait` | `kubectl wait` Ready |\n\
+             | --- | --- | --- | --- | --- | --- | --- |\n",
         );
-        println!("| --- | --- | --- | --- | --- |");
         for (state, s) in &self.rows {
-            println!(
-                "| {state} | {} | {}: {} | {} | {} |",
-                s.kstatus.0, s.argocd.0, s.argocd.1, s.flux.0, s.wait
-            );
+            let actions = if s.actions.is_empty() {
+                "none".to_string()
+            } else {
+                s.actions.iter().cloned().collect::<Vec<_>>().join(", ")
+            };
+            t.push_str(&format!(
+                "| {state} | {} | {} | {actions} | {} | {} | {} |\n",
+                s.kstatus.0, s.argocd.0, s.flux.0, s.wait, s.ready
+            ));
         }
+        t
     }
+}
+
+const BEGIN: &str = "<!-- consumers matrix: written by tests/consumers.rs (RP_BLESS=1) -->\n";
+const END: &str = "<!-- end of consumers matrix -->\n";
+
+/// docs/api.md must show `table` between the markers; `RP_BLESS=1` writes it.
+fn check_docs_table(table: &str) {
+    let path = cluster::repo_root().join("docs/api.md");
+    let docs = std::fs::read_to_string(&path).unwrap();
+    let start = docs
+        .find(BEGIN)
+        .expect("docs/api.md has the matrix begin marker")
+        + BEGIN.len();
+    let end = start
+        + docs[start..]
+            .find(END)
+            .expect("docs/api.md has the matrix end marker");
+    if docs[start..end] == *table {
+        return;
+    }
+    if std::env::var_os("RP_BLESS").is_some() {
+        std::fs::write(&path, format!("{}{table}{}", &docs[..start], &docs[end..])).unwrap();
+        return;
+    }
+    panic!(
+        "docs/api.md's consumer matrix differs from what the consumers said; \
+         rerun with RP_BLESS=1 to write it, and review the diff.\nnow:\n{table}\ndocs:\n{}",
+        &docs[start..end]
+    );
 }
 
 #[tokio::test]
@@ -218,8 +331,8 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &client,
         &ns,
         "fresh",
-        "created, operator down (no status)",
-        ("Current", "Progressing", "Error", 4),
+        "created, operator down (status defaulted, `observedGeneration` 0)",
+        ("InProgress", "Progressing", "InProgress", 4, 1),
     )
     .await;
 
@@ -229,8 +342,8 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &client,
         &ns,
         "fresh",
-        "first release done (Stable)",
-        ("Current", "Healthy", "Current", 0),
+        "first release done (`Stable`)",
+        ("Current", "Healthy", "Current", 0, 0),
     )
     .await;
 
@@ -244,8 +357,8 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &client,
         &ns,
         "roll",
-        "RollingOut",
-        ("InProgress", "Progressing", "InProgress", 4),
+        "`RollingOut`",
+        ("InProgress", "Progressing", "InProgress", 4, 1),
     )
     .await;
 
@@ -255,8 +368,8 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &client,
         &ns,
         "roll",
-        "paused by request (PauseRequested)",
-        ("InProgress", "Suspended", "InProgress", 4),
+        "paused by request (`Paused` `PauseRequested`)",
+        ("InProgress", "Suspended", "InProgress", 4, 1),
     )
     .await;
 
@@ -274,8 +387,8 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &client,
         &ns,
         "step",
-        "waiting at pause: {} (PauseStep)",
-        ("InProgress", "Suspended", "InProgress", 4),
+        "waiting at `pause: {}` (`Paused` `PauseStep`)",
+        ("InProgress", "Suspended", "InProgress", 4, 1),
     )
     .await;
     patch_spec(&client, &ns, "step", json!({"paused": true})).await;
@@ -284,8 +397,8 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &client,
         &ns,
         "step",
-        "spec.paused (SpecPaused)",
-        ("InProgress", "Suspended", "InProgress", 4),
+        "`spec.paused` (`Paused` `SpecPaused`)",
+        ("InProgress", "Suspended", "InProgress", 4, 1),
     )
     .await;
 
@@ -305,8 +418,8 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &client,
         &ns,
         "halt",
-        "halted (Stalled RolloutHalted)",
-        ("Failed", "Degraded", "Failed", 3),
+        "halted (`Stalled` `RolloutHalted`)",
+        ("Failed", "Degraded", "Failed", 3, 1),
     )
     .await;
 
@@ -325,8 +438,24 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &client,
         &ns,
         "refused",
-        "Deployment refused (Stalled DeploymentRefused)",
-        ("Failed", "Degraded", "Failed", 3),
+        "Deployment refused (`Stalled` `DeploymentRefused`)",
+        ("Failed", "Degraded", "Failed", 3, 1),
+    )
+    .await;
+
+    // An invalid spec the CRD's rules cannot see: a gate interval of more
+    // than the ten years the operator accepts.
+    let invalid = json!({"components": [web(template("shop:1"), 2)],
+        "health": {"prometheus": [{"name": "errors", "address": "http://127.0.0.1:9",
+            "query": "up", "threshold": "< 1", "interval": "9999999h"}]}});
+    create(&client, &ns, &plan("invalid", invalid)).await;
+    wait_condition(&client, &ns, "invalid", "Stalled", "InvalidSpec").await;
+    m.check(
+        &client,
+        &ns,
+        "invalid",
+        "invalid spec (`Stalled` `InvalidSpec`)",
+        ("Failed", "Degraded", "Failed", 3, 1),
     )
     .await;
 
@@ -371,8 +500,8 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &client,
         &ns,
         "back",
-        "RollbackInProgress",
-        ("InProgress", "Progressing", "InProgress", 4),
+        "`RollbackInProgress`",
+        ("InProgress", "Progressing", "InProgress", 4, 1),
     )
     .await;
     wait_condition(&client, &ns, "back", "Stalled", "RollbackSlow").await;
@@ -380,8 +509,8 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &client,
         &ns,
         "back",
-        "rollback too slow (Stalled RollbackSlow)",
-        ("Failed", "Degraded", "Failed", 3),
+        "rollback too slow (`Stalled` `RollbackSlow`)",
+        ("Failed", "Degraded", "Failed", 3, 1),
     )
     .await;
     quotas
@@ -393,8 +522,8 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &client,
         &ns,
         "back",
-        "RolledBack",
-        ("Failed", "Degraded", "Failed", 2),
+        "`RolledBack`",
+        ("Failed", "Degraded", "Failed", 2, 1),
     )
     .await;
 
@@ -425,8 +554,8 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &client,
         &ns,
         "fresh",
-        "being deleted",
-        ("Terminating", "Progressing", "InProgress", 4),
+        "being deleted (another finalizer holds it)",
+        ("Terminating", "Progressing", "InProgress", 4, 1),
     )
     .await;
     plans
@@ -446,12 +575,136 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         &client,
         &ns,
         "roll",
-        "new spec, operator down (observedGeneration behind)",
-        ("InProgress", "Progressing", "InProgress", 4),
+        "new spec, operator down (`observedGeneration` behind)",
+        ("InProgress", "Progressing", "InProgress", 4, 1),
     )
     .await;
 
-    m.print();
+    let table = m.table();
+    println!("\n{table}");
+    check_docs_table(&table);
+}
+
+/// Runs Argo CD's action `action` (integrations/argocd/actions) on the live
+/// plan in rp-health, applies the merge patch it yields as Argo CD does, and
+/// waits for the operator to acknowledge the request.
+async fn run_action(client: &Client, ns: &str, name: &str, action: &str) {
+    let obj = live(client, ns, name).await;
+    let script = cluster::repo_root()
+        .join(ACTIONS)
+        .join(action)
+        .join("action.lua");
+    let bin = rp_health();
+    let v = tokio::task::spawn_blocking(move || {
+        run_rp_health(&bin, &["-action".as_ref(), script.as_os_str()], &obj)
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("action {action}: {e}"));
+    let patch = v["patch"].clone();
+    let request = patch["metadata"]["annotations"]["releaseplan.io/request"]
+        .as_str()
+        .unwrap_or_else(|| panic!("action {action} made no request: {patch}"))
+        .to_string();
+    assert!(
+        request.starts_with(&format!("{action}/argocd-")),
+        "action {action} asked {request:?}"
+    );
+    assert_eq!(
+        patch,
+        json!({"metadata": {"annotations": {"releaseplan.io/request": request}}}),
+        "action {action} must change nothing but the request"
+    );
+    let gvk = GroupVersionKind::gvk("releaseplan.io", "v1alpha1", "ReleasePlan");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "releaseplans");
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_until(T, &format!("{name}: {request} acknowledged"), || async {
+        let p = get(client, ns, name).await?;
+        (p.status?.acknowledged_request.as_deref() == Some(request.as_str())).then_some(())
+    })
+    .await;
+}
+
+/// Every Argo CD action, run as Argo CD runs it, moves a live plan the way
+/// the plugin's request does.
+#[tokio::test]
+async fn argocd_actions_drive_a_live_plan() {
+    rp_health();
+    let client = cluster::client().await;
+    crd::install(&client).await;
+    let ns = cluster::test_namespace(&client, "argocd-actions").await;
+    let _op = Operator::start(&ns, &[]).await;
+    let spec = json!({"components": [web(template("shop:1"), 2)],
+        "strategy": {"steps": [{"setWeight": 50}, {"pause": {}}]}});
+    create_stable(&client, &ns, "act", spec).await;
+    set_components(&client, &ns, "act", json!([web(template("shop:2"), 2)])).await;
+    wait_condition(&client, &ns, "act", "Paused", "PauseStep").await;
+
+    run_action(&client, &ns, "act", "pause").await;
+    wait_condition(&client, &ns, "act", "Paused", "PauseRequested").await;
+    run_action(&client, &ns, "act", "resume").await;
+    wait_condition(&client, &ns, "act", "Paused", "PauseStep").await;
+    let p = get(&client, &ns, "act").await.unwrap();
+    assert!(!p.status.unwrap().pause_requested);
+
+    run_action(&client, &ns, "act", "promote").await;
+    let p = wait_phase(&client, &ns, "act", Phase::Stable, T).await;
+    let shop2 = p.status.unwrap().current_revision;
+
+    set_components(&client, &ns, "act", json!([web(template("shop:3"), 2)])).await;
+    wait_condition(&client, &ns, "act", "Paused", "PauseStep").await;
+    run_action(&client, &ns, "act", "abort").await;
+    let p = wait_phase(&client, &ns, "act", Phase::RolledBack, T).await;
+    assert_eq!(p.status.unwrap().stable_revision, shop2);
+
+    run_action(&client, &ns, "act", "retry").await;
+    wait_condition(&client, &ns, "act", "Paused", "PauseStep").await;
+    run_action(&client, &ns, "act", "promote-full").await;
+    let p = wait_phase(&client, &ns, "act", Phase::Stable, T).await;
+    let s = p.status.unwrap();
+    assert_ne!(s.current_revision, shop2, "shop:3 is live");
+    assert_eq!(s.stable_revision, s.current_revision);
+}
+
+/// The README's argocd-cm snippet carries every action file as it is.
+#[test]
+fn readme_carries_the_argocd_actions() {
+    let root = cluster::repo_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let indent = |text: &str, by: &str| -> String {
+        text.lines()
+            .map(|l| {
+                if l.trim().is_empty() {
+                    "\n".to_string()
+                } else {
+                    format!("{by}{l}\n")
+                }
+            })
+            .collect()
+    };
+    let discovery = std::fs::read_to_string(root.join(ACTIONS).join("discovery.lua")).unwrap();
+    assert!(
+        readme.contains(&format!(
+            "  resource.customizations.actions.releaseplan.io_ReleasePlan: |\n    discovery.lua: |\n{}",
+            indent(&discovery, "      ")
+        )),
+        "README.md's argocd-cm snippet differs from {ACTIONS}/discovery.lua"
+    );
+    for action in Action::ALL {
+        let word = action.word();
+        let lua =
+            std::fs::read_to_string(root.join(ACTIONS).join(word).join("action.lua")).unwrap();
+        assert!(
+            readme.contains(&format!(
+                "    - name: {word}\n      action.lua: |\n{}",
+                indent(&lua, "        ")
+            )),
+            "README.md's argocd-cm snippet differs from {ACTIONS}/{word}/action.lua"
+        );
+    }
 }
 
 /// The README carries integrations/argocd/health.lua as it is, indented in
@@ -473,7 +726,7 @@ fn readme_carries_the_argocd_health_check() {
         .collect();
     assert!(
         readme.contains(&format!(
-            "  resource.customizations.health.releaseplan.io_ReleasePlan: |\n{indented}```"
+            "  resource.customizations.health.releaseplan.io_ReleasePlan: |\n{indented}  resource.customizations.actions"
         )),
         "README.md's argocd-cm snippet differs from integrations/argocd/health.lua: copy the file in again"
     );
@@ -495,4 +748,24 @@ fn docs_carry_the_flux_health_check() {
             "docs/api.md does not show {line:?} of integrations/flux/health-check.yaml"
         );
     }
+}
+
+/// docs/api.md names every reason the operator writes (Events, conditions,
+/// failures), so the contract there covers what tools can meet.
+#[test]
+fn docs_name_every_reason() {
+    use releaseplan::plan::reasons::{ConditionReason, EventReason, FailureReason};
+    let docs = std::fs::read_to_string(cluster::repo_root().join("docs/api.md")).unwrap();
+    let reasons = EventReason::ALL
+        .iter()
+        .map(|r| r.as_str())
+        .chain(ConditionReason::ALL.iter().map(|r| r.as_str()))
+        .chain(FailureReason::ALL.iter().map(|r| r.as_str()));
+    let missing: Vec<&str> = reasons
+        .filter(|r| !docs.contains(&format!("`{r}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/api.md does not name these reasons: {missing:?}"
+    );
 }

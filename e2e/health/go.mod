@@ -3,9 +3,11 @@ module releaseplan.local/rp-health
 go 1.26.0
 
 require (
+	github.com/evanphx/json-patch v5.9.11+incompatible
 	github.com/google/cel-go v0.26.0
 	github.com/yuin/gopher-lua v1.1.1
 	k8s.io/apimachinery v0.36.3
+	layeh.com/gopher-json v0.0.0-20190114024228-97fed8db8427
 	sigs.k8s.io/cli-utils v0.37.2
 	sigs.k8s.io/yaml v1.6.0
 )

@@ -8,6 +8,11 @@
 //
 //	{"kstatus":{"status":"Current","message":"..."},"argocd":{...},"flux":{...}}
 //
+// With -discovery it also runs an Argo CD resource action discovery script
+// ("actions": {"promote": {"disabled": false}, ...}); with -action, an Argo CD
+// resource action script, printing the merge patch Argo CD would send
+// ("patch": {...}; null when the action changes nothing).
+//
 // Each answer comes from the consumer's own library, called the way the
 // consumer calls it; nothing here re-implements their rules.
 package main
@@ -22,11 +27,13 @@ import (
 	"strings"
 	"time"
 
+	jsonpatch "github.com/evanphx/json-patch"
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/ext"
 	lua "github.com/yuin/gopher-lua"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	luajson "layeh.com/gopher-json"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/yaml"
 )
@@ -40,11 +47,21 @@ type report struct {
 	Kstatus answer  `json:"kstatus"`
 	Argocd  *answer `json:"argocd,omitempty"`
 	Flux    *answer `json:"flux,omitempty"`
+	// Actions: Argo CD's resource actions offered for the object, by name.
+	Actions map[string]action `json:"actions,omitempty"`
+	// Patch: the JSON merge patch Argo CD sends for the action run (-action).
+	Patch json.RawMessage `json:"patch,omitempty"`
+}
+
+type action struct {
+	Disabled bool `json:"disabled"`
 }
 
 func main() {
 	luaFile := flag.String("lua", "", "Argo CD resource health Lua script")
 	celFile := flag.String("cel", "", "Flux healthCheckExprs entry (YAML: current, inProgress, failed)")
+	discoveryFile := flag.String("discovery", "", "Argo CD resource action discovery Lua script")
+	actionFile := flag.String("action", "", "Argo CD resource action Lua script to run")
 	flag.Parse()
 	in, err := io.ReadAll(os.Stdin)
 	if err != nil {
@@ -74,8 +91,22 @@ func main() {
 		a := flux(u, *celFile)
 		r.Flux = &a
 	}
+	if *discoveryFile != "" {
+		r.Actions = discover(u, read(*discoveryFile))
+	}
+	if *actionFile != "" {
+		r.Patch = runAction(in, u, read(*actionFile))
+	}
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
+}
+
+func read(file string) string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		fail("%v", err)
+	}
+	return string(b)
 }
 
 func fail(format string, args ...any) {
@@ -93,8 +124,32 @@ func argocd(u *unstructured.Unstructured, script string) answer {
 	if u.GetDeletionTimestamp() != nil {
 		return answer{"Progressing", "Pending deletion"}
 	}
-	l := lua.NewState(lua.Options{SkipOpenLibs: true})
+	l, err := runLua(u, script)
 	defer l.Close()
+	if err != nil {
+		return answer{"Unknown", "lua error: " + err.Error()}
+	}
+	ret := l.Get(-1)
+	tbl, ok := ret.(*lua.LTable)
+	if !ok {
+		return answer{"Unknown", fmt.Sprintf("expect table output from health Lua script, not %s", ret.Type())}
+	}
+	a := answer{lua.LVAsString(tbl.RawGetString("status")), lua.LVAsString(tbl.RawGetString("message"))}
+	switch a.Status {
+	case "Healthy", "Progressing", "Degraded", "Suspended", "Missing", "Unknown":
+		return a
+	}
+	// Argo CD's answer to a status it does not know.
+	return answer{"Unknown", "Lua returned an invalid health status"}
+}
+
+// runLua is Argo CD's util/lua runLua for health, discovery and action
+// scripts alike: a fresh state with only the package, base and table
+// libraries, a one second budget, the object as the global `obj`. (Argo CD
+// also offers a reduced `os`; our scripts do not use it, so it is left out and
+// a script that needs it fails here.)
+func runLua(u *unstructured.Unstructured, script string) (*lua.LState, error) {
+	l := lua.NewState(lua.Options{SkipOpenLibs: true})
 	for _, lib := range []struct {
 		name string
 		open lua.LGFunction
@@ -111,21 +166,119 @@ func argocd(u *unstructured.Unstructured, script string) answer {
 	defer cancel()
 	l.SetContext(ctx)
 	l.SetGlobal("obj", decodeValue(l, u.Object))
-	if err := l.DoString(script); err != nil {
-		return answer{"Unknown", "lua error: " + err.Error()}
+	return l, l.DoString(script)
+}
+
+// discover runs a discovery script as Argo CD's ExecuteResourceActionDiscovery
+// does: the returned table, encoded by gopher-json, maps action names to
+// tables whose `disabled` (default false) greys the action out.
+func discover(u *unstructured.Unstructured, script string) map[string]action {
+	l, err := runLua(u, script)
+	defer l.Close()
+	if err != nil {
+		fail("discovery lua: %v", err)
 	}
-	ret := l.Get(-1)
-	tbl, ok := ret.(*lua.LTable)
-	if !ok {
-		return answer{"Unknown", fmt.Sprintf("expect table output from health Lua script, not %s", ret.Type())}
+	raw, err := luajson.Encode(l.Get(-1))
+	if err != nil {
+		fail("discovery lua returned no table: %v", err)
 	}
-	a := answer{lua.LVAsString(tbl.RawGetString("status")), lua.LVAsString(tbl.RawGetString("message"))}
-	switch a.Status {
-	case "Healthy", "Progressing", "Degraded", "Suspended", "Missing", "Unknown":
-		return a
+	out := map[string]action{}
+	if string(raw) == "[]" {
+		return out
 	}
-	// Argo CD's answer to a status it does not know.
-	return answer{"Unknown", "Lua returned an invalid health status"}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		fail("discovery lua returned %s: %v", raw, err)
+	}
+	for name, v := range m {
+		a := action{}
+		if t, ok := v.(map[string]any); ok {
+			a.Disabled, _ = t["disabled"].(bool)
+		}
+		out[name] = a
+	}
+	return out
+}
+
+// runAction runs an action script as Argo CD's ExecuteResourceAction and
+// RunResourceAction do for an old-style action (the script returns the
+// changed object): encode the returned table with gopher-json, turn empty
+// arrays that were objects back into objects (cleanReturnedObj), and send
+// the JSON merge patch from the live object to it. A patch that touches
+// status would go to the status subresource; it is an error here, since our
+// actions only ask.
+func runAction(live []byte, u *unstructured.Unstructured, script string) json.RawMessage {
+	l, err := runLua(u, script)
+	defer l.Close()
+	if err != nil {
+		fail("action lua: %v", err)
+	}
+	raw, err := luajson.Encode(l.Get(-1))
+	if err != nil || len(raw) < 2 || raw[0] != '{' {
+		fail("action lua must return the object, got %s (%v)", raw, err)
+	}
+	var changed map[string]any
+	if err := json.Unmarshal(raw, &changed); err != nil {
+		fail("action lua returned %s: %v", raw, err)
+	}
+	var liveObj map[string]any
+	if err := json.Unmarshal(live, &liveObj); err != nil {
+		fail("decoding the object: %v", err)
+	}
+	changed = cleanReturned(changed, liveObj)
+	// Both sides marshalled the same way, as Argo CD marshals both.
+	liveBytes, _ := json.Marshal(liveObj)
+	newBytes, _ := json.Marshal(changed)
+	patch, err := jsonpatch.CreateMergePatch(liveBytes, newBytes)
+	if err != nil {
+		fail("merge patch: %v", err)
+	}
+	if string(patch) == "{}" {
+		return json.RawMessage("null")
+	}
+	var p map[string]any
+	_ = json.Unmarshal(patch, &p)
+	if _, ok := p["status"]; ok {
+		fail("the action changes status: %s", patch)
+	}
+	return patch
+}
+
+// cleanReturned: Lua cannot tell an empty table from an empty array, and
+// gopher-json encodes it as []; Argo CD puts back the objects that were
+// objects in the live object (cleanReturnedObj).
+func cleanReturned(changed, live map[string]any) map[string]any {
+	for k, old := range live {
+		nv, ok := changed[k]
+		if !ok {
+			continue
+		}
+		switch n := nv.(type) {
+		case map[string]any:
+			if o, ok := old.(map[string]any); ok {
+				changed[k] = cleanReturned(n, o)
+			}
+		case []any:
+			switch o := old.(type) {
+			case map[string]any:
+				if len(n) == 0 {
+					changed[k] = o
+				}
+			case []any:
+				for i := range n {
+					if i >= len(o) {
+						break
+					}
+					if nm, ok := n[i].(map[string]any); ok {
+						if om, ok := o[i].(map[string]any); ok {
+							n[i] = cleanReturned(nm, om)
+						}
+					}
+				}
+			}
+		}
+	}
+	return changed
 }
 
 // decodeValue is Argo CD's conversion of an unstructured object to Lua values.

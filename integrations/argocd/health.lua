@@ -28,8 +28,10 @@ local function said(c)
   return ""
 end
 
--- Not reconciled yet: the operator is down, not installed, or behind.
-if obj.status == nil or obj.status.observedGeneration == nil then
+-- Not reconciled yet: the operator is down, not installed, or behind. (The
+-- CRD defaults status to {observedGeneration: 0} until the operator writes it.)
+if obj.status == nil or obj.status.observedGeneration == nil or
+    obj.status.observedGeneration == 0 then
   hs.status = "Progressing"
   hs.message = "The releaseplan operator has not reconciled this plan yet"
   return hs

@@ -14,7 +14,7 @@ mod crd_tests;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, JSONSchemaProps,
+    CustomResourceDefinition, JSON, JSONSchemaProps,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
@@ -41,12 +41,17 @@ pub const DEFAULT_MAX_RESTARTS: i32 = 3;
 pub const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 3;
 
 /// Duration pattern (Go style, e.g. `30s`, `5m`, `1h30m`) checked by CEL.
-const DURATION_RULE: &str = "self.matches('^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$')";
+const DURATION_RULE: &str = "self.matches('^([0-9]{1,7}(\\\\.[0-9]+)?(ms|s|m|h))+$')";
 
 /// The ReleasePlan CRD as installed (`make crds` prints it): [`ReleasePlan::crd`]
 /// with `metadata.name` declared in the root schema. The API server accepts a
 /// rule's `fieldPath` only when it names a property of the schema, and the
 /// plan-name rule reports `metadata.name`; `ReleasePlan::crd()` alone is refused.
+///
+/// `status` defaults to `{observedGeneration: 0}` (the API server applies it
+/// when it reads a plan that has no status yet): a plan the operator has not
+/// seen then reads as "generation not observed", which kstatus, Flux and
+/// `kubectl wait` treat as in progress, not as Current.
 pub fn crd() -> CustomResourceDefinition {
     let mut crd = ReleasePlan::crd();
     let name = JSONSchemaProps {
@@ -64,9 +69,11 @@ pub fn crd() -> CustomResourceDefinition {
             .as_mut()
             .and_then(|s| s.open_api_v3_schema.as_mut())
         {
-            root.properties
-                .get_or_insert_with(Default::default)
-                .insert("metadata".into(), metadata.clone());
+            let properties = root.properties.get_or_insert_with(Default::default);
+            properties.insert("metadata".into(), metadata.clone());
+            if let Some(status) = properties.get_mut("status") {
+                status.default = Some(JSON(serde_json::json!({ "observedGeneration": 0 })));
+            }
         }
     }
     crd

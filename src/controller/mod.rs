@@ -29,7 +29,7 @@ use crate::plan::{
 use chrono::Utc;
 use controller_revision::Write;
 use events::Events;
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use gates::{GateRunner, GateWork};
 use index::PlanCache;
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
@@ -78,6 +78,11 @@ pub enum Error {
         /// The API server's answer.
         source: kube::Error,
     },
+    /// The reconcile panicked (a bug, ours or a dependency's). Caught so
+    /// that one plan cannot take the process and every other plan down; it
+    /// is retried with backoff and reported like any failure.
+    #[error("internal error (a bug; please report it): {0}")]
+    Panic(String),
 }
 
 impl Error {
@@ -91,6 +96,7 @@ impl Error {
             Error::Json(_) => "serialization",
             Error::Refused(_) => "refused",
             Error::Template { .. } => "template",
+            Error::Panic(_) => "panic",
         }
     }
 }
@@ -238,7 +244,10 @@ pub async fn reconcile(plan: Arc<ReleasePlan>, ctx: Arc<Context>) -> Result<Acti
     let _in_flight = ctx.liveness.reconcile_started();
     let plan = ctx.freshest(&key, plan);
     let span = tracing::info_span!("reconcile", plan = %key, generation = plan.metadata.generation.unwrap_or(0));
-    let res = reconcile_inner(&plan, &ctx).instrument(span).await;
+    let res = std::panic::AssertUnwindSafe(reconcile_inner(&plan, &ctx).instrument(span))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|panic| Err(Error::Panic(panic_message(panic.as_ref()))));
     ctx.metrics
         .duration
         .observe(started.elapsed().as_secs_f64());
@@ -246,6 +255,15 @@ pub async fn reconcile(plan: Arc<ReleasePlan>, ctx: Arc<Context>) -> Result<Acti
         ctx.reset_backoff(&key);
     }
     res
+}
+
+/// The text of a caught panic.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(ToString::to_string)
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic without a message".to_string())
 }
 
 /// Requeues after an error: soon for a conflict (the fresh object is already
@@ -1116,6 +1134,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_panic_message_is_kept() {
+        let caught = std::panic::catch_unwind(|| std::panic::panic_any("boom")).unwrap_err();
+        assert_eq!(panic_message(caught.as_ref()), "boom");
+        let caught =
+            std::panic::catch_unwind(|| std::panic::panic_any(format!("n={}", 3))).unwrap_err();
+        assert_eq!(panic_message(caught.as_ref()), "n=3");
+    }
+
     fn backoff_grows_and_caps() {
         assert_eq!(backoff_delay(1), Duration::from_secs(1));
         assert_eq!(backoff_delay(2), Duration::from_secs(2));

@@ -45,29 +45,68 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/*
+The operator image: <repository>@<digest> when image.digest is set, else
+<repository>:<tag or appVersion>. There is no published image, so the
+repository must be set (the image is built from the repository's Dockerfile).
+*/}}
+{{- define "releaseplan.image" -}}
+{{- $repo := required "image.repository is required: there is no published releaseplan image. Build it from the repository's Dockerfile, push it to your registry and set image.repository (e.g. --set image.repository=registry.example.com/releaseplan), with image.tag or image.digest" .Values.image.repository -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repo .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+Combinations of values that would install something broken: fails the
+install (and `helm template`) with what to change.
+*/}}
+{{- define "releaseplan.validate" -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) -}}
+{{- fail (printf "replicaCount=%d needs leaderElection.enabled=true: without leader election every replica reconciles and writes the same plans and Deployments. Set leaderElection.enabled=true, or replicaCount=1" (int .Values.replicaCount)) -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+Whether the PodDisruptionBudget is rendered: only with more than one
+replica, since with one replica minAvailable 1 would block every node drain.
+*/}}
+{{- define "releaseplan.pdb" -}}
+{{- if and .Values.podDisruptionBudget.enabled (gt (int .Values.replicaCount) 1) -}}
+true
+{{- end -}}
+{{- end }}
+
 {{/* The rules the operator needs on the namespaces it watches. */}}
 {{- define "releaseplan.rules" -}}
+# Only what the operator calls (see README.md, RBAC).
+# get: a plan is read again after a conflicting status write; patch: the
+# finalizer is added and removed with a merge patch.
 - apiGroups: ["releaseplan.io"]
   resources: ["releaseplans"]
-  # patch: the finalizer is added and removed with a merge patch.
   verbs: ["get", "list", "watch", "patch"]
+# The status is written whole (PUT) under the plan's resourceVersion.
 - apiGroups: ["releaseplan.io"]
   resources: ["releaseplans/status"]
-  verbs: ["get", "update", "patch"]
-- apiGroups: ["releaseplan.io"]
-  resources: ["releaseplans/finalizers"]
   verbs: ["update"]
+# Cached (list, watch), written with server-side apply (patch, and create
+# for a new one; a merge patch scales them while the plan is deleted),
+# deleted when pruned.
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # The stored template of each revision: cached (list, watch), written with
 # server-side apply (patch, and create for a new one), pruned (delete).
 - apiGroups: ["apps"]
   resources: ["controllerrevisions"]
   verbs: ["list", "watch", "create", "patch", "delete"]
+# Cached (list, watch) for the pod health checks.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list", "watch"]
+# Events are created, and patched when one repeats (a series).
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
