@@ -1142,6 +1142,7 @@ mod tests {
         assert_eq!(panic_message(caught.as_ref()), "n=3");
     }
 
+    #[test]
     fn backoff_grows_and_caps() {
         assert_eq!(backoff_delay(1), Duration::from_secs(1));
         assert_eq!(backoff_delay(2), Duration::from_secs(2));
