@@ -339,7 +339,10 @@ fn audit(path: &str, from: usize) -> (Writes, usize) {
             resource = format!("{resource}/{}", s("/objectRef/subresource"));
         }
         w.total += 1;
-        if e.pointer("/responseStatus/code").and_then(Value::as_i64) == Some(409) {
+        // 409 Conflict: a write under a stale resourceVersion (not AlreadyExists).
+        if e.pointer("/responseStatus/code").and_then(Value::as_i64) == Some(409)
+            && s("/responseStatus/reason") == "Conflict"
+        {
             w.conflicts += 1;
         }
         if resource == "events" {
@@ -376,16 +379,19 @@ impl Controller {
                 let out = std::fs::File::create(&log).unwrap();
                 let healthz = free_port();
                 let child = Command::new(env_path("RP_ARGO_BIN"))
+                    // --namespaced: watch the namespace of --namespace only.
                     .args([
+                        "--namespaced",
                         "--namespace",
                         ns,
                         "--kubeconfig",
                         &kubeconfig,
-                        "--leader-elect=false",
                     ])
-                    .args(["--metricsport", &free_port().to_string()])
+                    .args(["--leader-elect=false", "--loglevel", "warn"])
+                    .args(["--metricsPort", &free_port().to_string()])
                     .args(["--healthzPort", &healthz.to_string()])
-                    .args(["--loglevel", "warn"])
+                    // Its own namespace (configuration, notifications): the bench's.
+                    .env("POD_NAMESPACE", ns)
                     .stdin(Stdio::null())
                     .stdout(out.try_clone().unwrap())
                     .stderr(out)
@@ -600,7 +606,7 @@ fn counters_cell(c: &BTreeMap<String, f64>) -> String {
 fn print_table(f: &Figures) {
     let per = |w: &Writes, n: usize| w.total as f64 / n.max(1) as f64;
     println!();
-    println!("| {} , N = {} | value |", f.controller, f.n);
+    println!("| {}, N = {} | value |", f.controller, f.n);
     println!("| --- | --- |");
     println!(
         "| cold start, s to first / p50 / p90 / all converged | {} (creating the {} objects took {:.1}) |",
