@@ -150,9 +150,12 @@ fn env_path(key: &str) -> String {
 
 // ------------------------------------------------------------ convergence
 
+/// When an object was first seen converged, at each generation it did.
+type Convergences = Vec<(i64, Instant)>;
+
 /// For each object, the first time it was seen converged at each generation.
 #[derive(Clone, Default)]
-struct Seen(Arc<Mutex<HashMap<String, Vec<(i64, Instant)>>>>);
+struct Seen(Arc<Mutex<HashMap<String, Convergences>>>);
 
 impl Seen {
     /// Watches `kind` in `ns` and records convergences until aborted.
