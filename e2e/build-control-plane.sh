@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
 # kwok, helm and rp-health (the consumers' health checks, e2e/health) from Go
-# modules into $RP_CACHE, keyed by version. A part whose binaries are already
-# there is skipped, so a second run takes a second.
+# modules into $RP_CACHE, keyed by version; on request (not in "all"), Argo
+# Rollouts for `make bench-compare`. A part whose binaries are already there is
+# skipped, so a second run takes a second.
 set -euo pipefail
 # shellcheck source=e2e/lib.sh
 . "$(dirname "$0")/lib.sh"
