@@ -167,11 +167,11 @@ import _ "github.com/argoproj/argo-rollouts/cmd/rollouts-controller"
 GO
   (cd "$work"
    go mod tidy -e >/dev/null 2>&1 || true
-   go build -trimpath -ldflags "-s -w -X $mod/utils/version.version=v$ARGO_ROLLOUTS_VERSION" \
+   go build -trimpath -ldflags "-s -w -X $mod/utils/version.version=$ARGO_ROLLOUTS_VERSION" \
      -o "$ARGO_BIN/rollouts-controller" "$mod/cmd/rollouts-controller")
   cp "$moddir"/manifests/crds/*-crd.yaml "$dir/crds/"
   chmod -R u+w "$dir/crds"
-  log "argo-rollouts built: $("$ARGO_BIN/rollouts-controller" version 2>/dev/null | head -1)"
+  log "argo-rollouts built: $("$ARGO_BIN/rollouts-controller" --version 2>/dev/null | head -1)"
 }
 
 start=$(date +%s)
