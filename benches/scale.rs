@@ -647,8 +647,10 @@ fn print_table(f: &Figures) {
         );
     }
     println!(
-        "| idle {} s: writes / CPU s | {} / {:.2} |",
-        f.idle_seconds, f.idle_writes.total, f.idle_cpu
+        "| idle {} s after the cold start: writes / CPU s | {} / {:.2} |",
+        f.idle_seconds,
+        writes_cell(&f.idle_writes),
+        f.idle_cpu
     );
     println!(
         "| rollout of {} (10%), s to first / p50 / p90 / all converged | {} |",
