@@ -594,6 +594,9 @@ async fn run(client: &Client, kind: Kind, n: usize) -> Figures {
 }
 
 fn writes_cell(w: &Writes) -> String {
+    if w.by_kind.is_empty() {
+        return w.total.to_string();
+    }
     let kinds: Vec<String> = w.by_kind.iter().map(|(k, v)| format!("{k}: {v}")).collect();
     format!("{} ({})", w.total, kinds.join(", "))
 }
