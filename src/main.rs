@@ -72,6 +72,10 @@ enum MainError {
     Server(#[from] std::io::Error),
 }
 
+/// How long a signal waits for in-flight reconciles, Events and the lease
+/// release before the process exits anyway.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// Resolves on SIGTERM or Ctrl-C.
 async fn signal() {
     #[cfg(unix)]
@@ -128,8 +132,20 @@ async fn run(args: Args) -> Result<(), MainError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         signal().await;
-        tracing::info!("signal received: finishing in-flight reconciles");
+        tracing::info!(
+            "signal received: finishing in-flight reconciles (at most {SHUTDOWN_GRACE:?})"
+        );
         let _ = stop_tx.send(true);
+        // In-flight work can hang on an API server that does not answer
+        // (etcd down): the process must still end, before the kubelet's
+        // default 30s grace period turns into a SIGKILL.
+        tokio::select! {
+            () = tokio::time::sleep(SHUTDOWN_GRACE) => {
+                tracing::warn!("in-flight work did not finish within {SHUTDOWN_GRACE:?}: exiting");
+            }
+            () = signal() => tracing::warn!("second signal: exiting now"),
+        }
+        std::process::exit(1);
     });
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
