@@ -387,25 +387,22 @@ impl GateHttp {
 /// A URL safe to repeat in status, Events and logs: without userinfo, query
 /// and fragment (where tokens live), and at most 200 characters.
 pub fn redact(url: &str) -> String {
-    let out = match Url::parse(url.trim()) {
-        Ok(mut u) => {
-            // Both fail only for URLs without a host, which have no userinfo.
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.set_query(None);
-            u.set_fragment(None);
-            u.to_string()
-        }
-        Err(_) => {
-            // Not a URL: keep what is before `?` and `#`, drop anything up to an `@`.
-            let head = url.split(['?', '#']).next().unwrap_or_default();
-            let (scheme, rest) = head.split_once("://").unwrap_or(("", head));
-            let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-            if scheme.is_empty() {
-                rest.to_string()
-            } else {
-                format!("{scheme}://{rest}")
-            }
+    let out = if let Ok(mut u) = Url::parse(url.trim()) {
+        // Both fail only for URLs without a host, which have no userinfo.
+        let _ = u.set_username("");
+        let _ = u.set_password(None);
+        u.set_query(None);
+        u.set_fragment(None);
+        u.to_string()
+    } else {
+        // Not a URL: keep what is before `?` and `#`, drop anything up to an `@`.
+        let head = url.split(['?', '#']).next().unwrap_or_default();
+        let (scheme, rest) = head.split_once("://").unwrap_or(("", head));
+        let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+        if scheme.is_empty() {
+            rest.to_string()
+        } else {
+            format!("{scheme}://{rest}")
         }
     };
     sanitize(out.as_bytes(), MAX_URL_CHARS)
@@ -478,7 +475,7 @@ pub fn describe(what: &str, url: &str, timeout: Duration, e: &CallError) -> Stri
     }
     let kind = if let Some(u) = find::<Unresolved>(e) {
         u.to_string()
-    } else if let Some(tls) = find::<rustls::Error>(e) {
+    } else if let Some(tls) = tls_error(e) {
         match tls {
             rustls::Error::InvalidCertificate(_) => {
                 "TLS error: the server's certificate is not trusted".to_string()
@@ -492,7 +489,6 @@ pub fn describe(what: &str, url: &str, timeout: Duration, e: &CallError) -> Stri
                 "connection reset".to_string()
             }
             std::io::ErrorKind::TimedOut => "connection timed out".to_string(),
-            std::io::ErrorKind::InvalidData if is_tls(e) => "TLS error".to_string(),
             _ => "connection failed".to_string(),
         }
     } else if e.is_connect() {
@@ -517,11 +513,14 @@ fn find<T: std::error::Error + 'static>(e: &reqwest::Error) -> Option<&T> {
     None
 }
 
-/// rustls reports some failures as an `io::Error` wrapping its own error.
-fn is_tls(e: &reqwest::Error) -> bool {
-    find::<std::io::Error>(e)
-        .and_then(|io| io.get_ref())
-        .is_some_and(|inner| inner.is::<rustls::Error>())
+/// The rustls error in `e`'s chain: itself, or wrapped in an `io::Error`
+/// (whose `source` skips the wrapped error).
+fn tls_error(e: &reqwest::Error) -> Option<&rustls::Error> {
+    find::<rustls::Error>(e).or_else(|| {
+        find::<std::io::Error>(e)
+            .and_then(std::io::Error::get_ref)
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    })
 }
 
 #[cfg(test)]
