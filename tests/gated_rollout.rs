@@ -345,11 +345,16 @@ async fn a_failing_webhook_body_stays_out_of_status_and_events() {
         }),
     ))
     .await;
-    let _op = Operator::start(&ns, &[]).await;
+    let op = Operator::start(&ns, &[]).await;
     let url = format!("http://hook:query-pass@{addr}/check?token=QUERYSECRET");
     let phase = hooked_rollout(&client, &ns, &url).await;
     assert_eq!(phase, Phase::RolledBack);
-    let seen = status_and_events(&client, &ns).await;
+    // Status, Events and the operator's log (at debug level).
+    let seen = format!(
+        "{}\n{}",
+        status_and_events(&client, &ns).await,
+        op.log_text()
+    );
     assert!(
         seen.contains("webhook answered HTTP 500"),
         "the status code is named: {seen}"
