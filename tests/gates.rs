@@ -610,6 +610,10 @@ async fn a_denied_address_is_never_called() {
                 )),
                 "{reason}"
             );
+            assert!(
+                !reason.contains("attempts"),
+                "a refusal is not retried: {reason}"
+            );
             assert!(!reason.contains("sekrit"), "{reason}");
         }
         other => panic!("a denied address should be an error: {other:?}"),
@@ -738,4 +742,20 @@ async fn failing_answers_keep_their_bodies_out() {
             reason: "prometheus answered HTTP 403".into()
         }
     );
+}
+
+#[tokio::test]
+async fn transport_errors_are_named_by_kind_only() {
+    // https to a plain-HTTP server: the handshake fails.
+    let (addr, _hooks) = hook_server().await;
+    let g = hook(format!("https://{addr}/ok?token=sekrit"), 0, 5);
+    match call(&gate_http(), &g, &body()).await {
+        GateResult::Error { reason } => {
+            assert_eq!(
+                reason,
+                format!("cannot reach webhook at https://{addr}/ok: TLS error")
+            );
+        }
+        other => panic!("a TLS failure should be an error: {other:?}"),
+    }
 }

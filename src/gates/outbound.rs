@@ -338,6 +338,16 @@ pub enum CallError {
     Transport(#[from] reqwest::Error),
 }
 
+impl CallError {
+    /// The policy refused the address: asking again gets the same answer.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            CallError::Refused(_) => true,
+            CallError::Transport(e) => find::<Refusal>(e).is_some(),
+        }
+    }
+}
+
 /// The HTTP client of gates with its outbound policy (see the module docs).
 #[derive(Debug, Clone)]
 pub struct GateHttp {
@@ -475,15 +485,15 @@ pub fn describe(what: &str, url: &str, timeout: Duration, e: &CallError) -> Stri
     }
     let kind = if let Some(u) = find::<Unresolved>(e) {
         u.to_string()
-    } else if let Some(tls) = tls_error(e) {
+    } else if let Some(tls) = find::<rustls::Error>(e) {
         match tls {
             rustls::Error::InvalidCertificate(_) => {
                 "TLS error: the server's certificate is not trusted".to_string()
             }
             _ => "TLS error".to_string(),
         }
-    } else if let Some(io) = find::<std::io::Error>(e) {
-        match io.kind() {
+    } else if let Some(kind) = io_kind(e) {
+        match kind {
             std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
             std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted => {
                 "connection reset".to_string()
@@ -501,26 +511,32 @@ pub fn describe(what: &str, url: &str, timeout: Duration, e: &CallError) -> Stri
     format!("cannot reach {what} at {target}: {kind}")
 }
 
-/// The first error of type `T` in `e`'s source chain.
-fn find<T: std::error::Error + 'static>(e: &reqwest::Error) -> Option<&T> {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = source {
-        if let Some(t) = s.downcast_ref::<T>() {
-            return Some(t);
+/// The causes of `e`, itself first. Steps into the error an `io::Error`
+/// wraps (its `source` skips it): TLS errors travel as
+/// `io::Error(Other, io::Error(InvalidData, rustls::Error))`.
+fn chain(e: &reqwest::Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e as &(dyn std::error::Error + 'static)), |s| {
+        match s
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => s.source(),
         }
-        source = s.source();
-    }
-    None
+    })
 }
 
-/// The rustls error in `e`'s chain: itself, or wrapped in an `io::Error`
-/// (whose `source` skips the wrapped error).
-fn tls_error(e: &reqwest::Error) -> Option<&rustls::Error> {
-    find::<rustls::Error>(e).or_else(|| {
-        find::<std::io::Error>(e)
-            .and_then(std::io::Error::get_ref)
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-    })
+/// The first error of type `T` among the causes of `e`.
+fn find<T: std::error::Error + 'static>(e: &reqwest::Error) -> Option<&T> {
+    chain(e).find_map(|s| s.downcast_ref::<T>())
+}
+
+/// The first telling kind of an `io::Error` among the causes of `e`.
+fn io_kind(e: &reqwest::Error) -> Option<std::io::ErrorKind> {
+    chain(e)
+        .filter_map(|s| s.downcast_ref::<std::io::Error>())
+        .map(std::io::Error::kind)
+        .find(|k| *k != std::io::ErrorKind::Other)
 }
 
 #[cfg(test)]

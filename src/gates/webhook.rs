@@ -88,7 +88,7 @@ pub struct WebhookBody {
 /// gives `Fail` with its status code (and the start of its body only when
 /// the operator allows it, see [`GateHttp::body_excerpt`]); a 3xx is not
 /// followed; a transport problem or an address the operator refuses gives
-/// `Error`.
+/// `Error` (a refusal is not retried: it would be refused again).
 ///
 /// Worst case the call takes `(retries + 1) * timeout` plus the pauses.
 pub async fn call(http: &GateHttp, gate: &WebhookSpec, body: &WebhookBody) -> GateResult {
@@ -96,8 +96,8 @@ pub async fn call(http: &GateHttp, gate: &WebhookSpec, body: &WebhookBody) -> Ga
     let mut backoff = FIRST_BACKOFF;
     let mut attempt = 0;
     loop {
-        let result = call_once(http, gate, body, timeout).await;
-        if result.is_pass() || attempt >= retries {
+        let (result, retry) = call_once(http, gate, body, timeout).await;
+        if result.is_pass() || !retry || attempt >= retries {
             return match result {
                 GateResult::Fail { value, reason } if attempt > 0 => GateResult::Fail {
                     value,
@@ -116,12 +116,14 @@ pub async fn call(http: &GateHttp, gate: &WebhookSpec, body: &WebhookBody) -> Ga
     }
 }
 
+/// One call, and whether another attempt could answer differently (not
+/// after a refusal of the operator's policy).
 async fn call_once(
     http: &GateHttp,
     gate: &WebhookSpec,
     body: &WebhookBody,
     timeout: Duration,
-) -> GateResult {
+) -> (GateResult, bool) {
     let sent = match http
         .client()
         .post(&gate.url)
@@ -135,16 +137,14 @@ async fn call_once(
     let response = match sent {
         Ok(r) => r,
         Err(e) => {
-            return GateResult::Error {
-                reason: describe("webhook", &gate.url, timeout, &e),
-            };
+            let reason = describe("webhook", &gate.url, timeout, &e);
+            return (GateResult::Error { reason }, !e.is_refusal());
         }
     };
     let status = response.status();
     if status.is_success() {
-        return GateResult::Pass {
-            value: f64::from(status.as_u16()),
-        };
+        let value = f64::from(status.as_u16());
+        return (GateResult::Pass { value }, false);
     }
     let reason = if status.is_redirection() {
         redirect_reason("webhook", &response)
@@ -160,10 +160,8 @@ async fn call_once(
             format!("webhook answered HTTP {}: {text}", status.as_u16())
         }
     };
-    GateResult::Fail {
-        value: Some(f64::from(status.as_u16())),
-        reason,
-    }
+    let value = Some(f64::from(status.as_u16()));
+    (GateResult::Fail { value, reason }, true)
 }
 
 #[cfg(test)]
