@@ -1376,3 +1376,27 @@ fn gate_outbound_values_become_flags() {
         assert!(err.contains("schema"), "{set}: {err}");
     }
 }
+
+#[test]
+fn network_policy_egress_can_be_limited_to_cidrs() {
+    // Default: all egress.
+    let objs = render("rp", "rp-system", &[]);
+    assert_eq!(
+        one(&objs, "NetworkPolicy")["spec"]["egress"],
+        serde_json::json!([{}])
+    );
+    let objs = render(
+        "rp",
+        "rp-system",
+        &["networkPolicy.egressCidrs={10.0.0.1/32,10.96.5.0/24}"],
+    );
+    assert_eq!(
+        one(&objs, "NetworkPolicy")["spec"]["egress"],
+        serde_json::json!([
+            {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
+            {"to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}, {"ipBlock": {"cidr": "10.96.5.0/24"}}]}
+        ])
+    );
+    let err = render_error(&["networkPolicy.egressCidrs={10.0.0.1}"]);
+    assert!(err.contains("schema"), "{err}");
+}
