@@ -1,7 +1,9 @@
 //! The releaseplan operator process.
 
 use clap::Parser;
+use ipnet::IpNet;
 use releaseplan::controller::{self, Settings};
+use releaseplan::gates::outbound::{self, GateHttp, HostRule, OutboundPolicy};
 use releaseplan::ops::leader::{self, LeaderConfig};
 use releaseplan::ops::liveness::Liveness;
 use releaseplan::ops::metrics::Metrics;
@@ -58,6 +60,18 @@ struct Args {
     /// /healthz fails when a reconcile runs, or a watch keeps failing, this long.
     #[arg(long, env = "RELEASEPLAN_STUCK_AFTER_SECONDS", default_value_t = 120)]
     stuck_after_seconds: u64,
+    /// Networks gates may not call (comma-separated CIDRs or addresses), on
+    /// top of link-local and cloud-metadata addresses, which are always refused.
+    #[arg(long, env = "RELEASEPLAN_GATE_DENY_CIDRS", value_delimiter = ',', value_parser = outbound::parse_cidr)]
+    gate_deny_cidrs: Vec<IpNet>,
+    /// When set, the only hosts gates may call (comma-separated host names,
+    /// `*.domain`, CIDRs); default: any address but the refused ones.
+    #[arg(long, env = "RELEASEPLAN_GATE_ALLOW_HOSTS", value_delimiter = ',')]
+    gate_allow_hosts: Vec<HostRule>,
+    /// Characters of a failing gate answer's body repeated in status and
+    /// Events (sanitized, at most 1024); 0 keeps bodies out.
+    #[arg(long, env = "RELEASEPLAN_GATE_ERROR_BODY_CHARS", default_value_t = 0)]
+    gate_error_body_chars: u16,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +84,8 @@ enum MainError {
     Leader(#[from] leader::LeaderError),
     #[error("health server: {0}")]
     Server(#[from] std::io::Error),
+    #[error(transparent)]
+    GateHttp(#[from] outbound::BuildError),
 }
 
 /// How long a signal waits for in-flight reconciles, Events and the lease
@@ -167,6 +183,11 @@ async fn run(args: Args) -> Result<(), MainError> {
         namespace: args.namespace.clone(),
         concurrency: args.concurrency,
         instance: Some(id.clone()),
+        gate_http: GateHttp::new(OutboundPolicy {
+            deny: args.gate_deny_cidrs.clone(),
+            allow: args.gate_allow_hosts.clone(),
+            error_body_chars: args.gate_error_body_chars,
+        })?,
     };
     if args.leader_election {
         let cfg = LeaderConfig {

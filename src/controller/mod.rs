@@ -123,6 +123,8 @@ pub struct Settings {
     pub concurrency: u16,
     /// Identity for events.
     pub instance: Option<String>,
+    /// The HTTP client of gates, with the operator's outbound policy.
+    pub gate_http: crate::gates::outbound::GateHttp,
 }
 
 /// Shared state of all reconciles.
@@ -1007,7 +1009,7 @@ pub async fn run(
     };
     let (wake_tx, wake_rx) = futures::channel::mpsc::unbounded();
     let gates = GateRunner::new(
-        gate_http_client(),
+        settings.gate_http.clone(),
         Arc::clone(&metrics),
         wake_tx,
         plan_store.clone(),
@@ -1119,14 +1121,6 @@ fn watched<T>(
         }
         liveness.watch_result(name, r.is_ok());
     }
-}
-
-/// The HTTP client of gates: no redirects followed (a gate answers itself).
-fn gate_http_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
