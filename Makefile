@@ -64,6 +64,36 @@ bench:
 	cargo build --release --bin releaseplan
 	e2e/with-cluster.sh bench -- env RP_OPERATOR_BIN=$(CARGO_TARGET_DIR)/release/releaseplan cargo bench --bench operator
 
+.PHONY: bench-scale bench-compare argo-rollouts
+# Objects of bench-scale and bench-compare; where bench-compare keeps its figures.
+N ?= 500
+BENCH_OUT ?= target/bench-scale
+
+## bench-scale: N plans (N=500) on a fresh cluster sized for them: cold start, CPU,
+## RSS, writes, conflicts, Events, idle writes, a 10% rollout and the cluster's floor
+bench-scale:
+	e2e/ensure-deps.sh cluster
+	e2e/build-control-plane.sh all
+	cargo build --release --bin releaseplan
+	RP_OPERATOR_BIN=$(CARGO_TARGET_DIR)/release/releaseplan \
+	  e2e/bench-scale.sh releaseplan $(N) $(BENCH_OUT)/releaseplan-$(N).json
+
+## argo-rollouts: build (or reuse) Argo Rollouts from the Go module proxy (~10 CPU-minutes cold)
+argo-rollouts:
+	e2e/build-control-plane.sh argo-rollouts
+
+## bench-compare: the bench-scale workload through Argo Rollouts, then ours, each on a
+## fresh cluster, one after the other; prints both tables and ours/Argo ratios
+bench-compare:
+	e2e/ensure-deps.sh cluster
+	e2e/build-control-plane.sh all
+	e2e/build-control-plane.sh argo-rollouts
+	cargo build --release --bin releaseplan
+	e2e/bench-scale.sh argo $(N) $(BENCH_OUT)/argo-$(N).json
+	RP_OPERATOR_BIN=$(CARGO_TARGET_DIR)/release/releaseplan \
+	  e2e/bench-scale.sh releaseplan $(N) $(BENCH_OUT)/releaseplan-$(N).json
+	cargo bench --bench scale -- --compare $(BENCH_OUT)/releaseplan-$(N).json $(BENCH_OUT)/argo-$(N).json
+
 .PHONY: demo
 ## demo: local cluster + operator; a two-component plan rolled out, then a broken version rolled back
 demo:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
 # kwok, helm and rp-health (the consumers' health checks, e2e/health) from Go
-# modules into $RP_CACHE, keyed by version. A part whose binaries are already
-# there is skipped, so a second run takes a second.
+# modules into $RP_CACHE, keyed by version; on request (not in "all"), Argo
+# Rollouts for `make bench-compare`. A part whose binaries are already there is
+# skipped, so a second run takes a second.
 set -euo pipefail
 # shellcheck source=e2e/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -123,11 +124,62 @@ build_consumers() {
   log "rp-health built"
 }
 
+# Argo Rollouts (`make bench-compare` only, not part of "all"): a wrapper
+# module requiring github.com/argoproj/argo-rollouts with the whole replace
+# block of its go.mod copied (a dependency's replaces do not apply, and
+# without them its k8s.io modules resolve to other versions), then its
+# cmd/rollouts-controller built from that module. Its go.mod asks for a newer
+# Go than the local one: GOTOOLCHAIN fetches that toolchain through the module
+# proxy. The CRDs ship in the module; a copy is kept beside the binary.
+# Cold: about 10 CPU-minutes.
+build_argo_rollouts() {
+  local dir="$RP_CACHE/argo-rollouts-v$ARGO_ROLLOUTS_VERSION"
+  [ -x "$ARGO_BIN/rollouts-controller" ] && [ -s "$dir/crds/rollout-crd.yaml" ] && {
+    log "argo-rollouts v$ARGO_ROLLOUTS_VERSION cached in $ARGO_BIN"; return; }
+  log "building argo-rollouts v$ARGO_ROLLOUTS_VERSION with $ARGO_GO_TOOLCHAIN (cold build: ~10 CPU-minutes)"
+  local mod="github.com/argoproj/argo-rollouts"
+  local work="$RP_CACHE/src/argo-rollouts-v$ARGO_ROLLOUTS_VERSION"
+  mkdir -p "$work" "$ARGO_BIN" "$dir/crds"
+  export GOTOOLCHAIN="$ARGO_GO_TOOLCHAIN"
+  local json modfile moddir
+  json=$(cd /tmp && go mod download -json "$mod@v$ARGO_ROLLOUTS_VERSION")
+  modfile=$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' <<<"$json")
+  moddir=$(sed -n 's/.*"Dir": "\(.*\)".*/\1/p' <<<"$json")
+  { [ -f "$modfile" ] && [ -d "$moddir" ]; } || die "could not download $mod@v$ARGO_ROLLOUTS_VERSION"
+  {
+    echo "module releaseplan.local/argo-rollouts-build"
+    echo
+    echo "go $(sed -n 's/^go //p' "$modfile")"
+    echo
+    echo "require $mod v$ARGO_ROLLOUTS_VERSION"
+    echo
+    sed -n '/^replace (/,/^)/p' "$modfile"
+  } >"$work/go.mod"
+  # cmd/rollouts-controller is a main package, which cannot be imported: the
+  # build tag keeps this file out of every build, it only makes `go mod tidy`
+  # record the command's dependencies in go.sum.
+  cat >"$work/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "github.com/argoproj/argo-rollouts/cmd/rollouts-controller"
+GO
+  (cd "$work"
+   go mod tidy -e >/dev/null 2>&1 || true
+   go build -trimpath -ldflags "-s -w -X $mod/utils/version.version=$ARGO_ROLLOUTS_VERSION" \
+     -o "$ARGO_BIN/rollouts-controller" "$mod/cmd/rollouts-controller")
+  cp "$moddir"/manifests/crds/*-crd.yaml "$dir/crds/"
+  chmod -R u+w "$dir/crds"
+  log "argo-rollouts built: $("$ARGO_BIN/rollouts-controller" --version 2>/dev/null | head -1)"
+}
+
 start=$(date +%s)
 case "${1:-all}" in
   all) build_etcd; build_kwok; build_helm; build_k8s; build_consumers ;;
   k8s) build_k8s ;; etcd) build_etcd ;; kwok) build_kwok ;; helm) build_helm ;;
   consumers) build_consumers ;;
-  *) die "usage: $0 [all|k8s|etcd|kwok|helm|consumers]" ;;
+  argo-rollouts) build_argo_rollouts ;;
+  *) die "usage: $0 [all|k8s|etcd|kwok|helm|consumers|argo-rollouts]" ;;
 esac
 log "control plane binaries ready in $(( $(date +%s) - start ))s"

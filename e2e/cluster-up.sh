@@ -2,6 +2,15 @@
 # Starts a local control plane on 127.0.0.1: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler and kwok with 3 fake nodes.
 #   e2e/cluster-up.sh NAME      (state in ${RP_RUN_DIR:-<repo>/.e2e-run}/NAME)
+# Options for scale benchmarks (environment; unset = the defaults the tests use):
+#   RP_NODES, RP_NODE_PODS     fake nodes (3) and pods each can hold (500)
+#   RP_KCM_QPS, RP_KCM_BURST   kube-controller-manager API rate (its default 20/30)
+#   RP_KCM_SYNCS               its concurrent Deployment and ReplicaSet syncs (5)
+#   RP_SCHED_QPS, RP_SCHED_BURST  kube-scheduler API rate (its default 50/100)
+#   RP_AUDIT_USER=NAME         a client identity NAME (system:masters) with its
+#                              kubeconfig in pki/NAME.kubeconfig, and an audit
+#                              log (logs/audit.log) of NAME's writes only: the
+#                              writes of any controller counted the same way
 # Every port is picked free, so several clusters can run at once. A cluster
 # already running under NAME is stopped first. Stop it with cluster-down.sh.
 # A start that fails or is interrupted stops everything it started (EXIT trap).
@@ -13,7 +22,21 @@ NAME="${1:-dev}"
 DIR="$(cluster_dir "$NAME")"
 SERVICE_CIDR=10.96.0.0/16
 POD_CIDR=10.244.0.0/16
-NODES=3
+NODES="${RP_NODES:-3}"
+NODE_PODS="${RP_NODE_PODS:-500}"
+AUDIT_USER="${RP_AUDIT_USER:-}"
+[[ "$NODES" =~ ^[1-9][0-9]*$ ]] || die "RP_NODES must be a positive number, got '$NODES'"
+[[ "$NODE_PODS" =~ ^[1-9][0-9]*$ ]] || die "RP_NODE_PODS must be a positive number, got '$NODE_PODS'"
+[ -z "$AUDIT_USER" ] || [[ "$AUDIT_USER" =~ ^[a-z0-9][a-z0-9-]*$ ]] ||
+  die "RP_AUDIT_USER must match [a-z0-9][a-z0-9-]*, got '$AUDIT_USER'"
+# Extra flags of the controller manager and the scheduler, only when asked for.
+KCM_EXTRA=() SCHED_EXTRA=() API_EXTRA=()
+[ -z "${RP_KCM_QPS:-}" ] || KCM_EXTRA+=(--kube-api-qps "$RP_KCM_QPS")
+[ -z "${RP_KCM_BURST:-}" ] || KCM_EXTRA+=(--kube-api-burst "$RP_KCM_BURST")
+[ -z "${RP_KCM_SYNCS:-}" ] ||
+  KCM_EXTRA+=(--concurrent-deployment-syncs "$RP_KCM_SYNCS" --concurrent-replicaset-syncs "$RP_KCM_SYNCS")
+[ -z "${RP_SCHED_QPS:-}" ] || SCHED_EXTRA+=(--kube-api-qps "$RP_SCHED_QPS")
+[ -z "${RP_SCHED_BURST:-}" ] || SCHED_EXTRA+=(--kube-api-burst "$RP_SCHED_BURST")
 
 for b in "$ETCD_BIN/etcd" "$K8S_BIN/kube-apiserver" "$K8S_BIN/kube-controller-manager" \
   "$K8S_BIN/kube-scheduler" "$K8S_BIN/kubectl" "$KWOK_BIN/kwok"; do
@@ -123,6 +146,22 @@ cert kwok "/O=system:masters/CN=kwok" client
 cert front-proxy-client "/CN=front-proxy-client" client
 newkey sa
 openssl pkey -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub"
+if [ -n "$AUDIT_USER" ]; then
+  cert "$AUDIT_USER" "/O=system:masters/CN=$AUDIT_USER" client
+  # Metadata of every write by that user, one line per finished request.
+  cat >"$DIR/audit-policy.yaml" <<YAML
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  users: ["$AUDIT_USER"]
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+YAML
+  API_EXTRA+=(--audit-policy-file "$DIR/audit-policy.yaml" --audit-log-path "$DIR/logs/audit.log"
+    --audit-log-mode blocking --audit-log-format json)
+fi
 
 API_URL="https://127.0.0.1:$API_PORT"
 b64() { base64 -w0 <"$1"; }
@@ -150,7 +189,9 @@ current-context: $NAME
 YAML
 }
 kubeconfig "$DIR/kubeconfig" admin
-for c in kube-controller-manager kube-scheduler kwok; do kubeconfig "$PKI/$c.kubeconfig" "$c"; done
+for c in kube-controller-manager kube-scheduler kwok ${AUDIT_USER:+"$AUDIT_USER"}; do
+  kubeconfig "$PKI/$c.kubeconfig" "$c"
+done
 
 cat >"$DIR/env" <<ENV
 # Source this file to use cluster '$NAME': . $DIR/env
@@ -169,6 +210,13 @@ export RP_POD_CIDR=$POD_CIDR
 export RP_HEALTH=$RP_HEALTH_BIN/rp-health
 export PATH=$RP_TOOLS_PATH:\$PATH
 ENV
+if [ -n "$AUDIT_USER" ]; then
+  cat >>"$DIR/env" <<ENV
+export RP_AUDIT_USER=$AUDIT_USER
+export RP_AUDIT_KUBECONFIG=$PKI/$AUDIT_USER.kubeconfig
+export RP_AUDIT_LOG=$DIR/logs/audit.log
+ENV
+fi
 
 # ---------------------------------------------------------------- kwok stages
 # The upstream stages, with pod-ready and pod-complete made to skip pods that
@@ -240,7 +288,7 @@ launch kube-apiserver "$K8S_BIN/kube-apiserver" \
   --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
   --service-cluster-ip-range "$SERVICE_CIDR" \
   --endpoint-reconciler-type none --shutdown-watch-termination-grace-period 2s \
-  --allow-privileged --profiling=false --v 1
+  --allow-privileged --profiling=false --v 1 ${API_EXTRA[@]+"${API_EXTRA[@]}"}
 
 wait_for "kube-apiserver /readyz" 90 kube-apiserver api_get "$DIR" "$API_URL" /readyz
 api_ready_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
@@ -254,20 +302,20 @@ launch kube-controller-manager "$K8S_BIN/kube-controller-manager" \
   --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
   --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
   --cluster-name "$NAME" --service-cluster-ip-range "$SERVICE_CIDR" \
-  --profiling=false --v 1
+  --profiling=false --v 1 ${KCM_EXTRA[@]+"${KCM_EXTRA[@]}"}
 
 launch kube-scheduler "$K8S_BIN/kube-scheduler" \
   --kubeconfig "$PKI/kube-scheduler.kubeconfig" \
   --authentication-kubeconfig "$PKI/kube-scheduler.kubeconfig" \
   --authorization-kubeconfig "$PKI/kube-scheduler.kubeconfig" \
   --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --cert-dir "$DIR/pki/scheduler" \
-  --leader-elect=false --profiling=false --v 1
+  --leader-elect=false --profiling=false --v 1 ${SCHED_EXTRA[@]+"${SCHED_EXTRA[@]}"}
 
 launch kwok "$KWOK_BIN/kwok" --kubeconfig "$PKI/kwok.kubeconfig" --config "$DIR/kwok/stages.yaml" \
   --manage-all-nodes --cidr "$POD_CIDR" --node-lease-duration-seconds 40 \
   --server-address "127.0.0.1:$KWOK_PORT"
 
-# Fake nodes: kwok manages every node; capacity for hundreds of pods each.
+# Fake nodes: kwok manages every node; capacity for NODE_PODS pods each.
 for i in $(seq 1 "$NODES"); do
   cat <<YAML
 ---
@@ -284,8 +332,8 @@ metadata:
     kubernetes.io/arch: amd64
     type: kwok
 status:
-  allocatable: {cpu: "64", memory: 256Gi, pods: "500"}
-  capacity: {cpu: "64", memory: 256Gi, pods: "500"}
+  allocatable: {cpu: "64", memory: 256Gi, pods: "$NODE_PODS"}
+  capacity: {cpu: "64", memory: 256Gi, pods: "$NODE_PODS"}
 YAML
 done >"$DIR/kwok/nodes.yaml"
 wait_for "fake nodes created" 30 kwok kubectl apply -f "$DIR/kwok/nodes.yaml"

@@ -1,10 +1,13 @@
 //! The releaseplan operator process.
 
 use clap::Parser;
+use ipnet::IpNet;
 use releaseplan::controller::{self, Settings};
+use releaseplan::gates::outbound::{self, GateHttp, HostRule, OutboundPolicy};
 use releaseplan::ops::leader::{self, LeaderConfig};
 use releaseplan::ops::liveness::Liveness;
 use releaseplan::ops::metrics::Metrics;
+use releaseplan::ops::ratelimit::RateLimitLayer;
 use releaseplan::ops::server::{self, Health};
 use releaseplan::ops::telemetry;
 use std::net::SocketAddr;
@@ -19,9 +22,16 @@ struct Args {
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "RELEASEPLAN_NAMESPACE")]
     namespace: Option<String>,
-    /// Reconciles run at once.
-    #[arg(long, env = "RELEASEPLAN_CONCURRENCY", default_value_t = 8)]
+    /// Reconciles run at once. Each spends most of its time waiting on the API
+    /// server, so this is about round trips in flight; `--qps` bounds the load.
+    #[arg(long, env = "RELEASEPLAN_CONCURRENCY", default_value_t = 32)]
     concurrency: u16,
+    /// Requests per second to the API server, on average (0: no limit).
+    #[arg(long, env = "RELEASEPLAN_QPS", default_value_t = 50)]
+    qps: u32,
+    /// Requests to the API server allowed at once above `--qps`.
+    #[arg(long, env = "RELEASEPLAN_BURST", default_value_t = 100)]
+    burst: u32,
     /// Address of the /metrics, /healthz and /readyz server.
     #[arg(long, env = "RELEASEPLAN_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     metrics_addr: SocketAddr,
@@ -50,6 +60,18 @@ struct Args {
     /// /healthz fails when a reconcile runs, or a watch keeps failing, this long.
     #[arg(long, env = "RELEASEPLAN_STUCK_AFTER_SECONDS", default_value_t = 120)]
     stuck_after_seconds: u64,
+    /// Networks gates may not call (comma-separated CIDRs or addresses), on
+    /// top of link-local and cloud-metadata addresses, which are always refused.
+    #[arg(long, env = "RELEASEPLAN_GATE_DENY_CIDRS", value_delimiter = ',', value_parser = outbound::parse_cidr)]
+    gate_deny_cidrs: Vec<IpNet>,
+    /// When set, the only hosts gates may call (comma-separated host names,
+    /// `*.domain`, CIDRs); default: any address but the refused ones.
+    #[arg(long, env = "RELEASEPLAN_GATE_ALLOW_HOSTS", value_delimiter = ',')]
+    gate_allow_hosts: Vec<HostRule>,
+    /// Characters of a failing gate answer's body repeated in status and
+    /// Events (sanitized, at most 1024); 0 keeps bodies out.
+    #[arg(long, env = "RELEASEPLAN_GATE_ERROR_BODY_CHARS", default_value_t = 0)]
+    gate_error_body_chars: u16,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +84,13 @@ enum MainError {
     Leader(#[from] leader::LeaderError),
     #[error("health server: {0}")]
     Server(#[from] std::io::Error),
+    #[error(transparent)]
+    GateHttp(#[from] outbound::BuildError),
 }
+
+/// How long a signal waits for in-flight reconciles, Events and the lease
+/// release before the process exits anyway.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// Resolves on SIGTERM or Ctrl-C.
 async fn signal() {
@@ -98,8 +126,21 @@ fn identity(args: &Args) -> String {
         })
 }
 
+/// The client of the controller, under the `--qps`/`--burst` limit, and the
+/// client of leader election, outside it: a busy controller must never hold
+/// up the lease renewal.
+async fn clients(args: &Args) -> Result<(kube::Client, kube::Client), MainError> {
+    let config = kube::Config::infer()
+        .await
+        .map_err(|e| MainError::Config(kube::Error::InferConfig(e)))?;
+    let limited = kube::client::ClientBuilder::try_from(config.clone())?
+        .with_layer(&RateLimitLayer::new(args.qps, args.burst))
+        .build();
+    Ok((limited, kube::Client::try_from(config)?))
+}
+
 async fn run(args: Args) -> Result<(), MainError> {
-    let client = kube::Client::try_default().await?;
+    let (client, lease_client) = clients(&args).await?;
     controller::check_crd(&client, args.namespace.as_deref()).await?;
 
     let metrics = Arc::new(Metrics::new());
@@ -107,8 +148,20 @@ async fn run(args: Args) -> Result<(), MainError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         signal().await;
-        tracing::info!("signal received: finishing in-flight reconciles");
+        tracing::info!(
+            "signal received: finishing in-flight reconciles (at most {SHUTDOWN_GRACE:?})"
+        );
         let _ = stop_tx.send(true);
+        // In-flight work can hang on an API server that does not answer
+        // (etcd down): the process must still end, before the kubelet's
+        // default 30s grace period turns into a SIGKILL.
+        tokio::select! {
+            () = tokio::time::sleep(SHUTDOWN_GRACE) => {
+                tracing::warn!("in-flight work did not finish within {SHUTDOWN_GRACE:?}: exiting");
+            }
+            () = signal() => tracing::warn!("second signal: exiting now"),
+        }
+        std::process::exit(1);
     });
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -130,6 +183,11 @@ async fn run(args: Args) -> Result<(), MainError> {
         namespace: args.namespace.clone(),
         concurrency: args.concurrency,
         instance: Some(id.clone()),
+        gate_http: GateHttp::new(OutboundPolicy {
+            deny: args.gate_deny_cidrs.clone(),
+            allow: args.gate_allow_hosts.clone(),
+            error_body_chars: args.gate_error_body_chars,
+        })?,
     };
     if args.leader_election {
         let cfg = LeaderConfig {
@@ -144,7 +202,7 @@ async fn run(args: Args) -> Result<(), MainError> {
         };
         ready.store(true, Ordering::Relaxed);
         let mut stop = stop_rx.clone();
-        if let Some(manager) = leader::acquire(client.clone(), &cfg, &mut stop).await? {
+        if let Some(manager) = leader::acquire(lease_client, &cfg, &mut stop).await? {
             metrics.leader.set(1);
             let ctrl = controller::run(
                 client,

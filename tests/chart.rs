@@ -469,6 +469,9 @@ fn default_values_render_least_privilege_rbac_and_a_restricted_deployment() {
         "--lease-namespace=$(POD_NAMESPACE)",
         "--metrics-addr=0.0.0.0:8080",
         "--log-json",
+        "--concurrency=32",
+        "--qps=50",
+        "--burst=100",
     ] {
         assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
     }
@@ -1341,4 +1344,62 @@ async fn the_operator_rolls_out_with_the_chart_cluster_role_only() {
 #[tokio::test]
 async fn the_operator_rolls_out_with_the_chart_namespaced_role_only() {
     rollout_with_chart_rbac("chart-opns", true).await;
+}
+
+#[test]
+fn gate_outbound_values_become_flags() {
+    let args_of = |objs: &[Value]| {
+        strings(&one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"])
+    };
+    // Defaults: no flag, the operator's defaults (link-local and metadata refused).
+    let args = args_of(&render("rp", "rp-system", &[]));
+    assert!(!args.iter().any(|a| a.starts_with("--gate-")), "{args:?}");
+    let args = args_of(&render(
+        "rp",
+        "rp-system",
+        &[
+            "gates.denyCidrs={10.0.0.0/8,fd00::/8}",
+            "gates.allowHosts={prometheus.monitoring.svc,*.svc.cluster.local}",
+            "gates.errorBodyChars=120",
+        ],
+    ));
+    for want in [
+        "--gate-deny-cidrs=10.0.0.0/8,fd00::/8",
+        "--gate-allow-hosts=prometheus.monitoring.svc,*.svc.cluster.local",
+        "--gate-error-body-chars=120",
+    ] {
+        assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
+    }
+    for set in [
+        "gates.errorBodyChars=5000",
+        "gates.denyCidrs={not a cidr}",
+        "gates.denyCidr={10.0.0.0/8}",
+    ] {
+        let err = render_error(&[set]);
+        assert!(err.contains("schema"), "{set}: {err}");
+    }
+}
+
+#[test]
+fn network_policy_egress_can_be_limited_to_cidrs() {
+    // Default: all egress.
+    let objs = render("rp", "rp-system", &[]);
+    assert_eq!(
+        one(&objs, "NetworkPolicy")["spec"]["egress"],
+        serde_json::json!([{}])
+    );
+    let objs = render(
+        "rp",
+        "rp-system",
+        &["networkPolicy.egressCidrs={10.0.0.1/32,10.96.5.0/24}"],
+    );
+    assert_eq!(
+        one(&objs, "NetworkPolicy")["spec"]["egress"],
+        serde_json::json!([
+            {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
+            {"to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}, {"ipBlock": {"cidr": "10.96.5.0/24"}}]}
+        ])
+    );
+    let err = render_error(&["networkPolicy.egressCidrs={10.0.0.1}"]);
+    assert!(err.contains("schema"), "{err}");
 }

@@ -28,8 +28,9 @@ use releaseplan::api::{Phase, ReleasePlan, ReleasePlanStatus};
 use releaseplan::plan::Action;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
+use std::ffi::OsStr;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::fixtures::{faulty_template, plan, refused_template, template, web_with as web};
@@ -104,6 +105,29 @@ async fn live(client: &Client, ns: &str, name: &str) -> Value {
     serde_json::to_value(api.get(name).await.expect("cannot read the plan")).unwrap()
 }
 
+/// Runs rp-health with `args` on `obj` (its stdin); its JSON answer, or its
+/// stderr when it fails.
+fn run_rp_health(bin: &Path, args: &[&OsStr], obj: &Value) -> Result<Value, String> {
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot run rp-health");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(obj.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(serde_json::from_slice(&out.stdout).expect("rp-health prints JSON"))
+}
+
 /// Runs every consumer on the live plan `name`.
 async fn seen(client: &Client, ns: &str, name: &str) -> Seen {
     let obj = live(client, ns, name).await;
@@ -111,31 +135,18 @@ async fn seen(client: &Client, ns: &str, name: &str) -> Seen {
     let bin = rp_health();
     let (ns2, name2) = (ns.to_string(), name.to_string());
     tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(bin)
-            .arg("-lua")
-            .arg(root.join("integrations/argocd/health.lua"))
-            .arg("-cel")
-            .arg(root.join("integrations/flux/health-check.yaml"))
-            .arg("-discovery")
-            .arg(root.join(ACTIONS).join("discovery.lua"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("cannot run rp-health");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(obj.to_string().as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "rp-health failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: Value = serde_json::from_slice(&out.stdout).expect("rp-health prints JSON");
+        let health = root.join("integrations/argocd/health.lua");
+        let cel = root.join("integrations/flux/health-check.yaml");
+        let discovery = root.join(ACTIONS).join("discovery.lua");
+        let args = [
+            "-lua".as_ref(),
+            health.as_os_str(),
+            "-cel".as_ref(),
+            cel.as_os_str(),
+            "-discovery".as_ref(),
+            discovery.as_os_str(),
+        ];
+        let v = run_rp_health(&bin, &args, &obj).expect("rp-health failed");
         let wait = Command::new(env!("CARGO_BIN_EXE_kubectl-releaseplan"))
             .args(["wait", &name2, "-n", &ns2, "--timeout", "1s"])
             .output()
@@ -584,31 +595,12 @@ async fn run_action(client: &Client, ns: &str, name: &str, action: &str) {
         .join(action)
         .join("action.lua");
     let bin = rp_health();
-    let out = tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(bin)
-            .arg("-action")
-            .arg(script)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("cannot run rp-health");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(obj.to_string().as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
+    let v = tokio::task::spawn_blocking(move || {
+        run_rp_health(&bin, &["-action".as_ref(), script.as_os_str()], &obj)
     })
     .await
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "action {action}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    .unwrap()
+    .unwrap_or_else(|e| panic!("action {action}: {e}"));
     let patch = v["patch"].clone();
     let request = patch["metadata"]["annotations"]["releaseplan.io/request"]
         .as_str()

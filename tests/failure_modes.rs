@@ -418,20 +418,24 @@ async fn controller_stuck_hung_gates_never_delay_a_rollback() {
         crash_seen.is_some(),
         rollback_seen - patched
     );
+    // The bounds are set against one hung gate call (30s, three tries), not
+    // against speed: a reconcile held by a gate would take 30s or more, while
+    // a busy machine (load 15 on 2 cores) stretches a free one to seconds.
     assert!(
-        took < Duration::from_secs(5),
+        took < Duration::from_secs(20),
         "rollback started {took:?} after the crash-loop"
     );
     // kwok crash-loops a pod 1.5 to 4s after it runs: the whole way from the
-    // spec change to the rollback stays far below one hung gate call (30s).
+    // spec change to the rollback stays below one hung gate call (30s).
     assert!(
-        rollback_seen - patched < Duration::from_secs(15),
+        rollback_seen - patched < Duration::from_secs(28),
         "spec patch -> rollback took {:?}",
         rollback_seen - patched
     );
 
     // The 8 other plans are still waiting on their gates, and no reconcile
-    // ever took a second.
+    // ever took anywhere near a gate call (10s, the histogram's bucket
+    // below 30s).
     for name in &names[..8] {
         let p = get(&client, &ns, name).await.unwrap();
         let s = p.status.unwrap();
@@ -441,13 +445,13 @@ async fn controller_stuck_hung_gates_never_delay_a_rollback() {
     }
     let text = op.metrics().await;
     let count = sum_metric(&text, "releaseplan_reconcile_duration_seconds_count");
-    let under_1s: f64 = text
+    let under_10s: f64 = text
         .lines()
-        .filter(|l| l.starts_with("releaseplan_reconcile_duration_seconds_bucket{le=\"1.0\"}"))
+        .filter(|l| l.starts_with("releaseplan_reconcile_duration_seconds_bucket{le=\"10.0\"}"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert!(count > 20.0, "reconciles ran: {count}");
-    assert_eq!(under_1s, count, "every reconcile took under 1s:\n{text}");
+    assert_eq!(under_10s, count, "every reconcile took under 10s:\n{text}");
     let failures = sum_metric(&text, "releaseplan_reconcile_failures_total");
     assert_eq!(failures, 0.0, "{text}");
 }

@@ -193,6 +193,14 @@ async fn webhook_rollout(prefix: &str, code: u16) -> (Phase, Calls) {
     )
     .await;
     let _op = Operator::start(&ns, &[]).await;
+    let phase = hooked_rollout(&client, &ns, &format!("http://{addr}/check")).await;
+    (phase, calls)
+}
+
+/// Releases `shop:1`, then rolls out `shop:2` behind a webhook gate calling
+/// `url` (timeout 2s, one retry); returns the phase it settles in.
+async fn hooked_rollout(client: &kube::Client, ns: &str, url: &str) -> Phase {
+    let (client, ns) = (client.clone(), ns.to_string());
     create_stable(
         &client,
         &ns,
@@ -200,7 +208,7 @@ async fn webhook_rollout(prefix: &str, code: u16) -> (Phase, Calls) {
         json!({"components": [web("shop:1", 2)]}),
     )
     .await;
-    let hooks = json!([{"name": "smoke", "url": format!("http://{addr}/check"), "timeoutSeconds": 2, "retries": 1}]);
+    let hooks = json!([{"name": "smoke", "url": url, "timeoutSeconds": 2, "retries": 1}]);
     plans::patch_spec(
         &client,
         &ns,
@@ -208,15 +216,14 @@ async fn webhook_rollout(prefix: &str, code: u16) -> (Phase, Calls) {
         json!({"components": [web("shop:2", 2)], "strategy": {"steps": [{"setWeight": 50}]}, "health": {"webhooks": hooks}}),
     )
     .await;
-    let phase = wait_until(T, "the webhook-gated rollout to settle", || async {
+    wait_until(T, "the webhook-gated rollout to settle", || async {
         let p = plans::get(&client, &ns, "shop").await?;
         let s = p.status.clone()?;
         (matches!(s.phase, Phase::Stable | Phase::RolledBack)
             && s.observed_generation == p.metadata.generation)
             .then_some(s.phase)
     })
-    .await;
-    (phase, calls)
+    .await
 }
 
 #[tokio::test]
@@ -307,4 +314,83 @@ async fn a_restarted_operator_neither_repeats_nor_forgets_a_gate_call() {
     );
     let p = plans::get(&client, &ns, "shop").await.unwrap();
     assert_eq!(p.status.unwrap().phase, Phase::RollingOut);
+}
+
+/// Everything of a plan an operator writes where users read it: its status
+/// and its Events, as text. Waits for the RollbackStarted and RolledBack
+/// Events first (Events are written after status).
+async fn status_and_events(client: &kube::Client, ns: &str) -> String {
+    let events = wait_until(T, "the rollback events", || async {
+        let events = plans::plan_events(client, ns, "shop").await;
+        let has = |r: &str| events.iter().any(|e| e.0 == r);
+        (has("RollbackStarted") && has("RolledBack")).then_some(events)
+    })
+    .await;
+    let p = plans::get(client, ns, "shop").await.unwrap();
+    format!("{}\n{events:?}", serde_json::to_string(&p.status).unwrap())
+}
+
+const FAKE_SECRET: &str = "AKIAFAKESECRET0123456789";
+
+#[tokio::test]
+async fn a_failing_webhook_body_stays_out_of_status_and_events() {
+    let Harness { client, ns } = Harness::new("hook-body").await;
+    let addr = serve(Router::new().route(
+        "/check",
+        post(|| async {
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("db password={FAKE_SECRET} at 10.1.2.3:5432"),
+            )
+        }),
+    ))
+    .await;
+    let op = Operator::start(&ns, &[]).await;
+    let url = format!("http://hook:query-pass@{addr}/check?token=QUERYSECRET");
+    let phase = hooked_rollout(&client, &ns, &url).await;
+    assert_eq!(phase, Phase::RolledBack);
+    // Status, Events and the operator's log (at debug level).
+    let seen = format!(
+        "{}\n{}",
+        status_and_events(&client, &ns).await,
+        op.log_text()
+    );
+    assert!(
+        seen.contains("webhook answered HTTP 500"),
+        "the status code is named: {seen}"
+    );
+    for secret in [
+        FAKE_SECRET,
+        "password",
+        "10.1.2.3",
+        "QUERYSECRET",
+        "query-pass",
+    ] {
+        assert!(!seen.contains(secret), "{secret} leaked: {seen}");
+    }
+}
+
+#[tokio::test]
+async fn an_address_denied_by_the_flag_is_never_called() {
+    let Harness { client, ns } = Harness::new("hook-denied").await;
+    let calls: Calls = Arc::default();
+    // Loopback, but not 127.0.0.1: the flag below refuses exactly this address.
+    let listener = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = Router::new()
+        .route("/check", post(hook))
+        .with_state((200, calls.clone()));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let _op = Operator::start(&ns, &["--gate-deny-cidrs", "10.0.0.0/8,127.0.0.2/32"]).await;
+    let phase = hooked_rollout(&client, &ns, &format!("http://{addr}/check")).await;
+    assert_eq!(phase, Phase::RolledBack);
+    let seen = status_and_events(&client, &ns).await;
+    assert!(
+        seen.contains("address 127.0.0.2 of 127.0.0.2 is refused by the operator (--gate-deny-cidrs 127.0.0.2/32)"),
+        "the verdict says why: {seen}"
+    );
+    assert!(
+        calls.lock().unwrap().is_empty(),
+        "the denied server was called"
+    );
 }

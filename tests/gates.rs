@@ -25,10 +25,11 @@ use axum::routing::{get, post};
 use chrono::Utc;
 
 use releaseplan::api::{GateStatus, Phase, PrometheusGate, Verdict, WebhookGate};
+use releaseplan::gates::outbound::{GateHttp, OutboundPolicy, parse_cidr};
 use releaseplan::gates::prometheus::{self, PrometheusSpec, TemplateVars};
 use releaseplan::gates::webhook::{self, WebhookBody, WebhookSpec};
 use releaseplan::gates::{GateResult, record};
-use support::servers::{Prometheus, closed_port, http_client, serve};
+use support::servers::{Prometheus, closed_port, gate_http, gate_http_with, serve};
 use support::wait_until;
 
 // ------------------------------------------------------------------ exporter
@@ -84,17 +85,13 @@ fn gate(address: &str, query: &str, threshold: &str) -> PrometheusGate {
 }
 
 /// Evaluates a gate as the runner does: parsed once, as the core parses the spec.
-async fn evaluate(
-    http: &reqwest::Client,
-    gate: &PrometheusGate,
-    vars: &TemplateVars,
-) -> GateResult {
+async fn evaluate(http: &GateHttp, gate: &PrometheusGate, vars: &TemplateVars) -> GateResult {
     let spec = PrometheusSpec::parse(gate).expect("a valid gate");
     prometheus::evaluate(http, &spec, vars).await
 }
 
 /// Calls a webhook gate as the runner does: parsed once.
-async fn call(http: &reqwest::Client, gate: &WebhookGate, body: &WebhookBody) -> GateResult {
+async fn call(http: &GateHttp, gate: &WebhookGate, body: &WebhookBody) -> GateResult {
     webhook::call(http, &WebhookSpec::parse(gate), body).await
 }
 
@@ -110,7 +107,7 @@ fn vars(revision: &str) -> TemplateVars {
 /// Evaluates `gate` `n` times, folding each result with `record` like the
 /// controller does; returns every status.
 async fn evaluate_n(
-    http: &reqwest::Client,
+    http: &GateHttp,
     gate: &PrometheusGate,
     vars: &TemplateVars,
     n: usize,
@@ -137,7 +134,7 @@ async fn evaluate_n(
 async fn prometheus_gates_against_a_real_prometheus() {
     let target = exporter(&[("good", 1), ("bad", 50)]).await;
     let prom = Prometheus::start(target);
-    let http = http_client();
+    let http = gate_http();
 
     // Wait until Prometheus has scraped enough for rate() over both revisions.
     let ready = gate(
@@ -248,10 +245,13 @@ async fn prometheus_gates_against_a_real_prometheus() {
 async fn unreachable_prometheus_is_an_error_never_a_pass() {
     let addr = closed_port().await;
     let g = gate(&format!("http://{addr}"), ERROR_RATIO, "< 0.05");
-    let result = evaluate(&http_client(), &g, &vars("good")).await;
+    let result = evaluate(&gate_http(), &g, &vars("good")).await;
     match &result {
         GateResult::Error { reason } => {
-            assert!(reason.contains("cannot reach prometheus"), "{reason}");
+            assert_eq!(
+                *reason,
+                format!("cannot reach prometheus at http://{addr}/: connection refused")
+            );
         }
         other => panic!("unreachable prometheus should be an error: {other:?}"),
     }
@@ -284,20 +284,36 @@ async fn prometheus_errors_and_timeouts_are_errors() {
             }),
         );
     let addr = serve(app).await;
-    let http = http_client();
+    let http = gate_http();
 
+    // Prometheus's own errorType is named; its text only when the operator allows bodies.
     let g = gate(&format!("http://{addr}/unavailable"), "up", "< 1");
     match evaluate(&http, &g, &vars("")).await {
         GateResult::Error { reason } => {
-            assert!(reason.contains("HTTP 503"), "{reason}");
-            assert!(reason.contains("too many queries"), "{reason}");
+            assert_eq!(reason, "prometheus answered HTTP 503: unavailable");
+        }
+        other => panic!("HTTP 503 should be an error: {other:?}"),
+    }
+    let verbose = gate_http_with(OutboundPolicy {
+        error_body_chars: 100,
+        ..Default::default()
+    });
+    match evaluate(&verbose, &g, &vars("")).await {
+        GateResult::Error { reason } => {
+            assert_eq!(
+                reason,
+                "prometheus answered HTTP 503: unavailable: too many queries"
+            );
         }
         other => panic!("HTTP 503 should be an error: {other:?}"),
     }
 
     let g = gate(&format!("http://{addr}/html"), "up", "< 1");
     match evaluate(&http, &g, &vars("")).await {
-        GateResult::Error { reason } => assert!(reason.contains("not JSON"), "{reason}"),
+        GateResult::Error { reason } => {
+            assert!(reason.contains("not JSON"), "{reason}");
+            assert!(!reason.contains("login"), "no body by default: {reason}");
+        }
         other => panic!("a body that is not JSON should be an error: {other:?}"),
     }
 
@@ -390,7 +406,7 @@ fn body() -> WebhookBody {
 async fn webhook_2xx_passes_and_receives_the_rollout_state() {
     let (addr, hooks) = hook_server().await;
     let g = hook(format!("http://{addr}/ok"), 2, 5);
-    let result = call(&http_client(), &g, &body()).await;
+    let result = call(&gate_http(), &g, &body()).await;
     assert_eq!(result, GateResult::Pass { value: 204.0 });
     assert_eq!(hooks.calls.load(Ordering::SeqCst), 1);
     assert_eq!(
@@ -410,7 +426,7 @@ async fn webhook_500_fails_after_the_retries() {
     let (addr, hooks) = hook_server().await;
     let g = hook(format!("http://{addr}/fail"), 2, 5);
     let started = Instant::now();
-    let result = call(&http_client(), &g, &body()).await;
+    let result = call(&gate_http(), &g, &body()).await;
     assert_eq!(hooks.calls.load(Ordering::SeqCst), 3, "retries + 1 calls");
     // Backoff 200ms then 400ms.
     assert!(started.elapsed() >= Duration::from_millis(600));
@@ -420,9 +436,7 @@ async fn webhook_500_fails_after_the_retries() {
             reason,
         } => {
             assert_eq!(*v, 500.0);
-            assert!(reason.contains("HTTP 500"), "{reason}");
-            assert!(reason.contains("database is on fire"), "{reason}");
-            assert!(reason.contains("after 3 attempts"), "{reason}");
+            assert_eq!(reason, "webhook answered HTTP 500 (after 3 attempts)");
         }
         other => panic!("a 500 should fail: {other:?}"),
     }
@@ -434,7 +448,7 @@ async fn webhook_500_fails_after_the_retries() {
 async fn webhook_without_retries_is_called_once() {
     let (addr, hooks) = hook_server().await;
     let g = hook(format!("http://{addr}/fail"), 0, 5);
-    let result = call(&http_client(), &g, &body()).await;
+    let result = call(&gate_http(), &g, &body()).await;
     assert!(matches!(result, GateResult::Fail { .. }), "{result:?}");
     assert_eq!(hooks.calls.load(Ordering::SeqCst), 1);
 }
@@ -443,7 +457,7 @@ async fn webhook_without_retries_is_called_once() {
 async fn webhook_retry_can_pass() {
     let (addr, hooks) = hook_server().await;
     let g = hook(format!("http://{addr}/flaky"), 2, 5);
-    let result = call(&http_client(), &g, &body()).await;
+    let result = call(&gate_http(), &g, &body()).await;
     assert_eq!(result, GateResult::Pass { value: 200.0 });
     assert_eq!(hooks.calls.load(Ordering::SeqCst), 2);
 }
@@ -453,7 +467,7 @@ async fn webhook_slower_than_its_timeout_fails() {
     let (addr, hooks) = hook_server().await;
     let g = hook(format!("http://{addr}/slow"), 1, 1);
     let started = Instant::now();
-    let result = call(&http_client(), &g, &body()).await;
+    let result = call(&gate_http(), &g, &body()).await;
     let elapsed = started.elapsed();
     match &result {
         GateResult::Error { reason } => {
@@ -477,10 +491,271 @@ async fn webhook_slower_than_its_timeout_fails() {
 async fn unreachable_webhook_is_an_error() {
     let addr = closed_port().await;
     let g = hook(format!("http://{addr}/ok"), 1, 2);
-    match call(&http_client(), &g, &body()).await {
+    match call(&gate_http(), &g, &body()).await {
         GateResult::Error { reason } => {
-            assert!(reason.contains("cannot reach webhook"), "{reason}");
+            assert_eq!(
+                reason,
+                format!(
+                    "cannot reach webhook at http://{addr}/ok: connection refused (after 2 attempts)"
+                )
+            );
         }
         other => panic!("an unreachable webhook should be an error: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn webhook_body_is_kept_out_unless_allowed() {
+    let (addr, _hooks) = hook_server().await;
+    let g = hook(format!("http://{addr}/fail"), 0, 5);
+    let verbose = gate_http_with(OutboundPolicy {
+        error_body_chars: 8,
+        ..Default::default()
+    });
+    match call(&verbose, &g, &body()).await {
+        GateResult::Fail { reason, .. } => {
+            assert_eq!(reason, "webhook answered HTTP 500: database…");
+        }
+        other => panic!("a 500 should fail: {other:?}"),
+    }
+}
+
+// ------------------------------------------------------------------ outbound policy
+
+/// Requests a local server received: method, path and query.
+type Seen = Arc<Mutex<Vec<String>>>;
+
+/// A server that records every request and answers with `answer`.
+async fn recorder(
+    bind: &str,
+    answer: fn(&axum::http::Uri) -> axum::response::Response,
+) -> (std::net::SocketAddr, Seen) {
+    let seen: Seen = Arc::default();
+    let app =
+        Router::new()
+            .fallback(
+                move |State(seen): State<Seen>,
+                      method: axum::http::Method,
+                      uri: axum::http::Uri| async move {
+                    seen.lock().unwrap().push(format!("{method} {uri}"));
+                    answer(&uri)
+                },
+            )
+            .with_state(seen.clone());
+    let listener = tokio::net::TcpListener::bind(bind).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, seen)
+}
+
+fn scalar_zero(_: &axum::http::Uri) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    r#"{"status":"success","data":{"resultType":"scalar","result":[0,"0"]}}"#.into_response()
+}
+
+#[tokio::test]
+async fn redirects_are_not_followed() {
+    use axum::response::IntoResponse;
+    let (second, second_seen) = recorder("127.0.0.1:0", scalar_zero).await;
+    let app = Router::new().fallback(move || async move {
+        (
+            StatusCode::TEMPORARY_REDIRECT,
+            [(
+                "location",
+                format!("http://user:pw@{second}/api/v1/query?token=sekrit"),
+            )],
+        )
+            .into_response()
+    });
+    let first = serve(app).await;
+    let expected = format!("redirect to http://{second}/api/v1/query not followed");
+
+    let g = hook(format!("http://{first}/hook"), 0, 5);
+    match call(&gate_http(), &g, &body()).await {
+        GateResult::Fail { value, reason } => {
+            assert_eq!(value, Some(307.0));
+            assert!(reason.contains(&expected), "{reason}");
+            assert!(
+                !reason.contains("sekrit") && !reason.contains("pw"),
+                "{reason}"
+            );
+        }
+        other => panic!("a redirect should fail the webhook: {other:?}"),
+    }
+    let g = gate(&format!("http://{first}"), "up", "< 1");
+    match evaluate(&gate_http(), &g, &vars("")).await {
+        GateResult::Error { reason } => assert!(reason.contains(&expected), "{reason}"),
+        other => panic!("a redirect should be a prometheus error: {other:?}"),
+    }
+    assert!(
+        second_seen.lock().unwrap().is_empty(),
+        "the second server was called"
+    );
+}
+
+#[tokio::test]
+async fn a_denied_address_is_never_called() {
+    // 127.0.0.2 is loopback too (127.0.0.0/8): the flag's deny list refuses it.
+    let (addr, seen) = recorder("127.0.0.2:0", scalar_zero).await;
+    let http = gate_http_with(OutboundPolicy {
+        deny: vec![parse_cidr("127.0.0.2/32").unwrap()],
+        ..Default::default()
+    });
+    let g = hook(format!("http://{addr}/hook?token=sekrit"), 1, 5);
+    match call(&http, &g, &body()).await {
+        GateResult::Error { reason } => {
+            assert!(
+                reason.contains(&format!(
+                    "webhook at http://{addr}/hook not called: address 127.0.0.2 of 127.0.0.2 is refused by the operator (--gate-deny-cidrs 127.0.0.2/32)"
+                )),
+                "{reason}"
+            );
+            assert!(
+                !reason.contains("attempts"),
+                "a refusal is not retried: {reason}"
+            );
+            assert!(!reason.contains("sekrit"), "{reason}");
+        }
+        other => panic!("a denied address should be an error: {other:?}"),
+    }
+    let g = gate(&format!("http://{addr}"), "up", "< 1");
+    match evaluate(&http, &g, &vars("")).await {
+        GateResult::Error { reason } => {
+            assert!(reason.contains("refused by the operator"), "{reason}")
+        }
+        other => panic!("a denied address should be an error: {other:?}"),
+    }
+    // The same server is called without the deny list.
+    let g = gate(&format!("http://{addr}"), "up", "< 1");
+    assert_eq!(
+        evaluate(&gate_http(), &g, &vars("")).await,
+        GateResult::Pass { value: 0.0 }
+    );
+    assert_eq!(seen.lock().unwrap().len(), 1, "{:?}", seen.lock().unwrap());
+}
+
+#[tokio::test]
+async fn resolved_addresses_are_checked() {
+    // A name is checked on the addresses it resolves to, in the client's
+    // resolver: `localhost` denied by address, never connected to.
+    let (addr, seen) = recorder("127.0.0.1:0", scalar_zero).await;
+    let port = addr.port();
+    let http = gate_http_with(OutboundPolicy {
+        deny: vec![parse_cidr("127.0.0.1").unwrap(), parse_cidr("::1").unwrap()],
+        ..Default::default()
+    });
+    let g = gate(&format!("http://localhost:{port}"), "up", "< 1");
+    match evaluate(&http, &g, &vars("")).await {
+        GateResult::Error { reason } => {
+            assert!(
+                reason.starts_with(&format!(
+                    "prometheus at http://localhost:{port}/ not called: address "
+                )),
+                "{reason}"
+            );
+            assert!(
+                reason.contains("of localhost is refused by the operator"),
+                "{reason}"
+            );
+        }
+        other => panic!("a denied address should be an error: {other:?}"),
+    }
+    assert!(seen.lock().unwrap().is_empty());
+
+    // An allow-list of names: the name passes, the bare address does not.
+    let http = gate_http_with(OutboundPolicy {
+        allow: vec!["localhost".parse().unwrap()],
+        ..Default::default()
+    });
+    let g = gate(&format!("http://127.0.0.1:{port}"), "up", "< 1");
+    match evaluate(&http, &g, &vars("")).await {
+        GateResult::Error { reason } => assert!(
+            reason
+                .contains("host 127.0.0.1 (127.0.0.1) is not in the operator's --gate-allow-hosts"),
+            "{reason}"
+        ),
+        other => panic!("an address not allowed should be an error: {other:?}"),
+    }
+    assert!(seen.lock().unwrap().is_empty());
+    let g = gate(&format!("http://localhost:{port}"), "up", "< 1");
+    assert_eq!(
+        evaluate(&http, &g, &vars("")).await,
+        GateResult::Pass { value: 0.0 }
+    );
+    assert_eq!(seen.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn query_and_fragment_tricks_land_on_the_query_path() {
+    let (addr, seen) = recorder("127.0.0.1:0", scalar_zero).await;
+    let want = "GET /prom/api/v1/query?query=vector%281%29&timeout=5s";
+    for address in [
+        format!("http://{addr}/prom?x=1#"),
+        format!("http://{addr}/prom#/evil"),
+        format!("http://{addr}/prom/?query=vector(0)&"),
+        format!("http://{addr}/prom?query=vector(0)#"),
+        format!("http://{addr}/prom?"),
+        format!("http://{addr}/prom/"),
+    ] {
+        let g = gate(&address, "vector(1)", "< 1");
+        let r = evaluate(&gate_http(), &g, &vars("")).await;
+        assert_eq!(r, GateResult::Pass { value: 0.0 }, "{address}");
+        let last = seen.lock().unwrap().pop();
+        assert_eq!(last.as_deref(), Some(want), "{address}");
+    }
+}
+
+#[tokio::test]
+async fn failing_answers_keep_their_bodies_out() {
+    use axum::response::IntoResponse;
+    let secret = "AKIAFAKESECRET0123456789";
+    let app = Router::new().fallback(move || async move {
+        (
+            StatusCode::FORBIDDEN,
+            format!(r#"{{"status":"error","errorType":"{secret}","error":"token {secret}"}}"#),
+        )
+            .into_response()
+    });
+    let addr = serve(app).await;
+    let r = call(
+        &gate_http(),
+        &hook(format!("http://{addr}/"), 0, 5),
+        &body(),
+    )
+    .await;
+    assert_eq!(
+        r,
+        GateResult::Fail {
+            value: Some(403.0),
+            reason: "webhook answered HTTP 403".into()
+        }
+    );
+    let r = evaluate(
+        &gate_http(),
+        &gate(&format!("http://{addr}"), "up", "< 1"),
+        &vars(""),
+    )
+    .await;
+    assert_eq!(
+        r,
+        GateResult::Error {
+            reason: "prometheus answered HTTP 403".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn transport_errors_are_named_by_kind_only() {
+    // https to a plain-HTTP server: the handshake fails.
+    let (addr, _hooks) = hook_server().await;
+    let g = hook(format!("https://{addr}/ok?token=sekrit"), 0, 5);
+    match call(&gate_http(), &g, &body()).await {
+        GateResult::Error { reason } => {
+            assert_eq!(
+                reason,
+                format!("cannot reach webhook at https://{addr}/ok: TLS error")
+            );
+        }
+        other => panic!("a TLS failure should be an error: {other:?}"),
     }
 }

@@ -17,6 +17,7 @@
 //! its interval has passed.
 
 use crate::api::{GateStatus, ReleasePlan, ReleasePlanStatus, Verdict};
+use crate::gates::outbound::GateHttp;
 use crate::gates::prometheus::TemplateVars;
 use crate::gates::{self as g, GateContext, GateResult, GateSpec};
 use crate::ops::metrics::{GateLabel, Metrics};
@@ -113,7 +114,7 @@ impl Drop for Running {
 
 /// Evaluates gates off the reconcile path (see the module docs).
 pub struct GateRunner {
-    http: reqwest::Client,
+    http: GateHttp,
     metrics: Arc<Metrics>,
     wake: UnboundedSender<ObjectRef<ReleasePlan>>,
     plans: Store<ReleasePlan>,
@@ -124,7 +125,7 @@ impl GateRunner {
     /// A runner whose results wake plans through `wake`; `plans` is the
     /// controller's cache, so a task of a plan that is gone stops by itself.
     pub fn new(
-        http: reqwest::Client,
+        http: GateHttp,
         metrics: Arc<Metrics>,
         wake: UnboundedSender<ObjectRef<ReleasePlan>>,
         plans: Store<ReleasePlan>,

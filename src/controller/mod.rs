@@ -10,8 +10,11 @@
 
 pub mod controller_revision;
 pub mod deployment;
+pub mod events;
 pub mod gates;
+pub mod index;
 pub mod observe;
+pub mod trim;
 
 use crate::api::{
     FINALIZER, LABEL_PLAN, LABEL_REVISION, Outcome, Phase, ReleasePlan, ReleasePlanStatus,
@@ -25,14 +28,16 @@ use crate::plan::{
 };
 use chrono::Utc;
 use controller_revision::Write;
-use futures::{FutureExt, StreamExt};
+use events::Events;
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use gates::{GateRunner, GateWork};
+use index::PlanCache;
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use std::collections::{BTreeMap, HashMap};
@@ -118,20 +123,22 @@ pub struct Settings {
     pub concurrency: u16,
     /// Identity for events.
     pub instance: Option<String>,
+    /// The HTTP client of gates, with the operator's outbound policy.
+    pub gate_http: crate::gates::outbound::GateHttp,
 }
 
 /// Shared state of all reconciles.
 pub struct Context {
     /// The API client.
     pub client: Client,
-    /// Cache of the revision Deployments.
-    pub deployments: Store<Deployment>,
-    /// Cache of the ControllerRevisions that store the revisions' templates.
-    pub templates: Store<ControllerRevision>,
-    /// Cache of the pods of revision Deployments (status only).
-    pub pods: Store<Pod>,
-    /// Publishes Kubernetes Events.
-    pub recorder: Recorder,
+    /// Cache of the revision Deployments, by plan.
+    pub deployments: PlanCache<Deployment>,
+    /// Cache of the ControllerRevisions that store the revisions' templates, by plan.
+    pub templates: PlanCache<ControllerRevision>,
+    /// Cache of the pods of revision Deployments (labels and container states), by plan.
+    pub pods: PlanCache<Pod>,
+    /// Publishes Kubernetes Events beside the reconciles.
+    pub events: Events,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// Evaluates Prometheus and webhook gates beside the reconciles.
@@ -198,7 +205,8 @@ impl Context {
         }
     }
 
-    fn remember(&self, plan: ReleasePlan) {
+    fn remember(&self, mut plan: ReleasePlan) {
+        trim::plan(&mut plan);
         lock(&self.fresh).insert(ObjectRef::from_obj(&plan), Arc::new(plan));
     }
 
@@ -281,27 +289,13 @@ pub fn error_policy(plan: Arc<ReleasePlan>, err: &Error, ctx: Arc<Context>) -> A
     warn!(plan = %key, error = %err, retry_in = ?delay, "reconcile failed");
     // A refused Deployment already has its own Event from the decision.
     if moved && n.is_power_of_two() && !matches!(err, Error::Refused(_)) {
-        let ev = Event {
-            type_: KubeEventType::Warning,
-            reason: EventReason::ReconcileError.to_string(),
-            note: Some(
-                format!("{err} (failure {n} in a row; retrying in {delay:?})")
-                    .chars()
-                    .take(1000)
-                    .collect(),
-            ),
-            action: event_action(EventReason::ReconcileError.as_str(), &err.to_string()),
-            secondary: None,
-        };
-        let reference = plan.object_ref(&());
-        let recorder = ctx.recorder.clone();
-        let metrics = Arc::clone(&ctx.metrics);
-        tokio::spawn(async move {
-            match recorder.publish(&ev, &reference).await {
-                Ok(()) => metrics.write("event"),
-                Err(e) => warn!(error = %e, "could not record event"),
-            }
-        });
+        ctx.events.send(
+            &plan.object_ref(&()),
+            EventType::Warning,
+            EventReason::ReconcileError,
+            &format!("{err} (failure {n} in a row; retrying in {delay:?})"),
+            &err.to_string(),
+        );
     }
     Action::requeue(delay)
 }
@@ -447,7 +441,10 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
         }
         ctx.metrics.write("status");
     }
-    publish_events(ctx, &plan, &decision).await;
+    ctx.events.planned(&plan.object_ref(&()), &decision.events);
+    for e in &decision.events {
+        info!(reason = %e.reason, "{}", e.message);
+    }
     record_metrics(ctx, &metrics_key, &status, &decision);
     if decision.finalize {
         set_finalizers(&plans, &plan, false).await?;
@@ -494,28 +491,17 @@ fn pod_failures(
         .max_restarts
         .unwrap_or(crate::api::DEFAULT_MAX_RESTARTS);
     let detect = plan.spec.health.detect_pod_failures.unwrap_or(true);
-    let pods: Vec<Pod> = ctx
-        .pods
-        .state()
-        .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns))
-        .filter(|p| p.labels().get(LABEL_PLAN).map(String::as_str) == Some(name))
-        .map(|p| (*p).clone())
-        .collect();
+    let pods = ctx.pods.of_plan(ns, name);
     let mut out = Vec::new();
     for (component, hash) in rolling {
-        let mine: Vec<Pod> = pods
-            .iter()
-            .filter(|p| {
-                p.labels()
-                    .get(crate::api::LABEL_COMPONENT)
-                    .map(String::as_str)
-                    == Some(component)
-                    && p.labels().get(LABEL_REVISION).map(String::as_str) == Some(hash)
-            })
-            .cloned()
-            .collect();
-        for s in crate::gates::pods::detect(&mine, max_restarts, detect) {
+        let mine = pods.iter().filter(|p| {
+            p.labels()
+                .get(crate::api::LABEL_COMPONENT)
+                .map(String::as_str)
+                == Some(component)
+                && p.labels().get(LABEL_REVISION).map(String::as_str) == Some(hash)
+        });
+        for s in crate::gates::pods::detect(mine.map(|p| &**p), max_restarts, detect) {
             out.push(PodFailure {
                 component: component.to_string(),
                 hash: hash.to_string(),
@@ -698,7 +684,7 @@ async fn store_templates(
             continue;
         };
         let name = controller_revision::name(&plan_name, &intent.component, &intent.hash);
-        let existing = ctx.templates.get(&ObjectRef::new(&name).within(ns));
+        let existing = ctx.templates.get(ns, &name);
         let write = controller_revision::to_write(
             plan,
             &intent.component,
@@ -812,37 +798,6 @@ async fn delete_template(
         Err(e) if is_not_found(&e) => Ok(()),
         Err(e) => Err(e),
     }
-}
-
-async fn publish_events(ctx: &Context, plan: &ReleasePlan, decision: &Decision) {
-    let reference = plan.object_ref(&());
-    for e in &decision.events {
-        let ev = Event {
-            type_: match e.type_ {
-                EventType::Normal => KubeEventType::Normal,
-                EventType::Warning => KubeEventType::Warning,
-            },
-            reason: e.reason.to_string(),
-            note: Some(e.message.chars().take(1000).collect()),
-            // The recorder merges events with the same reason and action into one
-            // series that keeps the first note: key the action on the message so only
-            // true repeats are merged.
-            action: event_action(e.reason.as_str(), &e.message),
-            secondary: None,
-        };
-        // An event that cannot be recorded must not fail the rollout.
-        match ctx.recorder.publish(&ev, &reference).await {
-            Ok(()) => ctx.metrics.write("event"),
-            Err(err) => warn!(error = %err, reason = %e.reason, "could not record event"),
-        }
-        info!(reason = %e.reason, "{}", e.message);
-    }
-}
-
-/// `<reason>-<hash of the message>`: distinct messages make distinct events.
-fn event_action(reason: &str, message: &str) -> String {
-    let h = crate::api::revision::hash_value(&serde_json::Value::String(message.to_string()));
-    format!("{}-{h}", reason.chars().take(100).collect::<String>())
 }
 
 /// Metrics of a written decision, from its transition.
@@ -960,16 +915,10 @@ pub async fn check_crd(client: &Client, namespace: Option<&str>) -> Result<(), S
 /// The cached objects of one plan: labelled with its name, and ours or
 /// orphaned (no controller): a plan deleted with orphan propagation leaves its
 /// objects without owner, and a plan of the same name adopts them.
-fn plan_objects<K>(store: &Store<K>, ns: &str, plan: &str, uid: &str) -> Vec<Arc<K>>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: std::hash::Hash + Eq + Clone,
-{
-    store
-        .state()
+fn plan_objects<K: Resource>(cache: &PlanCache<K>, ns: &str, plan: &str, uid: &str) -> Vec<Arc<K>> {
+    cache
+        .of_plan(ns, plan)
         .into_iter()
-        .filter(|o| o.namespace().as_deref() == Some(ns))
-        .filter(|o| o.labels().get(LABEL_PLAN).map(String::as_str) == Some(plan))
         .filter(|o| {
             let refs = o.owner_references();
             refs.iter().any(|r| r.uid == uid) || !refs.iter().any(|r| r.controller == Some(true))
@@ -1036,6 +985,7 @@ pub async fn run(
     )
     .backoff(WatchBackoff::default())
     .inspect(watched(&liveness, "ReleasePlan"))
+    .modify(trim::plan)
     .reflect(plan_writer)
     .applied_objects()
     .filter_map(ok_only);
@@ -1043,20 +993,15 @@ pub async fn run(
         scoped(&client, ns),
         "Deployment",
         &liveness,
-        |d: &mut Deployment| d.managed_fields_mut().clear(),
+        trim::deployment,
     );
-    let (pods, pod_stream) = owned_watch(scoped(&client, ns), "Pod", &liveness, |p: &mut Pod| {
-        // Only labels and status matter to us: keep the cache small.
-        p.managed_fields_mut().clear();
-        p.annotations_mut().clear();
-        p.spec = None;
-    });
+    let (pods, pod_stream) = owned_watch(scoped(&client, ns), "Pod", &liveness, trim::pod);
     // Only ours (StatefulSets and DaemonSets keep theirs too): by the plan label.
     let (templates, template_stream) = owned_watch(
         scoped(&client, ns),
         "ControllerRevision",
         &liveness,
-        |cr: &mut ControllerRevision| cr.managed_fields_mut().clear(),
+        trim::controller_revision,
     );
     let reporter = Reporter {
         controller: "releaseplan".into(),
@@ -1064,17 +1009,21 @@ pub async fn run(
     };
     let (wake_tx, wake_rx) = futures::channel::mpsc::unbounded();
     let gates = GateRunner::new(
-        gate_http_client(),
+        settings.gate_http.clone(),
         Arc::clone(&metrics),
         wake_tx,
         plan_store.clone(),
+    );
+    let (events, publisher) = Events::start(
+        Recorder::new(client.clone(), reporter),
+        Arc::clone(&metrics),
     );
     let ctx = Arc::new(Context {
         client: client.clone(),
         deployments,
         templates,
         pods,
-        recorder: Recorder::new(client.clone(), reporter),
+        events,
         metrics,
         gates,
         liveness,
@@ -1101,6 +1050,8 @@ pub async fn run(
             }
         })
         .await;
+    // The controller and its context are gone: the Event queue is closed.
+    publisher.flush().await;
     info!("controller stopped");
 }
 
@@ -1124,7 +1075,7 @@ fn owned_watch<K>(
     liveness: &Arc<Liveness>,
     trim: impl FnMut(&mut K) + Send + 'static,
 ) -> (
-    Store<K>,
+    PlanCache<K>,
     impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
 )
 where
@@ -1136,15 +1087,19 @@ where
         + Sync
         + 'static,
 {
-    let (store, writer) = reflector::store();
+    let cache = PlanCache::default();
+    let mut writer = cache.writer();
     let stream = watcher(api, watcher::Config::default().labels(LABEL_PLAN))
         .backoff(WatchBackoff::default())
         .inspect(watched(liveness, name))
         .modify(trim)
-        .reflect(writer)
+        .map_ok(move |event| {
+            writer.apply(&event);
+            event
+        })
         .touched_objects()
         .filter_map(ok_only);
-    (store, stream)
+    (cache, stream)
 }
 
 /// Drops the errors of a watch stream once its own backoff and the liveness
@@ -1168,30 +1123,9 @@ fn watched<T>(
     }
 }
 
-/// The HTTP client of gates: no redirects followed (a gate answers itself).
-fn gate_http_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn event_actions_differ_by_message() {
-        assert_ne!(
-            event_action("StepAdvanced", "step 1"),
-            event_action("StepAdvanced", "step 2")
-        );
-        assert_eq!(
-            event_action("StepAdvanced", "step 1"),
-            event_action("StepAdvanced", "step 1")
-        );
-        assert!(event_action(&"R".repeat(300), "m").len() <= 128);
-    }
 
     #[test]
     fn a_panic_message_is_kept() {

@@ -30,54 +30,26 @@ pub(crate) async fn read_limited(
     Ok((body, true))
 }
 
-/// The first 200 characters of a body, for messages.
-pub(crate) fn snippet(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
-    let mut out: String = text.chars().take(200).collect();
-    if text.chars().nth(200).is_some() {
-        out.push('…');
+/// The message of a 3xx answer: gates never follow redirects; the target
+/// is named, redacted, so the author can fix the URL.
+pub(crate) fn redirect_reason(what: &str, response: &reqwest::Response) -> String {
+    let code = response.status().as_u16();
+    match response
+        .headers()
+        .get(reqwest::header::LOCATION)
+        .and_then(|l| l.to_str().ok())
+    {
+        Some(location) => format!(
+            "{what} answered HTTP {code}: redirect to {} not followed (gates do not follow redirects)",
+            super::outbound::redact(location)
+        ),
+        None => format!("{what} answered HTTP {code}: redirects are not followed"),
     }
-    out
-}
-
-/// Describes a transport error with its causes ("connection refused" is in
-/// the source chain, not in reqwest's own message), without repeating the
-/// full request URL (the query would make the message long).
-pub(crate) fn transport_error(
-    what: &str,
-    target: &str,
-    timeout: Duration,
-    e: reqwest::Error,
-) -> String {
-    if e.is_timeout() {
-        return format!(
-            "{what} at {target} did not answer within {}s",
-            timeout.as_secs()
-        );
-    }
-    let e = e.without_url();
-    let mut msg = format!("cannot reach {what} at {target}: {e}");
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        source = s.source();
-    }
-    msg
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn snippets_are_short() {
-        let long = "x".repeat(500);
-        let s = snippet(long.as_bytes());
-        assert_eq!(s.chars().count(), 201);
-        assert_eq!(snippet(b"  short \n"), "short");
-    }
 
     #[test]
     fn timeouts() {

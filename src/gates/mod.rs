@@ -8,6 +8,7 @@
 //! [`is_due`] and [`next_due`] say when a gate is evaluated again.
 
 pub(crate) mod http;
+pub mod outbound;
 pub mod pods;
 pub mod prometheus;
 pub mod threshold;
@@ -113,7 +114,7 @@ impl GateSpec {
     }
 
     /// Evaluates the gate once. Does I/O; never called by the pure core.
-    pub async fn evaluate(&self, http: &reqwest::Client, ctx: &GateContext) -> GateResult {
+    pub async fn evaluate(&self, http: &outbound::GateHttp, ctx: &GateContext) -> GateResult {
         match self {
             GateSpec::Prometheus(p) => prometheus::evaluate(http, p, &ctx.vars).await,
             GateSpec::Webhook(w) => {

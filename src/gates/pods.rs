@@ -31,7 +31,11 @@ pub struct PodSignal {
 /// restarted more than `max_restarts` times always does (reason
 /// [`TOO_MANY_RESTARTS`]). Signals come in pod order, then container order
 /// (init containers first); one container can give both kinds.
-pub fn detect(pods: &[Pod], max_restarts: i32, detect_failures: bool) -> Vec<PodSignal> {
+pub fn detect<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    max_restarts: i32,
+    detect_failures: bool,
+) -> Vec<PodSignal> {
     let mut signals = Vec::new();
     for pod in pods {
         let name = pod.metadata.name.as_deref().unwrap_or("<unnamed>");

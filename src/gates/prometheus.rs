@@ -6,7 +6,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::GateResult;
-use super::http::{read_limited, snippet, timeout_of, transport_error};
+use super::http::{read_limited, redirect_reason, timeout_of};
+use super::outbound::{CallError, GateHttp, describe, redact, sanitize};
 use super::threshold::Threshold;
 use crate::api::PrometheusGate;
 use crate::api::time::parse_duration;
@@ -117,12 +118,22 @@ pub fn render_query(query: &str, vars: &TemplateVars) -> String {
     out
 }
 
-/// Builds `<address>/api/v1/query?query=...&timeout=...`. The address may
-/// carry a path prefix (`http://host/prometheus`).
+/// Builds `<address>/api/v1/query?query=...&timeout=...` with a URL parser,
+/// never by concatenation: the address's path is kept as a prefix
+/// (`http://host/prometheus`), its query string and fragment are dropped, so
+/// a `?` or `#` in an address can neither cut the API path off nor add or
+/// override a query parameter (`?query=vector(0)#`).
 pub fn query_url(address: &str, query: &str, timeout: Duration) -> Result<reqwest::Url, String> {
-    let base = format!("{}/api/v1/query", address.trim_end_matches('/'));
-    let mut url = reqwest::Url::parse(&base)
-        .map_err(|e| format!("invalid prometheus address {address:?}: {e}"))?;
+    let invalid = |why: &dyn std::fmt::Display| {
+        format!("invalid prometheus address {}: {why}", redact(address))
+    };
+    let mut url = reqwest::Url::parse(address.trim()).map_err(|e| invalid(&e))?;
+    url.set_query(None);
+    url.set_fragment(None);
+    url.path_segments_mut()
+        .map_err(|()| invalid(&"not an http(s) URL"))?
+        .pop_if_empty()
+        .extend(["api", "v1", "query"]);
     url.query_pairs_mut()
         .append_pair("query", query)
         .append_pair("timeout", &format!("{}s", timeout.as_secs().max(1)));
@@ -130,70 +141,81 @@ pub fn query_url(address: &str, query: &str, timeout: Duration) -> Result<reqwes
 }
 
 /// Evaluates a gate once: renders its query, asks Prometheus with the gate's
-/// timeout, and interprets the answer. Transport problems, HTTP errors and
-/// unreadable answers give [`GateResult::Error`], never a pass.
-pub async fn evaluate(
-    http: &reqwest::Client,
-    gate: &PrometheusSpec,
-    vars: &TemplateVars,
-) -> GateResult {
+/// timeout, and interprets the answer. Transport problems, refused
+/// addresses, redirects, HTTP errors and unreadable answers give
+/// [`GateResult::Error`], never a pass. Messages carry Prometheus's
+/// `errorType` and, only when the operator allows answer bodies
+/// (`--gate-error-body-chars`), the start of its error text.
+pub async fn evaluate(http: &GateHttp, gate: &PrometheusSpec, vars: &TemplateVars) -> GateResult {
     let timeout = gate.timeout;
     let query = render_query(&gate.query, vars);
     let url = match query_url(&gate.address, &query, timeout) {
         Ok(u) => u,
         Err(reason) => return GateResult::Error { reason },
     };
-    let response = match http
+    let sent = match http
+        .client()
         .get(url)
         .header(reqwest::header::ACCEPT, "application/json")
         .timeout(timeout)
-        .send()
-        .await
+        .build()
     {
+        Ok(request) => http.send(request).await,
+        Err(e) => Err(CallError::from(e)),
+    };
+    let error = |e: CallError| GateResult::Error {
+        reason: describe("prometheus", &gate.address, timeout, &e),
+    };
+    let response = match sent {
         Ok(r) => r,
-        Err(e) => {
-            return GateResult::Error {
-                reason: transport_error("prometheus", &gate.address, timeout, e),
-            };
-        }
+        Err(e) => return error(e),
     };
     let status = response.status();
+    if status.is_redirection() {
+        return GateResult::Error {
+            reason: redirect_reason("prometheus", &response),
+        };
+    }
     let (body, complete) = match read_limited(response, MAX_BODY).await {
         Ok(b) => b,
-        Err(e) => {
-            return GateResult::Error {
-                reason: transport_error("prometheus", &gate.address, timeout, e),
-            };
-        }
+        Err(e) => return error(e.into()),
     };
     if !complete {
         return GateResult::Error {
             reason: format!("prometheus answer is larger than {MAX_BODY} bytes"),
         };
     }
-    let json: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => {
-            return GateResult::Error {
-                reason: format!(
-                    "prometheus answered HTTP {} with a body that is not JSON ({e}): {}",
-                    status.as_u16(),
-                    snippet(&body)
+    let detail = usize::from(http.policy().error_body_chars);
+    let Ok(json) = serde_json::from_slice::<Value>(&body) else {
+        return GateResult::Error {
+            reason: with_detail(
+                format!(
+                    "prometheus answered HTTP {} with a body that is not JSON",
+                    status.as_u16()
                 ),
-            };
-        }
+                &http.body_excerpt(&body),
+            ),
+        };
     };
     if !status.is_success() {
-        // Prometheus explains its errors (bad query, timeout) in the JSON body.
-        let detail = match error_of(&json) {
-            Some(d) => d,
-            None => snippet(&body),
-        };
+        // Prometheus classifies its errors (bad query, timeout) in the JSON body.
         return GateResult::Error {
-            reason: format!("prometheus answered HTTP {}: {detail}", status.as_u16()),
+            reason: with_detail(
+                format!("prometheus answered HTTP {}", status.as_u16()),
+                &error_of(&json, detail),
+            ),
         };
     }
-    interpret(&json, &gate.threshold)
+    interpret(&json, &gate.threshold, detail)
+}
+
+/// `message: detail`, or the message alone when there is no detail.
+fn with_detail(message: String, detail: &str) -> String {
+    if detail.is_empty() {
+        message
+    } else {
+        format!("{message}: {detail}")
+    }
 }
 
 /// Judges a Prometheus `/api/v1/query` answer against a threshold.
@@ -205,14 +227,17 @@ pub async fn evaluate(
 /// - an empty vector (no data), several series, a matrix or a string:
 ///   `Inconclusive`.
 /// - anything not shaped like a Prometheus answer: `Error`.
-pub fn interpret(body: &Value, threshold: &Threshold) -> GateResult {
+///
+/// Text taken from the answer is cut to `detail` characters (0: left out,
+/// except Prometheus's own `errorType` names).
+pub fn interpret(body: &Value, threshold: &Threshold, detail: usize) -> GateResult {
     match body.get("status").and_then(Value::as_str) {
         Some("success") => {}
         Some(_) => {
             return GateResult::Error {
-                reason: format!(
-                    "prometheus query failed: {}",
-                    error_of(body).unwrap_or_else(|| "no error message".to_string())
+                reason: with_detail(
+                    "prometheus query failed".to_string(),
+                    &error_of(body, detail),
                 ),
             };
         }
@@ -265,7 +290,10 @@ pub fn interpret(body: &Value, threshold: &Threshold) -> GateResult {
         return malformed("sample is not [time, \"value\"]");
     };
     let Some(value) = parse_sample(text) else {
-        return malformed(&format!("sample value {text:?} is not a number"));
+        return malformed(&with_detail(
+            "sample value is not a number".to_string(),
+            &sanitize(text.as_bytes(), detail),
+        ));
     };
     if value.is_nan() {
         return GateResult::Inconclusive {
@@ -298,13 +326,37 @@ fn malformed(what: &str) -> GateResult {
     }
 }
 
-/// `<errorType>: <error>` of a Prometheus error answer.
-fn error_of(body: &Value) -> Option<String> {
-    let error = body.get("error").and_then(Value::as_str)?;
-    Some(match body.get("errorType").and_then(Value::as_str) {
-        Some(kind) => format!("{kind}: {error}"),
-        None => error.to_string(),
-    })
+/// Error types Prometheus itself sends: names, not server data, so they are
+/// repeated even when answer bodies are not.
+const ERROR_TYPES: [&str; 8] = [
+    "timeout",
+    "canceled",
+    "execution",
+    "bad_data",
+    "internal",
+    "unavailable",
+    "not_found",
+    "not_acceptable",
+];
+
+/// `<errorType>: <error>` of a Prometheus error answer: the type only when
+/// it is one of Prometheus's own, the text only up to `detail` characters.
+fn error_of(body: &Value, detail: usize) -> String {
+    let kind = body
+        .get("errorType")
+        .and_then(Value::as_str)
+        .filter(|k| ERROR_TYPES.contains(k))
+        .unwrap_or_default();
+    let text = body
+        .get("error")
+        .and_then(Value::as_str)
+        .map(|e| sanitize(e.as_bytes(), detail))
+        .unwrap_or_default();
+    match (kind.is_empty(), text.is_empty()) {
+        (false, false) => format!("{kind}: {text}"),
+        (false, true) => kind.to_string(),
+        (true, _) => text,
+    }
 }
 
 #[cfg(test)]
@@ -379,6 +431,49 @@ mod tests {
         let u = query_url("https://h/prometheus", "up", Duration::from_secs(5)).unwrap();
         assert_eq!(u.path(), "/prometheus/api/v1/query");
         assert!(query_url("not a url", "up", Duration::from_secs(1)).is_err());
+        assert!(query_url("mailto:a@b", "up", Duration::from_secs(1)).is_err());
+        // `?` and `#` in the address change neither the path nor the query.
+        for address in [
+            "http://h:9090/prom?x=1#",
+            "http://h:9090/prom#/x",
+            "http://h:9090/prom/?query=vector(0)&",
+            "http://h:9090/prom?query=vector(0)#",
+        ] {
+            let u = query_url(address, "up", Duration::from_secs(5)).unwrap();
+            assert_eq!(
+                u.as_str(),
+                "http://h:9090/prom/api/v1/query?query=up&timeout=5s",
+                "{address}"
+            );
+        }
+        let e = query_url("http://u:pw@h:bad/?token=t", "up", Duration::from_secs(1)).unwrap_err();
+        assert!(!e.contains("pw") && !e.contains("token"), "{e}");
+    }
+
+    #[test]
+    fn error_text_only_when_allowed() {
+        let body = json!({"status": "error", "errorType": "bad_data", "error": "parse error"});
+        assert_eq!(
+            interpret(&body, &lt(0.05), 0),
+            GateResult::Error {
+                reason: "prometheus query failed: bad_data".into()
+            }
+        );
+        let body = json!({"status": "error", "errorType": "s3cret", "error": "s3cret"});
+        assert_eq!(
+            interpret(&body, &lt(0.05), 0),
+            GateResult::Error {
+                reason: "prometheus query failed".into()
+            }
+        );
+        let body =
+            json!({"status": "success", "data": {"resultType": "scalar", "result": [1, "s3cret"]}});
+        assert_eq!(
+            interpret(&body, &lt(0.05), 0),
+            GateResult::Error {
+                reason: "unexpected prometheus answer: sample value is not a number".into()
+            }
+        );
     }
 
     #[test]
@@ -423,11 +518,11 @@ mod tests {
     fn scalar_is_compared() {
         let body = json!({"status": "success", "data": {"resultType": "scalar", "result": [1700000000, "0.01"]}});
         assert_eq!(
-            interpret(&body, &lt(0.05)),
+            interpret(&body, &lt(0.05), 200),
             GateResult::Pass { value: 0.01 }
         );
         assert_eq!(
-            interpret(&body, &lt(0.001)),
+            interpret(&body, &lt(0.001), 200),
             GateResult::Fail {
                 value: Some(0.01),
                 reason: "value 0.01 is not < 0.001".into()
@@ -438,21 +533,21 @@ mod tests {
     #[test]
     fn vector_of_one_is_compared() {
         assert_eq!(
-            interpret(&vector(&["0.2"]), &lt(0.05)),
+            interpret(&vector(&["0.2"]), &lt(0.05), 200),
             GateResult::Fail {
                 value: Some(0.2),
                 reason: "value 0.2 is not < 0.05".into()
             }
         );
         assert_eq!(
-            interpret(&vector(&["0"]), &lt(0.05)),
+            interpret(&vector(&["0"]), &lt(0.05), 200),
             GateResult::Pass { value: 0.0 }
         );
     }
 
     #[test]
     fn empty_vector_is_inconclusive() {
-        let r = interpret(&vector(&[]), &lt(0.05));
+        let r = interpret(&vector(&[]), &lt(0.05), 200);
         assert_eq!(
             r,
             GateResult::Inconclusive {
@@ -463,7 +558,7 @@ mod tests {
 
     #[test]
     fn several_series_are_inconclusive() {
-        let r = interpret(&vector(&["0.01", "0.02"]), &lt(0.05));
+        let r = interpret(&vector(&["0.01", "0.02"]), &lt(0.05), 200);
         match r {
             GateResult::Inconclusive { reason } => assert!(reason.contains("2 series"), "{reason}"),
             other => panic!("{other:?}"),
@@ -473,7 +568,7 @@ mod tests {
     #[test]
     fn nan_is_inconclusive_never_a_pass() {
         for t in ["< 0.05", "!= 0", ">= 0"] {
-            let r = interpret(&vector(&["NaN"]), &t.parse().unwrap());
+            let r = interpret(&vector(&["NaN"]), &t.parse().unwrap(), 200);
             assert!(matches!(r, GateResult::Inconclusive { .. }), "{t}: {r:?}");
         }
     }
@@ -481,14 +576,14 @@ mod tests {
     #[test]
     fn infinities_are_compared() {
         assert_eq!(
-            interpret(&vector(&["+Inf"]), &lt(0.05)),
+            interpret(&vector(&["+Inf"]), &lt(0.05), 200),
             GateResult::Fail {
                 value: Some(f64::INFINITY),
                 reason: "value +Inf is not < 0.05".into()
             }
         );
         assert_eq!(
-            interpret(&vector(&["-Inf"]), &lt(0.05)),
+            interpret(&vector(&["-Inf"]), &lt(0.05), 200),
             GateResult::Pass {
                 value: f64::NEG_INFINITY
             }
@@ -500,14 +595,14 @@ mod tests {
         let body =
             json!({"status": "error", "errorType": "bad_data", "error": "parse error at char 5"});
         assert_eq!(
-            interpret(&body, &lt(0.05)),
+            interpret(&body, &lt(0.05), 200),
             GateResult::Error {
                 reason: "prometheus query failed: bad_data: parse error at char 5".into()
             }
         );
         let body = json!({"status": "error"});
         assert!(matches!(
-            interpret(&body, &lt(0.05)),
+            interpret(&body, &lt(0.05), 200),
             GateResult::Error { .. }
         ));
     }
@@ -517,13 +612,13 @@ mod tests {
         let body = json!({"status": "success", "data": {"resultType": "matrix", "result": [
             {"metric": {}, "values": [[1700000000, "0.01"], [1700000001, "0.02"]]}
         ]}});
-        match interpret(&body, &lt(0.05)) {
+        match interpret(&body, &lt(0.05), 200) {
             GateResult::Inconclusive { reason } => assert!(reason.contains("matrix"), "{reason}"),
             other => panic!("{other:?}"),
         }
         let body = json!({"status": "success", "data": {"resultType": "string", "result": [1700000000, "x"]}});
         assert!(matches!(
-            interpret(&body, &lt(0.05)),
+            interpret(&body, &lt(0.05), 200),
             GateResult::Inconclusive { .. }
         ));
     }
@@ -542,7 +637,7 @@ mod tests {
             json!([1, 2]),
         ];
         for body in cases {
-            let r = interpret(&body, &lt(0.05));
+            let r = interpret(&body, &lt(0.05), 200);
             assert!(matches!(r, GateResult::Error { .. }), "{body}: {r:?}");
         }
     }

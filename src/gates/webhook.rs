@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::http::{read_limited, snippet, timeout_of, transport_error};
+use super::http::{read_limited, redirect_reason, timeout_of};
+use super::outbound::{GateHttp, describe};
 use super::{GateResult, Limits};
 use crate::api::{Phase, WebhookGate};
 
@@ -84,17 +85,19 @@ pub struct WebhookBody {
 /// answer is a pass (value: the status code). Any other answer, a timeout or
 /// a connection error is retried up to `retries` times (default 2) after
 /// 200ms, 400ms, ... (at most 5s); the last attempt decides: a non-2xx answer
-/// gives `Fail` with its status code and the start of its body, a transport
-/// problem gives `Error`.
+/// gives `Fail` with its status code (and the start of its body only when
+/// the operator allows it, see [`GateHttp::body_excerpt`]); a 3xx is not
+/// followed; a transport problem or an address the operator refuses gives
+/// `Error` (a refusal is not retried: it would be refused again).
 ///
 /// Worst case the call takes `(retries + 1) * timeout` plus the pauses.
-pub async fn call(http: &reqwest::Client, gate: &WebhookSpec, body: &WebhookBody) -> GateResult {
+pub async fn call(http: &GateHttp, gate: &WebhookSpec, body: &WebhookBody) -> GateResult {
     let (timeout, retries) = (gate.timeout, gate.retries);
     let mut backoff = FIRST_BACKOFF;
     let mut attempt = 0;
     loop {
-        let result = call_once(http, gate, body, timeout).await;
-        if result.is_pass() || attempt >= retries {
+        let (result, retry) = call_once(http, gate, body, timeout).await;
+        if result.is_pass() || !retry || attempt >= retries {
             return match result {
                 GateResult::Fail { value, reason } if attempt > 0 => GateResult::Fail {
                     value,
@@ -113,46 +116,52 @@ pub async fn call(http: &reqwest::Client, gate: &WebhookSpec, body: &WebhookBody
     }
 }
 
+/// One call, and whether another attempt could answer differently (not
+/// after a refusal of the operator's policy).
 async fn call_once(
-    http: &reqwest::Client,
+    http: &GateHttp,
     gate: &WebhookSpec,
     body: &WebhookBody,
     timeout: Duration,
-) -> GateResult {
-    let response = match http
+) -> (GateResult, bool) {
+    let sent = match http
+        .client()
         .post(&gate.url)
         .json(body)
         .timeout(timeout)
-        .send()
-        .await
+        .build()
     {
+        Ok(request) => http.send(request).await,
+        Err(e) => Err(e.into()),
+    };
+    let response = match sent {
         Ok(r) => r,
         Err(e) => {
-            return GateResult::Error {
-                reason: transport_error("webhook", &gate.url, timeout, e),
-            };
+            let reason = describe("webhook", &gate.url, timeout, &e);
+            return (GateResult::Error { reason }, !e.is_refusal());
         }
     };
     let status = response.status();
     if status.is_success() {
-        return GateResult::Pass {
-            value: f64::from(status.as_u16()),
-        };
+        let value = f64::from(status.as_u16());
+        return (GateResult::Pass { value }, false);
     }
-    let text = match read_limited(response, MAX_ERROR_BODY).await {
-        Ok((b, _)) => snippet(&b),
-        // A body cut short still tells the status code.
-        Err(_) => String::new(),
-    };
-    let reason = if text.is_empty() {
-        format!("webhook answered HTTP {}", status.as_u16())
+    let reason = if status.is_redirection() {
+        redirect_reason("webhook", &response)
     } else {
-        format!("webhook answered HTTP {}: {text}", status.as_u16())
+        let text = match read_limited(response, MAX_ERROR_BODY).await {
+            Ok((b, _)) => http.body_excerpt(&b),
+            // A body cut short still tells the status code.
+            Err(_) => String::new(),
+        };
+        if text.is_empty() {
+            format!("webhook answered HTTP {}", status.as_u16())
+        } else {
+            format!("webhook answered HTTP {}: {text}", status.as_u16())
+        }
     };
-    GateResult::Fail {
-        value: Some(f64::from(status.as_u16())),
-        reason,
-    }
+    let value = Some(f64::from(status.as_u16()));
+    (GateResult::Fail { value, reason }, true)
 }
 
 #[cfg(test)]

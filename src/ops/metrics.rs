@@ -8,7 +8,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 /// Label set with one `kind`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -61,7 +61,11 @@ pub struct Metrics {
     pub gate_failures: Family<GateLabel, Gauge>,
     /// 1 while this process reconciles (leader, or leader election off), else 0.
     pub leader: Gauge,
+    /// The phase of each plan, so a change moves one count from the old phase
+    /// to the new one: no recount of all plans per reconcile.
     phases: Mutex<HashMap<String, Phase>>,
+    /// The gauge of each phase, in the order of [`Phase::ALL`].
+    phase_gauges: [Gauge; Phase::ALL.len()],
 }
 
 impl Default for Metrics {
@@ -132,13 +136,13 @@ impl Metrics {
             "1 while this process reconciles (holds the lease)",
             leader.clone(),
         );
-        for p in Phase::ALL {
+        let phase_gauges = Phase::ALL.map(|p| {
             plans
                 .get_or_create(&PhaseLabel {
                     phase: p.to_string(),
                 })
-                .set(0);
-        }
+                .clone()
+        });
         Metrics {
             registry,
             reconciles,
@@ -153,30 +157,40 @@ impl Metrics {
             gate_failures,
             leader,
             phases: Mutex::new(HashMap::new()),
+            phase_gauges,
         }
     }
 
-    /// Records the phase of a plan (None when it is gone) and refreshes the gauge.
+    /// Records the phase of a plan (None when it is gone): the plan's count
+    /// moves from its previous phase to the new one, in constant time.
     pub fn set_phase(&self, key: &str, phase: Option<Phase>) {
-        let Ok(mut map) = self.phases.lock() else {
-            return;
-        };
-        match phase {
+        let mut map = self.phases.lock().unwrap_or_else(PoisonError::into_inner);
+        let old = match phase {
             Some(p) => {
-                map.insert(key.to_string(), p);
+                if let Some(v) = map.get_mut(key) {
+                    Some(std::mem::replace(v, p))
+                } else {
+                    map.insert(key.to_string(), p);
+                    None
+                }
             }
-            None => {
-                map.remove(key);
-            }
+            None => map.remove(key),
+        };
+        if old == phase {
+            return;
         }
-        for p in Phase::ALL {
-            let n = map.values().filter(|v| **v == p).count();
-            self.plans
-                .get_or_create(&PhaseLabel {
-                    phase: p.to_string(),
-                })
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        // Under the lock, so the gauges always sum to the plans in the map.
+        if let Some(g) = old.and_then(|p| self.phase_gauge(p)) {
+            g.dec();
         }
+        if let Some(g) = phase.and_then(|p| self.phase_gauge(p)) {
+            g.inc();
+        }
+    }
+
+    fn phase_gauge(&self, phase: Phase) -> Option<&Gauge> {
+        let i = Phase::ALL.iter().position(|p| *p == phase)?;
+        self.phase_gauges.get(i)
     }
 
     /// Counts one write to the API server.
@@ -219,5 +233,54 @@ mod tests {
         assert!(text.contains("releaseplan_api_writes_total{kind=\"apply\"} 1"));
         assert!(text.contains("releaseplan_leader 0"));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    fn count(m: &Metrics, p: Phase) -> i64 {
+        m.phase_gauge(p).unwrap().get()
+    }
+
+    #[test]
+    fn phase_counts_follow_transitions_repeats_and_deletes() {
+        let m = Metrics::new();
+        m.set_phase("a/x", Some(Phase::Pending));
+        m.set_phase("a/x", Some(Phase::RollingOut));
+        m.set_phase("a/x", Some(Phase::RollingOut));
+        m.set_phase("a/y", Some(Phase::RollingOut));
+        m.set_phase("a/y", Some(Phase::Stable));
+        m.set_phase("a/y", Some(Phase::Stable));
+        // Forgetting a plan twice, or one never seen, changes nothing.
+        m.set_phase("a/z", None);
+        assert_eq!(count(&m, Phase::Pending), 0);
+        assert_eq!(count(&m, Phase::RollingOut), 1);
+        assert_eq!(count(&m, Phase::Stable), 1);
+        m.set_phase("a/x", None);
+        m.set_phase("a/x", None);
+        assert_eq!(count(&m, Phase::RollingOut), 0);
+        assert_eq!(count(&m, Phase::Stable), 1);
+        for p in Phase::ALL {
+            assert!(count(&m, p) >= 0, "{p}");
+        }
+    }
+
+    #[test]
+    fn phase_counts_match_a_recount_under_random_updates() {
+        let m = Metrics::new();
+        let mut truth: HashMap<String, Phase> = HashMap::new();
+        let mut seed = 7u64;
+        for _ in 0..2000 {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let key = format!("ns/p{}", (seed >> 33) % 13);
+            let pick = usize::try_from((seed >> 20) % 6).unwrap();
+            let phase = Phase::ALL.get(pick).copied();
+            match phase {
+                Some(p) => truth.insert(key.clone(), p),
+                None => truth.remove(&key),
+            };
+            m.set_phase(&key, phase);
+        }
+        for p in Phase::ALL {
+            let n = truth.values().filter(|v| **v == p).count();
+            assert_eq!(count(&m, p), i64::try_from(n).unwrap(), "{p}");
+        }
     }
 }

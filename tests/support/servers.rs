@@ -103,3 +103,17 @@ pub fn http_client() -> reqwest::Client {
         .build()
         .expect("cannot build an HTTP client")
 }
+
+/// The operator's gate client with the default outbound policy (link-local
+/// and metadata refused, bodies kept out of messages).
+pub fn gate_http() -> releaseplan::gates::outbound::GateHttp {
+    gate_http_with(releaseplan::gates::outbound::OutboundPolicy::default())
+}
+
+/// The operator's gate client with `policy`, as the operator's flags build it.
+pub fn gate_http_with(
+    policy: releaseplan::gates::outbound::OutboundPolicy,
+) -> releaseplan::gates::outbound::GateHttp {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    releaseplan::gates::outbound::GateHttp::new(policy).expect("cannot build the gate client")
+}

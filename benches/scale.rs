@@ -1,0 +1,826 @@
+//! Scale benchmark (`make bench-scale N=...`, `make bench-compare N=...`):
+//! N plans of one component, 2 replicas, steps setWeight 50 / pause 1s,
+//! through one controller on a fresh cluster started by e2e/bench-scale.sh.
+//! Prints one markdown table from a single run; asserts nothing about speed.
+//!
+//! 1. Cold start: N objects created at once; time to the first, p50, p90 and
+//!    last object converged, controller CPU seconds, API writes.
+//! 2. Idle: writes and CPU over `RP_BENCH_IDLE_SECONDS` (30) with nothing changing.
+//! 3. Rollout of 10%: every tenth object patched to a new image; time to all
+//!    converged again, CPU, writes.
+//! 4. Floor (`RP_BENCH_FLOOR=1`): the controller stopped, N plain Deployments
+//!    of the same pods created at once; time to all ready. What the cluster
+//!    itself needs, which no controller can beat.
+//!
+//! The controller (`RP_BENCH_CONTROLLER`): `releaseplan` (`$RP_OPERATOR_BIN`,
+//! ReleasePlans, converged = phase Stable at the current generation) or
+//! `argo` (`$RP_ARGO_BIN`, CRDs from `$RP_ARGO_CRDS`, Rollouts with the same
+//! canary steps, converged = phase Healthy at the current generation with
+//! stableRS = currentPodHash). Each runs with its defaults, watching the
+//! bench namespace only, as the user `$RP_AUDIT_USER` (kubeconfig
+//! `$RP_AUDIT_KUBECONFIG`): the API server's audit log records that user's
+//! writes only, so both are counted by the same means (verb, resource, code).
+//! Peak RSS is the process's VmHWM; CPU is user + system time from /proc.
+//!
+//! `RP_BENCH_JSON=FILE` also writes the figures as JSON; `scale --compare
+//! OURS.json ARGO.json` prints the ratios of two such files (no cluster).
+
+// Bench code, like test code, may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::pedantic
+)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::fixtures::{self, web};
+use support::operator::{Operator, free_port};
+use support::{cluster, crd, wait_until};
+
+/// How many objects are created or patched at once.
+const PARALLEL: usize = 32;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    ReleasePlan,
+    Rollout,
+    Deployment,
+}
+
+impl Kind {
+    fn resource(self) -> ApiResource {
+        let gvk = match self {
+            Kind::ReleasePlan => GroupVersionKind::gvk("releaseplan.io", "v1alpha1", "ReleasePlan"),
+            Kind::Rollout => GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout"),
+            Kind::Deployment => GroupVersionKind::gvk("apps", "v1", "Deployment"),
+        };
+        ApiResource::from_gvk(&gvk)
+    }
+
+    /// The object `name` running `image`: 1 component of 2 replicas, steps
+    /// setWeight 50 / pause 1s (a plain Deployment has no steps).
+    fn object(self, name: &str, image: &str) -> Value {
+        let steps = json!([{"setWeight": 50}, {"pause": {"duration": "1s"}}]);
+        match self {
+            Kind::ReleasePlan => serde_json::to_value(fixtures::plan(
+                name,
+                json!({"components": [web(image, 2)], "strategy": {"steps": steps}}),
+            ))
+            .unwrap(),
+            Kind::Rollout => json!({
+                "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+                "metadata": {"name": name},
+                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}},
+                    "template": pod_template(name, image),
+                    "strategy": {"canary": {"steps": steps}}}
+            }),
+            Kind::Deployment => json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name},
+                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}},
+                    "template": pod_template(name, image)}
+            }),
+        }
+    }
+
+    /// The merge patch that moves an object to `image`.
+    fn image_patch(self, name: &str, image: &str) -> Value {
+        match self {
+            Kind::ReleasePlan => json!({"spec": {"components": [web(image, 2)]}}),
+            _ => json!({"spec": {"template": pod_template(name, image)}}),
+        }
+    }
+
+    /// The generation an object has converged at, if it has.
+    fn converged(self, o: &DynamicObject) -> Option<i64> {
+        let generation = o.metadata.generation?;
+        let s = o.data.get("status")?;
+        let ok = match self {
+            Kind::ReleasePlan => {
+                s.get("phase")? == "Stable" && s.get("observedGeneration")?.as_i64()? == generation
+            }
+            // Argo Rollouts writes its observedGeneration as a string.
+            Kind::Rollout => {
+                s.get("phase")? == "Healthy"
+                    && s.get("observedGeneration")?.as_str()? == generation.to_string()
+                    && s.get("stableRS")? == s.get("currentPodHash")?
+            }
+            Kind::Deployment => {
+                let replicas = o.data.pointer("/spec/replicas")?.as_i64()?;
+                s.get("observedGeneration")?.as_i64()? == generation
+                    && s.get("readyReplicas").and_then(Value::as_i64) == Some(replicas)
+                    && s.get("updatedReplicas").and_then(Value::as_i64) == Some(replicas)
+            }
+        };
+        ok.then_some(generation)
+    }
+}
+
+fn pod_template(name: &str, image: &str) -> Value {
+    json!({"metadata": {"labels": {"app": name}},
+        "spec": {"containers": [{"name": "app", "image": image}]}})
+}
+
+fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn env_path(key: &str) -> String {
+    std::env::var(key)
+        .unwrap_or_else(|_| panic!("{key} is not set (run through e2e/bench-scale.sh)"))
+}
+
+// ------------------------------------------------------------ convergence
+
+/// When an object was first seen converged, at each generation it did.
+type Convergences = Vec<(i64, Instant)>;
+
+/// For each object, the first time it was seen converged at each generation.
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<HashMap<String, Convergences>>>);
+
+impl Seen {
+    /// Watches `kind` in `ns` and records convergences until aborted.
+    fn watch(&self, client: &Client, ns: &str, kind: Kind) -> tokio::task::JoinHandle<()> {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &kind.resource());
+        let seen = self.clone();
+        tokio::spawn(async move {
+            let mut s = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(o) = s.next().await {
+                let Ok(o) = o else { continue };
+                if let Some(g) = kind.converged(&o) {
+                    let now = Instant::now();
+                    let mut map = seen.0.lock().unwrap();
+                    let v = map.entry(o.name_any()).or_default();
+                    if !v.iter().any(|(h, _)| *h == g) {
+                        v.push((g, now));
+                    }
+                }
+            }
+        })
+    }
+
+    /// When `name` was first seen converged at `generation` or later.
+    fn at(&self, name: &str, generation: i64) -> Option<Instant> {
+        let map = self.0.lock().unwrap();
+        map.get(name)?
+            .iter()
+            .filter(|(g, _)| *g >= generation)
+            .map(|(_, t)| *t)
+            .min()
+    }
+
+    /// Waits until every `(name, generation)` has converged; the times
+    /// since `start`, sorted.
+    async fn wait_all(
+        &self,
+        targets: &[(String, i64)],
+        start: Instant,
+        timeout: Duration,
+    ) -> Vec<Duration> {
+        let what = format!("{} objects converged", targets.len());
+        wait_until(timeout, &what, || async {
+            let mut times = Vec::with_capacity(targets.len());
+            for (name, g) in targets {
+                times.push(self.at(name, *g)?.saturating_duration_since(start));
+            }
+            times.sort();
+            Some(times)
+        })
+        .await
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)].as_secs_f64()
+}
+
+/// First, p50, p90 and last of sorted durations, in seconds.
+#[derive(Serialize, Deserialize, Clone, Default)]
+struct Spread {
+    first: f64,
+    p50: f64,
+    p90: f64,
+    all: f64,
+}
+
+impl Spread {
+    fn of(sorted: &[Duration]) -> Spread {
+        Spread {
+            first: percentile(sorted, 0.0),
+            p50: percentile(sorted, 0.5),
+            p90: percentile(sorted, 0.9),
+            all: percentile(sorted, 1.0),
+        }
+    }
+    fn cell(&self) -> String {
+        format!(
+            "{:.1} / {:.1} / {:.1} / {:.1}",
+            self.first, self.p50, self.p90, self.all
+        )
+    }
+}
+
+/// Creates (or patches, with `patch`) `names` with at most [`PARALLEL`] at
+/// once; returns each object's generation after the write.
+async fn write_all(
+    api: &Api<DynamicObject>,
+    kind: Kind,
+    names: &[String],
+    image: &str,
+    patch: bool,
+) -> Vec<(String, i64)> {
+    futures::stream::iter(names.iter().cloned())
+        .map(|name| async move {
+            let o: DynamicObject = if patch {
+                let p = kind.image_patch(&name, image);
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&p))
+                    .await
+            } else {
+                let o: DynamicObject = serde_json::from_value(kind.object(&name, image)).unwrap();
+                api.create(&PostParams::default(), &o).await
+            }
+            .unwrap_or_else(|e| panic!("cannot write {name}: {e}"));
+            Ok::<_, ()>((name, o.metadata.generation.unwrap_or(1)))
+        })
+        .buffer_unordered(PARALLEL)
+        .try_collect()
+        .await
+        .unwrap()
+}
+
+// ------------------------------------------------------------ process and audit
+
+/// Resident memory now and at its peak (KiB), and CPU seconds, of a process.
+#[derive(Clone, Copy, Default)]
+struct Usage {
+    rss_kib: u64,
+    peak_kib: u64,
+    cpu: f64,
+}
+
+fn usage(pid: u32) -> Usage {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    Usage {
+        rss_kib: kib("VmRSS:"),
+        peak_kib: kib("VmHWM:"),
+        cpu: (ticks(11) + ticks(12)) / 100.0,
+    }
+}
+
+/// Writes of the controller's user, from the audit log: by
+/// `resource[/subresource] verb`, and how many were refused with 409.
+#[derive(Serialize, Deserialize, Clone, Default)]
+struct Writes {
+    total: u64,
+    conflicts: u64,
+    events: u64,
+    by_kind: BTreeMap<String, u64>,
+}
+
+/// Reads the audit log from line `from`; the writes and the next line.
+fn audit(path: &str, from: usize) -> (Writes, usize) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut w = Writes::default();
+    let mut n = 0;
+    for line in text.lines() {
+        n += 1;
+        if n <= from {
+            continue;
+        }
+        let Ok(e) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let s = |p: &str| e.pointer(p).and_then(Value::as_str).unwrap_or("");
+        let mut resource = s("/objectRef/resource").to_string();
+        if !s("/objectRef/subresource").is_empty() {
+            resource = format!("{resource}/{}", s("/objectRef/subresource"));
+        }
+        w.total += 1;
+        // 409 Conflict: a write under a stale resourceVersion (not AlreadyExists).
+        if e.pointer("/responseStatus/code").and_then(Value::as_i64) == Some(409)
+            && s("/responseStatus/reason") == "Conflict"
+        {
+            w.conflicts += 1;
+        }
+        if resource == "events" {
+            w.events += 1;
+        }
+        *w.by_kind
+            .entry(format!("{resource} {}", s("/verb")))
+            .or_default() += 1;
+    }
+    (w, n)
+}
+
+/// The controller under test, running as the audited user.
+enum Controller {
+    Ours(Operator),
+    Argo(Child),
+}
+
+impl Controller {
+    async fn start(kind: Kind, ns: &str) -> Controller {
+        let kubeconfig = env_path("RP_AUDIT_KUBECONFIG");
+        match kind {
+            Kind::ReleasePlan => {
+                let op = Operator::launcher(ns)
+                    .binary(env_path("RP_OPERATOR_BIN"))
+                    .rust_log("warn")
+                    .env("KUBECONFIG", &kubeconfig)
+                    .start()
+                    .await;
+                Controller::Ours(op)
+            }
+            _ => {
+                let log = std::env::temp_dir().join(format!("rollouts-controller-{ns}.log"));
+                let out = std::fs::File::create(&log).unwrap();
+                let healthz = free_port();
+                let child = Command::new(env_path("RP_ARGO_BIN"))
+                    // --namespaced: watch the namespace of --namespace only.
+                    .args([
+                        "--namespaced",
+                        "--namespace",
+                        ns,
+                        "--kubeconfig",
+                        &kubeconfig,
+                    ])
+                    .args(["--leader-elect=false", "--loglevel", "warn"])
+                    .args(["--metricsPort", &free_port().to_string()])
+                    .args(["--healthzPort", &healthz.to_string()])
+                    // Its own namespace (configuration, notifications): the bench's.
+                    .env("POD_NAMESPACE", ns)
+                    .stdin(Stdio::null())
+                    .stdout(out.try_clone().unwrap())
+                    .stderr(out)
+                    .spawn()
+                    .expect("cannot start rollouts-controller");
+                let url = format!("http://127.0.0.1:{healthz}/healthz");
+                wait_until(
+                    Duration::from_secs(60),
+                    "rollouts-controller /healthz",
+                    || async {
+                        reqwest::get(&url)
+                            .await
+                            .ok()?
+                            .status()
+                            .is_success()
+                            .then_some(())
+                    },
+                )
+                .await;
+                println!("rollouts-controller log: {}", log.display());
+                Controller::Argo(child)
+            }
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        match self {
+            Controller::Ours(op) => op.pid().expect("the operator runs"),
+            Controller::Argo(c) => c.id(),
+        }
+    }
+
+    /// Our own write counters by kind, and failed reconciles by error kind.
+    async fn own_counters(&self) -> BTreeMap<String, f64> {
+        let Controller::Ours(op) = self else {
+            return BTreeMap::new();
+        };
+        op.metrics()
+            .await
+            .lines()
+            .filter(|l| {
+                l.starts_with("releaseplan_api_writes_total")
+                    || l.starts_with("releaseplan_reconcile_failures_total")
+                    || l.starts_with("releaseplan_reconcile_runs_total")
+            })
+            .filter_map(|l| {
+                let (k, v) = l.rsplit_once(' ')?;
+                Some((k.to_string(), v.parse().ok()?))
+            })
+            .collect()
+    }
+
+    fn stop(self) {
+        match self {
+            Controller::Ours(op) => drop(op),
+            Controller::Argo(mut c) => {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------ the run
+
+/// The figures of one run (the JSON of `RP_BENCH_JSON`).
+#[derive(Serialize, Deserialize, Default)]
+struct Figures {
+    controller: String,
+    n: usize,
+    create_seconds: f64,
+    cold: Spread,
+    cold_cpu: f64,
+    cold_writes: Writes,
+    cold_counters: BTreeMap<String, f64>,
+    rss_idle_mib: f64,
+    peak_rss_mib: f64,
+    idle_seconds: u64,
+    idle_cpu: f64,
+    idle_writes: Writes,
+    rollout_n: usize,
+    rollout: Spread,
+    rollout_cpu: f64,
+    rollout_writes: Writes,
+    rollout_counters: BTreeMap<String, f64>,
+    floor: Option<Spread>,
+}
+
+fn delta(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v != 0.0)
+        .collect()
+}
+
+async fn run(client: &Client, kind: Kind, n: usize) -> Figures {
+    let audit_log = env_path("RP_AUDIT_LOG");
+    let timeout = Duration::from_secs(env_or("RP_BENCH_TIMEOUT_SECONDS", 3600));
+    let idle_seconds: u64 = env_or("RP_BENCH_IDLE_SECONDS", 30);
+    let settle = Duration::from_secs(5);
+    let ns = cluster::test_namespace(client, "bench-scale").await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kind.resource());
+    let controller = Controller::start(kind, &ns).await;
+    let pid = controller.pid();
+    let seen = Seen::default();
+    let watch = seen.watch(client, &ns, kind);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut f = Figures {
+        controller: if kind == Kind::ReleasePlan {
+            "releaseplan"
+        } else {
+            "argo-rollouts"
+        }
+        .into(),
+        n,
+        idle_seconds,
+        ..Figures::default()
+    };
+
+    // Cold start.
+    let (_, mark) = audit(&audit_log, 0);
+    let counters0 = controller.own_counters().await;
+    let u0 = usage(pid);
+    let names: Vec<String> = (0..n).map(|i| format!("app-{i:05}")).collect();
+    let start = Instant::now();
+    let created = write_all(&api, kind, &names, "registry.example/app:1", false).await;
+    f.create_seconds = start.elapsed().as_secs_f64();
+    let times = seen.wait_all(&created, start, timeout).await;
+    f.cold = Spread::of(&times);
+    eprintln!("cold start: all {n} converged after {:.1}s", f.cold.all);
+    tokio::time::sleep(settle).await;
+    let u1 = usage(pid);
+    f.cold_cpu = u1.cpu - u0.cpu;
+    let (w, mark) = audit(&audit_log, mark);
+    f.cold_writes = w;
+    let counters1 = controller.own_counters().await;
+    f.cold_counters = delta(&counters1, &counters0);
+    f.rss_idle_mib = u1.rss_kib as f64 / 1024.0;
+
+    // Idle.
+    tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
+    let u2 = usage(pid);
+    f.idle_cpu = u2.cpu - u1.cpu;
+    let (w, mark) = audit(&audit_log, mark);
+    f.idle_writes = w;
+    let counters2 = controller.own_counters().await;
+
+    // Rollout of every tenth object.
+    let chosen: Vec<String> = names.iter().step_by(10).cloned().collect();
+    f.rollout_n = chosen.len();
+    let start = Instant::now();
+    let patched = write_all(&api, kind, &chosen, "registry.example/app:2", true).await;
+    let times = seen.wait_all(&patched, start, timeout).await;
+    f.rollout = Spread::of(&times);
+    eprintln!(
+        "rollout: all {} converged after {:.1}s",
+        chosen.len(),
+        f.rollout.all
+    );
+    tokio::time::sleep(settle).await;
+    let u3 = usage(pid);
+    f.rollout_cpu = u3.cpu - u2.cpu;
+    let (w, _) = audit(&audit_log, mark);
+    f.rollout_writes = w;
+    f.rollout_counters = delta(&controller.own_counters().await, &counters2);
+    f.peak_rss_mib = u3.peak_kib as f64 / 1024.0;
+    watch.abort();
+    controller.stop();
+
+    // The floor: the same pods from plain Deployments, no controller of ours.
+    if env_or("RP_BENCH_FLOOR", 0) == 1 {
+        let ns = cluster::test_namespace(client, "bench-floor").await;
+        let deployments: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &ns, &Kind::Deployment.resource());
+        let seen = Seen::default();
+        let watch = seen.watch(client, &ns, Kind::Deployment);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let start = Instant::now();
+        let created = write_all(
+            &deployments,
+            Kind::Deployment,
+            &names,
+            "registry.example/app:1",
+            false,
+        )
+        .await;
+        let times = seen.wait_all(&created, start, timeout).await;
+        eprintln!(
+            "floor: all {n} Deployments ready after {:.1}s",
+            percentile(&times, 1.0)
+        );
+        f.floor = Some(Spread::of(&times));
+        watch.abort();
+    }
+    f
+}
+
+fn writes_cell(w: &Writes) -> String {
+    if w.by_kind.is_empty() {
+        return w.total.to_string();
+    }
+    let kinds: Vec<String> = w.by_kind.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    format!("{} ({})", w.total, kinds.join(", "))
+}
+
+fn counters_cell(c: &BTreeMap<String, f64>) -> String {
+    let v: Vec<String> = c
+        .iter()
+        .map(|(k, v)| format!("{}: {v}", k.trim_start_matches("releaseplan_")))
+        .collect();
+    v.join(", ")
+}
+
+fn print_table(f: &Figures) {
+    let per = |w: &Writes, n: usize| w.total as f64 / n.max(1) as f64;
+    println!();
+    println!("| {}, N = {} | value |", f.controller, f.n);
+    println!("| --- | --- |");
+    println!(
+        "| cold start, s to first / p50 / p90 / all converged | {} (creating the {} objects took {:.1}) |",
+        f.cold.cell(),
+        f.n,
+        f.create_seconds
+    );
+    if let Some(floor) = &f.floor {
+        println!(
+            "| floor: {} plain Deployments, s to first / p50 / p90 / all ready | {} (cold start / floor: {:.2}) |",
+            f.n,
+            floor.cell(),
+            f.cold.all / floor.all.max(0.001)
+        );
+    }
+    println!("| controller CPU, cold start, s | {:.2} |", f.cold_cpu);
+    println!(
+        "| peak RSS (VmHWM), MiB | {:.1} (after cold start: {:.1}) |",
+        f.peak_rss_mib, f.rss_idle_mib
+    );
+    println!(
+        "| API writes, cold start (audit log, by resource verb) | {} = {:.2} per object |",
+        writes_cell(&f.cold_writes),
+        per(&f.cold_writes, f.n)
+    );
+    println!(
+        "| 409 conflicts, cold start | {} |",
+        f.cold_writes.conflicts
+    );
+    println!("| Events written, cold start | {} |", f.cold_writes.events);
+    if !f.cold_counters.is_empty() {
+        println!(
+            "| operator /metrics, cold start | {} |",
+            counters_cell(&f.cold_counters)
+        );
+    }
+    println!(
+        "| idle {} s after the cold start: writes / CPU s | {} / {:.2} |",
+        f.idle_seconds,
+        writes_cell(&f.idle_writes),
+        f.idle_cpu
+    );
+    println!(
+        "| rollout of {} (10%), s to first / p50 / p90 / all converged | {} |",
+        f.rollout_n,
+        f.rollout.cell()
+    );
+    println!("| controller CPU, rollout, s | {:.2} |", f.rollout_cpu);
+    println!(
+        "| API writes, rollout | {} = {:.2} per rolled object |",
+        writes_cell(&f.rollout_writes),
+        per(&f.rollout_writes, f.rollout_n)
+    );
+    println!(
+        "| 409 conflicts / Events, rollout | {} / {} |",
+        f.rollout_writes.conflicts, f.rollout_writes.events
+    );
+    if !f.rollout_counters.is_empty() {
+        println!(
+            "| operator /metrics, rollout | {} |",
+            counters_cell(&f.rollout_counters)
+        );
+    }
+    println!();
+}
+
+fn compare(ours: &Figures, argo: &Figures) {
+    let ratio = |a: f64, b: f64| {
+        if b == 0.0 {
+            "n/a".to_string()
+        } else {
+            format!("{:.2}", a / b)
+        }
+    };
+    let row = |what: &str, a: f64, b: f64, unit: &str| {
+        println!("| {what} | {} | {a:.1}{unit} | {b:.1}{unit} |", ratio(a, b));
+    };
+    let count = |what: &str, a: u64, b: u64| {
+        println!("| {what} | {} | {a} | {b} |", ratio(a as f64, b as f64));
+    };
+    println!();
+    println!(
+        "| figure, N = {} (ours: {} plans, Argo: {} Rollouts) | ours / Argo | ours | Argo |",
+        ours.n, ours.n, argo.n
+    );
+    println!("| --- | --- | --- | --- |");
+    row(
+        "cold start, p50 converged",
+        ours.cold.p50,
+        argo.cold.p50,
+        " s",
+    );
+    row(
+        "cold start, all converged",
+        ours.cold.all,
+        argo.cold.all,
+        " s",
+    );
+    row(
+        "controller CPU, cold start",
+        ours.cold_cpu,
+        argo.cold_cpu,
+        " s",
+    );
+    row("peak RSS", ours.peak_rss_mib, argo.peak_rss_mib, " MiB");
+    count(
+        "API writes, cold start",
+        ours.cold_writes.total,
+        argo.cold_writes.total,
+    );
+    count(
+        "API writes, cold start and the idle time after it",
+        ours.cold_writes.total + ours.idle_writes.total,
+        argo.cold_writes.total + argo.idle_writes.total,
+    );
+    count(
+        "409 conflicts, cold start",
+        ours.cold_writes.conflicts,
+        argo.cold_writes.conflicts,
+    );
+    count(
+        "Events, cold start and the idle time after it",
+        ours.cold_writes.events + ours.idle_writes.events,
+        argo.cold_writes.events + argo.idle_writes.events,
+    );
+    count(
+        "writes while idle",
+        ours.idle_writes.total,
+        argo.idle_writes.total,
+    );
+    row(
+        "rollout of 10%, all converged",
+        ours.rollout.all,
+        argo.rollout.all,
+        " s",
+    );
+    row(
+        "controller CPU, rollout of 10%",
+        ours.rollout_cpu,
+        argo.rollout_cpu,
+        " s",
+    );
+    count(
+        "API writes, rollout of 10%",
+        ours.rollout_writes.total,
+        argo.rollout_writes.total,
+    );
+    count(
+        "409 conflicts, rollout of 10%",
+        ours.rollout_writes.conflicts,
+        argo.rollout_writes.conflicts,
+    );
+    println!();
+}
+
+fn read_figures(path: &str) -> Figures {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path} is not a scale result: {e}"))
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--compare") {
+        let (Some(ours), Some(argo)) = (args.get(i + 1), args.get(i + 2)) else {
+            panic!("usage: scale --compare OURS.json ARGO.json");
+        };
+        compare(&read_figures(ours), &read_figures(argo));
+        return;
+    }
+    // `cargo test --all-targets` also builds and runs benches without `--bench`.
+    if !args.iter().any(|a| a == "--bench") {
+        println!("scale benchmark: run with `make bench-scale` or `make bench-compare`");
+        return;
+    }
+    let n: usize = env_or("RP_BENCH_N", 500);
+    let kind = match std::env::var("RP_BENCH_CONTROLLER").as_deref() {
+        Ok("argo") => Kind::Rollout,
+        Ok("releaseplan") | Err(_) => Kind::ReleasePlan,
+        Ok(other) => panic!("RP_BENCH_CONTROLLER must be releaseplan or argo, not {other}"),
+    };
+    let client = cluster::client().await;
+    if kind == Kind::ReleasePlan {
+        crd::install(&client).await;
+    } else {
+        let crds = env_path("RP_ARGO_CRDS");
+        let ok = Command::new("kubectl")
+            .args(["apply", "--server-side", "-f", &crds])
+            .status()
+            .is_ok_and(|s| s.success())
+            && Command::new("kubectl")
+                .args([
+                    "wait",
+                    "--for",
+                    "condition=established",
+                    "--timeout",
+                    "60s",
+                    "crd",
+                    "--all",
+                ])
+                .status()
+                .is_ok_and(|s| s.success());
+        assert!(ok, "cannot install the Argo Rollouts CRDs of {crds}");
+    }
+    let f = run(&client, kind, n).await;
+    print_table(&f);
+    if let Ok(path) = std::env::var("RP_BENCH_JSON") {
+        std::fs::write(&path, serde_json::to_string_pretty(&f).unwrap()).unwrap();
+        println!("figures written to {path}");
+    }
+}

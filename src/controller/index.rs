@@ -1,0 +1,280 @@
+//! Caches of the objects made for plans, indexed by plan.
+//!
+//! kube-runtime's reflector `Store` is a flat map: finding one plan's
+//! Deployments, pods or ControllerRevisions means scanning (and cloning the
+//! `Arc`s of) every cached object, so the cost of a reconcile grew with the
+//! number of plans. kube-runtime (5.0) has no secondary index, so this cache
+//! takes the reflector's place for the label-selected watches: it applies the
+//! same watcher events (including the relist buffering of `Init` …
+//! `InitDone`), and keeps the objects grouped by (namespace, plan label), so a
+//! reconcile reads its own plan's objects only.
+
+use crate::api::LABEL_PLAN;
+use kube::Resource;
+use kube::runtime::watcher;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, PoisonError, RwLock};
+
+/// (namespace, plan name): the key objects are grouped by.
+type PlanKey = (String, String);
+/// (namespace, object name): what identifies one cached object.
+type ObjKey = (String, String);
+
+/// The cached objects, grouped by the plan their label names.
+struct Index<K> {
+    /// Objects of each plan, by name (sorted, so reads are deterministic).
+    by_plan: HashMap<PlanKey, BTreeMap<String, Arc<K>>>,
+    /// The plan each cached object is filed under, to move or drop it when
+    /// its label changes or it is deleted.
+    plan_of: HashMap<ObjKey, PlanKey>,
+}
+
+impl<K> Default for Index<K> {
+    fn default() -> Self {
+        Index {
+            by_plan: HashMap::new(),
+            plan_of: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Resource> Index<K> {
+    fn insert(&mut self, obj: Arc<K>) {
+        let meta = obj.meta();
+        let (Some(ns), Some(name)) = (meta.namespace.clone(), meta.name.clone()) else {
+            return;
+        };
+        let Some(plan) = meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_PLAN))
+            .cloned()
+        else {
+            // Not selected by the watch (no plan label): not ours to keep.
+            self.remove(&ns, &name);
+            return;
+        };
+        let key = (ns.clone(), plan);
+        let obj_key = (ns, name.clone());
+        if let Some(old) = self.plan_of.get(&obj_key).filter(|old| **old != key) {
+            let old = old.clone();
+            self.drop_from(&old, &name);
+        }
+        self.plan_of.insert(obj_key, key.clone());
+        self.by_plan.entry(key).or_default().insert(name, obj);
+    }
+
+    fn remove(&mut self, ns: &str, name: &str) {
+        if let Some(key) = self.plan_of.remove(&(ns.to_string(), name.to_string())) {
+            self.drop_from(&key, name);
+        }
+    }
+
+    fn drop_from(&mut self, key: &PlanKey, name: &str) {
+        if let Some(objs) = self.by_plan.get_mut(key) {
+            objs.remove(name);
+            if objs.is_empty() {
+                self.by_plan.remove(key);
+            }
+        }
+    }
+}
+
+/// A shared, read-mostly cache of label-selected objects, indexed by plan.
+/// Cloning gives another handle to the same cache.
+pub struct PlanCache<K> {
+    index: Arc<RwLock<Index<K>>>,
+}
+
+impl<K> Clone for PlanCache<K> {
+    fn clone(&self) -> Self {
+        PlanCache {
+            index: Arc::clone(&self.index),
+        }
+    }
+}
+
+impl<K> Default for PlanCache<K> {
+    fn default() -> Self {
+        PlanCache {
+            index: Arc::new(RwLock::new(Index::default())),
+        }
+    }
+}
+
+impl<K: Resource> PlanCache<K> {
+    /// The cached objects labelled with plan `plan` in namespace `ns`, by name.
+    pub fn of_plan(&self, ns: &str, plan: &str) -> Vec<Arc<K>> {
+        let index = self.index.read().unwrap_or_else(PoisonError::into_inner);
+        index
+            .by_plan
+            .get(&(ns.to_string(), plan.to_string()))
+            .map(|objs| objs.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The cached object `name` in namespace `ns`, whichever plan it names.
+    pub fn get(&self, ns: &str, name: &str) -> Option<Arc<K>> {
+        let index = self.index.read().unwrap_or_else(PoisonError::into_inner);
+        let key = index.plan_of.get(&(ns.to_string(), name.to_string()))?;
+        index.by_plan.get(key)?.get(name).cloned()
+    }
+
+    /// Objects cached.
+    pub fn len(&self) -> usize {
+        self.index
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .plan_of
+            .len()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The writer: the only one that changes this cache, fed by one watch.
+    pub fn writer(&self) -> PlanCacheWriter<K> {
+        PlanCacheWriter {
+            cache: self.clone(),
+            relist: None,
+        }
+    }
+}
+
+/// Applies watcher events to a [`PlanCache`], like kube-runtime's reflector
+/// `Writer`: a relist (`Init`, `InitApply`…, `InitDone`) is collected aside
+/// and swapped in whole, so readers never see a half-filled cache.
+pub struct PlanCacheWriter<K> {
+    cache: PlanCache<K>,
+    relist: Option<Index<K>>,
+}
+
+impl<K: Resource + Clone> PlanCacheWriter<K> {
+    /// Applies one watcher event.
+    pub fn apply(&mut self, event: &watcher::Event<K>) {
+        match event {
+            watcher::Event::Apply(obj) => self.write().insert(Arc::new(obj.clone())),
+            watcher::Event::Delete(obj) => {
+                let meta = obj.meta();
+                if let (Some(ns), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) {
+                    self.write().remove(ns, name);
+                }
+            }
+            watcher::Event::Init => self.relist = Some(Index::default()),
+            watcher::Event::InitApply(obj) => {
+                self.relist
+                    .get_or_insert_with(Index::default)
+                    .insert(Arc::new(obj.clone()));
+            }
+            watcher::Event::InitDone => {
+                let fresh = self.relist.take().unwrap_or_default();
+                // The old index is dropped after the lock is released.
+                let _old = std::mem::replace(&mut *self.write(), fresh);
+            }
+        }
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Index<K>> {
+        self.cache
+            .index
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use serde_json::json;
+
+    fn deployment(ns: &str, name: &str, plan: Option<&str>) -> Deployment {
+        let mut v = json!({"metadata": {"name": name, "namespace": ns}});
+        if let Some(p) = plan {
+            v["metadata"]["labels"] = json!({LABEL_PLAN: p});
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn names(objs: &[Arc<Deployment>]) -> Vec<String> {
+        objs.iter()
+            .map(|d| d.metadata.name.clone().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn returns_only_the_objects_of_one_plan() {
+        let cache = PlanCache::default();
+        let mut w = cache.writer();
+        w.apply(&watcher::Event::Apply(deployment(
+            "a",
+            "shop-web-1",
+            Some("shop"),
+        )));
+        w.apply(&watcher::Event::Apply(deployment(
+            "a",
+            "shop-web-2",
+            Some("shop"),
+        )));
+        w.apply(&watcher::Event::Apply(deployment(
+            "a",
+            "cart-web-1",
+            Some("cart"),
+        )));
+        // The same plan name in another namespace is another plan.
+        w.apply(&watcher::Event::Apply(deployment(
+            "b",
+            "shop-web-1",
+            Some("shop"),
+        )));
+        assert_eq!(
+            names(&cache.of_plan("a", "shop")),
+            ["shop-web-1", "shop-web-2"]
+        );
+        assert_eq!(names(&cache.of_plan("a", "cart")), ["cart-web-1"]);
+        assert_eq!(names(&cache.of_plan("b", "shop")), ["shop-web-1"]);
+        assert!(cache.of_plan("a", "none").is_empty());
+        assert_eq!(cache.len(), 4);
+        assert!(cache.get("b", "shop-web-1").is_some());
+        assert!(cache.get("b", "shop-web-2").is_none());
+    }
+
+    #[test]
+    fn follows_relabels_and_deletes() {
+        let cache = PlanCache::default();
+        let mut w = cache.writer();
+        w.apply(&watcher::Event::Apply(deployment("a", "d", Some("shop"))));
+        w.apply(&watcher::Event::Apply(deployment("a", "d", Some("cart"))));
+        assert!(cache.of_plan("a", "shop").is_empty());
+        assert_eq!(names(&cache.of_plan("a", "cart")), ["d"]);
+        // The label removed: the object leaves the cache.
+        w.apply(&watcher::Event::Apply(deployment("a", "d", None)));
+        assert!(cache.is_empty());
+        w.apply(&watcher::Event::Apply(deployment("a", "d", Some("cart"))));
+        // A delete carries the last state; the filing is what counts.
+        w.apply(&watcher::Event::Delete(deployment("a", "d", Some("shop"))));
+        assert!(cache.of_plan("a", "cart").is_empty());
+        assert!(cache.is_empty());
+        assert!(cache.index.read().unwrap().by_plan.is_empty());
+    }
+
+    #[test]
+    fn a_relist_replaces_the_cache_at_its_end() {
+        let cache = PlanCache::default();
+        let mut w = cache.writer();
+        w.apply(&watcher::Event::Apply(deployment("a", "old", Some("shop"))));
+        w.apply(&watcher::Event::Init);
+        w.apply(&watcher::Event::InitApply(deployment(
+            "a",
+            "new",
+            Some("shop"),
+        )));
+        // Until the relist ends, readers see the previous state.
+        assert_eq!(names(&cache.of_plan("a", "shop")), ["old"]);
+        w.apply(&watcher::Event::InitDone);
+        assert_eq!(names(&cache.of_plan("a", "shop")), ["new"]);
+        assert!(cache.get("a", "old").is_none());
+    }
+}
