@@ -546,6 +546,9 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome.
+    pub const ALL: [Outcome; 3] = [Outcome::Promoted, Outcome::RolledBack, Outcome::Superseded];
+
     /// The outcome's name as written in `status.history[].outcome`.
     pub fn as_str(self) -> &'static str {
         match self {

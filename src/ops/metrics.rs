@@ -1,6 +1,6 @@
 //! Prometheus metrics of the operator (OpenMetrics text on `/metrics`).
 
-use crate::api::Phase;
+use crate::api::{Outcome, Phase};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -87,6 +87,14 @@ impl Metrics {
         ]);
         let plans = Family::<PhaseLabel, Gauge>::default();
         let rollouts = Family::<KindLabel, Counter>::default();
+        // Every outcome's series exists from the start, at 0: a counter born
+        // at 1 is invisible to increase(), and the first rollback would not
+        // alert (integrations/prometheus/alerts.yaml, tests/alerts.rs).
+        for outcome in Outcome::ALL {
+            let _ = rollouts.get_or_create(&KindLabel {
+                kind: outcome.as_str().into(),
+            });
+        }
         let rollbacks = Family::<KindLabel, Counter>::default();
         let rollout_duration = Histogram::new(exponential_buckets(1.0, 2.0, 14));
         let api_writes = Family::<KindLabel, Counter>::default();
@@ -213,6 +221,15 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_rollout_outcome_is_exported_from_zero() {
+        let text = Metrics::new().render();
+        for o in Outcome::ALL {
+            let line = format!("releaseplan_rollouts_total{{kind=\"{o}\"}} 0");
+            assert!(text.contains(&line), "{line} missing:\n{text}");
+        }
+    }
 
     #[test]
     fn renders_phases_and_counts() {
