@@ -422,6 +422,14 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         ("Failed", "Degraded", "Failed", 3, 1),
     )
     .await;
+    // The per-plan metric names the halted plan (the phase alone says RollingOut).
+    let halted_series = format!(
+        "releaseplan_plan_info{{namespace=\"{ns}\",plan=\"halt\",phase=\"RollingOut\",halted=\"true\"}} 1"
+    );
+    wait_until(T, "the halted plan's info series", || async {
+        op.metrics().await.contains(&halted_series).then_some(())
+    })
+    .await;
 
     // Refused by the API server.
     create(
@@ -566,6 +574,13 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         )
         .await
         .unwrap();
+
+    // The deleted plan's series goes with it.
+    wait_until(T, "the deleted plan's info series to go", || async {
+        let text = op.metrics().await;
+        (text.contains("releaseplan_plan_info{") && !text.contains("plan=\"fresh\"")).then_some(())
+    })
+    .await;
 
     // A new spec the operator has not seen: it is down.
     let mut op = op;

@@ -662,6 +662,14 @@ pub struct ComponentStatus {
     pub stable_ready: i32,
 }
 
+impl ReleasePlanStatus {
+    /// Rolling out but held by a failure with automatic rollback off: it
+    /// needs a human (`retry`, `abort` or a spec change).
+    pub fn is_halted(&self) -> bool {
+        self.phase == Phase::RollingOut && self.failure.is_some()
+    }
+}
+
 impl ComponentStatus {
     /// The component rolls out a revision other than its stable one (the one
     /// predicate the machine, pod checks and gates use).

@@ -20,7 +20,7 @@ use crate::api::{
     FINALIZER, LABEL_PLAN, LABEL_REVISION, Outcome, Phase, ReleasePlan, ReleasePlanStatus,
 };
 use crate::ops::liveness::Liveness;
-use crate::ops::metrics::{KindLabel, Metrics};
+use crate::ops::metrics::{KindLabel, Metrics, PlanState};
 use crate::plan::machine::Cause;
 use crate::plan::{
     self, Decision, EventReason, EventType, Observation, PodFailure, Refusal, Target,
@@ -803,7 +803,13 @@ async fn delete_template(
 /// Metrics of a written decision, from its transition.
 fn record_metrics(ctx: &Context, key: &str, before: &ReleasePlanStatus, decision: &Decision) {
     let m = &ctx.metrics;
-    m.set_phase(key, Some(decision.status.phase));
+    m.set_plan(
+        key,
+        Some(PlanState {
+            phase: decision.status.phase,
+            halted: decision.status.is_halted(),
+        }),
+    );
     let outcome = |kind: Outcome| {
         m.rollouts
             .get_or_create(&KindLabel {

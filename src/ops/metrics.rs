@@ -35,6 +35,29 @@ pub struct GateLabel {
     pub gate: String,
 }
 
+/// Label set of one plan's state (`releaseplan_plan_info`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PlanLabel {
+    /// Namespace of the plan.
+    pub namespace: String,
+    /// Plan name.
+    pub plan: String,
+    /// Lifecycle phase.
+    pub phase: String,
+    /// `true` while a failure holds a rollout (automatic rollback off): the
+    /// phase alone says `RollingOut` then.
+    pub halted: String,
+}
+
+/// What the metrics keep of one plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanState {
+    /// Lifecycle phase.
+    pub phase: Phase,
+    /// Held by a failure ([`crate::api::ReleasePlanStatus::is_halted`]).
+    pub halted: bool,
+}
+
 /// Every metric the operator exports.
 pub struct Metrics {
     /// The registry rendered on `/metrics`.
@@ -61,9 +84,13 @@ pub struct Metrics {
     pub gate_failures: Family<GateLabel, Gauge>,
     /// 1 while this process reconciles (leader, or leader election off), else 0.
     pub leader: Gauge,
-    /// The phase of each plan, so a change moves one count from the old phase
-    /// to the new one: no recount of all plans per reconcile.
-    phases: Mutex<HashMap<String, Phase>>,
+    /// One series per plan, value 1, labelled with its phase and whether it is
+    /// halted, so an alert can name the plan; removed with the plan.
+    pub plan_info: Family<PlanLabel, Gauge>,
+    /// The state of each plan, so a change moves one count from the old phase
+    /// to the new one (no recount of all plans per reconcile) and replaces
+    /// the plan's info series.
+    phases: Mutex<HashMap<String, PlanState>>,
     /// The gauge of each phase, in the order of [`Phase::ALL`].
     phase_gauges: [Gauge; Phase::ALL.len()],
 }
@@ -101,6 +128,12 @@ impl Metrics {
         let gate_value = Family::<GateLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
         let gate_failures = Family::<GateLabel, Gauge>::default();
         let leader = Gauge::default();
+        let plan_info = Family::<PlanLabel, Gauge>::default();
+        registry.register(
+            "plan_info",
+            "One series per ReleasePlan, value 1: its phase and whether it is halted",
+            plan_info.clone(),
+        );
         registry.register("reconcile_runs", "Reconciles run", reconciles.clone());
         registry.register(
             "reconcile_failures",
@@ -164,35 +197,49 @@ impl Metrics {
             gate_value,
             gate_failures,
             leader,
+            plan_info,
             phases: Mutex::new(HashMap::new()),
             phase_gauges,
         }
     }
 
-    /// Records the phase of a plan (None when it is gone): the plan's count
-    /// moves from its previous phase to the new one, in constant time.
+    /// Records the phase of a plan (None when it is gone), not halted.
     pub fn set_phase(&self, key: &str, phase: Option<Phase>) {
+        self.set_plan(
+            key,
+            phase.map(|phase| PlanState {
+                phase,
+                halted: false,
+            }),
+        );
+    }
+
+    /// Records the state of the plan `key` (`namespace/name`; None when it
+    /// is gone): its count moves from its previous phase to the new one, in
+    /// constant time, and its info series is replaced (or removed).
+    pub fn set_plan(&self, key: &str, state: Option<PlanState>) {
         let mut map = self.phases.lock().unwrap_or_else(PoisonError::into_inner);
-        let old = match phase {
-            Some(p) => {
-                if let Some(v) = map.get_mut(key) {
-                    Some(std::mem::replace(v, p))
-                } else {
-                    map.insert(key.to_string(), p);
-                    None
-                }
-            }
+        let old = match state {
+            Some(s) => map.insert(key.to_string(), s),
             None => map.remove(key),
         };
-        if old == phase {
+        if old == state {
             return;
         }
         // Under the lock, so the gauges always sum to the plans in the map.
-        if let Some(g) = old.and_then(|p| self.phase_gauge(p)) {
-            g.dec();
+        if old.map(|s| s.phase) != state.map(|s| s.phase) {
+            if let Some(g) = old.and_then(|s| self.phase_gauge(s.phase)) {
+                g.dec();
+            }
+            if let Some(g) = state.and_then(|s| self.phase_gauge(s.phase)) {
+                g.inc();
+            }
         }
-        if let Some(g) = phase.and_then(|p| self.phase_gauge(p)) {
-            g.inc();
+        if let Some(s) = old {
+            self.plan_info.remove(&plan_label(key, s));
+        }
+        if let Some(s) = state {
+            self.plan_info.get_or_create(&plan_label(key, s)).set(1);
         }
     }
 
@@ -218,9 +265,55 @@ impl Metrics {
     }
 }
 
+fn plan_label(key: &str, s: PlanState) -> PlanLabel {
+    let (namespace, plan) = key.split_once('/').unwrap_or(("", key));
+    PlanLabel {
+        namespace: namespace.to_string(),
+        plan: plan.to_string(),
+        phase: s.phase.to_string(),
+        halted: s.halted.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_info_series_per_plan_follows_it_and_goes_with_it() {
+        let m = Metrics::new();
+        let rolling = PlanState {
+            phase: Phase::RollingOut,
+            halted: false,
+        };
+        m.set_plan("shop/web", Some(rolling));
+        m.set_plan(
+            "shop/web",
+            Some(PlanState {
+                halted: true,
+                ..rolling
+            }),
+        );
+        m.set_plan("shop/api", Some(rolling));
+        let text = m.render();
+        assert!(text.contains("releaseplan_plan_info{namespace=\"shop\",plan=\"web\",phase=\"RollingOut\",halted=\"true\"} 1"), "{text}");
+        assert!(
+            !text.contains("plan=\"web\",phase=\"RollingOut\",halted=\"false\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("releaseplan_plans{phase=\"RollingOut\"} 2"),
+            "{text}"
+        );
+        m.set_plan("shop/web", None);
+        let text = m.render();
+        assert!(!text.contains("plan=\"web\""), "{text}");
+        assert!(text.contains("plan=\"api\""), "{text}");
+        assert!(
+            text.contains("releaseplan_plans{phase=\"RollingOut\"} 1"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn every_rollout_outcome_is_exported_from_zero() {
