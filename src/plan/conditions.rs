@@ -98,7 +98,7 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
         .as_ref()
         .map(|f| format!("{} failed ({}): {}", f.gate, f.reason, f.message));
     let paused = facts.paused && s.phase == Phase::RollingOut;
-    let halted = s.phase == Phase::RollingOut && s.failure.is_some();
+    let halted = s.is_halted();
     // Measured from the rollback's own start (the next status's step start),
     // not from the failed step's: a rollback that just began is not slow.
     let rollback_age = s

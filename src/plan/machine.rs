@@ -100,7 +100,7 @@ impl Facts {
             (obs.now - t).to_std().unwrap_or(Duration::ZERO)
         });
         let request = obs.request.as_ref().map(|r| r.action);
-        let halted = s.phase == Phase::RollingOut && s.failure.is_some();
+        let halted = s.is_halted();
         let applies = |a: Action| a.applies_in(s).is_ok();
         let pause_requested = match request {
             Some(Action::Pause) => true,

@@ -57,7 +57,7 @@ impl Action {
     /// rolling out; retry after a rollback or while halted on a failure.
     pub fn applies_in(self, status: &ReleasePlanStatus) -> Result<(), NotApplicable> {
         let phase = status.phase;
-        let halted = phase == Phase::RollingOut && status.failure.is_some();
+        let halted = status.is_halted();
         let applies = match self {
             Action::Pause | Action::Resume => true,
             Action::Promote { .. } => phase == Phase::RollingOut && !halted,
