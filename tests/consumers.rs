@@ -97,12 +97,32 @@ fn answer(v: &Value, who: &str) -> Answer {
     )
 }
 
-/// The plan exactly as the API server returns it (no typed round trip).
-async fn live(client: &Client, ns: &str, name: &str) -> Value {
+/// Plans untyped: read and patched exactly as the API server has them, as
+/// the consumers see them (no typed round trip).
+fn dynamic_plans(client: &Client, ns: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("releaseplan.io", "v1alpha1", "ReleasePlan");
     let ar = ApiResource::from_gvk_with_plural(&gvk, "releaseplans");
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
-    serde_json::to_value(api.get(name).await.expect("cannot read the plan")).unwrap()
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// The plan exactly as the API server returns it.
+async fn live(client: &Client, ns: &str, name: &str) -> Value {
+    let plan = dynamic_plans(client, ns).get(name).await;
+    serde_json::to_value(plan.expect("cannot read the plan")).unwrap()
+}
+
+/// `text` with every non-blank line indented by `by`, as YAML block scalars
+/// carry it.
+fn indent(text: &str, by: &str) -> String {
+    text.lines()
+        .map(|l| {
+            if l.trim().is_empty() {
+                "\n".to_string()
+            } else {
+                format!("{by}{l}\n")
+            }
+        })
+        .collect()
 }
 
 /// Runs rp-health with `args` on `obj` (its stdin); its JSON answer, or its
@@ -630,10 +650,8 @@ async fn run_action(client: &Client, ns: &str, name: &str, action: &str) {
         json!({"metadata": {"annotations": {"releaseplan.io/request": request}}}),
         "action {action} must change nothing but the request"
     );
-    let gvk = GroupVersionKind::gvk("releaseplan.io", "v1alpha1", "ReleasePlan");
-    let ar = ApiResource::from_gvk_with_plural(&gvk, "releaseplans");
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+    dynamic_plans(client, ns)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
     wait_until(T, &format!("{name}: {request} acknowledged"), || async {
@@ -689,17 +707,6 @@ async fn argocd_actions_drive_a_live_plan() {
 fn readme_carries_the_argocd_actions() {
     let root = cluster::repo_root();
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let indent = |text: &str, by: &str| -> String {
-        text.lines()
-            .map(|l| {
-                if l.trim().is_empty() {
-                    "\n".to_string()
-                } else {
-                    format!("{by}{l}\n")
-                }
-            })
-            .collect()
-    };
     let discovery = std::fs::read_to_string(root.join(ACTIONS).join("discovery.lua")).unwrap();
     assert!(
         readme.contains(&format!(
@@ -729,16 +736,7 @@ fn readme_carries_the_argocd_health_check() {
     let root = cluster::repo_root();
     let lua = std::fs::read_to_string(root.join("integrations/argocd/health.lua")).unwrap();
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let indented: String = lua
-        .lines()
-        .map(|l| {
-            if l.trim().is_empty() {
-                "\n".to_string()
-            } else {
-                format!("    {l}\n")
-            }
-        })
-        .collect();
+    let indented = indent(&lua, "    ");
     assert!(
         readme.contains(&format!(
             "  resource.customizations.health.releaseplan.io_ReleasePlan: |\n{indented}  resource.customizations.actions"

@@ -114,12 +114,11 @@ func fail(format string, args ...any) {
 	os.Exit(2)
 }
 
-// argocd runs a resource health script as Argo CD's util/lua does: a fresh
-// state with only the package, base and table libraries (no string library
-// unless resource.customizations.useOpenLibs is set), a one second budget, the
-// object as the global `obj`, and a table returned with `status` and
-// `message`. Before any script, Argo CD reports an object being deleted as
-// Progressing "Pending deletion" (controller/health.go); so does this.
+// argocd runs a resource health script as Argo CD's ExecuteHealthLua does
+// (in runLua's state; no string library unless useOpenLibs is set): a table
+// returned with `status` and `message`. Before any script, Argo CD reports an
+// object being deleted as Progressing "Pending deletion" (controller/health.go);
+// so does this.
 func argocd(u *unstructured.Unstructured, script string) answer {
 	if u.GetDeletionTimestamp() != nil {
 		return answer{"Progressing", "Pending deletion"}

@@ -129,18 +129,7 @@ struct Rev {
 
 fn rev_of(d: &Deployment) -> Option<Rev> {
     let obs = revision_of(d)?;
-    let image = d
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
-        .map(|s| {
-            s.containers
-                .iter()
-                .filter_map(|c| c.image.clone())
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .unwrap_or_default();
+    let image = super::view::images(d).join(",");
     Some(Rev { obs, image })
 }
 

@@ -169,7 +169,8 @@ pub struct PlanView {
     pub conditions: Vec<ConditionView>,
 }
 
-fn images(d: &Deployment) -> Vec<String> {
+/// The container images of a revision Deployment's pod template.
+pub(crate) fn images(d: &Deployment) -> Vec<String> {
     d.spec
         .as_ref()
         .and_then(|s| s.template.spec.as_ref())
