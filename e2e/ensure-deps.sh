@@ -3,7 +3,8 @@
 # anything else runs:   e2e/ensure-deps.sh SET...
 #   cluster  openssl, curl, ss (iproute2), ps and kill (procps): cluster-up/down
 #   demo     what `make demo` needs: cluster
-#   test     what `make test` needs: cluster, plus prometheus (metric gate tests)
+#   test     what `make test` needs: cluster, plus prometheus (metric gate
+#            tests) and promtool (tests/alerts.rs), both of package prometheus
 #   lint     what `make lint` needs: shellcheck
 #   ci       what .ci/run needs: test and lint
 # A missing command's Debian package is installed with apt-get (one
@@ -29,6 +30,8 @@ needs() {
       needs cluster
       # e2e/prometheus.sh runs PROMETHEUS_BIN instead when it is set.
       [ -x "${PROMETHEUS_BIN:-}" ] || echo prometheus:prometheus
+      # tests/alerts.rs runs promtool on the suggested alerts.
+      echo promtool:prometheus
       ;;
     lint) echo shellcheck:shellcheck ;;
     ci) needs test; needs lint ;;
