@@ -165,7 +165,7 @@ impl Operator {
     }
 
     /// Sum of a counter family in the metrics (all label sets), or of one
-    /// series when `name` carries its labels (`name{kind="apply"}`).
+    /// series when `name` carries its labels (`name{operation="apply"}`).
     pub async fn counter(&self, name: &str) -> f64 {
         sum_metric(&self.metrics().await, name)
     }
