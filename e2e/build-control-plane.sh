@@ -124,6 +124,24 @@ build_consumers() {
   log "rp-health built"
 }
 
+# The prometheus-operator's ServiceMonitor and PrometheusRule CRDs, from the
+# module's example/prometheus-operator-crd (a 4 MB module zip; nothing is
+# built): the chart's monitoring objects are applied against them.
+build_monitoring_crds() {
+  local mod=github.com/prometheus-operator/prometheus-operator moddir kind
+  [ -f "$MONITORING_CRDS/monitoring.coreos.com_prometheusrules.yaml" ] && {
+    log "prometheus-operator CRDs v$PROMETHEUS_OPERATOR_VERSION cached"; return; }
+  log "fetching the prometheus-operator CRDs v$PROMETHEUS_OPERATOR_VERSION"
+  moddir=$(cd /tmp && GOFLAGS=-mod=mod go mod download -json "$mod@v$PROMETHEUS_OPERATOR_VERSION" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$moddir" ] || die "go mod download $mod@v$PROMETHEUS_OPERATOR_VERSION gave no module directory"
+  mkdir -p "$MONITORING_CRDS"
+  for kind in servicemonitors prometheusrules; do
+    cp "$moddir/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$MONITORING_CRDS/"
+  done
+  chmod -R u+w "$MONITORING_CRDS"
+}
+
 # Argo Rollouts (`make bench-compare` only, not part of "all"): a wrapper
 # module requiring github.com/argoproj/argo-rollouts with the whole replace
 # block of its go.mod copied (a dependency's replaces do not apply, and
@@ -176,10 +194,11 @@ GO
 
 start=$(date +%s)
 case "${1:-all}" in
-  all) build_etcd; build_kwok; build_helm; build_k8s; build_consumers ;;
+  all) build_etcd; build_kwok; build_helm; build_k8s; build_consumers; build_monitoring_crds ;;
   k8s) build_k8s ;; etcd) build_etcd ;; kwok) build_kwok ;; helm) build_helm ;;
   consumers) build_consumers ;;
+  monitoring-crds) build_monitoring_crds ;;
   argo-rollouts) build_argo_rollouts ;;
-  *) die "usage: $0 [all|k8s|etcd|kwok|helm|consumers|argo-rollouts]" ;;
+  *) die "usage: $0 [all|k8s|etcd|kwok|helm|consumers|monitoring-crds|argo-rollouts]" ;;
 esac
 log "control plane binaries ready in $(( $(date +%s) - start ))s"

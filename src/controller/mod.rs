@@ -88,6 +88,19 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every [`Error::kind`]: the failures metric exports each at 0 from the
+    /// start, so `rate()` and `increase()` see the first failure of a kind.
+    pub const KINDS: [&'static str; 8] = [
+        "api",
+        "client",
+        "conflict",
+        "invalid",
+        "serialization",
+        "refused",
+        "template",
+        "panic",
+    ];
+
     /// Short label for the failures metric.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -1000,6 +1013,11 @@ pub async fn run(
     .reflect(plan_writer)
     .applied_objects()
     .filter_map(ok_only);
+    for kind in Error::KINDS {
+        let _ = metrics
+            .failures
+            .get_or_create(&ErrorLabel { error: kind.into() });
+    }
     let queue = Arc::new(Queue::new(Arc::clone(&metrics)));
     let plan_stream = {
         let queue = Arc::clone(&queue);
@@ -1183,6 +1201,28 @@ mod tests {
         let caught =
             std::panic::catch_unwind(|| std::panic::panic_any(format!("n={}", 3))).unwrap_err();
         assert_eq!(panic_message(caught.as_ref()), "n=3");
+    }
+
+    #[test]
+    fn every_error_kind_is_exported_from_the_start() {
+        let api = kube::Error::Api(Box::new(kube::core::Status::failure("no", "Forbidden")));
+        let errors = [
+            Error::Kube(kube::Error::Api(Box::new(kube::core::Status::failure(
+                "no", "x",
+            )))),
+            Error::Kube(kube::Error::LinesCodecMaxLineLengthExceeded),
+            Error::Conflict("p".into()),
+            Error::NoNamespace,
+            Error::Json(serde_json::from_str::<u8>("x").unwrap_err()),
+            Error::Refused("d".into()),
+            Error::Template {
+                name: "t".into(),
+                source: api,
+            },
+            Error::Panic("boom".into()),
+        ];
+        let kinds: Vec<&str> = errors.iter().map(Error::kind).collect();
+        assert_eq!(kinds, Error::KINDS);
     }
 
     #[test]
