@@ -178,6 +178,20 @@ build_traefik() {
   log "traefik built: $("$TRAEFIK_BIN/traefik" version | head -1)"
 }
 
+# The Gateway API CRDs of the standard channel (all but the
+# ValidatingAdmissionPolicy of safe upgrades), from the module.
+build_gateway_crds() {
+  local moddir
+  [ -f "$GATEWAY_CRDS/gateway.networking.k8s.io_httproutes.yaml" ] && {
+    log "gateway-api CRDs v$GATEWAY_API_VERSION cached"; return; }
+  moddir=$(module_dir "sigs.k8s.io/gateway-api@v$GATEWAY_API_VERSION")
+  mkdir -p "$GATEWAY_CRDS"
+  cp "$moddir"/config/crd/standard/gateway.networking.k8s.io_*.yaml "$GATEWAY_CRDS/"
+  rm -f "$GATEWAY_CRDS"/*vap*
+  chmod -R u+w "$GATEWAY_CRDS"
+  log "gateway-api CRDs v$GATEWAY_API_VERSION ready"
+}
+
 # module_dir MODULE@VERSION: the module's directory in the module cache.
 module_dir() {
   (cd /tmp && go mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
@@ -239,7 +253,7 @@ case "${1:-all}" in
   k8s) build_k8s ;; etcd) build_etcd ;; kwok) build_kwok ;; helm) build_helm ;;
   consumers) build_consumers ;;
   monitoring-crds) build_monitoring_crds ;;
-  traefik) build_traefik ;;
+  traefik) build_traefik; build_gateway_crds ;;
   argo-rollouts) build_argo_rollouts ;;
   *) die "usage: $0 [all|k8s|etcd|kwok|helm|consumers|monitoring-crds|traefik|argo-rollouts]" ;;
 esac
