@@ -683,3 +683,185 @@ async fn gate_series_follow_the_gates_of_the_spec_and_go_with_the_plan() {
     )
     .await;
 }
+
+/// A plan whose only gate is `gate` (a webhook, or a Prometheus gate when it
+/// has a `query`).
+fn plan_with_gate(name: &str, gate: Value) -> Value {
+    let kind = if gate.get("query").is_some() {
+        "prometheus"
+    } else {
+        "webhooks"
+    };
+    json!({
+        "apiVersion": "releaseplan.io/v1alpha1", "kind": "ReleasePlan",
+        "metadata": {"name": name},
+        "spec": {
+            "components": [web("shop:1", 1)],
+            "health": { kind: [gate] }
+        }
+    })
+}
+
+fn hook_with(extra: Value) -> Value {
+    let mut g = json!({"name": "smoke", "url": "https://hooks.example.com/check"});
+    for (k, v) in extra.as_object().unwrap() {
+        g[k] = v.clone();
+    }
+    g
+}
+
+fn secret_ref(name: &str, key: &str) -> Value {
+    json!({"secretKeyRef": {"name": name, "key": key}})
+}
+
+#[tokio::test]
+async fn admission_refuses_bad_auth_headers_and_tls_naming_the_field() {
+    let Harness { client, ns } = Harness::new("gate-adm").await;
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &kube::api::ApiResource::erase::<releaseplan::api::ReleasePlan>(&()),
+    );
+    let tok = secret_ref("creds", "token");
+    let basic = json!({"username": "reader", "password": secret_ref("creds", "pw")});
+    let w = "spec.health.webhooks[0]";
+    let cases: Vec<(&str, Value, String, &str)> = vec![
+        (
+            "both-bearer-and-basic",
+            hook_with(json!({"auth": {"bearer": tok, "basic": basic}})),
+            format!("{w}.auth"),
+            "auth: set exactly one of bearer and basic",
+        ),
+        (
+            "empty-auth",
+            hook_with(json!({"auth": {}})),
+            format!("{w}.auth"),
+            "auth: set exactly one of bearer and basic",
+        ),
+        (
+            "colon-in-username",
+            hook_with(
+                json!({"auth": {"basic": {"username": "a:b", "password": secret_ref("creds", "pw")}}}),
+            ),
+            format!("{w}.auth.basic.username"),
+            "basic.username must not contain ':'",
+        ),
+        (
+            "header-name-not-a-token",
+            hook_with(json!({"headers": [{"name": "X Team", "value": "a"}]})),
+            format!("{w}.headers[0].name"),
+            "header name must be an HTTP token",
+        ),
+        (
+            "header-value-and-value-from",
+            hook_with(json!({"headers": [{"name": "X-Key", "value": "a", "valueFrom": tok}]})),
+            format!("{w}.headers[0]"),
+            "headers: set exactly one of value and valueFrom",
+        ),
+        (
+            "header-without-value",
+            hook_with(json!({"headers": [{"name": "X-Key"}]})),
+            format!("{w}.headers[0]"),
+            "headers: set exactly one of value and valueFrom",
+        ),
+        (
+            "header-value-with-newline",
+            hook_with(json!({"headers": [{"name": "X-Key", "value": "a\r\nX-Evil: 1"}]})),
+            format!("{w}.headers[0].value"),
+            "header value must be printable ASCII",
+        ),
+        (
+            "duplicate-header-names",
+            hook_with(
+                json!({"headers": [{"name": "X-Key", "value": "a"}, {"name": "x-key", "value": "b"}]}),
+            ),
+            format!("{w}.headers"),
+            "headers: header names must be unique (case-insensitive)",
+        ),
+        (
+            "reserved-header",
+            hook_with(json!({"headers": [{"name": "Content-Type", "value": "text/plain"}]})),
+            format!("{w}.headers[0]"),
+            "are set by the operator",
+        ),
+        (
+            "authorization-header-and-auth",
+            hook_with(
+                json!({"auth": {"bearer": tok}, "headers": [{"name": "authorization", "value": "Basic eDp5"}]}),
+            ),
+            w.to_string(),
+            "set either auth or an Authorization header in headers, not both",
+        ),
+        (
+            "ca-from-both",
+            hook_with(
+                json!({"tls": {"ca": {"secretKeyRef": {"name": "ca", "key": "ca.crt"},
+                                             "configMapKeyRef": {"name": "ca", "key": "ca.crt"}}}}),
+            ),
+            format!("{w}.tls.ca"),
+            "tls.ca: set exactly one of secretKeyRef and configMapKeyRef",
+        ),
+        (
+            "bad-secret-name",
+            hook_with(json!({"auth": {"bearer": secret_ref("Creds_1", "token")}})),
+            format!("{w}.auth.bearer.secretKeyRef.name"),
+            "secretKeyRef.name must be a Secret name",
+        ),
+        (
+            "bad-secret-key",
+            hook_with(json!({"auth": {"bearer": secret_ref("creds", "a/b")}})),
+            format!("{w}.auth.bearer.secretKeyRef.key"),
+            "secretKeyRef.key must be a valid Secret key",
+        ),
+        (
+            "prometheus-ca-from-neither",
+            json!({"name": "errors", "address": "https://prom:9090", "query": "up", "threshold": "> 0",
+                   "tls": {"ca": {}}}),
+            "spec.health.prometheus[0].tls.ca".to_string(),
+            "tls.ca: set exactly one of secretKeyRef and configMapKeyRef",
+        ),
+    ];
+    let mut problems = Vec::new();
+    for (name, gate, path, message) in &cases {
+        let obj: kube::api::DynamicObject =
+            serde_json::from_value(plan_with_gate(name, gate.clone())).unwrap();
+        match api.create(&Default::default(), &obj).await {
+            Ok(_) => problems.push(format!("{name}: accepted")),
+            Err(kube::Error::Api(s)) => {
+                let fields: Vec<&str> = s
+                    .details
+                    .iter()
+                    .flat_map(|d| &d.causes)
+                    .map(|c| c.field.as_str())
+                    .collect();
+                if s.code != 422 || !s.message.contains(message) || !fields.contains(&path.as_str())
+                {
+                    problems.push(format!(
+                        "{name}: HTTP {} fields {fields:?} (want {path}): {}",
+                        s.code, s.message
+                    ));
+                }
+            }
+            Err(e) => problems.push(format!("{name}: {e}")),
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+
+    // Every field together, well formed: accepted, and the operator's own
+    // check of the spec agrees.
+    let good = hook_with(json!({
+        "auth": {"basic": basic},
+        "headers": [{"name": "X-Scope-OrgID", "value": "team-a"}, {"name": "X-Key", "valueFrom": tok}],
+        "tls": {"ca": {"configMapKeyRef": {"name": "ca", "key": "ca.crt"}}}
+    }));
+    let obj: kube::api::DynamicObject =
+        serde_json::from_value(plan_with_gate("good", good)).unwrap();
+    let stored = api
+        .create(&Default::default(), &obj)
+        .await
+        .expect("accepted");
+    let plan: releaseplan::api::ReleasePlan =
+        serde_json::from_value(serde_json::to_value(&stored).unwrap()).unwrap();
+    releaseplan::plan::spec::check_spec(&plan.spec).expect("the operator accepts it too");
+    assert_eq!(plan.spec.health.webhooks[0].headers.len(), 2);
+}
