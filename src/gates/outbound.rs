@@ -789,6 +789,37 @@ mod tests {
     }
 
     #[test]
+    fn ca_bundles_are_checked_and_one_client_is_kept_per_bundle() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = GateHttp::new(OutboundPolicy::default()).unwrap();
+        assert_eq!(
+            http.client_trusting(b"not-a-certificate").unwrap_err(),
+            "holds no PEM certificate"
+        );
+        let broken = b"-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n";
+        assert_eq!(
+            http.client_trusting(broken).unwrap_err(),
+            "is not a PEM certificate bundle"
+        );
+        let cached = |h: &GateHttp| h.with_ca.lock().unwrap().len();
+        assert_eq!(cached(&http), 0, "refused bundles are not cached");
+        let ca = || {
+            let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            p.self_signed(&rcgen::KeyPair::generate().unwrap())
+                .unwrap()
+                .pem()
+        };
+        let (a, b) = (ca(), ca());
+        http.client_trusting(a.as_bytes()).unwrap();
+        http.client_trusting(a.as_bytes()).unwrap();
+        assert_eq!(cached(&http), 1, "one client per bundle");
+        // A clone (the runner's) shares the cache; a new bundle, a new client.
+        http.clone().client_trusting(b.as_bytes()).unwrap();
+        assert_eq!(cached(&http), 2);
+    }
+
+    #[test]
     fn bodies_are_sanitized() {
         assert_eq!(sanitize(b"secret", 0), "");
         assert_eq!(sanitize(b"  a\n\tb\x1b[31m  c ", 100), "a b [31m c");
