@@ -54,6 +54,95 @@ impl Access {
         }
     }
 
+    /// The admission rules of these fields (the CRD's CEL), checked again
+    /// by the operator, as every rule is (`plan::spec`): a plan stored before
+    /// a rule existed gets `InvalidSpec` naming the field instead of a gate
+    /// that silently sends something else. The field is relative to the
+    /// gate, e.g. `headers[1].name`.
+    pub fn check(&self) -> Result<(), (String, String)> {
+        let bad = |field: String, message: &str| Err((field, message.to_string()));
+        if let Some(auth) = &self.auth {
+            match (&auth.bearer, &auth.basic) {
+                (Some(b), None) => check_ref("auth.bearer.secretKeyRef", &b.secret_key_ref)?,
+                (None, Some(basic)) => {
+                    if basic.username.is_empty() || basic.username.contains(':') {
+                        return bad(
+                            "auth.basic.username".into(),
+                            "basic.username must not be empty or contain ':'",
+                        );
+                    }
+                    check_ref(
+                        "auth.basic.password.secretKeyRef",
+                        &basic.password.secret_key_ref,
+                    )?;
+                }
+                _ => return bad("auth".into(), "auth: set exactly one of bearer and basic"),
+            }
+        }
+        for (i, h) in self.headers.iter().enumerate() {
+            let name = h.name.to_ascii_lowercase();
+            if HeaderName::from_bytes(h.name.as_bytes()).is_err() {
+                return bad(
+                    format!("headers[{i}].name"),
+                    "header name must be an HTTP token",
+                );
+            }
+            if RESERVED_HEADERS.contains(&name.as_str()) {
+                return bad(
+                    format!("headers[{i}]"),
+                    "headers: Host, Content-Length, Content-Type, Transfer-Encoding, Connection, TE, Upgrade and Accept are set by the operator",
+                );
+            }
+            if self.headers[..i]
+                .iter()
+                .any(|g| g.name.eq_ignore_ascii_case(&h.name))
+            {
+                return bad(
+                    "headers".into(),
+                    "headers: header names must be unique (case-insensitive)",
+                );
+            }
+            if name == "authorization" && self.auth.is_some() {
+                return bad(String::new(), crate::api::access::AUTH_HEADER_MESSAGE);
+            }
+            match (&h.value, &h.value_from) {
+                (Some(v), None) => {
+                    if v.chars().any(|c| c != '\t' && !(' '..='~').contains(&c)) {
+                        return bad(
+                            format!("headers[{i}].value"),
+                            "header value must be printable ASCII",
+                        );
+                    }
+                }
+                (None, Some(from)) => {
+                    check_ref(
+                        &format!("headers[{i}].valueFrom.secretKeyRef"),
+                        &from.secret_key_ref,
+                    )?;
+                }
+                _ => {
+                    return bad(
+                        format!("headers[{i}]"),
+                        "headers: set exactly one of value and valueFrom",
+                    );
+                }
+            }
+        }
+        if let Some(tls) = &self.tls {
+            match (&tls.ca.secret_key_ref, &tls.ca.config_map_key_ref) {
+                (Some(r), None) => check_ref("tls.ca.secretKeyRef", r)?,
+                (None, Some(r)) => check_name_key("tls.ca.configMapKeyRef", &r.name, &r.key)?,
+                _ => {
+                    return bad(
+                        "tls.ca".into(),
+                        "tls.ca: set exactly one of secretKeyRef and configMapKeyRef",
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Nothing to read: no credentials, no secret headers, no CA.
     pub fn reads_nothing(&self) -> bool {
         self.auth.is_none()
@@ -475,6 +564,51 @@ impl Reads<'_> {
     }
 }
 
+/// Headers the operator sets itself (lowercase): a gate may not set them.
+const RESERVED_HEADERS: [&str; 8] = [
+    "host",
+    "content-length",
+    "content-type",
+    "transfer-encoding",
+    "connection",
+    "te",
+    "upgrade",
+    "accept",
+];
+
+fn check_ref(field: &str, r: &SecretKeyRef) -> Result<(), (String, String)> {
+    check_name_key(field, &r.name, &r.key)
+}
+
+/// An object name (a DNS subdomain) and a data key (`[-._a-zA-Z0-9]+`).
+fn check_name_key(field: &str, name: &str, key: &str) -> Result<(), (String, String)> {
+    let subdomain = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if !subdomain {
+        return Err((
+            format!("{field}.name"),
+            "the name must be a DNS subdomain".into(),
+        ));
+    }
+    let valid_key = !key.is_empty()
+        && key.len() <= 253
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if !valid_key {
+        return Err((
+            format!("{field}.key"),
+            "the key must be letters, digits, '-', '_' and '.'".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Whether an object's `releaseplan.io/gate-namespaces` annotation lets
 /// plans of `namespace` use it: a comma-separated list of namespaces, or `*`.
 pub fn shared_with(annotation: Option<&String>, namespace: &str) -> bool {
@@ -519,6 +653,82 @@ mod tests {
             e.to_string()
                 .contains("releaseplan.io/gate-namespaces must list shop")
         );
+    }
+
+    fn checked(v: serde_json::Value) -> Result<(), (String, String)> {
+        let a: crate::api::WebhookGate = serde_json::from_value(v).unwrap();
+        Access::of(a.auth.as_ref(), &a.headers, a.tls.as_ref()).check()
+    }
+
+    #[test]
+    fn the_admission_rules_are_checked_again() {
+        use serde_json::json;
+        let gate = |extra: serde_json::Value| {
+            let mut g = json!({"name": "g", "url": "http://h"});
+            for (k, v) in extra.as_object().unwrap() {
+                g[k] = v.clone();
+            }
+            g
+        };
+        let tok = json!({"secretKeyRef": {"name": "creds", "key": "token"}});
+        let field = |v| checked(v).unwrap_err().0;
+        assert_eq!(checked(gate(json!({}))), Ok(()));
+        assert_eq!(
+            checked(gate(json!({"auth": {"bearer": tok},
+                "headers": [{"name": "X-A", "value": "a\tb"}, {"name": "X-B", "valueFrom": tok}],
+                "tls": {"ca": {"configMapKeyRef": {"name": "ca.internal", "key": "ca.crt"}}}}))),
+            Ok(())
+        );
+        assert_eq!(field(gate(json!({"auth": {}}))), "auth");
+        let basic = json!({"username": "a:b", "password": tok});
+        assert_eq!(
+            field(gate(json!({"auth": {"basic": basic}}))),
+            "auth.basic.username"
+        );
+        assert_eq!(
+            field(gate(
+                json!({"auth": {"bearer": {"secretKeyRef": {"name": "Bad", "key": "k"}}}})
+            )),
+            "auth.bearer.secretKeyRef.name"
+        );
+        assert_eq!(
+            field(gate(
+                json!({"headers": [{"name": "X-A", "valueFrom": {"secretKeyRef": {"name": "a", "key": "a/b"}}}]})
+            )),
+            "headers[0].valueFrom.secretKeyRef.key"
+        );
+        assert_eq!(
+            field(gate(json!({"headers": [{"name": "X A", "value": "a"}]}))),
+            "headers[0].name"
+        );
+        assert_eq!(
+            field(gate(json!({"headers": [{"name": "Accept", "value": "a"}]}))),
+            "headers[0]"
+        );
+        assert_eq!(
+            field(gate(json!({"headers": [{"name": "X-A"}]}))),
+            "headers[0]"
+        );
+        assert_eq!(
+            field(gate(json!({"headers": [{"name": "X-A", "value": "a\nb"}]}))),
+            "headers[0].value"
+        );
+        assert_eq!(
+            field(gate(
+                json!({"headers": [{"name": "X-A", "value": "a"}, {"name": "x-a", "value": "b"}]})
+            )),
+            "headers"
+        );
+        assert_eq!(
+            checked(gate(
+                json!({"auth": {"bearer": tok}, "headers": [{"name": "Authorization", "value": "x"}]})
+            )),
+            Err((
+                String::new(),
+                crate::api::access::AUTH_HEADER_MESSAGE.to_string()
+            ))
+        );
+        assert_eq!(field(gate(json!({"tls": {"ca": {}}}))), "tls.ca");
     }
 
     #[test]

@@ -79,6 +79,25 @@ impl GateSpec {
                 .iter()
                 .map(|g| GateSpec::Webhook(webhook::WebhookSpec::parse(g))),
         );
+        // auth, headers and tls: the same rules for every kind.
+        let prometheus = health.prometheus.len();
+        for (n, gate) in out.iter().enumerate() {
+            let (list, i) = if n < prometheus {
+                ("prometheus", n)
+            } else {
+                ("webhooks", n - prometheus)
+            };
+            gate.access()
+                .check()
+                .map_err(|(field, message)| GateSpecError {
+                    field: if field.is_empty() {
+                        format!("spec.health.{list}[{i}]")
+                    } else {
+                        format!("spec.health.{list}[{i}].{field}")
+                    },
+                    message,
+                })?;
+        }
         Ok(out)
     }
 
