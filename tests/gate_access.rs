@@ -38,7 +38,7 @@ use serde_json::{Value, json};
 use support::fixtures::web;
 use support::operator::{Operator, sum_metric};
 use support::plans::{create_stable, patch_spec, set_components, wait_phase};
-use support::servers::{gate_http, serve};
+use support::servers::{Prometheus, closed_port, gate_http, serve};
 use support::{Harness, wait_until};
 use tokio_rustls::rustls;
 
@@ -48,6 +48,8 @@ const SHARED: &str = "releaseplan.io/gate-namespaces";
 /// A CA and a server certificate it signed for 127.0.0.1 and localhost.
 struct Pki {
     ca_pem: String,
+    cert_pem: String,
+    key_pem: String,
     chain: Vec<rustls::pki_types::CertificateDer<'static>>,
     key: rustls::pki_types::PrivateKeyDer<'static>,
 }
@@ -71,6 +73,8 @@ fn pki() -> Pki {
     let cert = leaf.signed_by(&key, &ca).unwrap();
     Pki {
         ca_pem: ca.pem(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
         chain: vec![cert.der().clone()],
         key: rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
     }
@@ -302,6 +306,93 @@ async fn a_private_ca_is_trusted_only_through_the_gates_tls_bundle() {
             "ConfigMap {ns}/private-ca is not shared with namespace {ns}"
         )),
         "{r:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_real_prometheus_behind_tls_and_basic_auth() {
+    let Harness { client, ns } = Harness::new("gate-prom-auth").await;
+    let reader = CredentialReader::new(client.clone(), ns.clone());
+    let pki = pki();
+    let password = "prom-pw-71c3e9";
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let ca = file("ca.pem", &pki.ca_pem);
+    let cert = file("server.crt", &pki.cert_pem);
+    let key = file("server.key", &pki.key_pem);
+    let hash = bcrypt::hash(password, 4).unwrap();
+    let web = file(
+        "web.yml",
+        &format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: {}\nbasic_auth_users:\n  reader: '{hash}'\n",
+            cert.display(),
+            key.display()
+        ),
+    );
+    let prom = Prometheus::start_secured(
+        closed_port().await,
+        &web,
+        &format!("--cacert {} -u reader:{password}", ca.display()),
+    );
+    assert!(prom.url.starts_with("https://127.0.0.1:"), "{}", prom.url);
+
+    put_secret(
+        &client,
+        &ns,
+        "prom-basic",
+        &[("password", password)],
+        Some(&ns),
+    )
+    .await;
+    put_config_map(&client, &ns, "prom-ca", "ca.crt", &pki.ca_pem, Some(&ns)).await;
+    let gate = |auth: Value, tls: Value| {
+        let mut g = json!({"name": "errors", "address": prom.url, "query": "vector(0.01)",
+            "threshold": "< 0.05", "timeoutSeconds": 10});
+        if !auth.is_null() {
+            g["auth"] = auth;
+        }
+        if !tls.is_null() {
+            g["tls"] = tls;
+        }
+        json!({ "prometheus": [g] })
+    };
+    let basic = json!({"basic": {"username": "reader",
+        "password": {"secretKeyRef": {"name": "prom-basic", "key": "password"}}}});
+    let tls = json!({"ca": {"configMapKeyRef": {"name": "prom-ca", "key": "ca.crt"}}});
+
+    let r = evaluate(&reader, &ns, gate(basic.clone(), tls.clone())).await;
+    assert_eq!(r, GateResult::Pass { value: 0.01 });
+
+    let r = evaluate(&reader, &ns, gate(basic.clone(), Value::Null)).await;
+    assert!(
+        error_of(&r).contains("TLS error: the server's certificate is not trusted"),
+        "{r:?}"
+    );
+
+    let r = evaluate(&reader, &ns, gate(Value::Null, tls.clone())).await;
+    assert!(
+        error_of(&r).contains("prometheus answered HTTP 401"),
+        "{r:?}"
+    );
+
+    put_secret(
+        &client,
+        &ns,
+        "prom-basic",
+        &[("password", "wrong-pw-0a9d")],
+        Some(&ns),
+    )
+    .await;
+    let r = evaluate(&reader, &ns, gate(basic, tls)).await;
+    let msg = error_of(&r);
+    assert!(msg.contains("prometheus answered HTTP 401"), "{msg}");
+    assert!(
+        !msg.contains("wrong-pw-0a9d") && !msg.contains(password),
+        "{msg}"
     );
 }
 
