@@ -237,6 +237,10 @@ pub enum AccessError {
         /// What is wrong with it (never the value).
         why: String,
     },
+    /// A field that needs exactly one of two settings has neither (the
+    /// CRD and [`Access::check`] refuse such a spec first).
+    #[error("{0}")]
+    Incomplete(&'static str),
     /// A header name or plain value of the spec is not valid HTTP.
     #[error("header {0:?} is not a valid HTTP header")]
     BadHeader(String),
@@ -350,20 +354,27 @@ impl CredentialReader {
             config_maps: HashMap::new(),
         };
         let auth = match &access.auth {
+            None => None,
             Some(GateAuth {
-                bearer: Some(b), ..
+                bearer: Some(b),
+                basic: None,
             }) => Some(Auth::Bearer(
                 read.text(&b.secret_key_ref, "is not a valid bearer token")
                     .await?,
             )),
             Some(GateAuth {
-                basic: Some(basic), ..
+                bearer: None,
+                basic: Some(basic),
             }) => Some(Auth::Basic(
                 basic.username.clone(),
                 read.text(&basic.password.secret_key_ref, "is not a valid password")
                     .await?,
             )),
-            _ => None,
+            Some(_) => {
+                return Err(AccessError::Incomplete(
+                    "auth: set exactly one of bearer and basic",
+                ));
+            }
         };
         let mut headers = Vec::with_capacity(access.headers.len());
         for h in &access.headers {
@@ -388,7 +399,11 @@ impl CredentialReader {
                     value.set_sensitive(true);
                     value
                 }
-                (None, None) => return Err(AccessError::BadHeader(h.name.clone())),
+                (None, None) => {
+                    return Err(AccessError::Incomplete(
+                        "headers: set exactly one of value and valueFrom",
+                    ));
+                }
             };
             headers.push((name, value));
         }
@@ -550,7 +565,9 @@ impl Reads<'_> {
                 (Kind::ConfigMap, c.name.clone(), c.key.clone(), pem)
             }
             (None, None) => {
-                return Err(AccessError::BadHeader("tls.ca".into()));
+                return Err(AccessError::Incomplete(
+                    "tls.ca: set exactly one of secretKeyRef and configMapKeyRef",
+                ));
             }
         };
         http.client_trusting(&pem)
