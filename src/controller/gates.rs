@@ -29,7 +29,7 @@ use crate::gates::access::CredentialReader;
 use crate::gates::outbound::GateHttp;
 use crate::gates::prometheus::TemplateVars;
 use crate::gates::{self as g, GateContext, GateResult, GateSpec};
-use crate::ops::metrics::{KindLabel, Metrics};
+use crate::ops::metrics::{GateKindLabel, Metrics};
 use crate::plan::Target;
 use chrono::Utc;
 use futures::channel::mpsc::UnboundedSender;
@@ -280,7 +280,7 @@ impl GateRunner {
                 reason: format!("no answer within {}s", bound.as_secs()),
             },
         };
-        let kind = KindLabel {
+        let kind = GateKindLabel {
             kind: gate.kind().to_string(),
         };
         self.metrics
