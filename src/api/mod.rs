@@ -6,6 +6,7 @@
 //! beside each field, so the API server refuses a bad spec before any
 //! reconcile runs.
 
+pub mod access;
 pub mod revision;
 pub mod time;
 
@@ -354,6 +355,7 @@ pub struct Health {
 
 /// A gate that evaluates a PromQL query at an interval.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(validation = Rule::new(access::AUTH_HEADER_RULE).message(access::AUTH_HEADER_MESSAGE))]
 #[serde(rename_all = "camelCase")]
 pub struct PrometheusGate {
     /// Name of the gate, shown in status, events and metrics.
@@ -399,10 +401,26 @@ pub struct PrometheusGate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 300))]
     pub timeout_seconds: Option<i32>,
+
+    /// Credentials sent with every call (bearer token or basic auth), read
+    /// from Secrets in the operator's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<access::GateAuth>,
+
+    /// Extra request headers, each a plain value or read from a Secret.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(h, self.exists_one(g, g.name.lowerAscii() == h.name.lowerAscii()))").message("headers: header names must be unique (case-insensitive)"))]
+    #[schemars(length(max = 16))]
+    pub headers: Vec<access::GateHeader>,
+
+    /// TLS settings: a CA bundle to trust for this gate's server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<access::GateTls>,
 }
 
 /// A gate that POSTs the rollout's state to a URL; a 2xx answer passes.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(validation = Rule::new(access::AUTH_HEADER_RULE).message(access::AUTH_HEADER_MESSAGE))]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookGate {
     /// Name of the gate, shown in status, events and metrics.
@@ -424,6 +442,21 @@ pub struct WebhookGate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 10))]
     pub retries: Option<i32>,
+
+    /// Credentials sent with every call (bearer token or basic auth), read
+    /// from Secrets in the operator's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<access::GateAuth>,
+
+    /// Extra request headers, each a plain value or read from a Secret.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(h, self.exists_one(g, g.name.lowerAscii() == h.name.lowerAscii()))").message("headers: header names must be unique (case-insensitive)"))]
+    #[schemars(length(max = 16))]
+    pub headers: Vec<access::GateHeader>,
+
+    /// TLS settings: a CA bundle to trust for this gate's server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<access::GateTls>,
 }
 
 /// Rollback policy.

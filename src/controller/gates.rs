@@ -11,16 +11,25 @@
 //! specs), when the plan no longer needs gates (settled, failed, deleted), or
 //! when its gate has failed.
 //!
+//! Each evaluation first reads the gate's credentials and CA bundle (see
+//! [`crate::gates::access`]) in the task, so a reconcile never waits on that
+//! either. The gate series of the metrics (`releaseplan_gate_value`,
+//! `releaseplan_gate_failures`) live as long as the work: they are removed
+//! when the work changes (new step, revision, rollout or gate list) or ends
+//! (settled, failed, halted, deleted), so a series always speaks of a gate
+//! being evaluated now.
+//!
 //! Verdicts survive a restart or a change of leader through `status.gates`:
 //! new tasks start from the persisted counts and `lastEvaluated`, so an
 //! evaluation is never counted twice and a gate is not called again before
 //! its interval has passed.
 
 use crate::api::{GateStatus, ReleasePlan, ReleasePlanStatus, Verdict};
+use crate::gates::access::CredentialReader;
 use crate::gates::outbound::GateHttp;
 use crate::gates::prometheus::TemplateVars;
 use crate::gates::{self as g, GateContext, GateResult, GateSpec};
-use crate::ops::metrics::{GateLabel, Metrics};
+use crate::ops::metrics::{GateKindLabel, Metrics};
 use crate::plan::Target;
 use chrono::Utc;
 use futures::channel::mpsc::UnboundedSender;
@@ -28,7 +37,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tracing::debug;
 
@@ -115,6 +124,7 @@ impl Drop for Running {
 /// Evaluates gates off the reconcile path (see the module docs).
 pub struct GateRunner {
     http: GateHttp,
+    secrets: CredentialReader,
     metrics: Arc<Metrics>,
     wake: UnboundedSender<ObjectRef<ReleasePlan>>,
     plans: Store<ReleasePlan>,
@@ -126,12 +136,15 @@ impl GateRunner {
     /// controller's cache, so a task of a plan that is gone stops by itself.
     pub fn new(
         http: GateHttp,
+        secrets: CredentialReader,
         metrics: Arc<Metrics>,
         wake: UnboundedSender<ObjectRef<ReleasePlan>>,
         plans: Store<ReleasePlan>,
     ) -> Arc<GateRunner> {
+        metrics.gate_kinds(&GateSpec::KINDS);
         Arc::new(GateRunner {
             http,
+            secrets,
             metrics,
             wake,
             plans,
@@ -148,7 +161,9 @@ impl GateRunner {
     ) -> Vec<GateStatus> {
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(work) = work else {
-            running.remove(key);
+            if running.remove(key).is_some() {
+                self.metrics.remove_gates(&series_key(key));
+            }
             return Vec::new();
         };
         if let Some(r) = running.get(key)
@@ -156,6 +171,9 @@ impl GateRunner {
         {
             return snapshot(&r.verdicts);
         }
+        // New work: the old work's series go (under the lock, so no task of
+        // the old work sets one again, see `store`).
+        self.metrics.remove_gates(&series_key(key));
         let verdicts: Verdicts = Arc::new(Mutex::new(
             work.gates
                 .iter()
@@ -254,12 +272,25 @@ impl GateRunner {
 
     async fn evaluate(&self, gate: &GateSpec, work: &GateWork) -> GateResult {
         let bound = gate.worst_case() + CALL_GRACE;
-        match tokio::time::timeout(bound, gate.evaluate(&self.http, &work.ctx)).await {
+        let started = Instant::now();
+        let evaluation = gate.evaluate(&self.http, &self.secrets, &work.ctx);
+        let result = match tokio::time::timeout(bound, evaluation).await {
             Ok(r) => r,
             Err(_) => GateResult::Error {
                 reason: format!("no answer within {}s", bound.as_secs()),
             },
+        };
+        let kind = GateKindLabel {
+            kind: gate.kind().to_string(),
+        };
+        self.metrics
+            .gate_duration
+            .get_or_create(&kind)
+            .observe(started.elapsed().as_secs_f64());
+        if matches!(result, GateResult::Error { .. }) {
+            self.metrics.gate_errors.get_or_create(&kind).inc();
         }
+        result
     }
 
     fn store(
@@ -270,18 +301,16 @@ impl GateRunner {
         verdicts: &Verdicts,
         st: GateStatus,
     ) {
-        let label = GateLabel {
-            namespace: work.ctx.vars.namespace.clone(),
-            plan: work.ctx.vars.plan.clone(),
-            gate: st.name.clone(),
-        };
-        if let Some(value) = st.value.as_deref().and_then(|s| s.parse::<f64>().ok()) {
-            self.metrics.gate_value.get_or_create(&label).set(value);
+        {
+            // Only while this work is still served: a task of work that was
+            // just replaced or ended must not bring its series back.
+            let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+            if running.get(key).is_some_and(|r| r.work.same_as(work)) {
+                let value = st.value.as_deref().and_then(|s| s.parse::<f64>().ok());
+                self.metrics
+                    .set_gate(&series_key(key), &st.name, value, i64::from(st.failures));
+            }
         }
-        self.metrics
-            .gate_failures
-            .get_or_create(&label)
-            .set(i64::from(st.failures));
         debug!(plan = %key, gate = %st.name, verdict = %st.verdict, "gate evaluated");
         if let Some(slot) = verdicts
             .lock()
@@ -300,8 +329,18 @@ impl GateRunner {
         if running.get(key).is_some_and(|r| r.work.same_as(work)) {
             // Dropping aborts the tasks, this one among them: it returns right after.
             running.remove(key);
+            self.metrics.remove_gates(&series_key(key));
         }
     }
+}
+
+/// The plan's key in the metrics' gate series: `namespace/name`.
+fn series_key(key: &ObjectRef<ReleasePlan>) -> String {
+    format!(
+        "{}/{}",
+        key.namespace.as_deref().unwrap_or_default(),
+        key.name
+    )
 }
 
 fn snapshot(v: &Verdicts) -> Vec<GateStatus> {

@@ -140,6 +140,9 @@ pub struct Settings {
     pub instance: Option<String>,
     /// The HTTP client of gates, with the operator's outbound policy.
     pub gate_http: crate::gates::outbound::GateHttp,
+    /// The namespace whose Secrets and ConfigMaps gates may reference (the
+    /// operator's own).
+    pub gate_credentials_namespace: String,
 }
 
 /// Shared state of all reconciles.
@@ -1058,6 +1061,10 @@ pub async fn run(
     let (wake_tx, wake_rx) = futures::channel::mpsc::unbounded();
     let gates = GateRunner::new(
         settings.gate_http.clone(),
+        crate::gates::access::CredentialReader::new(
+            client.clone(),
+            settings.gate_credentials_namespace.clone(),
+        ),
         Arc::clone(&metrics),
         wake_tx,
         plan_store.clone(),
