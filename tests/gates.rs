@@ -399,6 +399,8 @@ fn body() -> WebhookBody {
         revision: "7f3c9a".into(),
         step: 1,
         phase: Phase::RollingOut,
+        component: "web".into(),
+        component_revision: "5d8f".into(),
     }
 }
 

@@ -14,6 +14,7 @@ pub mod events;
 pub mod gates;
 pub mod index;
 pub mod observe;
+pub mod templates;
 pub mod trim;
 
 use crate::api::{
@@ -143,6 +144,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Evaluates Prometheus and webhook gates beside the reconciles.
     pub gates: Arc<GateRunner>,
+    /// Caches of the GateTemplates and ClusterGateTemplates plans refer to.
+    pub gate_templates: templates::TemplateCaches,
     /// What `/healthz` reads.
     pub liveness: Arc<Liveness>,
     /// Consecutive failures per plan, for exponential backoff.
@@ -349,7 +352,12 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
     let owned = plan_objects(&ctx.deployments, &ns, &name, &uid);
     let stored = plan_objects(&ctx.templates, &ns, &name, &uid);
     let status = plan.status.clone().unwrap_or_default();
-    let target = Target::from_spec(&plan.spec);
+    // Template gates: resolved purely from the cached templates and what
+    // status recorded for the step.
+    let refs = &plan.spec.health.templates;
+    let resolution =
+        crate::gates::template::resolve(refs, &status, &ctx.gate_templates.observe(&ns, refs));
+    let target = Target::from_spec(&plan.spec).map(|t| t.with_templates(resolution));
     let pod_failures = pod_failures(ctx, &plan, &ns, &name, &status);
     let (request, invalid_request) = match observe::pending_request(&plan) {
         Ok(r) => (r, None),
@@ -1020,6 +1028,8 @@ pub async fn run(
         wake_tx,
         plan_store.clone(),
     );
+    let (gate_templates, template_wake) =
+        templates::watch(&client, ns, &liveness, plan_store.clone());
     let (events, publisher) = Events::start(
         Recorder::new(client.clone(), reporter),
         Arc::clone(&metrics),
@@ -1032,6 +1042,7 @@ pub async fn run(
         events,
         metrics,
         gates,
+        gate_templates,
         liveness,
         failures: Mutex::new(HashMap::new()),
         fresh: Mutex::new(HashMap::new()),
@@ -1046,6 +1057,8 @@ pub async fn run(
         .watches_stream(template_stream, |cr: ControllerRevision| plan_of(&cr))
         // A gate result wakes its plan; reconciles never wait for one.
         .reconcile_on(wake_rx)
+        // A template that appears, changes or goes wakes the plans that use it.
+        .reconcile_on(template_wake)
         .trigger_backoff(WatchBackoff::default())
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
         .graceful_shutdown_on(shutdown)
