@@ -634,6 +634,7 @@ pub struct ReleasePlanStatus {
     /// The template gates of the current step as read when it started; used until the
     /// step ends, whatever happens to the templates meanwhile.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
     pub resolved_gates: Vec<template::ResolvedGate>,
     /// Why the current or last rollout failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -219,8 +219,19 @@ pub struct ResolvedGate {
     /// The component the reference names, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub component: Option<String>,
-    /// The template's content as read (placeholders not replaced).
+    /// The template's content as read (placeholders not replaced). Kept without the
+    /// template's schema rules: the API server checked them when the template was
+    /// written, and repeating them here would cost the CRD's CEL budget.
+    #[schemars(schema_with = "opaque_object")]
     pub template: GateTemplateSpec,
+}
+
+/// An object whose fields the API server keeps as they are, unchecked.
+fn opaque_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
 }
 
 /// The GateTemplate CRD as installed.
