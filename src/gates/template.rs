@@ -348,7 +348,7 @@ mod tests {
         let res = resolve(
             &[reference("a", "smoke", &[])],
             &rolling(1, 0),
-            &[t.clone()],
+            std::slice::from_ref(&t),
         );
         assert_eq!(res.problems[0].kind, ProblemKind::Invalid);
         assert!(

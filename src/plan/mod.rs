@@ -797,4 +797,6 @@ pub fn component_status<'a>(s: &'a ReleasePlanStatus, name: &str) -> Option<&'a 
 }
 
 #[cfg(test)]
+mod template_tests;
+#[cfg(test)]
 mod tests;
