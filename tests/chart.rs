@@ -1215,6 +1215,22 @@ async fn namespace_users_read_and_promote_plans_through_the_built_in_roles() {
         assert!(!user_may(&client, &editor, verb, "releaseplans/status", &apps).await);
     }
     assert!(!user_may(&client, &editor, "patch", "releaseplans", &i.namespace).await);
+    // GateTemplates of the namespace: written by editors, read by viewers;
+    // ClusterGateTemplates are for cluster administrators.
+    for verb in ["create", "patch", "delete", "list"] {
+        assert!(
+            user_may(&client, &editor, verb, "gatetemplates", &apps).await,
+            "edit: {verb} gatetemplates"
+        );
+    }
+    assert!(user_may(&client, &viewer, "list", "gatetemplates", &apps).await);
+    assert!(!user_may(&client, &viewer, "create", "gatetemplates", &apps).await);
+    for verb in ["create", "patch", "delete"] {
+        assert!(
+            !user_may(&client, &editor, verb, "clustergatetemplates", &apps).await,
+            "edit: {verb} clustergatetemplates"
+        );
+    }
 }
 
 /// Waits until the plan is Stable with its generation observed; fails at
