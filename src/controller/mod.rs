@@ -110,6 +110,11 @@ pub enum StartError {
         "the ReleasePlan CRD (releaseplans.releaseplan.io) is not installed: run `kubectl apply --server-side -f crds/releaseplan.yaml`"
     )]
     CrdMissing,
+    /// The GateTemplate or ClusterGateTemplate CRD is not installed.
+    #[error(
+        "the GateTemplate and ClusterGateTemplate CRDs (gatetemplates.releaseplan.io, clustergatetemplates.releaseplan.io) are not installed: run `kubectl apply --server-side -f crds/gatetemplates.yaml`"
+    )]
+    TemplateCrdMissing,
     /// The API server could not be reached.
     #[error("cannot reach the Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
@@ -920,8 +925,19 @@ pub async fn check_crd(client: &Client, namespace: Option<&str>) -> Result<(), S
         None => Api::all(client.clone()),
     };
     match api.list(&ListParams::default().limit(1)).await {
-        Ok(_) => Ok(()),
-        Err(e) if is_not_found(&e) => Err(StartError::CrdMissing),
+        Ok(_) => {}
+        Err(e) if is_not_found(&e) => return Err(StartError::CrdMissing),
+        Err(e) => return Err(StartError::Kube(e)),
+    }
+    // The template kinds are watched too: without their CRDs the watches
+    // would fail until the liveness check restarts the process, unexplained.
+    let templates: Api<crate::api::template::GateTemplate> = scoped(client, namespace);
+    let cluster: Api<crate::api::template::ClusterGateTemplate> = Api::all(client.clone());
+    let one = ListParams::default().limit(1);
+    let (t, c) = futures::join!(templates.list(&one), cluster.list(&one));
+    match t.map(drop).and(c.map(drop)) {
+        Ok(()) => Ok(()),
+        Err(e) if is_not_found(&e) => Err(StartError::TemplateCrdMissing),
         Err(e) => Err(StartError::Kube(e)),
     }
 }
