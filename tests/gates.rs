@@ -416,7 +416,8 @@ async fn webhook_2xx_passes_and_receives_the_rollout_state() {
         hooks.bodies.lock().unwrap().as_slice(),
         [serde_json::json!({
             "plan": "shop", "namespace": "default", "revision": "7f3c9a",
-            "step": 1, "phase": "RollingOut"
+            "step": 1, "phase": "RollingOut",
+            "component": "web", "componentRevision": "5d8f"
         })]
     );
     let status = record(None, &g.name, &result, 0, 0, Utc::now());

@@ -474,12 +474,17 @@ pub fn template_problems<'a>(
 }
 
 /// A Warning for each template gate whose problem is new: its entry in the
-/// persisted `status.gates` does not say it yet.
+/// persisted `status.gates` does not say it yet. Only once the step's entry
+/// is written (see [`record_template_gates`]): a decision that starts the
+/// rollout or another step writes none, and the next one would warn again.
 fn template_events(
     target: &Target,
     before: &ReleasePlanStatus,
     after: &ReleasePlanStatus,
 ) -> Vec<EventIntent> {
+    if !same_step(before, after) {
+        return Vec::new();
+    }
     template_problems(target, after)
         .iter()
         .filter(|p| {
@@ -681,9 +686,7 @@ fn apply_cause(
 /// rollout and step it was read in: when this decision moves to another, the
 /// next reconcile reads the templates anew.
 fn record_template_gates(obs: &Observation, target: &Target, s: &mut ReleasePlanStatus) {
-    let same_step = s.phase == Phase::RollingOut
-        && s.rollout_count == obs.status.rollout_count
-        && s.current_step == obs.status.current_step;
+    let same_step = same_step(&obs.status, s);
     s.resolved_gates = if same_step {
         target.template_gates.clone()
     } else {
@@ -701,6 +704,14 @@ fn record_template_gates(obs: &Observation, target: &Target, s: &mut ReleasePlan
             ..GateStatus::default()
         });
     }
+}
+
+/// The next status rolls out the same rollout and step as the persisted one:
+/// what was read for that step still holds.
+fn same_step(before: &ReleasePlanStatus, after: &ReleasePlanStatus) -> bool {
+    after.phase == Phase::RollingOut
+        && after.rollout_count == before.rollout_count
+        && after.current_step == before.current_step
 }
 
 /// Component records for a new rollout: the spec's hashes as current, stable

@@ -249,3 +249,28 @@ fn a_gate_component_must_be_a_component_of_the_plan() {
         Some("web")
     );
 }
+
+#[test]
+fn a_first_release_warns_once_about_a_missing_template() {
+    let spec = spec();
+    let mut status = ReleasePlanStatus::default();
+    let mut obs = observe(&spec, &rolling(&spec), &[], Vec::new());
+    obs.status = status.clone();
+    // The decision that starts the rollout: Stalled already, no entry, no
+    // Warning yet (the next reconcile writes the entry and warns).
+    let start = decide(&obs, &templates_of(&spec));
+    assert_eq!(start.status.phase, Phase::RollingOut);
+    assert_eq!(stalled(&start).1, "GateTemplateNotFound");
+    assert_eq!(warnings(&start, EventReason::GateTemplateNotFound), 0);
+    let mut total = 0;
+    status = start.status;
+    for _ in 0..3 {
+        let d = decide(
+            &observe(&spec, &status, &[], status.gates.clone()),
+            &templates_of(&spec),
+        );
+        total += warnings(&d, EventReason::GateTemplateNotFound);
+        status = d.status;
+    }
+    assert_eq!(total, 1, "one Warning over the reconciles that follow");
+}
