@@ -218,10 +218,18 @@ async fn a_missing_template_stalls_until_it_is_created() {
         }]}
     });
     create(&h.client, &h.ns, &plan("shop", spec)).await;
+    // Stalled from the decision that starts the rollout; the gate's entry
+    // (and the Warning) from the next reconcile, the first of the step. Wait
+    // for the pod too: only the missing template holds the release then,
+    // and no pod event wakes the plan any more.
     let stalled = wait_until(T, "the plan to be Stalled for its template", || async {
         let p = plans::get(&h.client, &h.ns, "shop").await?;
         let (status, reason, message) = condition(&p, "Stalled")?;
-        (status == "True" && reason == "GateTemplateNotFound").then_some((p, message))
+        let s = p.status.as_ref()?;
+        let entry = s.gates.iter().any(|g| g.name == "smoke");
+        let ready = s.components.first()?.current_ready == 1;
+        (status == "True" && reason == "GateTemplateNotFound" && entry && ready)
+            .then_some((p, message))
     })
     .await;
     let (p, message) = stalled;

@@ -250,6 +250,20 @@ fn template_cases() -> Vec<Case> {
             |t| t["spec"]["webhook"]["retries"] = json!(11),
         ),
         case(
+            "undeclared-arg-in-url",
+            gate_template,
+            Some("spec.webhook.url"),
+            &["webhook.url: each {{args.NAME}} must name one of parameters"],
+            |t| t["spec"]["webhook"]["url"] = json!("https://h/{{args.service}}/{{args.suite}}"),
+        ),
+        case(
+            "undeclared-arg-in-address",
+            cluster_template,
+            Some("spec.prometheus.address"),
+            &["prometheus.address: each {{args.NAME}} must name one of parameters"],
+            |t| t["spec"]["prometheus"]["address"] = json!("http://{{args.host}}:9090"),
+        ),
+        case(
             "spec-missing",
             gate_template,
             None,

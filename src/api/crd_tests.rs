@@ -296,6 +296,6 @@ fn template_kinds_share_the_gate_schemas_of_plans() {
             schema_at(spec, &["webhook"]).properties,
             plan_hook.properties
         );
-        assert_eq!(rules(spec).len(), 4, "template rules");
+        assert_eq!(rules(spec).len(), 6, "template rules");
     }
 }
