@@ -199,10 +199,10 @@ async fn rollout_cost(client: &Client) {
     let runs0 = op.counter("releaseplan_reconcile_runs_total").await;
     let writes0 = op.counter("releaseplan_api_writes_total").await;
     let status0 = op
-        .counter("releaseplan_api_writes_total{kind=\"status\"}")
+        .counter("releaseplan_api_writes_total{operation=\"status\"}")
         .await;
     let apply0 = op
-        .counter("releaseplan_api_writes_total{kind=\"apply\"}")
+        .counter("releaseplan_api_writes_total{operation=\"apply\"}")
         .await;
     let start = Instant::now();
     let patch = json!({"spec": {"components": [{"name": "web", "replicas": 4, "template": template("img:2")}]}});
@@ -218,10 +218,10 @@ async fn rollout_cost(client: &Client) {
         took.as_secs_f64(),
         op.counter("releaseplan_reconcile_runs_total").await - runs0,
         op.counter("releaseplan_api_writes_total").await - writes0,
-        op.counter("releaseplan_api_writes_total{kind=\"apply\"}")
+        op.counter("releaseplan_api_writes_total{operation=\"apply\"}")
             .await
             - apply0,
-        op.counter("releaseplan_api_writes_total{kind=\"status\"}")
+        op.counter("releaseplan_api_writes_total{operation=\"status\"}")
             .await
             - status0,
     );

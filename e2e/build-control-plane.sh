@@ -124,6 +124,79 @@ build_consumers() {
   log "rp-health built"
 }
 
+# The prometheus-operator's ServiceMonitor and PrometheusRule CRDs, from the
+# module's example/prometheus-operator-crd (a 4 MB module zip; nothing is
+# built): the chart's monitoring objects are applied against them.
+build_monitoring_crds() {
+  local mod=github.com/prometheus-operator/prometheus-operator moddir kind
+  [ -f "$MONITORING_CRDS/monitoring.coreos.com_prometheusrules.yaml" ] && {
+    log "prometheus-operator CRDs v$PROMETHEUS_OPERATOR_VERSION cached"; return; }
+  log "fetching the prometheus-operator CRDs v$PROMETHEUS_OPERATOR_VERSION"
+  moddir=$(cd /tmp && GOFLAGS=-mod=mod go mod download -json "$mod@v$PROMETHEUS_OPERATOR_VERSION" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$moddir" ] || die "go mod download $mod@v$PROMETHEUS_OPERATOR_VERSION gave no module directory"
+  mkdir -p "$MONITORING_CRDS"
+  for kind in servicemonitors prometheusrules; do
+    cp "$moddir/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$MONITORING_CRDS/"
+  done
+  chmod -R u+w "$MONITORING_CRDS"
+}
+
+# Traefik (not in "all" yet), the Gateway API implementation of the traffic
+# tests: a wrapper module requiring github.com/traefik/traefik/v3 with the
+# replace block of its go.mod, and three bridges from e2e/traefik (its README
+# says why): the nested ext module, lego without its DNS providers, and
+# go-http-auth with the two functions of traefik's fork.
+# Cold: about 7 CPU-minutes; the binary is 140 MB.
+build_traefik() {
+  local mod=github.com/traefik/traefik/v3 moddir src lego auth
+  [ -x "$TRAEFIK_BIN/traefik" ] && { log "traefik v$TRAEFIK_VERSION cached"; return; }
+  log "building traefik v$TRAEFIK_VERSION"
+  src="$RP_CACHE/src/traefik-v$TRAEFIK_VERSION"
+  rm -rf "$src"; mkdir -p "$src/ext" "$TRAEFIK_BIN"
+  moddir=$(module_dir "$mod@v$TRAEFIK_VERSION")
+  lego=$(module_dir "$(sed -n 's#^[[:space:]]*\(github.com/go-acme/lego/v5\) \(v[^ ]*\).*#\1@\2#p' "$moddir/go.mod" | head -1)")
+  auth=$(module_dir github.com/abbot/go-http-auth@v0.4.0)
+  cp "$E2E_DIR/traefik/ext/ext.go" "$src/ext/"
+  printf 'module github.com/traefik/traefik/dynamic/ext\n\ngo 1.22\n' >"$src/ext/go.mod"
+  cp -r "$lego" "$src/lego"; cp -r "$auth" "$src/go-http-auth"; chmod -R u+w "$src"
+  find "$src/lego/providers/dns" -mindepth 1 -maxdepth 1 ! -name '*.go' -exec rm -rf {} +
+  rm -f "$src/lego/providers/dns/"*.go
+  cp "$E2E_DIR/traefik/lego-dns/zz_gen_dns_providers.go" "$src/lego/providers/dns/"
+  cp "$E2E_DIR/traefik/go-http-auth/traefik_compat.go" "$src/go-http-auth/"
+  printf 'module github.com/abbot/go-http-auth\n\ngo 1.20\n' >"$src/go-http-auth/go.mod"
+  {
+    printf 'module rp/traefik-wrapper\n\ngo 1.26.0\n\nrequire %s v%s\n\n' "$mod" "$TRAEFIK_VERSION"
+    printf 'replace github.com/traefik/traefik/dynamic/ext => ./ext\n\n'
+    printf 'replace github.com/go-acme/lego/v5 => ./lego\n\n'
+    # The replace and exclude blocks of traefik's go.mod, but its fork of go-http-auth.
+    sed -n '/^\/\/ Containous forks/,$p' "$moddir/go.mod" |
+      sed 's#github.com/abbot/go-http-auth => .*#github.com/abbot/go-http-auth => ./go-http-auth#'
+  } >"$src/go.mod"
+  (cd "$src" && go build -trimpath -ldflags "-s -w -X github.com/traefik/traefik/v3/pkg/version.Version=$TRAEFIK_VERSION" \
+     -o "$TRAEFIK_BIN/traefik" "$mod/cmd/traefik")
+  log "traefik built: $("$TRAEFIK_BIN/traefik" version | head -1)"
+}
+
+# The Gateway API CRDs of the standard channel (all but the
+# ValidatingAdmissionPolicy of safe upgrades), from the module.
+build_gateway_crds() {
+  local moddir
+  [ -f "$GATEWAY_CRDS/gateway.networking.k8s.io_httproutes.yaml" ] && {
+    log "gateway-api CRDs v$GATEWAY_API_VERSION cached"; return; }
+  moddir=$(module_dir "sigs.k8s.io/gateway-api@v$GATEWAY_API_VERSION")
+  mkdir -p "$GATEWAY_CRDS"
+  cp "$moddir"/config/crd/standard/gateway.networking.k8s.io_*.yaml "$GATEWAY_CRDS/"
+  rm -f "$GATEWAY_CRDS"/*vap*
+  chmod -R u+w "$GATEWAY_CRDS"
+  log "gateway-api CRDs v$GATEWAY_API_VERSION ready"
+}
+
+# module_dir MODULE@VERSION: the module's directory in the module cache.
+module_dir() {
+  (cd /tmp && go mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+}
+
 # Argo Rollouts (`make bench-compare` only, not part of "all"): a wrapper
 # module requiring github.com/argoproj/argo-rollouts with the whole replace
 # block of its go.mod copied (a dependency's replaces do not apply, and
@@ -176,10 +249,12 @@ GO
 
 start=$(date +%s)
 case "${1:-all}" in
-  all) build_etcd; build_kwok; build_helm; build_k8s; build_consumers ;;
+  all) build_etcd; build_kwok; build_helm; build_k8s; build_consumers; build_monitoring_crds ;;
   k8s) build_k8s ;; etcd) build_etcd ;; kwok) build_kwok ;; helm) build_helm ;;
   consumers) build_consumers ;;
+  monitoring-crds) build_monitoring_crds ;;
+  traefik) build_traefik; build_gateway_crds ;;
   argo-rollouts) build_argo_rollouts ;;
-  *) die "usage: $0 [all|k8s|etcd|kwok|helm|consumers|argo-rollouts]" ;;
+  *) die "usage: $0 [all|k8s|etcd|kwok|helm|consumers|monitoring-crds|traefik|argo-rollouts]" ;;
 esac
 log "control plane binaries ready in $(( $(date +%s) - start ))s"

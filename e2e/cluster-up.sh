@@ -7,6 +7,9 @@
 #   RP_KCM_QPS, RP_KCM_BURST   kube-controller-manager API rate (its default 20/30)
 #   RP_KCM_SYNCS               its concurrent Deployment and ReplicaSet syncs (5)
 #   RP_SCHED_QPS, RP_SCHED_BURST  kube-scheduler API rate (its default 50/100)
+#   RP_SERVICE_CIDR            Service ClusterIPs (10.96.0.0/16); 127.96.0.0/16
+#                              puts them on loopback (e2e/traffic-smoke.sh)
+#   RP_POD_CIDR                pod IPs kwok assigns (10.244.0.0/16)
 #   RP_AUDIT_USER=NAME         a client identity NAME (system:masters) with its
 #                              kubeconfig in pki/NAME.kubeconfig, and an audit
 #                              log (logs/audit.log) of NAME's writes only: the
@@ -20,8 +23,10 @@ set -euo pipefail
 
 NAME="${1:-dev}"
 DIR="$(cluster_dir "$NAME")"
-SERVICE_CIDR=10.96.0.0/16
-POD_CIDR=10.244.0.0/16
+SERVICE_CIDR="${RP_SERVICE_CIDR:-10.96.0.0/16}"
+# Pod IPs never carry test traffic: the API server refuses loopback
+# EndpointSlice addresses, so traffic tests serve Service ClusterIPs instead.
+POD_CIDR="${RP_POD_CIDR:-10.244.0.0/16}"
 NODES="${RP_NODES:-3}"
 NODE_PODS="${RP_NODE_PODS:-500}"
 AUDIT_USER="${RP_AUDIT_USER:-}"

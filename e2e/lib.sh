@@ -10,6 +10,9 @@ KWOK_BIN="$RP_CACHE/kwok-v$KWOK_VERSION/bin"
 HELM_BIN="$RP_CACHE/helm-v$HELM_VERSION/bin"
 RP_HEALTH_BIN="$RP_CACHE/rp-health-v$RP_HEALTH_VERSION/bin"
 ARGO_BIN="$RP_CACHE/argo-rollouts-v$ARGO_ROLLOUTS_VERSION/bin"
+TRAEFIK_BIN="$RP_CACHE/traefik-v$TRAEFIK_VERSION/bin"
+GATEWAY_CRDS="$RP_CACHE/gateway-api-crds-v$GATEWAY_API_VERSION"
+MONITORING_CRDS="$RP_CACHE/prometheus-operator-crds-v$PROMETHEUS_OPERATOR_VERSION"
 RP_TOOLS_PATH="$K8S_BIN:$ETCD_BIN:$KWOK_BIN:$HELM_BIN:$RP_HEALTH_BIN"
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }

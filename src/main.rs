@@ -8,6 +8,7 @@ use releaseplan::ops::leader::{self, LeaderConfig};
 use releaseplan::ops::liveness::Liveness;
 use releaseplan::ops::metrics::Metrics;
 use releaseplan::ops::ratelimit::RateLimitLayer;
+use releaseplan::ops::requests::RequestMetricsLayer;
 use releaseplan::ops::server::{self, Health};
 use releaseplan::ops::telemetry;
 use std::net::SocketAddr;
@@ -129,21 +130,31 @@ fn identity(args: &Args) -> String {
 /// The client of the controller, under the `--qps`/`--burst` limit, and the
 /// client of leader election, outside it: a busy controller must never hold
 /// up the lease renewal.
-async fn clients(args: &Args) -> Result<(kube::Client, kube::Client), MainError> {
+/// Both count their requests in `metrics`, the limited one inside the limit
+/// (a duration is the API server's, not the wait for a token).
+async fn clients(
+    args: &Args,
+    metrics: &Arc<Metrics>,
+) -> Result<(kube::Client, kube::Client), MainError> {
     let config = kube::Config::infer()
         .await
         .map_err(|e| MainError::Config(kube::Error::InferConfig(e)))?;
+    let counted = RequestMetricsLayer::new(Arc::clone(metrics));
     let limited = kube::client::ClientBuilder::try_from(config.clone())?
+        .with_layer(&counted)
         .with_layer(&RateLimitLayer::new(args.qps, args.burst))
         .build();
-    Ok((limited, kube::Client::try_from(config)?))
+    let lease = kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&counted)
+        .build();
+    Ok((limited, lease))
 }
 
 async fn run(args: Args) -> Result<(), MainError> {
-    let (client, lease_client) = clients(&args).await?;
+    let metrics = Arc::new(Metrics::new());
+    let (client, lease_client) = clients(&args, &metrics).await?;
     controller::check_crd(&client, args.namespace.as_deref()).await?;
 
-    let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {

@@ -134,7 +134,7 @@ async fn an_api_server_restart_mid_rollout_causes_no_storm() {
     let text = op.metrics().await;
     let conflicts: f64 = text
         .lines()
-        .filter(|l| l.starts_with("releaseplan_reconcile_failures_total{kind=\"conflict\"}"))
+        .filter(|l| l.starts_with("releaseplan_reconcile_failures_total{error=\"conflict\"}"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     println!(

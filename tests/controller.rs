@@ -20,7 +20,7 @@ use releaseplan::api::{
 use serde_json::json;
 use std::time::Duration;
 use support::fixtures::{plan, template, web};
-use support::operator::Operator;
+use support::operator::{Operator, sum_metric};
 use support::plans::{
     by_image, condition, create, create_stable, get, revisions, set_components, wait_phase,
 };
@@ -129,6 +129,34 @@ async fn image_change_walks_the_steps_and_pause_holds_until_promoted() {
     assert_eq!(s.history.len(), 2);
     assert!(s.acknowledged_request.is_some());
     assert!(op.counter("releaseplan_rollouts_total").await >= 2.0);
+
+    // The operator's requests to the API server, by verb, resource and
+    // answer: Deployments applied (server-side apply is a PATCH), the status
+    // written whole (a PUT on the subresource), the caches fed by watches.
+    let text = op.metrics().await;
+    for series in [
+        r#"releaseplan_kube_requests_total{verb="patch",resource="deployments",code="200"}"#,
+        r#"releaseplan_kube_requests_total{verb="update",resource="releaseplans/status",code="200"}"#,
+        r#"releaseplan_kube_requests_total{verb="watch",resource="deployments",code="200"}"#,
+        r#"releaseplan_kube_request_duration_seconds_count{verb="patch"}"#,
+    ] {
+        assert!(sum_metric(&text, series) >= 1.0, "{series} in\n{text}");
+    }
+    assert_eq!(
+        sum_metric(
+            &text,
+            r#"releaseplan_kube_request_duration_seconds_count{verb="watch"}"#
+        ),
+        0.0,
+        "a watch streams for minutes: its duration is not a latency"
+    );
+    // Every change waited for its reconcile, and once the plan is Stable
+    // and idle nothing waits any more.
+    assert!(sum_metric(&text, "releaseplan_reconcile_queue_wait_seconds_count") >= 3.0);
+    wait_until(T, "an empty reconcile queue", || async {
+        (op.counter("releaseplan_reconcile_queue_depth").await == 0.0).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]

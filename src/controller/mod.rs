@@ -14,6 +14,7 @@ pub mod events;
 pub mod gates;
 pub mod index;
 pub mod observe;
+pub mod queue;
 pub mod templates;
 pub mod trim;
 
@@ -21,7 +22,7 @@ use crate::api::{
     FINALIZER, LABEL_PLAN, LABEL_REVISION, Outcome, Phase, ReleasePlan, ReleasePlanStatus,
 };
 use crate::ops::liveness::Liveness;
-use crate::ops::metrics::{KindLabel, Metrics, PlanState};
+use crate::ops::metrics::{ErrorLabel, FailedGateLabel, Metrics, OutcomeLabel, PlanState};
 use crate::plan::machine::Cause;
 use crate::plan::{
     self, Decision, EventReason, EventType, Observation, PodFailure, Refusal, Target,
@@ -41,6 +42,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
+use queue::Queue;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -87,6 +89,19 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every [`Error::kind`]: the failures metric exports each at 0 from the
+    /// start, so `rate()` and `increase()` see the first failure of a kind.
+    pub const KINDS: [&'static str; 8] = [
+        "api",
+        "client",
+        "conflict",
+        "invalid",
+        "serialization",
+        "refused",
+        "template",
+        "panic",
+    ];
+
     /// Short label for the failures metric.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -153,6 +168,8 @@ pub struct Context {
     pub gate_templates: templates::TemplateCaches,
     /// What `/healthz` reads.
     pub liveness: Arc<Liveness>,
+    /// Plans waiting for their reconcile (metrics only).
+    pub queue: Arc<Queue>,
     /// Consecutive failures per plan, for exponential backoff.
     failures: Mutex<HashMap<ObjectRef<ReleasePlan>, Backoff>>,
     /// The newest version of a plan this process wrote or read back, until the
@@ -251,6 +268,7 @@ pub async fn reconcile(plan: Arc<ReleasePlan>, ctx: Arc<Context>) -> Result<Acti
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
     let key = ObjectRef::from_obj(&*plan);
+    ctx.queue.started(key.namespace.as_deref(), &key.name);
     let _in_flight = ctx.liveness.reconcile_started();
     let plan = ctx.freshest(&key, plan);
     let span = tracing::info_span!("reconcile", plan = %key, generation = plan.metadata.generation.unwrap_or(0));
@@ -284,8 +302,8 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 pub fn error_policy(plan: Arc<ReleasePlan>, err: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics
         .failures
-        .get_or_create(&KindLabel {
-            kind: err.kind().into(),
+        .get_or_create(&ErrorLabel {
+            error: err.kind().into(),
         })
         .inc();
     let key = ObjectRef::from_obj(&*plan);
@@ -825,8 +843,8 @@ fn record_metrics(ctx: &Context, key: &str, before: &ReleasePlanStatus, decision
     );
     let outcome = |kind: Outcome| {
         m.rollouts
-            .get_or_create(&KindLabel {
-                kind: kind.to_string(),
+            .get_or_create(&OutcomeLabel {
+                outcome: kind.to_string(),
             })
             .inc();
     };
@@ -850,8 +868,8 @@ fn record_metrics(ctx: &Context, key: &str, before: &ReleasePlanStatus, decision
         Cause::Start { superseded: true } => outcome(Outcome::Superseded),
         Cause::RollbackStarted(f) => {
             m.rollbacks
-                .get_or_create(&KindLabel {
-                    kind: f.gate.clone(),
+                .get_or_create(&FailedGateLabel {
+                    gate: f.gate.clone(),
                 })
                 .inc();
         }
@@ -1019,6 +1037,30 @@ pub async fn run(
     .reflect(plan_writer)
     .applied_objects()
     .filter_map(ok_only);
+    for kind in Error::KINDS {
+        let _ = metrics
+            .failures
+            .get_or_create(&ErrorLabel { error: kind.into() });
+    }
+    let queue = Arc::new(Queue::new(Arc::clone(&metrics)));
+    let plan_stream = {
+        let queue = Arc::clone(&queue);
+        plan_stream.inspect(move |p: &Result<ReleasePlan, _>| {
+            if let Ok(p) = p {
+                queue.changed(p.metadata.namespace.as_deref(), &p.name_any());
+            }
+        })
+    };
+    // The plan an owned object's change wakes, noted as waiting.
+    let wakes = |queue: &Arc<Queue>| {
+        let queue = Arc::clone(queue);
+        move |plan: Option<ObjectRef<ReleasePlan>>| {
+            if let Some(r) = &plan {
+                queue.changed(r.namespace.as_deref(), &r.name);
+            }
+            plan
+        }
+    };
     let (deployments, deploy_stream) = owned_watch(
         scoped(&client, ns),
         "Deployment",
@@ -1060,6 +1102,7 @@ pub async fn run(
         gates,
         gate_templates,
         liveness,
+        queue: Arc::clone(&queue),
         failures: Mutex::new(HashMap::new()),
         fresh: Mutex::new(HashMap::new()),
         refusals: Mutex::new(HashMap::new()),
@@ -1067,21 +1110,42 @@ pub async fn run(
     Controller::for_stream(plan_stream, plan_store)
         // Deployments and pods reach their plan through the plan label rather than
         // owner references, so a Deployment orphaned during deletion still does.
-        .watches_stream(deploy_stream, |d: Deployment| plan_of(&d))
-        .watches_stream(pod_stream, |pod: Pod| plan_of(&pod))
+        .watches_stream(deploy_stream, {
+            let wake = wakes(&queue);
+            move |d: Deployment| wake(plan_of(&d))
+        })
+        .watches_stream(pod_stream, {
+            let wake = wakes(&queue);
+            move |pod: Pod| wake(plan_of(&pod))
+        })
         // A stored template that appears (the cache filling) or goes wakes its plan.
-        .watches_stream(template_stream, |cr: ControllerRevision| plan_of(&cr))
+        .watches_stream(template_stream, {
+            let wake = wakes(&queue);
+            move |cr: ControllerRevision| wake(plan_of(&cr))
+        })
         // A gate result wakes its plan; reconciles never wait for one.
-        .reconcile_on(wake_rx)
+        .reconcile_on({
+            let wake = wakes(&queue);
+            wake_rx.filter_map(move |r| futures::future::ready(wake(Some(r))))
+        })
         // A template that appears, changes or goes wakes the plans that use it.
-        .reconcile_on(template_wake)
+        .reconcile_on({
+            let wake = wakes(&queue);
+            template_wake.filter_map(move |r| futures::future::ready(wake(Some(r))))
+        })
         .trigger_backoff(WatchBackoff::default())
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "controller event");
+        .for_each(|res| {
+            if let Err(kube::runtime::controller::Error::ObjectNotFound(r)) = &res {
+                // Woken after its deletion: no reconcile will end its wait.
+                queue.forget(r.namespace.as_deref(), &r.name);
+            }
+            async move {
+                if let Err(e) = res {
+                    tracing::debug!(error = %e, "controller event");
+                }
             }
         })
         .await;
@@ -1169,6 +1233,28 @@ mod tests {
         let caught =
             std::panic::catch_unwind(|| std::panic::panic_any(format!("n={}", 3))).unwrap_err();
         assert_eq!(panic_message(caught.as_ref()), "n=3");
+    }
+
+    #[test]
+    fn every_error_kind_is_exported_from_the_start() {
+        let api = kube::Error::Api(Box::new(kube::core::Status::failure("no", "Forbidden")));
+        let errors = [
+            Error::Kube(kube::Error::Api(Box::new(kube::core::Status::failure(
+                "no", "x",
+            )))),
+            Error::Kube(kube::Error::LinesCodecMaxLineLengthExceeded),
+            Error::Conflict("p".into()),
+            Error::NoNamespace,
+            Error::Json(serde_json::from_str::<u8>("x").unwrap_err()),
+            Error::Refused("d".into()),
+            Error::Template {
+                name: "t".into(),
+                source: api,
+            },
+            Error::Panic("boom".into()),
+        ];
+        let kinds: Vec<&str> = errors.iter().map(Error::kind).collect();
+        assert_eq!(kinds, Error::KINDS);
     }
 
     #[test]

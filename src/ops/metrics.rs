@@ -10,11 +10,32 @@ use prometheus_client::registry::Registry;
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-/// Label set with one `kind`.
+/// Label set of a failed reconcile: what failed.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabel {
-    /// What is counted: an error kind, an outcome, a write kind.
-    pub kind: String,
+pub struct ErrorLabel {
+    /// The error's kind ([`crate::controller::Error::kind`]): `api`, `conflict`...
+    pub error: String,
+}
+
+/// Label set of a finished rollout.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    /// `Promoted`, `RolledBack` or `Superseded`.
+    pub outcome: String,
+}
+
+/// Label set of a rollback: the gate whose failure started it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailedGateLabel {
+    /// Name of the failed gate (`podHealth`, or a gate of the spec).
+    pub gate: String,
+}
+
+/// Label set of a write to the API server.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabel {
+    /// What was written: `apply`, `delete`, `template`, `status`, `finalizer`, `event`.
+    pub operation: String,
 }
 
 /// Label set with one `phase`.
@@ -33,6 +54,34 @@ pub struct GateLabel {
     pub plan: String,
     /// Gate name.
     pub gate: String,
+}
+
+/// Label set of a request to the API server.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabel {
+    /// The API server's verb: `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`...
+    pub verb: String,
+    /// The resource, with its subresource: `deployments`, `releaseplans/status`...
+    pub resource: String,
+    /// The HTTP status code of the answer, or `error` when none came.
+    pub code: String,
+}
+
+/// Label set with one `verb`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbLabel {
+    /// The API server's verb.
+    pub verb: String,
+}
+
+/// Seconds, from a cached read to a slow write: the buckets of request and
+/// queue-wait durations.
+const LATENCY_BUCKETS: [f64; 15] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
 }
 
 /// Label set of one plan's state (`releaseplan_plan_info`).
@@ -65,25 +114,34 @@ pub struct Metrics {
     /// Reconciles run.
     pub reconciles: Counter,
     /// Reconciles failed, by error kind.
-    pub failures: Family<KindLabel, Counter>,
+    pub failures: Family<ErrorLabel, Counter>,
     /// Reconcile duration.
     pub duration: Histogram,
     /// Plans per phase.
     pub plans: Family<PhaseLabel, Gauge>,
     /// Finished rollouts by outcome (Promoted, RolledBack, Superseded).
-    pub rollouts: Family<KindLabel, Counter>,
+    pub rollouts: Family<OutcomeLabel, Counter>,
     /// Rollbacks started, by the gate that failed.
-    pub rollbacks: Family<KindLabel, Counter>,
+    pub rollbacks: Family<FailedGateLabel, Counter>,
     /// Duration of promoted rollouts.
     pub rollout_duration: Histogram,
     /// Writes to the API server, by kind (apply, delete, status, finalizer, event).
-    pub api_writes: Family<KindLabel, Counter>,
+    pub api_writes: Family<WriteLabel, Counter>,
     /// Last numeric value of each gate.
     pub gate_value: Family<GateLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// Failed evaluations of each gate in the current step.
     pub gate_failures: Family<GateLabel, Gauge>,
     /// 1 while this process reconciles (leader, or leader election off), else 0.
     pub leader: Gauge,
+    /// Requests to the API server, by verb, resource and answer.
+    pub kube_requests: Family<RequestLabel, Counter>,
+    /// Answer time of requests to the API server (watches excluded), by verb.
+    pub kube_request_duration: Family<VerbLabel, Histogram, fn() -> Histogram>,
+    /// Plans waiting for a reconcile: changed (or woken by a gate) and not
+    /// yet reconciled since. Timed requeues are not counted: they wait on purpose.
+    pub queue_depth: Gauge,
+    /// Time from a plan's change to the start of its reconcile.
+    pub queue_wait: Histogram,
     /// One series per plan, value 1, labelled with its phase and whether it is
     /// halted, so an alert can name the plan; removed with the plan.
     pub plan_info: Family<PlanLabel, Gauge>,
@@ -106,28 +164,39 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("releaseplan");
         let reconciles = Counter::default();
-        let failures = Family::<KindLabel, Counter>::default();
-        // Reconciles never wait on the network: most take milliseconds, and the
-        // 1s bucket is the line a healthy one never crosses.
+        let failures = Family::<ErrorLabel, Counter>::default();
+        // Reconciles never wait on the network: one that only reads caches
+        // and decides takes well under a millisecond (a third of them in a
+        // debug build's rollout, tests/controller.rs), one that writes takes
+        // a few API round trips (~10-50 ms), and the 1s bucket is the line a
+        // healthy one never crosses.
         let duration = Histogram::new([
-            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+            5.0, 10.0,
         ]);
         let plans = Family::<PhaseLabel, Gauge>::default();
-        let rollouts = Family::<KindLabel, Counter>::default();
+        let rollouts = Family::<OutcomeLabel, Counter>::default();
         // Every outcome's series exists from the start, at 0: a counter born
         // at 1 is invisible to increase(), and the first rollback would not
         // alert (integrations/prometheus/alerts.yaml, tests/alerts.rs).
         for outcome in Outcome::ALL {
-            let _ = rollouts.get_or_create(&KindLabel {
-                kind: outcome.as_str().into(),
+            let _ = rollouts.get_or_create(&OutcomeLabel {
+                outcome: outcome.as_str().into(),
             });
         }
-        let rollbacks = Family::<KindLabel, Counter>::default();
+        let rollbacks = Family::<FailedGateLabel, Counter>::default();
         let rollout_duration = Histogram::new(exponential_buckets(1.0, 2.0, 14));
-        let api_writes = Family::<KindLabel, Counter>::default();
+        let api_writes = Family::<WriteLabel, Counter>::default();
         let gate_value = Family::<GateLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
         let gate_failures = Family::<GateLabel, Gauge>::default();
         let leader = Gauge::default();
+        let kube_requests = Family::<RequestLabel, Counter>::default();
+        let kube_request_duration =
+            Family::<VerbLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram,
+            );
+        let queue_depth = Gauge::default();
+        let queue_wait = latency_histogram();
         let plan_info = Family::<PlanLabel, Gauge>::default();
         registry.register(
             "plan_info",
@@ -177,6 +246,26 @@ impl Metrics {
             "1 while this process reconciles (holds the lease)",
             leader.clone(),
         );
+        registry.register(
+            "kube_requests",
+            "Requests to the Kubernetes API server, by verb, resource and status code",
+            kube_requests.clone(),
+        );
+        registry.register(
+            "kube_request_duration_seconds",
+            "Answer time of requests to the Kubernetes API server (watches excluded), by verb",
+            kube_request_duration.clone(),
+        );
+        registry.register(
+            "reconcile_queue_depth",
+            "ReleasePlans changed and waiting for their reconcile",
+            queue_depth.clone(),
+        );
+        registry.register(
+            "reconcile_queue_wait_seconds",
+            "Time from a ReleasePlan's change (or a gate result) to the start of its reconcile",
+            queue_wait.clone(),
+        );
         let phase_gauges = Phase::ALL.map(|p| {
             plans
                 .get_or_create(&PhaseLabel {
@@ -197,6 +286,10 @@ impl Metrics {
             gate_value,
             gate_failures,
             leader,
+            kube_requests,
+            kube_request_duration,
+            queue_depth,
+            queue_wait,
             plan_info,
             phases: Mutex::new(HashMap::new()),
             phase_gauges,
@@ -249,10 +342,29 @@ impl Metrics {
     }
 
     /// Counts one write to the API server.
-    pub fn write(&self, kind: &str) {
+    pub fn write(&self, operation: &str) {
         self.api_writes
-            .get_or_create(&KindLabel { kind: kind.into() })
+            .get_or_create(&WriteLabel {
+                operation: operation.into(),
+            })
             .inc();
+    }
+
+    /// Records one request to the API server; `seconds` is its answer time
+    /// (`None` for a watch).
+    pub fn kube_request(&self, verb: &str, resource: &str, code: &str, seconds: Option<f64>) {
+        self.kube_requests
+            .get_or_create(&RequestLabel {
+                verb: verb.into(),
+                resource: resource.into(),
+                code: code.into(),
+            })
+            .inc();
+        if let Some(s) = seconds {
+            self.kube_request_duration
+                .get_or_create(&VerbLabel { verb: verb.into() })
+                .observe(s);
+        }
     }
 
     /// Renders the registry as OpenMetrics text.
@@ -319,7 +431,7 @@ mod tests {
     fn every_rollout_outcome_is_exported_from_zero() {
         let text = Metrics::new().render();
         for o in Outcome::ALL {
-            let line = format!("releaseplan_rollouts_total{{kind=\"{o}\"}} 0");
+            let line = format!("releaseplan_rollouts_total{{outcome=\"{o}\"}} 0");
             assert!(text.contains(&line), "{line} missing:\n{text}");
         }
     }
@@ -340,7 +452,7 @@ mod tests {
         );
         assert!(text.contains("releaseplan_plans{phase=\"RollingOut\"} 1"));
         assert!(text.contains("releaseplan_reconcile_runs_total 1"));
-        assert!(text.contains("releaseplan_api_writes_total{kind=\"apply\"} 1"));
+        assert!(text.contains("releaseplan_api_writes_total{operation=\"apply\"} 1"));
         assert!(text.contains("releaseplan_leader 0"));
         assert!(text.ends_with("# EOF\n"));
     }

@@ -1,9 +1,10 @@
 //! Process plumbing: metrics, the health server, leader election, logging,
-//! the client-side rate limit.
+//! the client-side rate limit and the API request metrics.
 
 pub mod leader;
 pub mod liveness;
 pub mod metrics;
 pub mod ratelimit;
+pub mod requests;
 pub mod server;
 pub mod telemetry;

@@ -23,6 +23,7 @@ pub mod fixtures;
 pub mod operator;
 pub mod plans;
 pub mod servers;
+pub mod tools;
 mod wait;
 
 use kube::Client;

@@ -165,7 +165,7 @@ impl Operator {
     }
 
     /// Sum of a counter family in the metrics (all label sets), or of one
-    /// series when `name` carries its labels (`name{kind="apply"}`).
+    /// series when `name` carries its labels (`name{operation="apply"}`).
     pub async fn counter(&self, name: &str) -> f64 {
         sum_metric(&self.metrics().await, name)
     }
@@ -185,6 +185,27 @@ impl Operator {
         if let Some(mut c) = self.child.take() {
             let _ = c.wait();
         }
+    }
+
+    /// Sends `sig` (`TERM`, `INT`...) and returns at once.
+    pub fn send(&self, sig: &str) {
+        self.signal(sig);
+    }
+
+    /// Waits up to `limit` for the process to exit: its status and how long
+    /// it took, or `None` (the process is then killed).
+    pub async fn wait_exit(&mut self, limit: Duration) -> Option<(ExitStatus, Duration)> {
+        let start = std::time::Instant::now();
+        let mut c = self.child.take()?;
+        while start.elapsed() < limit {
+            if let Ok(Some(s)) = c.try_wait() {
+                return Some((s, start.elapsed()));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        None
     }
 
     /// SIGTERM, then waits (bounded) for the process to exit.

@@ -117,3 +117,90 @@ pub fn gate_http_with(
     let _ = rustls::crypto::ring::default_provider().install_default();
     releaseplan::gates::outbound::GateHttp::new(policy).expect("cannot build the gate client")
 }
+
+/// A TCP proxy on 127.0.0.1 to `upstream` that can freeze: once frozen it
+/// keeps every connection open and passes no more bytes either way, the way
+/// an API server whose etcd hangs leaves its clients waiting. TLS passes
+/// through untouched (the API server's certificate names 127.0.0.1).
+pub struct FreezableProxy {
+    /// Where clients connect.
+    pub addr: SocketAddr,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FreezableProxy {
+    /// Starts proxying to `upstream`.
+    pub async fn start(upstream: SocketAddr) -> FreezableProxy {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicBool;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let frozen = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&frozen);
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                    continue;
+                };
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                tokio::spawn(pump(cr, sw, Arc::clone(&flag)));
+                tokio::spawn(pump(sr, cw, Arc::clone(&flag)));
+            }
+        });
+        FreezableProxy { addr, frozen }
+    }
+
+    /// From now on, nothing passes.
+    pub fn freeze(&self) {
+        self.frozen.store(true, Ordering::SeqCst);
+    }
+
+    /// A copy of the test kubeconfig (`KUBECONFIG`) whose server is this
+    /// proxy, written to `dir`; its path.
+    pub fn kubeconfig(&self, dir: &std::path::Path) -> PathBuf {
+        let path = std::env::var("KUBECONFIG").expect("KUBECONFIG");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let api = std::env::var("RP_API_URL").expect("RP_API_URL (the cluster's env file)");
+        assert!(text.contains(&api), "{path} does not name {api}");
+        let out = dir.join("proxied.kubeconfig");
+        std::fs::write(&out, text.replace(&api, &format!("https://{}", self.addr))).unwrap();
+        out
+    }
+}
+
+/// Copies `from` to `to` until either side closes; while `frozen`, holds
+/// what it read.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        while frozen.load(Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let n =
+            match tokio::time::timeout(std::time::Duration::from_millis(100), from.read(&mut buf))
+                .await
+            {
+                Err(_) => continue,
+                Ok(Ok(0) | Err(_)) => return,
+                Ok(Ok(n)) => n,
+            };
+        while frozen.load(Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The API server's address, from the cluster's env file (`RP_API_URL`).
+pub fn api_server_addr() -> SocketAddr {
+    let api = std::env::var("RP_API_URL").expect("RP_API_URL (the cluster's env file)");
+    api.trim_start_matches("https://").parse().unwrap()
+}

@@ -1,0 +1,488 @@
+//! What the operator ships for monitoring, checked by the monitoring stack's
+//! own parts: the Grafana dashboard's every query runs on a real Prometheus
+//! scraping a real operator (and names only metrics and labels the operator
+//! exports), the chart's PrometheusRule carries the alerts of
+//! integrations/prometheus for the release and passes `promtool check
+//! rules`, and the API server accepts the chart's ServiceMonitor and
+//! PrometheusRule against the prometheus-operator's own CRDs.
+//!
+//! Needs the local cluster (`make test`), Prometheus and promtool (Debian's
+//! `prometheus` package, which `make test` installs) and the
+//! prometheus-operator CRDs of `make tools` (e2e/build-control-plane.sh).
+
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::pedantic
+)]
+
+mod support;
+
+use releaseplan::api::Phase;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+use support::fixtures::{faulty_template, web, web_with};
+use support::plans::{condition, create_stable, request, set_components, wait_phase};
+use support::servers::{Prometheus, http_client};
+use support::tools::{cached, helm_bin, kubectl_bin, output, pinned_version, run};
+use support::{Harness, cluster, wait_until};
+
+const T: Duration = Duration::from_secs(90);
+
+fn root() -> PathBuf {
+    cluster::repo_root()
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// `helm template` of the chart for release `rp` in `namespace`, with `sets`.
+fn render(namespace: &str, sets: &[&str]) -> Vec<Value> {
+    let chart = root().join("charts/releaseplan");
+    let kube_version = pinned_version("K8S_VERSION").expect("K8S_VERSION");
+    let mut args = vec![
+        "template",
+        "rp",
+        chart.to_str().unwrap(),
+        "--namespace",
+        namespace,
+        "--kube-version",
+        &kube_version,
+        "--set",
+        "image.repository=registry.example.com/releaseplan",
+    ];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let text = run(&helm_bin(), &args, None);
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("the chart renders YAML"))
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn of_kind<'a>(objs: &'a [Value], kind: &str) -> &'a Value {
+    let found: Vec<_> = objs.iter().filter(|o| o["kind"] == kind).collect();
+    assert_eq!(found.len(), 1, "one {kind} expected");
+    found[0]
+}
+
+fn dashboard() -> Value {
+    serde_json::from_str(&read("integrations/grafana/releaseplan-dashboard.json"))
+        .expect("the dashboard is JSON")
+}
+
+/// Every query of the dashboard: (panel title, PromQL as Grafana sends it).
+fn dashboard_queries(d: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for p in d["panels"].as_array().expect("panels") {
+        for t in p["targets"].as_array().into_iter().flatten() {
+            let expr = t["expr"].as_str().expect("every target has an expr");
+            out.push((p["title"].as_str().unwrap_or_default().into(), expr.into()));
+        }
+    }
+    out
+}
+
+/// The metric names a query reads (`releaseplan_...`).
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = expr;
+    while let Some(i) = rest.find("releaseplan_") {
+        let name: String = rest[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '_' || c.is_ascii_digit())
+            .collect();
+        rest = &rest[i + name.len()..];
+        out.insert(name);
+    }
+    out
+}
+
+/// The labels of every `by (...)` clause of a query.
+fn grouping_labels(expr: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = expr;
+    while let Some(i) = rest.find("by (") {
+        rest = &rest[i + 4..];
+        let end = rest.find(')').expect("a closed by clause");
+        out.extend(rest[..end].split(',').map(|l| l.trim().to_string()));
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// The family a sample name belongs to (OpenMetrics suffixes removed).
+fn family(sample: &str) -> &str {
+    ["_bucket", "_count", "_sum", "_total", "_created"]
+        .iter()
+        .find_map(|s| sample.strip_suffix(s))
+        .unwrap_or(sample)
+}
+
+/// The sample lines of a family in the operator's /metrics text.
+fn samples<'a>(text: &'a str, family_name: &str) -> Vec<&'a str> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            let name = l.split(['{', ' ']).next().unwrap_or_default();
+            family(name) == family_name
+        })
+        .collect()
+}
+
+#[test]
+fn the_charts_copies_are_the_integrations_files() {
+    for (copy, original) in [
+        (
+            "charts/releaseplan/files/alerts.yaml",
+            "integrations/prometheus/alerts.yaml",
+        ),
+        (
+            "charts/releaseplan/files/releaseplan-dashboard.json",
+            "integrations/grafana/releaseplan-dashboard.json",
+        ),
+    ] {
+        assert!(
+            read(copy) == read(original),
+            "{copy} differs from {original}: cp {original} {copy}"
+        );
+    }
+}
+
+#[test]
+fn the_prometheus_rule_carries_the_alerts_for_the_release_and_passes_promtool() {
+    let objs = render(
+        "ops",
+        &[
+            "prometheusRule.enabled=true",
+            "prometheusRule.labels.release=kube-prometheus",
+            "leaderElection.leaseName=rp-lease",
+        ],
+    );
+    let rule = of_kind(&objs, "PrometheusRule");
+    assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(rule["metadata"]["namespace"], "ops");
+    assert_eq!(rule["metadata"]["labels"]["release"], "kube-prometheus");
+    // The same rules as the shipped file, for this release: its namespace,
+    // its Lease and its metrics Service (the ServiceMonitor's job label).
+    let expected = read("integrations/prometheus/alerts.yaml")
+        .replace(r#"namespace="releaseplan-system""#, r#"namespace="ops""#)
+        .replace(r#"lease="releaseplan-leader""#, r#"lease="rp-lease""#)
+        .replace(
+            r#"job="releaseplan-metrics""#,
+            r#"job="rp-releaseplan-metrics""#,
+        );
+    assert_ne!(expected, read("integrations/prometheus/alerts.yaml"));
+    let expected: Value = serde_yaml::from_str(&expected).unwrap();
+    assert_eq!(rule["spec"], expected);
+    let text = serde_json::to_string(&rule["spec"]).unwrap();
+    assert!(!text.contains("releaseplan-system") && !text.contains("releaseplan-leader"));
+    // promtool parses every expression and template of the rendered rules.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rules.yaml");
+    std::fs::write(&file, serde_yaml::to_string(&rule["spec"]).unwrap()).unwrap();
+    let out = output(
+        std::path::Path::new("promtool"),
+        &["check", "rules", file.to_str().unwrap()],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "promtool check rules: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Off by default.
+    assert!(
+        !render("ops", &[])
+            .iter()
+            .any(|o| o["kind"] == "PrometheusRule")
+    );
+}
+
+#[test]
+fn the_dashboard_config_map_holds_the_dashboard_for_grafanas_sidecar() {
+    let objs = render(
+        "ops",
+        &[
+            "grafanaDashboard.enabled=true",
+            "grafanaDashboard.namespace=monitoring",
+        ],
+    );
+    let cm = objs
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "rp-releaseplan-dashboard")
+        .expect("the dashboard ConfigMap");
+    assert_eq!(cm["metadata"]["namespace"], "monitoring");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    let held: Value =
+        serde_json::from_str(cm["data"]["releaseplan-dashboard.json"].as_str().unwrap()).unwrap();
+    assert_eq!(held, dashboard());
+    assert!(
+        !render("ops", &[])
+            .iter()
+            .any(|o| o["metadata"]["name"] == "rp-releaseplan-dashboard")
+    );
+}
+
+#[test]
+fn the_dashboards_queries_read_only_metrics_the_operator_registers() {
+    // Offline half of the live test below: every family a query names is
+    // registered by the operator (its HELP is in the source).
+    let source = read("src/ops/metrics.rs");
+    let queries = dashboard_queries(&dashboard());
+    assert!(queries.len() >= 15, "{} queries", queries.len());
+    for (title, expr) in &queries {
+        for name in metric_names(expr) {
+            let registered = family(&name).trim_start_matches("releaseplan_");
+            assert!(
+                source.contains(&format!("\"{registered}\"")),
+                "panel {title:?} reads {name}, which src/ops/metrics.rs does not register"
+            );
+        }
+    }
+}
+
+/// Runs an instant query; panics unless Prometheus accepts it.
+async fn query(prom: &str, expr: &str) -> Vec<Value> {
+    let resp: Value = http_client()
+        .get(format!("{prom}/api/v1/query"))
+        .query(&[("query", expr)])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(resp["status"], "success", "{expr}: {resp}");
+    resp["data"]["result"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn every_dashboard_query_runs_on_a_real_prometheus_scraping_the_operator() {
+    let (Harness { client, ns }, op) = Harness::with_operator("dashboard").await;
+    // A first release and a promoted rollout: plans, rollouts, their
+    // durations, writes and requests all have samples.
+    let steps = json!([{"setWeight": 50}, {"pause": {}}]);
+    create_stable(
+        &client,
+        &ns,
+        "shop",
+        json!({"components": [web("shop:1", 2)], "strategy": {"steps": steps}}),
+    )
+    .await;
+    // A second plan whose new version crash-loops: rolled back, it is one
+    // "needing attention", and its rollback counts against podHealth.
+    create_stable(
+        &client,
+        &ns,
+        "cart",
+        json!({"components": [web("cart:1", 2)]}),
+    )
+    .await;
+    set_components(
+        &client,
+        &ns,
+        "cart",
+        json!([web_with(faulty_template("cart:2", "crash-loop"), 2)]),
+    )
+    .await;
+    set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
+    wait_until(T, "the rollout to hold at its pause", || async {
+        let p = support::plans::get(&client, &ns, "shop").await?;
+        let held = condition(&p, "Paused").map(|c| c.0).as_deref() == Some("True");
+        (p.status?.phase == Phase::RollingOut && held).then_some(())
+    })
+    .await;
+    request(&client, &ns, "shop", "promote").await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    wait_phase(&client, &ns, "cart", Phase::RolledBack, T).await;
+
+    let target: SocketAddr = format!("127.0.0.1:{}", op.port).parse().unwrap();
+    let prom = Prometheus::start(target);
+    // Enough scrapes (one a second) for rate() over the 30s the test gives
+    // Grafana's $__rate_interval.
+    wait_until(
+        T,
+        "Prometheus to have scraped the operator 5 times",
+        || async {
+            let r = query(&prom.url, "count_over_time(up[1m])").await;
+            let n: f64 = r.first()?["value"][1].as_str()?.parse().ok()?;
+            (n >= 5.0).then_some(())
+        },
+    )
+    .await;
+
+    let text = op.metrics().await;
+    let queries = dashboard_queries(&dashboard());
+    let mut with_data = 0;
+    for (title, expr) in &queries {
+        let promql = expr
+            .replace("$__rate_interval", "30s")
+            .replace("$namespace", ".*");
+        let families: BTreeSet<String> = metric_names(expr)
+            .iter()
+            .map(|n| family(n).to_string())
+            .collect();
+        // Families without a sample are not rendered at all: only the
+        // gate families may lack one here (this test runs no gate).
+        for f in &families {
+            assert!(
+                text.contains(&format!("# TYPE {f} "))
+                    || ["releaseplan_gate_value", "releaseplan_gate_failures"]
+                        .contains(&f.as_str()),
+                "panel {title:?}: the operator exports no {f}"
+            );
+        }
+        // Every label a panel groups by is one the metrics carry.
+        let lines: Vec<&str> = families.iter().flat_map(|f| samples(&text, f)).collect();
+        for label in grouping_labels(expr) {
+            if label == "le" {
+                continue;
+            }
+            assert!(
+                lines.is_empty() || lines.iter().any(|l| l.contains(&format!("{label}=\""))),
+                "panel {title:?} groups by {label}, which {families:?} do not carry"
+            );
+        }
+        let result = query(&prom.url, &promql).await;
+        // A query over families that all have samples shows something.
+        if families.iter().all(|f| !samples(&text, f).is_empty()) {
+            assert!(!result.is_empty(), "panel {title:?}: no data for {promql}");
+            with_data += 1;
+        }
+    }
+    // Only the two gate panels (no gates here) may lack samples.
+    assert!(
+        with_data >= queries.len() - 2,
+        "{with_data} of {} queries had data",
+        queries.len()
+    );
+    // The namespace variable lists the test's namespace.
+    let values: Value = http_client()
+        .get(format!("{}/api/v1/label/namespace/values", prom.url))
+        .query(&[("match[]", "releaseplan_plan_info")])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        values["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v == &Value::String(ns.clone())),
+        "{values}"
+    );
+}
+
+#[tokio::test]
+async fn the_api_server_accepts_the_monitoring_objects_against_the_prometheus_operator_crds() {
+    let Harness { ns, .. } = Harness::new("monitoring").await;
+    let crds = cached("prometheus-operator-crds", "PROMETHEUS_OPERATOR_VERSION")
+        .filter(|d| d.is_dir())
+        .expect("the prometheus-operator CRDs: run `make tools`");
+    for kind in ["servicemonitors", "prometheusrules"] {
+        let file = crds.join(format!("monitoring.coreos.com_{kind}.yaml"));
+        run(
+            &kubectl_bin(),
+            &[
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "-f",
+                file.to_str().unwrap(),
+            ],
+            None,
+        );
+        run(
+            &kubectl_bin(),
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                &format!("crd/{kind}.monitoring.coreos.com"),
+            ],
+            None,
+        );
+    }
+    let objs = render(
+        &ns,
+        &[
+            "serviceMonitor.enabled=true",
+            "prometheusRule.enabled=true",
+            "grafanaDashboard.enabled=true",
+        ],
+    );
+    let monitoring: Vec<&Value> = objs
+        .iter()
+        .filter(|o| {
+            o["kind"] == "ServiceMonitor"
+                || o["kind"] == "PrometheusRule"
+                || o["metadata"]["name"] == "rp-releaseplan-dashboard"
+        })
+        .collect();
+    assert_eq!(monitoring.len(), 3);
+    let manifest: String = monitoring
+        .iter()
+        .map(|o| format!("---\n{}", serde_yaml::to_string(o).unwrap()))
+        .collect();
+    // Strict field validation: an unknown or misplaced field is an error,
+    // not a warning, as the schema of the real CRDs has it.
+    let out = output(
+        &kubectl_bin(),
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=releaseplan-monitoring-tests",
+            "--validate=strict",
+            "-f",
+            "-",
+        ],
+        Some(&manifest),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.matches("serverside-applied").count(), 3, "{stdout}");
+    // A field the CRD does not know is refused: the check can fail.
+    let mut bad = (*monitoring
+        .iter()
+        .find(|o| o["kind"] == "PrometheusRule")
+        .unwrap())
+    .clone();
+    bad["spec"]["groups"][0]["rules"][0]["severity"] = json!("page");
+    let out = output(
+        &kubectl_bin(),
+        &[
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "--validate=strict",
+            "-f",
+            "-",
+        ],
+        Some(&serde_yaml::to_string(&bad).unwrap()),
+    );
+    assert!(!out.status.success(), "an unknown rule field was accepted");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("severity"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
