@@ -165,6 +165,7 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
             &["get", "list", "patch", "watch"][..],
         ),
         ("releaseplan.io", "releaseplans/status", &["update"]),
+        ("releaseplan.io", "gatetemplates", &["get", "list", "watch"]),
         (
             "apps",
             "deployments",
@@ -187,6 +188,24 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
         )
     })
     .collect();
+    want.sort();
+    want
+}
+
+/// Reading ClusterGateTemplates: the operator's one cluster-wide rule when it
+/// watches one namespace.
+fn cluster_template_rules() -> Vec<(String, String, Vec<String>)> {
+    vec![(
+        "releaseplan.io".to_string(),
+        "clustergatetemplates".to_string(),
+        vec!["get".to_string(), "list".to_string(), "watch".to_string()],
+    )]
+}
+
+/// What the operator's ClusterRole holds when it watches every namespace.
+fn expected_cluster_rules() -> Vec<(String, String, Vec<String>)> {
+    let mut want = expected_rules();
+    want.extend(cluster_template_rules());
     want.sort();
     want
 }
@@ -254,15 +273,17 @@ fn lease_rules() -> Vec<(String, String, Vec<String>)> {
 #[test]
 fn the_charts_crd_is_the_checked_in_crd() {
     let root = cluster::repo_root();
-    let checked_in = std::fs::read(root.join("crds/releaseplan.yaml"))
-        .expect("cannot read crds/releaseplan.yaml");
-    let copy = std::fs::read(root.join("charts/releaseplan/crds/releaseplan.yaml"))
-        .expect("cannot read charts/releaseplan/crds/releaseplan.yaml");
-    assert!(
-        checked_in == copy,
-        "charts/releaseplan/crds/releaseplan.yaml differs from crds/releaseplan.yaml: \
-         run `make chart-crd` and commit it"
-    );
+    for file in ["releaseplan.yaml", "gatetemplates.yaml"] {
+        let checked_in = std::fs::read(root.join("crds").join(file))
+            .unwrap_or_else(|e| panic!("cannot read crds/{file}: {e}"));
+        let copy = std::fs::read(root.join("charts/releaseplan/crds").join(file))
+            .unwrap_or_else(|e| panic!("cannot read charts/releaseplan/crds/{file}: {e}"));
+        assert!(
+            checked_in == copy,
+            "charts/releaseplan/crds/{file} differs from crds/{file}: \
+             run `make chart-crd` and commit it"
+        );
+    }
 }
 
 /// Key paths of values.yaml down to leaves (and empty maps), e.g. `image.tag`.
@@ -367,7 +388,10 @@ fn default_values_render_least_privilege_rbac_and_a_restricted_deployment() {
     }
 
     // RBAC: exactly what the operator uses; leases only in the release namespace.
-    assert_eq!(rules(operator_cluster_role(&objs)), expected_rules());
+    assert_eq!(
+        rules(operator_cluster_role(&objs)),
+        expected_cluster_rules()
+    );
     let role = named(&objs, "Role", "-leader-election");
     assert_eq!(role["metadata"]["namespace"], "rp-system");
     assert_eq!(rules(role), lease_rules());
@@ -500,14 +524,14 @@ fn watch_namespace_renders_roles_only_and_the_service_monitor_on_request() {
         "rp-system",
         &["watchNamespace=apps", "serviceMonitor.enabled=true"],
     );
-    // No cluster-wide permission for the operator: only the aggregated
-    // ClusterRoles for users, which nothing binds.
-    assert!(
-        of_kind(&objs, "ClusterRole")
-            .iter()
-            .all(|r| !aggregated_to(r).is_empty())
-    );
-    assert!(of_kind(&objs, "ClusterRoleBinding").is_empty());
+    // No cluster-wide permission for the operator but reading
+    // ClusterGateTemplates (cluster-scoped); the aggregated ClusterRoles for
+    // users are bound by nothing.
+    let role = operator_cluster_role(&objs);
+    assert_eq!(rules(role), cluster_template_rules());
+    let bindings = of_kind(&objs, "ClusterRoleBinding");
+    assert_eq!(bindings.len(), 1);
+    assert_eq!(bindings[0]["roleRef"]["name"], role["metadata"]["name"]);
     let roles = of_kind(&objs, "Role");
     assert_eq!(roles.len(), 3);
     let in_ns = |ns: &str| {
@@ -726,6 +750,16 @@ fn aggregated_cluster_roles_let_namespace_users_read_and_promote_plans() {
         vec![
             (
                 "releaseplan.io".to_string(),
+                "clustergatetemplates".to_string(),
+                all(&["get", "list", "watch"])
+            ),
+            (
+                "releaseplan.io".to_string(),
+                "gatetemplates".to_string(),
+                all(&["get", "list", "watch"])
+            ),
+            (
+                "releaseplan.io".to_string(),
                 "releaseplans".to_string(),
                 all(&["get", "list", "watch"])
             ),
@@ -739,13 +773,21 @@ fn aggregated_cluster_roles_let_namespace_users_read_and_promote_plans() {
     // edit (and admin, which holds edit's rules too): promote, pause, abort
     // and undo are patches of the plan; the status stays the operator's.
     let edit = by_target(&["admin", "edit"]);
+    // GateTemplates of the namespace too, not the cluster-wide ones.
     assert_eq!(
         rules(edit),
-        vec![(
-            "releaseplan.io".to_string(),
-            "releaseplans".to_string(),
-            all(&["create", "delete", "deletecollection", "patch", "update"])
-        )]
+        vec![
+            (
+                "releaseplan.io".to_string(),
+                "gatetemplates".to_string(),
+                all(&["create", "delete", "deletecollection", "patch", "update"])
+            ),
+            (
+                "releaseplan.io".to_string(),
+                "releaseplans".to_string(),
+                all(&["create", "delete", "deletecollection", "patch", "update"])
+            )
+        ]
     );
     // Nothing binds them, and they reach nothing but ReleasePlans.
     for r in [view, edit] {
@@ -1083,12 +1125,17 @@ async fn the_service_account_cannot_read_secrets() {
         ("delete", "apps", "controllerrevisions"),
         ("list", "", "pods"),
         ("create", "events.k8s.io", "events"),
+        ("watch", "releaseplan.io", "gatetemplates"),
     ] {
         assert!(
             may(c, verb, group, resource, Some(&apps)).await,
             "{verb} {resource}"
         );
     }
+    // Templates are read, never written.
+    assert!(may(c, "watch", "releaseplan.io", "clustergatetemplates", None).await);
+    assert!(!may(c, "patch", "releaseplan.io", "gatetemplates", Some(&apps)).await);
+    assert!(!may(c, "create", "releaseplan.io", "clustergatetemplates", None).await);
     assert!(!may(c, "delete", "releaseplan.io", "releaseplans", Some(&apps)).await);
     // Nothing the operator never calls.
     assert!(
@@ -1209,6 +1256,22 @@ async fn namespace_users_read_and_promote_plans_through_the_built_in_roles() {
         assert!(!user_may(&client, &editor, verb, "releaseplans/status", &apps).await);
     }
     assert!(!user_may(&client, &editor, "patch", "releaseplans", &i.namespace).await);
+    // GateTemplates of the namespace: written by editors, read by viewers;
+    // ClusterGateTemplates are for cluster administrators.
+    for verb in ["create", "patch", "delete", "list"] {
+        assert!(
+            user_may(&client, &editor, verb, "gatetemplates", &apps).await,
+            "edit: {verb} gatetemplates"
+        );
+    }
+    assert!(user_may(&client, &viewer, "list", "gatetemplates", &apps).await);
+    assert!(!user_may(&client, &viewer, "create", "gatetemplates", &apps).await);
+    for verb in ["create", "patch", "delete"] {
+        assert!(
+            !user_may(&client, &editor, verb, "clustergatetemplates", &apps).await,
+            "edit: {verb} clustergatetemplates"
+        );
+    }
 }
 
 /// Waits until the plan is Stable with its generation observed; fails at

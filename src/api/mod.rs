@@ -8,6 +8,7 @@
 
 pub mod access;
 pub mod revision;
+pub mod template;
 pub mod time;
 
 #[cfg(test)]
@@ -100,7 +101,8 @@ pub fn crd() -> CustomResourceDefinition {
     validation = Rule::new("size(self.metadata.name) <= 63").message("metadata.name must be at most 63 characters: it is used as a label value").field_path(".metadata.name")
 )]
 #[x_kube(
-    validation = Rule::new("self.components.all(c, self.components.exists_one(d, d.name == c.name))").message("spec.components: component names must be unique").field_path(".components")
+    validation = Rule::new("self.components.all(c, self.components.exists_one(d, d.name == c.name))").message("spec.components: component names must be unique").field_path(".components"),
+    validation = Rule::new("self.health.prometheus.all(g, !has(g.component) || self.components.exists(c, c.name == g.component)) && self.health.webhooks.all(g, !has(g.component) || self.components.exists(c, c.name == g.component)) && self.health.templates.all(g, !has(g.component) || self.components.exists(c, c.name == g.component))").message("health: a gate's component must name one of spec.components").field_path(".health")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ReleasePlanSpec {
@@ -321,7 +323,8 @@ pub struct Pause {
 /// Health gates, checked continuously while rolling out.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(
-    validation = Rule::new("self.prometheus.all(g, self.prometheus.exists_one(h, h.name == g.name)) && self.webhooks.all(g, self.webhooks.exists_one(h, h.name == g.name)) && self.prometheus.all(g, !self.webhooks.exists(h, h.name == g.name))").message("health: gate names must be unique across prometheus and webhooks gates")
+    validation = Rule::new("self.prometheus.all(g, self.prometheus.exists_one(h, h.name == g.name)) && self.webhooks.all(g, self.webhooks.exists_one(h, h.name == g.name)) && self.prometheus.all(g, !self.webhooks.exists(h, h.name == g.name))").message("health: gate names must be unique across prometheus and webhooks gates"),
+    validation = Rule::new("self.templates.all(g, self.templates.exists_one(h, h.name == g.name) && !self.prometheus.exists(h, h.name == g.name) && !self.webhooks.exists(h, h.name == g.name))").message("health: gate names must be unique across prometheus, webhooks and templates gates").field_path(".templates")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct Health {
@@ -351,6 +354,13 @@ pub struct Health {
     #[serde(default)]
     #[schemars(length(max = 8))]
     pub webhooks: Vec<WebhookGate>,
+
+    /// Gates made from a GateTemplate or ClusterGateTemplate, with arguments. Each is
+    /// read when a step starts and kept as read (`status.resolvedGates`) until the step
+    /// ends.
+    #[serde(default)]
+    #[schemars(length(max = 8))]
+    pub templates: Vec<template::GateTemplateRef>,
 }
 
 /// A gate that evaluates a PromQL query at an interval.
@@ -416,6 +426,12 @@ pub struct PrometheusGate {
     /// TLS settings: a CA bundle to trust for this gate's server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<access::GateTls>,
+
+    /// The component the gate judges: `{{component}}` and `{{revision}}` name it.
+    /// Default: the first component that changes in the rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 40))]
+    pub component: Option<String>,
 }
 
 /// A gate that POSTs the rollout's state to a URL; a 2xx answer passes.
@@ -457,6 +473,12 @@ pub struct WebhookGate {
     /// TLS settings: a CA bundle to trust for this gate's server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<access::GateTls>,
+
+    /// The component the gate judges: the body's `component` and `componentRevision`
+    /// name it. Default: the first component that changes in the rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 40))]
+    pub component: Option<String>,
 }
 
 /// Rollback policy.
@@ -642,6 +664,11 @@ pub struct ReleasePlanStatus {
     /// Last verdict of each health gate in the current step.
     #[serde(default)]
     pub gates: Vec<GateStatus>,
+    /// The template gates of the current step as read when it started; used until the
+    /// step ends, whatever happens to the templates meanwhile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub resolved_gates: Vec<template::ResolvedGate>,
     /// Why the current or last rollout failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<Failure>,

@@ -51,8 +51,9 @@ pub struct GateWork {
     rollout: i64,
     /// The gates, as the core parsed them from the spec.
     gates: Vec<GateSpec>,
-    /// Revision, step and query values the gates are told.
-    ctx: GateContext,
+    /// Revision, step and query values the gates are told, one per gate (in
+    /// the order of `gates`): a gate that names a component is told about it.
+    ctxs: Vec<GateContext>,
     /// The verdicts persisted in `status.gates`, where new tasks start from.
     seed: Vec<GateStatus>,
 }
@@ -69,28 +70,36 @@ impl GateWork {
         {
             return None;
         }
-        // The first component that changes in this rollout is the one gates speak of.
+        // The first component that changes in this rollout is the one gates
+        // speak of, unless a gate names its own.
         let changed = status
             .components
             .iter()
             .find(|c| c.is_changing())
             .or_else(|| status.components.first());
-        Some(GateWork {
-            uid: plan.uid().unwrap_or_default(),
-            rollout: status.rollout_count,
-            gates: target.gates.clone(),
-            ctx: GateContext {
+        let ctx_of = |gate: &GateSpec| {
+            let component = match target.gate_components.get(gate.name()) {
+                Some(name) => status.components.iter().find(|c| &c.name == name),
+                None => changed,
+            };
+            GateContext {
                 vars: TemplateVars {
                     plan: plan.name_any(),
                     namespace: plan.namespace().unwrap_or_default(),
-                    component: changed.map(|c| c.name.clone()).unwrap_or_default(),
-                    revision: changed
+                    component: component.map(|c| c.name.clone()).unwrap_or_default(),
+                    revision: component
                         .and_then(|c| c.current_hash.clone())
                         .unwrap_or_default(),
                 },
                 revision: status.current_revision.clone().unwrap_or_default(),
                 step: status.current_step,
-            },
+            }
+        };
+        Some(GateWork {
+            uid: plan.uid().unwrap_or_default(),
+            rollout: status.rollout_count,
+            gates: target.gates.clone(),
+            ctxs: target.gates.iter().map(ctx_of).collect(),
             seed: status.gates.clone(),
         })
     }
@@ -100,7 +109,7 @@ impl GateWork {
         self.uid == other.uid
             && self.rollout == other.rollout
             && self.gates == other.gates
-            && self.ctx == other.ctx
+            && self.ctxs == other.ctxs
     }
 }
 
@@ -252,7 +261,7 @@ impl GateRunner {
                 self.forget(&key, &work);
                 return;
             }
-            let result = self.evaluate(gate, &work).await;
+            let result = self.evaluate(gate, work.ctxs.get(index)).await;
             let limits = gate.limits();
             let st = g::record(
                 prev.as_ref(),
@@ -270,10 +279,15 @@ impl GateRunner {
         }
     }
 
-    async fn evaluate(&self, gate: &GateSpec, work: &GateWork) -> GateResult {
+    async fn evaluate(&self, gate: &GateSpec, ctx: Option<&GateContext>) -> GateResult {
         let bound = gate.worst_case() + CALL_GRACE;
+        let Some(ctx) = ctx else {
+            return GateResult::Error {
+                reason: "no context for this gate (a bug)".into(),
+            };
+        };
         let started = Instant::now();
-        let evaluation = gate.evaluate(&self.http, &self.secrets, &work.ctx);
+        let evaluation = gate.evaluate(&self.http, &self.secrets, ctx);
         let result = match tokio::time::timeout(bound, evaluation).await {
             Ok(r) => r,
             Err(_) => GateResult::Error {

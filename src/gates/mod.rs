@@ -12,6 +12,7 @@ pub(crate) mod http;
 pub mod outbound;
 pub mod pods;
 pub mod prometheus;
+pub mod template;
 pub mod threshold;
 pub mod webhook;
 
@@ -49,8 +50,8 @@ pub struct GateSpecError {
 /// What a gate is told about the rollout it judges.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GateContext {
-    /// Values for a query's placeholders (the component is the first one
-    /// that changes).
+    /// Values for a query's placeholders: the gate's own component, else the
+    /// first one that changes.
     pub vars: prometheus::TemplateVars,
     /// The plan revision being rolled out.
     pub revision: String,
@@ -195,6 +196,8 @@ impl GateSpec {
                     revision: ctx.revision.clone(),
                     step: ctx.step,
                     phase: crate::api::Phase::RollingOut,
+                    component: ctx.vars.component.clone(),
+                    component_revision: ctx.vars.revision.clone(),
                 };
                 webhook::call_with(http, &resolved, w, &body).await
             }

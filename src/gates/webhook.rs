@@ -83,6 +83,14 @@ pub struct WebhookBody {
     pub step: i32,
     /// Phase of the ReleasePlan, e.g. `RollingOut`.
     pub phase: Phase,
+    /// The component the gate judges: its own `component`, else the first
+    /// component that changes in the rollout.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub component: String,
+    /// That component's template hash being rolled out (the
+    /// `releaseplan.io/revision` label of its new pods).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub component_revision: String,
 }
 
 /// Calls a webhook gate: POSTs `body` as JSON with the gate's timeout. A 2xx
@@ -190,6 +198,8 @@ mod tests {
             revision: "7f3c".into(),
             step: 2,
             phase: Phase::RollingOut,
+            component: String::new(),
+            component_revision: String::new(),
         };
         assert_eq!(
             serde_json::to_value(&body).unwrap(),
