@@ -925,12 +925,12 @@ mod tests {
         assert_eq!(attention(&p).0, Attention::Failing);
         let s = p.status.as_mut().unwrap();
         s.phase = Phase::RollingOut;
-        s.conditions.push(Condition {
-            type_: "Stalled".into(),
-            status: "True".into(),
-            reason: "RolloutHalted".into(),
-            ..Condition::default()
-        });
+        s.conditions.push(
+            serde_json::from_value::<Condition>(serde_json::json!({
+                "type": "Stalled", "status": "True", "reason": "RolloutHalted",
+                "message": "", "lastTransitionTime": "2025-01-01T00:00:00Z"}))
+            .unwrap(),
+        );
         assert_eq!(attention(&p), (Attention::Failing, "halted"));
         assert!(Attention::Failing < Attention::Moving);
         assert!(Attention::Moving < Attention::Settled);

@@ -33,13 +33,19 @@ function dur(a, b) {
 function setNow(iso) { if (iso) clockSkew = Date.parse(iso) - Date.now(); }
 function showErrors(errs) { $("errors").textContent = (errs || []).join("\n"); }
 
+// A step's state: done, cur (being run), fail (where a failed rollout stopped), todo.
+function stepState(r, k) {
+  const i = r.step.index;
+  if (r.phase === "Stable" || k < i) return "done";
+  if (k !== i) return "todo";
+  return r.attention === "failing" ? "fail" : "cur";
+}
 // The step bar: one segment per step, done / current / to come, pauses hatched.
 function stepsBar(r) {
-  const n = r.steps.length, i = r.step.index, settled = r.phase === "Stable";
   const segs = r.steps.map((s, k) => {
-    const state = settled || k < i ? "done" : k === i ? "cur" : "todo";
-    const word = state === "cur" ? "current" : state === "done" ? "done" : "to come";
-    return `<span class="seg ${s.kind} ${state}" title="step ${k + 1}: ${esc(s.label)} (${word})">${s.kind === "pause" ? "⏸" : esc(s.label)}</span>`;
+    const state = stepState(r, k);
+    const word = {cur: "current", done: "done", todo: "to come", fail: "failed here"}[state];
+    return `<span class="seg ${s.kind} ${state}" title="step ${k + 1}: ${esc(s.label)} (${word})">${s.kind === "pause" ? "||" : esc(s.label)}</span>`;
   }).join("");
   return `<div class="steps" role="img" aria-label="${esc(r.step.text)}">${segs || '<span class="seg done">100%</span>'}</div><span class="st">${esc(r.step.text)}</span>`;
 }
@@ -175,8 +181,9 @@ function drawPlan(msg) {
     return `<button id="act-${w}" data-action="${w}" ${why ? `disabled title="${esc(why)}"` : `title="${esc(WORDS[w])}"`}>${esc(w.replace("-", " "))}</button>`;
   }).join("");
   const timeline = r.steps.map((s, k) => {
-    const st = r.phase === "Stable" || k < r.step.index ? "done" : k === r.step.index ? "cur" : "todo";
-    return `<li class="${st}">${k + 1}. ${s.kind === "pause" ? "⏸ " : "weight "}${esc(s.label)} <span class="st">${st === "cur" ? "current, " + since(r.stepStartedAt) : st === "done" ? "done" : ""}</span></li>`;
+    const st = stepState(r, k);
+    const note = {cur: "current, " + since(r.stepStartedAt), done: "done", fail: "failed here", todo: ""}[st];
+    return `<li class="${st}">${k + 1}. ${s.kind === "pause" ? "" : "weight "}${esc(s.label)} <span class="st">${note}</span></li>`;
   }).join("");
   const comps = r.components.map((c) => `<h4>${esc(c.name)} <span class="st">${c.replicas} replicas</span></h4>` + table(["Deployment", "hash", "ready / wanted", "role", "images"],
     (c.revisions || []).map((v) => `<tr><td class="mono">${esc(v.deployment)}</td><td class="mono">${esc(v.hash)}</td><td>${v.ready}/${v.replicas}</td><td>${esc(v.role)}</td><td class="mono">${esc(v.images.join(", "))}</td></tr>`))).join("");
