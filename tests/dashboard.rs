@@ -131,7 +131,7 @@ async fn the_bar_advances_and_promote_moves_the_plan_on() {
     // The plan page: promote at the indefinite pause moves the plan on.
     b.click(&format!("{} a", row(&ns, "shop"))).await;
     b.wait_text(T, "#plan h2", "RollingOut").await;
-    b.wait_text(T, "#plan", &format!("shop-web-")).await;
+    b.wait_text(T, "#plan", "shop-web-").await;
     press(&b, "promote").await;
     b.wait_text(T, "#notice", "sent promote/").await;
     wait_until(T, "the operator to act on the promote", || async {

@@ -441,7 +441,7 @@ impl Store {
             .get(key)
             .map(|m| m.values().cloned().collect())
             .unwrap_or_default();
-        events.sort_by(|a, b| b.last.cmp(&a.last));
+        events.sort_by_key(|e| std::cmp::Reverse(e.last));
         Some(Detail {
             plan: row(plan, Some(&deployments)),
             conditions: plan
@@ -489,7 +489,11 @@ fn new_token() -> Result<String, CliError> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes)
         .map_err(|e| CliError::Config(format!("no random numbers for the page token: {e}")))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(bytes.iter().fold(String::new(), |mut s, b| {
+        use std::fmt::Write;
+        let _ = write!(s, "{b:02x}");
+        s
+    }))
 }
 
 /// The Host header values a loopback server answers to (the DNS rebinding
@@ -743,6 +747,9 @@ async fn plans_json(State(app): State<App>) -> Json<OverviewMsg> {
     Json(snapshot(&app))
 }
 
+/// An SSE message of `value` as JSON (an `error` event if it cannot be
+/// serialized, which plain data does not do); `Result` for axum's stream type.
+#[allow(clippy::unnecessary_wraps)]
 fn sse_json<T: Serialize>(value: &T) -> Result<SseEvent, Infallible> {
     Ok(SseEvent::default()
         .json_data(value)

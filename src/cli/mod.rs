@@ -607,6 +607,7 @@ impl Ctx {
 
     /// The same connection working in `namespace` (the dashboard serves
     /// several namespaces with one client).
+    #[must_use]
     pub fn in_namespace(&self, namespace: &str) -> Ctx {
         Ctx {
             client: self.client.clone(),
@@ -1339,7 +1340,7 @@ async fn send_request(ctx: &Ctx, args: &RequestArgs, action: Action) -> Result<i
     };
     if let Some(why) = ignored {
         println!("now:    {}", render::summary(&after));
-        return Err(CliError::Ignored(why.to_string()));
+        return Err(CliError::Ignored(why));
     }
     println!("acknowledged by the operator");
     println!("before: {}", render::summary(&before));

@@ -77,6 +77,7 @@ function cells(r) {
 const rows = new Map(); // key -> {r, json, tr}
 let pending = [], scheduled = false, order = [];
 function enqueue(msg) {
+  if (window.rpStats.firstMessage === undefined) window.rpStats.firstMessage = performance.now();
   pending.push(msg);
   if (!scheduled) { scheduled = true; requestAnimationFrame(flush); }
 }
@@ -97,7 +98,7 @@ function flush() {
     for (const r of m.upsert) {
       const json = JSON.stringify(r);
       let e = rows.get(r.key);
-      if (e && e.json === json) continue;
+      if (e && (e.json ?? JSON.stringify(e.r)) === json) continue;
       if (!e) { e = {tr: document.createElement("tr")}; e.tr.dataset.key = r.key; rows.set(r.key, e); reorder = true; }
       else {
         if (e.r.attention !== r.attention) reorder = true;
@@ -117,7 +118,12 @@ function flush() {
   st.lastRender = performance.now();
   st.lastFlushMs = st.lastRender - t0;
   st.maxFlushMs = Math.max(st.maxFlushMs, st.lastFlushMs);
-  if (window.rpStats.firstRender === null && msgs.some((m) => m.reset)) window.rpStats.firstRender = performance.now();
+  if (st.firstRender === null && msgs.some((m) => m.reset)) {
+    st.firstRender = performance.now();
+    st.firstDrawMs = st.lastFlushMs;
+    // The frame after next: the rows are laid out and painted.
+    requestAnimationFrame(() => requestAnimationFrame(() => { st.firstPaint = performance.now(); }));
+  }
 }
 // The first snapshot: one string, parsed once (1,000 rows in one innerHTML is
 // several times faster than 1,000 rows built one by one).
@@ -126,7 +132,8 @@ function firstDraw(list) {
   list = list.slice().sort(byRank);
   $("rows").innerHTML = list.map((r) => `<tr data-key="${esc(r.key)}" class="a-${r.attention}"${matches(r) ? "" : " hidden"}>${cells(r)}</tr>`).join("");
   const trs = $("rows").children;
-  list.forEach((r, k) => rows.set(r.key, {r, json: JSON.stringify(r), tr: trs[k]}));
+  // json (for the diff) is computed when the row first changes.
+  list.forEach((r, k) => rows.set(r.key, {r, json: null, tr: trs[k]}));
   order = list.map((r) => r.key);
 }
 function sortRows() {
