@@ -68,6 +68,14 @@ bench:
 	cargo build --release --bin releaseplan
 	e2e/with-cluster.sh bench -- env RP_OPERATOR_BIN=$(CARGO_TARGET_DIR)/release/releaseplan cargo bench --bench operator
 
+.PHONY: bench-dashboard
+## bench-dashboard: the plugin's dashboard with N plans (RP_DASH_PLANS=1000) in headless
+## Chromium on a fresh cluster: page weight, time to draw the overview, change -> DOM latency
+bench-dashboard:
+	e2e/ensure-deps.sh test
+	e2e/build-control-plane.sh all
+	e2e/with-cluster.sh bench-dash -- cargo bench --bench dashboard
+
 .PHONY: bench-scale bench-compare argo-rollouts
 # Objects of bench-scale and bench-compare; where bench-compare keeps its figures.
 N ?= 500

@@ -4,7 +4,8 @@
 #   cluster  openssl, curl, ss (iproute2), ps and kill (procps): cluster-up/down
 #   demo     what `make demo` needs: cluster
 #   test     what `make test` needs: cluster, plus prometheus (metric gate
-#            tests) and promtool (tests/alerts.rs), both of package prometheus
+#            tests) and promtool (tests/alerts.rs), both of package prometheus,
+#            and chromium and chromedriver (tests/dashboard.rs)
 #   lint     what `make lint` needs: shellcheck
 #   ci       what .ci/run needs: test and lint
 # A missing command's Debian package is installed with apt-get (one
@@ -32,6 +33,9 @@ needs() {
       [ -x "${PROMETHEUS_BIN:-}" ] || echo prometheus:prometheus
       # tests/alerts.rs runs promtool on the suggested alerts.
       echo promtool:prometheus
+      # tests/dashboard.rs drives the plugin's dashboard in headless
+      # Chromium through chromedriver.
+      echo chromium:chromium chromedriver:chromium-driver
       ;;
     lint) echo shellcheck:shellcheck ;;
     ci) needs test; needs lint ;;

@@ -13,6 +13,7 @@
 //! checks) live in the submodules and are unit-tested; this module does the I/O.
 
 pub mod complete;
+pub mod dashboard;
 pub mod edit;
 #[cfg(test)]
 mod fixtures;
@@ -240,6 +241,10 @@ pub enum Command {
         #[command(flatten)]
         request: RequestArgs,
     },
+    /// Serve a live web dashboard of the plans on 127.0.0.1, with your own
+    /// kubeconfig and RBAC (nothing is installed in the cluster).
+    #[command(after_help = dashboard::AFTER_HELP)]
+    Dashboard(dashboard::DashboardArgs),
     /// List finished rollouts (and the one in progress).
     History {
         /// Name of the ReleasePlan.
@@ -486,6 +491,16 @@ fn apply_flags(config: &mut Config, g: &Global) -> Result<(), CliError> {
     Ok(())
 }
 
+/// A request sent by [`Ctx::request`].
+pub struct Sent {
+    /// The annotation value; the operator acknowledges exactly this value.
+    pub value: String,
+    /// The plan before the request.
+    pub before: ReleasePlan,
+    /// Why the operator will ignore it, when it does not apply now.
+    pub ignored: Option<String>,
+}
+
 /// A connection to the cluster and the namespace to work in.
 pub struct Ctx {
     /// The API client.
@@ -590,6 +605,49 @@ impl Ctx {
         Ok(list)
     }
 
+    /// The same connection working in `namespace` (the dashboard serves
+    /// several namespaces with one client).
+    #[must_use]
+    pub fn in_namespace(&self, namespace: &str) -> Ctx {
+        Ctx {
+            client: self.client.clone(),
+            namespace: namespace.to_string(),
+            url: self.url.clone(),
+        }
+    }
+
+    /// Sends a request (promote, abort...) to the operator: the metadata-only
+    /// patch of the request annotation, the one request of the plugin's verbs
+    /// and of the dashboard's buttons. Warns on stderr when the operator will
+    /// ignore it or when it changes nothing; does not wait for the operator.
+    pub async fn request(&self, name: &str, action: Action) -> Result<Sent, CliError> {
+        let before = self.plan(name).await?;
+        let ignored = action
+            .applies_in(&before.status.clone().unwrap_or_default())
+            .err()
+            .map(|why| why.to_string());
+        if let Some(why) = &ignored {
+            eprintln!("warning: {why}; sending it anyway, the operator will ignore it");
+        }
+        if let Some(note) = request::no_op_note(action, &before) {
+            eprintln!("note: {note}");
+        }
+        let value = request::request_value(action, chrono::Utc::now(), request::nonce());
+        self.plans()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(request::request_patch(&value)),
+            )
+            .await
+            .map_err(|e| self.error(&format!("annotate releaseplan {name}"), e))?;
+        Ok(Sent {
+            value,
+            before,
+            ignored,
+        })
+    }
+
     /// The ControllerRevisions storing the plan's revision templates.
     pub async fn stored_templates(&self, name: &str) -> Result<Vec<ControllerRevision>, CliError> {
         let api: Api<ControllerRevision> = Api::namespaced(self.client.clone(), &self.namespace);
@@ -686,6 +744,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Retry { request } => send_request(&ctx, &request, Action::Retry).await,
         Command::Pause { request } => send_request(&ctx, &request, Action::Pause).await,
         Command::Resume { request } => send_request(&ctx, &request, Action::Resume).await,
+        Command::Dashboard(args) => dashboard::serve(ctx, &args).await,
         Command::History { name, output } => {
             let plan = ctx.plan(&name).await?;
             match output {
@@ -1252,25 +1311,11 @@ async fn restart(
 
 async fn send_request(ctx: &Ctx, args: &RequestArgs, action: Action) -> Result<i32, CliError> {
     let name = args.name.as_str();
-    let before = ctx.plan(name).await?;
-    let ignored = action
-        .applies_in(&before.status.clone().unwrap_or_default())
-        .err();
-    if let Some(why) = &ignored {
-        eprintln!("warning: {why}; sending it anyway, the operator will ignore it");
-    }
-    if let Some(note) = request::no_op_note(action, &before) {
-        eprintln!("note: {note}");
-    }
-    let value = request::request_value(action, chrono::Utc::now(), request::nonce());
-    ctx.plans()
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(request::request_patch(&value)),
-        )
-        .await
-        .map_err(|e| ctx.error(&format!("annotate releaseplan {name}"), e))?;
+    let Sent {
+        value,
+        before,
+        ignored,
+    } = ctx.request(name, action).await?;
     println!("requested {value} on releaseplan {}/{name}", ctx.namespace);
 
     let deadline = tokio::time::Instant::now() + args.ack_timeout;
@@ -1295,7 +1340,7 @@ async fn send_request(ctx: &Ctx, args: &RequestArgs, action: Action) -> Result<i
     };
     if let Some(why) = ignored {
         println!("now:    {}", render::summary(&after));
-        return Err(CliError::Ignored(why.to_string()));
+        return Err(CliError::Ignored(why));
     }
     println!("acknowledged by the operator");
     println!("before: {}", render::summary(&before));

@@ -17,6 +17,7 @@
 // would warn about the helpers that only the others call.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod cluster;
 pub mod crd;
 pub mod fixtures;

@@ -1,0 +1,304 @@
+//! `kubectl releaseplan dashboard` as a person uses it: the real plugin
+//! serving the page, headless Chromium pressing its buttons, the real
+//! operator rolling plans out on the local control plane. Screenshots go to
+//! `$CARGO_TARGET_DIR/dashboard-screenshots/` (printed with `--nocapture`).
+
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::pedantic
+)]
+
+mod support;
+
+use kube::Client;
+use releaseplan::api::{Phase, ReleasePlan};
+use serde_json::{Value, json};
+use std::io::{Read, Write};
+use std::time::Duration;
+use support::browser::{Browser, Dashboard};
+use support::fixtures::{faulty_template, plan, web};
+use support::plans::{create, get, set_components, wait_phase};
+use support::{Harness, wait_until};
+
+/// The operator's own waits in these scenarios are seconds; this bounds a
+/// whole step on a loaded machine (the timeout of the other plugin tests).
+const T: Duration = Duration::from_secs(90);
+
+fn status_of(p: &ReleasePlan) -> releaseplan::api::ReleasePlanStatus {
+    p.status.clone().unwrap_or_default()
+}
+
+/// The overview row of `ns/name`, as a CSS selector.
+fn row(ns: &str, name: &str) -> String {
+    format!("tr[data-key=\"{ns}/{name}\"]")
+}
+
+/// The progress bar of a row: the state of each segment (`done`, `cur`, `todo`).
+async fn segments(b: &Browser, ns: &str, name: &str) -> Vec<String> {
+    let v = b
+        .js(
+            "return [...document.querySelectorAll(arguments[0] + ' .seg')].map(s =>
+               s.classList.contains('done') ? 'done' : s.classList.contains('cur') ? 'cur' : 'todo');",
+            vec![json!(row(ns, name))],
+        )
+        .await;
+    serde_json::from_value(v).unwrap()
+}
+
+async fn wait_segments(b: &Browser, ns: &str, name: &str, want: &[&str]) {
+    wait_until(
+        T,
+        &format!("the step bar of {name} to be {want:?}"),
+        || async { (segments(b, ns, name).await == want).then_some(()) },
+    )
+    .await;
+}
+
+/// Presses an action button of the plan page, then Confirm in the dialog.
+async fn press(b: &Browser, action: &str) {
+    let button = format!("#act-{action}:not([disabled])");
+    b.click(&button).await;
+    wait_until(T, "the confirmation dialog", || async {
+        b.js("return document.getElementById('confirm').open;", vec![])
+            .await
+            .as_bool()
+            .filter(|open| *open)
+    })
+    .await;
+    b.click("#confirm-yes").await;
+}
+
+/// A plan with four steps (two indefinite pauses) released once at `shop:1`.
+async fn stable_plan(client: &Client, ns: &str, name: &str) {
+    let steps = json!([{"setWeight": 25}, {"pause": {}}, {"setWeight": 50}, {"pause": {}}]);
+    create(
+        client,
+        ns,
+        &plan(
+            name,
+            json!({"components": [web("shop:1", 4)], "strategy": {"steps": steps}}),
+        ),
+    )
+    .await;
+    wait_phase(client, ns, name, Phase::Stable, T).await;
+}
+
+/// A raw HTTP/1.1 request to the dashboard (to check what a browser would
+/// not let a page send): the status code.
+fn raw_status(port: u16, request: &str) -> u16 {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {out:?}"))
+}
+
+#[tokio::test]
+async fn the_bar_advances_and_promote_moves_the_plan_on() {
+    let (Harness { client, ns }, op) = Harness::with_operator("dash-promote").await;
+    stable_plan(&client, &ns, "shop").await;
+    create(
+        &client,
+        &ns,
+        &plan("cart", json!({"components": [web("cart:1", 1)]})),
+    )
+    .await;
+    let dash = Dashboard::start(&["-n", &ns]).await;
+    let b = Browser::start().await;
+    b.client.goto(&dash.url).await.unwrap();
+
+    // The overview lists both plans; shop is released: every segment done.
+    b.wait_text(T, &row(&ns, "shop"), "Stable").await;
+    b.wait_text(T, &row(&ns, "cart"), "cart").await;
+    wait_segments(&b, &ns, "shop", &["done"; 4]).await;
+
+    // A new image: the bar shows the first pause as the current step, live.
+    set_components(&client, &ns, "shop", json!([web("shop:2", 4)])).await;
+    wait_segments(&b, &ns, "shop", &["done", "cur", "todo", "todo"]).await;
+    let text = b.wait_text(T, &row(&ns, "shop"), "RollingOut").await;
+    assert!(text.contains("step 2/4"), "{text}");
+    assert!(text.contains("25%"), "{text}");
+    assert!(text.contains("waiting for promotion"), "{text}");
+    b.screenshot("overview").await;
+
+    // The plan page: promote at the indefinite pause moves the plan on.
+    b.click(&format!("{} a", row(&ns, "shop"))).await;
+    b.wait_text(T, "#plan h2", "RollingOut").await;
+    b.wait_text(T, "#plan", "shop-web-").await;
+    press(&b, "promote").await;
+    b.wait_text(T, "#notice", "sent promote/").await;
+    wait_until(T, "the operator to act on the promote", || async {
+        let p = get(&client, &ns, "shop").await?;
+        (status_of(&p).current_step == 3).then_some(())
+    })
+    .await;
+    b.wait_text(T, "#plan .timeline li.cur", "4.").await;
+    b.screenshot("plan").await;
+
+    // Back on the overview, the bar advanced past the second setWeight.
+    b.client.goto(&dash.url).await.unwrap();
+    wait_segments(&b, &ns, "shop", &["done", "done", "done", "cur"]).await;
+
+    // Promote fully: the plan goes Stable, and the page says so.
+    b.click(&format!("{} a", row(&ns, "shop"))).await;
+    b.wait_text(T, "#plan h2", "RollingOut").await;
+    press(&b, "promote-full").await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    b.wait_text(T, "#plan h2", "Stable").await;
+    b.wait_text(T, "#plan", "Promoted").await;
+
+    // What other local pages cannot do: a POST without the page's token, or
+    // from another origin, or to another Host name, never reaches the cluster.
+    let port = dash.port();
+    let post = |extra: &str| {
+        format!(
+            "POST /api/plans/{ns}/shop/actions/pause HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+    };
+    assert_eq!(raw_status(port, &post("")), 403);
+    assert_eq!(
+        raw_status(port, &post("Origin: http://evil.example\r\n")),
+        403
+    );
+    assert_eq!(
+        raw_status(
+            port,
+            &format!("GET / HTTP/1.1\r\nHost: evil.example:{port}\r\nConnection: close\r\n\r\n")
+        ),
+        421
+    );
+    let p = get(&client, &ns, "shop").await.unwrap();
+    assert!(!status_of(&p).pause_requested, "{:?}", p.status);
+    drop(op);
+    b.close().await;
+}
+
+#[tokio::test]
+async fn a_crash_looping_release_shows_the_rollback_and_its_reason() {
+    let (Harness { client, ns }, op) = Harness::with_operator("dash-crash").await;
+    let spec = |t: Value| {
+        json!({"components": [{"name": "web", "replicas": 2, "template": t}],
+               "strategy": {"steps": [{"setWeight": 50}, {"pause": {}}]}})
+    };
+    create(
+        &client,
+        &ns,
+        &plan("shop", spec(support::fixtures::template("shop:1"))),
+    )
+    .await;
+    create(
+        &client,
+        &ns,
+        &plan("calm", json!({"components": [web("calm:1", 1)]})),
+    )
+    .await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    wait_phase(&client, &ns, "calm", Phase::Stable, T).await;
+    let dash = Dashboard::start(&["-n", &ns]).await;
+    let b = Browser::start().await;
+    b.client.goto(&dash.url).await.unwrap();
+    b.wait_text(T, &row(&ns, "shop"), "Stable").await;
+
+    set_components(
+        &client,
+        &ns,
+        "shop",
+        json!([{"name": "web", "replicas": 2,
+                "template": faulty_template("shop:2", "crash-loop")}]),
+    )
+    .await;
+    // The failing plan is unmistakable: first row, marked failing, with the reason.
+    let text = b.wait_text(T, &row(&ns, "shop"), "RolledBack").await;
+    assert!(text.contains("rolled back"), "{text}");
+    assert!(text.contains("failed: podHealth"), "{text}");
+    let p = get(&client, &ns, "shop").await.unwrap();
+    let reason = status_of(&p).failure.expect("failure").reason;
+    assert!(text.contains(&reason), "{reason} not in {text}");
+    let first = b
+        .js(
+            "const r = document.querySelector('#rows tr'); return [r.dataset.key, r.className];",
+            vec![],
+        )
+        .await;
+    assert_eq!(first, json!([format!("{ns}/shop"), "a-failing"]));
+    b.screenshot("overview-rolled-back").await;
+
+    // The plan page: the rollback in the history, the failure, the Events.
+    b.click(&format!("{} a", row(&ns, "shop"))).await;
+    b.wait_text(T, "#plan h2", "RolledBack").await;
+    b.wait_text(T, "#plan", "RolledBack").await;
+    b.wait_text(T, "#plan-message", &reason).await;
+    b.wait_text(T, "#plan", "Stalled").await;
+    b.wait_text(T, "#plan", "RollbackStarted").await;
+    b.screenshot("plan-rolled-back").await;
+    drop(op);
+    b.close().await;
+}
+
+#[tokio::test]
+async fn an_action_without_permission_shows_the_api_servers_refusal() {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    use kube::api::{Api, PostParams};
+    let (Harness { client, ns }, op) = Harness::with_operator("dash-rbac").await;
+    stable_plan(&client, &ns, "shop").await;
+    set_components(&client, &ns, "shop", json!([web("shop:2", 4)])).await;
+    wait_until(T, "the rollout to hold at the first pause", || async {
+        let p = get(&client, &ns, "shop").await?;
+        (status_of(&p).current_step == 1).then_some(())
+    })
+    .await;
+
+    // A user who may look (what the dashboard reads) but not patch.
+    let pp = PostParams::default();
+    Api::<Role>::namespaced(client.clone(), &ns)
+        .create(&pp, &serde_json::from_value(json!({"metadata": {"name": "look"},
+            "rules": [{"apiGroups": ["releaseplan.io"], "resources": ["releaseplans"], "verbs": ["get", "list", "watch"]},
+                      {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch"]},
+                      {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list", "watch"]}]})).unwrap())
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), &ns)
+        .create(
+            &pp,
+            &serde_json::from_value(json!({"metadata": {"name": "look"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "look"},
+            "subjects": [{"kind": "User", "name": "viewer", "apiGroup": "rbac.authorization.k8s.io"}]}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+
+    let dash = Dashboard::start(&["-n", &ns, "--as", "viewer"]).await;
+    let b = Browser::start().await;
+    b.client
+        .goto(&format!("{}#/plan/{ns}/shop", dash.url))
+        .await
+        .unwrap();
+    b.wait_text(T, "#plan h2", "RollingOut").await;
+    press(&b, "promote").await;
+    let notice = b.wait_text(T, "#notice", "Refused").await;
+    assert!(
+        notice.contains("User \"viewer\" cannot patch resource \"releaseplans\""),
+        "{notice}"
+    );
+    assert!(notice.contains("403 Forbidden"), "{notice}");
+    b.screenshot("plan-refused").await;
+    // Nothing was sent: the plan still waits at the pause.
+    let p = get(&client, &ns, "shop").await.unwrap();
+    assert_eq!(status_of(&p).current_step, 1);
+    assert!(
+        !p.annotations()
+            .contains_key(releaseplan::api::ANNOTATION_REQUEST)
+    );
+    drop(op);
+    b.close().await;
+}
+
+use kube::ResourceExt;

@@ -1,0 +1,192 @@
+//! The dashboard in a real browser: `kubectl-releaseplan dashboard` as a
+//! process, and headless Chromium driven through chromedriver (Debian's
+//! `chromium` and `chromium-driver`, installed by `e2e/ensure-deps.sh test`).
+
+use super::operator::free_port;
+use super::wait_until;
+use fantoccini::wd::Capabilities;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A running `kubectl-releaseplan dashboard`; killed on drop.
+pub struct Dashboard {
+    child: Child,
+    /// The URL it printed first, e.g. `http://127.0.0.1:40123/`.
+    pub url: String,
+}
+
+impl Dashboard {
+    /// Starts the plugin's dashboard with `args` (`-n NS`, `-A`, `--as U`...)
+    /// on a free port and reads its URL from the first line of stdout.
+    pub async fn start(args: &[&str]) -> Dashboard {
+        let args: Vec<String> = args.iter().map(ToString::to_string).collect();
+        tokio::task::spawn_blocking(move || {
+            let mut child = Command::new(env!("CARGO_BIN_EXE_kubectl-releaseplan"))
+                .arg("dashboard")
+                .args(&args)
+                .args(["--port", "0"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("cannot run kubectl-releaseplan dashboard");
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().expect("stdout"))
+                .read_line(&mut line)
+                .expect("dashboard stdout");
+            let url = line.trim().to_string();
+            assert!(
+                url.starts_with("http://127.0.0.1:"),
+                "first line is not the URL: {line:?}"
+            );
+            Dashboard { child, url }
+        })
+        .await
+        .expect("dashboard thread")
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.url
+            .trim_end_matches('/')
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("port in the URL")
+    }
+}
+
+impl Drop for Dashboard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Headless Chromium through its own chromedriver; both stopped on drop
+/// (call [`Browser::close`] to end the session cleanly first).
+pub struct Browser {
+    driver: Child,
+    /// The WebDriver session.
+    pub client: Client,
+}
+
+impl Browser {
+    /// Starts chromedriver on a free port and opens a headless session
+    /// (`--no-sandbox`: the tests run as root), 1400×1000.
+    pub async fn start() -> Browser {
+        let port = free_port();
+        let driver = Command::new(std::env::var("CHROMEDRIVER").unwrap_or("chromedriver".into()))
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect(
+                "cannot run chromedriver (Debian package chromium-driver: e2e/ensure-deps.sh test)",
+            );
+        let mut options = json!({"args": [
+            "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--window-size=1400,1000", "--no-first-run", "--disable-extensions"]});
+        if std::path::Path::new("/usr/bin/chromium").exists() {
+            options["binary"] = json!("/usr/bin/chromium");
+        }
+        let mut caps = Capabilities::new();
+        caps.insert("goog:chromeOptions".into(), options);
+        let url = format!("http://127.0.0.1:{port}");
+        let client = wait_until(
+            Duration::from_secs(60),
+            "chromedriver to open a session",
+            || {
+                let caps = caps.clone();
+                let url = url.clone();
+                async move {
+                    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+                        .capabilities(caps)
+                        .connect(&url)
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+            },
+        )
+        .await;
+        Browser { driver, client }
+    }
+
+    /// Runs `script` (a function body; `arguments[i]` are `args`) in the page.
+    pub async fn js(&self, script: &str, args: Vec<Value>) -> Value {
+        self.client
+            .execute(script, args)
+            .await
+            .expect("execute script")
+    }
+
+    /// The text of the first element matching `css`, `None` when there is none.
+    pub async fn text(&self, css: &str) -> Option<String> {
+        self.js(
+            "const e = document.querySelector(arguments[0]); return e ? e.textContent : null;",
+            vec![json!(css)],
+        )
+        .await
+        .as_str()
+        .map(ToString::to_string)
+    }
+
+    /// Waits until the text of `css` contains `needle`; returns the text.
+    pub async fn wait_text(&self, timeout: Duration, css: &str, needle: &str) -> String {
+        wait_until(timeout, &format!("{css} to show {needle:?}"), || async {
+            self.text(css).await.filter(|t| t.contains(needle))
+        })
+        .await
+    }
+
+    /// Clicks the element matching `css` (waiting for it to exist).
+    pub async fn click(&self, css: &str) {
+        self.client
+            .wait()
+            .at_most(Duration::from_secs(60))
+            .for_element(Locator::Css(css))
+            .await
+            .expect("element to click")
+            .click()
+            .await
+            .expect("click");
+    }
+
+    /// Saves a screenshot as `<target>/dashboard-screenshots/<name>.png`,
+    /// prints and returns its path.
+    pub async fn screenshot(&self, name: &str) -> PathBuf {
+        let png = self.client.screenshot().await.expect("screenshot");
+        let dir = screenshot_dir();
+        std::fs::create_dir_all(&dir).expect("screenshot dir");
+        let path = dir.join(format!("{name}.png"));
+        std::fs::write(&path, png).expect("write screenshot");
+        println!("screenshot: {}", path.display());
+        path
+    }
+
+    /// Ends the session (closes Chromium), then chromedriver on drop.
+    pub async fn close(self) {
+        let _ = self.client.clone().close().await;
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// `$CARGO_TARGET_DIR/dashboard-screenshots` (the target directory of the
+/// binaries under test).
+pub fn screenshot_dir() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_kubectl-releaseplan"));
+    // <target>/<profile>/kubectl-releaseplan
+    bin.parent()
+        .and_then(std::path::Path::parent)
+        .map_or_else(|| PathBuf::from("target"), PathBuf::from)
+        .join("dashboard-screenshots")
+}
