@@ -8,6 +8,7 @@
 //! [`is_due`] and [`next_due`] say when a gate is evaluated again.
 
 pub(crate) mod http;
+pub mod job;
 pub mod outbound;
 pub mod pods;
 pub mod prometheus;
