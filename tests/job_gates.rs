@@ -173,6 +173,23 @@ async fn a_passing_job_gate_runs_one_job_per_step_and_goes_with_the_plan() {
     assert_eq!(var("RELEASEPLAN_ROLLOUT").as_deref(), Some("2"));
     assert_eq!(var("RELEASEPLAN_STEP").as_deref(), Some("0"));
     assert_eq!(var("RELEASEPLAN_WEIGHT").as_deref(), Some("50"));
+    // Measured, not asserted (the machine is shared): from the last Job's
+    // completion to the promotion the operator wrote.
+    let last = Api::<Job>::namespaced(client.clone(), &ns)
+        .get(&second[1].2)
+        .await
+        .unwrap();
+    let completed = last
+        .status
+        .as_ref()
+        .and_then(|s| s.completion_time.as_ref());
+    if let (Some(c), Some(p)) = (completed, s.history.last().and_then(|h| h.finished_at)) {
+        let c = releaseplan::api::time::from_k8s(c);
+        eprintln!(
+            "job gate: Job complete -> plan promoted in {} ms (completionTime has 1 s resolution)",
+            (p - c).num_milliseconds()
+        );
+    }
     let events = plan_events(&client, &ns, "shop").await;
     assert!(
         events
