@@ -190,9 +190,12 @@ async fn accepts_minimal_and_full_plans_and_the_example() {
     assert_accepted(&api, &full("full"), Via::Create).await;
     assert_accepted(&api, &full("full-applied"), Via::Apply).await;
 
-    let mut ex = example("full.yaml");
-    ex["metadata"]["namespace"] = json!(ns);
-    assert_accepted(&api, &ex, Via::Apply).await;
+    for file in ["full.yaml", "job-gate.yaml"] {
+        let mut ex = example(file);
+        ex["metadata"]["namespace"] = json!(ns);
+        ex["metadata"]["name"] = json!(format!("example-{}", file.trim_end_matches(".yaml")));
+        assert_accepted(&api, &ex, Via::Apply).await;
+    }
 
     // Defaults are filled in by the API server, as docs/api.md says.
     let stored = api.get("minimal").await.expect("get minimal");
