@@ -333,3 +333,38 @@ async fn an_operator_restarted_while_the_job_runs_starts_no_second_job() {
     assert_eq!(step0[0].2, running.2, "the same Job, adopted");
     assert_eq!(step0[0].3, "Complete");
 }
+
+#[tokio::test]
+async fn a_job_the_api_server_refuses_rolls_back_with_its_answer() {
+    let (Harness { client, ns }, _op) = Harness::with_operator("job-refused").await;
+    create(
+        &client,
+        &ns,
+        &plan("shop", spec("shop:1", smoke("succeed", "1s", 120))),
+    )
+    .await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    // The CRD keeps the JobSpec as written; Job validation refuses a CPU
+    // request above its limit.
+    let mut gate = smoke("succeed", "1s", 120);
+    gate["template"]["spec"]["template"]["spec"]["containers"][0]["resources"] =
+        json!({"requests": {"cpu": "2"}, "limits": {"cpu": "1"}});
+    plans::patch_spec(&client, &ns, "shop", spec("shop:2", gate)).await;
+    let p = settled(&client, &ns, "shop").await;
+    let s = p.status.unwrap();
+    assert_eq!(s.phase, Phase::RolledBack, "{:?}", s.message);
+    let f = s.failure.unwrap();
+    assert_eq!(f.gate, "smoke");
+    assert!(
+        f.message
+            .contains("the API server refused Job shop-smoke-2-0-")
+            && f.message.contains("(HTTP 422)"),
+        "{}",
+        f.message
+    );
+    let all = jobs(&client, &ns, "shop").await;
+    assert!(
+        all.iter().all(|j| j.0 != "2"),
+        "no Job was created: {all:?}"
+    );
+}

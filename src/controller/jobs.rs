@@ -3,7 +3,7 @@
 
 use super::{Context, Error, is_not_found, namespace_terminating};
 use crate::api::ReleasePlan;
-use crate::gates::job::{self, JobIntents};
+use crate::gates::job::{self, JobIntents, JobObs, JobState};
 use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
@@ -13,12 +13,15 @@ use tracing::{info, warn};
 /// adopted (its name is the step's, so it is the one a restarted operator or
 /// an earlier reconcile created); one already gone is fine. Every write is
 /// tried; the first failure is returned (the reconcile is retried with
-/// backoff, which also reports it in a Warning Event).
+/// backoff, which also reports it in a Warning Event), and every refused
+/// create is remembered for the plan's next observation (`refused`), so the
+/// core can judge it.
 pub async fn act(
     ctx: &Context,
     plan: &ReleasePlan,
     ns: &str,
     intents: &JobIntents,
+    refused: &mut Vec<JobObs>,
 ) -> Result<(), Error> {
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
     let mut failed = None;
@@ -35,6 +38,16 @@ pub async fn act(
             Err(e) if namespace_terminating(&e) => return Ok(()),
             Err(e) => {
                 warn!(job = %intent.name, error = %e, "Job gate: creating the Job failed");
+                let (code, message) = match &e {
+                    kube::Error::Api(s) => (s.code, s.message.clone()),
+                    other => (0, other.to_string()),
+                };
+                refused.push(JobObs {
+                    name: intent.name.clone(),
+                    rollout: intent.rollout,
+                    created: None,
+                    state: JobState::Refused { code, message },
+                });
                 failed.get_or_insert(Error::Job {
                     name: intent.name.clone(),
                     source: e,

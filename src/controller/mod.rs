@@ -185,6 +185,8 @@ pub struct Context {
     fresh: Mutex<HashMap<ObjectRef<ReleasePlan>, Arc<ReleasePlan>>>,
     /// The last failed Deployment write per plan, until one succeeds.
     refusals: Mutex<HashMap<ObjectRef<ReleasePlan>, Refusal>>,
+    /// The Job creates the API server refused in a plan's last reconcile.
+    job_refusals: Mutex<HashMap<ObjectRef<ReleasePlan>, Vec<crate::gates::job::JobObs>>>,
 }
 
 /// Failures in a row of one plan and when it is retried.
@@ -246,6 +248,7 @@ impl Context {
     fn forget(&self, key: &ObjectRef<ReleasePlan>) {
         lock(&self.fresh).remove(key);
         lock(&self.refusals).remove(key);
+        lock(&self.job_refusals).remove(key);
         lock(&self.failures).remove(key);
         self.gates.observe(key, None);
     }
@@ -412,10 +415,7 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
             .collect(),
         pod_failures,
         gates,
-        jobs: plan_objects(&ctx.jobs, &ns, &name, &uid)
-            .iter()
-            .map(|j| crate::gates::job::JobObs::of(j))
-            .collect(),
+        jobs: observe_jobs(ctx, &key, &ns, &name, &uid),
         request,
         invalid_request,
         refusal: lock(&ctx.refusals).get(&key).cloned(),
@@ -465,7 +465,14 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
     let jobs_done = if refusal.is_some() {
         Ok(())
     } else {
-        jobs::act(ctx, &plan, &ns, &decision.jobs).await
+        let mut refused = Vec::new();
+        let done = jobs::act(ctx, &plan, &ns, &decision.jobs, &mut refused).await;
+        if refused.is_empty() {
+            lock(&ctx.job_refusals).remove(&key);
+        } else {
+            lock(&ctx.job_refusals).insert(key.clone(), refused);
+        }
+        done
     };
 
     // Stage 6: write status; events and metrics only for what was written.
@@ -508,6 +515,29 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
     Ok(decision
         .requeue_after
         .map_or_else(Action::await_change, Action::requeue))
+}
+
+/// The plan's Jobs from the cache, and the creates refused in its last
+/// reconcile for names the cache does not hold.
+fn observe_jobs(
+    ctx: &Context,
+    key: &ObjectRef<ReleasePlan>,
+    ns: &str,
+    name: &str,
+    uid: &str,
+) -> Vec<crate::gates::job::JobObs> {
+    let mut out: Vec<_> = plan_objects(&ctx.jobs, ns, name, uid)
+        .iter()
+        .map(|j| crate::gates::job::JobObs::of(j))
+        .collect();
+    if let Some(refused) = lock(&ctx.job_refusals).get(key) {
+        for r in refused {
+            if !out.iter().any(|j| j.name == r.name) {
+                out.push(r.clone());
+            }
+        }
+    }
+    out
 }
 
 /// Failure signals of pods of revisions being rolled out.
@@ -1108,6 +1138,7 @@ pub async fn run(
         failures: Mutex::new(HashMap::new()),
         fresh: Mutex::new(HashMap::new()),
         refusals: Mutex::new(HashMap::new()),
+        job_refusals: Mutex::new(HashMap::new()),
     });
     Controller::for_stream(plan_stream, plan_store)
         // Deployments and pods reach their plan through the plan label rather than

@@ -84,6 +84,14 @@ pub enum JobState {
     Running,
     /// Condition `Complete` is True.
     Complete,
+    /// Not in the cluster: the API server refused to create it (the
+    /// controller remembers the last answer until a create succeeds).
+    Refused {
+        /// HTTP status code of the answer; 0 when there was none.
+        code: u16,
+        /// The API server's message.
+        message: String,
+    },
     /// Condition `Failed` is True.
     Failed {
         /// The condition's reason, e.g. `BackoffLimitExceeded`, `DeadlineExceeded`.
@@ -224,6 +232,14 @@ pub fn verdict(
         JobState::Failed { reason, message } => {
             failed(format!("Job {name} failed: {reason}: {message}"))
         }
+        // Invalid: no retry can fix it (a field of the template the CRD keeps as written).
+        JobState::Refused { code, message } if is_permanent(*code) => failed(format!(
+            "the API server refused Job {name} (HTTP {code}): {message}"
+        )),
+        JobState::Refused { code, message } => pending(
+            format!("creating Job {name} failed (HTTP {code}): {message}; retrying"),
+            None,
+        ),
         JobState::Running => {
             if time_left(job, gate.timeout, now) == Some(Duration::ZERO) {
                 failed(format!("Job {name} did not finish within {timeout}s"))
@@ -235,6 +251,12 @@ pub fn verdict(
             }
         }
     }
+}
+
+/// A refusal no retry can fix: the Job itself is invalid (400, 422). Quota,
+/// RBAC, admission webhooks and outages may clear, so they are retried.
+fn is_permanent(code: u16) -> bool {
+    matches!(code, 400 | 422)
 }
 
 /// Time until a running Job reaches the gate's timeout (`ZERO` once it has);
@@ -328,7 +350,11 @@ pub fn intents(
             let decided = after.gates.iter().any(|s| {
                 s.name == g.name && matches!(s.verdict, Verdict::Passed | Verdict::Failed)
             });
-            if step_ready && !decided && !jobs.iter().any(|j| j.name == name) {
+            // A refused create is tried again (the controller's backoff spaces the tries).
+            let exists = jobs
+                .iter()
+                .any(|j| j.name == name && !matches!(j.state, JobState::Refused { .. }));
+            if step_ready && !decided && !exists {
                 out.create.push(JobIntent {
                     name: name.clone(),
                     gate: g.clone(),
@@ -342,6 +368,7 @@ pub fn intents(
     }
     out.delete = jobs
         .iter()
+        .filter(|j| !matches!(j.state, JobState::Refused { .. }))
         .filter(|j| {
             j.rollout < after.rollout_count
                 || (j.state == JobState::Running && !wanted.contains(&j.name))
@@ -586,6 +613,42 @@ mod tests {
         assert_eq!(
             v(&[job(&other, 2, 2, JobState::Complete)], t(9)).verdict,
             Verdict::Pending
+        );
+    }
+
+    #[test]
+    fn a_refused_job_is_retried_unless_it_is_invalid() {
+        let g = gate(30);
+        let s = status(1);
+        let name = job_name("shop", "smoke", &s);
+        let refused = |code| JobObs {
+            name: name.clone(),
+            rollout: 2,
+            created: None,
+            state: JobState::Refused {
+                code,
+                message: "nope".into(),
+            },
+        };
+        let quota = verdict("shop", &g, &s, &[refused(403)], t(5));
+        assert_eq!(quota.verdict, Verdict::Pending);
+        assert!(quota.message.unwrap().contains("retrying"));
+        let i = intents(
+            "shop",
+            std::slice::from_ref(&g),
+            &s,
+            &s,
+            &[refused(403)],
+            true,
+            false,
+        );
+        assert_eq!(i.create.len(), 1, "tried again");
+        assert!(i.delete.is_empty(), "nothing to delete");
+        let invalid = verdict("shop", &g, &s, &[refused(422)], t(5));
+        assert_eq!(invalid.verdict, Verdict::Failed);
+        assert_eq!(
+            invalid.message.as_deref(),
+            Some(format!("the API server refused Job {name} (HTTP 422): nope").as_str())
         );
     }
 
