@@ -38,23 +38,27 @@ test:
 
 .PHONY: crds crds-check
 
-## crds: regenerate crds/releaseplan.yaml from the Rust types (src/api)
+## crds: regenerate crds/releaseplan.yaml and crds/gatetemplates.yaml from the Rust types (src/api)
 crds:
 	@tmp=$$(mktemp); trap 'rm -f "$$tmp"' EXIT; \
-	cargo run --quiet --bin crdgen > "$$tmp"; \
-	mkdir -p crds; cp "$$tmp" crds/releaseplan.yaml; \
-	echo "wrote crds/releaseplan.yaml"
+	mkdir -p crds; \
+	cargo run --quiet --bin crdgen > "$$tmp"; cp "$$tmp" crds/releaseplan.yaml; \
+	cargo run --quiet --bin crdgen templates > "$$tmp"; cp "$$tmp" crds/gatetemplates.yaml; \
+	echo "wrote crds/releaseplan.yaml crds/gatetemplates.yaml"
 
-## crds-check: fail when crds/releaseplan.yaml is not what crdgen prints now
+## crds-check: fail when crds/releaseplan.yaml or crds/gatetemplates.yaml is not what crdgen prints now
 crds-check:
 	@tmp=$$(mktemp); trap 'rm -f "$$tmp"' EXIT; \
-	cargo run --quiet --bin crdgen > "$$tmp"; \
-	if ! diff -u crds/releaseplan.yaml "$$tmp" | head -n 60; then \
-	  echo "crds-check: crds/releaseplan.yaml is stale or missing (diff above:" \
-	    "committed vs generated); run 'make crds' and commit it" >&2; \
-	  exit 1; \
-	fi; \
-	echo "crds/releaseplan.yaml is current"
+	for pair in releaseplan.yaml: gatetemplates.yaml:templates; do \
+	  file=$${pair%%:*}; arg=$${pair#*:}; \
+	  cargo run --quiet --bin crdgen $$arg > "$$tmp"; \
+	  if ! diff -u "crds/$$file" "$$tmp" | head -n 60; then \
+	    echo "crds-check: crds/$$file is stale or missing (diff above:" \
+	      "committed vs generated); run 'make crds' and commit it" >&2; \
+	    exit 1; \
+	  fi; \
+	  echo "crds/$$file is current"; \
+	done
 
 .PHONY: bench
 ## bench: operator benchmarks on a fresh cluster (latency, writes per rollout, RSS with 100 plans)
@@ -105,13 +109,16 @@ demo:
 ## chart-crd: copy crds/releaseplan.yaml into the Helm chart (tests/chart.rs checks they are equal)
 chart-crd:
 	cp crds/releaseplan.yaml charts/releaseplan/crds/releaseplan.yaml
-	@echo "wrote charts/releaseplan/crds/releaseplan.yaml"
+	cp crds/gatetemplates.yaml charts/releaseplan/crds/gatetemplates.yaml
+	@echo "wrote charts/releaseplan/crds/releaseplan.yaml charts/releaseplan/crds/gatetemplates.yaml"
 
 ## chart-lint: helm lint the chart and check its CRD copy is current
 chart-lint: tools
-	@cmp -s crds/releaseplan.yaml charts/releaseplan/crds/releaseplan.yaml || { \
-	  echo "chart-lint: charts/releaseplan/crds/releaseplan.yaml differs from" \
-	    "crds/releaseplan.yaml; run 'make chart-crd' and commit it" >&2; exit 1; }
+	@for f in releaseplan.yaml gatetemplates.yaml; do \
+	  cmp -s "crds/$$f" "charts/releaseplan/crds/$$f" || { \
+	    echo "chart-lint: charts/releaseplan/crds/$$f differs from" \
+	      "crds/$$f; run 'make chart-crd' and commit it" >&2; exit 1; }; \
+	done
 	"$${RP_CACHE:-$$HOME/.cache/releaseplan}/helm-v$$(sed -n 's/^HELM_VERSION=//p' e2e/versions.env)/bin/helm" \
 	  lint --strict charts/releaseplan
 

@@ -6,6 +6,9 @@
 //!    to the round trip of a no-op patch on the same API server.
 //! 2. Reconciles and API writes of one full canary rollout.
 //! 3. Operator memory (RSS) and CPU time with 100 plans.
+//! 4. Heap bytes per cached object, by kind, as the API server sends it and
+//!    as the operator keeps it (trimmed: `src/controller/trim.rs`), measured
+//!    on the real objects of those 100 plans with a counting allocator.
 //!
 //! The operator binary is `$RP_OPERATOR_BIN` (a release build in `make bench`).
 
@@ -227,6 +230,105 @@ async fn rollout_cost(client: &Client) {
     );
 }
 
+#[global_allocator]
+static ALLOC: &stats_alloc::StatsAlloc<std::alloc::System> = &stats_alloc::INSTRUMENTED_SYSTEM;
+
+/// Heap bytes that `make` leaves allocated (what it built and keeps).
+fn retained<T>(make: impl FnOnce() -> T) -> (T, usize) {
+    let region = stats_alloc::Region::new(ALLOC);
+    let value = make();
+    let c = region.change();
+    (value, c.bytes_allocated.saturating_sub(c.bytes_deallocated))
+}
+
+/// Bytes per object of kind `K` in `ns` (matching `selector`), as
+/// decoded from the API server's JSON and after `trim`: (objects, raw,
+/// trimmed, the struct's own size: a cache keeps each object whole in an
+/// `Arc`, so that part stays whatever the trim drops).
+async fn bytes_per_object<K>(
+    client: &Client,
+    ns: &str,
+    selector: &str,
+    trim: fn(&mut K),
+) -> (usize, f64, f64, usize)
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + Clone
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let lp = kube::api::ListParams::default().labels(selector);
+    let raw: Vec<serde_json::Value> = api
+        .list(&lp)
+        .await
+        .expect("list")
+        .items
+        .iter()
+        .map(|o| serde_json::to_value(o).expect("json"))
+        .collect();
+    let n = raw.len().max(1);
+    let (decoded, raw_bytes) = retained(|| {
+        raw.iter()
+            .map(|v| serde_json::from_value::<K>(v.clone()).expect("decode"))
+            .collect::<Vec<K>>()
+    });
+    drop(decoded);
+    let (trimmed, trimmed_bytes) = retained(|| {
+        raw.iter()
+            .map(|v| {
+                let mut o = serde_json::from_value::<K>(v.clone()).expect("decode");
+                trim(&mut o);
+                o
+            })
+            .collect::<Vec<K>>()
+    });
+    drop(trimmed);
+    #[allow(clippy::cast_precision_loss)]
+    let per = |b: usize| b as f64 / n as f64;
+    (
+        raw.len(),
+        per(raw_bytes),
+        per(trimmed_bytes),
+        std::mem::size_of::<K>(),
+    )
+}
+
+/// Prints the cache bytes per object of the plans in `ns`, by kind.
+async fn cache_bytes(client: &Client, ns: &str) {
+    use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
+    use k8s_openapi::api::core::v1::Pod;
+    use releaseplan::controller::trim;
+    // The operator's own objects carry the plan label.
+    const PLAN: &str = releaseplan::api::LABEL_PLAN;
+    let rows = [
+        (
+            "ReleasePlan",
+            bytes_per_object::<ReleasePlan>(client, ns, "", trim::plan).await,
+        ),
+        (
+            "Deployment",
+            bytes_per_object::<Deployment>(client, ns, PLAN, trim::deployment).await,
+        ),
+        (
+            "Pod",
+            bytes_per_object::<Pod>(client, ns, PLAN, trim::pod).await,
+        ),
+        (
+            "ControllerRevision",
+            bytes_per_object::<ControllerRevision>(client, ns, PLAN, trim::controller_revision)
+                .await,
+        ),
+    ];
+    for (kind, (n, raw, trimmed, inline)) in rows {
+        println!(
+            "cache bytes per {kind}: {raw:.0} as decoded, {trimmed:.0} as cached ({:.0}%; {inline} of it the struct itself), over {n} objects",
+            100.0 * trimmed / raw.max(1.0)
+        );
+    }
+}
+
 async fn many_plans(client: &Client, n: usize) {
     let ns = cluster::test_namespace(client, "bench-many").await;
     let op = start_operator(&ns).await;
@@ -271,6 +373,7 @@ async fn many_plans(client: &Client, n: usize) {
         cpu1 - cpu0,
         rss2
     );
+    cache_bytes(client, &ns).await;
 }
 
 /// Time from the first crash-looping pod of a new revision to the rollback

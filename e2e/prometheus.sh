@@ -7,6 +7,10 @@
 # State lives in ${RP_RUN_DIR:-<repo>/.e2e-run}/prometheus-NAME: prometheus.yml,
 # data/, logs/prometheus.log, url, ports, pids. The binary is the Debian package
 # `prometheus` (run directly, never as a system service); PROMETHEUS_BIN overrides.
+# RP_PROMETHEUS_WEB_CONFIG=FILE serves it as that Prometheus web config says
+# (--web.config.file: TLS, basic auth): the URL is https:// when the file has a
+# tls_server_config, and RP_PROMETHEUS_CURL_ARGS (e.g. "--cacert ca.pem -u
+# user:password") lets the readiness check through.
 set -euo pipefail
 # shellcheck source=e2e/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -65,6 +69,14 @@ scrape_configs:
       - targets: ['$target']
 EOF
 
+  local web=() scheme=http curl_args=()
+  if [ -n "${RP_PROMETHEUS_WEB_CONFIG:-}" ]; then
+    [ -f "$RP_PROMETHEUS_WEB_CONFIG" ] || die "RP_PROMETHEUS_WEB_CONFIG: no file $RP_PROMETHEUS_WEB_CONFIG"
+    web=(--web.config.file="$RP_PROMETHEUS_WEB_CONFIG")
+    grep -q '^tls_server_config:' "$RP_PROMETHEUS_WEB_CONFIG" && scheme=https
+  fi
+  read -r -a curl_args <<<"${RP_PROMETHEUS_CURL_ARGS:-}"
+
   local attempt port pid url deadline
   for attempt in 1 2 3 4 5; do
     # A free port, recorded under the same lock and in the same place as the
@@ -83,9 +95,10 @@ EOF
     flock -u 9
     exec 9>&-
 
-    url="http://127.0.0.1:$port"
+    url="$scheme://127.0.0.1:$port"
     setsid "$bin" \
       --config.file="$DIR/prometheus.yml" \
+      "${web[@]}" \
       --storage.tsdb.path="$DIR/data" \
       --storage.tsdb.retention.time=1d \
       --web.listen-address="127.0.0.1:$port" \
@@ -96,7 +109,7 @@ EOF
 
     deadline=$(( $(date +%s) + 30 ))
     while kill -0 "$pid" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do
-      if curl -fsS -o /dev/null "$url/-/ready" 2>/dev/null; then
+      if curl -fsS "${curl_args[@]}" -o /dev/null "$url/-/ready" 2>/dev/null; then
         echo "$url" >"$DIR/url"
         log "prometheus '$NAME' ready at $url, scraping $target (logs: $DIR/logs/prometheus.log)"
         printf '%s\n' "$url"

@@ -73,6 +73,11 @@ struct Args {
     /// Events (sanitized, at most 1024); 0 keeps bodies out.
     #[arg(long, env = "RELEASEPLAN_GATE_ERROR_BODY_CHARS", default_value_t = 0)]
     gate_error_body_chars: u16,
+    /// Namespace whose Secrets and ConfigMaps gates may reference (auth,
+    /// headers, CA bundles) (default: POD_NAMESPACE, the operator's own,
+    /// else `default`).
+    #[arg(long, env = "RELEASEPLAN_GATE_CREDENTIALS_NAMESPACE")]
+    gate_credentials_namespace: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -199,6 +204,11 @@ async fn run(args: Args) -> Result<(), MainError> {
             allow: args.gate_allow_hosts.clone(),
             error_body_chars: args.gate_error_body_chars,
         })?,
+        gate_credentials_namespace: args
+            .gate_credentials_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".into()),
     };
     if args.leader_election {
         let cfg = LeaderConfig {

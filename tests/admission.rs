@@ -203,7 +203,10 @@ async fn accepts_minimal_and_full_plans_and_the_example() {
     assert_eq!(spec["strategy"], json!({ "steps": [] }));
     assert_eq!(spec["rollback"], json!({ "automatic": true }));
     assert_eq!(spec["paused"], json!(false));
-    assert_eq!(spec["health"], json!({ "prometheus": [], "webhooks": [] }));
+    assert_eq!(
+        spec["health"],
+        json!({ "prometheus": [], "webhooks": [], "templates": [] })
+    );
 }
 
 /// Values at the edge of every rule, which must pass.

@@ -165,6 +165,7 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
             &["get", "list", "patch", "watch"][..],
         ),
         ("releaseplan.io", "releaseplans/status", &["update"]),
+        ("releaseplan.io", "gatetemplates", &["get", "list", "watch"]),
         (
             "apps",
             "deployments",
@@ -188,6 +189,24 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
         )
     })
     .collect();
+    want.sort();
+    want
+}
+
+/// Reading ClusterGateTemplates: the operator's one cluster-wide rule when it
+/// watches one namespace.
+fn cluster_template_rules() -> Vec<(String, String, Vec<String>)> {
+    vec![(
+        "releaseplan.io".to_string(),
+        "clustergatetemplates".to_string(),
+        vec!["get".to_string(), "list".to_string(), "watch".to_string()],
+    )]
+}
+
+/// What the operator's ClusterRole holds when it watches every namespace.
+fn expected_cluster_rules() -> Vec<(String, String, Vec<String>)> {
+    let mut want = expected_rules();
+    want.extend(cluster_template_rules());
     want.sort();
     want
 }
@@ -217,6 +236,28 @@ fn aggregated_to(role: &Value) -> Vec<String> {
     to
 }
 
+/// The rules of the gate credentials Role: get, by name, in the release namespace.
+fn credential_rules() -> Vec<(String, String, Vec<String>)> {
+    vec![
+        ("".into(), "configmaps".into(), vec!["get".into()]),
+        ("".into(), "secrets".into(), vec!["get".into()]),
+    ]
+}
+
+/// The object of `kind` whose name ends with `suffix`.
+fn named<'a>(objs: &'a [Value], kind: &str, suffix: &str) -> &'a Value {
+    let found: Vec<&Value> = of_kind(objs, kind)
+        .into_iter()
+        .filter(|o| {
+            o["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with(suffix))
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "one {kind} named *{suffix}: {found:?}");
+    found[0]
+}
+
 fn lease_rules() -> Vec<(String, String, Vec<String>)> {
     vec![(
         "coordination.k8s.io".into(),
@@ -233,15 +274,17 @@ fn lease_rules() -> Vec<(String, String, Vec<String>)> {
 #[test]
 fn the_charts_crd_is_the_checked_in_crd() {
     let root = cluster::repo_root();
-    let checked_in = std::fs::read(root.join("crds/releaseplan.yaml"))
-        .expect("cannot read crds/releaseplan.yaml");
-    let copy = std::fs::read(root.join("charts/releaseplan/crds/releaseplan.yaml"))
-        .expect("cannot read charts/releaseplan/crds/releaseplan.yaml");
-    assert!(
-        checked_in == copy,
-        "charts/releaseplan/crds/releaseplan.yaml differs from crds/releaseplan.yaml: \
-         run `make chart-crd` and commit it"
-    );
+    for file in ["releaseplan.yaml", "gatetemplates.yaml"] {
+        let checked_in = std::fs::read(root.join("crds").join(file))
+            .unwrap_or_else(|e| panic!("cannot read crds/{file}: {e}"));
+        let copy = std::fs::read(root.join("charts/releaseplan/crds").join(file))
+            .unwrap_or_else(|e| panic!("cannot read charts/releaseplan/crds/{file}: {e}"));
+        assert!(
+            checked_in == copy,
+            "charts/releaseplan/crds/{file} differs from crds/{file}: \
+             run `make chart-crd` and commit it"
+        );
+    }
 }
 
 /// Key paths of values.yaml down to leaves (and empty maps), e.g. `image.tag`.
@@ -331,6 +374,8 @@ fn default_values_render_least_privilege_rbac_and_a_restricted_deployment() {
             "NetworkPolicy",
             "PodDisruptionBudget",
             "Role",
+            "Role",
+            "RoleBinding",
             "RoleBinding",
             "Service",
             "ServiceAccount"
@@ -344,28 +389,50 @@ fn default_values_render_least_privilege_rbac_and_a_restricted_deployment() {
     }
 
     // RBAC: exactly what the operator uses; leases only in the release namespace.
-    assert_eq!(rules(operator_cluster_role(&objs)), expected_rules());
-    let role = one(&objs, "Role");
+    assert_eq!(
+        rules(operator_cluster_role(&objs)),
+        expected_cluster_rules()
+    );
+    let role = named(&objs, "Role", "-leader-election");
     assert_eq!(role["metadata"]["namespace"], "rp-system");
     assert_eq!(rules(role), lease_rules());
+    // Secrets and ConfigMaps: get only, in the release namespace only, in
+    // the gate credentials Role only.
+    let credentials = named(&objs, "Role", "-gate-credentials");
+    assert_eq!(credentials["metadata"]["namespace"], "rp-system");
+    assert_eq!(rules(credentials), credential_rules());
+    for rule in credentials["rules"].as_array().unwrap() {
+        assert!(rule.get("resourceNames").is_none(), "any name by default");
+    }
     for r in of_kind(&objs, "ClusterRole")
         .into_iter()
         .chain(of_kind(&objs, "Role"))
     {
         for (_, resource, verbs) in rules(r) {
+            assert!(!verbs.contains(&"*".to_string()), "{verbs:?}");
+            assert_ne!(resource, "*");
+            if std::ptr::eq(r, credentials) {
+                continue;
+            }
             assert!(
-                !["secrets", "configmaps", "*"].contains(&resource.as_str()),
+                !["secrets", "configmaps"].contains(&resource.as_str()),
                 "{resource}"
             );
-            assert!(!verbs.contains(&"*".to_string()), "{verbs:?}");
         }
     }
     let sa = one(&objs, "ServiceAccount")["metadata"]["name"].clone();
-    for b in ["ClusterRoleBinding", "RoleBinding"] {
-        let subjects = &one(&objs, b)["subjects"];
+    for b in of_kind(&objs, "ClusterRoleBinding")
+        .into_iter()
+        .chain(of_kind(&objs, "RoleBinding"))
+    {
+        let subjects = &b["subjects"];
         assert_eq!(subjects[0]["name"], sa, "{b}");
         assert_eq!(subjects[0]["namespace"], "rp-system", "{b}");
     }
+    assert_eq!(
+        named(&objs, "RoleBinding", "-gate-credentials")["roleRef"]["name"],
+        credentials["metadata"]["name"]
+    );
 
     // The Deployment: 2 replicas, leader election, probes, restricted security.
     let d = one(&objs, "Deployment");
@@ -458,16 +525,16 @@ fn watch_namespace_renders_roles_only_and_the_service_monitor_on_request() {
         "rp-system",
         &["watchNamespace=apps", "serviceMonitor.enabled=true"],
     );
-    // No cluster-wide permission for the operator: only the aggregated
-    // ClusterRoles for users, which nothing binds.
-    assert!(
-        of_kind(&objs, "ClusterRole")
-            .iter()
-            .all(|r| !aggregated_to(r).is_empty())
-    );
-    assert!(of_kind(&objs, "ClusterRoleBinding").is_empty());
+    // No cluster-wide permission for the operator but reading
+    // ClusterGateTemplates (cluster-scoped); the aggregated ClusterRoles for
+    // users are bound by nothing.
+    let role = operator_cluster_role(&objs);
+    assert_eq!(rules(role), cluster_template_rules());
+    let bindings = of_kind(&objs, "ClusterRoleBinding");
+    assert_eq!(bindings.len(), 1);
+    assert_eq!(bindings[0]["roleRef"]["name"], role["metadata"]["name"]);
     let roles = of_kind(&objs, "Role");
-    assert_eq!(roles.len(), 2);
+    assert_eq!(roles.len(), 3);
     let in_ns = |ns: &str| {
         *roles
             .iter()
@@ -475,9 +542,16 @@ fn watch_namespace_renders_roles_only_and_the_service_monitor_on_request() {
             .unwrap_or_else(|| panic!("no Role in {ns}"))
     };
     assert_eq!(rules(in_ns("apps")), expected_rules());
-    assert_eq!(rules(in_ns("rp-system")), lease_rules());
+    assert_eq!(
+        rules(named(&objs, "Role", "-leader-election")),
+        lease_rules()
+    );
+    // Gate credentials stay in the release namespace, not the watched one.
+    let credentials = named(&objs, "Role", "-gate-credentials");
+    assert_eq!(credentials["metadata"]["namespace"], "rp-system");
+    assert_eq!(rules(credentials), credential_rules());
     let bindings = of_kind(&objs, "RoleBinding");
-    assert_eq!(bindings.len(), 2);
+    assert_eq!(bindings.len(), 3);
     for b in bindings {
         assert_eq!(b["subjects"][0]["namespace"], "rp-system");
     }
@@ -494,7 +568,11 @@ fn watch_namespace_renders_roles_only_and_the_service_monitor_on_request() {
         "rp-system",
         &["leaderElection.enabled=false", "replicaCount=1"],
     );
-    assert!(of_kind(&objs, "Role").is_empty());
+    assert_eq!(
+        rules(one(&objs, "Role")),
+        credential_rules(),
+        "only the gate credentials Role"
+    );
     let args =
         strings(&one(&objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]);
     assert!(
@@ -502,6 +580,45 @@ fn watch_namespace_renders_roles_only_and_the_service_monitor_on_request() {
             .iter()
             .any(|a| a.contains("lease") || a.contains("leader"))
     );
+}
+
+#[test]
+fn gate_credentials_can_be_limited_to_named_objects_or_turned_off() {
+    let objs = render(
+        "rp",
+        "rp-system",
+        &[
+            "gates.credentials.secretNames={prom-token,hooks}",
+            "gates.credentials.configMapNames={internal-ca}",
+        ],
+    );
+    let role = named(&objs, "Role", "-gate-credentials");
+    assert_eq!(rules(role), credential_rules());
+    for rule in role["rules"].as_array().unwrap() {
+        let want = if strings(&rule["resources"]) == ["secrets"] {
+            json!(["prom-token", "hooks"])
+        } else {
+            json!(["internal-ca"])
+        };
+        assert_eq!(rule["resourceNames"], want, "{rule}");
+    }
+    let objs = render("rp", "rp-system", &["gates.credentials.enabled=false"]);
+    assert!(of_kind(&objs, "Role").iter().all(|r| {
+        !r["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .ends_with("-gate-credentials")
+    }),);
+    for r in of_kind(&objs, "Role")
+        .into_iter()
+        .chain(of_kind(&objs, "ClusterRole"))
+    {
+        for (_, resource, _) in rules(r) {
+            assert!(!["secrets", "configmaps"].contains(&resource.as_str()));
+        }
+    }
+    let err = render_error(&["gates.credentials.secretNames={Not_A_Name}"]);
+    assert!(err.contains("schema"), "{err}");
 }
 
 #[test]
@@ -634,6 +751,16 @@ fn aggregated_cluster_roles_let_namespace_users_read_and_promote_plans() {
         vec![
             (
                 "releaseplan.io".to_string(),
+                "clustergatetemplates".to_string(),
+                all(&["get", "list", "watch"])
+            ),
+            (
+                "releaseplan.io".to_string(),
+                "gatetemplates".to_string(),
+                all(&["get", "list", "watch"])
+            ),
+            (
+                "releaseplan.io".to_string(),
                 "releaseplans".to_string(),
                 all(&["get", "list", "watch"])
             ),
@@ -647,13 +774,21 @@ fn aggregated_cluster_roles_let_namespace_users_read_and_promote_plans() {
     // edit (and admin, which holds edit's rules too): promote, pause, abort
     // and undo are patches of the plan; the status stays the operator's.
     let edit = by_target(&["admin", "edit"]);
+    // GateTemplates of the namespace too, not the cluster-wide ones.
     assert_eq!(
         rules(edit),
-        vec![(
-            "releaseplan.io".to_string(),
-            "releaseplans".to_string(),
-            all(&["create", "delete", "deletecollection", "patch", "update"])
-        )]
+        vec![
+            (
+                "releaseplan.io".to_string(),
+                "gatetemplates".to_string(),
+                all(&["create", "delete", "deletecollection", "patch", "update"])
+            ),
+            (
+                "releaseplan.io".to_string(),
+                "releaseplans".to_string(),
+                all(&["create", "delete", "deletecollection", "patch", "update"])
+            )
+        ]
     );
     // Nothing binds them, and they reach nothing but ReleasePlans.
     for r in [view, edit] {
@@ -909,27 +1044,41 @@ fn is_forbidden<T: std::fmt::Debug>(r: &Result<T, kube::Error>) -> bool {
     matches!(r, Err(kube::Error::Api(s)) if s.code == 403)
 }
 
-async fn assert_no_secrets_or_configmaps(i: &Install, apps: &str) {
+/// Secrets and ConfigMaps: `get` by name in the release namespace (gate
+/// credentials), nothing else anywhere: no list or watch, not even there,
+/// nothing in the watched namespace or any other, no list cluster-wide.
+async fn assert_secrets_only_got_by_name_in_the_release_namespace(
+    client: &Client,
+    i: &Install,
+    apps: &str,
+) {
     let c = &i.sa_client;
     for ns in [i.namespace.as_str(), apps, "default", "kube-system"] {
         for verb in [
             "get", "list", "watch", "create", "update", "patch", "delete",
         ] {
             for resource in ["secrets", "configmaps"] {
-                assert!(
-                    !may(c, verb, "", resource, Some(ns)).await,
-                    "{} may {verb} {resource} in {ns}",
+                let allowed = ns == i.namespace && verb == "get";
+                assert_eq!(
+                    may(c, verb, "", resource, Some(ns)).await,
+                    allowed,
+                    "{} may {verb} {resource} in {ns}: expected {allowed}",
                     i.service_account
                 );
             }
         }
     }
-    assert!(!may(c, "list", "", "secrets", None).await);
+    for verb in ["get", "list", "watch"] {
+        for resource in ["secrets", "configmaps"] {
+            assert!(
+                !may(c, verb, "", resource, None).await,
+                "{verb} {resource} cluster-wide"
+            );
+        }
+    }
     let secrets = Api::<Secret>::namespaced(c.clone(), &i.namespace);
     let list = secrets.list(&ListParams::default()).await;
     assert!(is_forbidden(&list), "list secrets: {list:?}");
-    let get = secrets.get("anything").await;
-    assert!(is_forbidden(&get), "get a secret: {get:?}");
     let all = Api::<Secret>::all(c.clone())
         .list(&ListParams::default())
         .await;
@@ -938,6 +1087,24 @@ async fn assert_no_secrets_or_configmaps(i: &Install, apps: &str) {
         .list(&ListParams::default())
         .await;
     assert!(is_forbidden(&cms), "list configmaps: {cms:?}");
+    // What it needs: a gate's Secret in the release namespace, by name.
+    let name = "gate-rbac-check";
+    Api::<Secret>::namespaced(client.clone(), &i.namespace)
+        .patch(
+            name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name}, "stringData": {"token": "t"}})),
+        )
+        .await
+        .expect("create a Secret as admin");
+    let got = secrets.get(name).await;
+    assert!(got.is_ok(), "get a gate Secret by name: {got:?}");
+    let other = Api::<Secret>::namespaced(c.clone(), apps).get(name).await;
+    assert!(
+        is_forbidden(&other),
+        "get a Secret of the apps namespace: {other:?}"
+    );
 }
 
 #[tokio::test]
@@ -945,7 +1112,7 @@ async fn the_service_account_cannot_read_secrets() {
     let client = cluster::client().await;
     let i = install(&client, "chart-rbac", &[]).await;
     let apps = cluster::test_namespace(&client, "chart-rbac-apps").await;
-    assert_no_secrets_or_configmaps(&i, &apps).await;
+    assert_secrets_only_got_by_name_in_the_release_namespace(&client, &i, &apps).await;
 
     // What it may do, and that leases are limited to the release namespace.
     let c = &i.sa_client;
@@ -962,12 +1129,17 @@ async fn the_service_account_cannot_read_secrets() {
         ("create", "batch", "jobs"),
         ("delete", "batch", "jobs"),
         ("create", "events.k8s.io", "events"),
+        ("watch", "releaseplan.io", "gatetemplates"),
     ] {
         assert!(
             may(c, verb, group, resource, Some(&apps)).await,
             "{verb} {resource}"
         );
     }
+    // Templates are read, never written.
+    assert!(may(c, "watch", "releaseplan.io", "clustergatetemplates", None).await);
+    assert!(!may(c, "patch", "releaseplan.io", "gatetemplates", Some(&apps)).await);
+    assert!(!may(c, "create", "releaseplan.io", "clustergatetemplates", None).await);
     assert!(!may(c, "delete", "releaseplan.io", "releaseplans", Some(&apps)).await);
     // Nothing the operator never calls.
     assert!(
@@ -1095,6 +1267,22 @@ async fn namespace_users_read_and_promote_plans_through_the_built_in_roles() {
         assert!(!user_may(&client, &editor, verb, "releaseplans/status", &apps).await);
     }
     assert!(!user_may(&client, &editor, "patch", "releaseplans", &i.namespace).await);
+    // GateTemplates of the namespace: written by editors, read by viewers;
+    // ClusterGateTemplates are for cluster administrators.
+    for verb in ["create", "patch", "delete", "list"] {
+        assert!(
+            user_may(&client, &editor, verb, "gatetemplates", &apps).await,
+            "edit: {verb} gatetemplates"
+        );
+    }
+    assert!(user_may(&client, &viewer, "list", "gatetemplates", &apps).await);
+    assert!(!user_may(&client, &viewer, "create", "gatetemplates", &apps).await);
+    for verb in ["create", "patch", "delete"] {
+        assert!(
+            !user_may(&client, &editor, verb, "clustergatetemplates", &apps).await,
+            "edit: {verb} clustergatetemplates"
+        );
+    }
 }
 
 /// Waits until the plan is Stable with its generation observed; fails at
@@ -1133,7 +1321,7 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
     let set = format!("watchNamespace={apps}");
     let sets: &[&str] = if watch_namespace { &[&set] } else { &[] };
     let i = install(&client, prefix, sets).await;
-    assert_no_secrets_or_configmaps(&i, &apps).await;
+    assert_secrets_only_got_by_name_in_the_release_namespace(&client, &i, &apps).await;
     if watch_namespace {
         // Namespaced RBAC: nothing in the other namespaces.
         let other = cluster::test_namespace(&client, &format!("{prefix}-other")).await;
@@ -1157,6 +1345,46 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
     })
     .await;
 
+    // A webhook gate whose bearer token is a Secret of the release namespace,
+    // shared with the apps namespace: the operator gets it with the chart's
+    // rules (the server counts calls with and without the token).
+    let token = "chart-gate-token-4e1b";
+    let calls = std::sync::Arc::new(std::sync::Mutex::new((0u32, 0u32)));
+    let seen = calls.clone();
+    let hook = support::servers::serve(axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |h: axum::http::HeaderMap| {
+            let seen = seen.clone();
+            async move {
+                let ok = h.get("authorization").and_then(|v| v.to_str().ok())
+                    == Some(&format!("Bearer {token}"));
+                let mut c = seen.lock().unwrap();
+                if ok {
+                    c.0 += 1;
+                    axum::http::StatusCode::OK
+                } else {
+                    c.1 += 1;
+                    axum::http::StatusCode::UNAUTHORIZED
+                }
+            }
+        }),
+    ))
+    .await;
+    Api::<Secret>::namespaced(client.clone(), &i.namespace)
+        .patch(
+            "hooks-token",
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "hooks-token",
+                             "annotations": {"releaseplan.io/gate-namespaces": apps}},
+                "stringData": {"token": token}})),
+        )
+        .await
+        .expect("create the gate's Secret");
+    let health = json!({"webhooks": [{"name": "smoke", "retries": 0,
+        "url": format!("http://127.0.0.1:{}/hook", hook.port()),
+        "auth": {"bearer": {"secretKeyRef": {"name": "hooks-token", "key": "token"}}}}]});
+
     let steps = json!([{"setWeight": 50}, {"pause": {"duration": "1s"}}]);
     let web = |image: &str| json!([web(image, 2)]);
     // No old revision kept: the first one is pruned, its stored template too.
@@ -1166,7 +1394,7 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
         &plan(
             "shop",
             json!({"components": web("shop:1"), "strategy": {"steps": steps},
-                   "revisionHistoryLimit": 0}),
+                   "revisionHistoryLimit": 0, "health": health}),
         ),
     )
     .await;
@@ -1196,6 +1424,11 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
     wait_stable(&client, &op, &apps, "shop").await;
     let revs = revisions(&client, &apps, "shop").await;
     assert_eq!(by_image(&revs, "shop:2"), Some((2, 2)), "{revs:?}");
+    let (ok, denied) = *calls.lock().unwrap();
+    assert!(
+        ok >= 2 && denied == 0,
+        "gate calls with the token: {ok}, without: {denied}"
+    );
     let second = format!(
         "shop-web-{}",
         hash(&wait_phase(&client, &apps, "shop", Phase::Stable, T).await)

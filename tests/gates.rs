@@ -389,6 +389,7 @@ fn hook(url: String, retries: i32, timeout_seconds: i32) -> WebhookGate {
         url,
         timeout_seconds: Some(timeout_seconds),
         retries: Some(retries),
+        ..WebhookGate::default()
     }
 }
 
@@ -399,6 +400,8 @@ fn body() -> WebhookBody {
         revision: "7f3c9a".into(),
         step: 1,
         phase: Phase::RollingOut,
+        component: "web".into(),
+        component_revision: "5d8f".into(),
     }
 }
 
@@ -413,7 +416,8 @@ async fn webhook_2xx_passes_and_receives_the_rollout_state() {
         hooks.bodies.lock().unwrap().as_slice(),
         [serde_json::json!({
             "plan": "shop", "namespace": "default", "revision": "7f3c9a",
-            "step": 1, "phase": "RollingOut"
+            "step": 1, "phase": "RollingOut",
+            "component": "web", "componentRevision": "5d8f"
         })]
     );
     let status = record(None, &g.name, &result, 0, 0, Utc::now());

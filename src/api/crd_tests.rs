@@ -110,7 +110,11 @@ fn carries_the_cel_rules_and_bounds() {
     );
     let spec = schema_at(root, &["spec"]);
     assert_eq!(spec.required, Some(vec!["components".to_string()]));
-    assert_eq!(rules(spec).len(), 1, "unique component names");
+    assert_eq!(
+        rules(spec).len(),
+        2,
+        "unique component names, gate components exist"
+    );
     let component = schema_at(spec, &["components", "[]"]);
     assert_eq!(
         rules(component).len(),
@@ -170,8 +174,8 @@ fn carries_the_cel_rules_and_bounds() {
     );
     assert_eq!(
         rules(schema_at(spec, &["health"])).len(),
-        2,
-        "gate names, job gate names"
+        3,
+        "gate names, job gate names, template gate names"
     );
     let prometheus = schema_at(spec, &["health", "prometheus", "[]"]);
     for field in ["name", "address", "threshold", "interval"] {
@@ -258,4 +262,57 @@ fn api_docs_show_the_full_example_and_every_field() {
         missing.is_empty(),
         "docs/api.md does not describe {missing:?}"
     );
+}
+
+#[test]
+fn checked_in_template_crds_are_current() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/gatetemplates.yaml");
+    let committed = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {path}: {e}; run `make crds`"));
+    let fresh = super::template::crds_yaml().expect("template CRDs as YAML");
+    assert!(
+        committed == fresh,
+        "crds/gatetemplates.yaml is stale: it differs from what `cargo run --bin crdgen templates` prints; \
+         run `make crds` and commit the result"
+    );
+}
+
+#[test]
+fn template_kinds_share_the_gate_schemas_of_plans() {
+    // A rule or field added to a gate struct reaches templates by construction.
+    let plan = crd();
+    let plan_spec = &plan.spec.versions[0]
+        .schema
+        .as_ref()
+        .unwrap()
+        .open_api_v3_schema
+        .as_ref()
+        .unwrap()
+        .properties
+        .as_ref()
+        .unwrap()["spec"];
+    let plan_prom = schema_at(plan_spec, &["health", "prometheus", "[]"]);
+    let plan_hook = schema_at(plan_spec, &["health", "webhooks", "[]"]);
+    for crd in [
+        super::template::gate_template_crd(),
+        super::template::cluster_gate_template_crd(),
+    ] {
+        let root = crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap();
+        let spec = &root.properties.as_ref().unwrap()["spec"];
+        assert_eq!(
+            schema_at(spec, &["prometheus"]).properties,
+            plan_prom.properties
+        );
+        assert_eq!(
+            schema_at(spec, &["webhook"]).properties,
+            plan_hook.properties
+        );
+        assert_eq!(rules(spec).len(), 6, "template rules");
+    }
 }

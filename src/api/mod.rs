@@ -6,7 +6,9 @@
 //! beside each field, so the API server refuses a bad spec before any
 //! reconcile runs.
 
+pub mod access;
 pub mod revision;
+pub mod template;
 pub mod time;
 
 #[cfg(test)]
@@ -105,7 +107,8 @@ pub fn crd() -> CustomResourceDefinition {
     validation = Rule::new("size(self.metadata.name) <= 63").message("metadata.name must be at most 63 characters: it is used as a label value").field_path(".metadata.name")
 )]
 #[x_kube(
-    validation = Rule::new("self.components.all(c, self.components.exists_one(d, d.name == c.name))").message("spec.components: component names must be unique").field_path(".components")
+    validation = Rule::new("self.components.all(c, self.components.exists_one(d, d.name == c.name))").message("spec.components: component names must be unique").field_path(".components"),
+    validation = Rule::new("self.health.prometheus.all(g, !has(g.component) || self.components.exists(c, c.name == g.component)) && self.health.webhooks.all(g, !has(g.component) || self.components.exists(c, c.name == g.component)) && self.health.templates.all(g, !has(g.component) || self.components.exists(c, c.name == g.component))").message("health: a gate's component must name one of spec.components").field_path(".health")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ReleasePlanSpec {
@@ -327,7 +330,8 @@ pub struct Pause {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(
     validation = Rule::new("self.prometheus.all(g, self.prometheus.exists_one(h, h.name == g.name)) && self.webhooks.all(g, self.webhooks.exists_one(h, h.name == g.name)) && self.prometheus.all(g, !self.webhooks.exists(h, h.name == g.name))").message("health: gate names must be unique across prometheus and webhooks gates"),
-    validation = Rule::new("!has(self.jobs) || self.jobs.all(g, self.jobs.exists_one(h, h.name == g.name) && !self.prometheus.exists(h, h.name == g.name) && !self.webhooks.exists(h, h.name == g.name))").message("health: job gate names must be unique across prometheus, webhooks and jobs gates").field_path(".jobs")
+    validation = Rule::new("!has(self.jobs) || self.jobs.all(g, self.jobs.exists_one(h, h.name == g.name) && !self.prometheus.exists(h, h.name == g.name) && !self.webhooks.exists(h, h.name == g.name) && !self.templates.exists(h, h.name == g.name))").message("health: job gate names must be unique across prometheus, webhooks, templates and jobs gates").field_path(".jobs"),
+    validation = Rule::new("self.templates.all(g, self.templates.exists_one(h, h.name == g.name) && !self.prometheus.exists(h, h.name == g.name) && !self.webhooks.exists(h, h.name == g.name))").message("health: gate names must be unique across prometheus, webhooks and templates gates").field_path(".templates")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct Health {
@@ -363,10 +367,18 @@ pub struct Health {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 4))]
     pub jobs: Vec<JobGate>,
+
+    /// Gates made from a GateTemplate or ClusterGateTemplate, with arguments. Each is
+    /// read when a step starts and kept as read (`status.resolvedGates`) until the step
+    /// ends.
+    #[serde(default)]
+    #[schemars(length(max = 8))]
+    pub templates: Vec<template::GateTemplateRef>,
 }
 
 /// A gate that evaluates a PromQL query at an interval.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(validation = Rule::new(access::AUTH_HEADER_RULE).message(access::AUTH_HEADER_MESSAGE))]
 #[serde(rename_all = "camelCase")]
 pub struct PrometheusGate {
     /// Name of the gate, shown in status, events and metrics.
@@ -412,10 +424,32 @@ pub struct PrometheusGate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 300))]
     pub timeout_seconds: Option<i32>,
+
+    /// Credentials sent with every call (bearer token or basic auth), read
+    /// from Secrets in the operator's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<access::GateAuth>,
+
+    /// Extra request headers, each a plain value or read from a Secret.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(h, self.exists_one(g, g.name.lowerAscii() == h.name.lowerAscii()))").message("headers: header names must be unique (case-insensitive)"))]
+    #[schemars(length(max = 16))]
+    pub headers: Vec<access::GateHeader>,
+
+    /// TLS settings: a CA bundle to trust for this gate's server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<access::GateTls>,
+
+    /// The component the gate judges: `{{component}}` and `{{revision}}` name it.
+    /// Default: the first component that changes in the rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 40))]
+    pub component: Option<String>,
 }
 
 /// A gate that POSTs the rollout's state to a URL; a 2xx answer passes.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(validation = Rule::new(access::AUTH_HEADER_RULE).message(access::AUTH_HEADER_MESSAGE))]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookGate {
     /// Name of the gate, shown in status, events and metrics.
@@ -437,6 +471,27 @@ pub struct WebhookGate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 10))]
     pub retries: Option<i32>,
+
+    /// Credentials sent with every call (bearer token or basic auth), read
+    /// from Secrets in the operator's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<access::GateAuth>,
+
+    /// Extra request headers, each a plain value or read from a Secret.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(h, self.exists_one(g, g.name.lowerAscii() == h.name.lowerAscii()))").message("headers: header names must be unique (case-insensitive)"))]
+    #[schemars(length(max = 16))]
+    pub headers: Vec<access::GateHeader>,
+
+    /// TLS settings: a CA bundle to trust for this gate's server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<access::GateTls>,
+
+    /// The component the gate judges: the body's `component` and `componentRevision`
+    /// name it. Default: the first component that changes in the rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 40))]
+    pub component: Option<String>,
 }
 
 /// Default `timeoutSeconds` of a Job gate.
@@ -705,6 +760,11 @@ pub struct ReleasePlanStatus {
     /// Last verdict of each health gate in the current step.
     #[serde(default)]
     pub gates: Vec<GateStatus>,
+    /// The template gates of the current step as read when it started; used until the
+    /// step ends, whatever happens to the templates meanwhile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub resolved_gates: Vec<template::ResolvedGate>,
     /// Why the current or last rollout failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<Failure>,

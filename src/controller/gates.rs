@@ -11,16 +11,25 @@
 //! specs), when the plan no longer needs gates (settled, failed, deleted), or
 //! when its gate has failed.
 //!
+//! Each evaluation first reads the gate's credentials and CA bundle (see
+//! [`crate::gates::access`]) in the task, so a reconcile never waits on that
+//! either. The gate series of the metrics (`releaseplan_gate_value`,
+//! `releaseplan_gate_failures`) live as long as the work: they are removed
+//! when the work changes (new step, revision, rollout or gate list) or ends
+//! (settled, failed, halted, deleted), so a series always speaks of a gate
+//! being evaluated now.
+//!
 //! Verdicts survive a restart or a change of leader through `status.gates`:
 //! new tasks start from the persisted counts and `lastEvaluated`, so an
 //! evaluation is never counted twice and a gate is not called again before
 //! its interval has passed.
 
 use crate::api::{GateStatus, ReleasePlan, ReleasePlanStatus, Verdict};
+use crate::gates::access::CredentialReader;
 use crate::gates::outbound::GateHttp;
 use crate::gates::prometheus::TemplateVars;
 use crate::gates::{self as g, GateContext, GateResult, GateSpec};
-use crate::ops::metrics::{GateLabel, Metrics};
+use crate::ops::metrics::{GateKindLabel, Metrics};
 use crate::plan::Target;
 use chrono::Utc;
 use futures::channel::mpsc::UnboundedSender;
@@ -28,7 +37,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tracing::debug;
 
@@ -42,8 +51,9 @@ pub struct GateWork {
     rollout: i64,
     /// The gates, as the core parsed them from the spec.
     gates: Vec<GateSpec>,
-    /// Revision, step and query values the gates are told.
-    ctx: GateContext,
+    /// Revision, step and query values the gates are told, one per gate (in
+    /// the order of `gates`): a gate that names a component is told about it.
+    ctxs: Vec<GateContext>,
     /// The verdicts persisted in `status.gates`, where new tasks start from.
     seed: Vec<GateStatus>,
 }
@@ -60,28 +70,36 @@ impl GateWork {
         {
             return None;
         }
-        // The first component that changes in this rollout is the one gates speak of.
+        // The first component that changes in this rollout is the one gates
+        // speak of, unless a gate names its own.
         let changed = status
             .components
             .iter()
             .find(|c| c.is_changing())
             .or_else(|| status.components.first());
-        Some(GateWork {
-            uid: plan.uid().unwrap_or_default(),
-            rollout: status.rollout_count,
-            gates: target.gates.clone(),
-            ctx: GateContext {
+        let ctx_of = |gate: &GateSpec| {
+            let component = match target.gate_components.get(gate.name()) {
+                Some(name) => status.components.iter().find(|c| &c.name == name),
+                None => changed,
+            };
+            GateContext {
                 vars: TemplateVars {
                     plan: plan.name_any(),
                     namespace: plan.namespace().unwrap_or_default(),
-                    component: changed.map(|c| c.name.clone()).unwrap_or_default(),
-                    revision: changed
+                    component: component.map(|c| c.name.clone()).unwrap_or_default(),
+                    revision: component
                         .and_then(|c| c.current_hash.clone())
                         .unwrap_or_default(),
                 },
                 revision: status.current_revision.clone().unwrap_or_default(),
                 step: status.current_step,
-            },
+            }
+        };
+        Some(GateWork {
+            uid: plan.uid().unwrap_or_default(),
+            rollout: status.rollout_count,
+            gates: target.gates.clone(),
+            ctxs: target.gates.iter().map(ctx_of).collect(),
             seed: status.gates.clone(),
         })
     }
@@ -91,7 +109,7 @@ impl GateWork {
         self.uid == other.uid
             && self.rollout == other.rollout
             && self.gates == other.gates
-            && self.ctx == other.ctx
+            && self.ctxs == other.ctxs
     }
 }
 
@@ -115,6 +133,7 @@ impl Drop for Running {
 /// Evaluates gates off the reconcile path (see the module docs).
 pub struct GateRunner {
     http: GateHttp,
+    secrets: CredentialReader,
     metrics: Arc<Metrics>,
     wake: UnboundedSender<ObjectRef<ReleasePlan>>,
     plans: Store<ReleasePlan>,
@@ -126,12 +145,15 @@ impl GateRunner {
     /// controller's cache, so a task of a plan that is gone stops by itself.
     pub fn new(
         http: GateHttp,
+        secrets: CredentialReader,
         metrics: Arc<Metrics>,
         wake: UnboundedSender<ObjectRef<ReleasePlan>>,
         plans: Store<ReleasePlan>,
     ) -> Arc<GateRunner> {
+        metrics.gate_kinds(&GateSpec::KINDS);
         Arc::new(GateRunner {
             http,
+            secrets,
             metrics,
             wake,
             plans,
@@ -148,7 +170,9 @@ impl GateRunner {
     ) -> Vec<GateStatus> {
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(work) = work else {
-            running.remove(key);
+            if running.remove(key).is_some() {
+                self.metrics.remove_gates(&series_key(key));
+            }
             return Vec::new();
         };
         if let Some(r) = running.get(key)
@@ -156,6 +180,9 @@ impl GateRunner {
         {
             return snapshot(&r.verdicts);
         }
+        // New work: the old work's series go (under the lock, so no task of
+        // the old work sets one again, see `store`).
+        self.metrics.remove_gates(&series_key(key));
         let verdicts: Verdicts = Arc::new(Mutex::new(
             work.gates
                 .iter()
@@ -234,7 +261,7 @@ impl GateRunner {
                 self.forget(&key, &work);
                 return;
             }
-            let result = self.evaluate(gate, &work).await;
+            let result = self.evaluate(gate, work.ctxs.get(index)).await;
             let limits = gate.limits();
             let st = g::record(
                 prev.as_ref(),
@@ -252,14 +279,32 @@ impl GateRunner {
         }
     }
 
-    async fn evaluate(&self, gate: &GateSpec, work: &GateWork) -> GateResult {
+    async fn evaluate(&self, gate: &GateSpec, ctx: Option<&GateContext>) -> GateResult {
         let bound = gate.worst_case() + CALL_GRACE;
-        match tokio::time::timeout(bound, gate.evaluate(&self.http, &work.ctx)).await {
+        let Some(ctx) = ctx else {
+            return GateResult::Error {
+                reason: "no context for this gate (a bug)".into(),
+            };
+        };
+        let started = Instant::now();
+        let evaluation = gate.evaluate(&self.http, &self.secrets, ctx);
+        let result = match tokio::time::timeout(bound, evaluation).await {
             Ok(r) => r,
             Err(_) => GateResult::Error {
                 reason: format!("no answer within {}s", bound.as_secs()),
             },
+        };
+        let kind = GateKindLabel {
+            kind: gate.kind().to_string(),
+        };
+        self.metrics
+            .gate_duration
+            .get_or_create(&kind)
+            .observe(started.elapsed().as_secs_f64());
+        if matches!(result, GateResult::Error { .. }) {
+            self.metrics.gate_errors.get_or_create(&kind).inc();
         }
+        result
     }
 
     fn store(
@@ -270,18 +315,16 @@ impl GateRunner {
         verdicts: &Verdicts,
         st: GateStatus,
     ) {
-        let label = GateLabel {
-            namespace: work.ctx.vars.namespace.clone(),
-            plan: work.ctx.vars.plan.clone(),
-            gate: st.name.clone(),
-        };
-        if let Some(value) = st.value.as_deref().and_then(|s| s.parse::<f64>().ok()) {
-            self.metrics.gate_value.get_or_create(&label).set(value);
+        {
+            // Only while this work is still served: a task of work that was
+            // just replaced or ended must not bring its series back.
+            let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+            if running.get(key).is_some_and(|r| r.work.same_as(work)) {
+                let value = st.value.as_deref().and_then(|s| s.parse::<f64>().ok());
+                self.metrics
+                    .set_gate(&series_key(key), &st.name, value, i64::from(st.failures));
+            }
         }
-        self.metrics
-            .gate_failures
-            .get_or_create(&label)
-            .set(i64::from(st.failures));
         debug!(plan = %key, gate = %st.name, verdict = %st.verdict, "gate evaluated");
         if let Some(slot) = verdicts
             .lock()
@@ -300,8 +343,18 @@ impl GateRunner {
         if running.get(key).is_some_and(|r| r.work.same_as(work)) {
             // Dropping aborts the tasks, this one among them: it returns right after.
             running.remove(key);
+            self.metrics.remove_gates(&series_key(key));
         }
     }
+}
+
+/// The plan's key in the metrics' gate series: `namespace/name`.
+fn series_key(key: &ObjectRef<ReleasePlan>) -> String {
+    format!(
+        "{}/{}",
+        key.namespace.as_deref().unwrap_or_default(),
+        key.name
+    )
 }
 
 fn snapshot(v: &Verdicts) -> Vec<GateStatus> {

@@ -16,6 +16,7 @@ pub mod index;
 pub mod jobs;
 pub mod observe;
 pub mod queue;
+pub mod templates;
 pub mod trim;
 
 use crate::api::{
@@ -137,6 +138,11 @@ pub enum StartError {
         "the ReleasePlan CRD (releaseplans.releaseplan.io) is not installed: run `kubectl apply --server-side -f crds/releaseplan.yaml`"
     )]
     CrdMissing,
+    /// The GateTemplate or ClusterGateTemplate CRD is not installed.
+    #[error(
+        "the GateTemplate and ClusterGateTemplate CRDs (gatetemplates.releaseplan.io, clustergatetemplates.releaseplan.io) are not installed: run `kubectl apply --server-side -f crds/gatetemplates.yaml`"
+    )]
+    TemplateCrdMissing,
     /// The API server could not be reached.
     #[error("cannot reach the Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
@@ -153,6 +159,9 @@ pub struct Settings {
     pub instance: Option<String>,
     /// The HTTP client of gates, with the operator's outbound policy.
     pub gate_http: crate::gates::outbound::GateHttp,
+    /// The namespace whose Secrets and ConfigMaps gates may reference (the
+    /// operator's own).
+    pub gate_credentials_namespace: String,
 }
 
 /// Shared state of all reconciles.
@@ -173,6 +182,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Evaluates Prometheus and webhook gates beside the reconciles.
     pub gates: Arc<GateRunner>,
+    /// Caches of the GateTemplates and ClusterGateTemplates plans refer to.
+    pub gate_templates: templates::TemplateCaches,
     /// What `/healthz` reads.
     pub liveness: Arc<Liveness>,
     /// Plans waiting for their reconcile (metrics only).
@@ -385,7 +396,12 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
     let owned = plan_objects(&ctx.deployments, &ns, &name, &uid);
     let stored = plan_objects(&ctx.templates, &ns, &name, &uid);
     let status = plan.status.clone().unwrap_or_default();
-    let target = Target::from_spec(&plan.spec);
+    // Template gates: resolved purely from the cached templates and what
+    // status recorded for the step.
+    let refs = &plan.spec.health.templates;
+    let resolution =
+        crate::gates::template::resolve(refs, &status, &ctx.gate_templates.observe(&ns, refs));
+    let target = Target::from_spec(&plan.spec).map(|t| t.with_templates(resolution));
     let pod_failures = pod_failures(ctx, &plan, &ns, &name, &status);
     let (request, invalid_request) = match observe::pending_request(&plan) {
         Ok(r) => (r, None),
@@ -987,8 +1003,19 @@ pub async fn check_crd(client: &Client, namespace: Option<&str>) -> Result<(), S
         None => Api::all(client.clone()),
     };
     match api.list(&ListParams::default().limit(1)).await {
-        Ok(_) => Ok(()),
-        Err(e) if is_not_found(&e) => Err(StartError::CrdMissing),
+        Ok(_) => {}
+        Err(e) if is_not_found(&e) => return Err(StartError::CrdMissing),
+        Err(e) => return Err(StartError::Kube(e)),
+    }
+    // The template kinds are watched too: without their CRDs the watches
+    // would fail until the liveness check restarts the process, unexplained.
+    let templates: Api<crate::api::template::GateTemplate> = scoped(client, namespace);
+    let cluster: Api<crate::api::template::ClusterGateTemplate> = Api::all(client.clone());
+    let one = ListParams::default().limit(1);
+    let (t, c) = futures::join!(templates.list(&one), cluster.list(&one));
+    match t.map(drop).and(c.map(drop)) {
+        Ok(()) => Ok(()),
+        Err(e) if is_not_found(&e) => Err(StartError::TemplateCrdMissing),
         Err(e) => Err(StartError::Kube(e)),
     }
 }
@@ -1116,10 +1143,16 @@ pub async fn run(
     let (wake_tx, wake_rx) = futures::channel::mpsc::unbounded();
     let gates = GateRunner::new(
         settings.gate_http.clone(),
+        crate::gates::access::CredentialReader::new(
+            client.clone(),
+            settings.gate_credentials_namespace.clone(),
+        ),
         Arc::clone(&metrics),
         wake_tx,
         plan_store.clone(),
     );
+    let (gate_templates, template_wake) =
+        templates::watch(&client, ns, &liveness, plan_store.clone());
     let (events, publisher) = Events::start(
         Recorder::new(client.clone(), reporter),
         Arc::clone(&metrics),
@@ -1133,6 +1166,7 @@ pub async fn run(
         events,
         metrics,
         gates,
+        gate_templates,
         liveness,
         queue: Arc::clone(&queue),
         failures: Mutex::new(HashMap::new()),
@@ -1165,6 +1199,11 @@ pub async fn run(
         .reconcile_on({
             let wake = wakes(&queue);
             wake_rx.filter_map(move |r| futures::future::ready(wake(Some(r))))
+        })
+        // A template that appears, changes or goes wakes the plans that use it.
+        .reconcile_on({
+            let wake = wakes(&queue);
+            template_wake.filter_map(move |r| futures::future::ready(wake(Some(r))))
         })
         .trigger_backoff(WatchBackoff::default())
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))

@@ -7,11 +7,13 @@
 //! gate's limits) and is the only place that decides a verdict.
 //! [`is_due`] and [`next_due`] say when a gate is evaluated again.
 
+pub mod access;
 pub(crate) mod http;
 pub mod job;
 pub mod outbound;
 pub mod pods;
 pub mod prometheus;
+pub mod template;
 pub mod threshold;
 pub mod webhook;
 
@@ -49,8 +51,8 @@ pub struct GateSpecError {
 /// What a gate is told about the rollout it judges.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GateContext {
-    /// Values for a query's placeholders (the component is the first one
-    /// that changes).
+    /// Values for a query's placeholders: the gate's own component, else the
+    /// first one that changes.
     pub vars: prometheus::TemplateVars,
     /// The plan revision being rolled out.
     pub revision: String,
@@ -59,6 +61,9 @@ pub struct GateContext {
 }
 
 impl GateSpec {
+    /// Every gate kind, as [`GateSpec::kind`] names it.
+    pub const KINDS: [&'static str; 2] = ["prometheus", "webhook"];
+
     /// Every gate of `health` in spec order: Prometheus gates, then webhooks.
     pub fn all(health: &Health) -> Result<Vec<GateSpec>, GateSpecError> {
         let mut out = Vec::with_capacity(health.prometheus.len() + health.webhooks.len());
@@ -76,6 +81,25 @@ impl GateSpec {
                 .iter()
                 .map(|g| GateSpec::Webhook(webhook::WebhookSpec::parse(g))),
         );
+        // auth, headers and tls: the same rules for every kind.
+        let prometheus = health.prometheus.len();
+        for (n, gate) in out.iter().enumerate() {
+            let (list, i) = if n < prometheus {
+                ("prometheus", n)
+            } else {
+                ("webhooks", n - prometheus)
+            };
+            gate.access()
+                .check()
+                .map_err(|(field, message)| GateSpecError {
+                    field: if field.is_empty() {
+                        format!("spec.health.{list}[{i}]")
+                    } else {
+                        format!("spec.health.{list}[{i}].{field}")
+                    },
+                    message,
+                })?;
+        }
         Ok(out)
     }
 
@@ -108,16 +132,64 @@ impl GateSpec {
 
     /// The longest one evaluation may take, its own timeouts and retries included.
     pub fn worst_case(&self) -> Duration {
-        match self {
+        let call = match self {
             GateSpec::Prometheus(p) => p.timeout,
             GateSpec::Webhook(w) => w.worst_case(),
+        };
+        if self.access().reads_nothing() {
+            call
+        } else {
+            call + access::READ_TIMEOUT
         }
     }
 
-    /// Evaluates the gate once. Does I/O; never called by the pure core.
-    pub async fn evaluate(&self, http: &outbound::GateHttp, ctx: &GateContext) -> GateResult {
+    /// The gate's kind, as metrics label it (`prometheus`, `webhook`).
+    pub fn kind(&self) -> &'static str {
         match self {
-            GateSpec::Prometheus(p) => prometheus::evaluate(http, p, &ctx.vars).await,
+            GateSpec::Prometheus(_) => "prometheus",
+            GateSpec::Webhook(_) => "webhook",
+        }
+    }
+
+    /// Its credentials, headers and CA bundle, as written in the spec.
+    pub fn access(&self) -> &access::Access {
+        match self {
+            GateSpec::Prometheus(p) => &p.access,
+            GateSpec::Webhook(w) => &w.access,
+        }
+    }
+
+    /// Evaluates the gate once: reads its credentials through `secrets`
+    /// (a failure to read them is an `Error` naming the object and key),
+    /// then calls it. Does I/O; never called by the pure core.
+    pub async fn evaluate(
+        &self,
+        http: &outbound::GateHttp,
+        secrets: &access::CredentialReader,
+        ctx: &GateContext,
+    ) -> GateResult {
+        let resolve = secrets.resolve(http, self.access(), &ctx.vars.namespace);
+        let resolved = match tokio::time::timeout(access::READ_TIMEOUT, resolve).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                return GateResult::Error {
+                    reason: format!("{} gate credentials: {e}", self.kind()),
+                };
+            }
+            Err(_) => {
+                return GateResult::Error {
+                    reason: format!(
+                        "{} gate credentials: not read within {}s",
+                        self.kind(),
+                        access::READ_TIMEOUT.as_secs()
+                    ),
+                };
+            }
+        };
+        match self {
+            GateSpec::Prometheus(p) => {
+                prometheus::evaluate_with(http, &resolved, p, &ctx.vars).await
+            }
             GateSpec::Webhook(w) => {
                 let body = webhook::WebhookBody {
                     plan: ctx.vars.plan.clone(),
@@ -125,8 +197,10 @@ impl GateSpec {
                     revision: ctx.revision.clone(),
                     step: ctx.step,
                     phase: crate::api::Phase::RollingOut,
+                    component: ctx.vars.component.clone(),
+                    component_revision: ctx.vars.revision.clone(),
                 };
-                webhook::call(http, w, &body).await
+                webhook::call_with(http, &resolved, w, &body).await
             }
         }
     }

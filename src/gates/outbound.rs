@@ -348,11 +348,19 @@ impl CallError {
     }
 }
 
+/// Clients trusting a gate's own CA bundle, by the bundle's SHA-256.
+type CaClients = Arc<std::sync::Mutex<std::collections::HashMap<[u8; 32], reqwest::Client>>>;
+
+/// Most CA-bundle clients kept; past it the cache starts over (bundles are
+/// few: one per private CA, not one per gate).
+const MAX_CA_CLIENTS: usize = 64;
+
 /// The HTTP client of gates with its outbound policy (see the module docs).
 #[derive(Debug, Clone)]
 pub struct GateHttp {
     client: reqwest::Client,
     policy: Arc<OutboundPolicy>,
+    with_ca: CaClients,
 }
 
 impl GateHttp {
@@ -362,14 +370,52 @@ impl GateHttp {
             error_body_chars: policy.error_body_chars.min(MAX_ERROR_BODY_CHARS),
             ..policy
         });
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .dns_resolver(CheckedResolver {
-                policy: Arc::clone(&policy),
-            })
-            .build()?;
-        Ok(GateHttp { client, policy })
+        let client = build(&policy, Vec::new())?;
+        Ok(GateHttp {
+            client,
+            policy,
+            with_ca: CaClients::default(),
+        })
+    }
+
+    /// A client like [`GateHttp::client`] that also trusts the CA
+    /// certificates of `pem`, built once per bundle (cached by its hash, so a
+    /// rotated bundle gets a new client and connections are reused between
+    /// evaluations). The error says what is wrong with the bundle, never
+    /// its content.
+    pub fn client_trusting(&self, pem: &[u8]) -> Result<reqwest::Client, String> {
+        use sha2::Digest as _;
+        let hash: [u8; 32] = sha2::Sha256::digest(pem).into();
+        let mut cache = self
+            .with_ca
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(c) = cache.get(&hash) {
+            return Ok(c.clone());
+        }
+        let certs = reqwest::Certificate::from_pem_bundle(pem)
+            .map_err(|_| "is not a PEM certificate bundle".to_string())?;
+        if certs.is_empty() {
+            return Err("holds no PEM certificate".to_string());
+        }
+        let client = build(&self.policy, certs)
+            .map_err(|_| "holds a certificate the TLS library refuses".to_string())?;
+        if cache.len() >= MAX_CA_CLIENTS {
+            cache.clear();
+        }
+        cache.insert(hash, client.clone());
+        Ok(client)
+    }
+
+    /// Sends `request` on `client` (the default one or one of
+    /// [`GateHttp::client_trusting`]) after checking its URL.
+    pub async fn send_on(
+        &self,
+        client: &reqwest::Client,
+        request: reqwest::Request,
+    ) -> Result<reqwest::Response, CallError> {
+        self.policy.check_url(request.url())?;
+        Ok(client.execute(request).await?)
     }
 
     /// The policy it enforces.
@@ -392,6 +438,22 @@ impl GateHttp {
     pub fn body_excerpt(&self, body: &[u8]) -> String {
         sanitize(body, usize::from(self.policy.error_body_chars))
     }
+}
+
+/// A gate client enforcing `policy`, trusting `extra_roots` besides the
+/// system's roots.
+fn build(
+    policy: &Arc<OutboundPolicy>,
+    extra_roots: Vec<reqwest::Certificate>,
+) -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .dns_resolver(CheckedResolver {
+            policy: Arc::clone(policy),
+        })
+        .tls_certs_merge(extra_roots)
+        .build()
 }
 
 /// A URL safe to repeat in status, Events and logs: without userinfo, query
@@ -724,6 +786,37 @@ mod tests {
                 .count()
                 <= 201
         );
+    }
+
+    #[test]
+    fn ca_bundles_are_checked_and_one_client_is_kept_per_bundle() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = GateHttp::new(OutboundPolicy::default()).unwrap();
+        assert_eq!(
+            http.client_trusting(b"not-a-certificate").unwrap_err(),
+            "holds no PEM certificate"
+        );
+        let broken = b"-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n";
+        assert_eq!(
+            http.client_trusting(broken).unwrap_err(),
+            "is not a PEM certificate bundle"
+        );
+        let cached = |h: &GateHttp| h.with_ca.lock().unwrap().len();
+        assert_eq!(cached(&http), 0, "refused bundles are not cached");
+        let ca = || {
+            let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            p.self_signed(&rcgen::KeyPair::generate().unwrap())
+                .unwrap()
+                .pem()
+        };
+        let (a, b) = (ca(), ca());
+        http.client_trusting(a.as_bytes()).unwrap();
+        http.client_trusting(a.as_bytes()).unwrap();
+        assert_eq!(cached(&http), 1, "one client per bundle");
+        // A clone (the runner's) shares the cache; a new bundle, a new client.
+        http.clone().client_trusting(b.as_bytes()).unwrap();
+        assert_eq!(cached(&http), 2);
     }
 
     #[test]

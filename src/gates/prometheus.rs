@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::GateResult;
+use super::access::{Access, Resolved};
 use super::http::{read_limited, redirect_reason, timeout_of};
 use super::outbound::{CallError, GateHttp, describe, redact, sanitize};
 use super::threshold::Threshold;
@@ -56,6 +57,8 @@ pub struct PrometheusSpec {
     pub inconclusive_limit: i32,
     /// Timeout of one query (default 10s).
     pub timeout: Duration,
+    /// Credentials, headers and CA bundle, read at each evaluation.
+    pub access: Access,
 }
 
 impl PrometheusSpec {
@@ -84,6 +87,7 @@ impl PrometheusSpec {
                 .unwrap_or(DEFAULT_INCONCLUSIVE_LIMIT)
                 .max(0),
             timeout: timeout_of(gate.timeout_seconds),
+            access: Access::of(gate.auth.as_ref(), &gate.headers, gate.tls.as_ref()),
         })
     }
 }
@@ -147,20 +151,34 @@ pub fn query_url(address: &str, query: &str, timeout: Duration) -> Result<reqwes
 /// `errorType` and, only when the operator allows answer bodies
 /// (`--gate-error-body-chars`), the start of its error text.
 pub async fn evaluate(http: &GateHttp, gate: &PrometheusSpec, vars: &TemplateVars) -> GateResult {
+    evaluate_with(http, &Resolved::none(), gate, vars).await
+}
+
+/// [`evaluate`] with the gate's credentials, headers and CA bundle, read
+/// beforehand (see [`super::access`]).
+pub async fn evaluate_with(
+    http: &GateHttp,
+    access: &Resolved,
+    gate: &PrometheusSpec,
+    vars: &TemplateVars,
+) -> GateResult {
     let timeout = gate.timeout;
     let query = render_query(&gate.query, vars);
     let url = match query_url(&gate.address, &query, timeout) {
         Ok(u) => u,
         Err(reason) => return GateResult::Error { reason },
     };
-    let sent = match http
-        .client()
-        .get(url)
-        .header(reqwest::header::ACCEPT, "application/json")
-        .timeout(timeout)
+    let client = access.client(http);
+    let sent = match access
+        .apply(
+            client
+                .get(url)
+                .header(reqwest::header::ACCEPT, "application/json")
+                .timeout(timeout),
+        )
         .build()
     {
-        Ok(request) => http.send(request).await,
+        Ok(request) => http.send_on(client, request).await,
         Err(e) => Err(CallError::from(e)),
     };
     let error = |e: CallError| GateResult::Error {

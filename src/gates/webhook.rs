@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::access::{Access, Resolved};
 use super::http::{read_limited, redirect_reason, timeout_of};
 use super::outbound::{GateHttp, describe};
 use super::{GateResult, Limits};
@@ -39,6 +40,8 @@ pub struct WebhookSpec {
     pub timeout: Duration,
     /// Calls retried after a failure (default 2, at most 10).
     pub retries: i32,
+    /// Credentials, headers and CA bundle, read at each evaluation.
+    pub access: Access,
 }
 
 impl WebhookSpec {
@@ -52,6 +55,7 @@ impl WebhookSpec {
                 .retries
                 .unwrap_or(DEFAULT_RETRIES)
                 .clamp(0, MAX_RETRIES),
+            access: Access::of(gate.auth.as_ref(), &gate.headers, gate.tls.as_ref()),
         }
     }
 
@@ -79,6 +83,14 @@ pub struct WebhookBody {
     pub step: i32,
     /// Phase of the ReleasePlan, e.g. `RollingOut`.
     pub phase: Phase,
+    /// The component the gate judges: its own `component`, else the first
+    /// component that changes in the rollout.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub component: String,
+    /// That component's template hash being rolled out (the
+    /// `releaseplan.io/revision` label of its new pods).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub component_revision: String,
 }
 
 /// Calls a webhook gate: POSTs `body` as JSON with the gate's timeout. A 2xx
@@ -92,11 +104,22 @@ pub struct WebhookBody {
 ///
 /// Worst case the call takes `(retries + 1) * timeout` plus the pauses.
 pub async fn call(http: &GateHttp, gate: &WebhookSpec, body: &WebhookBody) -> GateResult {
+    call_with(http, &Resolved::none(), gate, body).await
+}
+
+/// [`call`] with the gate's credentials, headers and CA bundle, read
+/// beforehand (see [`super::access`]).
+pub async fn call_with(
+    http: &GateHttp,
+    access: &Resolved,
+    gate: &WebhookSpec,
+    body: &WebhookBody,
+) -> GateResult {
     let (timeout, retries) = (gate.timeout, gate.retries);
     let mut backoff = FIRST_BACKOFF;
     let mut attempt = 0;
     loop {
-        let (result, retry) = call_once(http, gate, body, timeout).await;
+        let (result, retry) = call_once(http, access, gate, body, timeout).await;
         if result.is_pass() || !retry || attempt >= retries {
             return match result {
                 GateResult::Fail { value, reason } if attempt > 0 => GateResult::Fail {
@@ -120,18 +143,17 @@ pub async fn call(http: &GateHttp, gate: &WebhookSpec, body: &WebhookBody) -> Ga
 /// after a refusal of the operator's policy).
 async fn call_once(
     http: &GateHttp,
+    access: &Resolved,
     gate: &WebhookSpec,
     body: &WebhookBody,
     timeout: Duration,
 ) -> (GateResult, bool) {
-    let sent = match http
-        .client()
-        .post(&gate.url)
-        .json(body)
-        .timeout(timeout)
+    let client = access.client(http);
+    let sent = match access
+        .apply(client.post(&gate.url).json(body).timeout(timeout))
         .build()
     {
-        Ok(request) => http.send(request).await,
+        Ok(request) => http.send_on(client, request).await,
         Err(e) => Err(e.into()),
     };
     let response = match sent {
@@ -176,6 +198,8 @@ mod tests {
             revision: "7f3c".into(),
             step: 2,
             phase: Phase::RollingOut,
+            component: String::new(),
+            component_revision: String::new(),
         };
         assert_eq!(
             serde_json::to_value(&body).unwrap(),

@@ -7,7 +7,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, PoisonError};
 
 /// Label set of a failed reconcile: what failed.
@@ -43,6 +43,13 @@ pub struct WriteLabel {
 pub struct PhaseLabel {
     /// Lifecycle phase.
     pub phase: String,
+}
+
+/// Label set with the kind of a gate (`prometheus`, `webhook`...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GateKindLabel {
+    /// The gate's kind, as `GateSpec::kind` names it.
+    pub kind: String,
 }
 
 /// Label set of a gate verdict.
@@ -131,6 +138,15 @@ pub struct Metrics {
     pub gate_value: Family<GateLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// Failed evaluations of each gate in the current step.
     pub gate_failures: Family<GateLabel, Gauge>,
+    /// Duration of gate evaluations (credentials read, calls and retries
+    /// included), by gate kind.
+    pub gate_duration: Family<GateKindLabel, Histogram, fn() -> Histogram>,
+    /// Gate evaluations that ended in an error (no answer, refused, bad
+    /// answer, unreadable credentials), by gate kind.
+    pub gate_errors: Family<GateKindLabel, Counter>,
+    /// The gates with `gate_value`/`gate_failures` series, per plan
+    /// (`namespace/name`), so they can be removed with the rollout.
+    gate_series: Mutex<HashMap<String, BTreeSet<String>>>,
     /// 1 while this process reconciles (leader, or leader election off), else 0.
     pub leader: Gauge,
     /// Requests to the API server, by verb, resource and answer.
@@ -189,6 +205,9 @@ impl Metrics {
         let api_writes = Family::<WriteLabel, Counter>::default();
         let gate_value = Family::<GateLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
         let gate_failures = Family::<GateLabel, Gauge>::default();
+        let gate_duration: Family<GateKindLabel, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(gate_histogram);
+        let gate_errors = Family::<GateKindLabel, Counter>::default();
         let leader = Gauge::default();
         let kube_requests = Family::<RequestLabel, Counter>::default();
         let kube_request_duration =
@@ -242,6 +261,16 @@ impl Metrics {
             gate_failures.clone(),
         );
         registry.register(
+            "gate_evaluation_duration_seconds",
+            "Duration of gate evaluations (credentials read, calls and retries included), by gate kind",
+            gate_duration.clone(),
+        );
+        registry.register(
+            "gate_errors",
+            "Gate evaluations that ended in an error (no answer, refused call, bad answer, unreadable credentials), by gate kind",
+            gate_errors.clone(),
+        );
+        registry.register(
             "leader",
             "1 while this process reconciles (holds the lease)",
             leader.clone(),
@@ -285,6 +314,9 @@ impl Metrics {
             api_writes,
             gate_value,
             gate_failures,
+            gate_duration,
+            gate_errors,
+            gate_series: Mutex::new(HashMap::new()),
             leader,
             kube_requests,
             kube_request_duration,
@@ -341,6 +373,50 @@ impl Metrics {
         self.phase_gauges.get(i)
     }
 
+    /// Exports the gate kinds' duration and error series from the start, at
+    /// 0, so the first error is seen by `increase()`.
+    pub fn gate_kinds(&self, kinds: &[&str]) {
+        for kind in kinds {
+            let label = GateKindLabel {
+                kind: (*kind).to_string(),
+            };
+            let _ = self.gate_errors.get_or_create(&label);
+            let _ = self.gate_duration.get_or_create(&label);
+        }
+    }
+
+    /// Records one evaluated gate of the plan `key` (`namespace/name`): its
+    /// last value (when it has one) and its failures in this step.
+    pub fn set_gate(&self, key: &str, gate: &str, value: Option<f64>, failures: i64) {
+        let mut series = self
+            .gate_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let label = gate_label(key, gate);
+        if let Some(v) = value {
+            self.gate_value.get_or_create(&label).set(v);
+        }
+        self.gate_failures.get_or_create(&label).set(failures);
+        series
+            .entry(key.to_string())
+            .or_default()
+            .insert(gate.to_string());
+    }
+
+    /// Removes every gate series of the plan `key`: its rollout (or step, or
+    /// gate list) ended, or it is gone.
+    pub fn remove_gates(&self, key: &str) {
+        let mut series = self
+            .gate_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for gate in series.remove(key).unwrap_or_default() {
+            let label = gate_label(key, &gate);
+            self.gate_value.remove(&label);
+            self.gate_failures.remove(&label);
+        }
+    }
+
     /// Counts one write to the API server.
     pub fn write(&self, operation: &str) {
         self.api_writes
@@ -374,6 +450,23 @@ impl Metrics {
             return String::new();
         }
         out
+    }
+}
+
+/// Gate evaluations take from milliseconds (a local Prometheus) to minutes
+/// (a webhook timing out through its retries: up to 11 x 60s).
+fn gate_histogram() -> Histogram {
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+    ])
+}
+
+fn gate_label(key: &str, gate: &str) -> GateLabel {
+    let (namespace, plan) = key.split_once('/').unwrap_or(("", key));
+    GateLabel {
+        namespace: namespace.to_string(),
+        plan: plan.to_string(),
+        gate: gate.to_string(),
     }
 }
 
@@ -423,6 +516,47 @@ mod tests {
         assert!(text.contains("plan=\"api\""), "{text}");
         assert!(
             text.contains("releaseplan_plans{phase=\"RollingOut\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn gate_series_go_with_their_plan() {
+        let m = Metrics::new();
+        m.gate_kinds(&["prometheus", "webhook"]);
+        m.set_gate("shop/web", "errors", Some(0.5), 1);
+        m.set_gate("shop/web", "smoke", None, 0);
+        m.set_gate("shop/api", "errors", Some(0.1), 0);
+        m.gate_duration
+            .get_or_create(&GateKindLabel {
+                kind: "webhook".into(),
+            })
+            .observe(0.2);
+        let text = m.render();
+        assert!(
+            text.contains(
+                "releaseplan_gate_value{namespace=\"shop\",plan=\"web\",gate=\"errors\"} 0.5"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "releaseplan_gate_failures{namespace=\"shop\",plan=\"web\",gate=\"smoke\"} 0"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("releaseplan_gate_errors_total{kind=\"prometheus\"} 0"),
+            "{text}"
+        );
+        assert!(text.contains("releaseplan_gate_evaluation_duration_seconds_bucket{le=\"0.25\",kind=\"webhook\"} 1"), "{text}");
+        m.remove_gates("shop/web");
+        let text = m.render();
+        assert!(!text.contains("plan=\"web\""), "{text}");
+        assert!(
+            text.contains(
+                "releaseplan_gate_value{namespace=\"shop\",plan=\"api\",gate=\"errors\"} 0.1"
+            ),
             "{text}"
         );
     }

@@ -10,6 +10,7 @@ use super::machine::Facts;
 use super::reasons::ConditionReason as R;
 use super::{Refusal, Target};
 use crate::api::{Phase, ReleasePlanStatus, time};
+use crate::gates::template::ProblemKind;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use std::time::Duration;
 
@@ -177,6 +178,25 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
             true,
             R::DeploymentRefused,
             format!("{}; change the spec", refusal_text(r)),
+        )
+    } else if let Some(p) = obs
+        .target
+        .as_ref()
+        .ok()
+        .and_then(|t| super::template_problems(t, s).first())
+    {
+        let reason = match p.kind {
+            ProblemKind::NotFound => R::GateTemplateNotFound,
+            ProblemKind::Invalid => R::GateTemplateInvalid,
+        };
+        cond(
+            STALLED,
+            true,
+            reason,
+            format!(
+                "{}; the step waits until the template gate can run",
+                p.message
+            ),
         )
     } else {
         cond(STALLED, false, R::from(s.phase), msg.clone())

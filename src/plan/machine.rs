@@ -108,12 +108,15 @@ impl Facts {
             _ => s.pause_requested,
         };
         let current = target.current_step(usize::try_from(step).unwrap_or(usize::MAX), step_age);
-        let gates_passed = target.gates.iter().all(|g| {
-            obs.gates
-                .iter()
-                .any(|st| st.name == g.name() && st.verdict == Verdict::Passed)
-        }) && super::job_gates(obs, target)
-            .all(|g| g.verdict == Verdict::Passed);
+        // A template gate that cannot be resolved holds the step like a gate
+        // that has not passed.
+        let gates_passed = target.template_problems.is_empty()
+            && target.gates.iter().all(|g| {
+                obs.gates
+                    .iter()
+                    .any(|st| st.name == g.name() && st.verdict == Verdict::Passed)
+            })
+            && super::job_gates(obs, target).all(|g| g.verdict == Verdict::Passed);
         let mut facts = Facts {
             new_generation: s.observed_generation != Some(obs.generation),
             revision_changed: s.current_revision.as_deref() != Some(target.revision.as_str()),

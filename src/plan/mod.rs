@@ -24,8 +24,10 @@ pub use reasons::EventReason;
 pub use request::{Action, NotApplicable};
 pub use spec::SpecError;
 
+use crate::api::template::ResolvedGate;
 use crate::gates::GateSpec;
 use crate::gates::job::{self as jobs, JobGateSpec, JobIntents, JobObs};
+use crate::gates::template::{ProblemKind, Resolution, TemplateProblem};
 use steps::{CurrentStep, Step};
 
 use crate::api::{
@@ -70,10 +72,18 @@ pub struct Target {
     pub paused: bool,
     /// Old revision Deployments kept at zero replicas.
     pub revision_history_limit: usize,
-    /// The configured health gates, parsed (the gate runner evaluates them).
+    /// The configured health gates, parsed (the gate runner evaluates them):
+    /// the plan's own, then the template gates that could be resolved.
     pub gates: Vec<GateSpec>,
     /// The Job gates, parsed (the core judges their Jobs).
     pub jobs: Vec<JobGateSpec>,
+    /// The component each gate that names one judges, by gate name; the
+    /// others judge the first component that changes.
+    pub gate_components: BTreeMap<String, String>,
+    /// The template gates as read for this step (recorded in status).
+    pub template_gates: Vec<ResolvedGate>,
+    /// Template gates that cannot run: they hold the step, and the plan is Stalled.
+    pub template_problems: Vec<TemplateProblem>,
 }
 
 impl Target {
@@ -106,7 +116,23 @@ impl Target {
             revision_history_limit: spec.revision_history_limit(),
             gates,
             jobs,
+            gate_components: spec::gate_components(spec),
+            template_gates: Vec::new(),
+            template_problems: Vec::new(),
         })
+    }
+
+    /// Adds the plan's template gates, resolved by
+    /// [`crate::gates::template::resolve`]: those that resolved run like the
+    /// plan's own gates, the others hold the step.
+    #[must_use]
+    pub fn with_templates(mut self, resolution: Resolution) -> Target {
+        for g in resolution.gates {
+            self.gates.push(g.gate);
+            self.template_gates.push(g.record);
+        }
+        self.template_problems = resolution.problems;
+        self
     }
 
     /// The step at `index` after `age` in it.
@@ -371,6 +397,7 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
             .collect();
         events.extend(gate_events(&obs.status.gates, &ended));
     }
+    events.extend(template_events(target, &obs.status, &status));
     if let Some(req) = &obs.request
         && facts.request_ignored
     {
@@ -456,6 +483,50 @@ pub fn gate_events(before: &[GateStatus], after: &[GateStatus]) -> Vec<EventInte
                     a.message.as_deref().unwrap_or(a.verdict.as_str())
                 ),
             }
+        })
+        .collect()
+}
+
+/// Template gates that hold a rollout (only while rolling out and not
+/// halted: a settled plan needs no gate).
+pub fn template_problems<'a>(
+    target: &'a Target,
+    status: &ReleasePlanStatus,
+) -> &'a [TemplateProblem] {
+    if status.phase == Phase::RollingOut && status.failure.is_none() {
+        &target.template_problems
+    } else {
+        &[]
+    }
+}
+
+/// A Warning for each template gate whose problem is new: its entry in the
+/// persisted `status.gates` does not say it yet. Only once the step's entry
+/// is written (see [`record_template_gates`]): a decision that starts the
+/// rollout or another step writes none, and the next one would warn again.
+fn template_events(
+    target: &Target,
+    before: &ReleasePlanStatus,
+    after: &ReleasePlanStatus,
+) -> Vec<EventIntent> {
+    if !same_step(before, after) {
+        return Vec::new();
+    }
+    template_problems(target, after)
+        .iter()
+        .filter(|p| {
+            !before
+                .gates
+                .iter()
+                .any(|g| g.name == p.gate && g.message.as_deref() == Some(p.message.as_str()))
+        })
+        .map(|p| EventIntent {
+            type_: EventType::Warning,
+            reason: match p.kind {
+                ProblemKind::NotFound => EventReason::GateTemplateNotFound,
+                ProblemKind::Invalid => EventReason::GateTemplateInvalid,
+            },
+            message: p.message.clone(),
         })
         .collect()
 }
@@ -645,7 +716,42 @@ fn apply_cause(
         }
     }
     s.weight = weight_at(target, &s);
+    record_template_gates(obs, target, &mut s);
     s
+}
+
+/// Records the template gates read for the current step, so the rest of the
+/// step runs them as read; a gate that could not be resolved gets a `Pending`
+/// entry in `status.gates` that says why. The record is kept only for the
+/// rollout and step it was read in: when this decision moves to another, the
+/// next reconcile reads the templates anew.
+fn record_template_gates(obs: &Observation, target: &Target, s: &mut ReleasePlanStatus) {
+    let same_step = same_step(&obs.status, s);
+    s.resolved_gates = if same_step {
+        target.template_gates.clone()
+    } else {
+        Vec::new()
+    };
+    if !same_step {
+        return;
+    }
+    for p in template_problems(target, s) {
+        s.gates.retain(|g| g.name != p.gate);
+        s.gates.push(GateStatus {
+            name: p.gate.clone(),
+            verdict: Verdict::Pending,
+            message: Some(p.message.clone()),
+            ..GateStatus::default()
+        });
+    }
+}
+
+/// The next status rolls out the same rollout and step as the persisted one:
+/// what was read for that step still holds.
+fn same_step(before: &ReleasePlanStatus, after: &ReleasePlanStatus) -> bool {
+    after.phase == Phase::RollingOut
+        && after.rollout_count == before.rollout_count
+        && after.current_step == before.current_step
 }
 
 /// Component records for a new rollout: the spec's hashes as current, stable
@@ -741,5 +847,7 @@ pub fn component_status<'a>(s: &'a ReleasePlanStatus, name: &str) -> Option<&'a 
     s.components.iter().find(|c| c.name == name)
 }
 
+#[cfg(test)]
+mod template_tests;
 #[cfg(test)]
 mod tests;

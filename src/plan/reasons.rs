@@ -70,6 +70,10 @@ reasons! {
         GateFailed,
         /// A gate's verdict became Inconclusive.
         GateInconclusive,
+        /// A template gate's GateTemplate or ClusterGateTemplate does not exist.
+        GateTemplateNotFound,
+        /// A template gate's template and arguments do not make a usable gate.
+        GateTemplateInvalid,
     }
 }
 
@@ -110,6 +114,10 @@ reasons! {
         DeploymentWriteFailed,
         /// The stable revision is not ready long after the rollback began.
         RollbackSlow,
+        /// A template gate's GateTemplate or ClusterGateTemplate does not exist.
+        GateTemplateNotFound,
+        /// A template gate's template and arguments do not make a usable gate.
+        GateTemplateInvalid,
     }
 }
 

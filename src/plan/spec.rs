@@ -9,6 +9,7 @@ use crate::api::{Component, ReleasePlanSpec};
 use crate::gates::job::JobGateSpec;
 use crate::gates::{GateSpec, GateSpecError};
 use k8s_openapi::api::core::v1::Container;
+use std::collections::BTreeMap;
 
 /// A spec the operator cannot act on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,6 +74,7 @@ pub fn check_spec(spec: &ReleasePlanSpec) -> Result<Checked, SpecError> {
         }
         check_template(i, c)?;
     }
+    check_gate_components(spec)?;
     let gates = GateSpec::all(&spec.health)?;
     let steps = parse_steps(&spec.strategy.steps)?;
     let mut jobs = Vec::with_capacity(spec.health.jobs.len());
@@ -90,6 +92,55 @@ pub fn check_spec(spec: &ReleasePlanSpec) -> Result<Checked, SpecError> {
         jobs.push(job);
     }
     Ok(Checked { steps, gates, jobs })
+}
+
+/// The component each gate that names one judges, by gate name.
+pub fn gate_components(spec: &ReleasePlanSpec) -> BTreeMap<String, String> {
+    let h = &spec.health;
+    let prometheus = h.prometheus.iter().map(|g| (&g.name, &g.component));
+    let webhooks = h.webhooks.iter().map(|g| (&g.name, &g.component));
+    let templates = h.templates.iter().map(|g| (&g.name, &g.component));
+    prometheus
+        .chain(webhooks)
+        .chain(templates)
+        .filter_map(|(name, c)| Some((name.clone(), c.clone()?)))
+        .collect()
+}
+
+/// A gate's component names one of the plan's components (as the CRD's rule
+/// asks of new objects).
+fn check_gate_components(spec: &ReleasePlanSpec) -> Result<(), SpecError> {
+    let h = &spec.health;
+    let lists = [
+        (
+            "prometheus",
+            h.prometheus
+                .iter()
+                .map(|g| g.component.as_deref())
+                .collect::<Vec<_>>(),
+        ),
+        (
+            "webhooks",
+            h.webhooks.iter().map(|g| g.component.as_deref()).collect(),
+        ),
+        (
+            "templates",
+            h.templates.iter().map(|g| g.component.as_deref()).collect(),
+        ),
+    ];
+    for (list, components) in lists {
+        for (i, c) in components.into_iter().enumerate() {
+            if let Some(c) = c
+                && !spec.components.iter().any(|d| d.name == c)
+            {
+                return Err(err(
+                    format!("spec.health.{list}[{i}].component"),
+                    format!("{c:?} is not one of spec.components"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What Kubernetes would refuse in the Deployment (or its pods) made from a

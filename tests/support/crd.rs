@@ -28,6 +28,21 @@ pub fn checked_in() -> CustomResourceDefinition {
     serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{} is not a CRD: {e}", path.display()))
 }
 
+/// The GateTemplate and ClusterGateTemplate CRDs as checked in
+/// (`crds/gatetemplates.yaml`).
+pub fn checked_in_templates() -> Vec<CustomResourceDefinition> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/gatetemplates.yaml");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}; run `make crds`", path.display()));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| {
+            use serde::Deserialize;
+            CustomResourceDefinition::deserialize(doc)
+                .unwrap_or_else(|e| panic!("{} holds a non-CRD: {e}", path.display()))
+        })
+        .collect()
+}
+
 /// Whether an API error is worth another try: conflicts and AlreadyExists
 /// from concurrent installs, and the API server being briefly unavailable.
 fn transient(e: &kube::Error) -> bool {
@@ -41,40 +56,25 @@ fn transient(e: &kube::Error) -> bool {
 /// Applies the CRD, waits until it is Established, and until a ReleasePlan
 /// can be created (dry run): only then is the resource served.
 pub async fn install(client: &Client) {
-    let crd = checked_in();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let params = PatchParams::apply(MANAGER).force();
-    let mut attempt = 0;
-    loop {
-        match crds.patch(NAME, &params, &Patch::Apply(&crd)).await {
-            Ok(_) => break,
-            Err(e) if transient(&e) && attempt < 20 => {
-                attempt += 1;
-                tokio::time::sleep(Duration::from_millis(250)).await;
+    let mut all = vec![checked_in()];
+    all.extend(checked_in_templates());
+    for crd in &all {
+        let name = crd.metadata.name.clone().expect("CRD name");
+        let mut attempt = 0;
+        loop {
+            match crds.patch(&name, &params, &Patch::Apply(crd)).await {
+                Ok(_) => break,
+                Err(e) if transient(&e) && attempt < 20 => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => panic!("cannot apply the CRD {name}: {e}"),
             }
-            Err(e) => panic!("cannot apply the CRD {NAME}: {e}"),
         }
+        established(&crds, &name).await;
     }
-
-    wait_until(
-        Duration::from_secs(60),
-        "the ReleasePlan CRD to be Established with its names accepted",
-        || {
-            let crds = crds.clone();
-            async move {
-                let status = crds.get(NAME).await.ok()?.status?;
-                let is_true = |t: &str| {
-                    status
-                        .conditions
-                        .iter()
-                        .flatten()
-                        .any(|c| c.type_ == t && c.status == "True")
-                };
-                (is_true("Established") && is_true("NamesAccepted")).then_some(())
-            }
-        },
-    )
-    .await;
 
     // Established can precede the first request that the new handler serves.
     let probe: DynamicObject = serde_json::from_value(serde_json::json!({
@@ -105,6 +105,29 @@ pub async fn install(client: &Client) {
             let probe = probe.clone();
             let dry_run = dry_run.clone();
             async move { plans.create(&dry_run, &probe).await.ok() }
+        },
+    )
+    .await;
+}
+
+/// Waits until the CRD `name` is Established with its names accepted.
+async fn established(crds: &Api<CustomResourceDefinition>, name: &str) {
+    wait_until(
+        Duration::from_secs(60),
+        &format!("the CRD {name} to be Established with its names accepted"),
+        || {
+            let crds = crds.clone();
+            async move {
+                let status = crds.get(name).await.ok()?.status?;
+                let is_true = |t: &str| {
+                    status
+                        .conditions
+                        .iter()
+                        .flatten()
+                        .any(|c| c.type_ == t && c.status == "True")
+                };
+                (is_true("Established") && is_true("NamesAccepted")).then_some(())
+            }
         },
     )
     .await;

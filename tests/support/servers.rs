@@ -23,6 +23,30 @@ impl Prometheus {
     /// Starts a Prometheus scraping `target` (`host:port`, path `/metrics`)
     /// every second; returns once it answers `/-/ready`.
     pub fn start(target: SocketAddr) -> Prometheus {
+        Prometheus::start_with(target, &[])
+    }
+
+    /// [`Prometheus::start`] serving as the web config file `web_config`
+    /// says (TLS, basic auth); `curl_args` let the readiness check through
+    /// (`--cacert ca.pem -u user:password`). The URL is https:// with TLS.
+    pub fn start_secured(
+        target: SocketAddr,
+        web_config: &std::path::Path,
+        curl_args: &str,
+    ) -> Prometheus {
+        Prometheus::start_with(
+            target,
+            &[
+                (
+                    "RP_PROMETHEUS_WEB_CONFIG",
+                    web_config.to_str().expect("utf-8 path"),
+                ),
+                ("RP_PROMETHEUS_CURL_ARGS", curl_args),
+            ],
+        )
+    }
+
+    fn start_with(target: SocketAddr, envs: &[(&str, &str)]) -> Prometheus {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let name = format!(
             "test-{}-{}",
@@ -31,6 +55,7 @@ impl Prometheus {
         );
         let out = Command::new(script())
             .args(["start", &name, &target.to_string()])
+            .envs(envs.iter().copied())
             .output()
             .expect("cannot run e2e/prometheus.sh");
         // Built before the check so that a failed start is stopped too.
@@ -42,7 +67,9 @@ impl Prometheus {
             .to_string();
         let guard = Prometheus { name, url };
         assert!(
-            out.status.success() && guard.url.starts_with("http://127.0.0.1:"),
+            out.status.success()
+                && (guard.url.starts_with("http://127.0.0.1:")
+                    || guard.url.starts_with("https://127.0.0.1:")),
             "e2e/prometheus.sh start failed ({}):\n{}{}",
             out.status,
             String::from_utf8_lossy(&out.stdout),

@@ -87,6 +87,10 @@ true
 - apiGroups: ["releaseplan.io"]
   resources: ["releaseplans"]
   verbs: ["get", "list", "watch", "patch"]
+# Gate templates a plan uses are cached (list, watch) and only read.
+- apiGroups: ["releaseplan.io"]
+  resources: ["gatetemplates"]
+  verbs: ["get", "list", "watch"]
 # The status is written whole (PUT) under the plan's resourceVersion.
 - apiGroups: ["releaseplan.io"]
   resources: ["releaseplans/status"]
@@ -116,4 +120,11 @@ true
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- end }}
+
+{{- define "releaseplan.clusterTemplateRules" -}}
+# ClusterGateTemplates plans use are cached (list, watch) and only read.
+- apiGroups: ["releaseplan.io"]
+  resources: ["clustergatetemplates"]
+  verbs: ["get", "list", "watch"]
 {{- end }}

@@ -1,0 +1,496 @@
+//! Template gates, resolved purely: a plan's references
+//! (`spec.health.templates`), the templates the controller observed and the
+//! persisted status in; the concrete gates, what to record in
+//! `status.resolvedGates`, and what is wrong out.
+//!
+//! A reference is resolved from the record in status while the step it was
+//! read in lasts (same rollout, same step, same reference), so a template
+//! edited or deleted mid-step changes nothing until the next step; otherwise
+//! from the template as observed now.
+
+use std::collections::BTreeMap;
+
+use super::{GateSpec, prometheus, webhook};
+use crate::api::template::{GateTemplateRef, GateTemplateSpec, ResolvedGate, TemplateKind};
+use crate::api::{Phase, ReleasePlanStatus};
+
+/// A template as the controller observed it (from its cache).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObservedTemplate {
+    /// Its kind.
+    pub kind: TemplateKind,
+    /// Its name.
+    pub name: String,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// Its content.
+    pub spec: GateTemplateSpec,
+}
+
+/// Why a template gate cannot run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// The referenced template does not exist.
+    NotFound,
+    /// The template and the reference do not fit: a missing or unknown
+    /// argument, an unusable value after substitution.
+    Invalid,
+}
+
+/// A template gate that cannot run, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateProblem {
+    /// Name of the gate in the plan.
+    pub gate: String,
+    /// What kind of problem.
+    pub kind: ProblemKind,
+    /// What is wrong, naming the template.
+    pub message: String,
+}
+
+/// One template gate, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolvedTemplateGate {
+    /// The gate, parsed, placeholders `{{args.*}}` replaced.
+    pub gate: GateSpec,
+    /// What is recorded in status for the step.
+    pub record: ResolvedGate,
+}
+
+/// Every template gate of a plan, resolved or not.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Resolution {
+    /// Gates that can run, in reference order.
+    pub gates: Vec<ResolvedTemplateGate>,
+    /// Gates that cannot, in reference order.
+    pub problems: Vec<TemplateProblem>,
+}
+
+/// Resolves every reference; see the module docs. Pure.
+pub fn resolve(
+    refs: &[GateTemplateRef],
+    status: &ReleasePlanStatus,
+    observed: &[ObservedTemplate],
+) -> Resolution {
+    let mut out = Resolution::default();
+    for r in refs {
+        let recorded = status.resolved_gates.iter().find(|g| {
+            status.phase == Phase::RollingOut
+                && g.rollout == status.rollout_count
+                && g.step == status.current_step
+                && g.name == r.name
+                && g.template_ref == r.template_ref
+                && g.args == r.args
+                && g.component == r.component
+        });
+        let (content, generation) = if let Some(g) = recorded {
+            (&g.template, g.template_generation)
+        } else if let Some(t) = observed
+            .iter()
+            .find(|t| t.kind == r.template_ref.kind && t.name == r.template_ref.name)
+        {
+            (&t.spec, t.generation)
+        } else {
+            out.problems.push(TemplateProblem {
+                gate: r.name.clone(),
+                kind: ProblemKind::NotFound,
+                message: format!(
+                    "gate {}: {} {} not found",
+                    r.name, r.template_ref.kind, r.template_ref.name
+                ),
+            });
+            continue;
+        };
+        match instantiate(r, content) {
+            Ok(gate) => out.gates.push(ResolvedTemplateGate {
+                gate,
+                record: ResolvedGate {
+                    name: r.name.clone(),
+                    template_ref: r.template_ref.clone(),
+                    template_generation: generation,
+                    rollout: status.rollout_count,
+                    step: status.current_step,
+                    args: r.args.clone(),
+                    component: r.component.clone(),
+                    template: content.clone(),
+                },
+            }),
+            Err(message) => out.problems.push(TemplateProblem {
+                gate: r.name.clone(),
+                kind: ProblemKind::Invalid,
+                message: format!(
+                    "gate {}: {} {}: {message}",
+                    r.name, r.template_ref.kind, r.template_ref.name
+                ),
+            }),
+        }
+    }
+    out
+}
+
+/// The concrete gate a reference makes of a template's content: arguments
+/// checked against the parameters, `{{args.NAME}}` replaced, the gate named
+/// by the reference and parsed as a plan's own gate would be.
+pub fn instantiate(r: &GateTemplateRef, t: &GateTemplateSpec) -> Result<GateSpec, String> {
+    let names: Vec<&str> = t.parameters.iter().map(|p| p.name.as_str()).collect();
+    if let Some(unknown) = r.args.keys().find(|k| !names.contains(&k.as_str())) {
+        return Err(format!(
+            "argument {unknown} is not a parameter of the template (parameters: {})",
+            list(&names)
+        ));
+    }
+    let mut values = BTreeMap::new();
+    for p in &t.parameters {
+        match r.args.get(&p.name).or(p.default.as_ref()) {
+            Some(v) => {
+                values.insert(p.name.as_str(), v.as_str());
+            }
+            None => {
+                return Err(format!(
+                    "argument {} is required (it has no default)",
+                    p.name
+                ));
+            }
+        }
+    }
+    match (&t.prometheus, &t.webhook) {
+        (Some(p), None) => {
+            let mut g = p.clone();
+            g.name.clone_from(&r.name);
+            g.component.clone_from(&r.component);
+            g.query =
+                substitute(&g.query, &values).map_err(|e| format!("prometheus.query: {e}"))?;
+            g.address =
+                substitute(&g.address, &values).map_err(|e| format!("prometheus.address: {e}"))?;
+            check_url("prometheus.address", &g.address, 512)?;
+            if g.query.is_empty() || g.query.chars().count() > 4096 {
+                return Err(
+                    "prometheus.query: must hold 1 to 4096 characters once its arguments are in"
+                        .into(),
+                );
+            }
+            prometheus::PrometheusSpec::parse(&g)
+                .map(GateSpec::Prometheus)
+                .map_err(|(field, message)| format!("prometheus.{field}: {message}"))
+        }
+        (None, Some(w)) => {
+            let mut g = w.clone();
+            g.name.clone_from(&r.name);
+            g.component.clone_from(&r.component);
+            g.url = substitute(&g.url, &values).map_err(|e| format!("webhook.url: {e}"))?;
+            check_url("webhook.url", &g.url, 1024)?;
+            Ok(GateSpec::Webhook(webhook::WebhookSpec::parse(&g)))
+        }
+        _ => Err("the template must hold exactly one gate (prometheus or webhook)".into()),
+    }
+}
+
+fn list(names: &[&str]) -> String {
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// An http(s) URL without spaces, as the CRD asks of a plan's own gates: an
+/// argument could have broken it.
+fn check_url(field: &str, url: &str, max: usize) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    match rest {
+        Some(r) if !r.is_empty() && !r.contains(char::is_whitespace) && url.len() <= max => Ok(()),
+        _ => Err(format!(
+            "{field}: {url:?} is not an http:// or https:// URL without spaces of at most {max} characters once its arguments are in"
+        )),
+    }
+}
+
+/// Replaces every `{{args.NAME}}` (spaces inside the braces allowed) with the
+/// argument's value; an argument that is not a parameter is an error. Other
+/// `{{...}}` (`{{revision}}`...) are left for the gate runner.
+pub fn substitute(text: &str, values: &BTreeMap<&str, &str>) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else {
+            out.push_str(&rest[start..]);
+            return Ok(out);
+        };
+        let inner = after[..end].trim();
+        match inner.strip_prefix("args.") {
+            Some(name) => match values.get(name) {
+                Some(v) => out.push_str(v),
+                None => {
+                    return Err(format!(
+                        "{{{{args.{name}}}}} names no parameter of the template"
+                    ));
+                }
+            },
+            None => out.push_str(&rest[start..start + 2 + end + 2]),
+        }
+        rest = &after[end + 2..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::template::{Parameter, TemplateRef};
+    use crate::api::{PrometheusGate, WebhookGate};
+
+    fn hook_template(url: &str, params: &[(&str, Option<&str>)]) -> GateTemplateSpec {
+        GateTemplateSpec {
+            parameters: params
+                .iter()
+                .map(|(n, d)| Parameter {
+                    name: (*n).into(),
+                    default: d.map(Into::into),
+                    description: None,
+                })
+                .collect(),
+            webhook: Some(WebhookGate {
+                name: "template-name".into(),
+                url: url.into(),
+                ..Default::default()
+            }),
+            prometheus: None,
+        }
+    }
+
+    fn observed(name: &str, generation: i64, spec: GateTemplateSpec) -> ObservedTemplate {
+        ObservedTemplate {
+            kind: TemplateKind::ClusterGateTemplate,
+            name: name.into(),
+            generation: Some(generation),
+            spec,
+        }
+    }
+
+    fn reference(name: &str, template: &str, args: &[(&str, &str)]) -> GateTemplateRef {
+        GateTemplateRef {
+            name: name.into(),
+            template_ref: TemplateRef {
+                kind: TemplateKind::ClusterGateTemplate,
+                name: template.into(),
+            },
+            args: args
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect(),
+            component: None,
+        }
+    }
+
+    fn rolling(rollout: i64, step: i32) -> ReleasePlanStatus {
+        ReleasePlanStatus {
+            phase: Phase::RollingOut,
+            rollout_count: rollout,
+            current_step: step,
+            ..Default::default()
+        }
+    }
+
+    fn url_of(g: &GateSpec) -> &str {
+        match g {
+            GateSpec::Webhook(w) => &w.url,
+            GateSpec::Prometheus(p) => &p.address,
+        }
+    }
+
+    #[test]
+    fn args_and_defaults_are_substituted_and_the_reference_names_the_gate() {
+        let t = observed(
+            "smoke",
+            1,
+            hook_template(
+                "http://127.0.0.1:9/{{ args.service }}/{{args.region}}?r={{revision}}",
+                &[("service", None), ("region", Some("eu"))],
+            ),
+        );
+        let r = reference("smoke-checkout", "smoke", &[("service", "checkout")]);
+        let res = resolve(&[r], &rolling(1, 0), &[t]);
+        assert!(res.problems.is_empty(), "{:?}", res.problems);
+        let g = &res.gates[0];
+        assert_eq!(g.gate.name(), "smoke-checkout");
+        assert_eq!(
+            url_of(&g.gate),
+            "http://127.0.0.1:9/checkout/eu?r={{revision}}"
+        );
+        assert_eq!(g.record.template_generation, Some(1));
+        assert_eq!((g.record.rollout, g.record.step), (1, 0));
+    }
+
+    #[test]
+    fn a_missing_template_is_a_problem_naming_it() {
+        let r = reference("smoke", "nowhere", &[]);
+        let res = resolve(&[r], &rolling(1, 0), &[]);
+        assert!(res.gates.is_empty());
+        assert_eq!(res.problems[0].kind, ProblemKind::NotFound);
+        assert_eq!(
+            res.problems[0].message,
+            "gate smoke: ClusterGateTemplate nowhere not found"
+        );
+    }
+
+    #[test]
+    fn missing_and_unknown_arguments_are_problems() {
+        let t = observed(
+            "smoke",
+            1,
+            hook_template("http://h/{{args.service}}", &[("service", None)]),
+        );
+        let res = resolve(
+            &[reference("a", "smoke", &[])],
+            &rolling(1, 0),
+            std::slice::from_ref(&t),
+        );
+        assert_eq!(res.problems[0].kind, ProblemKind::Invalid);
+        assert!(
+            res.problems[0]
+                .message
+                .contains("argument service is required"),
+            "{:?}",
+            res.problems
+        );
+        let res = resolve(
+            &[reference("a", "smoke", &[("service", "x"), ("extra", "y")])],
+            &rolling(1, 0),
+            &[t],
+        );
+        assert!(
+            res.problems[0].message.contains(
+                "argument extra is not a parameter of the template (parameters: service)"
+            ),
+            "{:?}",
+            res.problems
+        );
+    }
+
+    #[test]
+    fn a_placeholder_without_parameter_is_a_problem() {
+        let t = observed("smoke", 1, hook_template("http://h/{{args.nope}}", &[]));
+        let res = resolve(&[reference("a", "smoke", &[])], &rolling(1, 0), &[t]);
+        assert!(
+            res.problems[0]
+                .message
+                .contains("webhook.url: {{args.nope}} names no parameter"),
+            "{:?}",
+            res.problems
+        );
+    }
+
+    #[test]
+    fn an_argument_that_breaks_the_url_is_a_problem() {
+        let t = observed(
+            "smoke",
+            1,
+            hook_template("http://h/{{args.p}}", &[("p", None)]),
+        );
+        let res = resolve(
+            &[reference("a", "smoke", &[("p", "a b")])],
+            &rolling(1, 0),
+            &[t],
+        );
+        assert!(
+            res.problems[0]
+                .message
+                .contains("not an http:// or https://"),
+            "{:?}",
+            res.problems
+        );
+    }
+
+    #[test]
+    fn the_record_of_the_running_step_wins_over_an_edited_template() {
+        let r = reference("a", "smoke", &[]);
+        let first = resolve(
+            std::slice::from_ref(&r),
+            &rolling(2, 1),
+            &[observed("smoke", 1, hook_template("http://old/", &[]))],
+        );
+        let mut status = rolling(2, 1);
+        status.resolved_gates = vec![first.gates[0].record.clone()];
+        let edited = [observed("smoke", 2, hook_template("http://new/", &[]))];
+        // Same step: the record is used, even with the template gone.
+        let same = resolve(std::slice::from_ref(&r), &status, &edited);
+        assert_eq!(url_of(&same.gates[0].gate), "http://old/");
+        assert_eq!(same.gates[0].record.template_generation, Some(1));
+        assert_eq!(
+            url_of(&resolve(std::slice::from_ref(&r), &status, &[]).gates[0].gate),
+            "http://old/"
+        );
+        // The next step, the next rollout, or another reference: read anew.
+        let mut next = status.clone();
+        next.current_step = 2;
+        assert_eq!(
+            url_of(&resolve(std::slice::from_ref(&r), &next, &edited).gates[0].gate),
+            "http://new/"
+        );
+        let mut later = status.clone();
+        later.rollout_count = 3;
+        assert_eq!(
+            url_of(&resolve(std::slice::from_ref(&r), &later, &edited).gates[0].gate),
+            "http://new/"
+        );
+        let mut other = r.clone();
+        other.component = Some("web".into());
+        assert_eq!(
+            url_of(&resolve(&[other], &status, &edited).gates[0].gate),
+            "http://new/"
+        );
+        // Not rolling out: nothing recorded counts.
+        let mut settled = status;
+        settled.phase = Phase::Stable;
+        assert_eq!(
+            url_of(&resolve(&[r], &settled, &edited).gates[0].gate),
+            "http://new/"
+        );
+    }
+
+    #[test]
+    fn a_prometheus_template_is_parsed_like_a_plan_gate() {
+        let spec = GateTemplateSpec {
+            parameters: vec![Parameter {
+                name: "job".into(),
+                default: Some("api".into()),
+                description: None,
+            }],
+            prometheus: Some(PrometheusGate {
+                name: "x".into(),
+                address: "http://127.0.0.1:9090".into(),
+                query: r#"up{job="{{args.job}}",rev="{{revision}}"}"#.into(),
+                threshold: "> 0".into(),
+                ..Default::default()
+            }),
+            webhook: None,
+        };
+        let mut r = reference("up", "up", &[]);
+        r.component = Some("api".into());
+        let g = instantiate(&r, &spec).unwrap();
+        let GateSpec::Prometheus(p) = g else {
+            panic!("not prometheus")
+        };
+        assert_eq!(p.query, r#"up{job="api",rev="{{revision}}"}"#);
+        assert_eq!(p.name, "up");
+        let mut bad = spec.clone();
+        bad.prometheus.as_mut().unwrap().threshold = "about 3".into();
+        assert!(
+            instantiate(&r, &bad)
+                .unwrap_err()
+                .starts_with("prometheus.threshold")
+        );
+        let mut neither = spec;
+        neither.prometheus = None;
+        assert!(
+            instantiate(&r, &neither)
+                .unwrap_err()
+                .contains("exactly one gate")
+        );
+    }
+}

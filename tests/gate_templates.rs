@@ -1,0 +1,373 @@
+//! Template gates and per-component gates with the real operator on the local
+//! cluster: the gates are webhooks served by the test on 127.0.0.1, which
+//! records every request (path and body) it receives.
+
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::pedantic
+)]
+
+mod support;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use releaseplan::api::Phase;
+use releaseplan::api::revision::template_hash;
+use releaseplan::api::template::{ClusterGateTemplate, GateTemplate};
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::fixtures::{plan, template, web};
+use support::plans::{self, condition, create, plan_events, request, set_components, wait_phase};
+use support::servers::serve;
+use support::{Harness, wait_until};
+
+/// Long enough for a step under load; gates are called every 10s.
+const T: Duration = Duration::from_secs(120);
+
+/// One request a gate made: when, its path and its JSON body.
+#[derive(Clone, Debug)]
+struct Call {
+    at: Instant,
+    path: String,
+    body: Value,
+}
+
+type Calls = Arc<Mutex<Vec<Call>>>;
+
+async fn record(State(calls): State<Calls>, Path(path): Path<String>, body: String) -> StatusCode {
+    calls.lock().unwrap().push(Call {
+        at: Instant::now(),
+        path: format!("/{path}"),
+        body: serde_json::from_str(&body).unwrap_or(Value::Null),
+    });
+    StatusCode::OK
+}
+
+/// A webhook server on 127.0.0.1 that answers 200 to every POST and records it.
+async fn hooks() -> (SocketAddr, Calls) {
+    let calls: Calls = Arc::default();
+    let addr = serve(
+        Router::new()
+            .route("/{*path}", post(record))
+            .with_state(calls.clone()),
+    )
+    .await;
+    (addr, calls)
+}
+
+fn paths(calls: &Calls) -> Vec<String> {
+    calls
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| c.path.clone())
+        .collect()
+}
+
+fn hook_template(kind: &str, name: &str, url: &str) -> Value {
+    json!({
+        "apiVersion": "releaseplan.io/v1alpha1",
+        "kind": kind,
+        "metadata": { "name": name },
+        "spec": {
+            "parameters": [{ "name": "suite" }, { "name": "region", "default": "eu" }],
+            "webhook": { "name": "smoke", "url": url, "timeoutSeconds": 5, "retries": 0 }
+        }
+    })
+}
+
+fn hash_of(t: &Value) -> String {
+    let t: PodTemplateSpec = serde_json::from_value(t.clone()).unwrap();
+    template_hash(&t)
+}
+
+/// A template gate is called with its arguments in the URL; edited while its
+/// step runs, the gate keeps the content read at the step's start (also
+/// recorded in status), and the next step reads the template anew.
+#[tokio::test]
+async fn a_template_gate_runs_with_its_args_and_keeps_its_content_for_the_step() {
+    let (h, _op) = Harness::with_operator("tmpl-args").await;
+    let (addr, calls) = hooks().await;
+    let templates: Api<GateTemplate> = Api::namespaced(h.client.clone(), &h.ns);
+    let t = hook_template(
+        "GateTemplate",
+        "smoke",
+        &format!("http://{addr}/v1/{{{{args.suite}}}}/{{{{args.region}}}}"),
+    );
+    templates
+        .create(&PostParams::default(), &serde_json::from_value(t).unwrap())
+        .await
+        .unwrap();
+    let spec = json!({
+        "components": [web("shop:1", 1)],
+        "strategy": {"steps": [{"setWeight": 50}, {"pause": {}}]},
+        "health": {"templates": [{
+            "name": "smoke-checkout",
+            "templateRef": {"name": "smoke"},
+            "args": {"suite": "checkout"}
+        }]}
+    });
+    plans::create_stable(&h.client, &h.ns, "shop", spec).await;
+    // The first release passed the gate, called with the arguments in.
+    assert!(
+        paths(&calls).iter().all(|p| p == "/v1/checkout/eu") && !paths(&calls).is_empty(),
+        "{:?}",
+        paths(&calls)
+    );
+    let p = plans::get(&h.client, &h.ns, "shop").await.unwrap();
+    assert!(
+        p.status.unwrap().resolved_gates.is_empty(),
+        "nothing recorded once settled"
+    );
+
+    // A rollout held at its pause step (step 1) until promoted.
+    set_components(&h.client, &h.ns, "shop", json!([web("shop:2", 1)])).await;
+    let held = wait_until(T, "the rollout to hold at its pause step", || async {
+        let p = plans::get(&h.client, &h.ns, "shop").await?;
+        let s = p.status?;
+        (s.phase == Phase::RollingOut
+            && s.current_step == 1
+            && s.gates.iter().any(|g| g.verdict.as_str() == "Passed"))
+        .then_some(s)
+    })
+    .await;
+    let recorded = &held.resolved_gates;
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0].name, "smoke-checkout");
+    assert_eq!(recorded[0].step, 1);
+    assert_eq!(recorded[0].template_generation, Some(1));
+    let url = &recorded[0].template.webhook.as_ref().unwrap().url;
+    assert!(url.contains("/v1/"), "{url}");
+
+    // Edit the template mid-step: the running gate is unchanged.
+    let edited = Instant::now();
+    templates
+        .patch(
+            "smoke",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"webhook": {"url": format!("http://{addr}/v2/{{{{args.suite}}}}")}}})),
+        )
+        .await
+        .unwrap();
+    let after_edit = wait_until(T, "two gate calls after the template edit", || async {
+        let c: Vec<Call> = calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.at > edited)
+            .cloned()
+            .collect();
+        (c.len() >= 2).then_some(c)
+    })
+    .await;
+    assert!(
+        after_edit.iter().all(|c| c.path == "/v1/checkout/eu"),
+        "the edit reached the running step: {:?}",
+        after_edit.iter().map(|c| &c.path).collect::<Vec<_>>()
+    );
+    let s = plans::get(&h.client, &h.ns, "shop")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(s.current_step, 1);
+    assert_eq!(s.resolved_gates, held.resolved_gates, "the record is kept");
+
+    // The next step reads the template anew.
+    let promoted = Instant::now();
+    request(&h.client, &h.ns, "shop", "promote").await;
+    wait_phase(&h.client, &h.ns, "shop", Phase::Stable, T).await;
+    let later: Vec<String> = calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c.at > promoted)
+        .map(|c| c.path.clone())
+        .collect();
+    assert!(
+        later.iter().any(|p| p == "/v2/checkout"),
+        "the final step did not read the edited template: {later:?}"
+    );
+    assert_eq!(later.last().map(String::as_str), Some("/v2/checkout"));
+}
+
+/// A gate whose ClusterGateTemplate does not exist holds the rollout with
+/// `Stalled` (reason GateTemplateNotFound) and one Warning, without a hot
+/// loop; creating the template lets the rollout finish.
+#[tokio::test]
+async fn a_missing_template_stalls_until_it_is_created() {
+    let (h, op) = Harness::with_operator("tmpl-missing").await;
+    let (addr, calls) = hooks().await;
+    let name = format!("smoke-{}", h.ns);
+    let spec = json!({
+        "components": [web("shop:1", 1)],
+        "health": {"templates": [{
+            "name": "smoke",
+            "templateRef": {"kind": "ClusterGateTemplate", "name": name},
+            "args": {"suite": "cart", "region": "us"}
+        }]}
+    });
+    create(&h.client, &h.ns, &plan("shop", spec)).await;
+    // Stalled from the decision that starts the rollout; the gate's entry
+    // (and the Warning) from the next reconcile, the first of the step. Wait
+    // for the pod too: only the missing template holds the release then,
+    // and no pod event wakes the plan any more.
+    let stalled = wait_until(T, "the plan to be Stalled for its template", || async {
+        let p = plans::get(&h.client, &h.ns, "shop").await?;
+        let (status, reason, message) = condition(&p, "Stalled")?;
+        let s = p.status.as_ref()?;
+        let entry = s.gates.iter().any(|g| g.name == "smoke");
+        let ready = s.components.first()?.current_ready == 1;
+        (status == "True" && reason == "GateTemplateNotFound" && entry && ready)
+            .then_some((p, message))
+    })
+    .await;
+    let (p, message) = stalled;
+    assert!(
+        message.contains(&format!("gate smoke: ClusterGateTemplate {name} not found")),
+        "{message}"
+    );
+    let s = p.status.clone().unwrap();
+    assert_eq!(s.phase, Phase::RollingOut);
+    let gate = s
+        .gates
+        .iter()
+        .find(|g| g.name == "smoke")
+        .expect("a gate entry");
+    assert_eq!(gate.verdict.as_str(), "Pending");
+    assert!(gate.message.as_deref().unwrap().contains("not found"));
+    assert_eq!(condition(&p, "Ready").unwrap().0, "False");
+    assert_eq!(condition(&p, "Reconciling").unwrap().0, "False");
+
+    // No hot loop: a few reconciles at most while nothing changes.
+    let before = op.counter("releaseplan_reconcile_runs_total").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let runs = op.counter("releaseplan_reconcile_runs_total").await - before;
+    assert!(runs <= 5.0, "{runs} reconciles in 5s while stalled");
+    let warnings: Vec<_> = plan_events(&h.client, &h.ns, "shop")
+        .await
+        .into_iter()
+        .filter(|(reason, ..)| reason == "GateTemplateNotFound")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].1, "Warning");
+    // Published once: a repeat would have made the Event a series.
+    let events = Api::<Event>::namespaced(h.client.clone(), &h.ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let series: Vec<_> = events
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("GateTemplateNotFound"))
+        .map(|e| e.series.clone())
+        .collect();
+    assert_eq!(series, vec![None], "published more than once");
+    assert!(calls.lock().unwrap().is_empty());
+
+    // The template appears: the plan is woken and the rollout finishes.
+    let cluster: Api<ClusterGateTemplate> = Api::all(h.client.clone());
+    let t = hook_template(
+        "ClusterGateTemplate",
+        &name,
+        &format!("http://{addr}/{{{{args.suite}}}}/{{{{args.region}}}}"),
+    );
+    cluster
+        .create(&PostParams::default(), &serde_json::from_value(t).unwrap())
+        .await
+        .unwrap();
+    let p = wait_phase(&h.client, &h.ns, "shop", Phase::Stable, T).await;
+    assert_eq!(condition(&p, "Stalled").unwrap().0, "False");
+    assert_eq!(condition(&p, "Ready").unwrap().0, "True");
+    assert!(
+        paths(&calls).iter().any(|p| p == "/cart/us"),
+        "{:?}",
+        paths(&calls)
+    );
+    cluster
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+/// A gate that names a component is told that component and its new
+/// template hash; a gate that names none is told the first changed one.
+#[tokio::test]
+async fn a_per_component_gate_is_told_its_component_and_revision() {
+    let (h, _op) = Harness::with_operator("tmpl-component").await;
+    let (addr, calls) = hooks().await;
+    let templates: Api<GateTemplate> = Api::namespaced(h.client.clone(), &h.ns);
+    let t = hook_template(
+        "GateTemplate",
+        "smoke",
+        &format!("http://{addr}/tmpl/{{{{args.suite}}}}"),
+    );
+    templates
+        .create(&PostParams::default(), &serde_json::from_value(t).unwrap())
+        .await
+        .unwrap();
+    let worker =
+        |image: &str| json!({"name": "worker", "replicas": 1, "template": template(image)});
+    let spec = json!({
+        "components": [web("shop:1", 1), worker("worker:1")],
+        "health": {
+            "webhooks": [
+                {"name": "first", "url": format!("http://{addr}/first")},
+                {"name": "own-worker", "url": format!("http://{addr}/own"), "component": "worker"}
+            ],
+            "templates": [{
+                "name": "tmpl-worker",
+                "templateRef": {"name": "smoke"},
+                "args": {"suite": "w"},
+                "component": "worker"
+            }]
+        }
+    });
+    plans::create_stable(&h.client, &h.ns, "shop", spec).await;
+    // Both components change: a gate without component is told the first, web.
+    let start = Instant::now();
+    set_components(
+        &h.client,
+        &h.ns,
+        "shop",
+        json!([web("shop:2", 1), worker("worker:2")]),
+    )
+    .await;
+    wait_phase(&h.client, &h.ns, "shop", Phase::Stable, T).await;
+    let calls: Vec<Call> = calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c.at > start)
+        .cloned()
+        .collect();
+    let told = |path: &str| {
+        let c = calls
+            .iter()
+            .find(|c| c.path == path)
+            .unwrap_or_else(|| panic!("no call to {path}: {calls:?}"));
+        (
+            c.body["component"].as_str().unwrap_or_default().to_string(),
+            c.body["componentRevision"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        )
+    };
+    let web_hash = hash_of(&template("shop:2"));
+    let worker_hash = hash_of(&template("worker:2"));
+    assert_ne!(web_hash, worker_hash);
+    assert_eq!(told("/first"), ("web".to_string(), web_hash));
+    assert_eq!(told("/own"), ("worker".to_string(), worker_hash.clone()));
+    assert_eq!(told("/tmpl/w"), ("worker".to_string(), worker_hash));
+}
