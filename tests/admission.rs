@@ -1064,7 +1064,9 @@ fn invalid_cases() -> Vec<Case> {
         at(
             "spec.health.jobs",
             "job-gate-name-of-a-webhook",
-            &["health: job gate names must be unique across prometheus, webhooks and jobs gates"],
+            &[
+                "health: job gate names must be unique across prometheus, webhooks, templates and jobs gates",
+            ],
             |p| {
                 p["spec"]["health"] =
                     json!({ "webhooks": [webhook_gate("smoke")], "jobs": [job_gate("smoke")] });
