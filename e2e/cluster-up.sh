@@ -225,14 +225,23 @@ fi
 
 # ---------------------------------------------------------------- kwok stages
 # The upstream stages, with pod-ready and pod-complete made to skip pods that
-# carry the fault annotation, plus the fault stages of e2e/kwok/.
+# carry the fault annotation (and pod-complete the Job pods that the
+# job-finish stages end after a delay), plus the stages of e2e/kwok/.
 STAGE_SRC="$KWOK_BIN/../stage"
-exclude_faults() {
-  awk '{ print } /^    matchExpressions:$/ && !done {
-    print "    - key: '"'"'.metadata.annotations[\"kwok.releaseplan.io/fault\"]'"'"'"
-    print "      operator: '"'"'DoesNotExist'"'"'"
-    done = 1 }' "$1"
+# exclude FILE KEYS: FILE's stage, skipping pods annotated with any of the
+# space-separated KEYS.
+exclude() {
+  local file=$1
+  shift
+  awk -v keys="$*" '{ print } /^    matchExpressions:$/ && !done {
+    n = split(keys, k, " ")
+    for (i = 1; i <= n; i++) {
+      print "    - key: '"'"'.metadata.annotations[\"" k[i] "\"]'"'"'"
+      print "      operator: '"'"'DoesNotExist'"'"'"
+    }
+    done = 1 }' "$file"
 }
+JOB_KEYS="kwok.releaseplan.io/job-succeed-after kwok.releaseplan.io/job-fail-after"
 {
   for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
     pod/fast/pod-delete.yaml; do
@@ -241,12 +250,16 @@ exclude_faults() {
   done
   for f in pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml; do
     [ -f "$STAGE_SRC/$f" ] || die "kwok stage $STAGE_SRC/$f is missing: run 'make tools'"
-    echo "---"; exclude_faults "$STAGE_SRC/$f"
+    keys=kwok.releaseplan.io/fault
+    [ "$f" = pod/fast/pod-complete.yaml ] && keys="$keys $JOB_KEYS"
+    echo "---"; exclude "$STAGE_SRC/$f" "$keys"
   done
   for f in "$E2E_DIR"/kwok/*.yaml; do echo "---"; cat "$f"; done
 } >"$DIR/kwok/stages.yaml"
 [ "$(grep -c 'kwok.releaseplan.io/fault"' "$DIR/kwok/stages.yaml")" -ge 2 ] ||
   die "could not add the fault exclusion to the upstream pod stages (layout changed?)"
+[ "$(grep -c 'kwok.releaseplan.io/job-succeed-after"' "$DIR/kwok/stages.yaml")" -ge 2 ] ||
+  die "could not add the Job exclusion to the upstream pod-complete stage (layout changed?)"
 
 # ---------------------------------------------------------------- processes
 # Components are started through lib.sh (own process group, command recorded

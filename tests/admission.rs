@@ -69,6 +69,7 @@ fn full(name: &str) -> Value {
         "detectPodFailures": true,
         "prometheus": [prometheus_gate("errors")],
         "webhooks": [webhook_gate("smoke")],
+        "jobs": [job_gate("load")],
     });
     plan["spec"]["rollback"] = json!({ "automatic": false });
     plan["spec"]["paused"] = json!(true);
@@ -96,6 +97,26 @@ fn webhook_gate(name: &str) -> Value {
         "timeoutSeconds": 10,
         "retries": 2,
     })
+}
+
+fn job_gate(name: &str) -> Value {
+    json!({
+        "name": name,
+        "timeoutSeconds": 300,
+        "template": {
+            "metadata": {"labels": {"team": "qa"}},
+            "spec": {"backoffLimit": 1, "template": {"spec": {
+                "restartPolicy": "OnFailure",
+                "containers": [{"name": "load", "image": "hey:1", "args": ["-z", "30s"]}]
+            }}}
+        }
+    })
+}
+
+fn with_job(p: &mut Value, edit: impl Fn(&mut Value)) {
+    let mut g = job_gate("load");
+    edit(&mut g);
+    p["spec"]["health"] = json!({ "jobs": [g] });
 }
 
 /// The example of docs/api.md, in `examples/full.yaml`.
@@ -169,9 +190,12 @@ async fn accepts_minimal_and_full_plans_and_the_example() {
     assert_accepted(&api, &full("full"), Via::Create).await;
     assert_accepted(&api, &full("full-applied"), Via::Apply).await;
 
-    let mut ex = example("full.yaml");
-    ex["metadata"]["namespace"] = json!(ns);
-    assert_accepted(&api, &ex, Via::Apply).await;
+    for file in ["full.yaml", "job-gate.yaml"] {
+        let mut ex = example(file);
+        ex["metadata"]["namespace"] = json!(ns);
+        ex["metadata"]["name"] = json!(format!("example-{}", file.trim_end_matches(".yaml")));
+        assert_accepted(&api, &ex, Via::Apply).await;
+    }
 
     // Defaults are filled in by the API server, as docs/api.md says.
     let stored = api.get("minimal").await.expect("get minimal");
@@ -975,6 +999,78 @@ fn invalid_cases() -> Vec<Case> {
                 "greater than or equal to 1",
             ],
             |p| with_prometheus(p, |g| g["timeoutSeconds"] = json!(0)),
+        ),
+        case(
+            "job-gate-name-not-dns-label",
+            &["spec.health.jobs[0].name", "gate name must be a DNS label"],
+            |p| with_job(p, |g| g["name"] = json!("Load Test")),
+        ),
+        case(
+            "job-gate-without-template",
+            &["spec.health.jobs[0].template", "Required value"],
+            |p| {
+                with_job(p, |g| {
+                    g.as_object_mut().expect("gate").remove("template");
+                })
+            },
+        ),
+        case(
+            "job-gate-without-containers",
+            &[
+                "spec.health.jobs[0].template.spec.template.spec.containers",
+                "should have at least 1 items",
+            ],
+            |p| {
+                with_job(p, |g| {
+                    g["template"]["spec"]["template"]["spec"]["containers"] = json!([])
+                })
+            },
+        ),
+        case(
+            "job-gate-container-without-image",
+            &[
+                "spec.health.jobs[0].template.spec.template.spec.containers[0].image",
+                "Required value",
+            ],
+            |p| {
+                with_job(p, |g| {
+                    g["template"]["spec"]["template"]["spec"]["containers"][0]
+                        .as_object_mut()
+                        .expect("container")
+                        .remove("image");
+                })
+            },
+        ),
+        case(
+            "job-gate-restart-always",
+            &[
+                "spec.health.jobs[0].template.spec.template.spec.restartPolicy",
+                "Unsupported value",
+            ],
+            |p| {
+                with_job(p, |g| {
+                    g["template"]["spec"]["template"]["spec"]["restartPolicy"] = json!("Always")
+                })
+            },
+        ),
+        case(
+            "job-gate-timeout-zero",
+            &[
+                "spec.health.jobs[0].timeoutSeconds",
+                "greater than or equal to 1",
+            ],
+            |p| with_job(p, |g| g["timeoutSeconds"] = json!(0)),
+        ),
+        at(
+            "spec.health.jobs",
+            "job-gate-name-of-a-webhook",
+            &[
+                "health: job gate names must be unique across prometheus, webhooks, templates and jobs gates",
+            ],
+            |p| {
+                p["spec"]["health"] =
+                    json!({ "webhooks": [webhook_gate("smoke")], "jobs": [job_gate("smoke")] });
+            },
         ),
         case(
             "prometheus-gate-name-not-dns-label",

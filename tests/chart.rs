@@ -177,6 +177,7 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
             &["create", "delete", "list", "patch", "watch"],
         ),
         ("", "pods", &["list", "watch"]),
+        ("batch", "jobs", &["create", "delete", "list", "watch"]),
         ("events.k8s.io", "events", &["create", "patch"]),
     ]
     .iter()
@@ -1124,6 +1125,9 @@ async fn the_service_account_cannot_read_secrets() {
         ("patch", "apps", "controllerrevisions"),
         ("delete", "apps", "controllerrevisions"),
         ("list", "", "pods"),
+        ("watch", "batch", "jobs"),
+        ("create", "batch", "jobs"),
+        ("delete", "batch", "jobs"),
         ("create", "events.k8s.io", "events"),
         ("watch", "releaseplan.io", "gatetemplates"),
     ] {
@@ -1150,6 +1154,13 @@ async fn the_service_account_cannot_read_secrets() {
     );
     assert!(!may(c, "update", "apps", "deployments", Some(&apps)).await);
     assert!(!may(c, "get", "", "pods", Some(&apps)).await);
+    // Jobs of Job gates come from the cache and are never changed in place.
+    for verb in ["get", "patch", "update"] {
+        assert!(
+            !may(c, verb, "batch", "jobs", Some(&apps)).await,
+            "{verb} jobs"
+        );
+    }
     // Stored templates are never rewritten in place (their data is immutable).
     assert!(!may(c, "update", "apps", "controllerrevisions", Some(&apps)).await);
     assert!(!may(c, "create", "", "pods", Some(&apps)).await);

@@ -172,7 +172,11 @@ fn carries_the_cel_rules_and_bounds() {
         rules(schema_at(spec, &["strategy", "steps", "[]"])).len(),
         1
     );
-    assert_eq!(rules(schema_at(spec, &["health"])).len(), 2, "gate names");
+    assert_eq!(
+        rules(schema_at(spec, &["health"])).len(),
+        3,
+        "gate names, job gate names, template gate names"
+    );
     let prometheus = schema_at(spec, &["health", "prometheus", "[]"]);
     for field in ["name", "address", "threshold", "interval"] {
         assert_eq!(rules(schema_at(prometheus, &[field])).len(), 1, "{field}");
@@ -181,6 +185,19 @@ fn carries_the_cel_rules_and_bounds() {
     for field in ["name", "url"] {
         assert_eq!(rules(schema_at(webhook, &[field])).len(), 1, "{field}");
     }
+    let job = schema_at(spec, &["health", "jobs", "[]"]);
+    assert_eq!(rules(schema_at(job, &["name"])).len(), 1, "job gate name");
+    // The Job template: what the operator reads is typed, the rest kept as written.
+    let pod = schema_at(job, &["template", "spec", "template", "spec"]);
+    assert_eq!(pod.required, Some(vec!["containers".to_string()]));
+    assert_eq!(pod.x_kubernetes_preserve_unknown_fields, Some(true));
+    let containers = schema_at(pod, &["containers"]);
+    assert_eq!(
+        (containers.min_items, containers.max_items),
+        (Some(1), Some(i64::from(super::MAX_JOB_CONTAINERS)))
+    );
+    let restart = schema_at(pod, &["restartPolicy"]);
+    assert_eq!(restart.enum_.as_ref().map(Vec::len), Some(2));
 }
 
 #[test]

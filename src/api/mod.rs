@@ -32,6 +32,12 @@ pub const LABEL_PLAN: &str = "releaseplan.io/plan";
 pub const LABEL_COMPONENT: &str = "releaseplan.io/component";
 /// Pod, Deployment and ControllerRevision label: template hash of the component revision.
 pub const LABEL_REVISION: &str = "releaseplan.io/revision";
+/// Job label: name of the Job gate that runs it.
+pub const LABEL_GATE: &str = "releaseplan.io/gate";
+/// Job label: number of the rollout (`status.rolloutCount`) it belongs to.
+pub const LABEL_ROLLOUT: &str = "releaseplan.io/rollout";
+/// Job label: index of the step it judges (`status.currentStep`).
+pub const LABEL_STEP: &str = "releaseplan.io/step";
 /// Annotation through which the plugin asks for an action (promote, abort, ...).
 pub const ANNOTATION_REQUEST: &str = "releaseplan.io/request";
 
@@ -324,6 +330,7 @@ pub struct Pause {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(
     validation = Rule::new("self.prometheus.all(g, self.prometheus.exists_one(h, h.name == g.name)) && self.webhooks.all(g, self.webhooks.exists_one(h, h.name == g.name)) && self.prometheus.all(g, !self.webhooks.exists(h, h.name == g.name))").message("health: gate names must be unique across prometheus and webhooks gates"),
+    validation = Rule::new("!has(self.jobs) || self.jobs.all(g, self.jobs.exists_one(h, h.name == g.name) && !self.prometheus.exists(h, h.name == g.name) && !self.webhooks.exists(h, h.name == g.name) && !self.templates.exists(h, h.name == g.name))").message("health: job gate names must be unique across prometheus, webhooks, templates and jobs gates").field_path(".jobs"),
     validation = Rule::new("self.templates.all(g, self.templates.exists_one(h, h.name == g.name) && !self.prometheus.exists(h, h.name == g.name) && !self.webhooks.exists(h, h.name == g.name))").message("health: gate names must be unique across prometheus, webhooks and templates gates").field_path(".templates")
 )]
 #[serde(rename_all = "camelCase")]
@@ -354,6 +361,12 @@ pub struct Health {
     #[serde(default)]
     #[schemars(length(max = 8))]
     pub webhooks: Vec<WebhookGate>,
+
+    /// Job gates: a Kubernetes Job run once in every step, once the step's pods are
+    /// ready (smoke tests, load tests).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 4))]
+    pub jobs: Vec<JobGate>,
 
     /// Gates made from a GateTemplate or ClusterGateTemplate, with arguments. Each is
     /// read when a step starts and kept as read (`status.resolvedGates`) until the step
@@ -479,6 +492,89 @@ pub struct WebhookGate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 40))]
     pub component: Option<String>,
+}
+
+/// Default `timeoutSeconds` of a Job gate.
+pub const DEFAULT_JOB_TIMEOUT_SECONDS: i32 = 600;
+
+/// A gate that runs a Kubernetes Job once per step: it passes when the Job
+/// completes, fails when the Job fails or does not finish within
+/// `timeoutSeconds`. The Job is owned by the plan.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct JobGate {
+    /// Name of the gate, shown in status, events and metrics, and part of the Job's name.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("gate name must be a DNS label"))]
+    #[schemars(length(min = 1, max = 40))]
+    pub name: String,
+
+    /// The Job to run, as in a CronJob's `jobTemplate`: `metadata` (labels,
+    /// annotations) and a batch/v1 `spec`. Its containers get the environment
+    /// variables RELEASEPLAN_PLAN, RELEASEPLAN_NAMESPACE, RELEASEPLAN_COMPONENT,
+    /// RELEASEPLAN_COMPONENT_REVISION, RELEASEPLAN_REVISION, RELEASEPLAN_ROLLOUT,
+    /// RELEASEPLAN_STEP and RELEASEPLAN_WEIGHT. `restartPolicy` defaults to Never and
+    /// `backoffLimit` to 0.
+    #[schemars(schema_with = "job_template_schema")]
+    pub template: serde_json::Value,
+
+    /// Seconds the Job may run before the gate fails (also the Job's
+    /// `activeDeadlineSeconds` unless the template sets a shorter one). Default 600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub timeout_seconds: Option<i32>,
+}
+
+/// Most containers in a Job gate's pod template.
+pub const MAX_JOB_CONTAINERS: u32 = 16;
+
+/// The schema of a Job gate's template: the fields the operator reads are
+/// typed and checked (containers with a name and an image, `restartPolicy`
+/// Never or OnFailure), the rest of the JobSpec is kept as written
+/// (`x-kubernetes-preserve-unknown-fields`) and checked by the API server
+/// when the Job is created: the full JobSpec schema would double the CRD.
+fn job_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let open = |extra: serde_json::Value| {
+        let mut v =
+            serde_json::json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+        if let (Some(o), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {
+            o.extend(e);
+        }
+        v
+    };
+    let container = open(serde_json::json!({
+        "required": ["name", "image"],
+        "properties": {
+            "name": {"type": "string", "maxLength": 63, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+            "image": {"type": "string", "minLength": 1, "pattern": IMAGE_PATTERN},
+        },
+    }));
+    let pod_spec = open(serde_json::json!({
+        "required": ["containers"],
+        "properties": {
+            "restartPolicy": {"type": "string", "enum": ["Never", "OnFailure"]},
+            "containers": {"type": "array", "minItems": 1, "maxItems": MAX_JOB_CONTAINERS, "items": container},
+        },
+    }));
+    let pod_template = open(serde_json::json!({
+        "required": ["spec"],
+        "properties": {"metadata": open(serde_json::json!({})), "spec": pod_spec},
+    }));
+    let job_spec = open(serde_json::json!({
+        "required": ["template"],
+        "properties": {"template": pod_template},
+    }));
+    let mut schema = open(serde_json::json!({
+        "required": ["spec"],
+        "properties": {"metadata": open(serde_json::json!({})), "spec": job_spec},
+    }));
+    if let Some(o) = schema.as_object_mut() {
+        o.remove("x-kubernetes-preserve-unknown-fields");
+        o.insert(
+            "description".into(),
+            "The Job to run: metadata (labels, annotations) and a batch/v1 JobSpec.".into(),
+        );
+    }
+    schemars::Schema::try_from(schema).unwrap_or_default()
 }
 
 /// Rollback policy.

@@ -13,6 +13,7 @@ pub mod deployment;
 pub mod events;
 pub mod gates;
 pub mod index;
+pub mod jobs;
 pub mod observe;
 pub mod queue;
 pub mod templates;
@@ -35,6 +36,7 @@ use futures::{FutureExt, StreamExt, TryStreamExt};
 use gates::{GateRunner, GateWork};
 use index::PlanCache;
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -81,6 +83,15 @@ pub enum Error {
         /// The API server's answer.
         source: kube::Error,
     },
+    /// A Job of a Job gate could not be created or deleted. The gate waits
+    /// (its verdict comes from the Job); the reconcile is retried with backoff.
+    #[error("Job {name} (of a Job gate) could not be written: {source}")]
+    Job {
+        /// The Job.
+        name: String,
+        /// The API server's answer.
+        source: kube::Error,
+    },
     /// The reconcile panicked (a bug, ours or a dependency's). Caught so
     /// that one plan cannot take the process and every other plan down; it
     /// is retried with backoff and reported like any failure.
@@ -91,7 +102,7 @@ pub enum Error {
 impl Error {
     /// Every [`Error::kind`]: the failures metric exports each at 0 from the
     /// start, so `rate()` and `increase()` see the first failure of a kind.
-    pub const KINDS: [&'static str; 8] = [
+    pub const KINDS: [&'static str; 9] = [
         "api",
         "client",
         "conflict",
@@ -99,6 +110,7 @@ impl Error {
         "serialization",
         "refused",
         "template",
+        "job",
         "panic",
     ];
 
@@ -112,6 +124,7 @@ impl Error {
             Error::Json(_) => "serialization",
             Error::Refused(_) => "refused",
             Error::Template { .. } => "template",
+            Error::Job { .. } => "job",
             Error::Panic(_) => "panic",
         }
     }
@@ -161,6 +174,8 @@ pub struct Context {
     pub templates: PlanCache<ControllerRevision>,
     /// Cache of the pods of revision Deployments (labels and container states), by plan.
     pub pods: PlanCache<Pod>,
+    /// Cache of the Jobs of Job gates (labels and conditions), by plan.
+    pub jobs: PlanCache<Job>,
     /// Publishes Kubernetes Events beside the reconciles.
     pub events: Events,
     /// Metrics.
@@ -181,6 +196,8 @@ pub struct Context {
     fresh: Mutex<HashMap<ObjectRef<ReleasePlan>, Arc<ReleasePlan>>>,
     /// The last failed Deployment write per plan, until one succeeds.
     refusals: Mutex<HashMap<ObjectRef<ReleasePlan>, Refusal>>,
+    /// The Job creates the API server refused in a plan's last reconcile.
+    job_refusals: Mutex<HashMap<ObjectRef<ReleasePlan>, Vec<crate::gates::job::JobObs>>>,
 }
 
 /// Failures in a row of one plan and when it is retried.
@@ -242,6 +259,7 @@ impl Context {
     fn forget(&self, key: &ObjectRef<ReleasePlan>) {
         lock(&self.fresh).remove(key);
         lock(&self.refusals).remove(key);
+        lock(&self.job_refusals).remove(key);
         lock(&self.failures).remove(key);
         self.gates.observe(key, None);
     }
@@ -413,6 +431,7 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
             .collect(),
         pod_failures,
         gates,
+        jobs: observe_jobs(ctx, &key, &ns, &name, &uid),
         request,
         invalid_request,
         refusal: lock(&ctx.refusals).get(&key).cloned(),
@@ -457,6 +476,21 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
         decision = plan::decide(&obs, &templates);
     }
 
+    // The Jobs of Job gates: never before the Deployments were written, and
+    // a failure holds nothing else (the gate waits for its Job).
+    let jobs_done = if refusal.is_some() {
+        Ok(())
+    } else {
+        let mut refused = Vec::new();
+        let done = jobs::act(ctx, &plan, &ns, &decision.jobs, &mut refused).await;
+        if refused.is_empty() {
+            lock(&ctx.job_refusals).remove(&key);
+        } else {
+            lock(&ctx.job_refusals).insert(key.clone(), refused);
+        }
+        done
+    };
+
     // Stage 6: write status; events and metrics only for what was written.
     if plan.status.as_ref() != Some(&decision.status) {
         match write_status(&plans, &plan, &decision.status).await {
@@ -491,12 +525,35 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
     if let Some(r) = refusal {
         return Err(Error::Refused(r.deployment));
     }
-    recorded.and(pruned)?;
+    recorded.and(pruned).and(jobs_done)?;
 
     // Stage 7: one requeue, decided by the core; gate results wake the plan.
     Ok(decision
         .requeue_after
         .map_or_else(Action::await_change, Action::requeue))
+}
+
+/// The plan's Jobs from the cache, and the creates refused in its last
+/// reconcile for names the cache does not hold.
+fn observe_jobs(
+    ctx: &Context,
+    key: &ObjectRef<ReleasePlan>,
+    ns: &str,
+    name: &str,
+    uid: &str,
+) -> Vec<crate::gates::job::JobObs> {
+    let mut out: Vec<_> = plan_objects(&ctx.jobs, ns, name, uid)
+        .iter()
+        .map(|j| crate::gates::job::JobObs::of(j))
+        .collect();
+    if let Some(refused) = lock(&ctx.job_refusals).get(key) {
+        for r in refused {
+            if !out.iter().any(|j| j.name == r.name) {
+                out.push(r.clone());
+            }
+        }
+    }
+    out
 }
 
 /// Failure signals of pods of revisions being rolled out.
@@ -1071,6 +1128,7 @@ pub async fn run(
         trim::deployment,
     );
     let (pods, pod_stream) = owned_watch(scoped(&client, ns), "Pod", &liveness, trim::pod);
+    let (jobs, job_stream) = owned_watch(scoped(&client, ns), "Job", &liveness, trim::job);
     // Only ours (StatefulSets and DaemonSets keep theirs too): by the plan label.
     let (templates, template_stream) = owned_watch(
         scoped(&client, ns),
@@ -1104,6 +1162,7 @@ pub async fn run(
         deployments,
         templates,
         pods,
+        jobs,
         events,
         metrics,
         gates,
@@ -1113,6 +1172,7 @@ pub async fn run(
         failures: Mutex::new(HashMap::new()),
         fresh: Mutex::new(HashMap::new()),
         refusals: Mutex::new(HashMap::new()),
+        job_refusals: Mutex::new(HashMap::new()),
     });
     Controller::for_stream(plan_stream, plan_store)
         // Deployments and pods reach their plan through the plan label rather than
@@ -1124,6 +1184,11 @@ pub async fn run(
         .watches_stream(pod_stream, {
             let wake = wakes(&queue);
             move |pod: Pod| wake(plan_of(&pod))
+        })
+        // A Job gate's Job that finishes (or appears, or goes) wakes its plan.
+        .watches_stream(job_stream, {
+            let wake = wakes(&queue);
+            move |j: Job| wake(plan_of(&j))
         })
         // A stored template that appears (the cache filling) or goes wakes its plan.
         .watches_stream(template_stream, {
@@ -1257,6 +1322,10 @@ mod tests {
             Error::Template {
                 name: "t".into(),
                 source: api,
+            },
+            Error::Job {
+                name: "j".into(),
+                source: kube::Error::LinesCodecMaxLineLengthExceeded,
             },
             Error::Panic("boom".into()),
         ];

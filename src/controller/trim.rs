@@ -7,6 +7,7 @@
 
 use crate::api::ReleasePlan;
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
+use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodStatus};
 use kube::ResourceExt;
 
@@ -62,6 +63,18 @@ fn containers(all: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
             ..ContainerStatus::default()
         })
         .collect()
+}
+
+/// A Job keeps its labels, owner references, creation time and status
+/// conditions: what a Job gate reads. Its spec (a whole pod template) is not.
+pub fn job(j: &mut Job) {
+    j.managed_fields_mut().clear();
+    j.annotations_mut().clear();
+    j.spec = None;
+    j.status = j.status.take().map(|s| JobStatus {
+        conditions: s.conditions,
+        ..JobStatus::default()
+    });
 }
 
 /// A ControllerRevision keeps everything but managedFields: its data is the

@@ -9,6 +9,7 @@
 
 pub mod access;
 pub(crate) mod http;
+pub mod job;
 pub mod outbound;
 pub mod pods;
 pub mod prometheus;

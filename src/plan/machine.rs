@@ -115,7 +115,8 @@ impl Facts {
                 obs.gates
                     .iter()
                     .any(|st| st.name == g.name() && st.verdict == Verdict::Passed)
-            });
+            })
+            && super::job_gates(obs, target).all(|g| g.verdict == Verdict::Passed);
         let mut facts = Facts {
             new_generation: s.observed_generation != Some(obs.generation),
             revision_changed: s.current_revision.as_deref() != Some(target.revision.as_str()),
@@ -541,6 +542,16 @@ pub fn requeue_after(
             if !facts.step_ready {
                 let left = target.progress_deadline.saturating_sub(facts.step_age);
                 next = next.min(left + Duration::from_secs(1));
+            }
+            // A running Job gate times out then (finished Jobs wake the plan).
+            if let Some(left) = crate::gates::job::next_timeout(
+                &obs.plan,
+                &target.jobs,
+                &obs.status,
+                &obs.jobs,
+                obs.now,
+            ) {
+                next = next.min(left + Duration::from_millis(500));
             }
             Some(next.max(Duration::from_millis(500)))
         }

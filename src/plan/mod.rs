@@ -26,6 +26,7 @@ pub use spec::SpecError;
 
 use crate::api::template::ResolvedGate;
 use crate::gates::GateSpec;
+use crate::gates::job::{self as jobs, JobGateSpec, JobIntents, JobObs};
 use crate::gates::template::{ProblemKind, Resolution, TemplateProblem};
 use steps::{CurrentStep, Step};
 
@@ -74,6 +75,8 @@ pub struct Target {
     /// The configured health gates, parsed (the gate runner evaluates them):
     /// the plan's own, then the template gates that could be resolved.
     pub gates: Vec<GateSpec>,
+    /// The Job gates, parsed (the core judges their Jobs).
+    pub jobs: Vec<JobGateSpec>,
     /// The component each gate that names one judges, by gate name; the
     /// others judge the first component that changes.
     pub gate_components: BTreeMap<String, String>,
@@ -86,7 +89,7 @@ pub struct Target {
 impl Target {
     /// Validates a spec and computes its revisions.
     pub fn from_spec(spec: &ReleasePlanSpec) -> Result<Self, SpecError> {
-        let spec::Checked { steps, gates } = spec::check_spec(spec)?;
+        let spec::Checked { steps, gates, jobs } = spec::check_spec(spec)?;
         let components: Vec<TargetComponent> = spec
             .components
             .iter()
@@ -112,6 +115,7 @@ impl Target {
             paused: spec.paused,
             revision_history_limit: spec.revision_history_limit(),
             gates,
+            jobs,
             gate_components: spec::gate_components(spec),
             template_gates: Vec::new(),
             template_problems: Vec::new(),
@@ -270,6 +274,8 @@ pub struct Observation {
     /// the plan's gates, else the persisted `status.gates`. Which of them
     /// count is the core's call ([`step_gates`]).
     pub gates: Vec<GateStatus>,
+    /// The plan's Jobs (of Job gates).
+    pub jobs: Vec<JobObs>,
     /// A request not yet acknowledged.
     pub request: Option<Request>,
     /// A request annotation not yet acknowledged that is not a valid request.
@@ -335,6 +341,8 @@ pub struct Decision {
     pub deployments: Vec<DeploymentIntent>,
     /// Deployments to delete (pruned history, removed components).
     pub delete: Vec<String>,
+    /// Jobs of Job gates to create and delete.
+    pub jobs: JobIntents,
     /// Events to record.
     pub events: Vec<EventIntent>,
     /// Look again after this long even if nothing changes.
@@ -369,8 +377,26 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
     let mut status = apply_cause(obs, target, &facts, phase, &cause);
     let (deployments, delete) = desired::intents(obs, target, &status, templates);
     status.components = desired::component_status(obs, target, &status, &deployments);
+    let jobs = jobs::intents(
+        &obs.plan,
+        &target.jobs,
+        &obs.status,
+        &status,
+        &obs.jobs,
+        facts.step_ready,
+        obs.deleting,
+    );
     let mut events = machine::events(obs, target, &facts, phase, &cause);
     events.extend(gate_events(&obs.status.gates, &status.gates));
+    if obs.status.phase == Phase::RollingOut {
+        // A Job gate's verdict usually ends its step at once (its Job starts
+        // when the step's pods are ready), which clears status.gates: its
+        // verdict is still news.
+        let ended: Vec<GateStatus> = job_gates(obs, target)
+            .filter(|g| !status.gates.iter().any(|s| s.name == g.name))
+            .collect();
+        events.extend(gate_events(&obs.status.gates, &ended));
+    }
     events.extend(template_events(target, &obs.status, &status));
     if let Some(req) = &obs.request
         && facts.request_ignored
@@ -407,6 +433,7 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
         status,
         deployments,
         delete,
+        jobs,
         events,
         requeue_after,
         finalize,
@@ -544,6 +571,7 @@ fn invalid_spec(obs: &Observation, e: &SpecError) -> Decision {
         status,
         deployments: Vec::new(),
         delete: Vec::new(),
+        jobs: JobIntents::default(),
         events,
         requeue_after: None,
         // A plan whose spec is broken holds no rollout worth protecting.
@@ -563,7 +591,19 @@ pub(crate) fn step_gates(obs: &Observation, target: &Target) -> Vec<GateStatus> 
         .iter()
         .filter(|g| target.gates.iter().any(|t| t.name() == g.name))
         .cloned()
+        .chain(job_gates(obs, target))
         .collect()
+}
+
+/// The verdicts of the Job gates in the current step, from the observed Jobs.
+pub(crate) fn job_gates<'a>(
+    obs: &'a Observation,
+    target: &'a Target,
+) -> impl Iterator<Item = GateStatus> + 'a {
+    target
+        .jobs
+        .iter()
+        .map(|g| jobs::verdict(&obs.plan, g, &obs.status, &obs.jobs, obs.now))
 }
 
 /// Folds the machine's cause into the next status.

@@ -6,6 +6,7 @@
 
 use super::steps::{Step, parse_steps};
 use crate::api::{Component, ReleasePlanSpec};
+use crate::gates::job::JobGateSpec;
 use crate::gates::{GateSpec, GateSpecError};
 use k8s_openapi::api::core::v1::Container;
 use std::collections::BTreeMap;
@@ -48,6 +49,8 @@ pub struct Checked {
     pub steps: Vec<Step>,
     /// The health gates, Prometheus gates first, then webhooks.
     pub gates: Vec<GateSpec>,
+    /// The Job gates.
+    pub jobs: Vec<JobGateSpec>,
 }
 
 /// Validates what the state machine relies on and parses steps, thresholds
@@ -74,7 +77,21 @@ pub fn check_spec(spec: &ReleasePlanSpec) -> Result<Checked, SpecError> {
     check_gate_components(spec)?;
     let gates = GateSpec::all(&spec.health)?;
     let steps = parse_steps(&spec.strategy.steps)?;
-    Ok(Checked { steps, gates })
+    let mut jobs = Vec::with_capacity(spec.health.jobs.len());
+    for (i, g) in spec.health.jobs.iter().enumerate() {
+        let job = JobGateSpec::parse(g)
+            .map_err(|(field, message)| err(format!("spec.health.jobs[{i}].{field}"), message))?;
+        if gates.iter().any(|o| o.name() == job.name)
+            || jobs.iter().any(|o: &JobGateSpec| o.name == job.name)
+        {
+            return Err(err(
+                format!("spec.health.jobs[{i}].name"),
+                format!("duplicate gate name {:?}", job.name),
+            ));
+        }
+        jobs.push(job);
+    }
+    Ok(Checked { steps, gates, jobs })
 }
 
 /// The component each gate that names one judges, by gate name.

@@ -107,6 +107,7 @@ fn observe(
         }],
         pod_failures: Vec::new(),
         gates,
+        jobs: Vec::new(),
         request: None,
         invalid_request: None,
         refusal: None,

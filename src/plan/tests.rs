@@ -76,6 +76,10 @@ struct Sim {
     finalized: bool,
     events: Vec<EventIntent>,
     last: Option<Decision>,
+    /// Jobs of Job gates; created Running, finished by the test.
+    jobs: Vec<JobObs>,
+    /// Every Job ever created, by name.
+    jobs_created: Vec<String>,
 }
 
 impl Sim {
@@ -94,6 +98,8 @@ impl Sim {
             finalized: false,
             events: Vec::new(),
             last: None,
+            jobs: Vec::new(),
+            jobs_created: Vec::new(),
         }
     }
 
@@ -143,6 +149,7 @@ impl Sim {
             revisions,
             pod_failures,
             gates,
+            jobs: self.jobs.clone(),
             request: self.request.clone(),
             invalid_request: None,
             refusal: None,
@@ -198,6 +205,18 @@ impl Sim {
         for name in &d.delete {
             self.deployments.remove(name);
         }
+        for j in &d.jobs.create {
+            if !self.jobs.iter().any(|o| o.name == j.name) {
+                self.jobs_created.push(j.name.clone());
+                self.jobs.push(JobObs {
+                    name: j.name.clone(),
+                    rollout: j.rollout,
+                    created: Some(self.now),
+                    state: jobs::JobState::Running,
+                });
+            }
+        }
+        self.jobs.retain(|j| !d.jobs.delete.contains(&j.name));
         self.events.extend(d.events.iter().cloned());
         if d.finalize {
             self.finalized = true;
@@ -1261,6 +1280,7 @@ proptest! {
             }).collect(),
             pod_failures: vec![],
             gates: vec![],
+            jobs: vec![],
             request: None,
             invalid_request: None,
             refusal: None,
@@ -1298,4 +1318,129 @@ fn only_the_current_steps_gates_of_the_spec_count() {
     let d = decide(&obs, &sim.templates());
     assert!(d.status.gates.is_empty());
     sim.apply(&d);
+}
+
+mod job_gates {
+    use super::*;
+    use crate::api::JobGate;
+    use crate::gates::job::JobState;
+
+    fn job_spec(timeout: i32) -> ReleasePlanSpec {
+        let mut s = spec(vec![component("web", "v1", 4)], vec![weight(50)]);
+        s.health.jobs = vec![JobGate {
+            name: "smoke".into(),
+            template: json!({"spec": {"template": {"spec": {"containers": [{"name": "t", "image": "curl"}]}}}}),
+            timeout_seconds: Some(timeout),
+        }];
+        s
+    }
+
+    /// Finishes every running Job with `state`.
+    fn finish(sim: &mut Sim, state: &JobState) {
+        for j in &mut sim.jobs {
+            if j.state == JobState::Running {
+                j.state = state.clone();
+            }
+        }
+    }
+
+    /// Reconciles (pods ready, Jobs finishing with `state`) until settled.
+    fn settle_with(sim: &mut Sim, state: &JobState) {
+        for _ in 0..50 {
+            let before = (sim.status.clone(), sim.replicas(), sim.jobs.clone());
+            sim.reconcile();
+            sim.pods_ready();
+            finish(sim, state);
+            sim.advance(1);
+            if (sim.status.clone(), sim.replicas(), sim.jobs.clone()) == before {
+                return;
+            }
+        }
+    }
+
+    #[test]
+    fn one_job_per_step_and_the_step_waits_for_it() {
+        let mut sim = Sim::new(job_spec(60));
+        settle_with(&mut sim, &JobState::Complete);
+        assert_eq!(sim.status.phase, Phase::Stable);
+        // The first release runs the final step only: one Job.
+        assert_eq!(sim.jobs_created.len(), 1);
+        sim.change_image("web", "v2");
+        // Pods ready, the Job runs: the step holds.
+        for _ in 0..5 {
+            sim.reconcile();
+            sim.pods_ready();
+            sim.advance(1);
+        }
+        assert_eq!(sim.status.phase, Phase::RollingOut);
+        assert_eq!(sim.status.current_step, 0);
+        assert_eq!(sim.jobs_created.len(), 2, "{:?}", sim.jobs_created);
+        settle_with(&mut sim, &JobState::Complete);
+        assert_eq!(sim.status.phase, Phase::Stable);
+        // Steps 0 and 1 of the second rollout: one Job each, none twice.
+        assert_eq!(sim.jobs_created.len(), 3, "{:?}", sim.jobs_created);
+        let set: BTreeSet<_> = sim.jobs_created.iter().collect();
+        assert_eq!(set.len(), 3);
+        // The first rollout's Job was deleted, the second's are kept.
+        assert_eq!(sim.jobs.len(), 2);
+        assert!(sim.jobs.iter().all(|j| j.rollout == 2));
+        // Each pass is news, though it ends its step at once.
+        let passed = sim
+            .events
+            .iter()
+            .filter(|e| e.reason == EventReason::GatePassed && e.message.starts_with("gate smoke:"))
+            .count();
+        assert_eq!(passed, 3);
+    }
+
+    #[test]
+    fn a_failed_job_rolls_back() {
+        let mut sim = Sim::new(job_spec(60));
+        settle_with(&mut sim, &JobState::Complete);
+        sim.change_image("web", "v2");
+        let failed = JobState::Failed {
+            reason: "BackoffLimitExceeded".into(),
+            message: "Job has reached the specified backoff limit".into(),
+        };
+        settle_with(&mut sim, &failed);
+        assert_eq!(sim.status.phase, Phase::RolledBack);
+        let f = sim.status.failure.clone().unwrap();
+        assert_eq!(f.gate, "smoke");
+        assert!(f.message.contains("BackoffLimitExceeded"), "{}", f.message);
+        assert!(
+            sim.events
+                .iter()
+                .any(|e| e.reason == EventReason::RollbackStarted)
+        );
+    }
+
+    #[test]
+    fn a_job_that_runs_too_long_rolls_back() {
+        let mut sim = Sim::new(job_spec(30));
+        settle_with(&mut sim, &JobState::Complete);
+        sim.change_image("web", "v2");
+        let mut timeout_seen = None;
+        for _ in 0..80 {
+            let d = sim.reconcile();
+            sim.pods_ready();
+            if sim.status.phase != Phase::RollingOut {
+                break;
+            }
+            // The core asks to be woken at the timeout.
+            if let Some(r) = d.requeue_after {
+                timeout_seen = Some(r);
+            }
+            sim.advance(1);
+        }
+        assert!(timeout_seen.is_some());
+        assert_ne!(sim.status.phase, Phase::RollingOut);
+        let f = sim.status.failure.clone().unwrap();
+        assert!(
+            f.message.contains("did not finish within 30s"),
+            "{}",
+            f.message
+        );
+        // The running Job was deleted.
+        assert!(sim.jobs.iter().all(|j| j.state != JobState::Running));
+    }
 }

@@ -106,6 +106,12 @@ true
 - apiGroups: ["apps"]
   resources: ["controllerrevisions"]
   verbs: ["list", "watch", "create", "patch", "delete"]
+# The Jobs of Job gates: cached (list, watch; never read one by one),
+# created with a fixed name (create), deleted once an earlier step's or
+# rollout's (delete). Never changed in place.
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["list", "watch", "create", "delete"]
 # Cached (list, watch) for the pod health checks.
 - apiGroups: [""]
   resources: ["pods"]

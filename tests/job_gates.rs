@@ -1,0 +1,370 @@
+//! Job gates against the real control plane: the Job controller of the test
+//! cluster's kube-controller-manager runs the Jobs, kwok finishes their pods
+//! after the delay their annotation asks for (e2e/kwok/job-finish.yaml), and
+//! the garbage collector removes them with their plan.
+
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::pedantic
+)]
+
+mod support;
+
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, Client, ResourceExt};
+use releaseplan::api::{LABEL_GATE, LABEL_PLAN, LABEL_ROLLOUT, LABEL_STEP, Phase, ReleasePlan};
+use serde_json::{Value, json};
+use std::time::Duration;
+use support::fixtures::{plan, web};
+use support::plans::{self, create, plan_events, wait_phase};
+use support::{Harness, wait_until};
+
+/// Bound of every wait: generous, the machine is shared; the product's own
+/// timeouts (the gate's `timeoutSeconds`) are far below it.
+const T: Duration = Duration::from_secs(180);
+
+/// A Job gate named `smoke` whose pod kwok finishes with `outcome`
+/// (`succeed` or `fail`) after `after`.
+fn smoke(outcome: &str, after: &str, timeout: i32) -> Value {
+    json!({
+        "name": "smoke",
+        "timeoutSeconds": timeout,
+        "template": {
+            "metadata": {"labels": {"team": "qa"}},
+            "spec": {"template": {
+                "metadata": {"annotations": {format!("kwok.releaseplan.io/job-{outcome}-after"): after}},
+                "spec": {"containers": [{"name": "smoke", "image": "curlimages/curl:8",
+                    "args": ["http://web.shop/healthz"]}]}
+            }}
+        }
+    })
+}
+
+fn spec(image: &str, gate: Value) -> Value {
+    json!({
+        "components": [web(image, 2)],
+        "strategy": {"steps": [{"setWeight": 50}]},
+        "health": {"jobs": [gate]}
+    })
+}
+
+/// The plan's Jobs: (rollout, step, name, finished as Complete/Failed/"").
+async fn jobs(client: &Client, ns: &str, plan: &str) -> Vec<(String, String, String, String)> {
+    let list = Api::<Job>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("{LABEL_PLAN}={plan},{LABEL_GATE}=smoke")))
+        .await
+        .expect("cannot list Jobs");
+    let mut out: Vec<_> = list
+        .items
+        .iter()
+        .map(|j| {
+            let l = j.labels();
+            let state = j
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| {
+                    c.iter().find(|c| {
+                        (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True"
+                    })
+                })
+                .map(|c| c.type_.clone())
+                .unwrap_or_default();
+            (
+                l.get(LABEL_ROLLOUT).cloned().unwrap_or_default(),
+                l.get(LABEL_STEP).cloned().unwrap_or_default(),
+                j.name_any(),
+                state,
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Waits until the plan settles (Stable or RolledBack) at its generation.
+async fn settled(client: &Client, ns: &str, name: &str) -> ReleasePlan {
+    wait_until(T, "the rollout to settle", || async {
+        let p = plans::get(client, ns, name).await?;
+        let s = p.status.as_ref()?;
+        (matches!(s.phase, Phase::Stable | Phase::RolledBack)
+            && s.observed_generation == p.metadata.generation)
+            .then_some(p.clone())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_passing_job_gate_runs_one_job_per_step_and_goes_with_the_plan() {
+    let (Harness { client, ns }, _op) = Harness::with_operator("job-pass").await;
+    create(
+        &client,
+        &ns,
+        &plan("shop", spec("shop:1", smoke("succeed", "2s", 120))),
+    )
+    .await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    // The first release goes to 100% at once: one Job, for its final step.
+    let first = jobs(&client, &ns, "shop").await;
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(
+        (
+            first[0].0.as_str(),
+            first[0].1.as_str(),
+            first[0].3.as_str()
+        ),
+        ("1", "1", "Complete")
+    );
+
+    plans::set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
+    let p = settled(&client, &ns, "shop").await;
+    let s = p.status.clone().unwrap();
+    assert_eq!(s.phase, Phase::Stable, "{:?}", s.message);
+    assert_eq!(s.history.last().unwrap().outcome, "Promoted");
+    // One Job per step of the second rollout, each complete; the first
+    // rollout's Job is deleted.
+    let second = jobs(&client, &ns, "shop").await;
+    let steps: Vec<(&str, &str, &str)> = second
+        .iter()
+        .map(|(r, s, _, st)| (r.as_str(), s.as_str(), st.as_str()))
+        .collect();
+    assert_eq!(
+        steps,
+        [("2", "0", "Complete"), ("2", "1", "Complete")],
+        "{second:?}"
+    );
+
+    // The Job is the template's, told about the rollout, and owned by the plan.
+    let job = Api::<Job>::namespaced(client.clone(), &ns)
+        .get(&second[0].2)
+        .await
+        .unwrap();
+    assert_eq!(job.labels().get("team").map(String::as_str), Some("qa"));
+    let owner = &job.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("ReleasePlan", "shop")
+    );
+    assert_eq!(owner.uid, p.uid().unwrap());
+    let spec = job.spec.unwrap();
+    assert_eq!(spec.backoff_limit, Some(0));
+    assert_eq!(spec.active_deadline_seconds, Some(120));
+    let pod = spec.template.spec.unwrap();
+    let env: Vec<(String, String)> = pod.containers[0]
+        .env
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.name, e.value.unwrap_or_default()))
+        .collect();
+    let var = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(var("RELEASEPLAN_PLAN").as_deref(), Some("shop"));
+    assert_eq!(var("RELEASEPLAN_NAMESPACE"), Some(ns.clone()));
+    assert_eq!(var("RELEASEPLAN_COMPONENT").as_deref(), Some("web"));
+    assert_eq!(var("RELEASEPLAN_REVISION"), s.current_revision.clone());
+    assert_eq!(
+        var("RELEASEPLAN_COMPONENT_REVISION"),
+        s.components[0].current_hash.clone()
+    );
+    assert_eq!(var("RELEASEPLAN_ROLLOUT").as_deref(), Some("2"));
+    assert_eq!(var("RELEASEPLAN_STEP").as_deref(), Some("0"));
+    assert_eq!(var("RELEASEPLAN_WEIGHT").as_deref(), Some("50"));
+    // Measured, not asserted (the machine is shared): from the last Job's
+    // completion to the promotion the operator wrote.
+    let last = Api::<Job>::namespaced(client.clone(), &ns)
+        .get(&second[1].2)
+        .await
+        .unwrap();
+    let completed = last
+        .status
+        .as_ref()
+        .and_then(|s| s.completion_time.as_ref());
+    if let (Some(c), Some(p)) = (completed, s.history.last().and_then(|h| h.finished_at)) {
+        let c = releaseplan::api::time::from_k8s(c);
+        eprintln!(
+            "job gate: Job complete -> plan promoted in {} ms (completionTime has 1 s resolution)",
+            (p - c).num_milliseconds()
+        );
+    }
+    let events = plan_events(&client, &ns, "shop").await;
+    assert!(
+        events
+            .iter()
+            .any(|(reason, _, note, _)| reason == "GatePassed" && note.contains("gate smoke: Job")),
+        "{events:?}"
+    );
+
+    // Deleting the plan deletes its Jobs (the garbage collector, by owner).
+    Api::<ReleasePlan>::namespaced(client.clone(), &ns)
+        .delete("shop", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_until(T, "the plan's Jobs to be deleted with it", || async {
+        jobs(&client, &ns, "shop").await.is_empty().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_failing_job_rolls_back() {
+    let (Harness { client, ns }, _op) = Harness::with_operator("job-fail").await;
+    create(
+        &client,
+        &ns,
+        &plan("shop", spec("shop:1", smoke("succeed", "1s", 120))),
+    )
+    .await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    plans::patch_spec(
+        &client,
+        &ns,
+        "shop",
+        spec("shop:2", smoke("fail", "2s", 120)),
+    )
+    .await;
+    let p = settled(&client, &ns, "shop").await;
+    let s = p.status.unwrap();
+    assert_eq!(s.phase, Phase::RolledBack, "{:?}", s.message);
+    let f = s.failure.unwrap();
+    assert_eq!(
+        (f.gate.as_str(), f.reason.as_str()),
+        ("smoke", "GateFailed")
+    );
+    assert!(
+        f.message.contains("failed: BackoffLimitExceeded"),
+        "{}",
+        f.message
+    );
+    // One Job for the failed step, failed; nothing started after it.
+    let all = jobs(&client, &ns, "shop").await;
+    let second: Vec<_> = all.iter().filter(|j| j.0 == "2").collect();
+    assert_eq!(second.len(), 1, "{all:?}");
+    assert_eq!(
+        (second[0].1.as_str(), second[0].3.as_str()),
+        ("0", "Failed")
+    );
+    let events = plan_events(&client, &ns, "shop").await;
+    assert!(
+        events
+            .iter()
+            .any(|(r, t, _, _)| r == "GateFailed" && t == "Warning"),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_job_past_its_timeout_rolls_back_and_is_deleted() {
+    let (Harness { client, ns }, _op) = Harness::with_operator("job-timeout").await;
+    create(
+        &client,
+        &ns,
+        &plan("shop", spec("shop:1", smoke("succeed", "1s", 120))),
+    )
+    .await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    // The Job would run for an hour; the gate allows 5 seconds.
+    plans::patch_spec(
+        &client,
+        &ns,
+        "shop",
+        spec("shop:2", smoke("succeed", "1h", 5)),
+    )
+    .await;
+    let p = settled(&client, &ns, "shop").await;
+    let s = p.status.unwrap();
+    assert_eq!(s.phase, Phase::RolledBack, "{:?}", s.message);
+    let f = s.failure.unwrap();
+    assert_eq!(f.gate, "smoke");
+    assert!(
+        f.message.contains("did not finish within 5s"),
+        "{}",
+        f.message
+    );
+    // The timed-out Job does not run on: deleted by the operator, or failed
+    // by the Job controller's activeDeadlineSeconds (the same timeout).
+    wait_until(T, "the timed-out Job to stop", || async {
+        let all = jobs(&client, &ns, "shop").await;
+        all.iter()
+            .filter(|j| j.0 == "2")
+            .all(|j| j.3 == "Failed")
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_operator_restarted_while_the_job_runs_starts_no_second_job() {
+    let h = Harness::new("job-restart").await;
+    let (client, ns) = (h.client.clone(), h.ns.clone());
+    let mut op = h.operator().start().await;
+    create(
+        &client,
+        &ns,
+        &plan("shop", spec("shop:1", smoke("succeed", "1s", 120))),
+    )
+    .await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    plans::patch_spec(
+        &client,
+        &ns,
+        "shop",
+        spec("shop:2", smoke("succeed", "10s", 120)),
+    )
+    .await;
+    // The first step's Job runs...
+    let running = wait_until(T, "the first step's Job to run", || async {
+        let all = jobs(&client, &ns, "shop").await;
+        all.into_iter()
+            .find(|j| j.0 == "2" && j.1 == "0" && j.3.is_empty())
+    })
+    .await;
+    // ...when the operator dies, and another one takes over.
+    op.kill();
+    let _op = h.operator().start().await;
+    let p = settled(&client, &ns, "shop").await;
+    assert_eq!(p.status.as_ref().unwrap().phase, Phase::Stable);
+    let all = jobs(&client, &ns, "shop").await;
+    let step0: Vec<_> = all.iter().filter(|j| j.0 == "2" && j.1 == "0").collect();
+    assert_eq!(step0.len(), 1, "exactly one Job for the step: {all:?}");
+    assert_eq!(step0[0].2, running.2, "the same Job, adopted");
+    assert_eq!(step0[0].3, "Complete");
+}
+
+#[tokio::test]
+async fn a_job_the_api_server_refuses_rolls_back_with_its_answer() {
+    let (Harness { client, ns }, _op) = Harness::with_operator("job-refused").await;
+    create(
+        &client,
+        &ns,
+        &plan("shop", spec("shop:1", smoke("succeed", "1s", 120))),
+    )
+    .await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    // The CRD keeps the JobSpec as written; Job validation refuses a CPU
+    // request above its limit.
+    let mut gate = smoke("succeed", "1s", 120);
+    gate["template"]["spec"]["template"]["spec"]["containers"][0]["resources"] =
+        json!({"requests": {"cpu": "2"}, "limits": {"cpu": "1"}});
+    plans::patch_spec(&client, &ns, "shop", spec("shop:2", gate)).await;
+    let p = settled(&client, &ns, "shop").await;
+    let s = p.status.unwrap();
+    assert_eq!(s.phase, Phase::RolledBack, "{:?}", s.message);
+    let f = s.failure.unwrap();
+    assert_eq!(f.gate, "smoke");
+    assert!(
+        f.message
+            .contains("the API server refused Job shop-smoke-2-0-")
+            && f.message.contains("(HTTP 422)"),
+        "{}",
+        f.message
+    );
+    let all = jobs(&client, &ns, "shop").await;
+    assert!(
+        all.iter().all(|j| j.0 != "2"),
+        "no Job was created: {all:?}"
+    );
+}
