@@ -390,7 +390,7 @@ async fn every_dashboard_query_runs_on_a_real_prometheus_scraping_the_operator()
 
 #[tokio::test]
 async fn the_api_server_accepts_the_monitoring_objects_against_the_prometheus_operator_crds() {
-    let Harness { ns, .. } = Harness::new("monitoring").await;
+    let Harness { client, ns } = Harness::new("monitoring").await;
     let crds = cached("prometheus-operator-crds", "PROMETHEUS_OPERATOR_VERSION")
         .filter(|d| d.is_dir())
         .expect("the prometheus-operator CRDs: run `make tools`");
@@ -407,16 +407,21 @@ async fn the_api_server_accepts_the_monitoring_objects_against_the_prometheus_op
             ],
             None,
         );
-        run(
-            &kubectl_bin(),
-            &[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                &format!("crd/{kind}.monitoring.coreos.com"),
-            ],
-            None,
-        );
+        // Polled: `kubectl wait` right after the apply can find no
+        // conditions yet, and errors instead of waiting.
+        let crds: kube::Api<
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        > = kube::Api::all(client.clone());
+        let name = format!("{kind}.monitoring.coreos.com");
+        wait_until(T, &format!("{name} to be Established"), || async {
+            let crd = crds.get(&name).await.ok()?;
+            crd.status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+                .then_some(())
+        })
+        .await;
     }
     let objs = render(
         &ns,
