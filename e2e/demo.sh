@@ -35,8 +35,8 @@ e2e/cluster-up.sh "$NAME"
 . "$RUN/env"
 export PATH="$BIN:$PATH"   # kubectl finds kubectl-releaseplan as `kubectl releaseplan`
 
-say "installing the ReleasePlan CRD"
-kubectl apply --server-side -f crds/releaseplan.yaml
+say "installing the CRDs (ReleasePlan, GateTemplate, ClusterGateTemplate)"
+kubectl apply --server-side -f crds/releaseplan.yaml -f crds/gatetemplates.yaml
 for _ in $(seq 120); do
   est=$(kubectl get crd releaseplans.releaseplan.io \
     -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null || true)
