@@ -95,55 +95,20 @@ pub fn watch(
 ) {
     let (namespaced, ns_writer) = reflector::store();
     let (cluster, cluster_writer) = reflector::store();
-    let ns_plans = plans.clone();
-    let ns_stream = watcher(
+    let ns_stream = template_watch(
         scoped::<GateTemplate>(client, ns),
-        watcher::Config::default().any_semantic(),
-    )
-    .backoff(WatchBackoff::default())
-    .inspect(watched(liveness, "GateTemplate"))
-    .modify(|t: &mut GateTemplate| t.managed_fields_mut().clear())
-    .reflect(ns_writer)
-    .touched_objects()
-    .filter_map(ok_only)
-    .flat_map(move |t| {
-        let refs = t.map_or_else(
-            |_| Vec::new(),
-            |t| {
-                plans_referring(
-                    &ns_plans,
-                    TemplateKind::GateTemplate,
-                    t.namespace().as_deref(),
-                    &t.name_any(),
-                )
-            },
-        );
-        futures::stream::iter(refs)
-    });
-    let cluster_stream = watcher(
+        TemplateKind::GateTemplate,
+        ns_writer,
+        plans.clone(),
+        liveness,
+    );
+    let cluster_stream = template_watch(
         Api::<ClusterGateTemplate>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    )
-    .backoff(WatchBackoff::default())
-    .inspect(watched(liveness, "ClusterGateTemplate"))
-    .modify(|t: &mut ClusterGateTemplate| t.managed_fields_mut().clear())
-    .reflect(cluster_writer)
-    .touched_objects()
-    .filter_map(ok_only)
-    .flat_map(move |t| {
-        let refs = t.map_or_else(
-            |_| Vec::new(),
-            |t| {
-                plans_referring(
-                    &plans,
-                    TemplateKind::ClusterGateTemplate,
-                    None,
-                    &t.name_any(),
-                )
-            },
-        );
-        futures::stream::iter(refs)
-    });
+        TemplateKind::ClusterGateTemplate,
+        cluster_writer,
+        plans,
+        liveness,
+    );
     (
         TemplateCaches {
             namespaced,
@@ -151,4 +116,39 @@ pub fn watch(
         },
         futures::stream::select(ns_stream, cluster_stream),
     )
+}
+
+/// A cached watch of one template kind (managedFields dropped), and the
+/// stream of the plans each change wakes. A cluster-scoped template has no
+/// namespace, which [`plans_referring`] reads as "plans of any namespace".
+fn template_watch<K>(
+    api: Api<K>,
+    kind: TemplateKind,
+    writer: reflector::store::Writer<K>,
+    plans: Store<ReleasePlan>,
+    liveness: &Arc<Liveness>,
+) -> impl Stream<Item = ObjectRef<ReleasePlan>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    watcher(api, watcher::Config::default().any_semantic())
+        .backoff(WatchBackoff::default())
+        .inspect(watched(liveness, kind.as_str()))
+        .modify(|t: &mut K| t.managed_fields_mut().clear())
+        .reflect(writer)
+        .touched_objects()
+        .filter_map(ok_only)
+        .flat_map(move |t| {
+            let refs = t.map_or_else(
+                |_| Vec::new(),
+                |t| plans_referring(&plans, kind, t.namespace().as_deref(), &t.name_any()),
+            );
+            futures::stream::iter(refs)
+        })
 }
