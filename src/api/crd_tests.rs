@@ -172,7 +172,11 @@ fn carries_the_cel_rules_and_bounds() {
         schema_at(component, &["template"]).required,
         Some(vec!["spec".to_string()])
     );
-    assert_eq!(rules(schema_at(spec, &["strategy"])).len(), 1, "weights");
+    assert_eq!(
+        rules(schema_at(spec, &["strategy"])).len(),
+        2,
+        "weights, blue-green without steps"
+    );
     assert_eq!(
         rules(schema_at(spec, &["strategy", "steps", "[]"])).len(),
         1
