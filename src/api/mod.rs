@@ -215,6 +215,13 @@ pub struct Traffic {
     #[schemars(length(min = 1, max = 63))]
     pub canary_service: Option<String>,
 
+    /// Seconds a revision keeps its pods after the routes and Services stopped sending it
+    /// requests: routers and kube-proxy apply a change a moment after it is written, and
+    /// requests in flight finish. Default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub drain_seconds: Option<i32>,
+
     /// A Gateway API HTTPRoute (gateway.networking.k8s.io/v1) splitting requests between
     /// the two Services by the steps' weights. The operator generates and owns it.
     #[serde(
@@ -958,6 +965,10 @@ pub struct ReleasePlanStatus {
     /// while the new revision's pods are not ready: traffic never goes to missing pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traffic_weight: Option<i32>,
+    /// When the operator last changed a Service or route of the plan; revisions the change
+    /// took requests from keep their pods for `traffic.drainSeconds` after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_changed_at: Option<chrono::DateTime<chrono::Utc>>,
     /// When the current step started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_started_at: Option<chrono::DateTime<chrono::Utc>>,

@@ -76,7 +76,9 @@ fn wanted(
                 // every pod until the route sends it nothing.
                 let canary = traffic::canary_pods(target, status, r);
                 want.insert(cur.clone(), canary);
-                let stable = if traffic::stable_released(obs, &c.name) {
+                let stable = if traffic::stable_released(obs, &c.name)
+                    && traffic::draining(obs, target, &c.name).is_none()
+                {
                     r - ready(&revs, cur).min(canary)
                 } else {
                     r
@@ -88,7 +90,10 @@ fn wanted(
                 want.insert(cur.clone(), canary);
                 let mut stable = r - ready(&revs, cur).min(canary);
                 // Its last pods stay while the stable Service still selects it.
-                if stable == 0 && traffic::held(obs, target, &c.name, st) {
+                if stable == 0
+                    && (traffic::held(obs, target, &c.name, st)
+                        || traffic::draining(obs, target, &c.name).is_some())
+                {
                     stable = observed_replicas(&revs, st).unwrap_or(0).clamp(0, r);
                 }
                 want.insert(st.clone(), stable);
@@ -192,7 +197,9 @@ pub fn intents(
             // Requests still reaching it hold it, while there is somewhere
             // else for them to go. Kept, it never runs more than the
             // component's replicas.
-            let held = !want.is_empty() && traffic::held(obs, target, &c.name, hash);
+            let held = !want.is_empty()
+                && (traffic::held(obs, target, &c.name, hash)
+                    || traffic::draining(obs, target, &c.name).is_some());
             let replicas = if is_covered && !held && !blue_green_kept(obs, target, status) {
                 0
             } else {

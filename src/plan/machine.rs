@@ -521,6 +521,21 @@ pub fn requeue_after(
     facts: &Facts,
     status: &ReleasePlanStatus,
 ) -> Option<Duration> {
+    // Pods held while a traffic change drains go when it has.
+    let drained = super::traffic::drain_left(obs, target).map(|l| l + Duration::from_millis(500));
+    let next = requeue_for_phase(obs, target, facts, status);
+    match (next, drained) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn requeue_for_phase(
+    obs: &Observation,
+    target: &Target,
+    facts: &Facts,
+    status: &ReleasePlanStatus,
+) -> Option<Duration> {
     const SAFETY: Duration = Duration::from_secs(60);
     match status.phase {
         // A blue-green switch's old revision scales down when its window ends.

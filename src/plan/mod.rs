@@ -402,6 +402,9 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
     status.components = desired::component_status(obs, target, &status, &deployments);
     let traffic = traffic::intents(obs, target, &status);
     status.traffic_weight = traffic::weight(&traffic, &status);
+    if traffic::changes(obs, &traffic) {
+        status.traffic_changed_at = Some(obs.now);
+    }
     let jobs = jobs::intents(
         &obs.plan,
         &target.jobs,

@@ -1143,7 +1143,7 @@ fn prop_spec() -> ReleasePlanSpec {
 fn prop_spec_routed() -> ReleasePlanSpec {
     let mut s = spec(
         vec![
-            routed(component("web", "web:0", 5)),
+            routed_draining(component("web", "web:0", 5)),
             services_only(component("api", "api:0", 3)),
         ],
         vec![
@@ -1656,7 +1656,18 @@ mod job_gates {
 
 // ---- the traffic layer ----
 
-fn routed(mut c: Component) -> Component {
+/// A component with a router, and no drain time (the unit tests step the
+/// clock themselves; `traffic_changes_drain_before_pods_go` covers it).
+fn routed(c: Component) -> Component {
+    let mut c = routed_draining(c);
+    if let Some(t) = c.traffic.as_mut() {
+        t.drain_seconds = Some(0);
+    }
+    c
+}
+
+/// A component with a router and the default drain time.
+fn routed_draining(mut c: Component) -> Component {
     c.traffic = Some(crate::api::Traffic {
         port: 80,
         gateway_api: Some(crate::api::GatewayRoute {
@@ -1674,6 +1685,7 @@ fn routed(mut c: Component) -> Component {
 fn services_only(mut c: Component) -> Component {
     c.traffic = Some(crate::api::Traffic {
         port: 80,
+        drain_seconds: Some(0),
         ..Default::default()
     });
     c
@@ -2058,4 +2070,35 @@ fn blue_green_needs_services_and_no_steps() {
         Target::from_spec(&s).unwrap_err().field,
         "spec.strategy.blueGreen"
     );
+}
+
+#[test]
+fn traffic_changes_drain_before_pods_go() {
+    let mut sim = stable_sim(spec(
+        vec![routed_draining(component("web", "shop:1", 4))],
+        vec![weight(50), pause(None)],
+    ));
+    sim.change_image("web", "shop:2");
+    let v2 = sim.hash_of("web");
+    sim.settle();
+    assert_eq!(sim.route("web").canary_weight, 50);
+    sim.ask(Action::Abort);
+    sim.settle();
+    assert_eq!(sim.route("web"), split(100, 0), "requests left at once");
+    assert_eq!(sim.status.phase, Phase::RollbackInProgress);
+    assert_eq!(sim.at("web", &v2), 2, "pods stay while the change drains");
+    let d = sim.last.clone().unwrap();
+    assert!(
+        d.requeue_after
+            .is_some_and(|r| r <= Duration::from_secs(11)),
+        "{:?}",
+        d.requeue_after
+    );
+    sim.advance(9);
+    sim.settle();
+    assert_eq!(sim.at("web", &v2), 2, "9 s of 10");
+    sim.advance(2);
+    sim.settle();
+    assert_eq!(sim.at("web", &v2), 0);
+    assert_eq!(sim.status.phase, Phase::RolledBack);
 }

@@ -17,6 +17,7 @@ use super::desired::canary_replicas;
 use super::steps::{CanaryScale, Step, in_force};
 use super::{ByHash, Observation, Target, revisions_of, weight_at};
 use crate::api::{ComponentStatus, Phase, ReleasePlanStatus};
+use std::time::Duration;
 
 /// A component's traffic settings from the spec (names not yet defaulted).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -27,7 +28,12 @@ pub struct TrafficTarget {
     pub canary_service: Option<String>,
     /// With a router: `traffic.gatewayAPI.httpRoute` (`Some(None)`: the default name).
     pub route: Option<Option<String>>,
+    /// `traffic.drainSeconds`.
+    pub drain: Duration,
 }
+
+/// Default of `traffic.drainSeconds`.
+pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
 
 impl TrafficTarget {
     /// From the spec's `traffic`.
@@ -36,6 +42,10 @@ impl TrafficTarget {
             stable_service: t.stable_service.clone(),
             canary_service: t.canary_service.clone(),
             route: t.gateway_api.as_ref().map(|g| g.http_route.clone()),
+            drain: t
+                .drain_seconds
+                .and_then(|d| u64::try_from(d).ok())
+                .map_or(DEFAULT_DRAIN, Duration::from_secs),
         }
     }
 
@@ -362,4 +372,34 @@ pub fn weight(intents: &[TrafficIntent], status: &ReleasePlanStatus) -> Option<i
             .any(|c| c.name == i.component && c.stable_hash.is_some() && c.is_changing())
     });
     Some(changing.map(|(_, r)| r.canary_weight).min().unwrap_or(100))
+}
+
+/// How long the last traffic change still drains: revisions of the
+/// component keep their pods until then. `None` once drained (or never
+/// changed, or no traffic settings).
+pub fn draining(obs: &Observation, target: &Target, component: &str) -> Option<Duration> {
+    let drain = target.component(component)?.traffic.as_ref()?.drain;
+    let changed = obs.status.traffic_changed_at?;
+    let since = (obs.now - changed).to_std().unwrap_or_default();
+    drain.checked_sub(since).filter(|left| !left.is_zero())
+}
+
+/// The longest drain still running over the plan's components.
+pub fn drain_left(obs: &Observation, target: &Target) -> Option<Duration> {
+    target
+        .components
+        .iter()
+        .filter_map(|c| draining(obs, target, &c.name))
+        .max()
+}
+
+/// Whether the intents change anything the cluster shows (a write follows).
+pub fn changes(obs: &Observation, intents: &[TrafficIntent]) -> bool {
+    intents.iter().any(|i| {
+        observed(obs, &i.component).is_none_or(|o| {
+            o.stable.as_deref() != Some(i.stable.as_str())
+                || o.canary.as_deref() != Some(i.canary.as_str())
+                || o.route != i.route
+        })
+    })
 }
