@@ -190,7 +190,12 @@ async fn accepts_minimal_and_full_plans_and_the_example() {
     assert_accepted(&api, &full("full"), Via::Create).await;
     assert_accepted(&api, &full("full-applied"), Via::Apply).await;
 
-    for file in ["full.yaml", "job-gate.yaml"] {
+    for file in [
+        "full.yaml",
+        "job-gate.yaml",
+        "traffic-canary.yaml",
+        "blue-green.yaml",
+    ] {
         let mut ex = example(file);
         ex["metadata"]["namespace"] = json!(ns);
         ex["metadata"]["name"] = json!(format!("example-{}", file.trim_end_matches(".yaml")));
