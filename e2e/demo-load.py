@@ -20,6 +20,7 @@ before the failure and none in the last seconds.
 
 import http.client
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -85,6 +86,12 @@ class Names:
         return self.names.get(rev, rev[:8])
 
 
+def log_error(what):
+    """An error answer, with its time, on stderr when DEMO_LOAD_ERRORS=1."""
+    if os.environ.get("DEMO_LOAD_ERRORS") == "1":
+        print(f"  {clock(time.time())} error: {what}", file=sys.stderr, flush=True)
+
+
 def clock(t):
     return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t * 1000) % 1000:03d}"
 
@@ -145,8 +152,10 @@ def main():
                     last_ok[body] = time.time()
                 else:
                     errors += 1
-            except (OSError, http.client.HTTPException):
+                    log_error(f"{r.status} {body[:60]}")
+            except (OSError, http.client.HTTPException) as e:
                 errors += 1
+                log_error(repr(e))
                 if conn is not None:
                     conn.close()
                 conn = None

@@ -8,10 +8,11 @@
 # ClusterIP), a Gateway, the operator, and a ReleasePlan with one routed
 # component: the operator owns its stable and canary Services and the
 # HTTPRoute whose weights follow the steps. kwok's pods run nothing, so
-# e2e/demo-backends.py stands in for kube-proxy and the pods: on each Service's
-# ClusterIP:port it answers with the revision the Service selects (503 without
-# a ready endpoint). e2e/demo-load.py sends 50 requests a second through the
-# Gateway and prints the responses per revision each second. Every request
+# e2e/demo-backends.py stands in for kube-proxy and the pods: it watches
+# Services, EndpointSlices and Pods, and on each Service's ClusterIP:port
+# answers with the revision of one of its ready endpoints (503 without one).
+# e2e/demo-load.py sends 50 requests a second through the Gateway and prints
+# the responses per revision each second. Every request
 # stays on 127.0.0.0/8. Fails (non-zero) when anything does not converge in
 # time; stops everything it started.
 set -euo pipefail
@@ -92,7 +93,7 @@ YAML
 wait_for "the Gateway to be Programmed by Traefik" 60 \
   kubectl wait -n "$NS" --for condition=Programmed --timeout 1s gateway/gw
 
-say "starting the backends (log: $LOGS/backends.log): an HTTP server on each loopback ClusterIP, answering the revision its Service selects"
+say "starting the backends (log: $LOGS/backends.log): on each loopback ClusterIP, an HTTP server answering with the revision of a ready endpoint"
 python3 -u e2e/demo-backends.py "$NS" >"$LOGS/backends.log" 2>&1 &
 PIDS+=($!)
 
