@@ -35,6 +35,7 @@ BIN="$CARGO_TARGET_DIR/debug"
 PIDS=()
 cleanup() {
   status=$?
+  trap - EXIT INT TERM # once, also when a signal's exit would run EXIT again
   local p
   for p in "${PIDS[@]}"; do
     if kill "$p" 2>/dev/null; then wait "$p" 2>/dev/null || true; fi
