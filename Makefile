@@ -111,7 +111,6 @@ bench-compare:
 ## then a weighted canary with real requests through Traefik (a live count per revision), rolled back
 demo:
 	e2e/ensure-deps.sh demo
-	e2e/build-control-plane.sh all
 	e2e/build-control-plane.sh traefik
 	e2e/demo.sh
 	e2e/demo-traffic.sh
