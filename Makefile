@@ -107,10 +107,13 @@ bench-compare:
 	cargo bench --bench scale -- --compare $(BENCH_OUT)/releaseplan-$(N).json $(BENCH_OUT)/argo-$(N).json
 
 .PHONY: demo
-## demo: local cluster + operator; a two-component plan rolled out, then a broken version rolled back
+## demo: local cluster + operator; a two-component plan rolled out, then a broken version rolled back;
+## then a weighted canary with real requests through Traefik (a live count per revision), rolled back
 demo:
 	e2e/ensure-deps.sh demo
+	e2e/build-control-plane.sh traefik
 	e2e/demo.sh
+	e2e/demo-traffic.sh
 
 .PHONY: chart-crd chart-lint
 

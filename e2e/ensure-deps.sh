@@ -2,7 +2,8 @@
 # Makes sure the system commands a make target needs are there, before
 # anything else runs:   e2e/ensure-deps.sh SET...
 #   cluster  openssl, curl, ss (iproute2), ps and kill (procps): cluster-up/down
-#   demo     what `make demo` needs: cluster
+#   demo     what `make demo` needs: cluster, plus python3 (the traffic part's
+#            backends and load, e2e/demo-backends.py and e2e/demo-load.py)
 #   test     what `make test` needs: cluster, plus prometheus (metric gate
 #            tests) and promtool (tests/alerts.rs), both of package prometheus,
 #            and chromium and chromedriver (tests/dashboard.rs)
@@ -26,7 +27,8 @@ done
 # needs SET: "command:debian-package" pairs of a set.
 needs() {
   case "$1" in
-    cluster | demo) echo openssl:openssl curl:curl ss:iproute2 ps:procps ;;
+    cluster) echo openssl:openssl curl:curl ss:iproute2 ps:procps ;;
+    demo) needs cluster; echo python3:python3 ;;
     test)
       needs cluster
       # e2e/prometheus.sh runs PROMETHEUS_BIN instead when it is set.
