@@ -52,6 +52,9 @@ pub struct TemplateProblem {
 }
 
 /// A template's gate, instantiated: which path runs it depends on its kind.
+/// Both variants are large and few (at most 8 a plan, moved once into the
+/// `Target`), so neither is boxed.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum TemplateGate {
     /// A Prometheus or webhook gate: the gate runner evaluates it.
@@ -232,7 +235,7 @@ fn substitute_job(template: &Value, values: &BTreeMap<&str, &str>) -> Result<Val
     // Placeholders outside the fields, looked for before any argument is in
     // (an argument's value is not read as a placeholder).
     let mut rest = template.clone();
-    for_each_arg_field(&mut rest, |v, _| {
+    for_each_arg_field(&mut rest, |v, _, _| {
         *v = Value::Null;
         Ok(())
     })?;
@@ -242,10 +245,10 @@ fn substitute_job(template: &Value, values: &BTreeMap<&str, &str>) -> Result<Val
         ));
     }
     let mut out = template.clone();
-    for_each_arg_field(&mut out, |v, at| {
+    for_each_arg_field(&mut out, |v, at, is_image| {
         if let Value::String(s) = v {
             *s = substitute(s, values).map_err(|e| format!("{at}: {e}"))?;
-            if at.ends_with(".image") && (s.is_empty() || s.contains(char::is_whitespace)) {
+            if is_image && (s.is_empty() || s.contains(char::is_whitespace)) {
                 return Err(format!(
                     "{at}: {s:?} is not an image reference without spaces once its arguments are in"
                 ));
@@ -256,10 +259,11 @@ fn substitute_job(template: &Value, values: &BTreeMap<&str, &str>) -> Result<Val
     Ok(out)
 }
 
-/// Calls `f` on each of [`JOB_ARG_FIELDS`] of a Job template, with its path.
+/// Calls `f` on each of [`JOB_ARG_FIELDS`] of a Job template, with its path
+/// and whether it is an image.
 fn for_each_arg_field(
     template: &mut Value,
-    mut f: impl FnMut(&mut Value, &str) -> Result<(), String>,
+    mut f: impl FnMut(&mut Value, &str, bool) -> Result<(), String>,
 ) -> Result<(), String> {
     for list in ["containers", "initContainers"] {
         let Some(containers) = template
@@ -271,19 +275,19 @@ fn for_each_arg_field(
         for (i, c) in containers.iter_mut().enumerate() {
             let at = format!("job.template.spec.template.spec.{list}[{i}]");
             if let Some(image) = c.get_mut("image") {
-                f(image, &format!("{at}.image"))?;
+                f(image, &format!("{at}.image"), true)?;
             }
             for field in ["command", "args"] {
                 if let Some(items) = c.get_mut(field).and_then(Value::as_array_mut) {
                     for (k, item) in items.iter_mut().enumerate() {
-                        f(item, &format!("{at}.{field}[{k}]"))?;
+                        f(item, &format!("{at}.{field}[{k}]"), false)?;
                     }
                 }
             }
             if let Some(env) = c.get_mut("env").and_then(Value::as_array_mut) {
                 for (k, var) in env.iter_mut().enumerate() {
                     if let Some(v) = var.get_mut("value") {
-                        f(v, &format!("{at}.env[{k}].value"))?;
+                        f(v, &format!("{at}.env[{k}].value"), false)?;
                     }
                 }
             }
