@@ -14,8 +14,10 @@
 mod support;
 
 use k8s_openapi::api::batch::v1::Job;
+use kube::api::PostParams;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
+use releaseplan::api::template::{ClusterGateTemplate, GateTemplate};
 use releaseplan::api::{LABEL_GATE, LABEL_PLAN, LABEL_ROLLOUT, LABEL_STEP, Phase, ReleasePlan};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -367,4 +369,208 @@ async fn a_job_the_api_server_refuses_rolls_back_with_its_answer() {
         all.iter().all(|j| j.0 != "2"),
         "no Job was created: {all:?}"
     );
+}
+
+/// A gate template (`kind` GateTemplate or ClusterGateTemplate) holding a Job
+/// gate whose pod kwok finishes with `outcome` after 2s; the parameters
+/// `suite` and `tag` go into the container's image, args and env.
+fn job_template(kind: &str, name: &str, outcome: &str) -> Value {
+    json!({
+        "apiVersion": "releaseplan.io/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": {
+            "parameters": [{"name": "suite"}, {"name": "tag", "default": "8"}],
+            "job": {
+                "name": "ignored",
+                "timeoutSeconds": 120,
+                "template": {"spec": {"template": {
+                    "metadata": {"annotations": {format!("kwok.releaseplan.io/job-{outcome}-after"): "2s"}},
+                    "spec": {"containers": [{"name": "smoke", "image": "curlimages/curl:{{args.tag}}",
+                        "args": ["http://web.shop/{{args.suite}}"],
+                        "env": [{"name": "SUITE", "value": "{{ args.suite }}"}]}]}
+                }}}
+            }
+        }
+    })
+}
+
+/// Two components; the gate `smoke` is the template reference `reference`.
+fn template_spec(image: &str, reference: Value) -> Value {
+    json!({
+        "components": [web(image, 1),
+            {"name": "worker", "replicas": 1, "template": {"spec": {"containers": [{"name": "w", "image": image}]}}}],
+        "strategy": {"steps": [{"setWeight": 50}]},
+        "health": {"templates": [reference]}
+    })
+}
+
+/// The env of the first container of a Job, by name.
+fn job_env(job: &Job) -> Vec<(String, String)> {
+    job.spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.name, e.value.unwrap_or_default()))
+        .collect()
+}
+
+/// A gate made from a GateTemplate that holds a Job runs that Job (its
+/// arguments in the container, told the component the reference names) and
+/// its success promotes each rollout.
+#[tokio::test]
+async fn a_job_template_gate_runs_its_job_for_the_named_component() {
+    let (Harness { client, ns }, _op) = Harness::with_operator("job-tmpl-pass").await;
+    Api::<GateTemplate>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(job_template("GateTemplate", "smoke-test", "succeed")).unwrap(),
+        )
+        .await
+        .unwrap();
+    let reference = json!({"name": "smoke", "templateRef": {"name": "smoke-test"},
+        "args": {"suite": "checkout"}, "component": "worker"});
+    create(
+        &client,
+        &ns,
+        &plan("shop", template_spec("shop:1", reference.clone())),
+    )
+    .await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    patch_template_spec(&client, &ns, "shop:2", reference).await;
+    let p = settled(&client, &ns, "shop").await;
+    let s = p.status.clone().unwrap();
+    assert_eq!(s.phase, Phase::Stable, "{:?}", s.message);
+    assert_eq!(s.history.last().unwrap().outcome, "Promoted");
+    assert!(s.resolved_gates.is_empty(), "nothing recorded once settled");
+    let second: Vec<_> = jobs(&client, &ns, "shop")
+        .await
+        .into_iter()
+        .filter(|j| j.0 == "2")
+        .collect();
+    assert_eq!(
+        second
+            .iter()
+            .map(|j| (j.1.as_str(), j.3.as_str()))
+            .collect::<Vec<_>>(),
+        [("0", "Complete"), ("1", "Complete")],
+        "{second:?}"
+    );
+    let job = Api::<Job>::namespaced(client.clone(), &ns)
+        .get(&second[0].2)
+        .await
+        .unwrap();
+    let c = &job
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    assert_eq!(c.image.as_deref(), Some("curlimages/curl:8"));
+    assert_eq!(
+        c.args.as_deref().unwrap(),
+        ["http://web.shop/checkout".to_string()]
+    );
+    let env = job_env(&job);
+    let var = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(var("SUITE").as_deref(), Some("checkout"));
+    assert_eq!(var("RELEASEPLAN_COMPONENT").as_deref(), Some("worker"));
+    let worker = s.components.iter().find(|c| c.name == "worker").unwrap();
+    assert_eq!(var("RELEASEPLAN_COMPONENT_REVISION"), worker.current_hash);
+    let owner = &job.owner_references()[0];
+    assert_eq!(owner.name, "shop");
+}
+
+async fn patch_template_spec(client: &Client, ns: &str, image: &str, reference: Value) {
+    plans::patch_spec(client, ns, "shop", template_spec(image, reference)).await;
+}
+
+/// A gate made from a ClusterGateTemplate whose Job fails rolls the
+/// rollout back, the failure naming the gate and the Job's reason.
+#[tokio::test]
+async fn a_failing_job_template_gate_rolls_back() {
+    let (Harness { client, ns }, _op) = Harness::with_operator("job-tmpl-fail").await;
+    Api::<GateTemplate>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(job_template("GateTemplate", "smoke-test", "succeed")).unwrap(),
+        )
+        .await
+        .unwrap();
+    let cluster_name = format!("smoke-fail-{ns}");
+    let cluster: Api<ClusterGateTemplate> = Api::all(client.clone());
+    cluster
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(job_template("ClusterGateTemplate", &cluster_name, "fail"))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let passing = json!({"name": "smoke", "templateRef": {"name": "smoke-test"},
+        "args": {"suite": "checkout"}});
+    create(
+        &client,
+        &ns,
+        &plan("shop", template_spec("shop:1", passing)),
+    )
+    .await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let failing = json!({"name": "smoke",
+        "templateRef": {"kind": "ClusterGateTemplate", "name": cluster_name},
+        "args": {"suite": "checkout", "tag": "9"}});
+    patch_template_spec(&client, &ns, "shop:2", failing).await;
+    let p = settled(&client, &ns, "shop").await;
+    let s = p.status.unwrap();
+    assert_eq!(s.phase, Phase::RolledBack, "{:?}", s.message);
+    let f = s.failure.unwrap();
+    assert_eq!(
+        (f.gate.as_str(), f.reason.as_str()),
+        ("smoke", "GateFailed")
+    );
+    assert!(
+        f.message.contains("failed: BackoffLimitExceeded"),
+        "{}",
+        f.message
+    );
+    let all = jobs(&client, &ns, "shop").await;
+    let second: Vec<_> = all.iter().filter(|j| j.0 == "2").collect();
+    assert_eq!(second.len(), 1, "{all:?}");
+    assert_eq!(
+        (second[0].1.as_str(), second[0].3.as_str()),
+        ("0", "Failed")
+    );
+    let job = Api::<Job>::namespaced(client.clone(), &ns)
+        .get(&second[0].2)
+        .await
+        .unwrap();
+    let c = &job
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    assert_eq!(
+        c.image.as_deref(),
+        Some("curlimages/curl:9"),
+        "the cluster template's Job"
+    );
+    cluster
+        .delete(&cluster_name, &DeleteParams::default())
+        .await
+        .unwrap();
 }

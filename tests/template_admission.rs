@@ -59,8 +59,36 @@ fn prom_template(kind: &str, name: &str) -> Value {
     })
 }
 
-/// A plan with two components, a template gate per kind and a per-component
-/// webhook gate.
+fn job_template(kind: &str, name: &str) -> Value {
+    json!({
+        "apiVersion": "releaseplan.io/v1alpha1",
+        "kind": kind,
+        "metadata": { "name": name },
+        "spec": {
+            "parameters": [{ "name": "target" }, { "name": "rps", "default": "10" }],
+            "job": {
+                "name": "load",
+                "timeoutSeconds": 300,
+                "template": { "spec": { "template": { "spec": { "containers": [{
+                    "name": "hey",
+                    "image": "loadtest:1",
+                    "args": ["-q", "{{args.rps}}", "http://{{args.target}}/"]
+                }] } } } }
+            }
+        }
+    })
+}
+
+fn gate_job_template(name: &str) -> Value {
+    job_template("GateTemplate", name)
+}
+
+fn cluster_job_template(name: &str) -> Value {
+    job_template("ClusterGateTemplate", name)
+}
+
+/// A plan with two components, a template gate per kind (the Job one for one
+/// component), a per-component webhook gate and a per-component Job gate.
 fn plan(name: &str) -> Value {
     json!({
         "apiVersion": ReleasePlan::api_version(&()),
@@ -75,8 +103,14 @@ fn plan(name: &str) -> Value {
                 "webhooks": [{ "name": "own", "url": "http://hooks.example.com/own", "component": "worker" }],
                 "templates": [
                     { "name": "smoke-web", "templateRef": { "name": "smoke" }, "args": { "service": "web" }, "component": "web" },
-                    { "name": "errors", "templateRef": { "kind": "ClusterGateTemplate", "name": "errors" }, "args": { "job": "api" } }
-                ]
+                    { "name": "errors", "templateRef": { "kind": "ClusterGateTemplate", "name": "errors" }, "args": { "job": "api" } },
+                    { "name": "load-worker", "templateRef": { "name": "load" }, "args": { "target": "worker" }, "component": "worker" }
+                ],
+                "jobs": [{
+                    "name": "job-web",
+                    "component": "web",
+                    "template": { "spec": { "template": { "spec": { "containers": [{ "name": "t", "image": "smoke:1" }] } } } }
+                }]
             }
         }
     })
@@ -264,6 +298,87 @@ fn template_cases() -> Vec<Case> {
             |t| t["spec"]["prometheus"]["address"] = json!("http://{{args.host}}:9090"),
         ),
         case(
+            "job-and-webhook",
+            gate_job_template,
+            Some("spec"),
+            &["a gate template must hold exactly one gate: set one of prometheus, webhook and job"],
+            |t| {
+                t["spec"]["webhook"] = hook_template("GateTemplate", "x")["spec"]["webhook"].clone()
+            },
+        ),
+        case(
+            "job-and-prometheus",
+            cluster_job_template,
+            Some("spec"),
+            &["a gate template must hold exactly one gate"],
+            |t| {
+                t["spec"]["prometheus"] =
+                    prom_template("GateTemplate", "x")["spec"]["prometheus"].clone()
+            },
+        ),
+        case(
+            "component-in-job-template",
+            gate_job_template,
+            Some("spec.job"),
+            &["job.component: a template does not name a component"],
+            |t| t["spec"]["job"]["component"] = json!("web"),
+        ),
+        case(
+            "job-no-containers",
+            gate_job_template,
+            Some("spec.job.template.spec.template.spec.containers"),
+            &["should have at least 1 items"],
+            |t| t["spec"]["job"]["template"]["spec"]["template"]["spec"]["containers"] = json!([]),
+        ),
+        case(
+            "job-no-pod-spec",
+            cluster_job_template,
+            Some("spec.job.template.spec.template.spec"),
+            &["Required value"],
+            |t| {
+                t["spec"]["job"]["template"]["spec"]["template"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("spec");
+            },
+        ),
+        case(
+            "job-container-without-image",
+            gate_job_template,
+            Some("spec.job.template.spec.template.spec.containers[0].image"),
+            &["Required value"],
+            |t| {
+                t["spec"]["job"]["template"]["spec"]["template"]["spec"]["containers"][0]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("image");
+            },
+        ),
+        case(
+            "job-restart-always",
+            cluster_job_template,
+            Some("spec.job.template.spec.template.spec.restartPolicy"),
+            &["Unsupported value", "Never", "OnFailure"],
+            |t| {
+                t["spec"]["job"]["template"]["spec"]["template"]["spec"]["restartPolicy"] =
+                    json!("Always")
+            },
+        ),
+        case(
+            "job-timeout",
+            gate_job_template,
+            Some("spec.job.timeoutSeconds"),
+            &["should be less than or equal to 86400"],
+            |t| t["spec"]["job"]["timeoutSeconds"] = json!(86401),
+        ),
+        case(
+            "job-gate-name",
+            gate_job_template,
+            Some("spec.job.name"),
+            &["gate name must be a DNS label"],
+            |t| t["spec"]["job"]["name"] = json!("Load"),
+        ),
+        case(
             "spec-missing",
             gate_template,
             None,
@@ -290,6 +405,19 @@ fn plan_cases() -> Vec<Case> {
             Some("spec.health"),
             &["a gate's component must name one of spec.components"],
             |p| p["spec"]["health"]["webhooks"][0]["component"] = json!("db"),
+        ),
+        case(
+            "job-component-unknown",
+            plan,
+            Some("spec.health"),
+            &["a gate's component must name one of spec.components"],
+            |p| {
+                p["spec"]["health"]["jobs"] = json!([{
+                    "name": "smoke",
+                    "component": "db",
+                    "template": { "spec": { "template": { "spec": { "containers": [{ "name": "t", "image": "smoke:1" }] } } } }
+                }])
+            },
         ),
         case(
             "template-name-clash",
@@ -425,6 +553,12 @@ async fn accepts_templates_plans_using_them_and_the_example() {
     )
     .await
     .expect("a GateTemplate with a webhook gate");
+    create(
+        &api(&client, Some(&ns), "GateTemplate"),
+        &gate_job_template("load"),
+    )
+    .await
+    .expect("a GateTemplate with a Job gate");
     let cluster_name = format!("errors-{ns}");
     let cluster = api(&client, None, "ClusterGateTemplate");
     create(&cluster, &cluster_template(&cluster_name))
@@ -436,11 +570,16 @@ async fn accepts_templates_plans_using_them_and_the_example() {
     let stored: ReleasePlan =
         serde_json::from_value(serde_json::to_value(&stored).unwrap()).unwrap();
     check_spec(&stored.spec).expect("the operator accepts what the API server accepts");
-    assert_eq!(stored.spec.health.templates.len(), 2);
+    assert_eq!(stored.spec.health.templates.len(), 3);
+    assert_eq!(stored.spec.health.jobs[0].component.as_deref(), Some("web"));
+    let load_name = format!("load-{ns}");
+    create(&cluster, &cluster_job_template(&load_name))
+        .await
+        .expect("a ClusterGateTemplate with a Job gate");
 
     // examples/gate-templates.yaml: templates and a plan using them.
     let text = std::fs::read_to_string(repo_root().join("examples/gate-templates.yaml")).unwrap();
-    let mut cleanup = vec![cluster_name];
+    let mut cleanup = vec![cluster_name, load_name];
     for doc in serde_yaml::Deserializer::from_str(&text) {
         use serde::Deserialize;
         let mut v = Value::deserialize(doc).unwrap();

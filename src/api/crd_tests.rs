@@ -302,6 +302,7 @@ fn template_kinds_share_the_gate_schemas_of_plans() {
         .unwrap()["spec"];
     let plan_prom = schema_at(plan_spec, &["health", "prometheus", "[]"]);
     let plan_hook = schema_at(plan_spec, &["health", "webhooks", "[]"]);
+    let plan_job = schema_at(plan_spec, &["health", "jobs", "[]"]);
     for crd in [
         super::template::gate_template_crd(),
         super::template::cluster_gate_template_crd(),
@@ -322,6 +323,7 @@ fn template_kinds_share_the_gate_schemas_of_plans() {
             schema_at(spec, &["webhook"]).properties,
             plan_hook.properties
         );
-        assert_eq!(rules(spec).len(), 6, "template rules");
+        assert_eq!(schema_at(spec, &["job"]).properties, plan_job.properties);
+        assert_eq!(rules(spec).len(), 7, "template rules");
     }
 }

@@ -118,7 +118,7 @@ pub fn crd() -> CustomResourceDefinition {
     validation = Rule::new("self.components.all(c, self.components.exists_one(d, d.name == c.name))").message("spec.components: component names must be unique").field_path(".components"),
     validation = Rule::new("!has(self.strategy.blueGreen) || self.components.all(c, has(c.traffic))").message("strategy.blueGreen needs traffic on every component: its stable Service is the active one, its canary Service the preview").field_path(".strategy.blueGreen"),
     validation = Rule::new("!self.strategy.steps.exists(s, has(s.setCanaryScale) || has(s.setHeaderRoute)) || self.components.exists(c, has(c.traffic) && has(c.traffic.gatewayAPI))").message("strategy.steps: setCanaryScale and setHeaderRoute need a router: set traffic.gatewayAPI on a component").field_path(".strategy.steps"),
-    validation = Rule::new("self.health.prometheus.all(g, !has(g.component) || self.components.exists(c, c.name == g.component)) && self.health.webhooks.all(g, !has(g.component) || self.components.exists(c, c.name == g.component)) && self.health.templates.all(g, !has(g.component) || self.components.exists(c, c.name == g.component))").message("health: a gate's component must name one of spec.components").field_path(".health")
+    validation = Rule::new("self.health.prometheus.all(g, !has(g.component) || self.components.exists(c, c.name == g.component)) && self.health.webhooks.all(g, !has(g.component) || self.components.exists(c, c.name == g.component)) && self.health.templates.all(g, !has(g.component) || self.components.exists(c, c.name == g.component)) && (!has(self.health.jobs) || self.health.jobs.all(g, !has(g.component) || self.components.exists(c, c.name == g.component)))").message("health: a gate's component must name one of spec.components").field_path(".health")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ReleasePlanSpec {
@@ -734,6 +734,13 @@ pub struct JobGate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 86400))]
     pub timeout_seconds: Option<i32>,
+
+    /// The component the gate judges: RELEASEPLAN_COMPONENT and
+    /// RELEASEPLAN_COMPONENT_REVISION name it. Default: the first component that
+    /// changes in the rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 40))]
+    pub component: Option<String>,
 }
 
 /// Most containers in a Job gate's pod template.

@@ -14,7 +14,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::{PrometheusGate, WebhookGate};
+use super::{JobGate, PrometheusGate, WebhookGate};
 
 /// Most parameters a template declares, and most args a reference passes.
 pub const MAX_PARAMETERS: u32 = 16;
@@ -23,7 +23,8 @@ pub const MAX_PARAMETERS: u32 = 16;
 const PARAMETER_NAME_RULE: &str = "self.matches('^[a-zA-Z][a-zA-Z0-9_]*$')";
 
 /// One parameter of a template: a value the plan passes in `args`, used as
-/// `{{args.NAME}}` in the gate's query, address or url.
+/// `{{args.NAME}}` in the gate's query, address or url, or in a Job gate's
+/// container image, command, args and env values.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Parameter {
@@ -69,17 +70,19 @@ macro_rules! template_spec {
         #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
         $(#[$meta])*
         #[x_kube(
-            validation = Rule::new("[has(self.prometheus), has(self.webhook)].filter(k, k).size() == 1").message("a gate template must hold exactly one gate: set one of prometheus and webhook"),
+            validation = Rule::new("[has(self.prometheus), has(self.webhook), has(self.job)].filter(k, k).size() == 1").message("a gate template must hold exactly one gate: set one of prometheus, webhook and job"),
             validation = Rule::new("self.parameters.all(p, self.parameters.exists_one(q, q.name == p.name))").message("parameters: parameter names must be unique").field_path(".parameters"),
             validation = Rule::new("!has(self.prometheus) || !has(self.prometheus.component)").message("prometheus.component: a template does not name a component; set component on the plan's reference").field_path(".prometheus"),
             validation = Rule::new("!has(self.webhook) || !has(self.webhook.component)").message("webhook.component: a template does not name a component; set component on the plan's reference").field_path(".webhook"),
+            validation = Rule::new("!has(self.job) || !has(self.job.component)").message("job.component: a template does not name a component; set component on the plan's reference").field_path(".job"),
             validation = Rule::new(args_declared_rule!("self.webhook", "url")).message("webhook.url: each {{args.NAME}} must name one of parameters").field_path(".webhook.url"),
             validation = Rule::new(args_declared_rule!("self.prometheus", "address")).message("prometheus.address: each {{args.NAME}} must name one of parameters").field_path(".prometheus.address")
         )]
         #[serde(rename_all = "camelCase")]
         pub struct $name {
             /// Values a plan passes in `args`; `{{args.NAME}}` in the gate's query, address
-            /// or url is replaced by them.
+            /// or url, or in a Job gate's container image, command, args and env values, is
+            /// replaced by them.
             #[serde(default)]
             #[schemars(length(max = MAX_PARAMETERS))]
             pub parameters: Vec<Parameter>,
@@ -93,6 +96,13 @@ macro_rules! template_spec {
             /// reference names the gate.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub webhook: Option<WebhookGate>,
+
+            /// A Job gate, run in the plan's namespace. `{{args.NAME}}` is replaced only in
+            /// its containers' `image`, `command`, `args` and `env[].value` (checked when
+            /// the step starts); its `name` is required by the shared schema but the plan's
+            /// reference names the gate.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub job: Option<JobGate>,
         }
     };
 }
@@ -130,6 +140,7 @@ impl From<ClusterGateTemplateSpec> for GateTemplateSpec {
             parameters: c.parameters,
             prometheus: c.prometheus,
             webhook: c.webhook,
+            job: c.job,
         }
     }
 }
@@ -209,9 +220,10 @@ pub struct GateTemplateRef {
     #[schemars(extend("maxProperties" = MAX_PARAMETERS))]
     pub args: BTreeMap<String, String>,
 
-    /// The component the gate judges: `{{component}}` and `{{revision}}` (and the webhook
-    /// body's `component` and `componentRevision`) name it. Default: the first component
-    /// that changes in the rollout.
+    /// The component the gate judges: `{{component}}` and `{{revision}}` (the webhook
+    /// body's `component` and `componentRevision`, a Job's RELEASEPLAN_COMPONENT and
+    /// RELEASEPLAN_COMPONENT_REVISION) name it. Default: the first component that
+    /// changes in the rollout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 40))]
     pub component: Option<String>,

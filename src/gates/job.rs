@@ -33,6 +33,8 @@ pub struct JobGateSpec {
     pub template: JobTemplateSpec,
     /// How long the Job may run before the gate fails.
     pub timeout: Duration,
+    /// The component the Job is told about; `None`: the first that changes.
+    pub component: Option<String>,
 }
 
 impl JobGateSpec {
@@ -73,6 +75,7 @@ impl JobGateSpec {
             name: g.name.clone(),
             template,
             timeout: Duration::from_secs(u64::try_from(secs).unwrap_or(1)),
+            component: g.component.clone(),
         })
     }
 }
@@ -360,7 +363,7 @@ pub fn intents(
                     gate: g.clone(),
                     rollout: after.rollout_count,
                     step: after.current_step,
-                    env: env(plan, after),
+                    env: env(plan, g, after),
                 });
             }
             wanted.push(name);
@@ -379,12 +382,16 @@ pub fn intents(
 }
 
 /// The variables a Job is told, without the namespace (the controller's).
-fn env(plan: &str, status: &ReleasePlanStatus) -> Vec<(&'static str, String)> {
-    let changed = status
-        .components
-        .iter()
-        .find(|c| c.is_changing())
-        .or_else(|| status.components.first());
+/// The component is the gate's own, else the first that changes.
+fn env(plan: &str, gate: &JobGateSpec, status: &ReleasePlanStatus) -> Vec<(&'static str, String)> {
+    let changed = match &gate.component {
+        Some(name) => status.components.iter().find(|c| &c.name == name),
+        None => status
+            .components
+            .iter()
+            .find(|c| c.is_changing())
+            .or_else(|| status.components.first()),
+    };
     vec![
         ("RELEASEPLAN_PLAN", plan.to_string()),
         (
@@ -490,6 +497,7 @@ mod tests {
                 }}
             }),
             timeout_seconds: Some(timeout),
+            component: None,
         })
         .unwrap()
     }
@@ -528,6 +536,7 @@ mod tests {
                 name: "g".into(),
                 template,
                 timeout_seconds: None,
+                component: None,
             })
             .unwrap_err()
         };
@@ -763,6 +772,42 @@ mod tests {
         // Deleting: the garbage collector's job.
         let i = intents("shop", &gates, &s, &failing, &[running], true, true);
         assert_eq!(i, JobIntents::default());
+    }
+
+    #[test]
+    fn a_job_gate_with_a_component_is_told_that_component() {
+        let mut s = status(1);
+        s.components.insert(
+            0,
+            ComponentStatus {
+                name: "worker".into(),
+                current_hash: Some("w-new".into()),
+                stable_hash: Some("w-new".into()),
+                ..ComponentStatus::default()
+            },
+        );
+        let told = |component: Option<&str>| {
+            let mut g = gate(30);
+            g.component = component.map(Into::into);
+            let i = intents("shop", &[g], &s, &s, &[], true, false);
+            let var = |k: &str| {
+                i.create[0]
+                    .env
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.clone())
+            };
+            (
+                var("RELEASEPLAN_COMPONENT").unwrap_or_default(),
+                var("RELEASEPLAN_COMPONENT_REVISION").unwrap_or_default(),
+            )
+        };
+        // Default: the first component that changes (web, after the unchanged
+        // worker); named: the one named,
+        // changing or not.
+        assert_eq!(told(None), ("web".into(), "new".into()));
+        assert_eq!(told(Some("worker")), ("worker".into(), "w-new".into()));
+        assert_eq!(told(Some("web")), ("web".into(), "new".into()));
     }
 
     #[test]

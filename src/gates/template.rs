@@ -10,6 +10,9 @@
 
 use std::collections::BTreeMap;
 
+use serde_json::Value;
+
+use super::job::JobGateSpec;
 use super::{GateSpec, prometheus, webhook};
 use crate::api::template::{GateTemplateRef, GateTemplateSpec, ResolvedGate, TemplateKind};
 use crate::api::{Phase, ReleasePlanStatus};
@@ -48,11 +51,33 @@ pub struct TemplateProblem {
     pub message: String,
 }
 
+/// A template's gate, instantiated: which path runs it depends on its kind.
+/// Both variants are large and few (at most 8 a plan, moved once into the
+/// `Target`), so neither is boxed.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum TemplateGate {
+    /// A Prometheus or webhook gate: the gate runner evaluates it.
+    Runner(GateSpec),
+    /// A Job gate: the core judges its Job (`gates::job`).
+    Job(JobGateSpec),
+}
+
+impl TemplateGate {
+    /// The gate's name (the reference's).
+    pub fn name(&self) -> &str {
+        match self {
+            TemplateGate::Runner(g) => g.name(),
+            TemplateGate::Job(j) => &j.name,
+        }
+    }
+}
+
 /// One template gate, resolved.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResolvedTemplateGate {
     /// The gate, parsed, placeholders `{{args.*}}` replaced.
-    pub gate: GateSpec,
+    pub gate: TemplateGate,
     /// What is recorded in status for the step.
     pub record: ResolvedGate,
 }
@@ -131,7 +156,7 @@ pub fn resolve(
 /// The concrete gate a reference makes of a template's content: arguments
 /// checked against the parameters, `{{args.NAME}}` replaced, the gate named
 /// by the reference and parsed as a plan's own gate would be.
-pub fn instantiate(r: &GateTemplateRef, t: &GateTemplateSpec) -> Result<GateSpec, String> {
+pub fn instantiate(r: &GateTemplateRef, t: &GateTemplateSpec) -> Result<TemplateGate, String> {
     let names: Vec<&str> = t.parameters.iter().map(|p| p.name.as_str()).collect();
     if let Some(unknown) = r.args.keys().find(|k| !names.contains(&k.as_str())) {
         return Err(format!(
@@ -153,8 +178,8 @@ pub fn instantiate(r: &GateTemplateRef, t: &GateTemplateSpec) -> Result<GateSpec
             }
         }
     }
-    match (&t.prometheus, &t.webhook) {
-        (Some(p), None) => {
+    match (&t.prometheus, &t.webhook, &t.job) {
+        (Some(p), None, None) => {
             let mut g = p.clone();
             g.name.clone_from(&r.name);
             g.component.clone_from(&r.component);
@@ -170,19 +195,139 @@ pub fn instantiate(r: &GateTemplateRef, t: &GateTemplateSpec) -> Result<GateSpec
                 );
             }
             prometheus::PrometheusSpec::parse(&g)
-                .map(GateSpec::Prometheus)
+                .map(|p| TemplateGate::Runner(GateSpec::Prometheus(p)))
                 .map_err(|(field, message)| format!("prometheus.{field}: {message}"))
         }
-        (None, Some(w)) => {
+        (None, Some(w), None) => {
             let mut g = w.clone();
             g.name.clone_from(&r.name);
             g.component.clone_from(&r.component);
             g.url = substitute(&g.url, &values).map_err(|e| format!("webhook.url: {e}"))?;
             check_url("webhook.url", &g.url, 1024)?;
-            Ok(GateSpec::Webhook(webhook::WebhookSpec::parse(&g)))
+            Ok(TemplateGate::Runner(GateSpec::Webhook(
+                webhook::WebhookSpec::parse(&g),
+            )))
         }
-        _ => Err("the template must hold exactly one gate (prometheus or webhook)".into()),
+        (None, None, Some(j)) => {
+            let mut g = j.clone();
+            g.name.clone_from(&r.name);
+            g.component.clone_from(&r.component);
+            g.template = substitute_job(&g.template, &values)?;
+            JobGateSpec::parse(&g)
+                .map(TemplateGate::Job)
+                .map_err(|(field, message)| format!("job.{field}: {message}"))
+        }
+        _ => Err("the template must hold exactly one gate (prometheus, webhook or job)".into()),
     }
+}
+
+/// The fields of a Job gate's containers where `{{args.NAME}}` is replaced:
+/// what a smoke or load test is told (which image, what to call, with which
+/// settings). Nowhere else: an argument must not reach the pod's service
+/// account, volumes, security context or the Job's labels, which the
+/// template's author fixes.
+const JOB_ARG_FIELDS: &str = "containers' and initContainers' image, command, args and env[].value";
+
+/// A Job gate's template with `{{args.NAME}}` replaced in [`JOB_ARG_FIELDS`];
+/// a placeholder anywhere else is an error (it would reach the Job as
+/// written), and so is an image an argument left empty or with spaces.
+fn substitute_job(template: &Value, values: &BTreeMap<&str, &str>) -> Result<Value, String> {
+    // Placeholders outside the fields, looked for before any argument is in
+    // (an argument's value is not read as a placeholder).
+    let mut rest = template.clone();
+    for_each_arg_field(&mut rest, |v, _, _| {
+        *v = Value::Null;
+        Ok(())
+    })?;
+    if let Some(path) = find_placeholder(&rest, "job.template") {
+        return Err(format!(
+            "{path}: {{{{args.NAME}}}} is replaced only in the {JOB_ARG_FIELDS}"
+        ));
+    }
+    let mut out = template.clone();
+    for_each_arg_field(&mut out, |v, at, is_image| {
+        if let Value::String(s) = v {
+            *s = substitute(s, values).map_err(|e| format!("{at}: {e}"))?;
+            if is_image && (s.is_empty() || s.contains(char::is_whitespace)) {
+                return Err(format!(
+                    "{at}: {s:?} is not an image reference without spaces once its arguments are in"
+                ));
+            }
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Calls `f` on each of [`JOB_ARG_FIELDS`] of a Job template, with its path
+/// and whether it is an image.
+fn for_each_arg_field(
+    template: &mut Value,
+    mut f: impl FnMut(&mut Value, &str, bool) -> Result<(), String>,
+) -> Result<(), String> {
+    for list in ["containers", "initContainers"] {
+        let Some(containers) = template
+            .pointer_mut(&format!("/spec/template/spec/{list}"))
+            .and_then(Value::as_array_mut)
+        else {
+            continue;
+        };
+        for (i, c) in containers.iter_mut().enumerate() {
+            let at = format!("job.template.spec.template.spec.{list}[{i}]");
+            if let Some(image) = c.get_mut("image") {
+                f(image, &format!("{at}.image"), true)?;
+            }
+            for field in ["command", "args"] {
+                if let Some(items) = c.get_mut(field).and_then(Value::as_array_mut) {
+                    for (k, item) in items.iter_mut().enumerate() {
+                        f(item, &format!("{at}.{field}[{k}]"), false)?;
+                    }
+                }
+            }
+            if let Some(env) = c.get_mut("env").and_then(Value::as_array_mut) {
+                for (k, var) in env.iter_mut().enumerate() {
+                    if let Some(v) = var.get_mut("value") {
+                        f(v, &format!("{at}.env[{k}].value"), false)?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The path of the first string (or object key) still holding an
+/// `{{args.` placeholder.
+fn find_placeholder(v: &Value, at: &str) -> Option<String> {
+    match v {
+        Value::String(s) => has_arg_placeholder(s).then(|| at.to_string()),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| find_placeholder(item, &format!("{at}[{i}]"))),
+        Value::Object(map) => map.iter().find_map(|(k, item)| {
+            let here = format!("{at}.{k}");
+            if has_arg_placeholder(k) {
+                Some(here)
+            } else {
+                find_placeholder(item, &here)
+            }
+        }),
+        _ => None,
+    }
+}
+
+/// `{{ args.` with any spaces inside the braces, as [`substitute`] reads it.
+fn has_arg_placeholder(s: &str) -> bool {
+    let mut rest = s;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        if after.trim_start().starts_with("args.") && after.contains("}}") {
+            return true;
+        }
+        rest = after;
+    }
+    false
 }
 
 fn list(names: &[&str]) -> String {
@@ -242,7 +387,8 @@ pub fn substitute(text: &str, values: &BTreeMap<&str, &str>) -> Result<String, S
 mod tests {
     use super::*;
     use crate::api::template::{Parameter, TemplateRef};
-    use crate::api::{PrometheusGate, WebhookGate};
+    use crate::api::{JobGate, PrometheusGate, WebhookGate};
+    use serde_json::json;
 
     fn hook_template(url: &str, params: &[(&str, Option<&str>)]) -> GateTemplateSpec {
         GateTemplateSpec {
@@ -260,6 +406,7 @@ mod tests {
                 ..Default::default()
             }),
             prometheus: None,
+            job: None,
         }
     }
 
@@ -296,10 +443,11 @@ mod tests {
         }
     }
 
-    fn url_of(g: &GateSpec) -> &str {
+    fn url_of(g: &TemplateGate) -> &str {
         match g {
-            GateSpec::Webhook(w) => &w.url,
-            GateSpec::Prometheus(p) => &p.address,
+            TemplateGate::Runner(GateSpec::Webhook(w)) => &w.url,
+            TemplateGate::Runner(GateSpec::Prometheus(p)) => &p.address,
+            TemplateGate::Job(j) => &j.name,
         }
     }
 
@@ -469,11 +617,12 @@ mod tests {
                 ..Default::default()
             }),
             webhook: None,
+            job: None,
         };
         let mut r = reference("up", "up", &[]);
         r.component = Some("api".into());
         let g = instantiate(&r, &spec).unwrap();
-        let GateSpec::Prometheus(p) = g else {
+        let TemplateGate::Runner(GateSpec::Prometheus(p)) = g else {
             panic!("not prometheus")
         };
         assert_eq!(p.query, r#"up{job="api",rev="{{revision}}"}"#);
@@ -489,6 +638,149 @@ mod tests {
         neither.prometheus = None;
         assert!(
             instantiate(&r, &neither)
+                .unwrap_err()
+                .contains("exactly one gate")
+        );
+    }
+
+    /// A Job template: `{{args.*}}` in image, command, args and env values.
+    fn job_template(template: serde_json::Value) -> GateTemplateSpec {
+        GateTemplateSpec {
+            parameters: ["target", "tag", "rps"]
+                .iter()
+                .map(|n| Parameter {
+                    name: (*n).into(),
+                    default: (*n == "rps").then(|| "10".into()),
+                    description: None,
+                })
+                .collect(),
+            job: Some(JobGate {
+                name: "template-name".into(),
+                template,
+                timeout_seconds: Some(90),
+                component: None,
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn load_test() -> serde_json::Value {
+        json!({
+            "metadata": {"labels": {"team": "qa"}},
+            "spec": {"template": {"spec": {
+                "initContainers": [{"name": "wait", "image": "busybox:{{args.tag}}",
+                    "command": ["sh", "-c", "until nc -z {{ args.target }} 80; do sleep 1; done"]}],
+                "containers": [{"name": "hey", "image": "loadtest:{{args.tag}}",
+                    "args": ["-q", "{{args.rps}}", "http://{{args.target}}/"],
+                    "env": [{"name": "TARGET", "value": "{{args.target}}"},
+                            {"name": "FROM", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}]
+            }}}
+        })
+    }
+
+    #[test]
+    fn a_job_template_becomes_a_job_gate_with_its_args_in_the_containers() {
+        let mut r = reference("load", "load", &[("target", "web.shop"), ("tag", "1.2")]);
+        r.component = Some("web".into());
+        let g = instantiate(&r, &job_template(load_test())).unwrap();
+        let TemplateGate::Job(j) = g else {
+            panic!("not a Job gate: {g:?}")
+        };
+        assert_eq!(j.name, "load");
+        assert_eq!(j.component.as_deref(), Some("web"));
+        assert_eq!(j.timeout, std::time::Duration::from_secs(90));
+        let pod = j.template.spec.unwrap().template.spec.unwrap();
+        let c = &pod.containers[0];
+        assert_eq!(c.image.as_deref(), Some("loadtest:1.2"));
+        assert_eq!(c.args.as_deref().unwrap(), ["-q", "10", "http://web.shop/"]);
+        let env = c.env.as_deref().unwrap();
+        assert_eq!(env[0].value.as_deref(), Some("web.shop"));
+        assert!(env[1].value_from.is_some());
+        let init = &pod.init_containers.as_deref().unwrap()[0];
+        assert_eq!(init.image.as_deref(), Some("busybox:1.2"));
+        assert_eq!(
+            init.command.as_deref().unwrap()[2],
+            "until nc -z web.shop 80; do sleep 1; done"
+        );
+    }
+
+    #[test]
+    fn a_job_template_resolves_onto_the_job_path_and_is_recorded() {
+        let t = ObservedTemplate {
+            kind: TemplateKind::GateTemplate,
+            name: "load".into(),
+            generation: Some(4),
+            spec: job_template(load_test()),
+        };
+        let mut r = reference("load", "load", &[("target", "web"), ("tag", "1")]);
+        r.template_ref.kind = TemplateKind::GateTemplate;
+        let res = resolve(std::slice::from_ref(&r), &rolling(3, 1), &[t]);
+        assert!(res.problems.is_empty(), "{:?}", res.problems);
+        assert!(matches!(res.gates[0].gate, TemplateGate::Job(_)));
+        assert_eq!(res.gates[0].gate.name(), "load");
+        let record = &res.gates[0].record;
+        assert_eq!(record.template_generation, Some(4));
+        assert!(
+            record.template.job.is_some(),
+            "the Job template is recorded"
+        );
+        // The record keeps the gate for the step with the template gone.
+        let mut status = rolling(3, 1);
+        status.resolved_gates = vec![record.clone()];
+        let again = resolve(&[r], &status, &[]);
+        assert_eq!(again.gates, res.gates);
+    }
+
+    #[test]
+    fn a_job_template_refuses_placeholders_outside_the_container_fields() {
+        let r = reference("load", "load", &[("target", "web"), ("tag", "1")]);
+        let mut t = load_test();
+        t["spec"]["template"]["spec"]["serviceAccountName"] = json!("{{args.target}}");
+        let e = instantiate(&r, &job_template(t)).unwrap_err();
+        assert_eq!(
+            e,
+            "job.template.spec.template.spec.serviceAccountName: {{args.NAME}} is replaced only in the containers' and initContainers' image, command, args and env[].value"
+        );
+        let mut t = load_test();
+        t["metadata"]["labels"]["target"] = json!("{{ args.target }}");
+        let e = instantiate(&r, &job_template(t)).unwrap_err();
+        assert!(e.starts_with("job.template.metadata.labels.target:"), "{e}");
+        // An argument's value is not read as a placeholder.
+        let r = reference("load", "load", &[("target", "{{args.tag}}"), ("tag", "1")]);
+        assert!(instantiate(&r, &job_template(load_test())).is_ok());
+    }
+
+    #[test]
+    fn a_job_template_with_a_bad_argument_or_placeholder_is_a_problem() {
+        let r = reference("load", "load", &[("target", "web"), ("tag", "1 2")]);
+        let e = instantiate(&r, &job_template(load_test())).unwrap_err();
+        assert!(
+            e.starts_with("job.template.spec.template.spec.containers[0].image: \"loadtest:1 2\" is not an image reference"),
+            "{e}"
+        );
+        let mut t = load_test();
+        t["spec"]["template"]["spec"]["containers"][0]["args"][0] = json!("{{args.nope}}");
+        let r = reference("load", "load", &[("target", "web"), ("tag", "1")]);
+        let e = instantiate(&r, &job_template(t)).unwrap_err();
+        assert_eq!(
+            e,
+            "job.template.spec.template.spec.containers[0].args[0]: {{args.nope}} names no parameter of the template"
+        );
+        // Parsed as a plan's own Job gate: its rules hold.
+        let mut t = load_test();
+        t["spec"]["template"]["spec"]["restartPolicy"] = json!("Always");
+        let e = instantiate(&r, &job_template(t)).unwrap_err();
+        assert!(
+            e.starts_with(
+                "job.template.spec.template.spec.restartPolicy: must be Never or OnFailure"
+            ),
+            "{e}"
+        );
+        // Two kinds at once: not a gate.
+        let mut two = job_template(load_test());
+        two.webhook = hook_template("http://h/", &[]).webhook;
+        assert!(
+            instantiate(&r, &two)
                 .unwrap_err()
                 .contains("exactly one gate")
         );

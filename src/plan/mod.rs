@@ -28,7 +28,7 @@ pub use spec::SpecError;
 use crate::api::template::ResolvedGate;
 use crate::gates::GateSpec;
 use crate::gates::job::{self as jobs, JobGateSpec, JobIntents, JobObs};
-use crate::gates::template::{ProblemKind, Resolution, TemplateProblem};
+use crate::gates::template::{ProblemKind, Resolution, TemplateGate, TemplateProblem};
 use steps::{CurrentStep, Step};
 
 use crate::api::{
@@ -81,7 +81,8 @@ pub struct Target {
     /// The configured health gates, parsed (the gate runner evaluates them):
     /// the plan's own, then the template gates that could be resolved.
     pub gates: Vec<GateSpec>,
-    /// The Job gates, parsed (the core judges their Jobs).
+    /// The Job gates, parsed (the core judges their Jobs): the plan's own, then
+    /// the template gates that hold a Job.
     pub jobs: Vec<JobGateSpec>,
     /// The component each gate that names one judges, by gate name; the
     /// others judge the first component that changes.
@@ -136,11 +137,15 @@ impl Target {
 
     /// Adds the plan's template gates, resolved by
     /// [`crate::gates::template::resolve`]: those that resolved run like the
-    /// plan's own gates, the others hold the step.
+    /// plan's own gates (a Job template joins the Job gates), the others hold
+    /// the step.
     #[must_use]
     pub fn with_templates(mut self, resolution: Resolution) -> Target {
         for g in resolution.gates {
-            self.gates.push(g.gate);
+            match g.gate {
+                TemplateGate::Runner(gate) => self.gates.push(gate),
+                TemplateGate::Job(job) => self.jobs.push(job),
+            }
             self.template_gates.push(g.record);
         }
         self.template_problems = resolution.problems;

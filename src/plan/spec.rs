@@ -148,6 +148,10 @@ fn check_gate_components(spec: &ReleasePlanSpec) -> Result<(), SpecError> {
             "templates",
             h.templates.iter().map(|g| g.component.as_deref()).collect(),
         ),
+        (
+            "jobs",
+            h.jobs.iter().map(|g| g.component.as_deref()).collect(),
+        ),
     ];
     for (list, components) in lists {
         for (i, c) in components.into_iter().enumerate() {

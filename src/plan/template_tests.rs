@@ -6,7 +6,8 @@ use super::*;
 use crate::api::template::{
     GateTemplateRef, GateTemplateSpec, Parameter, TemplateKind, TemplateRef,
 };
-use crate::api::{Component, WebhookGate};
+use crate::api::{Component, JobGate, WebhookGate};
+use crate::gates::job::{JobObs, JobState};
 use crate::gates::template::{ObservedTemplate, resolve};
 use chrono::TimeZone;
 use serde_json::json;
@@ -52,6 +53,7 @@ fn template(url: &str) -> ObservedTemplate {
                 ..Default::default()
             }),
             prometheus: None,
+            job: None,
         },
     }
 }
@@ -276,4 +278,101 @@ fn a_first_release_warns_once_about_a_missing_template() {
         status = d.status;
     }
     assert_eq!(total, 1, "one Warning over the reconciles that follow");
+}
+
+/// A template holding a Job gate, with one parameter used in the image.
+fn job_template() -> ObservedTemplate {
+    ObservedTemplate {
+        kind: TemplateKind::GateTemplate,
+        name: "smoke-test".into(),
+        generation: Some(5),
+        spec: GateTemplateSpec {
+            parameters: vec![Parameter {
+                name: "suite".into(),
+                ..Default::default()
+            }],
+            job: Some(JobGate {
+                name: "x".into(),
+                template: json!({"spec": {"template": {"spec": {"containers": [
+                    {"name": "t", "image": "smoke:{{args.suite}}"}]}}}}),
+                timeout_seconds: Some(60),
+                component: None,
+            }),
+            ..Default::default()
+        },
+    }
+}
+
+#[test]
+fn a_job_template_gate_runs_a_job_and_its_verdict_decides() {
+    let spec = spec();
+    let status = rolling(&spec);
+    let observed = [job_template()];
+    // The step's pods are ready: the core asks for the step's Job, built from
+    // the template with the argument in, and records the template for the step.
+    let d = decide(
+        &observe(&spec, &status, &observed, Vec::new()),
+        &templates_of(&spec),
+    );
+    assert_eq!(d.status.phase, Phase::RollingOut);
+    assert_eq!(stalled(&d).0, "False");
+    assert_eq!(d.jobs.create.len(), 1, "{:?}", d.jobs);
+    let intent = &d.jobs.create[0];
+    assert_eq!(intent.gate.name, "smoke");
+    let pod = intent
+        .gate
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    assert_eq!(pod.containers[0].image.as_deref(), Some("smoke:cart"));
+    assert_eq!(d.status.resolved_gates.len(), 1);
+    assert_eq!(d.status.resolved_gates[0].template_generation, Some(5));
+    let gate = d.status.gates.iter().find(|g| g.name == "smoke").unwrap();
+    assert_eq!(gate.verdict, Verdict::Pending);
+
+    // Its Job completes: promoted, with the template gone meanwhile (the
+    // record of the step serves).
+    let job = |state: JobState| JobObs {
+        name: intent.name.clone(),
+        rollout: 1,
+        created: Some(now()),
+        state,
+    };
+    let mut obs = observe(&spec, &d.status, &[], Vec::new());
+    obs.jobs = vec![job(JobState::Complete)];
+    let passed = decide(&obs, &templates_of(&spec));
+    assert_eq!(passed.status.phase, Phase::Stable);
+
+    // It fails instead: the rollout fails on that gate.
+    let mut obs = observe(&spec, &d.status, &[], Vec::new());
+    obs.jobs = vec![job(JobState::Failed {
+        reason: "BackoffLimitExceeded".into(),
+        message: "Job has reached the specified backoff limit".into(),
+    })];
+    let failed = decide(&obs, &templates_of(&spec));
+    let f = failed.status.failure.as_ref().expect("a failure");
+    assert_eq!(f.gate, "smoke");
+    assert!(f.message.contains("BackoffLimitExceeded"), "{}", f.message);
+}
+
+#[test]
+fn a_job_gate_component_must_be_a_component_of_the_plan() {
+    let mut spec = spec();
+    spec.health.templates.clear();
+    spec.health.jobs = vec![JobGate {
+        name: "smoke".into(),
+        template: json!({"spec": {"template": {"spec": {"containers": [{"name": "t", "image": "i"}]}}}}),
+        timeout_seconds: None,
+        component: Some("db".into()),
+    }];
+    let e = Target::from_spec(&spec).unwrap_err();
+    assert_eq!(e.field, "spec.health.jobs[0].component");
+    spec.health.jobs[0].component = Some("web".into());
+    let t = Target::from_spec(&spec).unwrap();
+    assert_eq!(t.jobs[0].component.as_deref(), Some("web"));
 }

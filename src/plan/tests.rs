@@ -1540,6 +1540,7 @@ mod job_gates {
             name: "smoke".into(),
             template: json!({"spec": {"template": {"spec": {"containers": [{"name": "t", "image": "curl"}]}}}}),
             timeout_seconds: Some(timeout),
+            component: None,
         }];
         s
     }
