@@ -367,24 +367,32 @@ pub struct Row {
     pub steps: Vec<StepMark>,
     /// When the current step started (time in step).
     pub step_started_at: Option<DateTime<Utc>>,
-    /// Whether each button applies now (`promote`, `abort`...), else why not.
+    /// Whether each button applies now (`promote`, `abort`...), else why not;
+    /// on the plan page only (empty, and left out, in the overview).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub actions: BTreeMap<&'static str, Option<String>>,
 }
 
-/// The row of `plan`; with `deployments`, components list their revisions.
+/// The row of `plan`. With `deployments` (the plan page), components list
+/// their revisions and `actions` says which buttons apply; without (the
+/// overview, which has no buttons) neither is there: the reasons would be a
+/// third of a 1,000-plan snapshot.
 pub fn row(plan: &ReleasePlan, deployments: Option<&[Deployment]>) -> Row {
     let view = plan_view(plan, deployments);
     let (attention, attention_text) = attention(plan);
     let status = plan.status.clone().unwrap_or_default();
-    let actions = ACTIONS
-        .iter()
-        .map(|(word, action)| {
-            (
-                *word,
-                action.applies_in(&status).err().map(|e| e.to_string()),
-            )
-        })
-        .collect();
+    let actions = match deployments {
+        None => BTreeMap::new(),
+        Some(_) => ACTIONS
+            .iter()
+            .map(|(word, action)| {
+                (
+                    *word,
+                    action.applies_in(&status).err().map(|e| e.to_string()),
+                )
+            })
+            .collect(),
+    };
     Row {
         key: format!("{}/{}", view.namespace, view.name),
         view,
@@ -973,11 +981,13 @@ mod tests {
     #[test]
     fn a_row_says_which_buttons_apply() {
         let mut p = plan();
-        let r = row(&p, None);
+        let r = row(&p, Some(&[]));
         assert_eq!(r.key, format!("{}/{}", r.view.namespace, r.view.name));
         assert_eq!(r.actions.len(), ACTIONS.len());
+        // The overview has no buttons, and its rows no reasons.
+        assert!(row(&p, None).actions.is_empty());
         p.status.as_mut().unwrap().phase = Phase::Stable;
-        let r = row(&p, None);
+        let r = row(&p, Some(&[]));
         assert!(r.actions["promote"].is_some(), "{:?}", r.actions);
         assert!(action_of("promote-full").is_some());
         assert!(action_of("delete").is_none());
