@@ -43,13 +43,16 @@ function stepState(r, k) {
   return r.attention === "failing" ? "fail" : "cur";
 }
 // The step bar: one segment per step, done / current / to come, pauses hatched.
+// A segment's label is drawn by CSS from data-l (no text node: 1,000 rows of
+// four segments are 4,000 nodes fewer); the bar's aria-label and each
+// segment's title say the same in words.
 function stepsBar(r) {
   const segs = r.steps.map((s, k) => {
     const state = stepState(r, k);
     const word = {cur: "current", done: "done", todo: "to come", fail: "failed here"}[state];
-    return `<span class="seg ${s.kind} ${state}" title="step ${k + 1}: ${esc(s.label)} (${word})">${s.kind === "pause" ? "||" : esc(s.label)}</span>`;
+    return `<span class="seg ${s.kind} ${state}" data-l="${s.kind === "pause" ? "||" : esc(s.label)}" title="step ${k + 1}: ${esc(s.label)} (${word})"></span>`;
   }).join("");
-  return `<div class="steps" role="img" aria-label="${esc(r.step.text)}">${segs || '<span class="seg done">100%</span>'}</div><span class="st">${esc(r.step.text)}</span>`;
+  return `<div class="steps" role="img" aria-label="${esc(r.step.text)}">${segs || '<span class="seg done" data-l="100%"></span>'}</div><span class="st">${esc(r.step.text)}</span>`;
 }
 // The weight. `weight` is the replica split (status.weight); `trafficWeight`,
 // there only when a router is configured, is the share of requests on the
@@ -63,7 +66,7 @@ function revisions(r) {
     const same = c.stableHash === c.currentHash;
     const rev = same ? esc(c.currentHash || "-") : `${esc(c.stableHash || "-")} → <b>${esc(c.currentHash || "-")}</b>`;
     const ready = same ? `${c.currentReady}/${c.replicas}` : `${c.stableReady}/${c.stableReplicas} · ${c.currentReady}/${c.currentReplicas}`;
-    return `<div><span>${esc(c.name)}</span> <span class="mono">${rev}</span> <span class="st">${ready} ready</span></div>`;
+    return `<div>${esc(c.name)} <span class="mono">${rev}</span> <span class="st">${ready} ready</span></div>`;
   }).join("") || "-";
 }
 function gates(r) {
