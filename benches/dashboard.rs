@@ -155,6 +155,9 @@ async fn main() {
 
     let dash = Dashboard::start(&["-n", &ns]).await;
     let b = Browser::start().await;
+    // The renderer's own accounting (Chrome DevTools Protocol): where the
+    // time to the first paint went (script, style, layout).
+    b.cdp("Performance.enable", json!({})).await;
     let t0 = now_ms();
     b.client.goto(&dash.url).await.unwrap();
     wait_until(T, "the overview to show every plan", || async {
@@ -193,6 +196,40 @@ async fn main() {
         ms("firstPaint"),
         ms("firstPaint") - ms("firstMessage"),
         now_ms() - t0,
+    );
+    let metrics = b.cdp("Performance.getMetrics", json!({})).await;
+    let metric = |name: &str| {
+        metrics["metrics"]
+            .as_array()
+            .and_then(|m| m.iter().find(|m| m["name"] == name))
+            .and_then(|m| m["value"].as_f64())
+            .unwrap_or(f64::NAN)
+    };
+    println!(
+        "renderer time up to the first paint (CDP Performance.getMetrics, ms): script {:.0}, style {:.0} ({} recalcs), layout {:.0} ({} layouts), all tasks {:.0}; {} DOM nodes",
+        metric("ScriptDuration") * 1000.0,
+        metric("RecalcStyleDuration") * 1000.0,
+        metric("RecalcStyleCount"),
+        metric("LayoutDuration") * 1000.0,
+        metric("LayoutCount"),
+        metric("TaskDuration") * 1000.0,
+        metric("Nodes"),
+    );
+    // The server's share: the same snapshot as JSON (GET /api/plans), timed
+    // from the page (built from the store and serialized, then sent).
+    let snap = b
+        .client
+        .execute_async(
+            "const done = arguments[arguments.length - 1]; const t = performance.now();
+             fetch('/api/plans').then(r => r.text()).then(body => done([performance.now() - t, body.length]));",
+            vec![],
+        )
+        .await
+        .unwrap();
+    println!(
+        "snapshot of {n} rows from the plugin (GET /api/plans): {:.0} ms, {} bytes of JSON",
+        snap[0].as_f64().unwrap(),
+        snap[1]
     );
     b.screenshot(&format!("overview-{n}")).await;
 
@@ -244,6 +281,19 @@ async fn main() {
         pct(&times, 0.5),
         stats["maxFlushMs"].as_f64().unwrap()
     );
+
+    // Rows off screen are not rendered (content-visibility) but still found
+    // by the browser's find in page, which scrolls to them.
+    let last = format!("p{:04}", n - 1);
+    let found = b
+        .js(
+            "const ok = window.find(arguments[0]); const a = window.getSelection().anchorNode;
+             const tr = a && a.parentElement.closest('tr'); return [ok, tr ? tr.dataset.key : null];",
+            vec![json!(last)],
+        )
+        .await;
+    assert_eq!(found, json!([true, format!("{ns}/{last}")]));
+    println!("find in page: {last} found in its row (off screen before)");
     b.close().await;
     drop(dash);
 }

@@ -13,6 +13,8 @@
 
 mod support;
 
+use fantoccini::Locator;
+use fantoccini::key::Key;
 use kube::Client;
 use releaseplan::api::{Phase, ReleasePlan};
 use serde_json::{Value, json};
@@ -53,6 +55,32 @@ async fn wait_segments(b: &Browser, ns: &str, name: &str, want: &[&str]) {
         T,
         &format!("the step bar of {name} to be {want:?}"),
         || async { (segments(b, ns, name).await == want).then_some(()) },
+    )
+    .await;
+}
+
+/// The WCAG contrast ratio of the text of `css` (its first match) against
+/// the page's background: 4.5 or more is readable body text.
+async fn contrast(b: &Browser, css: &str) -> f64 {
+    b.js(
+        "const rgb = (c) => c.match(/[\\d.]+/g).slice(0, 3).map(Number);
+         const lum = (c) => { const [r, g, b] = rgb(c).map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; });
+           return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+         const fg = lum(getComputedStyle(document.querySelector(arguments[0])).color);
+         const bg = lum(getComputedStyle(document.body).backgroundColor);
+         return (Math.max(fg, bg) + 0.05) / (Math.min(fg, bg) + 0.05);",
+        vec![json!(css)],
+    )
+    .await
+    .as_f64()
+    .unwrap_or_else(|| panic!("no colour for {css}"))
+}
+
+/// Switches the page's `prefers-color-scheme` (Chrome DevTools Protocol).
+async fn color_scheme(b: &Browser, scheme: &str) {
+    b.cdp(
+        "Emulation.setEmulatedMedia",
+        json!({"features": [{"name": "prefers-color-scheme", "value": scheme}]}),
     )
     .await;
 }
@@ -119,6 +147,32 @@ async fn the_bar_advances_and_promote_moves_the_plan_on() {
     b.wait_text(T, &row(&ns, "cart"), "cart").await;
     wait_segments(&b, &ns, "shop", &["done"; 4]).await;
 
+    // The overview's rows are grids (for speed) yet still a table to a
+    // screen reader: the roles the browser computes.
+    assert_eq!(b.role("#plans").await, "table");
+    assert_eq!(b.role("#plans th").await, "columnheader");
+    assert_eq!(b.role(&row(&ns, "shop")).await, "row");
+    assert_eq!(b.role(&format!("{} td", row(&ns, "shop"))).await, "cell");
+    // The weight column: the replica split, and the traffic split next to it
+    // when status has one (the page's own formatting; the CRD of this build
+    // has no trafficWeight to write).
+    let weights = b
+        .js(
+            "return [weightText({weight: 25}), weightText({weight: 25, trafficWeight: 10}),
+                     weightText({weight: 50}, 'weight '), weightText({weight: 50, trafficWeight: 0}, 'weight ')];",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        weights,
+        json!([
+            "25%",
+            "traffic 10% · pods 25%",
+            "weight 50%",
+            "traffic 0% · pods 50%"
+        ])
+    );
+
     // A new image: the bar shows the first pause as the current step, live.
     set_components(&client, &ns, "shop", json!([web("shop:2", 4)])).await;
     wait_segments(&b, &ns, "shop", &["done", "cur", "todo", "todo"]).await;
@@ -128,8 +182,27 @@ async fn the_bar_advances_and_promote_moves_the_plan_on() {
     assert!(text.contains("waiting for promotion"), "{text}");
     b.screenshot("overview").await;
 
-    // The plan page: promote at the indefinite pause moves the plan on.
-    b.click(&format!("{} a", row(&ns, "shop"))).await;
+    // The plan page, by keyboard: filter to shop, Tab to its link, Enter.
+    let filter = b.client.find(Locator::Css("#filter")).await.unwrap();
+    filter.send_keys("shop").await.unwrap();
+    wait_until(T, "the filter to hide cart", || async {
+        b.js(
+            "return document.querySelector(arguments[0]).hidden;",
+            vec![json!(row(&ns, "cart"))],
+        )
+        .await
+        .as_bool()
+        .filter(|hidden| *hidden)
+    })
+    .await;
+    filter.send_keys(&Key::Tab).await.unwrap();
+    let focused = b.client.active_element().await.unwrap();
+    assert_eq!(
+        focused.attr("href").await.unwrap().as_deref(),
+        Some(format!("#/plan/{ns}/shop").as_str())
+    );
+    focused.send_keys(&Key::Enter).await.unwrap();
+    // Promote at the indefinite pause moves the plan on.
     b.wait_text(T, "#plan h2", "RollingOut").await;
     b.wait_text(T, "#plan", "shop-web-").await;
     press(&b, "promote").await;
@@ -229,6 +302,31 @@ async fn a_crash_looping_release_shows_the_rollback_and_its_reason() {
         .await;
     assert_eq!(first, json!([format!("{ns}/shop"), "a-failing"]));
     b.screenshot("overview-rolled-back").await;
+
+    // Readable in both colour schemes: the failure, the muted words, links.
+    let failing = format!("{} .state", row(&ns, "shop"));
+    let texts = [failing.as_str(), ".st", "#rows a", "#counts"];
+    for scheme in ["light", "dark"] {
+        color_scheme(&b, scheme).await;
+        let bg = b
+            .js(
+                "return getComputedStyle(document.body).backgroundColor;",
+                vec![],
+            )
+            .await;
+        let want = if scheme == "dark" {
+            "rgb(13, 17, 23)"
+        } else {
+            "rgb(255, 255, 255)"
+        };
+        assert_eq!(bg, json!(want), "{scheme}");
+        for css in texts {
+            let ratio = contrast(&b, css).await;
+            assert!(ratio >= 4.5, "{css} in {scheme}: contrast {ratio:.2}");
+        }
+    }
+    b.screenshot("overview-rolled-back-dark").await;
+    color_scheme(&b, "light").await;
 
     // The plan page: the rollback in the history, the failure, the Events.
     b.click(&format!("{} a", row(&ns, "shop"))).await;

@@ -12,7 +12,7 @@
 
 use super::view::{HistoryView, PlanView, history_view, plan_view};
 use super::{CliError, Ctx, chain};
-use crate::api::{LABEL_PLAN, Phase, ReleasePlan};
+use crate::api::{LABEL_PLAN, Phase, ReleasePlan, ReleasePlanStatus};
 use crate::plan::Action;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -358,37 +358,63 @@ pub struct Row {
     pub attention: Attention,
     /// The same in a word.
     pub attention_text: &'static str,
+    /// `status.trafficWeight`: the share of requests on the current revision
+    /// when a router is configured (absent otherwise), next to the replica
+    /// split `weight`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traffic_weight: Option<i64>,
     /// The steps as segments.
     pub steps: Vec<StepMark>,
     /// When the current step started (time in step).
     pub step_started_at: Option<DateTime<Utc>>,
-    /// Whether each button applies now (`promote`, `abort`...), else why not.
+    /// Whether each button applies now (`promote`, `abort`...), else why not;
+    /// on the plan page only (empty, and left out, in the overview).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub actions: BTreeMap<&'static str, Option<String>>,
 }
 
-/// The row of `plan`; with `deployments`, components list their revisions.
+/// The row of `plan`. With `deployments` (the plan page), components list
+/// their revisions and `actions` says which buttons apply; without (the
+/// overview, which has no buttons) neither is there: the reasons would be a
+/// third of a 1,000-plan snapshot.
 pub fn row(plan: &ReleasePlan, deployments: Option<&[Deployment]>) -> Row {
     let view = plan_view(plan, deployments);
     let (attention, attention_text) = attention(plan);
     let status = plan.status.clone().unwrap_or_default();
-    let actions = ACTIONS
-        .iter()
-        .map(|(word, action)| {
-            (
-                *word,
-                action.applies_in(&status).err().map(|e| e.to_string()),
-            )
-        })
-        .collect();
+    let actions = match deployments {
+        None => BTreeMap::new(),
+        Some(_) => ACTIONS
+            .iter()
+            .map(|(word, action)| {
+                (
+                    *word,
+                    action.applies_in(&status).err().map(|e| e.to_string()),
+                )
+            })
+            .collect(),
+    };
     Row {
         key: format!("{}/{}", view.namespace, view.name),
         view,
         attention,
         attention_text,
+        traffic_weight: plan.status.as_ref().and_then(traffic_weight),
         steps: step_marks(plan),
         step_started_at: status.step_started_at,
         actions,
     }
+}
+
+/// `status.trafficWeight`, read from the status as serialized: the field is
+/// being added to the status type in parallel (the traffic layer), and this
+/// shows it as soon as it is there. Use the typed field once it is.
+fn traffic_weight(status: &ReleasePlanStatus) -> Option<i64> {
+    traffic_weight_of(&serde_json::to_value(status).ok()?)
+}
+
+/// `trafficWeight` of a status as JSON, when it is an integer.
+fn traffic_weight_of(status: &serde_json::Value) -> Option<i64> {
+    status.get("trafficWeight")?.as_i64()
 }
 
 /// The buttons: the word in the URL and the request it sends.
@@ -955,14 +981,33 @@ mod tests {
     #[test]
     fn a_row_says_which_buttons_apply() {
         let mut p = plan();
-        let r = row(&p, None);
+        let r = row(&p, Some(&[]));
         assert_eq!(r.key, format!("{}/{}", r.view.namespace, r.view.name));
         assert_eq!(r.actions.len(), ACTIONS.len());
+        // The overview has no buttons, and its rows no reasons.
+        assert!(row(&p, None).actions.is_empty());
         p.status.as_mut().unwrap().phase = Phase::Stable;
-        let r = row(&p, None);
+        let r = row(&p, Some(&[]));
         assert!(r.actions["promote"].is_some(), "{:?}", r.actions);
         assert!(action_of("promote-full").is_some());
         assert!(action_of("delete").is_none());
+    }
+
+    #[test]
+    fn the_traffic_weight_is_shown_only_when_status_has_it() {
+        use serde_json::json;
+        assert_eq!(
+            traffic_weight_of(&json!({"weight": 25, "trafficWeight": 10})),
+            Some(10)
+        );
+        assert_eq!(traffic_weight_of(&json!({"weight": 25})), None);
+        assert_eq!(traffic_weight_of(&json!({"trafficWeight": null})), None);
+        // Without a router the row carries no trafficWeight at all.
+        let r = serde_json::to_value(row(&plan(), None)).unwrap();
+        assert!(
+            r.get("weight").is_some() && r.get("trafficWeight").is_none(),
+            "{r}"
+        );
     }
 
     #[test]

@@ -115,6 +115,33 @@ impl Browser {
         Browser { driver, client }
     }
 
+    /// Sends a Chrome DevTools Protocol command (`Performance.getMetrics`...)
+    /// through chromedriver's `goog/cdp/execute`; its result.
+    pub async fn cdp(&self, cmd: &str, params: Value) -> Value {
+        self.client
+            .issue_cmd(Driver::Cdp(json!({"cmd": cmd, "params": params})))
+            .await
+            .unwrap_or_else(|e| panic!("CDP {cmd}: {e}"))
+    }
+
+    /// The ARIA role the browser computes for the first element matching
+    /// `css` (WebDriver's Get Computed Role): what a screen reader is told.
+    pub async fn role(&self, css: &str) -> String {
+        let e = self
+            .client
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"));
+        let id = e.element_id().to_string();
+        self.client
+            .issue_cmd(Driver::Role(id))
+            .await
+            .unwrap_or_else(|e| panic!("computed role of {css}: {e}"))
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
     /// Runs `script` (a function body; `arguments[i]` are `args`) in the page.
     pub async fn js(&self, script: &str, args: Vec<Value>) -> Value {
         self.client
@@ -177,6 +204,36 @@ impl Drop for Browser {
     fn drop(&mut self) {
         let _ = self.driver.kill();
         let _ = self.driver.wait();
+    }
+}
+
+/// Commands fantoccini has no method for.
+#[derive(Debug)]
+enum Driver {
+    /// chromedriver's `POST goog/cdp/execute` with `{cmd, params}`.
+    Cdp(Value),
+    /// `GET element/{id}/computedrole`.
+    Role(String),
+}
+
+impl fantoccini::wd::WebDriverCompatibleCommand for Driver {
+    fn endpoint(
+        &self,
+        base: &url::Url,
+        session: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        let session = base.join(&format!("session/{}/", session.unwrap_or_default()))?;
+        match self {
+            Driver::Cdp(_) => session.join("goog/cdp/execute"),
+            Driver::Role(id) => session.join(&format!("element/{id}/computedrole")),
+        }
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        match self {
+            Driver::Cdp(body) => (http::Method::POST, Some(body.to_string())),
+            Driver::Role(_) => (http::Method::GET, None),
+        }
     }
 }
 
