@@ -12,7 +12,7 @@
 
 use super::view::{HistoryView, PlanView, history_view, plan_view};
 use super::{CliError, Ctx, chain};
-use crate::api::{LABEL_PLAN, Phase, ReleasePlan, ReleasePlanStatus};
+use crate::api::{LABEL_PLAN, Phase, ReleasePlan};
 use crate::plan::Action;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -398,23 +398,11 @@ pub fn row(plan: &ReleasePlan, deployments: Option<&[Deployment]>) -> Row {
         view,
         attention,
         attention_text,
-        traffic_weight: plan.status.as_ref().and_then(traffic_weight),
+        traffic_weight: status.traffic_weight.map(i64::from),
         steps: step_marks(plan),
         step_started_at: status.step_started_at,
         actions,
     }
-}
-
-/// `status.trafficWeight`, read from the status as serialized: the field is
-/// being added to the status type in parallel (the traffic layer), and this
-/// shows it as soon as it is there. Use the typed field once it is.
-fn traffic_weight(status: &ReleasePlanStatus) -> Option<i64> {
-    traffic_weight_of(&serde_json::to_value(status).ok()?)
-}
-
-/// `trafficWeight` of a status as JSON, when it is an integer.
-fn traffic_weight_of(status: &serde_json::Value) -> Option<i64> {
-    status.get("trafficWeight")?.as_i64()
 }
 
 /// The buttons: the word in the URL and the request it sends.
@@ -995,19 +983,16 @@ mod tests {
 
     #[test]
     fn the_traffic_weight_is_shown_only_when_status_has_it() {
-        use serde_json::json;
-        assert_eq!(
-            traffic_weight_of(&json!({"weight": 25, "trafficWeight": 10})),
-            Some(10)
-        );
-        assert_eq!(traffic_weight_of(&json!({"weight": 25})), None);
-        assert_eq!(traffic_weight_of(&json!({"trafficWeight": null})), None);
         // Without a router the row carries no trafficWeight at all.
         let r = serde_json::to_value(row(&plan(), None)).unwrap();
         assert!(
             r.get("weight").is_some() && r.get("trafficWeight").is_none(),
             "{r}"
         );
+        let mut p = plan();
+        p.status.as_mut().unwrap().traffic_weight = Some(10);
+        let r = serde_json::to_value(row(&p, None)).unwrap();
+        assert_eq!(r["trafficWeight"], 10, "{r}");
     }
 
     #[test]
