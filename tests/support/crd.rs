@@ -1,5 +1,6 @@
 //! Installs the ReleasePlan CRD of `crds/releaseplan.yaml` on the test cluster.
-//! `crd::install(&client).await`, or [`super::Harness::new`].
+//! `crd::install(&client).await`, or [`super::Harness::new`]. Its apply and
+//! wait also install other CRDs (the Gateway API's, [`super::traffic`]).
 //!
 //! Idempotent and safe to run from many tests and test binaries at once:
 //! every caller server-side applies the same object with the same field
@@ -57,22 +58,11 @@ fn transient(e: &kube::Error) -> bool {
 /// can be created (dry run): only then is the resource served.
 pub async fn install(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let params = PatchParams::apply(MANAGER).force();
     let mut all = vec![checked_in()];
     all.extend(checked_in_templates());
     for crd in &all {
         let name = crd.metadata.name.clone().expect("CRD name");
-        let mut attempt = 0;
-        loop {
-            match crds.patch(&name, &params, &Patch::Apply(crd)).await {
-                Ok(_) => break,
-                Err(e) if transient(&e) && attempt < 20 => {
-                    attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                }
-                Err(e) => panic!("cannot apply the CRD {name}: {e}"),
-            }
-        }
+        apply_retrying(&crds, &name, crd, MANAGER).await;
         established(&crds, &name).await;
     }
 
@@ -110,8 +100,29 @@ pub async fn install(client: &Client) {
     .await;
 }
 
+/// Server-side applies `obj` as `name` with field manager `manager`
+/// (forced), retrying the transient errors of concurrent applies.
+pub async fn apply_retrying<K, T>(api: &Api<K>, name: &str, obj: &T, manager: &str)
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    T: serde::Serialize + std::fmt::Debug,
+{
+    let params = PatchParams::apply(manager).force();
+    let mut attempt = 0;
+    loop {
+        match api.patch(name, &params, &Patch::Apply(obj)).await {
+            Ok(_) => return,
+            Err(e) if transient(&e) && attempt < 20 => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => panic!("cannot apply {name}: {e}"),
+        }
+    }
+}
+
 /// Waits until the CRD `name` is Established with its names accepted.
-async fn established(crds: &Api<CustomResourceDefinition>, name: &str) {
+pub async fn established(crds: &Api<CustomResourceDefinition>, name: &str) {
     wait_until(
         Duration::from_secs(60),
         &format!("the CRD {name} to be Established with its names accepted"),
