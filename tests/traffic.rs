@@ -23,6 +23,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use std::time::{Duration, Instant};
 use support::Harness;
 use support::fixtures::{revision_deployment, revision_service};
 use support::traffic::{DataPlane, assert_split, binomial_bounds};
@@ -222,5 +223,76 @@ async fn scaled_to_zero_answers_503() {
     assert!(
         changes.ends_with(&[true, false, true]),
         "readiness of Service stable as the emulator saw it: {changes:?}"
+    );
+}
+
+/// The sampler sees traffic leave a revision: a route switched from stable
+/// (a) to canary (b) while requests flow. Two ready Services, so no request
+/// may fail across Traefik's reload; how long the switch took to reach the
+/// data plane is printed, not asserted.
+#[tokio::test]
+async fn sampler_sees_a_route_switch() {
+    let (_h, dp) = setup("traffic-sampler", &[("stable", "a"), ("canary", "b")]).await;
+    dp.apply_route(
+        "web",
+        json!([{ "backendRefs": [backend("stable", 100), backend("canary", 0)] }]),
+    )
+    .await;
+    dp.wait_for("revision a to answer", 20, &[], |c| c.all_ok_from("a"))
+        .await;
+    dp.wait_service_ready("canary").await;
+    let sampler = dp.sampler(
+        &[],
+        Duration::from_millis(250),
+        2,
+        Duration::from_millis(10),
+    );
+    support::wait_until(
+        Duration::from_secs(30),
+        "the sampler's first answers",
+        || {
+            let seen = sampler.snapshot().total().ok_of("a");
+            async move { (seen > 0).then_some(()) }
+        },
+    )
+    .await;
+    let switched = Instant::now();
+    dp.apply_route(
+        "web",
+        json!([{ "backendRefs": [backend("stable", 0), backend("canary", 100)] }]),
+    )
+    .await;
+    support::wait_until(
+        Duration::from_secs(60),
+        "only revision b in the sampler's answers",
+        || {
+            let recent = sampler
+                .snapshot()
+                .since(Instant::now() - Duration::from_secs(1));
+            async move { (recent.all_ok_from("b")).then_some(()) }
+        },
+    )
+    .await;
+    let timeline = sampler.stop().await;
+    println!(
+        "route switched a -> b at +{:.2}s:\n{}",
+        (switched - timeline.started).as_secs_f64(),
+        timeline.render()
+    );
+    let (last_a, first_b) = (timeline.last_ok["a"], timeline.first_ok["b"]);
+    println!(
+        "route applied -> first answer from b: {:.2}s; -> last answer from a: {:.2}s",
+        first_b.saturating_duration_since(switched).as_secs_f64(),
+        last_a.saturating_duration_since(switched).as_secs_f64()
+    );
+    let total = timeline.total();
+    assert_eq!(
+        total.errors(),
+        0,
+        "requests failed across the switch: {total}"
+    );
+    assert!(
+        last_a < timeline.last_ok["b"],
+        "a answered after b took over"
     );
 }

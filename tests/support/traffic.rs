@@ -292,6 +292,19 @@ impl DataPlane {
         }
     }
 
+    /// Waits until the emulator sees a ready endpoint for Service `name`.
+    pub async fn wait_service_ready(&self, name: &str) {
+        wait_until(
+            Duration::from_secs(90),
+            &format!("a ready endpoint of Service {}/{name}", self.ns),
+            || async {
+                let services = self.backends.services.read().unwrap();
+                services.get(name).is_some_and(|b| b.ready).then_some(())
+            },
+        )
+        .await;
+    }
+
     /// Every readiness change the emulator saw, in order: when a Service
     /// started or stopped having a ready endpoint (e.g. its pods went).
     pub fn readiness_changes(&self) -> Vec<ReadinessChange> {
