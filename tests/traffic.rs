@@ -174,6 +174,30 @@ async fn selector_change_changes_answers() {
     let after = dp.send(200, &[]).await;
     println!("after the selector change: {after}");
     assert!(after.all_ok_from("b"), "{after}");
+
+    // Dropped, the data plane leaves nothing listening: neither Traefik's
+    // entry point nor the emulator's ClusterIP:port.
+    let service = Api::<Service>::namespaced(h.client.clone(), &h.ns)
+        .get("web")
+        .await
+        .unwrap();
+    let cluster_ip = service.spec.unwrap().cluster_ip.unwrap();
+    let backend_addr: std::net::SocketAddr = format!("{cluster_ip}:8080").parse().unwrap();
+    let gateway_addr = dp.addr;
+    drop(dp);
+    for addr in [gateway_addr, backend_addr] {
+        support::wait_until(
+            Duration::from_secs(30),
+            &format!("{addr} to be closed"),
+            || async move {
+                tokio::net::TcpStream::connect(addr)
+                    .await
+                    .is_err()
+                    .then_some(())
+            },
+        )
+        .await;
+    }
 }
 
 /// A Service whose Deployment is scaled to 0 has no ready endpoint, and the

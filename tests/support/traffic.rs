@@ -619,7 +619,7 @@ async fn emulate(client: Client, ns: String, backends: Arc<Backends>) {
     .reflect(slices_writer)
     .map(|_| ());
     let mut events = futures::stream::select(service_events.boxed(), slice_events.boxed());
-    let mut listeners: BTreeMap<SocketAddr, (String, JoinHandle<()>)> = BTreeMap::new();
+    let mut listeners = Listeners::default();
     // Binds that failed (an address still held) are tried again each second.
     let mut retry = tokio::time::interval(Duration::from_secs(1));
     loop {
@@ -627,7 +627,20 @@ async fn emulate(client: Client, ns: String, backends: Arc<Backends>) {
             event = events.next() => if event.is_none() { return },
             _ = retry.tick() => {}
         }
-        sync(&services, &slices, &backends, &mut listeners).await;
+        sync(&services, &slices, &backends, &mut listeners.0).await;
+    }
+}
+
+/// The emulator's listeners by address, each serving one Service; dropped
+/// with the emulator (aborted by [`DataPlane`]'s drop), it stops them all.
+#[derive(Default)]
+struct Listeners(BTreeMap<SocketAddr, (String, JoinHandle<()>)>);
+
+impl Drop for Listeners {
+    fn drop(&mut self) {
+        for (_, task) in self.0.values() {
+            task.abort();
+        }
     }
 }
 
