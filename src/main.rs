@@ -195,7 +195,15 @@ async fn run(args: Args) -> Result<(), MainError> {
     ));
 
     let id = identity(&args);
+    let gateway_api =
+        controller::traffic::serves_http_routes(&client, args.namespace.as_deref()).await;
+    if !gateway_api {
+        tracing::info!(
+            "the cluster serves no Gateway API HTTPRoutes (or RBAC forbids them): plans with traffic.gatewayAPI will report the refused route; restart the operator after installing the Gateway API CRDs"
+        );
+    }
     let settings = Settings {
+        gateway_api,
         namespace: args.namespace.clone(),
         concurrency: args.concurrency,
         instance: Some(id.clone()),

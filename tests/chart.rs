@@ -177,6 +177,12 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
             &["create", "delete", "list", "patch", "watch"],
         ),
         ("", "pods", &["list", "watch"]),
+        ("", "services", &["create", "get", "list", "patch", "watch"]),
+        (
+            "gateway.networking.k8s.io",
+            "httproutes",
+            &["create", "get", "list", "patch", "watch"],
+        ),
         ("batch", "jobs", &["create", "delete", "list", "watch"]),
         ("events.k8s.io", "events", &["create", "patch"]),
     ]

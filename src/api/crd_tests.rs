@@ -65,7 +65,7 @@ fn names_group_and_scope() {
 }
 
 #[test]
-fn printer_columns_are_phase_step_weight_stable_current_age() {
+fn printer_columns_are_phase_step_weight_traffic_stable_current_age() {
     let crd = crd();
     let columns = version(&crd)
         .additional_printer_columns
@@ -81,6 +81,7 @@ fn printer_columns_are_phase_step_weight_stable_current_age() {
             ("Phase", "string", ".status.phase"),
             ("Step", "integer", ".status.currentStep"),
             ("Weight", "integer", ".status.weight"),
+            ("Traffic", "integer", ".status.trafficWeight"),
             ("Stable", "string", ".status.stableRevision"),
             ("Current", "string", ".status.currentRevision"),
             ("Age", "date", ".metadata.creationTimestamp"),
@@ -100,7 +101,11 @@ fn has_the_status_subresource() {
 fn carries_the_cel_rules_and_bounds() {
     let crd = crd();
     let root = root_schema(&crd);
-    assert_eq!(rules(root), vec!["size(self.metadata.name) <= 63"]);
+    assert_eq!(rules(root)[0], "size(self.metadata.name) <= 63");
+    assert!(
+        rules(root)[1].contains("size(self.metadata.name) + size(c.name) <= 55"),
+        "default Service names must fit"
+    );
     let name_rule = &root.x_kubernetes_validations.as_ref().expect("root rules")[0];
     assert_eq!(name_rule.field_path.as_deref(), Some(".metadata.name"));
     assert_eq!(
@@ -112,8 +117,8 @@ fn carries_the_cel_rules_and_bounds() {
     assert_eq!(spec.required, Some(vec!["components".to_string()]));
     assert_eq!(
         rules(spec).len(),
-        2,
-        "unique component names, gate components exist"
+        3,
+        "unique component names, routed steps need a router, gate components exist"
     );
     let component = schema_at(spec, &["components", "[]"]);
     assert_eq!(

@@ -7,6 +7,7 @@
 //! reconcile runs.
 
 pub mod access;
+pub mod gateway;
 pub mod revision;
 pub mod template;
 pub mod time;
@@ -32,6 +33,8 @@ pub const LABEL_PLAN: &str = "releaseplan.io/plan";
 pub const LABEL_COMPONENT: &str = "releaseplan.io/component";
 /// Pod, Deployment and ControllerRevision label: template hash of the component revision.
 pub const LABEL_REVISION: &str = "releaseplan.io/revision";
+/// Service label: `stable` or `canary`, the role of a Service the operator owns.
+pub const LABEL_ROLE: &str = "releaseplan.io/role";
 /// Job label: name of the Job gate that runs it.
 pub const LABEL_GATE: &str = "releaseplan.io/gate";
 /// Job label: number of the rollout (`status.rolloutCount`) it belongs to.
@@ -100,14 +103,17 @@ pub fn crd() -> CustomResourceDefinition {
     doc = "A ReleasePlan releases one or more Deployments as one unit: canary steps, pauses and health gates, with automatic rollback to the last stable revision.",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Lifecycle phase"),
     printcolumn(name = "Step", type_ = "integer", json_path = ".status.currentStep", description = "Index of the current canary step"),
-    printcolumn(name = "Weight", type_ = "integer", json_path = ".status.weight", description = "Percent of replicas on the new revision"),
+    printcolumn(name = "Weight", type_ = "integer", json_path = ".status.weight", description = "Percent the current step sets on the new revision"),
+    printcolumn(name = "Traffic", type_ = "integer", json_path = ".status.trafficWeight", description = "Percent of routed requests on the current revision"),
     printcolumn(name = "Stable", type_ = "string", json_path = ".status.stableRevision", description = "Last revision that reached Stable"),
     printcolumn(name = "Current", type_ = "string", json_path = ".status.currentRevision", description = "Revision being rolled out or live"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    validation = Rule::new("size(self.metadata.name) <= 63").message("metadata.name must be at most 63 characters: it is used as a label value").field_path(".metadata.name")
+    validation = Rule::new("size(self.metadata.name) <= 63").message("metadata.name must be at most 63 characters: it is used as a label value").field_path(".metadata.name"),
+    validation = Rule::new("self.spec.components.all(c, !has(c.traffic) || (has(c.traffic.stableService) && has(c.traffic.canaryService)) || (size(self.metadata.name) + size(c.name) <= 55 && self.metadata.name.matches('^[a-z]')))").message("spec.components: the default Service names <plan>-<component>-stable and -canary must be DNS-1035 labels of at most 63 characters (plan name starting with a letter); set traffic.stableService and traffic.canaryService").field_path(".spec.components")
 )]
 #[x_kube(
     validation = Rule::new("self.components.all(c, self.components.exists_one(d, d.name == c.name))").message("spec.components: component names must be unique").field_path(".components"),
+    validation = Rule::new("!self.strategy.steps.exists(s, has(s.setCanaryScale) || has(s.setHeaderRoute)) || self.components.exists(c, has(c.traffic) && has(c.traffic.gatewayAPI))").message("strategy.steps: setCanaryScale and setHeaderRoute need a router: set traffic.gatewayAPI on a component").field_path(".strategy.steps"),
     validation = Rule::new("self.health.prometheus.all(g, !has(g.component) || self.components.exists(c, c.name == g.component)) && self.health.webhooks.all(g, !has(g.component) || self.components.exists(c, c.name == g.component)) && self.health.templates.all(g, !has(g.component) || self.components.exists(c, c.name == g.component))").message("health: a gate's component must name one of spec.components").field_path(".health")
 )]
 #[serde(rename_all = "camelCase")]
@@ -165,6 +171,105 @@ pub struct Component {
     /// The pod template of the component. A change to it starts a new revision.
     #[schemars(schema_with = "pod_template_schema")]
     pub template: PodTemplateSpec,
+
+    /// Traffic routing. Without it a step's weight is the share of replicas on the new
+    /// revision (today's behaviour). With it the operator owns a stable and a canary
+    /// Service, and with `gatewayAPI` an HTTPRoute whose weights follow the steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<Traffic>,
+}
+
+/// Traffic routing of one component: Services the operator owns, and optionally an
+/// HTTPRoute (Gateway API) it generates and owns.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(
+    validation = Rule::new("!has(self.stableService) || !has(self.canaryService) || self.stableService != self.canaryService").message("traffic: stableService and canaryService must differ").field_path(".canaryService")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct Traffic {
+    /// Port of the stable and canary Services (TCP).
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+
+    /// Container port the Services send to: a number or a port name. Default: `port`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^([0-9]{1,5}|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$')").message("targetPort must be a port number or a port name"))]
+    #[schemars(length(min = 1, max = 15))]
+    pub target_port: Option<String>,
+
+    /// Name of the Service that always selects the stable revision.
+    /// Default `<plan>-<component>-stable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(SERVICE_NAME_RULE).message("stableService must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter"))]
+    #[schemars(length(min = 1, max = 63))]
+    pub stable_service: Option<String>,
+
+    /// Name of the Service that selects the revision being rolled out (the stable one
+    /// when nothing rolls out). Default `<plan>-<component>-canary`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(SERVICE_NAME_RULE).message("canaryService must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter"))]
+    #[schemars(length(min = 1, max = 63))]
+    pub canary_service: Option<String>,
+
+    /// A Gateway API HTTPRoute (gateway.networking.k8s.io/v1) splitting requests between
+    /// the two Services by the steps' weights. The operator generates and owns it.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "gatewayAPI"
+    )]
+    pub gateway_api: Option<GatewayRoute>,
+}
+
+/// A Service name (DNS-1035 label); length bounded by `maxLength`.
+const SERVICE_NAME_RULE: &str = "self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')";
+
+/// The HTTPRoute the operator generates for a component.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayRoute {
+    /// Name of the HTTPRoute. Default `<plan>-<component>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("httpRoute must be a DNS subdomain name"))]
+    #[schemars(length(min = 1, max = 253))]
+    pub http_route: Option<String>,
+
+    /// The Gateways (or their listeners) the route attaches to.
+    #[schemars(length(min = 1, max = 32))]
+    pub parent_refs: Vec<ParentRef>,
+
+    /// Host names the route answers; empty: those of the listeners.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(h, size(h) <= 253 && h.matches('^([*][.])?[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'))").message("hostnames: each must be a DNS name of at most 253 characters, optionally starting with '*.'"))]
+    #[schemars(length(max = 16))]
+    pub hostnames: Vec<String>,
+
+    /// Path prefix the route matches. Default `/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.startsWith('/')").message("pathPrefix must start with '/'"))]
+    #[schemars(length(min = 1, max = 1024))]
+    pub path_prefix: Option<String>,
+}
+
+/// A reference to a Gateway (Gateway API `ParentReference`, the fields used here).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentRef {
+    /// Name of the Gateway.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Namespace of the Gateway. Default: the plan's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: Option<String>,
+    /// Name of one listener of the Gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub section_name: Option<String>,
+    /// Port of the listener(s) of the Gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: Option<i32>,
 }
 
 /// Most labels a component's pod template may carry. The bound keeps the estimated
@@ -297,14 +402,16 @@ pub struct Strategy {
     pub steps: Vec<Step>,
 }
 
-/// One canary step: exactly one of `setWeight` and `pause`.
+/// One canary step: exactly one of `setWeight`, `pause`, `setCanaryScale` and
+/// `setHeaderRoute`.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(
-    validation = Rule::new("has(self.setWeight) != has(self.pause)").message("each step must set exactly one of setWeight and pause")
+    validation = Rule::new("[has(self.setWeight), has(self.pause), has(self.setCanaryScale), has(self.setHeaderRoute)].filter(k, k).size() == 1").message("each step must set exactly one of setWeight, pause, setCanaryScale and setHeaderRoute")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct Step {
-    /// Percent (0 to 100) of each changed component's replicas to run on the new revision.
+    /// Percent (0 to 100) of the new revision: of each changed component's requests when
+    /// it has a router (`traffic.gatewayAPI`), else of its replicas.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100))]
     pub set_weight: Option<i32>,
@@ -312,6 +419,62 @@ pub struct Step {
     /// Hold the rollout: for `duration`, or until promoted when no duration is given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause: Option<Pause>,
+
+    /// How many pods the new revision runs from this step on, independent of its traffic
+    /// weight (components with a router only). Until the first one, and after one with
+    /// `matchTrafficWeight`, the pods follow the weight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_canary_scale: Option<CanaryScale>,
+
+    /// Send requests carrying these headers to the new revision, whatever the weight
+    /// (components with a router only), until promotion or rollback. An empty list
+    /// removes the header route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_header_route: Option<HeaderRoute>,
+}
+
+/// The new revision's pod count: exactly one of `replicas`, `weight` and `matchTrafficWeight`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(
+    validation = Rule::new("[has(self.replicas), has(self.weight), has(self.matchTrafficWeight)].filter(k, k).size() == 1").message("setCanaryScale must set exactly one of replicas, weight and matchTrafficWeight"),
+    validation = Rule::new("!has(self.matchTrafficWeight) || self.matchTrafficWeight").message("setCanaryScale.matchTrafficWeight can only be true").field_path(".matchTrafficWeight")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryScale {
+    /// A fixed number of pods (at most the component's replicas).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub replicas: Option<i32>,
+    /// A percent of the component's replicas, rounded up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub weight: Option<i32>,
+    /// Follow the traffic weight again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub match_traffic_weight: Option<bool>,
+}
+
+/// A header route to the new revision.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderRoute {
+    /// Headers a request must all carry (exact values) to reach the new revision.
+    #[serde(default)]
+    #[schemars(length(max = 8))]
+    pub headers: Vec<HeaderMatch>,
+}
+
+/// One exact header match.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderMatch {
+    /// Header name.
+    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9!#$%&\\'*+\\-.^_`|~]+$')").message("header name must be an HTTP token"))]
+    #[schemars(length(min = 1, max = 256))]
+    pub name: String,
+    /// Exact value.
+    #[schemars(length(min = 1, max = 4096))]
+    pub value: String,
 }
 
 /// A pause step.
@@ -748,6 +911,11 @@ pub struct ReleasePlanStatus {
     /// Percent of each changed component's replicas targeted at the current revision.
     #[serde(default)]
     pub weight: i32,
+    /// Percent of routed requests the operator sends to the current revision (components
+    /// with `traffic.gatewayAPI`); absent when no component has a router. Can lag `weight`
+    /// while the new revision's pods are not ready: traffic never goes to missing pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_weight: Option<i32>,
     /// When the current step started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_started_at: Option<chrono::DateTime<chrono::Utc>>,

@@ -17,8 +17,10 @@ pub mod jobs;
 pub mod observe;
 pub mod queue;
 pub mod templates;
+pub mod traffic;
 pub mod trim;
 
+use crate::api::gateway::HTTPRoute;
 use crate::api::{
     FINALIZER, LABEL_PLAN, LABEL_REVISION, Outcome, Phase, ReleasePlan, ReleasePlanStatus,
 };
@@ -37,7 +39,7 @@ use gates::{GateRunner, GateWork};
 use index::PlanCache;
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
@@ -68,8 +70,8 @@ pub enum Error {
     /// Serialization failed.
     #[error("serialization: {0}")]
     Json(#[from] serde_json::Error),
-    /// A Deployment write failed; status and an Event say why.
-    #[error("Deployment {0} could not be written (see the plan's status)")]
+    /// A write of a Deployment, Service or route failed; status and an Event say why.
+    #[error("{0} could not be written (see the plan's status)")]
     Refused(String),
     /// A ControllerRevision (a revision's stored template) could not be
     /// written or deleted. It never holds the rollout: the Deployments were
@@ -151,6 +153,8 @@ pub enum StartError {
 /// Settings of the controller.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// The cluster serves Gateway API HTTPRoutes (checked at start-up).
+    pub gateway_api: bool,
     /// Watch only this namespace; all namespaces when None.
     pub namespace: Option<String>,
     /// Reconciles run at once.
@@ -176,6 +180,11 @@ pub struct Context {
     pub pods: PlanCache<Pod>,
     /// Cache of the Jobs of Job gates (labels and conditions), by plan.
     pub jobs: PlanCache<Job>,
+    /// Cache of the stable and canary Services, by plan.
+    pub services: PlanCache<Service>,
+    /// Cache of the HTTPRoutes, by plan (empty when the cluster serves no
+    /// Gateway API: a route write then fails and status says so).
+    pub routes: PlanCache<HTTPRoute>,
     /// Publishes Kubernetes Events beside the reconciles.
     pub events: Events,
     /// Metrics.
@@ -419,6 +428,12 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
         ctx.gates.observe(&key, None);
         status.gates.clone()
     };
+    let services = plan_objects(&ctx.services, &ns, &name, &uid);
+    let routes = plan_objects(&ctx.routes, &ns, &name, &uid);
+    let traffic_obs = target
+        .as_ref()
+        .map(|t| traffic::observe(&name, t, &services, &routes))
+        .unwrap_or_default();
     let mut obs = Observation {
         plan: name.clone(),
         now: Utc::now(),
@@ -432,6 +447,7 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
         pod_failures,
         gates,
         jobs: observe_jobs(ctx, &key, &ns, &name, &uid),
+        traffic: traffic_obs,
         request,
         invalid_request,
         refusal: lock(&ctx.refusals).get(&key).cloned(),
@@ -456,7 +472,11 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
     } else {
         store_templates(ctx, &plan, &ns, &decision).await
     };
-    let (refusal, pruned) = match act(ctx, &plan, &ns, &owned, &stored, &decision).await {
+    let acted = match act(ctx, &plan, &ns, &owned, &stored, &decision).await {
+        Acted::Done => traffic::act(ctx, &plan, &ns, &services, &routes, &decision.traffic).await,
+        other => other,
+    };
+    let (refusal, pruned) = match acted {
         Acted::Done => (
             None,
             prune_templates(ctx, &ns, &owned, &stored, &decision).await,
@@ -523,7 +543,7 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
         return Ok(Action::await_change());
     }
     if let Some(r) = refusal {
-        return Err(Error::Refused(r.deployment));
+        return Err(Error::Refused(format!("{} {}", r.kind, r.name)));
     }
     recorded.and(pruned).and(jobs_done)?;
 
@@ -615,23 +635,30 @@ fn namespace_terminating(e: &kube::Error) -> bool {
 /// What a failed Deployment write comes to: nothing to report in a
 /// terminating namespace, else a refusal for status.
 fn failed_write(deployment: &str, e: &kube::Error) -> Acted {
+    failed("Deployment", deployment, e)
+}
+
+/// What a failed write of an object of `kind` comes to.
+fn failed(kind: &'static str, name: &str, e: &kube::Error) -> Acted {
     if namespace_terminating(e) {
         Acted::NamespaceTerminating
     } else {
-        Acted::Refused(refusal_of(deployment, e))
+        Acted::Refused(refusal_of(kind, name, e))
     }
 }
 
 /// The refusal a failed Deployment write becomes.
-fn refusal_of(deployment: &str, e: &kube::Error) -> Refusal {
+fn refusal_of(kind: &'static str, name: &str, e: &kube::Error) -> Refusal {
     match e {
         kube::Error::Api(s) => Refusal {
-            deployment: deployment.to_string(),
+            kind,
+            name: name.to_string(),
             code: s.code,
             message: s.message.clone(),
         },
         other => Refusal {
-            deployment: deployment.to_string(),
+            kind,
+            name: name.to_string(),
             code: 0,
             message: other.to_string(),
         },
@@ -1129,6 +1156,16 @@ pub async fn run(
     );
     let (pods, pod_stream) = owned_watch(scoped(&client, ns), "Pod", &liveness, trim::pod);
     let (jobs, job_stream) = owned_watch(scoped(&client, ns), "Job", &liveness, trim::job);
+    let (services, service_stream) =
+        owned_watch(scoped(&client, ns), "Service", &liveness, trim::service);
+    // HTTPRoutes only when the cluster serves them: a watch of a missing
+    // resource would fail forever (and fail the liveness check).
+    let (routes, route_stream) = if settings.gateway_api {
+        let (c, s) = owned_watch(scoped(&client, ns), "HTTPRoute", &liveness, trim::route);
+        (c, s.boxed())
+    } else {
+        (PlanCache::default(), futures::stream::empty().boxed())
+    };
     // Only ours (StatefulSets and DaemonSets keep theirs too): by the plan label.
     let (templates, template_stream) = owned_watch(
         scoped(&client, ns),
@@ -1163,6 +1200,8 @@ pub async fn run(
         templates,
         pods,
         jobs,
+        services,
+        routes,
         events,
         metrics,
         gates,
@@ -1189,6 +1228,15 @@ pub async fn run(
         .watches_stream(job_stream, {
             let wake = wakes(&queue);
             move |j: Job| wake(plan_of(&j))
+        })
+        // A Service or route that changes (drift, or our own write landing) wakes its plan.
+        .watches_stream(service_stream, {
+            let wake = wakes(&queue);
+            move |svc: Service| wake(plan_of(&svc))
+        })
+        .watches_stream(route_stream, {
+            let wake = wakes(&queue);
+            move |r: HTTPRoute| wake(plan_of(&r))
         })
         // A stored template that appears (the cache filling) or goes wakes its plan.
         .watches_stream(template_stream, {

@@ -6,9 +6,10 @@
 //! Each function here is applied to a watched object before it is cached.
 
 use crate::api::ReleasePlan;
+use crate::api::gateway::HTTPRoute;
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use k8s_openapi::api::batch::v1::{Job, JobStatus};
-use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodStatus, Service};
 use kube::ResourceExt;
 
 /// The annotation `kubectl apply` (client-side) keeps a whole copy of the
@@ -75,6 +76,20 @@ pub fn job(j: &mut Job) {
         conditions: s.conditions,
         ..JobStatus::default()
     });
+}
+
+/// A Service keeps its metadata and spec (the selector is read, the spec
+/// compared); managedFields, annotations and status are never read.
+pub fn service(s: &mut Service) {
+    s.managed_fields_mut().clear();
+    s.annotations_mut().clear();
+    s.status = None;
+}
+
+/// An HTTPRoute keeps its metadata and the spec fields the operator knows.
+pub fn route(r: &mut HTTPRoute) {
+    r.managed_fields_mut().clear();
+    r.annotations_mut().clear();
 }
 
 /// A ControllerRevision keeps everything but managedFields: its data is the

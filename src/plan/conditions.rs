@@ -128,7 +128,11 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
         _ if obs.refusal.as_ref().is_some_and(|r| !r.is_permanent()) => cond(
             RECONCILING,
             true,
-            R::DeploymentWriteFailed,
+            if obs.refusal.as_ref().is_some_and(Refusal::is_traffic) {
+                R::TrafficWriteFailed
+            } else {
+                R::DeploymentWriteFailed
+            },
             obs.refusal.as_ref().map(refusal_text).unwrap_or_default(),
         ),
         Phase::RollingOut if !halted => cond(RECONCILING, true, R::RollingOut, msg.clone()),
@@ -176,7 +180,11 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
         cond(
             STALLED,
             true,
-            R::DeploymentRefused,
+            if r.is_traffic() {
+                R::TrafficRefused
+            } else {
+                R::DeploymentRefused
+            },
             format!("{}; change the spec", refusal_text(r)),
         )
     } else if let Some(p) = obs
@@ -295,11 +303,11 @@ fn facts_deadline(obs: &Observation) -> Duration {
 /// What a refused Deployment write says in conditions, messages and events.
 pub fn refusal_text(r: &Refusal) -> String {
     if r.code == 0 {
-        format!("cannot write Deployment {}: {}", r.deployment, r.message)
+        format!("cannot write {} {}: {}", r.kind, r.name, r.message)
     } else {
         format!(
-            "the API server refused Deployment {} ({}): {}",
-            r.deployment, r.code, r.message
+            "the API server refused {} {} ({}): {}",
+            r.kind, r.name, r.code, r.message
         )
     }
 }

@@ -6,6 +6,7 @@
 //! revision that is neither current nor stable is scaled to zero only once
 //! the revisions that stay cover the full count with ready pods.
 
+use super::traffic;
 use super::{
     DeploymentIntent, Observation, RevisionObs, Target, TemplateSource, revisions_of, weight_at,
 };
@@ -65,6 +66,18 @@ fn wanted(
             (Some(cur), Some(st)) if cur == st => {
                 want.insert(cur.clone(), r);
             }
+            (Some(cur), Some(st)) if routed(target, &c.name) => {
+                // A router splits requests, not pods: the stable revision keeps
+                // every pod until the route sends it nothing.
+                let canary = traffic::canary_pods(target, status, r);
+                want.insert(cur.clone(), canary);
+                let stable = if traffic::stable_released(obs, &c.name) {
+                    r - ready(&revs, cur).min(canary)
+                } else {
+                    r
+                };
+                want.insert(st.clone(), stable);
+            }
             (Some(cur), Some(st)) => {
                 let canary = canary_replicas(r, weight_at(target, status));
                 want.insert(cur.clone(), canary);
@@ -82,6 +95,14 @@ fn wanted(
         }
     }
     want
+}
+
+/// The component has a router (`traffic.gatewayAPI`).
+fn routed(target: &Target, component: &str) -> bool {
+    target
+        .component(component)
+        .and_then(|c| c.traffic.as_ref())
+        .is_some_and(traffic::TrafficTarget::routed)
 }
 
 /// Whether the wanted revisions of a component cover its replicas with ready pods.
@@ -133,7 +154,15 @@ pub fn intents(
             if want.contains_key(*hash) {
                 continue;
             }
-            let replicas = if is_covered { 0 } else { rev.replicas.max(0) };
+            // Requests still reaching it hold it, while there is somewhere
+            // else for them to go. Kept, it never runs more than the
+            // component's replicas.
+            let held = !want.is_empty() && traffic::held(obs, target, &c.name, hash);
+            let replicas = if is_covered && !held {
+                0
+            } else {
+                rev.replicas.clamp(0, r.max(0))
+            };
             if replicas == 0 && rev.replicas == 0 {
                 idle.push(rev);
             }
@@ -195,6 +224,11 @@ fn plan_name(obs: &Observation) -> String {
 
 /// Whether the current step's replica targets are met with ready pods.
 pub fn step_ready(obs: &Observation, target: &Target, status: &ReleasePlanStatus) -> bool {
+    traffic::step_in_place(obs, target, status) && pods_ready(obs, target, status)
+}
+
+/// Whether the current step's replica targets are met with ready pods.
+fn pods_ready(obs: &Observation, target: &Target, status: &ReleasePlanStatus) -> bool {
     let at_final = usize::try_from(status.current_step).unwrap_or(0) >= target.steps.len();
     status.components.iter().all(|c| {
         let revs = revisions_of(obs, &c.name);

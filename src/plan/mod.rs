@@ -19,6 +19,7 @@ pub mod reasons;
 pub mod request;
 pub mod spec;
 pub mod steps;
+pub mod traffic;
 
 pub use reasons::EventReason;
 pub use request::{Action, NotApplicable};
@@ -53,6 +54,8 @@ pub struct TargetComponent {
     pub hash: String,
     /// Replicas wanted.
     pub replicas: i32,
+    /// Traffic routing (`traffic`), when set.
+    pub traffic: Option<traffic::TrafficTarget>,
 }
 
 /// The spec, validated and digested into what the machine needs.
@@ -97,6 +100,7 @@ impl Target {
                 name: c.name.clone(),
                 hash: revision::template_hash(&c.template),
                 replicas: c.replicas,
+                traffic: c.traffic.as_ref().map(traffic::TrafficTarget::of),
             })
             .collect();
         let revision = revision::plan_revision(
@@ -231,13 +235,15 @@ pub struct InvalidRequest {
     pub message: String,
 }
 
-/// The API server refused (or could not take) a Deployment write of the plan.
-/// The controller remembers the last one per plan, so status keeps saying so
-/// until a write succeeds.
+/// The API server refused (or could not take) a write of the plan's
+/// Deployments, Services or routes. The controller remembers the last one per
+/// plan, so status keeps saying so until a write succeeds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    /// The Deployment that could not be written.
-    pub deployment: String,
+    /// Kind of the object that could not be written: `Deployment`, `Service`, `HTTPRoute`.
+    pub kind: &'static str,
+    /// Its name.
+    pub name: String,
     /// HTTP status code of the answer; 0 when there was no answer.
     pub code: u16,
     /// The API server's message (or the transport error).
@@ -245,6 +251,11 @@ pub struct Refusal {
 }
 
 impl Refusal {
+    /// Whether the object is a Service or route (not a Deployment).
+    pub fn is_traffic(&self) -> bool {
+        self.kind != "Deployment"
+    }
+
     /// A refusal that no retry can fix: the object itself is invalid
     /// (400 Bad Request, 422 Unprocessable Entity). Quota, RBAC, webhooks and
     /// outages may clear by themselves, so they are retried.
@@ -276,6 +287,8 @@ pub struct Observation {
     pub gates: Vec<GateStatus>,
     /// The plan's Jobs (of Job gates).
     pub jobs: Vec<JobObs>,
+    /// The Services and routes of components with traffic settings.
+    pub traffic: Vec<traffic::TrafficObs>,
     /// A request not yet acknowledged.
     pub request: Option<Request>,
     /// A request annotation not yet acknowledged that is not a valid request.
@@ -343,6 +356,8 @@ pub struct Decision {
     pub delete: Vec<String>,
     /// Jobs of Job gates to create and delete.
     pub jobs: JobIntents,
+    /// Services and routes of components with traffic settings.
+    pub traffic: Vec<traffic::TrafficIntent>,
     /// Events to record.
     pub events: Vec<EventIntent>,
     /// Look again after this long even if nothing changes.
@@ -377,6 +392,8 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
     let mut status = apply_cause(obs, target, &facts, phase, &cause);
     let (deployments, delete) = desired::intents(obs, target, &status, templates);
     status.components = desired::component_status(obs, target, &status, &deployments);
+    let traffic = traffic::intents(obs, target, &status);
+    status.traffic_weight = traffic::weight(&traffic, &status);
     let jobs = jobs::intents(
         &obs.plan,
         &target.jobs,
@@ -434,6 +451,7 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
         deployments,
         delete,
         jobs,
+        traffic,
         events,
         requeue_after,
         finalize,
@@ -548,7 +566,11 @@ fn refusal_event(obs: &Observation) -> Option<EventIntent> {
     let r = obs.refusal.as_ref()?;
     Some(EventIntent {
         type_: EventType::Warning,
-        reason: EventReason::DeploymentRefused,
+        reason: if r.is_traffic() {
+            EventReason::TrafficRefused
+        } else {
+            EventReason::DeploymentRefused
+        },
         message: conditions::refusal_text(r),
     })
 }
@@ -572,6 +594,8 @@ fn invalid_spec(obs: &Observation, e: &SpecError) -> Decision {
         deployments: Vec::new(),
         delete: Vec::new(),
         jobs: JobIntents::default(),
+        // Services and routes stay as they are.
+        traffic: Vec::new(),
         events,
         requeue_after: None,
         // A plan whose spec is broken holds no rollout worth protecting.

@@ -62,6 +62,9 @@ reasons! {
         InvalidSpec,
         /// The API server refused a Deployment write.
         DeploymentRefused,
+        /// The API server refused a write of a Service or HTTPRoute (or one
+        /// of that name belongs to someone else).
+        TrafficRefused,
         /// A reconcile failed (rate-limited).
         ReconcileError,
         /// A gate's verdict became Passed.
@@ -112,6 +115,10 @@ reasons! {
         DeploymentRefused,
         /// A Deployment write failed and is retried.
         DeploymentWriteFailed,
+        /// The API server refused a Service or HTTPRoute write for good.
+        TrafficRefused,
+        /// A Service or HTTPRoute write failed and is retried.
+        TrafficWriteFailed,
         /// The stable revision is not ready long after the rollback began.
         RollbackSlow,
         /// A template gate's GateTemplate or ClusterGateTemplate does not exist.

@@ -9,12 +9,29 @@ use crate::api::time::parse_duration;
 use std::time::Duration;
 
 /// A canary step of the spec, parsed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// Move this percent of replicas to the new revision.
+    /// Move this percent of requests (with a router) or replicas to the new revision.
     SetWeight(i32),
     /// Hold for a time, or until promoted when `None`.
     Pause(Option<Duration>),
+    /// The new revision's pod count from now on, apart from the weight.
+    SetCanaryScale(CanaryScale),
+    /// Requests with all these headers (name, exact value) go to the new
+    /// revision; empty removes the header route.
+    SetHeaderRoute(Vec<(String, String)>),
+}
+
+/// How many pods the new revision of a routed component runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CanaryScale {
+    /// As many as the traffic weight asks (the default).
+    #[default]
+    MatchTraffic,
+    /// A fixed count (capped at the component's replicas).
+    Replicas(i32),
+    /// A percent of the component's replicas, rounded up.
+    Weight(i32),
 }
 
 impl Step {
@@ -22,9 +39,31 @@ impl Step {
     pub fn weight(&self) -> Option<i32> {
         match self {
             Step::SetWeight(w) => Some(*w),
-            Step::Pause(_) => None,
+            _ => None,
         }
     }
+
+    /// The canary scale this step sets, if it sets one (later steps keep it).
+    pub fn canary_scale(&self) -> Option<CanaryScale> {
+        match self {
+            Step::SetCanaryScale(c) => Some(*c),
+            _ => None,
+        }
+    }
+
+    /// The header route this step sets, if it sets one (later steps keep it).
+    pub fn header_route(&self) -> Option<&[(String, String)]> {
+        match self {
+            Step::SetHeaderRoute(h) => Some(h),
+            _ => None,
+        }
+    }
+}
+
+/// The last setting of a kind at or before step `index` (`get` picks it out
+/// of a step); past the last step, none (the final step to 100% resets them).
+pub fn in_force<T>(steps: &[Step], index: usize, get: impl Fn(&Step) -> Option<T>) -> Option<T> {
+    steps.get(..=index)?.iter().rev().find_map(get)
 }
 
 /// Parses and validates the spec's steps: exactly one kind per step, weights
@@ -34,8 +73,35 @@ pub fn parse_steps(steps: &[crate::api::Step]) -> Result<Vec<Step>, SpecError> {
     let mut last_weight = 0;
     for (i, step) in steps.iter().enumerate() {
         let field = format!("spec.strategy.steps[{i}]");
-        match (&step.set_weight, &step.pause) {
-            (Some(w), None) => {
+        match (
+            &step.set_weight,
+            &step.pause,
+            &step.set_canary_scale,
+            &step.set_header_route,
+        ) {
+            (None, None, Some(c), None) => {
+                let scale = match (c.replicas, c.weight, c.match_traffic_weight) {
+                    (Some(r), None, None) if r >= 0 => CanaryScale::Replicas(r),
+                    (None, Some(w), None) if (0..=100).contains(&w) => CanaryScale::Weight(w),
+                    (None, None, Some(true)) => CanaryScale::MatchTraffic,
+                    _ => {
+                        return Err(SpecError::new(
+                            format!("{field}.setCanaryScale"),
+                            "must set exactly one of replicas (0 or more), weight (0 to 100) and matchTrafficWeight (true)",
+                        ));
+                    }
+                };
+                out.push(Step::SetCanaryScale(scale));
+            }
+            (None, None, None, Some(h)) => {
+                out.push(Step::SetHeaderRoute(
+                    h.headers
+                        .iter()
+                        .map(|m| (m.name.clone(), m.value.clone()))
+                        .collect(),
+                ));
+            }
+            (Some(w), None, None, None) => {
                 if !(0..=100).contains(w) {
                     return Err(SpecError::new(
                         format!("{field}.setWeight"),
@@ -51,7 +117,7 @@ pub fn parse_steps(steps: &[crate::api::Step]) -> Result<Vec<Step>, SpecError> {
                 last_weight = *w;
                 out.push(Step::SetWeight(*w));
             }
-            (None, Some(p)) => {
+            (None, Some(p), None, None) => {
                 let d = match &p.duration {
                     Some(s) => Some(
                         parse_duration(s)
@@ -64,7 +130,7 @@ pub fn parse_steps(steps: &[crate::api::Step]) -> Result<Vec<Step>, SpecError> {
             _ => {
                 return Err(SpecError::new(
                     field,
-                    "each step must set exactly one of setWeight and pause",
+                    "each step must set exactly one of setWeight, pause, setCanaryScale and setHeaderRoute",
                 ));
             }
         }
@@ -77,6 +143,9 @@ pub fn parse_steps(steps: &[crate::api::Step]) -> Result<Vec<Step>, SpecError> {
 pub enum CurrentStep {
     /// A setWeight step: done once its pods are ready and its gates passed.
     SetWeight(i32),
+    /// A setCanaryScale or setHeaderRoute step: done, like a setWeight step,
+    /// once its pods and routes are in place and its gates passed.
+    Setting,
     /// A timed pause: done once `remaining` is zero and pods and gates are good.
     Pause {
         /// Time left of the pause.
@@ -98,6 +167,7 @@ impl CurrentStep {
                 remaining: d.saturating_sub(age),
             },
             Some(Step::Pause(None)) => CurrentStep::UntilPromoted,
+            Some(Step::SetCanaryScale(_) | Step::SetHeaderRoute(_)) => CurrentStep::Setting,
         }
     }
 
@@ -105,7 +175,7 @@ impl CurrentStep {
     /// gates passed.
     pub fn done(&self, ready: bool) -> bool {
         match self {
-            CurrentStep::SetWeight(_) | CurrentStep::Final => ready,
+            CurrentStep::SetWeight(_) | CurrentStep::Setting | CurrentStep::Final => ready,
             CurrentStep::Pause { remaining } => remaining.is_zero() && ready,
             CurrentStep::UntilPromoted => false,
         }
@@ -129,7 +199,9 @@ impl CurrentStep {
         match self {
             CurrentStep::UntilPromoted => "waiting for promotion",
             CurrentStep::Pause { .. } => "pausing",
-            CurrentStep::SetWeight(_) | CurrentStep::Final => "waiting for pods and gates",
+            CurrentStep::SetWeight(_) | CurrentStep::Setting | CurrentStep::Final => {
+                "waiting for pods and gates"
+            }
         }
     }
 }
@@ -142,15 +214,15 @@ mod tests {
     fn weight(w: i32) -> crate::api::Step {
         crate::api::Step {
             set_weight: Some(w),
-            pause: None,
+            ..Default::default()
         }
     }
     fn pause(d: Option<&str>) -> crate::api::Step {
         crate::api::Step {
-            set_weight: None,
             pause: Some(Pause {
                 duration: d.map(str::to_string),
             }),
+            ..Default::default()
         }
     }
 

@@ -20,6 +20,7 @@ fn spec() -> ReleasePlanSpec {
                 "spec": {"containers": [{"name": "app", "image": "shop:1"}]}
             }))
             .unwrap(),
+            traffic: None,
         }],
         ..Default::default()
     };
@@ -108,6 +109,7 @@ fn observe(
         pod_failures: Vec::new(),
         gates,
         jobs: Vec::new(),
+        traffic: Vec::new(),
         request: None,
         invalid_request: None,
         refusal: None,

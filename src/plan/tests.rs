@@ -22,22 +22,23 @@ fn component(name: &str, image: &str, replicas: i32) -> Component {
         name: name.into(),
         replicas,
         template: template(image),
+        traffic: None,
     }
 }
 
 fn weight(w: i32) -> Step {
     Step {
         set_weight: Some(w),
-        pause: None,
+        ..Step::default()
     }
 }
 
 fn pause(d: Option<&str>) -> Step {
     Step {
-        set_weight: None,
         pause: Some(Pause {
             duration: d.map(str::to_string),
         }),
+        ..Step::default()
     }
 }
 
@@ -80,6 +81,12 @@ struct Sim {
     jobs: Vec<JobObs>,
     /// Every Job ever created, by name.
     jobs_created: Vec<String>,
+    /// Services and routes as the cluster shows them, by component.
+    traffic: BTreeMap<String, traffic::TrafficObs>,
+    /// Traffic writes not yet visible (only with `traffic_lag`).
+    pending_traffic: Vec<traffic::TrafficIntent>,
+    /// Traffic writes show only at `sync_traffic` (a lagging cache).
+    traffic_lag: bool,
 }
 
 impl Sim {
@@ -100,6 +107,28 @@ impl Sim {
             last: None,
             jobs: Vec::new(),
             jobs_created: Vec::new(),
+            traffic: BTreeMap::new(),
+            pending_traffic: Vec::new(),
+            traffic_lag: false,
+        }
+    }
+
+    /// The written Services and routes become visible. While the plan is
+    /// deleted only existing ones change (the controller creates none).
+    fn sync_traffic(&mut self) {
+        for i in std::mem::take(&mut self.pending_traffic) {
+            if self.deleting && !self.traffic.contains_key(&i.component) {
+                continue;
+            }
+            self.traffic.insert(
+                i.component.clone(),
+                traffic::TrafficObs {
+                    component: i.component.clone(),
+                    stable: Some(i.stable.clone()),
+                    canary: Some(i.canary.clone()),
+                    route: i.route.clone(),
+                },
+            );
         }
     }
 
@@ -150,6 +179,7 @@ impl Sim {
             pod_failures,
             gates,
             jobs: self.jobs.clone(),
+            traffic: self.traffic.values().cloned().collect(),
             request: self.request.clone(),
             invalid_request: None,
             refusal: None,
@@ -217,6 +247,12 @@ impl Sim {
             }
         }
         self.jobs.retain(|j| !d.jobs.delete.contains(&j.name));
+        if !d.traffic.is_empty() {
+            self.pending_traffic = d.traffic.clone();
+        }
+        if !self.traffic_lag {
+            self.sync_traffic();
+        }
         self.events.extend(d.events.iter().cloned());
         if d.finalize {
             self.finalized = true;
@@ -859,7 +895,8 @@ fn a_refused_deployment_write_shows_in_conditions_and_events() {
     sim.change_image("web", "shop:2");
     let mut obs = sim.observe();
     obs.refusal = Some(Refusal {
-        deployment: "shop-web-x".into(),
+        kind: "Deployment",
+        name: "shop-web-x".into(),
         code: 422,
         message: "spec.template.spec.containers[0].ports[0].containerPort: Invalid value: 70000"
             .into(),
@@ -905,7 +942,8 @@ fn a_refused_deployment_write_shows_in_conditions_and_events() {
 
     // A refusal that may clear by itself (quota, RBAC) is retried: Reconciling.
     obs.refusal = Some(Refusal {
-        deployment: "shop-web-x".into(),
+        kind: "Deployment",
+        name: "shop-web-x".into(),
         code: 403,
         message: "exceeded quota".into(),
     });
@@ -1069,6 +1107,7 @@ enum Op {
     Ask(u8),
     Delete,
     Replicas(usize, i32),
+    SyncTraffic,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -1083,6 +1122,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u8..6).prop_map(Op::Ask),
         1 => (0usize..2, 0i32..7).prop_map(|(c, r)| Op::Replicas(c, r)),
         1 => Just(Op::Delete),
+        3 => Just(Op::SyncTraffic),
     ]
 }
 
@@ -1093,6 +1133,78 @@ fn prop_spec() -> ReleasePlanSpec {
     );
     s.health.progress_deadline_seconds = Some(300);
     s
+}
+
+/// [`prop_spec`] with a router on `web` (and steps that use it) and Services
+/// without a router on `api`.
+fn prop_spec_routed() -> ReleasePlanSpec {
+    let mut s = spec(
+        vec![
+            routed(component("web", "web:0", 5)),
+            services_only(component("api", "api:0", 3)),
+        ],
+        vec![
+            canary_scale(Some(1), None),
+            weight(5),
+            header_route(&[("x-canary", "1")]),
+            pause(Some("60s")),
+            canary_scale(None, Some(100)),
+            weight(60),
+            pause(None),
+        ],
+    );
+    s.health.progress_deadline_seconds = Some(300);
+    s
+}
+
+/// The traffic invariants of one decision: weights sum to 100; requests go
+/// to a revision other than the stable one only when it has ready pods; and
+/// a revision that observed requests still reach keeps its pods.
+fn check_traffic(obs: &Observation, target: &Target, d: &Decision) -> Result<(), TestCaseError> {
+    for t in &d.traffic {
+        let revs = revisions_of(obs, &t.component);
+        let ready = |h: &str| revs.get(h).map_or(0, |r| r.ready);
+        let stable_of_record = obs
+            .status
+            .components
+            .iter()
+            .find(|c| c.name == t.component)
+            .and_then(|c| c.stable_hash.clone());
+        if let Some(r) = &t.route {
+            prop_assert_eq!(r.stable_weight + r.canary_weight, 100);
+            prop_assert!(r.stable_weight >= 0 && r.canary_weight >= 0);
+            if (r.canary_weight > 0 || !r.headers.is_empty())
+                && stable_of_record.as_deref() != Some(t.canary.as_str())
+            {
+                prop_assert!(
+                    ready(&t.canary) > 0,
+                    "requests to {} of {} without a ready pod",
+                    t.canary,
+                    t.component
+                );
+            }
+        }
+        // (Unless the spec asks for zero replicas, or there is no stable
+        // revision for requests to go to: a first release rolled back.)
+        let wanted = target.component(&t.component).map_or(0, |c| c.replicas);
+        let wanted = if stable_of_record.is_some() {
+            wanted
+        } else {
+            0
+        };
+        for i in d.deployments.iter().filter(|i| i.component == t.component) {
+            let before = revs.get(i.hash.as_str()).map_or(0, |r| r.replicas);
+            if i.replicas == 0 && before > 0 && wanted > 0 {
+                prop_assert!(
+                    !traffic::held(obs, target, &t.component, &i.hash),
+                    "{} of {} scaled to zero while requests still reach it",
+                    i.hash,
+                    t.component
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Checks the invariants of one decision against the observation it came from.
@@ -1148,7 +1260,151 @@ fn check_invariants(obs: &Observation, d: &Decision) -> Result<(), TestCaseError
             prop_assert!(w <= r.max(0));
         }
     }
-    // At most one rollout target: per component, at most one non-stable revision grows.
+    check_traffic(obs, target, d)
+}
+
+/// Runs random operations on a sim of `spec`, checking the invariants at
+/// every decision, then lets it settle and checks where it came to rest.
+fn run_history(spec: ReleasePlanSpec, ops: Vec<Op>, lag: bool) -> Result<(), TestCaseError> {
+    let mut sim = Sim::new(spec);
+    sim.traffic_lag = lag;
+    let names = ["web", "api"];
+    for op in ops {
+        match op {
+            Op::Reconcile => {
+                let obs = sim.observe();
+                let templates = sim.templates();
+                let d = decide(&obs, &templates);
+                // Same observation, same decision.
+                prop_assert_eq!(&d, &decide(&obs, &templates));
+                check_invariants(&obs, &d)?;
+                sim.apply(&d);
+                if sim.finalized {
+                    return Ok(());
+                }
+            }
+            Op::PodsReady => sim.pods_ready(),
+            Op::Advance(s) => sim.advance(s),
+            Op::ChangeImage(c, v) => sim.change_image(names[c], &format!("{}:{v}", names[c])),
+            Op::Crash(c) => {
+                let h = sim.hash_of(names[c]);
+                sim.crashing.insert(h);
+            }
+            Op::NeverReady(c) => {
+                let h = sim.hash_of(names[c]);
+                sim.never_ready.insert(h);
+            }
+            Op::Heal => {
+                sim.crashing.clear();
+                sim.never_ready.clear();
+            }
+            Op::Ask(a) => sim.ask(
+                [
+                    Action::Promote { full: false },
+                    Action::Promote { full: true },
+                    Action::Abort,
+                    Action::Retry,
+                    Action::Pause,
+                    Action::Resume,
+                ][usize::from(a)],
+            ),
+            Op::Replicas(c, r) => {
+                sim.spec.components[c].replicas = r;
+                sim.generation += 1;
+            }
+            Op::Delete => sim.deleting = true,
+            Op::SyncTraffic => sim.sync_traffic(),
+        }
+    }
+    // Let the system settle with the clock running: it must come to rest.
+    sim.request = None;
+    for _ in 0..40 {
+        sim.advance(30);
+        sim.reconcile();
+        sim.sync_traffic();
+        sim.pods_ready();
+        if sim.finalized {
+            return Ok(());
+        }
+    }
+    let obs = sim.observe();
+    let d = decide(&obs, &sim.templates());
+    check_invariants(&obs, &d)?;
+    match sim.status.phase {
+        Phase::RolledBack => {
+            // Every failed rollout ends with all components on stable at full replicas.
+            for c in &sim.status.components {
+                let r = sim
+                    .spec
+                    .components
+                    .iter()
+                    .find(|s| s.name == c.name)
+                    .map_or(c.replicas, |s| s.replicas);
+                for dep in sim.deployments.values().filter(|x| x.component == c.name) {
+                    if Some(&dep.hash) == c.stable_hash.as_ref() {
+                        prop_assert_eq!(dep.replicas, r, "stable of {} not at full", c.name);
+                    } else {
+                        prop_assert_eq!(
+                            dep.replicas,
+                            0,
+                            "failed revision of {} still runs",
+                            c.name
+                        );
+                    }
+                }
+            }
+        }
+        Phase::Stable => {
+            for c in &sim.spec.components {
+                prop_assert_eq!(sim.at(&c.name, &sim.hash_of(&c.name)), c.replicas);
+            }
+        }
+        _ => {}
+    }
+    // Settled, every Service selects the revision that runs, and every
+    // route sends it all requests.
+    if matches!(sim.status.phase, Phase::Stable | Phase::RolledBack) {
+        for c in &sim.status.components {
+            let Some(t) = sim.traffic.get(&c.name) else {
+                continue;
+            };
+            let Some(st) = c.stable_hash.clone() else {
+                continue;
+            };
+            prop_assert_eq!(t.stable.as_ref(), Some(&st), "stable Service of {}", c.name);
+            prop_assert_eq!(t.canary.as_ref(), Some(&st), "canary Service of {}", c.name);
+            if let Some(r) = &t.route {
+                prop_assert_eq!(
+                    r,
+                    &traffic::RouteObs {
+                        stable_weight: 100,
+                        canary_weight: 0,
+                        headers: Vec::new()
+                    }
+                );
+            }
+        }
+    }
+    match sim.status.phase {
+        Phase::Stable | Phase::RolledBack => {}
+        // A rollout held by an indefinite pause, a pause request or spec.paused, or a
+        // halted one, may rest in RollingOut; anything else must have settled.
+        Phase::RollingOut => prop_assert!(
+            usize::try_from(sim.status.current_step).unwrap() < sim.spec.strategy.steps.len()
+                || sim.status.pause_requested
+                || sim.status.failure.is_some()
+                || !sim.crashing.is_empty()
+                || !sim.never_ready.is_empty(),
+            "rollout at the final step did not settle: {:?}",
+            sim.status.message
+        ),
+        Phase::RollbackInProgress => prop_assert!(
+            !sim.never_ready.is_empty() || !sim.crashing.is_empty(),
+            "rollback did not finish: {:?}",
+            sim.status.message
+        ),
+        Phase::Pending => prop_assert!(false, "still pending"),
+    }
     Ok(())
 }
 
@@ -1157,78 +1413,12 @@ proptest! {
 
     #[test]
     fn invariants_hold_over_random_histories(ops in proptest::collection::vec(op(), 1..80)) {
-        let mut sim = Sim::new(prop_spec());
-        let names = ["web", "api"];
-        for op in ops {
-            match op {
-                Op::Reconcile => {
-                    let obs = sim.observe();
-                    let templates = sim.templates();
-                    let d = decide(&obs, &templates);
-                    // Same observation, same decision.
-                    prop_assert_eq!(&d, &decide(&obs, &templates));
-                    check_invariants(&obs, &d)?;
-                    sim.apply(&d);
-                    if sim.finalized {
-                        return Ok(());
-                    }
-                }
-                Op::PodsReady => sim.pods_ready(),
-                Op::Advance(s) => sim.advance(s),
-                Op::ChangeImage(c, v) => sim.change_image(names[c], &format!("{}:{v}", names[c])),
-                Op::Crash(c) => { let h = sim.hash_of(names[c]); sim.crashing.insert(h); }
-                Op::NeverReady(c) => { let h = sim.hash_of(names[c]); sim.never_ready.insert(h); }
-                Op::Heal => { sim.crashing.clear(); sim.never_ready.clear(); }
-                Op::Ask(a) => sim.ask([
-                    Action::Promote { full: false }, Action::Promote { full: true }, Action::Abort,
-                    Action::Retry, Action::Pause, Action::Resume][usize::from(a)]),
-                Op::Replicas(c, r) => { sim.spec.components[c].replicas = r; sim.generation += 1; }
-                Op::Delete => sim.deleting = true,
-            }
-        }
-        // Let the system settle with the clock running: it must come to rest.
-        sim.request = None;
-        for _ in 0..40 {
-            sim.advance(30);
-            sim.reconcile();
-            sim.pods_ready();
-            if sim.finalized { return Ok(()); }
-        }
-        let obs = sim.observe();
-        let d = decide(&obs, &sim.templates());
-        check_invariants(&obs, &d)?;
-        match sim.status.phase {
-            Phase::RolledBack => {
-                // Every failed rollout ends with all components on stable at full replicas.
-                for c in &sim.status.components {
-                    let r = sim.spec.components.iter().find(|s| s.name == c.name).map_or(c.replicas, |s| s.replicas);
-                    for dep in sim.deployments.values().filter(|x| x.component == c.name) {
-                        if Some(&dep.hash) == c.stable_hash.as_ref() {
-                            prop_assert_eq!(dep.replicas, r, "stable of {} not at full", c.name);
-                        } else {
-                            prop_assert_eq!(dep.replicas, 0, "failed revision of {} still runs", c.name);
-                        }
-                    }
-                }
-            }
-            Phase::Stable => {
-                for c in &sim.spec.components {
-                    prop_assert_eq!(sim.at(&c.name, &sim.hash_of(&c.name)), c.replicas);
-                }
-            }
-            // A rollout held by an indefinite pause, a pause request or spec.paused, or a
-            // halted one, may rest in RollingOut; anything else must have settled.
-            Phase::RollingOut => prop_assert!(
-                sim.status.current_step < 4 || sim.status.pause_requested || sim.status.failure.is_some()
-                    || !sim.crashing.is_empty() || !sim.never_ready.is_empty(),
-                "rollout at the final step did not settle: {:?}", sim.status.message
-            ),
-            Phase::RollbackInProgress => prop_assert!(
-                !sim.never_ready.is_empty() || !sim.crashing.is_empty(),
-                "rollback did not finish: {:?}", sim.status.message
-            ),
-            Phase::Pending => prop_assert!(false, "still pending"),
-        }
+        run_history(prop_spec(), ops, false)?;
+    }
+
+    #[test]
+    fn traffic_invariants_hold_over_random_histories(ops in proptest::collection::vec(op(), 1..80)) {
+        run_history(prop_spec_routed(), ops, true)?;
     }
 
     #[test]
@@ -1281,6 +1471,7 @@ proptest! {
             pod_failures: vec![],
             gates: vec![],
             jobs: vec![],
+            traffic: Vec::new(),
             request: None,
             invalid_request: None,
             refusal: None,
@@ -1443,4 +1634,297 @@ mod job_gates {
         // The running Job was deleted.
         assert!(sim.jobs.iter().all(|j| j.state != JobState::Running));
     }
+}
+
+// ---- the traffic layer ----
+
+fn routed(mut c: Component) -> Component {
+    c.traffic = Some(crate::api::Traffic {
+        port: 80,
+        gateway_api: Some(crate::api::GatewayRoute {
+            parent_refs: vec![crate::api::ParentRef {
+                name: "gw".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    c
+}
+
+fn services_only(mut c: Component) -> Component {
+    c.traffic = Some(crate::api::Traffic {
+        port: 80,
+        ..Default::default()
+    });
+    c
+}
+
+fn canary_scale(replicas: Option<i32>, weight: Option<i32>) -> Step {
+    Step {
+        set_canary_scale: Some(crate::api::CanaryScale {
+            replicas,
+            weight,
+            match_traffic_weight: None,
+        }),
+        ..Step::default()
+    }
+}
+
+fn header_route(headers: &[(&str, &str)]) -> Step {
+    Step {
+        set_header_route: Some(crate::api::HeaderRoute {
+            headers: headers
+                .iter()
+                .map(|(n, v)| crate::api::HeaderMatch {
+                    name: (*n).into(),
+                    value: (*v).into(),
+                })
+                .collect(),
+        }),
+        ..Step::default()
+    }
+}
+
+impl Sim {
+    fn route(&self, component: &str) -> traffic::RouteObs {
+        self.traffic[component].route.clone().expect("a route")
+    }
+
+    fn selects(&self, component: &str) -> (String, String) {
+        let t = &self.traffic[component];
+        (t.stable.clone().unwrap(), t.canary.clone().unwrap())
+    }
+}
+
+fn split(stable: i32, canary: i32) -> traffic::RouteObs {
+    traffic::RouteObs {
+        stable_weight: stable,
+        canary_weight: canary,
+        headers: Vec::new(),
+    }
+}
+
+#[test]
+fn routed_rollout_splits_requests_by_weight_and_keeps_stable_pods() {
+    let mut sim = stable_sim(spec(
+        vec![routed(component("web", "shop:1", 10))],
+        vec![weight(10), pause(None)],
+    ));
+    let v1 = sim.hash_of("web");
+    assert_eq!(sim.route("web"), split(100, 0));
+    assert_eq!(sim.selects("web"), (v1.clone(), v1.clone()));
+    assert_eq!(sim.status.traffic_weight, Some(100));
+    let names = &sim.last.as_ref().unwrap().traffic[0].names;
+    assert_eq!(
+        (
+            names.stable.as_str(),
+            names.canary.as_str(),
+            names.route.as_deref()
+        ),
+        ("shop-web-stable", "shop-web-canary", Some("shop-web"))
+    );
+
+    sim.change_image("web", "shop:2");
+    let v2 = sim.hash_of("web");
+    sim.reconcile();
+    assert_eq!(sim.status.phase, Phase::RollingOut);
+    assert_eq!((sim.at("web", &v2), sim.at("web", &v1)), (1, 10));
+    assert_eq!(
+        sim.route("web"),
+        split(100, 0),
+        "no request before a pod is ready"
+    );
+    assert_eq!(sim.status.traffic_weight, Some(0));
+    assert_eq!(sim.status.weight, 10);
+    assert_eq!(sim.selects("web"), (v1.clone(), v2.clone()));
+    sim.settle();
+    assert_eq!(sim.status.current_step, 1, "at the pause");
+    assert_eq!(sim.route("web"), split(90, 10));
+    assert_eq!(sim.status.traffic_weight, Some(10));
+    assert_eq!(
+        (sim.at("web", &v2), sim.at("web", &v1)),
+        (1, 10),
+        "one pod for 10% of requests; stable keeps every pod"
+    );
+
+    sim.ask(Action::Promote { full: false });
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::Stable);
+    assert_eq!((sim.at("web", &v2), sim.at("web", &v1)), (10, 0));
+    assert_eq!(sim.route("web"), split(100, 0));
+    assert_eq!(sim.selects("web"), (v2.clone(), v2));
+    assert_eq!(sim.status.traffic_weight, Some(100));
+}
+
+#[test]
+fn set_canary_scale_decouples_pods_from_the_weight() {
+    let mut sim = stable_sim(spec(
+        vec![routed(component("web", "shop:1", 10))],
+        vec![
+            canary_scale(Some(1), None),
+            weight(5),
+            pause(None),
+            canary_scale(None, Some(50)),
+            weight(20),
+            pause(None),
+        ],
+    ));
+    let v1 = sim.hash_of("web");
+    sim.change_image("web", "shop:2");
+    let v2 = sim.hash_of("web");
+    sim.settle();
+    assert_eq!(sim.status.current_step, 2);
+    assert_eq!((sim.at("web", &v2), sim.at("web", &v1)), (1, 10));
+    assert_eq!(sim.route("web"), split(95, 5));
+    sim.ask(Action::Promote { full: false });
+    sim.settle();
+    assert_eq!(sim.status.current_step, 5);
+    assert_eq!((sim.at("web", &v2), sim.at("web", &v1)), (5, 10));
+    assert_eq!(sim.route("web"), split(80, 20));
+}
+
+#[test]
+fn header_route_reaches_the_canary_until_promotion() {
+    let mut sim = stable_sim(spec(
+        vec![routed(component("web", "shop:1", 4))],
+        vec![header_route(&[("x-canary", "true")]), pause(None)],
+    ));
+    sim.change_image("web", "shop:2");
+    sim.settle();
+    assert_eq!(sim.status.current_step, 1);
+    let r = sim.route("web");
+    assert_eq!(
+        (r.canary_weight, r.headers),
+        (0, vec![("x-canary".to_string(), "true".to_string())])
+    );
+    sim.ask(Action::Promote { full: false });
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::Stable);
+    assert!(sim.route("web").headers.is_empty());
+}
+
+#[test]
+fn a_step_waits_for_its_route_to_show() {
+    let mut sim = stable_sim(spec(
+        vec![routed(component("web", "shop:1", 4))],
+        vec![weight(25), pause(None)],
+    ));
+    sim.traffic_lag = true;
+    sim.change_image("web", "shop:2");
+    for _ in 0..5 {
+        sim.reconcile();
+        sim.pods_ready();
+    }
+    assert_eq!(
+        sim.status.current_step, 0,
+        "the route does not show 25% yet"
+    );
+    sim.sync_traffic();
+    sim.reconcile();
+    sim.sync_traffic();
+    sim.reconcile();
+    assert_eq!(sim.status.current_step, 1);
+}
+
+#[test]
+fn rollback_moves_requests_before_pods() {
+    let mut sim = stable_sim(spec(
+        vec![routed(component("web", "shop:1", 4))],
+        vec![weight(50), header_route(&[("x-canary", "1")]), pause(None)],
+    ));
+    let v1 = sim.hash_of("web");
+    sim.change_image("web", "shop:2");
+    let v2 = sim.hash_of("web");
+    sim.settle();
+    assert_eq!(sim.status.current_step, 2);
+    assert_eq!(sim.route("web").canary_weight, 50);
+    sim.traffic_lag = true;
+    sim.crashing.insert(v2.clone());
+    sim.reconcile();
+    assert_eq!(sim.status.phase, Phase::RollbackInProgress);
+    let d = sim.last.clone().unwrap();
+    assert_eq!(
+        d.traffic[0].route,
+        Some(split(100, 0)),
+        "requests leave first"
+    );
+    assert_eq!(sim.at("web", &v2), 2, "pods stay while the route shows 50%");
+    sim.reconcile();
+    assert_eq!(sim.at("web", &v2), 2, "still: the route is not seen yet");
+    sim.sync_traffic();
+    sim.reconcile();
+    assert_eq!(sim.at("web", &v2), 0, "the route shows 0%: pods go");
+    sim.traffic_lag = false;
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::RolledBack);
+    assert_eq!(sim.selects("web"), (v1.clone(), v1));
+    assert_eq!(sim.status.traffic_weight, Some(0));
+}
+
+#[test]
+fn promotion_moves_the_stable_service_before_the_route() {
+    let mut sim = stable_sim(spec(
+        vec![routed(component("web", "shop:1", 2))],
+        vec![weight(50)],
+    ));
+    let v1 = sim.hash_of("web");
+    sim.change_image("web", "shop:2");
+    let v2 = sim.hash_of("web");
+    sim.traffic_lag = true;
+    for _ in 0..30 {
+        sim.reconcile();
+        sim.pods_ready();
+        sim.sync_traffic();
+        if sim.status.phase == Phase::Stable {
+            break;
+        }
+    }
+    assert_eq!(sim.status.phase, Phase::Stable);
+    // Just promoted: the route still sends everything to the canary Service
+    // (the new revision) until the stable Service shows the new revision.
+    assert_eq!(sim.at("web", &v1), 0);
+    sim.reconcile();
+    let d = sim.last.clone().unwrap();
+    assert_eq!(d.traffic[0].stable, v2);
+    assert_eq!(sim.selects("web").0, v2, "synced in the loop above");
+    sim.sync_traffic();
+    sim.reconcile();
+    sim.sync_traffic();
+    assert_eq!(sim.route("web"), split(100, 0));
+    assert_eq!(sim.selects("web"), (v2.clone(), v2));
+}
+
+#[test]
+fn services_without_a_router_keep_replica_share_weights() {
+    let mut sim = stable_sim(spec(
+        vec![services_only(component("web", "shop:1", 4))],
+        vec![weight(50), pause(None)],
+    ));
+    let v1 = sim.hash_of("web");
+    sim.change_image("web", "shop:2");
+    let v2 = sim.hash_of("web");
+    sim.settle();
+    assert_eq!((sim.at("web", &v2), sim.at("web", &v1)), (2, 2));
+    assert_eq!(sim.selects("web"), (v1.clone(), v2.clone()));
+    assert!(sim.traffic["web"].route.is_none());
+    assert_eq!(
+        sim.status.traffic_weight, None,
+        "no router, no traffic weight"
+    );
+    sim.ask(Action::Abort);
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::RolledBack);
+    assert_eq!(sim.selects("web"), (v1.clone(), v1));
+}
+
+#[test]
+fn canary_scale_and_header_route_steps_parse_and_are_checked() {
+    let s = spec(
+        vec![routed(component("web", "shop:1", 4))],
+        vec![canary_scale(Some(1), Some(2))],
+    );
+    let e = Target::from_spec(&s).unwrap_err();
+    assert_eq!(e.field, "spec.strategy.steps[0].setCanaryScale");
 }

@@ -116,6 +116,17 @@ true
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
+# The stable and canary Services of components with traffic settings, and
+# their HTTPRoutes: cached (list, watch), created (create), then written
+# with server-side apply (patch); read one by one (get) only when a create
+# finds the name taken, to tell ours from someone else's. The plan's
+# deletion takes them (owner references): never deleted by the operator.
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["httproutes"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 # Events are created, and patched when one repeats (a series).
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]

@@ -1,0 +1,334 @@
+//! The traffic layer, decided purely: which revision each component's stable
+//! and canary Service select, and the weights and header route of its
+//! HTTPRoute.
+//!
+//! Three rules keep requests safe, each checked against what was observed
+//! (the cluster), never against what was only decided:
+//!
+//! - traffic goes to a revision only once it has ready pods, and the step's
+//!   full weight only once the step's pods are all ready;
+//! - a revision that observed traffic still reaches keeps its pods (see
+//!   [`held`]): on rollback the route returns to stable first, then the
+//!   canary scales down; at promotion the stable Service moves to the new
+//!   revision before the route leaves the canary Service;
+//! - weights always sum to 100.
+
+use super::desired::canary_replicas;
+use super::steps::{CanaryScale, Step, in_force};
+use super::{ByHash, Observation, Target, revisions_of, weight_at};
+use crate::api::{ComponentStatus, Phase, ReleasePlanStatus};
+
+/// A component's traffic settings from the spec (names not yet defaulted).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TrafficTarget {
+    /// `traffic.stableService`.
+    pub stable_service: Option<String>,
+    /// `traffic.canaryService`.
+    pub canary_service: Option<String>,
+    /// With a router: `traffic.gatewayAPI.httpRoute` (`Some(None)`: the default name).
+    pub route: Option<Option<String>>,
+}
+
+impl TrafficTarget {
+    /// From the spec's `traffic`.
+    pub fn of(t: &crate::api::Traffic) -> TrafficTarget {
+        TrafficTarget {
+            stable_service: t.stable_service.clone(),
+            canary_service: t.canary_service.clone(),
+            route: t.gateway_api.as_ref().map(|g| g.http_route.clone()),
+        }
+    }
+
+    /// A router splits this component's requests by weight.
+    pub fn routed(&self) -> bool {
+        self.route.is_some()
+    }
+
+    /// The names of the Services and the route, defaults applied.
+    pub fn names(&self, plan: &str, component: &str) -> Names {
+        Names {
+            stable: self
+                .stable_service
+                .clone()
+                .unwrap_or_else(|| format!("{plan}-{component}-stable")),
+            canary: self
+                .canary_service
+                .clone()
+                .unwrap_or_else(|| format!("{plan}-{component}-canary")),
+            route: self
+                .route
+                .as_ref()
+                .map(|r| r.clone().unwrap_or_else(|| format!("{plan}-{component}"))),
+        }
+    }
+}
+
+/// The names of a component's traffic objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    /// The stable Service.
+    pub stable: String,
+    /// The canary Service.
+    pub canary: String,
+    /// The HTTPRoute, with a router.
+    pub route: Option<String>,
+}
+
+/// A component's traffic objects as observed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TrafficObs {
+    /// Component.
+    pub component: String,
+    /// Revision the stable Service selects; `None` when it does not exist.
+    pub stable: Option<String>,
+    /// Revision the canary Service selects; `None` when it does not exist.
+    pub canary: Option<String>,
+    /// The route; `None` when it does not exist.
+    pub route: Option<RouteObs>,
+}
+
+/// An HTTPRoute as observed: the weights of its backends and its header route.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RouteObs {
+    /// Weight of the stable Service.
+    pub stable_weight: i32,
+    /// Weight of the canary Service.
+    pub canary_weight: i32,
+    /// Headers of the header route to the canary Service; empty: none.
+    pub headers: Vec<(String, String)>,
+}
+
+impl RouteObs {
+    /// Requests reach the canary Service through this route.
+    fn to_canary(&self) -> bool {
+        self.canary_weight > 0 || !self.headers.is_empty()
+    }
+}
+
+/// One component's Services and route as they must be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrafficIntent {
+    /// Component.
+    pub component: String,
+    /// Object names.
+    pub names: Names,
+    /// Revision the stable Service selects.
+    pub stable: String,
+    /// Revision the canary Service selects.
+    pub canary: String,
+    /// The route, with a router.
+    pub route: Option<RouteObs>,
+}
+
+fn observed<'a>(obs: &'a Observation, component: &str) -> Option<&'a TrafficObs> {
+    obs.traffic.iter().find(|t| t.component == component)
+}
+
+fn ready(revs: &ByHash<'_>, hash: &str) -> i32 {
+    revs.get(hash).map_or(0, |r| r.ready.max(0))
+}
+
+/// The component is moving between two revisions: a rollout with a stable
+/// revision, or its rollback.
+fn in_flight(status: &ReleasePlanStatus, c: &ComponentStatus) -> bool {
+    matches!(status.phase, Phase::RollingOut | Phase::RollbackInProgress)
+        && c.stable_hash.is_some()
+        && c.is_changing()
+}
+
+/// Pods of the new revision of a routed component at the status's step: as the
+/// setCanaryScale in force says, else as many as the weight asks, and at
+/// least one while a header route sends testers there. The final step to
+/// 100% runs them all.
+pub fn canary_pods(target: &Target, status: &ReleasePlanStatus, replicas: i32) -> i32 {
+    let weight = weight_at(target, status);
+    let step = usize::try_from(status.current_step).unwrap_or(usize::MAX);
+    match in_force(&target.steps, step, Step::canary_scale).unwrap_or_default() {
+        CanaryScale::MatchTraffic if !headers_at(target, status).is_empty() => {
+            canary_replicas(replicas, weight)
+                .max(1)
+                .min(replicas.max(0))
+        }
+        CanaryScale::MatchTraffic => canary_replicas(replicas, weight),
+        CanaryScale::Replicas(n) => n.clamp(0, replicas.max(0)),
+        CanaryScale::Weight(w) => canary_replicas(replicas, w),
+    }
+}
+
+/// The header route in force at the status's step.
+fn headers_at(target: &Target, status: &ReleasePlanStatus) -> Vec<(String, String)> {
+    let step = usize::try_from(status.current_step).unwrap_or(usize::MAX);
+    in_force(&target.steps, step, |s| s.header_route().map(<[_]>::to_vec)).unwrap_or_default()
+}
+
+/// The route a routed component's step asks for once its pods are ready.
+fn step_route(target: &Target, status: &ReleasePlanStatus, c: &ComponentStatus) -> RouteObs {
+    if status.phase == Phase::RollingOut && in_flight(status, c) {
+        let w = weight_at(target, status);
+        RouteObs {
+            stable_weight: 100 - w,
+            canary_weight: w,
+            headers: headers_at(target, status),
+        }
+    } else {
+        RouteObs {
+            stable_weight: 100,
+            canary_weight: 0,
+            headers: Vec::new(),
+        }
+    }
+}
+
+/// The Services and routes of every component with traffic settings, for the
+/// next status.
+pub fn intents(
+    obs: &Observation,
+    target: &Target,
+    status: &ReleasePlanStatus,
+) -> Vec<TrafficIntent> {
+    status
+        .components
+        .iter()
+        .filter_map(|c| {
+            let t = target.component(&c.name)?.traffic.as_ref()?;
+            let stable = c.stable_hash.clone().or_else(|| c.current_hash.clone())?;
+            let seen = observed(obs, &c.name);
+            let seen_route = seen.and_then(|s| s.route.as_ref());
+            let revs = revisions_of(obs, &c.name);
+            let cur = c.current_hash.as_deref().unwrap_or(&stable);
+            let route = t.routed().then(|| {
+                let step = step_route(target, status, c);
+                if status.phase == Phase::Stable {
+                    // Leave the canary Service only once the stable one
+                    // selects the promoted revision.
+                    let moved = seen.and_then(|s| s.stable.as_deref()) == Some(stable.as_str());
+                    match seen_route {
+                        Some(r) if !moved && r.canary_weight > 0 => RouteObs {
+                            stable_weight: r.stable_weight,
+                            canary_weight: r.canary_weight,
+                            headers: Vec::new(),
+                        },
+                        _ => step,
+                    }
+                } else if step.canary_weight == 0 && step.headers.is_empty() {
+                    step
+                } else {
+                    let have = ready(&revs, cur);
+                    let want = canary_pods(
+                        target,
+                        status,
+                        target.component(&c.name).map_or(c.replicas, |t| t.replicas),
+                    );
+                    if have == 0 {
+                        RouteObs {
+                            stable_weight: 100,
+                            canary_weight: 0,
+                            headers: Vec::new(),
+                        }
+                    } else if have >= want {
+                        step
+                    } else {
+                        // Some pods ready: no more than the route has already.
+                        let w =
+                            seen_route.map_or(0, |r| r.canary_weight.clamp(0, step.canary_weight));
+                        RouteObs {
+                            stable_weight: 100 - w,
+                            canary_weight: w,
+                            headers: step.headers,
+                        }
+                    }
+                }
+            });
+            // The canary Service follows the new revision while it may get
+            // requests; during a rollback it returns to stable once the route
+            // sends it nothing.
+            let follows_new = match status.phase {
+                Phase::RollingOut => true,
+                Phase::RollbackInProgress => {
+                    t.routed() && seen_route.is_some_and(RouteObs::to_canary)
+                }
+                _ => false,
+            };
+            let canary = if follows_new && in_flight(status, c) {
+                cur.to_string()
+            } else {
+                stable.clone()
+            };
+            Some(TrafficIntent {
+                component: c.name.clone(),
+                names: t.names(&obs.plan, &c.name),
+                stable,
+                canary,
+                route,
+            })
+        })
+        .collect()
+}
+
+/// Whether observed traffic still reaches revision `hash` of a component:
+/// such a revision keeps its pods. A Service without a router may be called
+/// directly, so it counts as carrying traffic.
+pub fn held(obs: &Observation, target: &Target, component: &str, hash: &str) -> bool {
+    let Some(t) = target.component(component).and_then(|c| c.traffic.as_ref()) else {
+        return false;
+    };
+    let Some(seen) = observed(obs, component) else {
+        return false;
+    };
+    let route = seen.route.as_ref().filter(|_| t.routed());
+    let stable_carries = route.is_none_or(|r| r.stable_weight > 0);
+    let canary_carries = route.is_none_or(RouteObs::to_canary);
+    (seen.stable.as_deref() == Some(hash) && stable_carries)
+        || (seen.canary.as_deref() == Some(hash) && canary_carries)
+}
+
+/// Whether a routed component's route sends the new revision nothing at all
+/// (observed): then the stable revision may give up pods.
+pub fn stable_released(obs: &Observation, component: &str) -> bool {
+    observed(obs, component)
+        .and_then(|s| s.route.as_ref())
+        .is_some_and(|r| r.stable_weight == 0 && r.canary_weight > 0)
+}
+
+/// Whether the Services and routes are observed as the step asks (its full
+/// weight and header route): a step is not done before its traffic is.
+pub fn step_in_place(obs: &Observation, target: &Target, status: &ReleasePlanStatus) -> bool {
+    status.components.iter().all(|c| {
+        let Some(t) = target.component(&c.name).and_then(|t| t.traffic.as_ref()) else {
+            return true;
+        };
+        let Some(cur) = c.current_hash.as_deref() else {
+            return true;
+        };
+        let seen = observed(obs, &c.name);
+        let canary_ok =
+            !in_flight(status, c) || seen.and_then(|s| s.canary.as_deref()) == Some(cur);
+        let route_ok = !t.routed()
+            || seen
+                .and_then(|s| s.route.as_ref())
+                .is_some_and(|r| *r == step_route(target, status, c));
+        canary_ok && route_ok
+    })
+}
+
+/// `status.trafficWeight`: the share of routed requests on the current
+/// revision, by the routes this decision sets; `None` without a router.
+pub fn weight(intents: &[TrafficIntent], status: &ReleasePlanStatus) -> Option<i32> {
+    if status.phase == Phase::Pending {
+        return None;
+    }
+    let routed: Vec<(&TrafficIntent, &RouteObs)> = intents
+        .iter()
+        .filter_map(|i| Some((i, i.route.as_ref()?)))
+        .collect();
+    if routed.is_empty() {
+        return None;
+    }
+    let changing = routed.iter().filter(|(i, _)| {
+        status
+            .components
+            .iter()
+            .any(|c| c.name == i.component && c.stable_hash.is_some() && c.is_changing())
+    });
+    Some(changing.map(|(_, r)| r.canary_weight).min().unwrap_or(100))
+}
