@@ -821,7 +821,7 @@ fn invalid_cases() -> Vec<Case> {
             "step-with-weight-and-pause",
             &[
                 "spec.strategy.steps[0]",
-                "each step must set exactly one of setWeight and pause",
+                "each step must set exactly one of setWeight, pause, setCanaryScale and setHeaderRoute",
             ],
             |p| steps(p, json!([{ "setWeight": 50, "pause": {} }])),
         ),
@@ -829,7 +829,7 @@ fn invalid_cases() -> Vec<Case> {
             "empty-step",
             &[
                 "spec.strategy.steps[1]",
-                "each step must set exactly one of setWeight and pause",
+                "each step must set exactly one of setWeight, pause, setCanaryScale and setHeaderRoute",
             ],
             |p| steps(p, json!([{ "setWeight": 10 }, {}])),
         ),
@@ -1198,9 +1198,66 @@ fn invalid_cases() -> Vec<Case> {
             |p| p["spec"]["rollback"] = json!({ "automatic": "no" }),
         ),
         at(
+            "spec.strategy.steps",
+            "canary-scale-without-router",
+            &["setCanaryScale and setHeaderRoute need a router"],
+            |p| steps(p, json!([{ "setCanaryScale": { "replicas": 1 } }])),
+        ),
+        case(
+            "canary-scale-two-ways",
+            &["setCanaryScale must set exactly one of replicas, weight and matchTrafficWeight"],
+            |p| {
+                component(p)["traffic"] =
+                    json!({ "port": 80, "gatewayAPI": { "parentRefs": [{ "name": "gw" }] } });
+                steps(
+                    p,
+                    json!([{ "setCanaryScale": { "replicas": 1, "weight": 5 } }]),
+                );
+            },
+        ),
+        case(
+            "header-name-not-a-token",
+            &["header name must be an HTTP token"],
+            |p| {
+                component(p)["traffic"] =
+                    json!({ "port": 80, "gatewayAPI": { "parentRefs": [{ "name": "gw" }] } });
+                steps(
+                    p,
+                    json!([{ "setHeaderRoute": { "headers": [{ "name": "x canary", "value": "1" }] } }]),
+                );
+            },
+        ),
+        at(
+            "spec.components[0].traffic.canaryService",
+            "same-stable-and-canary-service",
+            &["stableService and canaryService must differ"],
+            |p| {
+                component(p)["traffic"] =
+                    json!({ "port": 80, "stableService": "web", "canaryService": "web" })
+            },
+        ),
+        case(
+            "hostname-not-a-dns-name",
+            &[
+                "spec.components[0].traffic.gatewayAPI.hostnames[0]",
+                "should match",
+            ],
+            |p| component(p)["traffic"] = json!({ "port": 80, "gatewayAPI": { "parentRefs": [{ "name": "gw" }], "hostnames": ["Shop_Example"] } }),
+        ),
+        at(
+            "spec.components",
+            "default-service-names-too-long",
+            &["the default Service names"],
+            |p| {
+                p["metadata"]["name"] = json!("p".repeat(60));
+                component(p)["traffic"] = json!({ "port": 80 });
+            },
+        ),
+        at(
             "metadata.name",
             "plan-name-over-63",
-            &["metadata.name must be at most 63 characters"],
+            // The schema's maxLength answers before the CEL rule can.
+            &["metadata.name: Too long: may not be more than 63 bytes"],
             |p| p["metadata"]["name"] = json!("p".repeat(64)),
         ),
         case("spec-missing", &["spec: Required value"], |p| {

@@ -67,6 +67,8 @@ pub fn crd() -> CustomResourceDefinition {
     let mut crd = ReleasePlan::crd();
     let name = JSONSchemaProps {
         type_: Some("string".into()),
+        // Bounds the cost of the root rules that read the name.
+        max_length: Some(63),
         ..JSONSchemaProps::default()
     };
     let metadata = JSONSchemaProps {
@@ -109,7 +111,8 @@ pub fn crd() -> CustomResourceDefinition {
     printcolumn(name = "Current", type_ = "string", json_path = ".status.currentRevision", description = "Revision being rolled out or live"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = Rule::new("size(self.metadata.name) <= 63").message("metadata.name must be at most 63 characters: it is used as a label value").field_path(".metadata.name"),
-    validation = Rule::new("self.spec.components.all(c, !has(c.traffic) || (has(c.traffic.stableService) && has(c.traffic.canaryService)) || (size(self.metadata.name) + size(c.name) <= 55 && self.metadata.name.matches('^[a-z]')))").message("spec.components: the default Service names <plan>-<component>-stable and -canary must be DNS-1035 labels of at most 63 characters (plan name starting with a letter); set traffic.stableService and traffic.canaryService").field_path(".spec.components")
+    validation = Rule::new("self.spec.components.all(c, !has(c.traffic) || (has(c.traffic.stableService) && has(c.traffic.canaryService)) || size(self.metadata.name) + size(c.name) <= 55)").message("spec.components: the default Service names <plan>-<component>-stable and -canary must be at most 63 characters; set traffic.stableService and traffic.canaryService").field_path(".spec.components"),
+    validation = Rule::new("self.metadata.name.matches('^[a-z]') || self.spec.components.all(c, !has(c.traffic) || (has(c.traffic.stableService) && has(c.traffic.canaryService)))").message("spec.components: the default Service names <plan>-<component>-stable and -canary must start with a letter (DNS-1035); set traffic.stableService and traffic.canaryService").field_path(".spec.components")
 )]
 #[x_kube(
     validation = Rule::new("self.components.all(c, self.components.exists_one(d, d.name == c.name))").message("spec.components: component names must be unique").field_path(".components"),
@@ -240,8 +243,7 @@ pub struct GatewayRoute {
 
     /// Host names the route answers; empty: those of the listeners.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[x_kube(validation = Rule::new("self.all(h, size(h) <= 253 && h.matches('^([*][.])?[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'))").message("hostnames: each must be a DNS name of at most 253 characters, optionally starting with '*.'"))]
-    #[schemars(length(max = 16))]
+    #[schemars(schema_with = "hostnames_schema")]
     pub hostnames: Vec<String>,
 
     /// Path prefix the route matches. Default `/`.
@@ -249,6 +251,22 @@ pub struct GatewayRoute {
     #[x_kube(validation = Rule::new("self.startsWith('/')").message("pathPrefix must start with '/'"))]
     #[schemars(length(min = 1, max = 1024))]
     pub path_prefix: Option<String>,
+}
+
+/// At most 16 host names, each a DNS name of at most 253 characters (a
+/// wildcard only as the first label): a `pattern`, not a CEL rule, since a
+/// regex over a list costs the CRD's whole CEL budget.
+fn hostnames_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "maxItems": 16,
+        "items": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 253,
+            "pattern": "^([*][.])?[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+        }
+    })
 }
 
 /// A reference to a Gateway (Gateway API `ParentReference`, the fields used here).
@@ -469,7 +487,7 @@ pub struct HeaderRoute {
 #[serde(rename_all = "camelCase")]
 pub struct HeaderMatch {
     /// Header name.
-    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9!#$%&\\'*+\\-.^_`|~]+$')").message("header name must be an HTTP token"))]
+    #[x_kube(validation = Rule::new("self.matches('^[-A-Za-z0-9!#$%&*+.^_|~]+$')").message("header name must be an HTTP token: letters, digits and !#$%&*+-.^_|~"))]
     #[schemars(length(min = 1, max = 256))]
     pub name: String,
     /// Exact value.

@@ -28,10 +28,24 @@ pub fn step_text(plan: &ReleasePlan) -> String {
     }
 }
 
+/// `, traffic 10%` when a router splits the plan's requests, else nothing:
+/// the request share is shown beside the step's weight, never instead of it.
+pub fn traffic_text(s: &crate::api::ReleasePlanStatus) -> String {
+    s.traffic_weight
+        .map(|t| format!(", traffic {t}%"))
+        .unwrap_or_default()
+}
+
 /// `RollingOut, step 2/4, weight 50%`: where a plan stands, for before/after lines.
 pub fn summary(plan: &ReleasePlan) -> String {
     let s = plan.status.clone().unwrap_or_default();
-    let mut out = format!("{}, {}, weight {}%", s.phase, step_text(plan), s.weight);
+    let mut out = format!(
+        "{}, {}, weight {}%{}",
+        s.phase,
+        step_text(plan),
+        s.weight,
+        traffic_text(&s)
+    );
     if s.pause_requested {
         out.push_str(", pause requested");
     }
@@ -43,10 +57,11 @@ pub fn summary(plan: &ReleasePlan) -> String {
 pub fn progress_line(plan: &ReleasePlan) -> String {
     let s = plan.status.clone().unwrap_or_default();
     let mut line = format!(
-        "{:<18} {:<15} weight {:>3}%",
+        "{:<18} {:<15} weight {:>3}%{}",
         s.phase.as_str(),
         step_text(plan),
-        s.weight
+        s.weight,
+        traffic_text(&s)
     );
     let generation = plan.metadata.generation;
     if s.observed_generation != generation {
@@ -233,10 +248,11 @@ pub fn render_tree(plan: &ReleasePlan, deployments: &[Deployment]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "ReleasePlan {ns}/{name}  {}  {}  weight {}%",
+        "ReleasePlan {ns}/{name}  {}  {}  weight {}%{}",
         status.phase,
         step_text(plan),
-        status.weight
+        status.weight,
+        traffic_text(&status)
     );
     let mut top: Vec<Node> = Vec::new();
     let mut info = vec![
@@ -531,6 +547,19 @@ ReleasePlan prod/shop  RollingOut  step 2/4  weight 25%
         assert_eq!(step_text(&p), "steps 4/4 done");
         p.spec.strategy.steps.clear();
         assert_eq!(step_text(&p), "no steps");
+    }
+
+    #[test]
+    fn traffic_share_shows_beside_the_weight() {
+        let mut p = plan();
+        let s = p.status.as_mut().unwrap();
+        s.traffic_weight = Some(10);
+        assert!(
+            summary(&p).contains("weight 25%, traffic 10%"),
+            "{}",
+            summary(&p)
+        );
+        assert!(progress_line(&p).contains("weight  25%, traffic 10%"));
     }
 
     #[test]

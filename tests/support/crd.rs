@@ -1,6 +1,5 @@
 //! Installs the ReleasePlan CRD of `crds/releaseplan.yaml` on the test cluster.
-//! `crd::install(&client).await`, or [`super::Harness::new`]. Its apply and
-//! wait also install other CRDs (the Gateway API's, [`super::traffic`]).
+//! `crd::install(&client).await`, or [`super::Harness::new`].
 //!
 //! Idempotent and safe to run from many tests and test binaries at once:
 //! every caller server-side applies the same object with the same field
@@ -57,14 +56,9 @@ fn transient(e: &kube::Error) -> bool {
 /// Applies the CRD, waits until it is Established, and until a ReleasePlan
 /// can be created (dry run): only then is the resource served.
 pub async fn install(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut all = vec![checked_in()];
     all.extend(checked_in_templates());
-    for crd in &all {
-        let name = crd.metadata.name.clone().expect("CRD name");
-        apply_retrying(&crds, &name, crd, MANAGER).await;
-        established(&crds, &name).await;
-    }
+    apply(client, &all).await;
 
     // Established can precede the first request that the new handler serves.
     let probe: DynamicObject = serde_json::from_value(serde_json::json!({
@@ -100,29 +94,57 @@ pub async fn install(client: &Client) {
     .await;
 }
 
-/// Server-side applies `obj` as `name` with field manager `manager`
-/// (forced), retrying the transient errors of concurrent applies.
-pub async fn apply_retrying<K, T>(api: &Api<K>, name: &str, obj: &T, manager: &str)
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-    T: serde::Serialize + std::fmt::Debug,
-{
-    let params = PatchParams::apply(manager).force();
-    let mut attempt = 0;
-    loop {
-        match api.patch(name, &params, &Patch::Apply(obj)).await {
-            Ok(_) => return,
-            Err(e) if transient(&e) && attempt < 20 => {
-                attempt += 1;
-                tokio::time::sleep(Duration::from_millis(250)).await;
+/// Applies CRDs (server-side, retrying transient errors) and waits until
+/// each is Established.
+pub async fn apply(client: &Client, all: &[CustomResourceDefinition]) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let params = PatchParams::apply(MANAGER).force();
+    for crd in all {
+        let name = crd.metadata.name.clone().expect("CRD name");
+        let mut attempt = 0;
+        loop {
+            match crds.patch(&name, &params, &Patch::Apply(crd)).await {
+                Ok(_) => break,
+                Err(e) if transient(&e) && attempt < 20 => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => panic!("cannot apply the CRD {name}: {e}"),
             }
-            Err(e) => panic!("cannot apply {name}: {e}"),
         }
+        established(&crds, &name).await;
     }
 }
 
+/// The Gateway API standard-channel CRDs of `make tools` (part
+/// `gateway-api-crds`, version pinned in e2e/versions.env), applied.
+pub async fn install_gateway_api(client: &Client) {
+    let dir = super::tools::cached("gateway-api-crds", "GATEWAY_API_VERSION")
+        .filter(|d| d.is_dir())
+        .expect("the Gateway API CRDs are not in the cache: run `make tools`");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("Gateway API CRD folder")
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    let mut all = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("CRD file");
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            use serde::Deserialize;
+            let value = serde_yaml::Value::deserialize(doc).expect("YAML");
+            if value.get("kind").and_then(|k| k.as_str()) == Some("CustomResourceDefinition") {
+                all.push(serde_yaml::from_value(value).expect("a CRD"));
+            }
+        }
+    }
+    assert!(!all.is_empty(), "no CRD in {}", dir.display());
+    apply(client, &all).await;
+}
+
 /// Waits until the CRD `name` is Established with its names accepted.
-pub async fn established(crds: &Api<CustomResourceDefinition>, name: &str) {
+async fn established(crds: &Api<CustomResourceDefinition>, name: &str) {
     wait_until(
         Duration::from_secs(60),
         &format!("the CRD {name} to be Established with its names accepted"),

@@ -40,7 +40,6 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -104,7 +103,7 @@ impl DataPlane {
     /// only), and returns once Traefik has accepted the Gateway and listens.
     pub async fn start(client: &Client, ns: &str) -> DataPlane {
         require_loopback_service_cidr(client).await;
-        install_crds(client).await;
+        crd::install_gateway_api(client).await;
         apply_gateway_class(client).await;
         let port = free_port();
         apply_gateway(client, ns, port).await;
@@ -800,48 +799,6 @@ async fn require_loopback_service_cidr(client: &Client) {
     );
 }
 
-/// The folder of the Gateway API CRDs of `make tools`.
-fn crd_dir() -> PathBuf {
-    let dir = tools::cached("gateway-api-crds", "GATEWAY_API_VERSION")
-        .expect("GATEWAY_API_VERSION is not pinned in e2e/versions.env");
-    assert!(
-        dir.join("gateway.networking.k8s.io_httproutes.yaml")
-            .is_file(),
-        "no Gateway API CRDs in {}: run `make tools`",
-        dir.display()
-    );
-    dir
-}
-
-/// Server-side applies every CRD of the Gateway API standard channel (Traefik
-/// needs them all) and waits until each is Established. Idempotent: every
-/// test applies the same objects with the same field manager.
-async fn install_crds(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let mut files: Vec<PathBuf> = std::fs::read_dir(crd_dir())
-        .expect("cannot list the Gateway API CRDs")
-        .map(|e| e.expect("directory entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
-    for file in files {
-        let text = std::fs::read_to_string(&file)
-            .unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let value: Value = serde::Deserialize::deserialize(doc)
-                .unwrap_or_else(|e| panic!("{} is not YAML: {e}", file.display()));
-            if value["kind"] != "CustomResourceDefinition" {
-                continue;
-            }
-            let crd: CustomResourceDefinition = serde_json::from_value(value)
-                .unwrap_or_else(|e| panic!("{} holds a bad CRD: {e}", file.display()));
-            let name = crd.name_any();
-            crd::apply_retrying(&crds, &name, &crd, MANAGER).await;
-            crd::established(&crds, &name).await;
-        }
-    }
-}
-
 /// The shared GatewayClass served by Traefik (cluster-scoped; applied by
 /// every test, the same object each time).
 async fn apply_gateway_class(client: &Client) {
@@ -855,7 +812,21 @@ async fn apply_gateway_class(client: &Client) {
         "metadata": { "name": GATEWAY_CLASS },
         "spec": { "controllerName": CONTROLLER_NAME },
     });
-    crd::apply_retrying(&classes, GATEWAY_CLASS, &class, MANAGER).await;
+    // Every test applies the same object: a concurrent first create can
+    // answer 409, which another try resolves.
+    let params = PatchParams::apply(MANAGER).force();
+    let mut attempt = 0;
+    loop {
+        match classes
+            .patch(GATEWAY_CLASS, &params, &Patch::Apply(&class))
+            .await
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt < 20 => attempt += 1,
+            Err(e) => panic!("cannot apply GatewayClass {GATEWAY_CLASS}: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// The test's Gateway: one HTTP listener on 127.0.0.1:`port` (Traefik binds
