@@ -16,9 +16,11 @@
 //!   `releaseplan.io/revision` value of the Service's selector (the body), so
 //!   a test counts answers per revision;
 //! - when the Service's EndpointSlices (made by the controller-manager from
-//!   kwok's pods, whose IPs are never contacted) hold no ready endpoint, it
-//!   answers 503 with header [`UNREADY_HEADER`], as kube-proxy would reject
-//!   the connection: a test sees traffic sent to a revision without ready pods.
+//!   kwok's pods, whose IPs are never contacted) hold no endpoint kube-proxy
+//!   would send to (a ready one, or else one still serving while its pod
+//!   terminates), it answers 503 with header [`UNREADY_HEADER`], where
+//!   kube-proxy would reject the connection: a test sees traffic sent to a
+//!   revision without pods to serve it.
 //!
 //! Every address used is on 127.0.0.0/8.
 //!
@@ -59,8 +61,9 @@ const CONTROLLER_NAME: &str = "traefik.io/gateway-controller";
 pub const GATEWAY: &str = "gateway";
 /// Field manager of the data plane's server-side applies.
 const MANAGER: &str = "releaseplan-tests-traffic";
-/// Set on the emulator's 503 answers for a Service without a ready endpoint
-/// (its body is still the revision), to tell them from Traefik's own errors.
+/// Set on the emulator's 503 answers for a Service without an endpoint to
+/// send to (its body is still the revision), to tell them from Traefik's own
+/// errors.
 pub const UNREADY_HEADER: &str = "x-releaseplan-no-ready-endpoints";
 /// How long a single request may take before it counts as a connection error.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -105,7 +108,8 @@ impl DataPlane {
         require_loopback_service_cidr(client).await;
         crd::install_gateway_api(client).await;
         apply_gateway_class(client).await;
-        let port = free_port();
+        // The Gateway's listener and Traefik's entry point share this port.
+        let port = super::operator::free_port();
         apply_gateway(client, ns, port).await;
 
         let backends = Arc::new(Backends::default());
@@ -291,11 +295,11 @@ impl DataPlane {
         }
     }
 
-    /// Waits until the emulator sees a ready endpoint for Service `name`.
+    /// Waits until the emulator has an endpoint to send to for Service `name`.
     pub async fn wait_service_ready(&self, name: &str) {
         wait_until(
             Duration::from_secs(90),
-            &format!("a ready endpoint of Service {}/{name}", self.ns),
+            &format!("an endpoint to send to of Service {}/{name}", self.ns),
             || async {
                 let services = self.backends.services.read().unwrap();
                 services.get(name).is_some_and(|b| b.ready).then_some(())
@@ -304,10 +308,44 @@ impl DataPlane {
         .await;
     }
 
-    /// Every readiness change the emulator saw, in order: when a Service
-    /// started or stopped having a ready endpoint (e.g. its pods went).
-    pub fn readiness_changes(&self) -> Vec<ReadinessChange> {
+    /// Every change of what the emulator answers for a Service, in order:
+    /// its selector's revision, or its endpoints (e.g. its pods went).
+    pub fn backend_changes(&self) -> Vec<BackendChange> {
         self.backends.changes.lock().unwrap().clone()
+    }
+
+    /// [`DataPlane::backend_changes`] as lines, times relative to `since`.
+    pub fn render_backend_changes(&self, since: Instant) -> String {
+        self.backend_changes()
+            .iter()
+            .map(|c| {
+                let at = c.at.saturating_duration_since(since).as_secs_f64()
+                    - since.saturating_duration_since(c.at).as_secs_f64();
+                let endpoints: Vec<String> = c
+                    .endpoints
+                    .iter()
+                    .map(|(pod, state)| match state {
+                        EndpointState::Ready => pod.clone(),
+                        EndpointState::ServingTerminating => {
+                            format!("{pod} (terminating, serving)")
+                        }
+                        EndpointState::Unavailable => format!("{pod} (not ready)"),
+                    })
+                    .collect();
+                format!(
+                    "  {at:+7.2}s  Service {} -> {} ({}): [{}]",
+                    c.service,
+                    c.revision,
+                    if c.ready {
+                        "ready"
+                    } else {
+                        "no endpoint to send to"
+                    },
+                    endpoints.join(", ")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }
 
@@ -339,7 +377,8 @@ impl Drop for DataPlane {
 pub enum Outcome {
     /// 200: the body, the revision the answering Service selects.
     Ok(String),
-    /// The emulator's 503: the Service (of this revision) had no ready endpoint.
+    /// The emulator's 503: the Service (of this revision) had no endpoint to
+    /// send to.
     Unready(String),
     /// Any other answer (Traefik's 404 before a route is programmed, its
     /// 500/502/503 for a backend it cannot use): the status code.
@@ -354,7 +393,7 @@ pub enum Outcome {
 pub struct Counts {
     /// 200 answers per revision.
     pub ok: BTreeMap<String, u64>,
-    /// The emulator's 503 answers per revision (no ready endpoint).
+    /// The emulator's 503 answers per revision (no endpoint to send to).
     pub unready: BTreeMap<String, u64>,
     /// Other answers by status code (5xx from Traefik, 404 with no route...).
     pub status: BTreeMap<u16, u64>,
@@ -559,9 +598,16 @@ impl Timeline {
     /// One line per window: its start (seconds since sampling started) and
     /// its counts; for the test output.
     pub fn render(&self) -> String {
+        self.render_from(self.started)
+    }
+
+    /// [`Timeline::render`] from the window holding `from` on.
+    pub fn render_from(&self, from: Instant) -> String {
+        let first = self.index(from);
         self.windows
             .iter()
             .enumerate()
+            .skip(first)
             .map(|(i, c)| {
                 let i = u32::try_from(i).unwrap_or(u32::MAX);
                 format!("  +{:>6.2}s  {c}", (self.window * i).as_secs_f64())
@@ -571,24 +617,55 @@ impl Timeline {
     }
 }
 
-/// A readiness change of a Service, as the emulator saw it.
+/// A change of a Service's answers, as the emulator saw it.
 #[derive(Debug, Clone)]
-pub struct ReadinessChange {
+pub struct BackendChange {
     /// When the emulator saw it.
     pub at: Instant,
     /// The Service.
     pub service: String,
     /// The revision its selector named then.
     pub revision: String,
-    /// Whether it had a ready endpoint from then on.
+    /// Whether it had an endpoint kube-proxy would send to from then on: a
+    /// ready one, or else one serving while its pod terminates.
     pub ready: bool,
+    /// Its endpoints then, from its EndpointSlices: (pod, state).
+    pub endpoints: Vec<(String, EndpointState)>,
+}
+
+/// An endpoint's conditions, as kube-proxy reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointState {
+    /// Ready (an unknown readiness counts as ready, as the field says).
+    Ready,
+    /// Not ready, but serving while its pod terminates: used when no
+    /// endpoint of the Service is ready.
+    ServingTerminating,
+    /// Neither.
+    Unavailable,
+}
+
+impl EndpointState {
+    fn of(e: &k8s_openapi::api::discovery::v1::Endpoint) -> EndpointState {
+        let c = e.conditions.as_ref();
+        let ready = c.and_then(|c| c.ready) != Some(false);
+        let serving = c.and_then(|c| c.serving).unwrap_or(ready);
+        let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
+        if ready {
+            EndpointState::Ready
+        } else if serving && terminating {
+            EndpointState::ServingTerminating
+        } else {
+            EndpointState::Unavailable
+        }
+    }
 }
 
 /// What the emulator answers for, per Service name: read by every request.
 #[derive(Default)]
 struct Backends {
     services: RwLock<BTreeMap<String, Backend>>,
-    changes: Mutex<Vec<ReadinessChange>>,
+    changes: Mutex<Vec<BackendChange>>,
 }
 
 /// A Service as the emulator answers for it.
@@ -596,6 +673,7 @@ struct Backends {
 struct Backend {
     revision: String,
     ready: bool,
+    endpoints: Vec<(String, EndpointState)>,
 }
 
 /// The emulator: keeps [`Backends`] and the listeners in step with the
@@ -667,13 +745,29 @@ async fn sync(
             .and_then(|s| s.get(LABEL_REVISION))
             .cloned()
             .unwrap_or_default();
-        let ready = slices
+        let endpoints: Vec<(String, EndpointState)> = slices
             .iter()
             .filter(|s| s.labels().get("kubernetes.io/service-name") == Some(&name))
             .flat_map(|s| s.endpoints.iter().flatten())
-            // An unknown readiness counts as ready (the field's documented meaning).
-            .any(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false));
-        next.insert(name.clone(), Backend { revision, ready });
+            .map(|e| {
+                let pod = e.target_ref.as_ref().and_then(|r| r.name.clone());
+                (pod.unwrap_or_default(), EndpointState::of(e))
+            })
+            .collect();
+        // kube-proxy's choice: the ready endpoints; if there is none, those
+        // still serving while they terminate; if none either, it refuses.
+        let ready = endpoints.iter().any(|(_, e)| *e == EndpointState::Ready)
+            || endpoints
+                .iter()
+                .any(|(_, e)| *e == EndpointState::ServingTerminating);
+        next.insert(
+            name.clone(),
+            Backend {
+                revision,
+                ready,
+                endpoints,
+            },
+        );
         let Some(ip) = spec
             .cluster_ip
             .as_deref()
@@ -696,12 +790,13 @@ async fn sync(
         let mut current = backends.services.write().unwrap();
         let mut changes = backends.changes.lock().unwrap();
         for (name, backend) in &next {
-            if current.get(name).map(|b| b.ready) != Some(backend.ready) {
-                changes.push(ReadinessChange {
+            if current.get(name) != Some(backend) {
+                changes.push(BackendChange {
                     at: Instant::now(),
                     service: name.clone(),
                     revision: backend.revision.clone(),
                     ready: backend.ready,
+                    endpoints: backend.endpoints.clone(),
                 });
             }
         }
@@ -764,6 +859,7 @@ async fn answer(backends: Arc<Backends>, service: String) -> axum::response::Res
         Some(Backend {
             revision,
             ready: true,
+            ..
         }) => (StatusCode::OK, revision).into_response(),
         Some(Backend { revision, .. }) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -773,15 +869,6 @@ async fn answer(backends: Arc<Backends>, service: String) -> axum::response::Res
             .into_response(),
         None => (StatusCode::SERVICE_UNAVAILABLE, "unknown Service").into_response(),
     }
-}
-
-/// A port of 127.0.0.1 free now (bound, then released) for the Gateway's
-/// listener and Traefik's entry point, which must be the same.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("cannot bind 127.0.0.1:0")
-        .port()
 }
 
 /// Refuses a cluster whose ClusterIPs are not on loopback: the emulator could
