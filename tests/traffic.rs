@@ -19,14 +19,20 @@
 mod support;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use releaseplan::api::{LABEL_REVISION, Phase, ReleasePlan};
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::Harness;
-use support::fixtures::{revision_deployment, revision_service};
-use support::traffic::{DataPlane, assert_split, binomial_bounds};
+use support::fixtures::{revision_deployment, revision_service, web};
+use support::operator::Operator;
+use support::traffic::{
+    Counts, DataPlane, GATEWAY, SPLIT_ALPHA, assert_split, binomial_bounds, http_route_resource,
+};
+use support::{Harness, plans, servers, wait_until};
 
 const CANARY: (&str, &str) = ("x-canary", "true");
 
@@ -186,7 +192,7 @@ async fn selector_change_changes_answers() {
     let gateway_addr = dp.addr;
     drop(dp);
     for addr in [gateway_addr, backend_addr] {
-        support::wait_until(
+        wait_until(
             Duration::from_secs(30),
             &format!("{addr} to be closed"),
             || async move {
@@ -239,7 +245,7 @@ async fn scaled_to_zero_answers_503() {
         .await;
     println!("scaled to 1: {up}");
     let changes: Vec<bool> = dp
-        .readiness_changes()
+        .backend_changes()
         .iter()
         .filter(|c| c.service == "stable")
         .map(|c| c.ready)
@@ -271,7 +277,7 @@ async fn sampler_sees_a_route_switch() {
         2,
         Duration::from_millis(10),
     );
-    support::wait_until(
+    wait_until(
         Duration::from_secs(30),
         "the sampler's first answers",
         || {
@@ -286,7 +292,7 @@ async fn sampler_sees_a_route_switch() {
         json!([{ "backendRefs": [backend("stable", 0), backend("canary", 100)] }]),
     )
     .await;
-    support::wait_until(
+    wait_until(
         Duration::from_secs(60),
         "only revision b in the sampler's answers",
         || {
@@ -319,4 +325,393 @@ async fn sampler_sees_a_route_switch() {
         last_a < timeline.last_ok["b"],
         "a answered after b took over"
     );
+}
+
+// ------------------------------------------------------------ the operator's rollouts
+
+/// Timeout of the rollout waits.
+const T: Duration = Duration::from_secs(120);
+/// Requests measured at each step.
+const N: usize = 1000;
+
+/// Component `web` of `replicas` pods running `image`, routed: the operator's
+/// stable and canary Services on port 8080 and its HTTPRoute on the test's
+/// Gateway.
+fn routed_web(image: &str, replicas: i32) -> Value {
+    let mut c = web(image, replicas);
+    c["traffic"] = json!({"port": 8080, "gatewayAPI": {"parentRefs": [{"name": GATEWAY}]}});
+    c
+}
+
+/// A namespace, its data plane, and an operator started after the Gateway
+/// API CRDs are there (it watches HTTPRoutes only if it can list them).
+async fn routed(prefix: &str) -> (Harness, DataPlane, Operator) {
+    let h = Harness::new(prefix).await;
+    let dp = DataPlane::start(&h.client, &h.ns).await;
+    let op = h.operator().start().await;
+    (h, dp, op)
+}
+
+/// The (stable, current) template hashes of component `web`.
+fn hashes(p: &ReleasePlan) -> (String, String) {
+    let c = &p.status.as_ref().unwrap().components[0];
+    (
+        c.stable_hash.clone().unwrap_or_default(),
+        c.current_hash.clone().unwrap_or_default(),
+    )
+}
+
+/// Waits until the plan holds at the `pause: {}` step `step` with
+/// `trafficWeight` `weight`.
+async fn wait_at_step(h: &Harness, step: i32, weight: i32) -> ReleasePlan {
+    wait_until(
+        T,
+        &format!("plan shop at step {step} with trafficWeight {weight}"),
+        || async {
+            let p = plans::get(&h.client, &h.ns, "shop").await.unwrap();
+            let s = p.status.clone().unwrap();
+            let paused = plans::condition(&p, "Paused")
+                .is_some_and(|(status, reason, _)| status == "True" && reason == "PauseStep");
+            let at = s.phase == Phase::RollingOut
+                && paused
+                && s.current_step == step
+                && s.traffic_weight == Some(weight)
+                && s.observed_generation == p.metadata.generation;
+            if at {
+                Ok(p)
+            } else {
+                Err(format!(
+                    "phase {}, step {}, weight {}, trafficWeight {:?}",
+                    s.phase, s.current_step, s.weight, s.traffic_weight
+                ))
+            }
+        },
+    )
+    .await
+}
+
+/// Whether a batch split `revision` at about `weight` percent (the binomial
+/// interval of [`assert_split`], no failed request): Traefik applies a route
+/// change about 2 s after it is written (its provider throttle).
+fn near(c: &Counts, revision: &str, weight: i32) -> bool {
+    let (lo, hi) = binomial_bounds(c.total(), f64::from(weight) / 100.0, SPLIT_ALPHA);
+    c.errors() == 0 && c.ok.len() <= 2 && (lo..=hi).contains(&c.ok_of(revision))
+}
+
+/// At each `setWeight` step of a routed rollout, N real requests split within
+/// the binomial interval of the step's weight; promotion moves every request
+/// to the new revision, and no request fails on the way (the errors during
+/// promotion are printed).
+#[tokio::test]
+async fn rollout_splits_requests_by_step_weight() {
+    let (h, dp, _op) = routed("traffic-steps").await;
+    let steps = json!([{"setWeight": 10}, {"pause": {}}, {"setWeight": 50}, {"pause": {}}]);
+    let p = plans::create_stable(
+        &h.client,
+        &h.ns,
+        "shop",
+        json!({"components": [routed_web("shop:1", 4)], "strategy": {"steps": steps}}),
+    )
+    .await;
+    let (_, old) = hashes(&p);
+    dp.wait_for(
+        "the stable revision to answer through the operator's route",
+        50,
+        &[],
+        |c| c.all_ok_from(&old),
+    )
+    .await;
+    let sampler = dp.sampler(
+        &[],
+        Duration::from_millis(500),
+        1,
+        Duration::from_millis(20),
+    );
+    plans::set_components(&h.client, &h.ns, "shop", json!([routed_web("shop:2", 4)])).await;
+    let mut lines = Vec::new();
+    let mut new = String::new();
+    for (step, weight) in [(1, 10), (3, 50)] {
+        let p = wait_at_step(&h, step, weight).await;
+        new = hashes(&p).1;
+        dp.wait_for(&format!("the data plane at {weight}%"), 200, &[], |c| {
+            near(c, &new, weight)
+        })
+        .await;
+        let counts = dp.send(N, &[]).await;
+        lines.push(assert_split(
+            &counts,
+            &new,
+            weight.unsigned_abs(),
+            &format!("step {step} (setWeight {weight})"),
+        ));
+        plans::request(&h.client, &h.ns, "shop", "promote").await;
+    }
+    let promoted = Instant::now();
+    plans::wait_phase(&h.client, &h.ns, "shop", Phase::Stable, T).await;
+    dp.wait_for("every request to reach the new revision", 100, &[], |c| {
+        c.all_ok_from(&new)
+    })
+    .await;
+    let last = dp.send(N, &[]).await;
+    lines.push(assert_split(&last, &new, 100, "Stable (promoted)"));
+    let timeline = sampler.stop().await;
+    println!("{}", lines.join("\n"));
+    println!(
+        "errors during the rollout: {}; during promotion (from the last promote on): {}",
+        timeline.total().errors(),
+        timeline.since(promoted).errors()
+    );
+    println!("sampler (0.5 s windows):\n{}", timeline.render());
+    println!(
+        "what the Services answered (emulator):\n{}",
+        dp.render_backend_changes(timeline.started)
+    );
+    assert_eq!(
+        timeline.total().errors(),
+        0,
+        "requests failed during the rollout: {}",
+        timeline.total()
+    );
+}
+
+/// A header route sends every matching request to the new revision while the
+/// weight is 0; an abort removes it (matching requests reach stable again).
+#[tokio::test]
+async fn header_route_reaches_the_canary_until_abort() {
+    let (h, dp, _op) = routed("traffic-hdr-route").await;
+    let steps = json!([
+        {"setCanaryScale": {"replicas": 1}},
+        {"setHeaderRoute": {"headers": [{"name": CANARY.0, "value": CANARY.1}]}},
+        {"pause": {}}
+    ]);
+    let p = plans::create_stable(
+        &h.client,
+        &h.ns,
+        "shop",
+        json!({"components": [routed_web("shop:1", 2)], "strategy": {"steps": steps}}),
+    )
+    .await;
+    let (_, old) = hashes(&p);
+    plans::set_components(&h.client, &h.ns, "shop", json!([routed_web("shop:2", 2)])).await;
+    let p = wait_at_step(&h, 2, 0).await;
+    let new = hashes(&p).1;
+    dp.wait_for("header requests to reach the canary", 50, &[CANARY], |c| {
+        c.all_ok_from(&new)
+    })
+    .await;
+    let with = dp.send(N, &[CANARY]).await;
+    let without = dp.send(N, &[]).await;
+    println!(
+        "at the header route step: with {}: {with}; without: {without}",
+        CANARY.0
+    );
+    assert!(with.all_ok_from(&new), "with the header: {with}");
+    assert!(without.all_ok_from(&old), "without the header: {without}");
+    plans::request(&h.client, &h.ns, "shop", "abort").await;
+    plans::wait_phase(&h.client, &h.ns, "shop", Phase::RolledBack, T).await;
+    dp.wait_for(
+        "header requests to reach stable after the abort",
+        50,
+        &[CANARY],
+        |c| c.all_ok_from(&old),
+    )
+    .await;
+    let after = dp.send(N, &[CANARY]).await;
+    println!("after the abort, with {}: {after}", CANARY.0);
+    assert!(after.all_ok_from(&old), "{after}");
+}
+
+/// First instants, polled every 100 ms during a rollback, of what the API
+/// server shows: the route sending the canary Service nothing, Traefik's
+/// status on the route for that generation, and the canary's pods going.
+#[derive(Debug, Default, Clone, Copy)]
+struct Milestones {
+    route_off_canary: Option<Instant>,
+    route_status_current: Option<Instant>,
+    pods_going: Option<Instant>,
+}
+
+/// Polls the route `shop-web` and the pods of revision `canary` until
+/// aborted, filling `out`.
+async fn watch_milestones(client: Client, ns: String, canary: String, out: Arc<Mutex<Milestones>>) {
+    let routes = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &http_route_resource());
+    let pods = Api::<Pod>::namespaced(client, &ns);
+    let selector = format!("{LABEL_REVISION}={canary}");
+    let initial = pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items
+        .len();
+    loop {
+        let now = Instant::now();
+        if let Ok(route) = routes.get("shop-web").await {
+            let canary_weight: i64 = route.data["spec"]["rules"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|r| {
+                    r["matches"]
+                        .as_array()
+                        .is_none_or(|m| m.iter().all(|m| m["headers"].is_null()))
+                })
+                .flat_map(|r| r["backendRefs"].as_array().cloned().unwrap_or_default())
+                .filter(|b| b["name"] == "shop-web-canary")
+                .map(|b| b["weight"].as_i64().unwrap_or(1))
+                .sum();
+            let generation = route.metadata.generation;
+            let status_current = route.data["status"]["parents"]
+                .as_array()
+                .is_some_and(|ps| {
+                    !ps.is_empty()
+                        && ps.iter().all(|p| {
+                            p["conditions"].as_array().into_iter().flatten().any(|c| {
+                                c["type"] == "Accepted"
+                                    && c["observedGeneration"].as_i64() == generation
+                            })
+                        })
+                });
+            let mut m = out.lock().unwrap();
+            if canary_weight == 0 && m.route_off_canary.is_none() {
+                m.route_off_canary = Some(now);
+            }
+            if m.route_off_canary.is_some() && status_current && m.route_status_current.is_none() {
+                m.route_status_current = Some(now);
+            }
+        }
+        if let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await {
+            let alive = list
+                .items
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .count();
+            let mut m = out.lock().unwrap();
+            if alive < initial && m.pods_going.is_none() {
+                m.pods_going = Some(now);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A canary that fails its gate while it serves half the requests must lose
+/// its traffic before its pods go: the sampler must see no failed request
+/// and no answer from the canary once its pods started to go. Printed: from
+/// the failing answer of the gate (the failure's detection) to the route
+/// object off the canary, Traefik's route status for it, the last request
+/// the canary answered (0% observed) and its pods going.
+///
+/// Ignored while it fails against the operator: in about 1 run of 5 a
+/// request reaches the canary Service after its pod is gone (the emulator's
+/// 503). The operator scales the canary down 0.1-0.2 s after the route
+/// object shows 0, which the data plane may not have applied yet (Traefik
+/// applied it 0.05-0.1 s after the write in these runs, 1.9 s in
+/// sampler_sees_a_route_switch). Run it with `--ignored`.
+#[tokio::test]
+#[ignore = "the operator scales the canary down before the data plane has left it: about 1 run of 5 fails"]
+async fn failed_canary_loses_its_traffic_before_its_pods() {
+    let (h, dp, _op) = routed("traffic-rollback").await;
+    let failing = Arc::new(AtomicBool::new(false));
+    let detected: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let hook = {
+        let (failing, detected) = (failing.clone(), detected.clone());
+        axum::Router::new().route(
+            "/check",
+            axum::routing::post(move || async move {
+                if failing.load(Ordering::SeqCst) {
+                    detected.lock().unwrap().get_or_insert_with(Instant::now);
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    axum::http::StatusCode::OK
+                }
+            }),
+        )
+    };
+    let addr = servers::serve(hook).await;
+    let hooks = json!([{"name": "smoke", "url": format!("http://{addr}/check"), "timeoutSeconds": 2, "retries": 0}]);
+    let steps = json!([{"setWeight": 50}, {"pause": {}}]);
+    let p = plans::create_stable(
+        &h.client,
+        &h.ns,
+        "shop",
+        json!({"components": [routed_web("shop:1", 2)], "strategy": {"steps": steps}, "health": {"webhooks": hooks}}),
+    )
+    .await;
+    let (_, old) = hashes(&p);
+    plans::set_components(&h.client, &h.ns, "shop", json!([routed_web("shop:2", 2)])).await;
+    let p = wait_at_step(&h, 1, 50).await;
+    let new = hashes(&p).1;
+    dp.wait_for("the data plane at 50%", 200, &[], |c| near(c, &new, 50))
+        .await;
+
+    let milestones: Arc<Mutex<Milestones>> = Arc::default();
+    let watcher = tokio::spawn(watch_milestones(
+        h.client.clone(),
+        h.ns.clone(),
+        new.clone(),
+        milestones.clone(),
+    ));
+    let sampler = dp.sampler(
+        &[],
+        Duration::from_millis(250),
+        2,
+        Duration::from_millis(10),
+    );
+    failing.store(true, Ordering::SeqCst);
+    plans::wait_phase(&h.client, &h.ns, "shop", Phase::RolledBack, T).await;
+    dp.wait_for("every request back on stable", 100, &[], |c| {
+        c.all_ok_from(&old)
+    })
+    .await;
+    let timeline = sampler.stop().await;
+    watcher.abort();
+    let m = *milestones.lock().unwrap();
+
+    let detected = detected
+        .lock()
+        .unwrap()
+        .expect("the gate answered a failure");
+    let after = |t: Option<Instant>| {
+        t.map_or("not seen".to_string(), |t| {
+            let s = t.saturating_duration_since(detected).as_secs_f64()
+                - detected.saturating_duration_since(t).as_secs_f64();
+            format!("{s:+.2}s")
+        })
+    };
+    let last_canary = timeline.last_ok.get(&new).copied();
+    println!(
+        "sampler (0.25 s windows) from 1 s before the gate failed:\n{}",
+        timeline.render_from(detected - Duration::from_secs(1))
+    );
+    println!(
+        "from the gate's failing answer (detection): route off the canary {}, Traefik's route status {}, \
+         last request answered by the canary (0% observed) {}, canary pods going {} (polled every 0.1 s)",
+        after(m.route_off_canary),
+        after(m.route_status_current),
+        after(last_canary),
+        after(m.pods_going)
+    );
+    let during = timeline.since(detected);
+    println!(
+        "requests from detection to the end: {during}; errors: {}",
+        during.errors()
+    );
+    println!(
+        "what the Services answered (emulator, seconds since sampling started):\n{}",
+        dp.render_backend_changes(timeline.started)
+    );
+    let total = timeline.total();
+    assert_eq!(
+        total.errors(),
+        0,
+        "requests failed during the rollback: {total}"
+    );
+    let pods_going = m.pods_going.expect("the canary's pods went");
+    if let Some(last) = last_canary {
+        assert!(
+            last <= pods_going,
+            "the canary answered {:.2}s after its pods started to go",
+            (last - pods_going).as_secs_f64()
+        );
+    }
 }
