@@ -1335,6 +1335,8 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
         assert!(!may(&i.sa_client, "list", "apps", "deployments", Some(&other)).await);
     }
 
+    // Before the operator starts: it watches HTTPRoutes only if it can list them then.
+    support::crd::install_gateway_api(&client).await;
     let pod_name = format!("{}-0", i.release);
     let kubeconfig = i.kubeconfig.to_str().expect("utf-8 path");
     let mut op = Operator::launcher(&apps)
@@ -1392,7 +1394,13 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
         "auth": {"bearer": {"secretKeyRef": {"name": "hooks-token", "key": "token"}}}}]});
 
     let steps = json!([{"setWeight": 50}, {"pause": {"duration": "1s"}}]);
-    let web = |image: &str| json!([web(image, 2)]);
+    // Routed: the Services and the HTTPRoute are written with the chart's
+    // rules too (a missing verb holds the rollout at its first step).
+    let web = |image: &str| {
+        let mut c = web(image, 2);
+        c["traffic"] = json!({"port": 80, "gatewayAPI": {"parentRefs": [{"name": "gw"}]}});
+        json!([c])
+    };
     // No old revision kept: the first one is pruned, its stored template too.
     create(
         &client,
@@ -1430,6 +1438,22 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
     wait_stable(&client, &op, &apps, "shop").await;
     let revs = revisions(&client, &apps, "shop").await;
     assert_eq!(by_image(&revs, "shop:2"), Some((2, 2)), "{revs:?}");
+    let route = Api::<releaseplan::api::gateway::HTTPRoute>::namespaced(client.clone(), &apps)
+        .get("shop-web")
+        .await
+        .expect("the operator wrote the route");
+    let weights: Vec<(String, Option<i32>)> = route.spec.rules[0]
+        .backend_refs
+        .iter()
+        .map(|b| (b.name.clone(), b.weight))
+        .collect();
+    assert_eq!(
+        weights,
+        vec![
+            ("shop-web-stable".to_string(), Some(100)),
+            ("shop-web-canary".to_string(), Some(0))
+        ]
+    );
     let (ok, denied) = *calls.lock().unwrap();
     assert!(
         ok >= 2 && denied == 0,

@@ -348,3 +348,79 @@ async fn a_service_of_the_same_name_is_refused_not_taken_over() {
         "the Deployments were written first"
     );
 }
+
+#[tokio::test]
+async fn blue_green_switches_the_active_service_in_one_write_then_scales_the_old_down() {
+    let (h, _op) = setup("traffic-bluegreen").await;
+    let (client, ns) = (h.client.clone(), h.ns.clone());
+    let bg = |image: &str| {
+        json!({"components": [routed(template(image), 3)],
+            "strategy": {"blueGreen": {"scaleDownDelaySeconds": 3}}})
+    };
+    let p = create_stable(&client, &ns, "shop", bg("shop:1")).await;
+    let v1 = p.status.unwrap().components[0]
+        .current_hash
+        .clone()
+        .unwrap();
+    support::plans::patch_spec(&client, &ns, "shop", bg("shop:2")).await;
+    // The preview at full scale beside the active revision, no request moved.
+    let p = wait_until(T, "the preview to be ready at full scale", || async {
+        let p = get(&client, &ns, "shop").await?;
+        let s = p.status.as_ref()?;
+        let c = &s.components[0];
+        (s.phase == Phase::RollingOut && c.current_ready == 3 && c.stable_ready == 3)
+            .then_some(p.clone())
+    })
+    .await;
+    let v2 = p.status.unwrap().components[0]
+        .current_hash
+        .clone()
+        .unwrap();
+    assert_eq!(
+        selects(&client, &ns, "shop-web-stable").await,
+        Some(v1.clone())
+    );
+    assert_eq!(
+        selects(&client, &ns, "shop-web-canary").await,
+        Some(v2.clone())
+    );
+    assert_eq!(weights(&client, &ns).await, Some((100, 0, false)));
+    let services = Api::<Service>::namespaced(client.clone(), &ns);
+    let before = services
+        .get("shop-web-stable")
+        .await
+        .unwrap()
+        .resource_version()
+        .unwrap();
+
+    support::plans::request(&client, &ns, "shop", "promote").await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    wait_until(T, "the active Service on v2", || async {
+        (selects(&client, &ns, "shop-web-stable").await.as_ref() == Some(&v2)).then_some(())
+    })
+    .await;
+    // The active Service was switched, and the route never moved.
+    let list = services
+        .list(&ListParams::default().labels("releaseplan.io/role=stable"))
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 1);
+    let after = list.items[0].resource_version().unwrap();
+    assert_ne!(before, after);
+    assert_eq!(weights(&client, &ns).await, Some((100, 0, false)));
+    let revs = support::plans::revisions(&client, &ns, "shop").await;
+    assert_eq!(
+        support::plans::by_image(&revs, "shop:1").map(|r| r.0),
+        Some(3),
+        "the old revision waits out scaleDownDelaySeconds: {revs:?}"
+    );
+    wait_until(
+        T,
+        "the old revision to scale down after the delay",
+        || async {
+            let revs = support::plans::revisions(&client, &ns, "shop").await;
+            (support::plans::by_image(&revs, "shop:1").map(|r| r.0) == Some(0)).then_some(())
+        },
+    )
+    .await;
+}

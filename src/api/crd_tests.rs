@@ -117,8 +117,8 @@ fn carries_the_cel_rules_and_bounds() {
     assert_eq!(spec.required, Some(vec!["components".to_string()]));
     assert_eq!(
         rules(spec).len(),
-        3,
-        "unique component names, routed steps need a router, gate components exist"
+        4,
+        "unique component names, blue-green needs traffic, routed steps need a router, gate components exist"
     );
     let component = schema_at(spec, &["components", "[]"]);
     assert_eq!(
@@ -172,7 +172,11 @@ fn carries_the_cel_rules_and_bounds() {
         schema_at(component, &["template"]).required,
         Some(vec!["spec".to_string()])
     );
-    assert_eq!(rules(schema_at(spec, &["strategy"])).len(), 1, "weights");
+    assert_eq!(
+        rules(schema_at(spec, &["strategy"])).len(),
+        2,
+        "weights, blue-green without steps"
+    );
     assert_eq!(
         rules(schema_at(spec, &["strategy", "steps", "[]"])).len(),
         1

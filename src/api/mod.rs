@@ -116,6 +116,7 @@ pub fn crd() -> CustomResourceDefinition {
 )]
 #[x_kube(
     validation = Rule::new("self.components.all(c, self.components.exists_one(d, d.name == c.name))").message("spec.components: component names must be unique").field_path(".components"),
+    validation = Rule::new("!has(self.strategy.blueGreen) || self.components.all(c, has(c.traffic))").message("strategy.blueGreen needs traffic on every component: its stable Service is the active one, its canary Service the preview").field_path(".strategy.blueGreen"),
     validation = Rule::new("!self.strategy.steps.exists(s, has(s.setCanaryScale) || has(s.setHeaderRoute)) || self.components.exists(c, has(c.traffic) && has(c.traffic.gatewayAPI))").message("strategy.steps: setCanaryScale and setHeaderRoute need a router: set traffic.gatewayAPI on a component").field_path(".strategy.steps"),
     validation = Rule::new("self.health.prometheus.all(g, !has(g.component) || self.components.exists(c, c.name == g.component)) && self.health.webhooks.all(g, !has(g.component) || self.components.exists(c, c.name == g.component)) && self.health.templates.all(g, !has(g.component) || self.components.exists(c, c.name == g.component))").message("health: a gate's component must name one of spec.components").field_path(".health")
 )]
@@ -409,15 +410,38 @@ fn add_rule(obj: &mut serde_json::Map<String, serde_json::Value>, rule: &str, me
 /// The canary strategy.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(
-    validation = Rule::new("self.steps.filter(s, has(s.setWeight)).map(s, s.setWeight).isSorted()").message("strategy.steps: setWeight values must never decrease").field_path(".steps")
+    validation = Rule::new("self.steps.filter(s, has(s.setWeight)).map(s, s.setWeight).isSorted()").message("strategy.steps: setWeight values must never decrease").field_path(".steps"),
+    validation = Rule::new("!has(self.blueGreen) || size(self.steps) == 0").message("strategy: blueGreen and steps exclude each other").field_path(".blueGreen")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct Strategy {
-    /// Ordered steps. Each step is either `setWeight` or `pause`. The final step to 100%
-    /// is implicit.
+    /// Ordered canary steps. The final step to 100% is implicit.
     #[serde(default)]
     #[schemars(length(max = 32))]
     pub steps: Vec<Step>,
+
+    /// Blue-green instead of canary steps: the new revision comes up at full scale behind
+    /// the canary (preview) Service while the stable (active) Service keeps serving the old
+    /// one; promotion switches the active Service at once. Needs `traffic` on every component.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blue_green: Option<BlueGreen>,
+}
+
+/// Settings of a blue-green release.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct BlueGreen {
+    /// Promote by itself once the preview has run this long with its pods ready and its
+    /// gates passed. Unset: wait for `kubectl releaseplan promote`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub auto_promotion_seconds: Option<i32>,
+
+    /// Seconds the old revision keeps all its pods after the switch, so that going back is
+    /// instant; then it scales down. Default 30.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub scale_down_delay_seconds: Option<i32>,
 }
 
 /// One canary step: exactly one of `setWeight`, `pause`, `setCanaryScale` and

@@ -185,6 +185,8 @@ pub struct Context {
     /// Cache of the HTTPRoutes, by plan (empty when the cluster serves no
     /// Gateway API: a route write then fails and status says so).
     pub routes: PlanCache<HTTPRoute>,
+    /// HTTPRoutes are watched (they could be listed at start-up).
+    pub gateway_api: bool,
     /// Publishes Kubernetes Events beside the reconciles.
     pub events: Events,
     /// Metrics.
@@ -1202,6 +1204,7 @@ pub async fn run(
         jobs,
         services,
         routes,
+        gateway_api: settings.gateway_api,
         events,
         metrics,
         gates,

@@ -328,6 +328,16 @@ pub(super) async fn act(
                 }
             }
         }
+        if intent.route.is_some() && !ctx.gateway_api {
+            // Unwatched, a route written now would never be seen: the step
+            // would wait for it forever without a word.
+            return Acted::Refused(crate::plan::Refusal {
+                kind: "HTTPRoute",
+                name: intent.names.route.clone().unwrap_or_default(),
+                code: 0,
+                message: "the operator could not list HTTPRoutes when it started (Gateway API CRDs not installed, or RBAC forbids them): install them, then restart the operator".into(),
+            });
+        }
         if let Some(desired) = build_route(plan, intent, spec) {
             let name = desired.metadata.name.clone().unwrap_or_default();
             let cached = routes.iter().find(|r| r.name_any() == name);

@@ -66,6 +66,11 @@ fn wanted(
             (Some(cur), Some(st)) if cur == st => {
                 want.insert(cur.clone(), r);
             }
+            (Some(cur), Some(st)) if target.blue_green.is_some() => {
+                // Blue-green: the preview at full scale beside the active one.
+                want.insert(cur.clone(), r);
+                want.insert(st.clone(), r);
+            }
             (Some(cur), Some(st)) if routed(target, &c.name) => {
                 // A router splits requests, not pods: the stable revision keeps
                 // every pod until the route sends it nothing.
@@ -81,7 +86,12 @@ fn wanted(
             (Some(cur), Some(st)) => {
                 let canary = canary_replicas(r, weight_at(target, status));
                 want.insert(cur.clone(), canary);
-                want.insert(st.clone(), r - ready(&revs, cur).min(canary));
+                let mut stable = r - ready(&revs, cur).min(canary);
+                // Its last pods stay while the stable Service still selects it.
+                if stable == 0 && traffic::held(obs, target, &c.name, st) {
+                    stable = observed_replicas(&revs, st).unwrap_or(0).clamp(0, r);
+                }
+                want.insert(st.clone(), stable);
             }
             (None, Some(st)) => {
                 want.insert(st.clone(), r);
@@ -95,6 +105,31 @@ fn wanted(
         }
     }
     want
+}
+
+/// How long after a blue-green switch the old revision still keeps its pods
+/// (`None`: not blue-green, or not in that window).
+pub fn blue_green_window(
+    obs: &Observation,
+    target: &Target,
+    status: &ReleasePlanStatus,
+) -> Option<std::time::Duration> {
+    let delay = target.blue_green?;
+    if status.phase != Phase::Stable {
+        return None;
+    }
+    let switched = status
+        .history
+        .iter()
+        .rev()
+        .find(|h| h.outcome == crate::api::Outcome::Promoted)?
+        .finished_at?;
+    let elapsed = (obs.now - switched).to_std().unwrap_or_default();
+    delay.checked_sub(elapsed).filter(|left| !left.is_zero())
+}
+
+fn blue_green_kept(obs: &Observation, target: &Target, status: &ReleasePlanStatus) -> bool {
+    blue_green_window(obs, target, status).is_some()
 }
 
 /// The component has a router (`traffic.gatewayAPI`).
@@ -158,7 +193,7 @@ pub fn intents(
             // else for them to go. Kept, it never runs more than the
             // component's replicas.
             let held = !want.is_empty() && traffic::held(obs, target, &c.name, hash);
-            let replicas = if is_covered && !held {
+            let replicas = if is_covered && !held && !blue_green_kept(obs, target, status) {
                 0
             } else {
                 rev.replicas.clamp(0, r.max(0))
@@ -255,10 +290,12 @@ fn pods_ready(obs: &Observation, target: &Target, status: &ReleasePlanStatus) ->
         if at_final {
             // Promotion needs every component whole, and nothing else running.
             let whole = want.keys().map(|h| ready(&revs, h)).sum::<i32>() >= r;
-            let others_gone = revs
-                .iter()
-                .filter(|(h, _)| **h != cur.as_str())
-                .all(|(_, rev)| rev.replicas == 0);
+            // Blue-green keeps the old revision until after the switch.
+            let others_gone = target.blue_green.is_some()
+                || revs
+                    .iter()
+                    .filter(|(h, _)| **h != cur.as_str())
+                    .all(|(_, rev)| rev.replicas == 0);
             return whole && others_gone && target.component(&c.name).is_some();
         }
         true

@@ -523,7 +523,10 @@ pub fn requeue_after(
 ) -> Option<Duration> {
     const SAFETY: Duration = Duration::from_secs(60);
     match status.phase {
-        Phase::Pending | Phase::Stable | Phase::RolledBack => None,
+        // A blue-green switch's old revision scales down when its window ends.
+        Phase::Stable => desired::blue_green_window(obs, target, status)
+            .map(|left| left + Duration::from_millis(500)),
+        Phase::Pending | Phase::RolledBack => None,
         Phase::RollbackInProgress => Some(Duration::from_secs(30)),
         Phase::RollingOut => {
             if status.phase != obs.status.phase

@@ -75,6 +75,9 @@ pub struct Target {
     pub paused: bool,
     /// Old revision Deployments kept at zero replicas.
     pub revision_history_limit: usize,
+    /// Blue-green (`strategy.blueGreen`): how long the old revision keeps its
+    /// pods after the switch.
+    pub blue_green: Option<Duration>,
     /// The configured health gates, parsed (the gate runner evaluates them):
     /// the plan's own, then the template gates that could be resolved.
     pub gates: Vec<GateSpec>,
@@ -118,6 +121,11 @@ impl Target {
             automatic_rollback: spec.rollback.automatic,
             paused: spec.paused,
             revision_history_limit: spec.revision_history_limit(),
+            blue_green: spec.strategy.blue_green.as_ref().map(|b| {
+                Duration::from_secs(
+                    u64::try_from(b.scale_down_delay_seconds.unwrap_or(30)).unwrap_or(30),
+                )
+            }),
             gates,
             jobs,
             gate_components: spec::gate_components(spec),

@@ -45,7 +45,10 @@ fn pause(d: Option<&str>) -> Step {
 fn spec(components: Vec<Component>, steps: Vec<Step>) -> ReleasePlanSpec {
     ReleasePlanSpec {
         components,
-        strategy: ApiStrategy { steps },
+        strategy: ApiStrategy {
+            steps,
+            blue_green: None,
+        },
         ..Default::default()
     }
 }
@@ -1192,9 +1195,17 @@ fn check_traffic(obs: &Observation, target: &Target, d: &Decision) -> Result<(),
         } else {
             0
         };
+        // The new revision's own count follows the step (a canary Service
+        // without a router has no pods at weight 0, as before it had any).
+        let current = d
+            .status
+            .components
+            .iter()
+            .find(|c| c.name == t.component)
+            .and_then(|c| c.current_hash.clone());
         for i in d.deployments.iter().filter(|i| i.component == t.component) {
             let before = revs.get(i.hash.as_str()).map_or(0, |r| r.replicas);
-            if i.replicas == 0 && before > 0 && wanted > 0 {
+            if i.replicas == 0 && before > 0 && wanted > 0 && current.as_ref() != Some(&i.hash) {
                 prop_assert!(
                     !traffic::held(obs, target, &t.component, &i.hash),
                     "{} of {} scaled to zero while requests still reach it",
@@ -1419,6 +1430,13 @@ proptest! {
     #[test]
     fn traffic_invariants_hold_over_random_histories(ops in proptest::collection::vec(op(), 1..80)) {
         run_history(prop_spec_routed(), ops, true)?;
+    }
+
+    #[test]
+    fn blue_green_invariants_hold_over_random_histories(ops in proptest::collection::vec(op(), 1..80)) {
+        let mut s = prop_spec_routed();
+        blue_green(&mut s, Some(60), Some(30));
+        run_history(s, ops, true)?;
     }
 
     #[test]
@@ -1927,4 +1945,117 @@ fn canary_scale_and_header_route_steps_parse_and_are_checked() {
     );
     let e = Target::from_spec(&s).unwrap_err();
     assert_eq!(e.field, "spec.strategy.steps[0].setCanaryScale");
+}
+
+// ---- blue-green ----
+
+fn blue_green(spec: &mut ReleasePlanSpec, auto: Option<i32>, delay: Option<i32>) {
+    spec.strategy.steps.clear();
+    spec.strategy.blue_green = Some(crate::api::BlueGreen {
+        auto_promotion_seconds: auto,
+        scale_down_delay_seconds: delay,
+    });
+}
+
+#[test]
+fn blue_green_previews_at_full_scale_then_switches_at_once() {
+    let mut s = spec(vec![routed(component("web", "shop:1", 3))], vec![]);
+    blue_green(&mut s, None, Some(30));
+    let mut sim = stable_sim(s);
+    let v1 = sim.hash_of("web");
+    sim.change_image("web", "shop:2");
+    let v2 = sim.hash_of("web");
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::RollingOut);
+    assert_eq!(
+        (sim.at("web", &v2), sim.at("web", &v1)),
+        (3, 3),
+        "preview at full scale beside the active revision"
+    );
+    assert_eq!(
+        sim.selects("web"),
+        (v1.clone(), v2.clone()),
+        "active, preview"
+    );
+    assert_eq!(
+        sim.route("web"),
+        split(100, 0),
+        "no request moves before the switch"
+    );
+    assert_eq!(sim.status.traffic_weight, Some(0));
+
+    sim.ask(Action::Promote { full: false });
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::Stable);
+    assert_eq!(sim.selects("web"), (v2.clone(), v2.clone()), "switched");
+    assert_eq!(sim.route("web"), split(100, 0));
+    assert_eq!(sim.status.traffic_weight, Some(100));
+    assert_eq!(
+        sim.at("web", &v1),
+        3,
+        "the old revision waits out the delay"
+    );
+    let d = sim.last.clone().unwrap();
+    assert!(
+        d.requeue_after
+            .is_some_and(|r| r <= Duration::from_secs(31)),
+        "{:?}",
+        d.requeue_after
+    );
+    sim.advance(31);
+    sim.settle();
+    assert_eq!((sim.at("web", &v2), sim.at("web", &v1)), (3, 0));
+}
+
+#[test]
+fn blue_green_promotes_itself_after_the_preview_time() {
+    let mut s = spec(vec![services_only(component("web", "shop:1", 2))], vec![]);
+    blue_green(&mut s, Some(20), Some(0));
+    let mut sim = stable_sim(s);
+    let v1 = sim.hash_of("web");
+    sim.change_image("web", "shop:2");
+    let v2 = sim.hash_of("web");
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::RollingOut);
+    sim.advance(21);
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::Stable);
+    assert_eq!(sim.selects("web"), (v2.clone(), v2.clone()));
+    assert_eq!((sim.at("web", &v2), sim.at("web", &v1)), (2, 0));
+}
+
+#[test]
+fn blue_green_abort_keeps_the_active_revision_whole() {
+    let mut s = spec(vec![routed(component("web", "shop:1", 3))], vec![]);
+    blue_green(&mut s, None, None);
+    let mut sim = stable_sim(s);
+    let v1 = sim.hash_of("web");
+    sim.change_image("web", "shop:2");
+    let v2 = sim.hash_of("web");
+    sim.settle();
+    sim.ask(Action::Abort);
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::RolledBack);
+    assert_eq!((sim.at("web", &v2), sim.at("web", &v1)), (0, 3));
+    assert_eq!(sim.selects("web"), (v1.clone(), v1));
+}
+
+#[test]
+fn blue_green_needs_services_and_no_steps() {
+    let mut s = spec(vec![component("web", "shop:1", 3)], vec![]);
+    blue_green(&mut s, None, None);
+    assert_eq!(
+        Target::from_spec(&s).unwrap_err().field,
+        "spec.components[0].traffic"
+    );
+    let mut s = spec(
+        vec![routed(component("web", "shop:1", 3))],
+        vec![weight(10)],
+    );
+    blue_green(&mut s, None, None);
+    s.strategy.steps = vec![weight(10)];
+    assert_eq!(
+        Target::from_spec(&s).unwrap_err().field,
+        "spec.strategy.blueGreen"
+    );
 }

@@ -163,7 +163,8 @@ fn headers_at(target: &Target, status: &ReleasePlanStatus) -> Vec<(String, Strin
 
 /// The route a routed component's step asks for once its pods are ready.
 fn step_route(target: &Target, status: &ReleasePlanStatus, c: &ComponentStatus) -> RouteObs {
-    if status.phase == Phase::RollingOut && in_flight(status, c) {
+    // Blue-green switches the active (stable) Service, never the weights.
+    if status.phase == Phase::RollingOut && in_flight(status, c) && target.blue_green.is_none() {
         let w = weight_at(target, status);
         RouteObs {
             stable_weight: 100 - w,
@@ -191,7 +192,11 @@ pub fn intents(
         .iter()
         .filter_map(|c| {
             let t = target.component(&c.name)?.traffic.as_ref()?;
-            let stable = c.stable_hash.clone().or_else(|| c.current_hash.clone())?;
+            let stable = if stable_service_moves(obs, target, status, c) {
+                c.current_hash.clone()?
+            } else {
+                c.stable_hash.clone().or_else(|| c.current_hash.clone())?
+            };
             let seen = observed(obs, &c.name);
             let seen_route = seen.and_then(|s| s.route.as_ref());
             let revs = revisions_of(obs, &c.name);
@@ -263,6 +268,32 @@ pub fn intents(
             })
         })
         .collect()
+}
+
+/// Without a router, a canary that has taken every pod (the final step, or a
+/// weight that rounds up to all replicas) takes the stable Service too,
+/// before the stable revision's last pods go: Service clients never meet a
+/// Service without pods.
+pub fn stable_service_moves(
+    obs: &Observation,
+    target: &Target,
+    status: &ReleasePlanStatus,
+    c: &ComponentStatus,
+) -> bool {
+    let Some(t) = target.component(&c.name) else {
+        return false;
+    };
+    if t.traffic.as_ref().is_none_or(TrafficTarget::routed)
+        || target.blue_green.is_some()
+        || status.phase != Phase::RollingOut
+        || !in_flight(status, c)
+    {
+        return false;
+    }
+    let r = t.replicas;
+    let cur = c.current_hash.as_deref().unwrap_or_default();
+    canary_replicas(r, weight_at(target, status)) >= r
+        && ready(&revisions_of(obs, &c.name), cur) >= r
 }
 
 /// Whether observed traffic still reaches revision `hash` of a component:
