@@ -715,3 +715,86 @@ async fn failed_canary_loses_its_traffic_before_its_pods() {
         );
     }
 }
+
+/// Blue-green through the real router: the preview comes up at full scale
+/// while every request stays on the active revision; promotion switches the
+/// answers from the old revision to the new one in one step (one sender, so
+/// answers are in order: no answer from the old revision after the first
+/// from the new one), and no request fails during the switch or while the
+/// old revision scales down after the delay. The switch's delay and errors
+/// are printed.
+#[tokio::test]
+async fn blue_green_switches_every_request_at_once() {
+    let (h, dp, _op) = routed("traffic-bluegreen").await;
+    let bg = |image: &str| {
+        json!({"components": [routed_web(image, 3)],
+            "strategy": {"blueGreen": {"scaleDownDelaySeconds": 3}}})
+    };
+    let p = plans::create_stable(&h.client, &h.ns, "shop", bg("shop:1")).await;
+    let (_, old) = hashes(&p);
+    dp.wait_for("the active revision to answer", 50, &[], |c| {
+        c.all_ok_from(&old)
+    })
+    .await;
+    let sampler = dp.sampler(&[], Duration::from_millis(250), 1, Duration::from_millis(5));
+    plans::patch_spec(&h.client, &h.ns, "shop", bg("shop:2")).await;
+    let p = wait_until(T, "the preview to be ready at full scale", || async {
+        let p = plans::get(&h.client, &h.ns, "shop").await?;
+        let s = p.status.as_ref()?;
+        let c = &s.components[0];
+        (s.phase == Phase::RollingOut && c.current_ready == 3 && c.stable_ready == 3)
+            .then_some(p.clone())
+    })
+    .await;
+    let new = hashes(&p).1;
+    let preview = dp.send(N, &[]).await;
+    println!("preview up, before the switch: {preview}");
+    assert!(
+        preview.all_ok_from(&old),
+        "requests reached the preview before the switch: {preview}"
+    );
+
+    let promoted = Instant::now();
+    plans::request(&h.client, &h.ns, "shop", "promote").await;
+    plans::wait_phase(&h.client, &h.ns, "shop", Phase::Stable, T).await;
+    wait_until(
+        T,
+        "the old revision to scale down after the delay",
+        || async {
+            let revs = plans::revisions(&h.client, &h.ns, "shop").await;
+            (plans::by_image(&revs, "shop:1") == Some((0, 0))).then_some(())
+        },
+    )
+    .await;
+    let after = dp.send(N, &[]).await;
+    let timeline = sampler.stop().await;
+    println!(
+        "sampler (0.25 s windows) from 1 s before the promote request:\n{}",
+        timeline.render_from(promoted - Duration::from_secs(1))
+    );
+    let (last_old, first_new) = (timeline.last_ok[&old], timeline.first_ok[&new]);
+    let since_promote = |t: Instant| t.saturating_duration_since(promoted).as_secs_f64();
+    let switch = timeline.since(promoted);
+    println!(
+        "promote requested -> first answer from the new revision {:.2}s, last from the old {:.2}s; \
+         requests from the promote request on: {switch}, errors: {}; after the old revision's scale-down: {after}",
+        since_promote(first_new),
+        since_promote(last_old),
+        switch.errors()
+    );
+    println!(
+        "what the Services answered (emulator, seconds since sampling started):\n{}",
+        dp.render_backend_changes(timeline.started)
+    );
+    assert_eq!(
+        timeline.total().errors(),
+        0,
+        "requests failed: {}",
+        timeline.total()
+    );
+    assert!(
+        last_old < first_new,
+        "the old revision answered after the new one had"
+    );
+    assert!(after.all_ok_from(&new), "after the switch: {after}");
+}
