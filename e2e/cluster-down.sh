@@ -4,7 +4,8 @@
 # Each recorded component gets SIGTERM to its process group, then SIGKILL
 # after a grace period. As a safety net, any process of the pinned binaries
 # whose command line mentions the run dir is killed too (e.g. when the pids
-# file was lost). Logs stay in the run dir; the etcd data is removed.
+# file was lost, or a traffic test's Traefik outlived its test: its log is in
+# the run dir). Logs stay in the run dir; the etcd data is removed.
 set -euo pipefail
 # shellcheck source=e2e/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -20,7 +21,7 @@ strays() {
   local p exe
   for p in /proc/[0-9]*; do
     exe=$(readlink "$p/exe" 2>/dev/null) || continue
-    case "$exe" in "$K8S_BIN"/* | "$ETCD_BIN"/* | "$KWOK_BIN"/*) ;; *) continue ;; esac
+    case "$exe" in "$K8S_BIN"/* | "$ETCD_BIN"/* | "$KWOK_BIN"/* | "$TRAEFIK_BIN"/*) ;; *) continue ;; esac
     belongs "${p#/proc/}" && [ "$(awk '{print $3}' "$p/stat" 2>/dev/null)" != Z ] && echo "${p#/proc/}"
   done
   return 0

@@ -7,8 +7,9 @@
 #   RP_KCM_QPS, RP_KCM_BURST   kube-controller-manager API rate (its default 20/30)
 #   RP_KCM_SYNCS               its concurrent Deployment and ReplicaSet syncs (5)
 #   RP_SCHED_QPS, RP_SCHED_BURST  kube-scheduler API rate (its default 50/100)
-#   RP_SERVICE_CIDR            Service ClusterIPs (10.96.0.0/16); 127.96.0.0/16
-#                              puts them on loopback (e2e/traffic-smoke.sh)
+#   RP_SERVICE_CIDR            Service ClusterIPs (127.96.0.0/16, on loopback:
+#                              the traffic tests serve them; see
+#                              docs/control-plane.md)
 #   RP_POD_CIDR                pod IPs kwok assigns (10.244.0.0/16)
 #   RP_AUDIT_USER=NAME         a client identity NAME (system:masters) with its
 #                              kubeconfig in pki/NAME.kubeconfig, and an audit
@@ -23,9 +24,16 @@ set -euo pipefail
 
 NAME="${1:-dev}"
 DIR="$(cluster_dir "$NAME")"
-SERVICE_CIDR="${RP_SERVICE_CIDR:-10.96.0.0/16}"
-# Pod IPs never carry test traffic: the API server refuses loopback
-# EndpointSlice addresses, so traffic tests serve Service ClusterIPs instead.
+# ClusterIPs on loopback: the traffic tests (tests/support/traffic.rs) serve
+# HTTP on them, and Traefik sends to them, so every request stays on
+# 127.0.0.0/8. Pod IPs cannot carry test traffic: the API server refuses
+# loopback EndpointSlice addresses.
+SERVICE_CIDR="${RP_SERVICE_CIDR:-127.96.0.0/16}"
+[[ "$SERVICE_CIDR" =~ ^([0-9]+\.[0-9]+\.[0-9]+)\.([0-9]+)/[0-9]+$ ]] ||
+  die "RP_SERVICE_CIDR must be an IPv4 CIDR, got '$SERVICE_CIDR'"
+# The first address of the range: the ClusterIP of Service default/kubernetes,
+# named in the API server's certificate.
+KUBERNETES_SERVICE_IP="${BASH_REMATCH[1]}.$(( BASH_REMATCH[2] + 1 ))"
 POD_CIDR="${RP_POD_CIDR:-10.244.0.0/16}"
 NODES="${RP_NODES:-3}"
 NODE_PODS="${RP_NODE_PODS:-500}"
@@ -110,7 +118,7 @@ exec 9>&-
 # EC P-256 keys (fast to make): a CA, the apiserver serving cert, one client
 # cert per component and the service-account signing key pair.
 PKI="$DIR/pki"
-cat >"$PKI/openssl.cnf" <<'CNF'
+cat >"$PKI/openssl.cnf" <<CNF
 [req]
 distinguished_name = dn
 prompt = no
@@ -123,7 +131,7 @@ subjectKeyIdentifier = hash
 basicConstraints = critical,CA:FALSE
 keyUsage = critical,digitalSignature,keyEncipherment
 extendedKeyUsage = serverAuth
-subjectAltName = IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+subjectAltName = IP:127.0.0.1,IP:$KUBERNETES_SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
 [client]
 basicConstraints = critical,CA:FALSE
 keyUsage = critical,digitalSignature,keyEncipherment

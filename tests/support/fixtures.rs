@@ -50,3 +50,37 @@ pub fn refused_template() -> Value {
             "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}]}
     })
 }
+
+/// A Deployment `name` of `replicas` kwok pods labelled `app: web` and
+/// `releaseplan.io/revision: <revision>`: the pods a hand-written Service of
+/// the traffic tests selects (their IPs are never contacted).
+pub fn revision_deployment(name: &str, revision: &str, replicas: i32) -> Value {
+    let labels = json!({"app": "web", "releaseplan.io/revision": revision});
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "app", "image": format!("web:{revision}")}]}
+            }
+        }
+    })
+}
+
+/// A Service `name` on port 8080 selecting the pods of `revision`
+/// ([`revision_deployment`]).
+pub fn revision_service(name: &str, revision: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"app": "web", "releaseplan.io/revision": revision},
+            "ports": [{"port": 8080, "targetPort": 8080}]
+        }
+    })
+}

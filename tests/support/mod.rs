@@ -8,7 +8,8 @@
 //! - [`operator`]: the one operator launcher ([`operator::Operator::launcher`]);
 //! - [`fixtures`]: templates, components, plans; [`plans`]: the plans on the
 //!   cluster; [`cluster`]: client and namespaces; [`crd`]: the CRD install;
-//!   [`servers`]: a real Prometheus and local HTTP servers.
+//!   [`servers`]: a real Prometheus and local HTTP servers; [`traffic`]: a
+//!   Gateway, Traefik and a backend emulator, for real HTTP requests.
 //!
 //! The cluster is the one of `make test` (KUBECONFIG); see docs/control-plane.md.
 
@@ -25,6 +26,7 @@ pub mod operator;
 pub mod plans;
 pub mod servers;
 pub mod tools;
+pub mod traffic;
 mod wait;
 
 use kube::Client;
