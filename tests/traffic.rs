@@ -601,14 +601,12 @@ async fn watch_milestones(client: Client, ns: String, canary: String, out: Arc<M
 /// object off the canary, Traefik's route status for it, the last request
 /// the canary answered (0% observed) and its pods going.
 ///
-/// Ignored while it fails against the operator: in about 1 run of 5 a
-/// request reaches the canary Service after its pod is gone (the emulator's
-/// 503). The operator scales the canary down 0.1-0.2 s after the route
-/// object shows 0, which the data plane may not have applied yet (Traefik
-/// applied it 0.05-0.1 s after the write in these runs, 1.9 s in
-/// sampler_sees_a_route_switch). Run it with `--ignored`.
+/// Without `traffic.drainSeconds` (the operator scaled the canary down
+/// 0.1-0.2 s after the route object showed 0) about 1 run in 5 failed: a
+/// request reached the canary Service after its pod was gone, because
+/// Traefik applies a route a moment after the API server shows it (0.05-0.1 s
+/// in these runs, 1.9 s in sampler_sees_a_route_switch).
 #[tokio::test]
-#[ignore = "the operator scales the canary down before the data plane has left it: about 1 run of 5 fails"]
 async fn failed_canary_loses_its_traffic_before_its_pods() {
     let (h, dp, _op) = routed("traffic-rollback").await;
     let failing = Arc::new(AtomicBool::new(false));
