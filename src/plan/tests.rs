@@ -2103,3 +2103,30 @@ fn traffic_changes_drain_before_pods_go() {
     assert_eq!(sim.at("web", &v2), 0);
     assert_eq!(sim.status.phase, Phase::RolledBack);
 }
+
+#[test]
+fn after_promotion_the_route_waits_for_the_stable_service_change_to_drain() {
+    let mut sim = stable_sim(spec(
+        vec![routed_draining(component("web", "shop:1", 2))],
+        vec![weight(50)],
+    ));
+    sim.change_image("web", "shop:2");
+    let v2 = sim.hash_of("web");
+    for _ in 0..20 {
+        sim.settle();
+        if sim.status.phase == Phase::Stable {
+            break;
+        }
+        sim.advance(11);
+    }
+    assert_eq!(sim.status.phase, Phase::Stable);
+    assert_eq!(sim.selects("web").0, v2, "the stable Service moved");
+    assert_eq!(
+        sim.route("web"),
+        split(0, 100),
+        "requests stay on the canary Service while the selector change drains"
+    );
+    sim.advance(11);
+    sim.settle();
+    assert_eq!(sim.route("web"), split(100, 0));
+}

@@ -215,8 +215,11 @@ pub fn intents(
                 let step = step_route(target, status, c);
                 if status.phase == Phase::Stable {
                     // Leave the canary Service only once the stable one
-                    // selects the promoted revision.
-                    let moved = seen.and_then(|s| s.stable.as_deref()) == Some(stable.as_str());
+                    // selects the promoted revision, and that change has
+                    // drained (its endpoints follow the selector a moment
+                    // later, as routers follow routes).
+                    let moved = seen.and_then(|s| s.stable.as_deref()) == Some(stable.as_str())
+                        && draining(obs, target, &c.name).is_none();
                     match seen_route {
                         Some(r) if !moved && r.canary_weight > 0 => RouteObs {
                             stable_weight: r.stable_weight,
