@@ -1438,22 +1438,25 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
     wait_stable(&client, &op, &apps, "shop").await;
     let revs = revisions(&client, &apps, "shop").await;
     assert_eq!(by_image(&revs, "shop:2"), Some((2, 2)), "{revs:?}");
-    let route = Api::<releaseplan::api::gateway::HTTPRoute>::namespaced(client.clone(), &apps)
-        .get("shop-web")
-        .await
-        .expect("the operator wrote the route");
-    let weights: Vec<(String, Option<i32>)> = route.spec.rules[0]
-        .backend_refs
-        .iter()
-        .map(|b| (b.name.clone(), b.weight))
-        .collect();
-    assert_eq!(
-        weights,
-        vec![
-            ("shop-web-stable".to_string(), Some(100)),
-            ("shop-web-canary".to_string(), Some(0))
-        ]
-    );
+    // Right after the promotion the route still sends everything to the
+    // canary Service; it returns to the stable one once that one selects the
+    // new revision and the change has drained (traffic.drainSeconds).
+    let routes = Api::<releaseplan::api::gateway::HTTPRoute>::namespaced(client.clone(), &apps);
+    wait_until(T, "the route back on the stable Service", || async {
+        let route = routes.get_opt("shop-web").await.ok()??;
+        let weights: Vec<(String, Option<i32>)> = route.spec.rules[0]
+            .backend_refs
+            .iter()
+            .map(|b| (b.name.clone(), b.weight))
+            .collect();
+        (weights
+            == vec![
+                ("shop-web-stable".to_string(), Some(100)),
+                ("shop-web-canary".to_string(), Some(0)),
+            ])
+        .then_some(())
+    })
+    .await;
     let (ok, denied) = *calls.lock().unwrap();
     assert!(
         ok >= 2 && denied == 0,
