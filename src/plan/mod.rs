@@ -407,8 +407,8 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
     status.components = desired::component_status(obs, target, &status, &deployments);
     let traffic = traffic::intents(obs, target, &status);
     status.traffic_weight = traffic::weight(&traffic, &status);
-    if traffic::changes(obs, &traffic) {
-        status.traffic_changed_at = Some(obs.now);
+    if let Some(at) = traffic::changed_at(obs, target, &status, &traffic) {
+        status.traffic_changed_at = Some(at);
     }
     let jobs = jobs::intents(
         &obs.plan,

@@ -2130,3 +2130,25 @@ fn after_promotion_the_route_waits_for_the_stable_service_change_to_drain() {
     sim.settle();
     assert_eq!(sim.route("web"), split(100, 0));
 }
+
+#[test]
+fn a_traffic_write_that_does_not_show_is_not_stamped_at_every_reconcile() {
+    let mut sim = stable_sim(spec(
+        vec![routed_draining(component("web", "shop:1", 4))],
+        vec![weight(50), pause(None)],
+    ));
+    sim.traffic_lag = true;
+    sim.change_image("web", "shop:2");
+    sim.reconcile();
+    let stamped = sim.status.traffic_changed_at;
+    assert!(stamped.is_some());
+    // The route write never shows (refused, or the cache lags): the same
+    // change, so status stays as written and nothing wakes the plan again.
+    for _ in 0..3 {
+        sim.advance(1);
+        let before = sim.status.clone();
+        let d = sim.reconcile();
+        assert_eq!(d.status, before, "no status write for the same change");
+    }
+    assert_eq!(sim.status.traffic_changed_at, stamped);
+}

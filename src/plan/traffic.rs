@@ -396,8 +396,30 @@ pub fn drain_left(obs: &Observation, target: &Target) -> Option<Duration> {
         .max()
 }
 
+/// The new `status.trafficChangedAt`, when this decision changes traffic:
+/// the intents differ from what the cluster shows and the change is new.
+/// A write that does not show yet (the cache lags, or the API server keeps
+/// refusing it) is the same change: stamping it again at every reconcile
+/// would write status, wake the plan and loop. So it is stamped again only
+/// once its drain is over, or when the phase, step or weight moved on.
+pub fn changed_at(
+    obs: &Observation,
+    target: &Target,
+    status: &ReleasePlanStatus,
+    intents: &[TrafficIntent],
+) -> Option<chrono::DateTime<chrono::Utc>> {
+    if !changes(obs, intents) {
+        return None;
+    }
+    let before = &obs.status;
+    let moved_on = before.phase != status.phase
+        || before.current_step != status.current_step
+        || before.traffic_weight != status.traffic_weight;
+    (moved_on || drain_left(obs, target).is_none()).then_some(obs.now)
+}
+
 /// Whether the intents change anything the cluster shows (a write follows).
-pub fn changes(obs: &Observation, intents: &[TrafficIntent]) -> bool {
+fn changes(obs: &Observation, intents: &[TrafficIntent]) -> bool {
     intents.iter().any(|i| {
         observed(obs, &i.component).is_none_or(|o| {
             o.stable.as_deref() != Some(i.stable.as_str())
