@@ -1278,7 +1278,7 @@ pub async fn run(
 }
 
 /// An Api in the watched namespace, or across all of them.
-fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+pub(crate) fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
 {

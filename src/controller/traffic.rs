@@ -360,10 +360,7 @@ pub(super) async fn act(
 /// Whether HTTPRoutes can be listed (the Gateway API CRDs are installed and
 /// RBAC allows them): only then are they watched.
 pub async fn serves_http_routes(client: &kube::Client, namespace: Option<&str>) -> bool {
-    let api: Api<HTTPRoute> = match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+    let api: Api<HTTPRoute> = super::scoped(client, namespace);
     match api
         .list_metadata(&kube::api::ListParams::default().limit(1))
         .await
