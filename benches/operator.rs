@@ -241,15 +241,16 @@ fn retained<T>(make: impl FnOnce() -> T) -> (T, usize) {
     (value, c.bytes_allocated.saturating_sub(c.bytes_deallocated))
 }
 
-/// Bytes per object of kind `K` in `ns` (matching `selector`), as
-/// decoded from the API server's JSON and after `trim`: (objects, raw,
-/// trimmed, the struct's own size: a cache keeps each object whole in an
-/// `Arc`, so that part stays whatever the trim drops).
-async fn bytes_per_object<K>(
+/// Bytes per object of kind `K` in `ns` (matching `selector`), as decoded
+/// from the API server's JSON into k8s-openapi's type `K`, and as the
+/// operator caches it: decoded into its cache type `C`, then `trim`med.
+/// (objects, decoded, cached, the cache type's own size: a cache keeps each
+/// object whole in an `Arc`, so that part stays whatever the trim drops).
+async fn bytes_per_object<K, C>(
     client: &Client,
     ns: &str,
     selector: &str,
-    trim: fn(&mut K),
+    trim: fn(&mut C),
 ) -> (usize, f64, f64, usize)
 where
     K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
@@ -257,6 +258,7 @@ where
         + serde::Serialize
         + Clone
         + std::fmt::Debug,
+    C: serde::de::DeserializeOwned,
 {
     let api: Api<K> = Api::namespaced(client.clone(), ns);
     let lp = kube::api::ListParams::default().labels(selector);
@@ -278,11 +280,11 @@ where
     let (trimmed, trimmed_bytes) = retained(|| {
         raw.iter()
             .map(|v| {
-                let mut o = serde_json::from_value::<K>(v.clone()).expect("decode");
+                let mut o = serde_json::from_value::<C>(v.clone()).expect("decode");
                 trim(&mut o);
                 o
             })
-            .collect::<Vec<K>>()
+            .collect::<Vec<C>>()
     });
     drop(trimmed);
     #[allow(clippy::cast_precision_loss)]
@@ -291,7 +293,7 @@ where
         raw.len(),
         per(raw_bytes),
         per(trimmed_bytes),
-        std::mem::size_of::<K>(),
+        std::mem::size_of::<C>(),
     )
 }
 
@@ -299,26 +301,33 @@ where
 async fn cache_bytes(client: &Client, ns: &str) {
     use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
     use k8s_openapi::api::core::v1::Pod;
+    use releaseplan::api::cached::{CachedDeployment, CachedPod, CachedRevision};
     use releaseplan::controller::trim;
     // The operator's own objects carry the plan label.
     const PLAN: &str = releaseplan::api::LABEL_PLAN;
     let rows = [
         (
             "ReleasePlan",
-            bytes_per_object::<ReleasePlan>(client, ns, "", trim::plan).await,
+            bytes_per_object::<ReleasePlan, _>(client, ns, "", trim::plan).await,
         ),
         (
             "Deployment",
-            bytes_per_object::<Deployment>(client, ns, PLAN, trim::deployment).await,
+            bytes_per_object::<Deployment, CachedDeployment>(client, ns, PLAN, trim::deployment)
+                .await,
         ),
         (
             "Pod",
-            bytes_per_object::<Pod>(client, ns, PLAN, trim::pod).await,
+            bytes_per_object::<Pod, CachedPod>(client, ns, PLAN, trim::pod).await,
         ),
         (
             "ControllerRevision",
-            bytes_per_object::<ControllerRevision>(client, ns, PLAN, trim::controller_revision)
-                .await,
+            bytes_per_object::<ControllerRevision, CachedRevision>(
+                client,
+                ns,
+                PLAN,
+                trim::controller_revision,
+            )
+            .await,
         ),
     ];
     for (kind, (n, raw, trimmed, inline)) in rows {

@@ -7,6 +7,7 @@
 //! reconcile runs.
 
 pub mod access;
+pub mod cached;
 pub mod gateway;
 pub mod revision;
 pub mod template;

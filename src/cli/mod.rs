@@ -24,12 +24,13 @@ pub mod undo;
 pub mod view;
 pub mod wait;
 
+use crate::api::cached::CachedRevision;
 use crate::api::{LABEL_PLAN, ReleasePlan};
 use crate::plan::Action;
 use clap::{Args, Parser, Subcommand};
 use clap_complete::ArgValueCompleter;
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
+use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
@@ -649,8 +650,8 @@ impl Ctx {
     }
 
     /// The ControllerRevisions storing the plan's revision templates.
-    pub async fn stored_templates(&self, name: &str) -> Result<Vec<ControllerRevision>, CliError> {
-        let api: Api<ControllerRevision> = Api::namespaced(self.client.clone(), &self.namespace);
+    pub async fn stored_templates(&self, name: &str) -> Result<Vec<CachedRevision>, CliError> {
+        let api: Api<CachedRevision> = Api::namespaced(self.client.clone(), &self.namespace);
         Ok(api
             .list(&ListParams::default().labels(&format!("{LABEL_PLAN}={name}")))
             .await

@@ -8,9 +8,9 @@
 //! the restored spec is the same revision, and the operator scales its kept
 //! Deployment back up (or recreates it) instead of making a new one.
 
+use crate::api::cached::CachedRevision;
 use crate::api::{HistoryEntry, ReleasePlan};
 use crate::controller::controller_revision::{self, StoredError};
-use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::ResourceExt;
 use serde_json::{Map, Value, json};
 
@@ -109,7 +109,7 @@ pub fn pick_entry(plan: &ReleasePlan, to: Option<i64>) -> Result<HistoryEntry, U
 /// revision before the current one) from the plan's stored templates.
 pub fn build_undo(
     plan: &ReleasePlan,
-    stored: &[ControllerRevision],
+    stored: &[CachedRevision],
     to: Option<i64>,
 ) -> Result<Undo, UndoError> {
     let entry = pick_entry(plan, to)?;
@@ -198,10 +198,9 @@ mod tests {
     use crate::cli::fixtures::plan_json;
     use crate::controller::controller_revision::Write;
     use k8s_openapi::api::core::v1::PodTemplateSpec;
-    use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 
     /// The ControllerRevision the operator writes for a component revision.
-    fn stored(component: &str, spec_template: &Value) -> (ControllerRevision, String) {
+    fn stored(component: &str, spec_template: &Value) -> (CachedRevision, String) {
         let plan: ReleasePlan = serde_json::from_value(plan_json()).unwrap();
         let typed: PodTemplateSpec = serde_json::from_value(spec_template.clone()).unwrap();
         let hash = template_hash(&typed);
@@ -210,7 +209,10 @@ mod tests {
         else {
             panic!("a new one is applied");
         };
-        (*cr, hash)
+        (
+            serde_json::from_value(serde_json::to_value(*cr).unwrap()).unwrap(),
+            hash,
+        )
     }
 
     fn web_template(image: &str) -> Value {
@@ -320,7 +322,7 @@ mod tests {
     #[test]
     fn a_stored_object_of_another_revision_is_refused() {
         let (mut web1, h1) = stored("web", &web_template("web:1"));
-        web1.data = Some(RawExtension(web_template("web:666")));
+        web1.data = Some(web_template("web:666").to_string().into());
         let p = plan_with_history(
             json!([entry(1, "rev1", "Promoted", &[format!("web={h1}")])]),
             "rev2",

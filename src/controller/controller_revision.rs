@@ -9,6 +9,7 @@
 //! helpers: building, comparing and reading; the controller does the I/O.
 
 use super::deployment::{MANAGED_BY, is_subset, revision_labels};
+use crate::api::cached::CachedRevision;
 use crate::api::revision::{deployment_name, template_hash};
 use crate::api::{LABEL_COMPONENT, LABEL_REVISION, ReleasePlan};
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -79,17 +80,16 @@ pub fn build(
 
 /// The template a ControllerRevision stores, checked to be that of revision
 /// `hash`: it parses as a pod template and hashes to it.
-pub fn template(cr: &ControllerRevision, hash: &str) -> Result<PodTemplateSpec, StoredError> {
+pub fn template(cr: &CachedRevision, hash: &str) -> Result<PodTemplateSpec, StoredError> {
     let name = cr.metadata.name.clone().unwrap_or_default();
     let data = cr
         .data
-        .as_ref()
+        .as_deref()
         .ok_or_else(|| StoredError::NoData(name.clone()))?;
-    let t: PodTemplateSpec =
-        serde_json::from_value(data.0.clone()).map_err(|e| StoredError::NotATemplate {
-            name: name.clone(),
-            reason: e.to_string(),
-        })?;
+    let t: PodTemplateSpec = serde_json::from_str(data).map_err(|e| StoredError::NotATemplate {
+        name: name.clone(),
+        reason: e.to_string(),
+    })?;
     let found = template_hash(&t);
     if found != hash {
         return Err(StoredError::OtherRevision {
@@ -103,10 +103,10 @@ pub fn template(cr: &ControllerRevision, hash: &str) -> Result<PodTemplateSpec, 
 
 /// The ControllerRevision of one component revision among `stored`, by its labels.
 pub fn find<'a>(
-    stored: impl IntoIterator<Item = &'a ControllerRevision>,
+    stored: impl IntoIterator<Item = &'a CachedRevision>,
     component: &str,
     hash: &str,
-) -> Option<&'a ControllerRevision> {
+) -> Option<&'a CachedRevision> {
     stored.into_iter().find(|cr| {
         let labels = cr.metadata.labels.as_ref();
         let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
@@ -144,7 +144,7 @@ pub fn to_write(
     hash: &str,
     template: &PodTemplateSpec,
     number: i64,
-    existing: Option<&ControllerRevision>,
+    existing: Option<&CachedRevision>,
 ) -> Write {
     let fresh = || {
         // Serializing a k8s-openapi type cannot fail.
@@ -166,18 +166,24 @@ pub fn to_write(
     }
     let Some(data) = existing
         .data
-        .as_ref()
+        .as_deref()
         .filter(|_| self::template(existing, hash).is_ok())
+        .and_then(|d| serde_json::from_str::<Value>(d).ok())
     else {
         return Write::Replace {
             uid: existing.metadata.uid.clone().unwrap_or_default(),
             with: fresh(),
         };
     };
-    let desired = build(plan, component, hash, data.0.clone(), existing.revision);
+    let desired = build(plan, component, hash, data.clone(), existing.revision);
+    let observed = ControllerRevision {
+        metadata: existing.metadata.clone(),
+        data: Some(RawExtension(data)),
+        revision: existing.revision,
+    };
     match (
         serde_json::to_value(&desired),
-        serde_json::to_value(existing),
+        serde_json::to_value(&observed),
     ) {
         (Ok(d), Ok(o)) if is_subset(&d, &o) => Write::Nothing,
         _ => Write::Apply(Box::new(desired)),
@@ -205,13 +211,18 @@ mod tests {
         plan().spec.components[0].template.clone()
     }
 
-    /// The object as the API server returns it after our apply.
-    fn as_stored(cr: &ControllerRevision) -> ControllerRevision {
+    /// The object as the cache holds it after our apply.
+    fn as_stored(cr: &ControllerRevision) -> CachedRevision {
         let mut v = serde_json::to_value(cr).unwrap();
         v["metadata"]["uid"] = json!("cr-1");
         v["metadata"]["resourceVersion"] = json!("7");
         v["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
         serde_json::from_value(v).unwrap()
+    }
+
+    /// The object as the cache holds it.
+    fn cached(cr: &ControllerRevision) -> CachedRevision {
+        serde_json::from_value(serde_json::to_value(cr).unwrap()).unwrap()
     }
 
     #[test]
@@ -243,7 +254,7 @@ mod tests {
             cr.data.as_ref().unwrap().0,
             serde_json::to_value(&t).unwrap()
         );
-        assert_eq!(template(&cr, &hash), Ok(t));
+        assert_eq!(template(&cached(&cr), &hash), Ok(t));
     }
 
     #[test]
@@ -274,7 +285,7 @@ mod tests {
             panic!("an orphan is adopted")
         };
         assert_eq!(adopted.revision, 1);
-        assert_eq!(adopted.data, stored.data);
+        assert_eq!(cached(&adopted).data, stored.data);
         assert!(adopted.metadata.owner_references.is_some());
     }
 
@@ -286,13 +297,15 @@ mod tests {
             panic!()
         };
         let mut other = as_stored(&cr);
-        other.data = Some(RawExtension(
-            json!({"spec": {"containers": [{"name": "x", "image": "evil"}]}}),
-        ));
+        other.data = Some(
+            json!({"spec": {"containers": [{"name": "x", "image": "evil"}]}})
+                .to_string()
+                .into(),
+        );
         match to_write(&plan(), "web", &hash, &t, 2, Some(&other)) {
             Write::Replace { uid, with } => {
                 assert_eq!(uid, "cr-1");
-                assert_eq!(template(&with, &hash), Ok(t.clone()));
+                assert_eq!(template(&cached(&with), &hash), Ok(t.clone()));
             }
             w => panic!("{w:?}"),
         }
@@ -312,8 +325,14 @@ mod tests {
     fn finds_by_component_and_revision() {
         let t = spec_template();
         let hash = template_hash(&t);
-        let cr = build(&plan(), "web", &hash, serde_json::to_value(&t).unwrap(), 1);
-        let api = build(&plan(), "api", &hash, json!({}), 1);
+        let cr = cached(&build(
+            &plan(),
+            "web",
+            &hash,
+            serde_json::to_value(&t).unwrap(),
+            1,
+        ));
+        let api = cached(&build(&plan(), "api", &hash, json!({}), 1));
         let all = [api, cr.clone()];
         assert_eq!(find(&all, "web", &hash), Some(&cr));
         assert_eq!(find(&all, "web", "other"), None);
@@ -324,7 +343,7 @@ mod tests {
             Err(StoredError::NoData(_))
         ));
         let mut bad = empty;
-        bad.data = Some(RawExtension(json!({"spec": "no"})));
+        bad.data = Some(json!({"spec": "no"}).to_string().into());
         assert!(matches!(
             template(&bad, &hash),
             Err(StoredError::NotATemplate { .. })

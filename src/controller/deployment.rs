@@ -1,6 +1,7 @@
 //! The desired Deployment of one component revision, and the check that an
 //! observed Deployment already matches it (look before you write).
 
+use crate::api::cached::CachedDeployment;
 use crate::api::{LABEL_COMPONENT, LABEL_PLAN, LABEL_REVISION, ReleasePlan};
 use crate::plan::DeploymentIntent;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
@@ -73,18 +74,13 @@ pub fn build(
 /// ownership it has (the garbage collector strips it when the plan is deleted
 /// with orphan propagation, and re-adding it would get the Deployment deleted
 /// with the plan), and a new one is owned unless the deletion orphans.
-pub fn should_own(plan: &ReleasePlan, observed: Option<&Deployment>) -> bool {
+pub fn should_own(plan: &ReleasePlan, observed: Option<&ObjectMeta>) -> bool {
     if plan.metadata.deletion_timestamp.is_none() {
         return true;
     }
     let uid = plan.metadata.uid.as_deref().unwrap_or_default();
     match observed {
-        Some(d) => d
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.uid == uid),
+        Some(meta) => meta.owner_references.iter().flatten().any(|o| o.uid == uid),
         None => !plan
             .metadata
             .finalizers
@@ -110,17 +106,14 @@ pub fn is_subset(desired: &Value, observed: &Value) -> bool {
 }
 
 /// Whether an observed Deployment already matches the desired one.
-pub fn up_to_date(desired: &Deployment, observed: &Deployment) -> bool {
-    let (Ok(mut d), Ok(o)) = (
-        serde_json::to_value(desired),
-        serde_json::to_value(observed),
-    ) else {
+pub fn up_to_date(desired: &Deployment, observed: &CachedDeployment) -> bool {
+    let Ok(mut d) = serde_json::to_value(desired) else {
         return false;
     };
     if let Some(obj) = d.as_object_mut() {
         obj.remove("status");
     }
-    is_subset(&d, &o)
+    is_subset(&d, &observed.to_json())
 }
 
 #[cfg(test)]
@@ -178,12 +171,15 @@ mod tests {
         let owned = build(&p, &intent(1), &tpl, true);
         let mut orphaned = owned.clone();
         orphaned.metadata.owner_references = None;
-        assert!(should_own(&p, Some(&orphaned)), "not deleting: adopt");
+        assert!(
+            should_own(&p, Some(&orphaned.metadata)),
+            "not deleting: adopt"
+        );
         p.metadata.deletion_timestamp = Some(crate::api::time::to_k8s(chrono::Utc::now()));
         p.metadata.finalizers = Some(vec![crate::api::FINALIZER.into()]);
-        assert!(should_own(&p, Some(&owned)));
+        assert!(should_own(&p, Some(&owned.metadata)));
         assert!(
-            !should_own(&p, Some(&orphaned)),
+            !should_own(&p, Some(&orphaned.metadata)),
             "orphaned by the GC: leave it so"
         );
         assert!(
@@ -210,7 +206,7 @@ mod tests {
             json!("IfNotPresent");
         observed["spec"]["progressDeadlineSeconds"] = json!(600);
         observed["metadata"]["resourceVersion"] = json!("12");
-        let obs: Deployment = serde_json::from_value(observed.clone()).unwrap();
+        let obs: CachedDeployment = serde_json::from_value(observed.clone()).unwrap();
         assert!(up_to_date(&desired, &obs));
         observed["spec"]["template"]["spec"]["containers"][0]["image"] = json!("shop:hacked");
         assert!(!up_to_date(

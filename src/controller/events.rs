@@ -6,11 +6,24 @@
 //! queues its Events (after its status write succeeded) and one task
 //! publishes them, in the order they were queued. An Event that cannot be
 //! recorded never fails a rollout.
+//!
+//! Each Event is created as a new `events.k8s.io/v1` object, as kube's
+//! `Recorder` does for a first occurrence, but without its series cache: the
+//! Recorder keeps every Event it published for six minutes (to count repeats
+//! into a series) and scans them all on each publish. Our Events announce
+//! written transitions, which do not repeat as such, and a cold start of
+//! 5000 plans publishes 10,000 of them: megabytes held, and a scan of
+//! thousands per Event, for series that would never form.
 
 use crate::ops::metrics::Metrics;
 use crate::plan::{EventIntent, EventReason, EventType};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use kube::runtime::events::{Event, EventType as KubeEventType, Reporter};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -37,13 +50,17 @@ pub struct Publisher {
 }
 
 impl Events {
-    /// The queue, and the task publishing from it with `recorder`.
-    pub fn start(recorder: Recorder, metrics: Arc<Metrics>) -> (Events, Publisher) {
+    /// The queue, and the task publishing from it through `client` as
+    /// `reporter`.
+    pub fn start(client: Client, reporter: Reporter, metrics: Arc<Metrics>) -> (Events, Publisher) {
         let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
         let task = tokio::spawn(async move {
             while let Some(o) = rx.recv().await {
-                match recorder.publish(&o.event, &o.reference).await {
-                    Ok(()) => metrics.write("event"),
+                let event = to_k8s(&reporter, &o.event, o.reference, Timestamp::now());
+                let ns = event.metadata.namespace.clone().unwrap_or_default();
+                let api: Api<K8sEvent> = Api::namespaced(client.clone(), &ns);
+                match api.create(&PostParams::default(), &event).await {
+                    Ok(_) => metrics.write("event"),
                     Err(e) => {
                         warn!(error = %e, reason = %o.event.reason, "could not record event");
                     }
@@ -60,9 +77,9 @@ impl Events {
         }
     }
 
-    /// Queues one Event. `key` tells Events apart: the recorder merges
-    /// Events with the same reason and action into one series that keeps the
-    /// first note, so the action is keyed on it and only true repeats merge.
+    /// Queues one Event. `key` tells Events apart in their `action`
+    /// (`<reason>-<hash of key>`), so tools that group Events by reason and
+    /// action keep distinct messages apart.
     pub fn send(
         &self,
         reference: &ObjectReference,
@@ -100,6 +117,43 @@ impl Publisher {
     }
 }
 
+/// The Event object for `ev` about `reference`, named `<object>.<time in
+/// hex nanoseconds>` like kube's `Recorder` names a new one.
+fn to_k8s(reporter: &Reporter, ev: &Event, reference: ObjectReference, now: Timestamp) -> K8sEvent {
+    let object = reference
+        .name
+        .clone()
+        .unwrap_or_else(|| reporter.controller.clone());
+    K8sEvent {
+        metadata: ObjectMeta {
+            namespace: reference.namespace.clone(),
+            name: Some(format!("{object}.{:x}", now.as_nanosecond())),
+            ..ObjectMeta::default()
+        },
+        action: Some(ev.action.clone()),
+        reason: Some(ev.reason.clone()),
+        note: ev.note.clone(),
+        event_time: Some(MicroTime(now)),
+        regarding: Some(reference),
+        related: ev.secondary.clone(),
+        reporting_controller: Some(reporter.controller.clone()),
+        reporting_instance: Some(
+            reporter
+                .instance
+                .clone()
+                .unwrap_or_else(|| reporter.controller.clone()),
+        ),
+        type_: Some(
+            match ev.type_ {
+                KubeEventType::Normal => "Normal",
+                KubeEventType::Warning => "Warning",
+            }
+            .into(),
+        ),
+        ..K8sEvent::default()
+    }
+}
+
 /// `<reason>-<hash of the message>`: distinct messages make distinct events.
 fn action(reason: &str, message: &str) -> String {
     let h = crate::api::revision::hash_value(&serde_json::Value::String(message.to_string()));
@@ -121,5 +175,39 @@ mod tests {
             action("StepAdvanced", "step 1")
         );
         assert!(action(&"R".repeat(300), "m").len() <= 128);
+    }
+
+    #[test]
+    fn events_are_new_objects_about_the_plan() {
+        let reporter = Reporter {
+            controller: "releaseplan".into(),
+            instance: Some("pod-1".into()),
+        };
+        let ev = Event {
+            type_: KubeEventType::Warning,
+            reason: "RolledBack".into(),
+            note: Some("gate failed".into()),
+            action: action("RolledBack", "gate failed"),
+            secondary: None,
+        };
+        let reference = ObjectReference {
+            kind: Some("ReleasePlan".into()),
+            name: Some("shop".into()),
+            namespace: Some("prod".into()),
+            ..ObjectReference::default()
+        };
+        let now = Timestamp::from_second(1_800_000_000).unwrap();
+        let e = to_k8s(&reporter, &ev, reference.clone(), now);
+        assert_eq!(e.metadata.namespace.as_deref(), Some("prod"));
+        assert_eq!(
+            e.metadata.name,
+            Some(format!("shop.{:x}", now.as_nanosecond()))
+        );
+        assert_eq!(e.regarding, Some(reference));
+        assert_eq!(e.type_.as_deref(), Some("Warning"));
+        assert_eq!(e.reason.as_deref(), Some("RolledBack"));
+        assert_eq!(e.note.as_deref(), Some("gate failed"));
+        assert_eq!(e.reporting_instance.as_deref(), Some("pod-1"));
+        assert!(e.series.is_none() && e.event_time.is_some());
     }
 }

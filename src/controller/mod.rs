@@ -20,6 +20,7 @@ pub mod templates;
 pub mod traffic;
 pub mod trim;
 
+use crate::api::cached::{CachedDeployment, CachedPod, CachedRevision};
 use crate::api::gateway::HTTPRoute;
 use crate::api::{
     FINALIZER, LABEL_PLAN, LABEL_REVISION, Outcome, Phase, ReleasePlan, ReleasePlanStatus,
@@ -39,10 +40,10 @@ use gates::{GateRunner, GateWork};
 use index::PlanCache;
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -173,11 +174,11 @@ pub struct Context {
     /// The API client.
     pub client: Client,
     /// Cache of the revision Deployments, by plan.
-    pub deployments: PlanCache<Deployment>,
+    pub deployments: PlanCache<CachedDeployment>,
     /// Cache of the ControllerRevisions that store the revisions' templates, by plan.
-    pub templates: PlanCache<ControllerRevision>,
+    pub templates: PlanCache<CachedRevision>,
     /// Cache of the pods of revision Deployments (labels and container states), by plan.
-    pub pods: PlanCache<Pod>,
+    pub pods: PlanCache<CachedPod>,
     /// Cache of the Jobs of Job gates (labels and conditions), by plan.
     pub jobs: PlanCache<Job>,
     /// Cache of the stable and canary Services, by plan.
@@ -444,7 +445,7 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
         status: status.clone(),
         revisions: owned
             .iter()
-            .filter_map(|d| observe::revision_of(d))
+            .filter_map(|d| observe::revision_of_cached(d))
             .collect(),
         pod_failures,
         gates,
@@ -684,8 +685,8 @@ async fn act(
     ctx: &Context,
     plan: &ReleasePlan,
     ns: &str,
-    owned: &[Arc<Deployment>],
-    stored: &[Arc<ControllerRevision>],
+    owned: &[Arc<CachedDeployment>],
+    stored: &[Arc<CachedRevision>],
     decision: &Decision,
 ) -> Acted {
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
@@ -700,7 +701,7 @@ async fn act(
             let Some(o) = observed else {
                 continue;
             };
-            if o.spec.as_ref().and_then(|s| s.replicas) != Some(intent.replicas) {
+            if o.replicas() != Some(intent.replicas) {
                 info!(deployment = %intent.name, replicas = intent.replicas, "scaling");
                 let patch = serde_json::json!({"spec": {"replicas": intent.replicas}});
                 match api
@@ -720,11 +721,7 @@ async fn act(
         }
         let template = match (&intent.template, observed) {
             (TemplateSource::Spec(t), _) => (**t).clone(),
-            (TemplateSource::Existing, Some(d)) => d
-                .spec
-                .as_ref()
-                .map(|s| s.template.clone())
-                .unwrap_or_default(),
+            (TemplateSource::Existing, Some(d)) => d.template(),
             // Gone, and the spec has moved on: the template stored for the revision.
             (TemplateSource::Existing, None) => {
                 let found = controller_revision::find(
@@ -750,7 +747,7 @@ async fn act(
                 }
             }
         };
-        let owned = deployment::should_own(plan, observed.map(std::convert::AsRef::as_ref));
+        let owned = deployment::should_own(plan, observed.map(|d| &d.metadata));
         let desired = deployment::build(plan, intent, &template, owned);
         if observed.is_some_and(|o| deployment::up_to_date(&desired, o)) {
             continue;
@@ -849,8 +846,8 @@ async fn store_templates(
 async fn prune_templates(
     ctx: &Context,
     ns: &str,
-    owned: &[Arc<Deployment>],
-    stored: &[Arc<ControllerRevision>],
+    owned: &[Arc<CachedDeployment>],
+    stored: &[Arc<CachedRevision>],
     decision: &Decision,
 ) -> Result<(), Error> {
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), ns);
@@ -859,7 +856,7 @@ async fn prune_templates(
         let Some(rev) = owned
             .iter()
             .find(|d| &d.name_any() == deleted)
-            .and_then(|d| observe::revision_of(d))
+            .and_then(|d| observe::revision_of_cached(d))
         else {
             continue;
         };
@@ -1192,10 +1189,7 @@ pub async fn run(
     );
     let (gate_templates, template_wake) =
         templates::watch(&client, ns, &liveness, plan_store.clone());
-    let (events, publisher) = Events::start(
-        Recorder::new(client.clone(), reporter),
-        Arc::clone(&metrics),
-    );
+    let (events, publisher) = Events::start(client.clone(), reporter, Arc::clone(&metrics));
     let ctx = Arc::new(Context {
         client: client.clone(),
         deployments,
@@ -1221,11 +1215,11 @@ pub async fn run(
         // owner references, so a Deployment orphaned during deletion still does.
         .watches_stream(deploy_stream, {
             let wake = wakes(&queue);
-            move |d: Deployment| wake(plan_of(&d))
+            move |d: CachedDeployment| wake(plan_of(&d))
         })
         .watches_stream(pod_stream, {
             let wake = wakes(&queue);
-            move |pod: Pod| wake(plan_of(&pod))
+            move |pod: CachedPod| wake(plan_of(&pod))
         })
         // A Job gate's Job that finishes (or appears, or goes) wakes its plan.
         .watches_stream(job_stream, {
@@ -1244,7 +1238,7 @@ pub async fn run(
         // A stored template that appears (the cache filling) or goes wakes its plan.
         .watches_stream(template_stream, {
             let wake = wakes(&queue);
-            move |cr: ControllerRevision| wake(plan_of(&cr))
+            move |cr: CachedRevision| wake(plan_of(&cr))
         })
         // A gate result wakes its plan; reconciles never wait for one.
         .reconcile_on({

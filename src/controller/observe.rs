@@ -4,8 +4,16 @@ use crate::api::{ANNOTATION_REQUEST, ReleasePlan};
 use crate::plan::{Action, InvalidRequest, Request};
 use kube::ResourceExt;
 
+use crate::api::cached::CachedDeployment;
+use crate::plan::RevisionObs;
+
 /// The core's reader of a revision Deployment, shared with the plugin.
 pub use crate::plan::revision_of;
+
+/// [`revision_of`] for a Deployment as the cache holds it.
+pub fn revision_of_cached(d: &CachedDeployment) -> Option<RevisionObs> {
+    crate::plan::revision_from(&d.metadata, d.replicas(), d.status.as_ref())
+}
 
 /// The request in the plan's annotation, `<action>/<id>` (for example
 /// `promote/1732870000-ab12`), unless already acknowledged. An unknown action
@@ -85,5 +93,8 @@ mod tests {
         .unwrap();
         let r = revision_of(&d).unwrap();
         assert_eq!((r.replicas, r.ready, r.current), (3, 1, 4));
+        let cached: CachedDeployment =
+            serde_json::from_value(serde_json::to_value(&d).unwrap()).unwrap();
+        assert_eq!(revision_of_cached(&cached), Some(r));
     }
 }

@@ -6,10 +6,10 @@
 //! Each function here is applied to a watched object before it is cached.
 
 use crate::api::ReleasePlan;
+use crate::api::cached::{CachedDeployment, CachedPod, CachedRevision};
 use crate::api::gateway::HTTPRoute;
-use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use k8s_openapi::api::batch::v1::{Job, JobStatus};
-use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodStatus, Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 
 /// The annotation `kubectl apply` (client-side) keeps a whole copy of the
@@ -24,11 +24,12 @@ pub fn plan(p: &mut ReleasePlan) {
     p.annotations_mut().remove(LAST_APPLIED);
 }
 
-/// A Deployment keeps its metadata (labels, owner references) and spec (the
-/// apply compares it with the desired one, and a revision whose template left
-/// the spec is re-applied from it) and the replica counts of its status;
-/// managedFields, annotations and status conditions are never read.
-pub fn deployment(d: &mut Deployment) {
+/// A Deployment is decoded as a [`CachedDeployment`]: its metadata (labels,
+/// owner references), its spec as JSON text (the apply compares it with the
+/// desired one, and a revision whose template left the spec is re-applied
+/// from it) and the replica counts of its status; managedFields, annotations
+/// and status conditions are never read.
+pub fn deployment(d: &mut CachedDeployment) {
     d.managed_fields_mut().clear();
     d.annotations_mut().clear();
     if let Some(s) = d.status.as_mut() {
@@ -36,34 +37,14 @@ pub fn deployment(d: &mut Deployment) {
     }
 }
 
-/// A pod keeps its labels (plan, component, revision) and, of each
-/// container's status, what the pod checks read: name, readiness, restart
-/// count and the waiting state.
-pub fn pod(p: &mut Pod) {
+/// A pod is decoded as a [`CachedPod`] (labels, and of each container's
+/// status what the pod checks read: name, readiness, restart count and the
+/// waiting state); of its metadata, managedFields, annotations and owner
+/// references are never read.
+pub fn pod(p: &mut CachedPod) {
     p.managed_fields_mut().clear();
     p.annotations_mut().clear();
     p.owner_references_mut().clear();
-    p.spec = None;
-    p.status = p.status.take().map(|s| PodStatus {
-        init_container_statuses: s.init_container_statuses.map(containers),
-        container_statuses: s.container_statuses.map(containers),
-        ..PodStatus::default()
-    });
-}
-
-fn containers(all: Vec<ContainerStatus>) -> Vec<ContainerStatus> {
-    all.into_iter()
-        .map(|c| ContainerStatus {
-            name: c.name,
-            ready: c.ready,
-            restart_count: c.restart_count,
-            state: c.state.map(|s| ContainerState {
-                waiting: s.waiting,
-                ..ContainerState::default()
-            }),
-            ..ContainerStatus::default()
-        })
-        .collect()
 }
 
 /// A Job keeps its labels, owner references, creation time and status
@@ -92,9 +73,9 @@ pub fn route(r: &mut HTTPRoute) {
     r.annotations_mut().clear();
 }
 
-/// A ControllerRevision keeps everything but managedFields: its data is the
-/// stored template.
-pub fn controller_revision(cr: &mut ControllerRevision) {
+/// A ControllerRevision is decoded as a [`CachedRevision`] (its data, the
+/// stored template, as JSON text) and keeps everything but managedFields.
+pub fn controller_revision(cr: &mut CachedRevision) {
     cr.managed_fields_mut().clear();
 }
 
@@ -134,7 +115,7 @@ mod tests {
 
     #[test]
     fn deployments_keep_spec_labels_owners_and_replica_counts() {
-        let mut d: Deployment = serde_json::from_value(json!({
+        let mut d: CachedDeployment = serde_json::from_value(json!({
             "metadata": {"name": "shop-web-x", "namespace": "prod",
                 "labels": {"releaseplan.io/plan": "shop"},
                 "annotations": {"deployment.kubernetes.io/revision": "1"},
@@ -148,6 +129,11 @@ mod tests {
         .unwrap();
         let spec = d.spec.clone();
         deployment(&mut d);
+        assert_eq!(d.replicas(), Some(2));
+        assert_eq!(
+            d.template().spec.unwrap().containers[0].image.as_deref(),
+            Some("a:1")
+        );
         assert!(d.metadata.managed_fields.unwrap_or_default().is_empty());
         assert!(d.metadata.annotations.unwrap_or_default().is_empty());
         assert_eq!(d.metadata.labels.unwrap().len(), 1);
@@ -161,7 +147,7 @@ mod tests {
         assert!(s.conditions.is_none());
     }
 
-    fn failing_pod() -> Pod {
+    fn failing_pod() -> CachedPod {
         serde_json::from_value(json!({
             "metadata": {"name": "p", "namespace": "prod", "labels": {"releaseplan.io/plan": "shop"},
                 "annotations": {"a": "b"}, "managedFields": managed(),
@@ -190,43 +176,18 @@ mod tests {
         // What the pod checks find is unchanged.
         assert_eq!(detect([&p], 3, true), before);
         assert_eq!(before.len(), 2);
-        assert!(p.spec.is_none());
         assert!(p.metadata.managed_fields.as_ref().is_none_or(Vec::is_empty));
         assert!(p.metadata.annotations.unwrap_or_default().is_empty());
         assert!(p.metadata.owner_references.unwrap_or_default().is_empty());
         assert_eq!(p.metadata.labels.unwrap().len(), 1);
         let s = p.status.unwrap();
-        assert!(s.phase.is_none() && s.conditions.is_none() && s.pod_ip.is_none());
-        let c = &s.container_statuses.unwrap()[0];
+        let c = &s.container_statuses[0];
         assert_eq!(
             (c.name.as_str(), c.restart_count, c.ready),
             ("app", 9, false)
         );
-        assert!(c.image.is_empty() && c.image_id.is_empty() && c.container_id.is_none());
-        assert!(c.last_state.is_none());
-        let state = c.state.as_ref().unwrap();
-        assert!(state.waiting.is_some() && state.running.is_none());
-        let init = &s.init_container_statuses.unwrap()[0];
-        assert!(init.state.as_ref().unwrap().terminated.is_none());
-    }
-
-    #[test]
-    fn trimmed_pods_are_smaller_than_with_metadata_and_spec_trimmed_only() {
-        let full = failing_pod();
-        let mut trimmed = full.clone();
-        pod(&mut trimmed);
-        // The trim before: managedFields, annotations and spec dropped.
-        let mut before = full.clone();
-        before.managed_fields_mut().clear();
-        before.annotations_mut().clear();
-        before.spec = None;
-        let size = |p: &Pod| serde_json::to_vec(p).unwrap().len();
-        assert!(
-            size(&trimmed) * 3 < size(&before) * 2,
-            "{} vs {} (untrimmed {})",
-            size(&trimmed),
-            size(&before),
-            size(&full)
-        );
+        assert!(c.state.as_ref().unwrap().waiting.is_some());
+        let init = &s.init_container_statuses[0];
+        assert!(init.state.as_ref().unwrap().waiting.is_none());
     }
 }

@@ -1,7 +1,7 @@
 //! Built-in pod checks: containers stuck in a failure state, and containers
 //! that restart too often.
 
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use crate::api::cached::{CachedContainerStatus, CachedPod};
 
 /// Waiting reasons that mean a container will not start without a change.
 pub const FAILURE_REASONS: [&str; 5] = [
@@ -32,7 +32,7 @@ pub struct PodSignal {
 /// [`TOO_MANY_RESTARTS`]). Signals come in pod order, then container order
 /// (init containers first); one container can give both kinds.
 pub fn detect<'a>(
-    pods: impl IntoIterator<Item = &'a Pod>,
+    pods: impl IntoIterator<Item = &'a CachedPod>,
     max_restarts: i32,
     detect_failures: bool,
 ) -> Vec<PodSignal> {
@@ -42,8 +42,8 @@ pub fn detect<'a>(
         let Some(status) = pod.status.as_ref() else {
             continue;
         };
-        let init = status.init_container_statuses.iter().flatten();
-        let main = status.container_statuses.iter().flatten();
+        let init = status.init_container_statuses.iter();
+        let main = status.container_statuses.iter();
         for (kind, c) in init
             .map(|c| ("init container", c))
             .chain(main.map(|c| ("container", c)))
@@ -57,7 +57,7 @@ pub fn detect<'a>(
 fn check_container(
     pod: &str,
     kind: &str,
-    c: &ContainerStatus,
+    c: &CachedContainerStatus,
     max_restarts: i32,
     detect_failures: bool,
     signals: &mut Vec<PodSignal>,
@@ -100,7 +100,8 @@ fn check_container(
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        ContainerState, ContainerStateRunning, ContainerStateWaiting, PodStatus,
+        ContainerState, ContainerStateRunning, ContainerStateWaiting, ContainerStatus, Pod,
+        PodStatus,
     };
     use kube::api::ObjectMeta;
 
@@ -132,8 +133,9 @@ mod tests {
         }
     }
 
-    fn pod(name: &str, init: Vec<ContainerStatus>, main: Vec<ContainerStatus>) -> Pod {
-        Pod {
+    /// A pod as the cache holds it: decoded from the API's full Pod.
+    fn pod(name: &str, init: Vec<ContainerStatus>, main: Vec<ContainerStatus>) -> CachedPod {
+        let pod = Pod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 ..Default::default()
@@ -144,7 +146,8 @@ mod tests {
                 ..Default::default()
             }),
             ..Default::default()
-        }
+        };
+        serde_json::from_value(serde_json::to_value(pod).unwrap()).unwrap()
     }
 
     #[test]
@@ -157,7 +160,7 @@ mod tests {
                 vec![],
                 vec![waiting("app", "ContainerCreating", None, 0)],
             ),
-            Pod::default(),
+            CachedPod::default(),
         ];
         assert_eq!(detect(&pods, 3, true), []);
     }

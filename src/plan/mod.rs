@@ -37,8 +37,9 @@ use crate::api::{
 };
 use crate::api::{LABEL_COMPONENT, LABEL_REVISION};
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -191,23 +192,36 @@ pub struct RevisionObs {
 /// is never taken for one of this revision; a missing `spec.replicas` is 1,
 /// as the API server defaults it.
 pub fn revision_of(d: &Deployment) -> Option<RevisionObs> {
-    let labels = d.metadata.labels.as_ref()?;
+    revision_from(
+        &d.metadata,
+        d.spec.as_ref().and_then(|s| s.replicas),
+        d.status.as_ref(),
+    )
+}
+
+/// [`revision_of`] from the parts of a Deployment it reads: metadata,
+/// `spec.replicas` and status.
+pub fn revision_from(
+    meta: &ObjectMeta,
+    replicas: Option<i32>,
+    status: Option<&DeploymentStatus>,
+) -> Option<RevisionObs> {
+    let labels = meta.labels.as_ref()?;
     let component = labels.get(LABEL_COMPONENT)?.clone();
     let hash = labels.get(LABEL_REVISION)?.clone();
-    let status = d.status.clone().unwrap_or_default();
+    let status = status.cloned().unwrap_or_default();
     let ready = status
         .ready_replicas
         .unwrap_or(0)
         .min(status.updated_replicas.unwrap_or(0));
     Some(RevisionObs {
-        name: d.metadata.name.clone().unwrap_or_default(),
+        name: meta.name.clone().unwrap_or_default(),
         component,
         hash,
-        replicas: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+        replicas: replicas.unwrap_or(1),
         ready,
         current: status.replicas.unwrap_or(0),
-        created: d
-            .metadata
+        created: meta
             .creation_timestamp
             .as_ref()
             .map(crate::api::time::from_k8s),

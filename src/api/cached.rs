@@ -1,0 +1,279 @@
+//! Types of objects the operator caches in bulk, holding only what it reads.
+//!
+//! k8s-openapi's structs keep every optional part inline: an empty `Pod` is
+//! 2.4 KB before any heap, whatever the trim leaves in it, and a
+//! ControllerRevision's `data` as a `serde_json::Value` costs a B-tree node
+//! per JSON object. With thousands of plans these caches are most of the
+//! process's memory, so they are decoded straight into these types instead:
+//! fields they do not name are skipped while decoding and never stored.
+//! Reads only: the operator never writes these types back.
+
+use k8s_openapi::api::apps::v1::DeploymentStatus;
+use k8s_openapi::api::core::v1::{ContainerStateWaiting, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+/// A pod as the pod checks read it: metadata (labels select the plan,
+/// component and revision) and its containers' states.
+#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct CachedPod {
+    /// Metadata (the trim keeps name, namespace, labels).
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// What the pod checks read of its status.
+    #[serde(default)]
+    pub status: Option<CachedPodStatus>,
+}
+
+/// The containers' states of a pod.
+#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedPodStatus {
+    /// Init containers, in order.
+    #[serde(default)]
+    pub init_container_statuses: Vec<CachedContainerStatus>,
+    /// Containers, in order.
+    #[serde(default)]
+    pub container_statuses: Vec<CachedContainerStatus>,
+}
+
+/// One container's status: name, readiness, restarts and its waiting state.
+#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedContainerStatus {
+    /// Container name.
+    #[serde(default)]
+    pub name: String,
+    /// Whether it passes its readiness probe.
+    #[serde(default)]
+    pub ready: bool,
+    /// Restarts so far.
+    #[serde(default)]
+    pub restart_count: i32,
+    /// The current state; only `waiting` is kept.
+    #[serde(default)]
+    pub state: Option<CachedContainerState>,
+}
+
+/// A container's state, as far as the checks read it.
+#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct CachedContainerState {
+    /// Set while the container waits (with the reason, e.g. CrashLoopBackOff).
+    #[serde(default)]
+    pub waiting: Option<ContainerStateWaiting>,
+}
+
+impl k8s_openapi::Resource for CachedPod {
+    const API_VERSION: &'static str = "v1";
+    const GROUP: &'static str = "";
+    const KIND: &'static str = "Pod";
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "pods";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+impl k8s_openapi::Metadata for CachedPod {
+    type Ty = ObjectMeta;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// A revision Deployment as the operator reads it: metadata, the replicas it
+/// asks for, its whole spec as compact JSON text (compared with the desired
+/// spec before an apply, and the template of a revision the spec no longer
+/// has is re-applied from it) and the replica counts of its status.
+#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct CachedDeployment {
+    /// Metadata (labels name the plan, component and revision).
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// `spec`, as JSON text, with `spec.replicas` read out of it.
+    #[serde(default)]
+    pub spec: Option<CachedDeploymentSpec>,
+    /// The status (the trim keeps the replica counts only).
+    #[serde(default)]
+    pub status: Option<DeploymentStatus>,
+}
+
+/// A Deployment's spec as JSON text, with its replicas.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CachedDeploymentSpec {
+    /// `spec.replicas`.
+    pub replicas: Option<i32>,
+    /// The whole spec, compact JSON.
+    pub json: Box<str>,
+}
+
+impl<'de> Deserialize<'de> for CachedDeploymentSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        let replicas = v
+            .get("replicas")
+            .and_then(Value::as_i64)
+            .and_then(|r| i32::try_from(r).ok());
+        Ok(CachedDeploymentSpec {
+            replicas,
+            json: v.to_string().into_boxed_str(),
+        })
+    }
+}
+
+impl CachedDeployment {
+    /// `spec.replicas`.
+    pub fn replicas(&self) -> Option<i32> {
+        self.spec.as_ref().and_then(|s| s.replicas)
+    }
+
+    /// The pod template of its spec (default when it has none or it does not
+    /// parse: the API server only stores valid ones).
+    pub fn template(&self) -> PodTemplateSpec {
+        self.spec
+            .as_ref()
+            .and_then(|s| serde_json::from_str::<Value>(&s.json).ok())
+            .and_then(|mut v| v.get_mut("template").map(Value::take))
+            .and_then(|t| serde_json::from_value(t).ok())
+            .unwrap_or_default()
+    }
+
+    /// The object as JSON, as the API server sent it (less what the trim
+    /// dropped), to compare a desired Deployment with.
+    pub fn to_json(&self) -> Value {
+        let mut v = serde_json::json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": serde_json::to_value(&self.metadata).unwrap_or(Value::Null),
+        });
+        if let Some(spec) = &self.spec {
+            v["spec"] = serde_json::from_str(&spec.json).unwrap_or(Value::Null);
+        }
+        if let Some(status) = &self.status {
+            v["status"] = serde_json::to_value(status).unwrap_or(Value::Null);
+        }
+        v
+    }
+}
+
+impl k8s_openapi::Resource for CachedDeployment {
+    const API_VERSION: &'static str = "apps/v1";
+    const GROUP: &'static str = "apps";
+    const KIND: &'static str = "Deployment";
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "deployments";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+impl k8s_openapi::Metadata for CachedDeployment {
+    type Ty = ObjectMeta;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// A ControllerRevision (apps/v1) as stored by the operator: the template in
+/// `data` is kept as compact JSON text, parsed only when the stored object is
+/// checked or a revision's Deployment is recreated from it.
+#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct CachedRevision {
+    /// Metadata (labels name the plan, component and revision).
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// The stored template, as JSON text.
+    #[serde(default, deserialize_with = "json_text")]
+    pub data: Option<Box<str>>,
+    /// The revision number.
+    #[serde(default)]
+    pub revision: i64,
+}
+
+/// Any JSON value, kept as its compact text (a `Value` tree costs several
+/// times the text; a `RawValue` would need the deserializer to be serde_json's
+/// own reader, which kube's watch decoding does not promise).
+fn json_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<str>>, D::Error> {
+    let v = Option::<Value>::deserialize(d)?;
+    Ok(v.map(|v| v.to_string().into_boxed_str()))
+}
+
+impl k8s_openapi::Resource for CachedRevision {
+    const API_VERSION: &'static str = "apps/v1";
+    const GROUP: &'static str = "apps";
+    const KIND: &'static str = "ControllerRevision";
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "controllerrevisions";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+impl k8s_openapi::Metadata for CachedRevision {
+    type Ty = ObjectMeta;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::ControllerRevision;
+    use k8s_openapi::api::core::v1::Pod;
+    use serde_json::json;
+
+    #[test]
+    fn a_pod_keeps_labels_and_container_states_only() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web-1", "namespace": "prod", "labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "app", "image": "shop:1"}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.1",
+                "initContainerStatuses": [{"name": "init", "ready": true, "restartCount": 1,
+                    "image": "i", "imageID": "", "state": {"terminated": {"exitCode": 0}}}],
+                "containerStatuses": [{"name": "app", "ready": false, "restartCount": 4,
+                    "image": "shop:1", "imageID": "",
+                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+                    "lastState": {"terminated": {"exitCode": 1}}}]}
+        }))
+        .unwrap();
+        let cached: CachedPod =
+            serde_json::from_value(serde_json::to_value(&pod).unwrap()).unwrap();
+        assert_eq!(cached.metadata.labels, pod.metadata.labels);
+        let status = cached.status.unwrap();
+        assert_eq!(status.init_container_statuses.len(), 1);
+        assert!(status.init_container_statuses[0].ready);
+        assert_eq!(
+            status.init_container_statuses[0].state,
+            Some(CachedContainerState::default())
+        );
+        let app = &status.container_statuses[0];
+        assert_eq!(
+            (app.name.as_str(), app.ready, app.restart_count),
+            ("app", false, 4)
+        );
+        let waiting = app.state.as_ref().unwrap().waiting.as_ref().unwrap();
+        assert_eq!(waiting.reason.as_deref(), Some("CrashLoopBackOff"));
+        assert_eq!(waiting.message.as_deref(), Some("back-off"));
+    }
+
+    #[test]
+    fn a_revision_keeps_its_data_as_sent() {
+        let cr: ControllerRevision = serde_json::from_value(json!({
+            "metadata": {"name": "shop-web-abc"},
+            "data": {"spec": {"containers": [{"name": "app", "image": "shop:1"}]}},
+            "revision": 3
+        }))
+        .unwrap();
+        let cached: CachedRevision =
+            serde_json::from_value(serde_json::to_value(&cr).unwrap()).unwrap();
+        assert_eq!(cached.revision, 3);
+        let data: serde_json::Value =
+            serde_json::from_str(cached.data.as_deref().unwrap()).unwrap();
+        assert_eq!(data, cr.data.unwrap().0);
+    }
+}
