@@ -28,10 +28,10 @@ struct Args {
     #[arg(long, env = "RELEASEPLAN_CONCURRENCY", default_value_t = 32)]
     concurrency: u16,
     /// Requests per second to the API server, on average (0: no limit).
-    #[arg(long, env = "RELEASEPLAN_QPS", default_value_t = 50)]
+    #[arg(long, env = "RELEASEPLAN_QPS", default_value_t = 200)]
     qps: u32,
     /// Requests to the API server allowed at once above `--qps`.
-    #[arg(long, env = "RELEASEPLAN_BURST", default_value_t = 100)]
+    #[arg(long, env = "RELEASEPLAN_BURST", default_value_t = 400)]
     burst: u32,
     /// Address of the /metrics, /healthz and /readyz server.
     #[arg(long, env = "RELEASEPLAN_METRICS_ADDR", default_value = "0.0.0.0:8080")]

@@ -460,8 +460,8 @@ fn default_values_render_least_privilege_rbac_and_a_restricted_deployment() {
         "--metrics-addr=0.0.0.0:8080",
         "--log-json",
         "--concurrency=32",
-        "--qps=50",
-        "--burst=100",
+        "--qps=200",
+        "--burst=400",
     ] {
         assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
     }
