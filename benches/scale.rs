@@ -8,7 +8,16 @@
 //! 2. Idle: writes and CPU over `RP_BENCH_IDLE_SECONDS` (30) with nothing changing.
 //! 3. Rollout of 10%: every tenth object patched to a new image; time to all
 //!    converged again, CPU, writes.
-//! 4. Floor (`RP_BENCH_FLOOR=1`): the controller stopped, N plain Deployments
+//!    Also, for each rolled object, the time from its spec patch to the
+//!    controller's first write of a Deployment (ours) or ReplicaSet (Argo)
+//!    for it, from the audit log: p50 / p90 / p99 / max.
+//! 4. Failover (ours, `RP_BENCH_FAILOVER=1`, the default): the operator runs
+//!    with leader election; a standby is started, then the leader is stopped
+//!    (SIGTERM, which releases the Lease), and later the new leader is killed
+//!    (SIGKILL) under a second standby. For each: time until the standby
+//!    leads and until it has reconciled every plan (`releaseplan_plans` sums
+//!    to N), and its writes other than the Lease (there should be none).
+//! 5. Floor (`RP_BENCH_FLOOR=1`): the controller stopped, N plain Deployments
 //!    of the same pods created at once; time to all ready. What the cluster
 //!    itself needs, which no controller can beat.
 //!
@@ -47,7 +56,7 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use support::fixtures::{self, web};
 use support::operator::{Operator, free_port};
 use support::{cluster, crd, wait_until};
@@ -103,6 +112,15 @@ impl Kind {
         match self {
             Kind::ReleasePlan => json!({"spec": {"components": [web(image, 2)]}}),
             _ => json!({"spec": {"template": pod_template(name, image)}}),
+        }
+    }
+
+    /// The resource the controller writes to run an object's pods: our
+    /// Deployments, Argo's ReplicaSets.
+    fn workload_resource(self) -> &'static str {
+        match self {
+            Kind::Rollout => "replicasets",
+            Kind::ReleasePlan | Kind::Deployment => "deployments",
         }
     }
 
@@ -247,16 +265,18 @@ impl Spread {
 }
 
 /// Creates (or patches, with `patch`) `names` with at most [`PARALLEL`] at
-/// once; returns each object's generation after the write.
+/// once; returns each object's generation after the write, and when the
+/// write was sent.
 async fn write_all(
     api: &Api<DynamicObject>,
     kind: Kind,
     names: &[String],
     image: &str,
     patch: bool,
-) -> Vec<(String, i64)> {
+) -> Vec<(String, i64, SystemTime)> {
     futures::stream::iter(names.iter().cloned())
         .map(|name| async move {
+            let sent = SystemTime::now();
             let o: DynamicObject = if patch {
                 let p = kind.image_patch(&name, image);
                 api.patch(&name, &PatchParams::default(), &Patch::Merge(&p))
@@ -266,12 +286,46 @@ async fn write_all(
                 api.create(&PostParams::default(), &o).await
             }
             .unwrap_or_else(|e| panic!("cannot write {name}: {e}"));
-            Ok::<_, ()>((name, o.metadata.generation.unwrap_or(1)))
+            Ok::<_, ()>((name, o.metadata.generation.unwrap_or(1), sent))
         })
         .buffer_unordered(PARALLEL)
         .try_collect()
         .await
         .unwrap()
+}
+
+/// The names and generations of written objects.
+fn generations(written: Vec<(String, i64, SystemTime)>) -> Vec<(String, i64)> {
+    written.into_iter().map(|(n, g, _)| (n, g)).collect()
+}
+
+/// p50, p90, p99 and max of durations, in seconds, and how many.
+#[derive(Serialize, Deserialize, Clone, Default)]
+struct Latency {
+    n: usize,
+    p50: f64,
+    p90: f64,
+    p99: f64,
+    max: f64,
+}
+
+impl Latency {
+    fn of(mut d: Vec<Duration>) -> Latency {
+        d.sort();
+        Latency {
+            n: d.len(),
+            p50: percentile(&d, 0.5),
+            p90: percentile(&d, 0.9),
+            p99: percentile(&d, 0.99),
+            max: percentile(&d, 1.0),
+        }
+    }
+    fn cell(&self) -> String {
+        format!(
+            "{:.2} / {:.2} / {:.2} / {:.2} (of {})",
+            self.p50, self.p90, self.p99, self.max, self.n
+        )
+    }
 }
 
 // ------------------------------------------------------------ process and audit
@@ -358,6 +412,160 @@ fn audit(path: &str, from: usize) -> (Writes, usize) {
     (w, n)
 }
 
+/// For each written object (name, generation, when its write was sent), the
+/// time from that write to the controller's first write of `resource` named
+/// after it (`NAME-...`) received by the API server, from the audit log from
+/// line `from`. Objects without such a write are left out.
+fn first_writes(
+    path: &str,
+    from: usize,
+    resource: &str,
+    written: &[(String, i64, SystemTime)],
+) -> Vec<Duration> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut first: HashMap<&str, SystemTime> = HashMap::new();
+    for line in text.lines().skip(from) {
+        let Ok(e) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let s = |p: &str| e.pointer(p).and_then(Value::as_str).unwrap_or("");
+        if s("/objectRef/resource") != resource
+            || !s("/objectRef/subresource").is_empty()
+            || !matches!(s("/verb"), "create" | "update" | "patch")
+        {
+            continue;
+        }
+        let Ok(at) = s("/requestReceivedTimestamp").parse::<chrono::DateTime<chrono::Utc>>() else {
+            continue;
+        };
+        let at = SystemTime::from(at);
+        let name = s("/objectRef/name");
+        // Names are fixed width (app-00042), so the prefix is the object's.
+        let Some((object, _, sent)) = written.iter().find(|(n, _, _)| {
+            name.strip_prefix(n.as_str())
+                .is_some_and(|r| r.starts_with('-'))
+        }) else {
+            continue;
+        };
+        if at < *sent {
+            continue;
+        }
+        let slot = first.entry(object.as_str()).or_insert(at);
+        *slot = (*slot).min(at);
+    }
+    written
+        .iter()
+        .filter_map(|(n, _, sent)| first.get(n.as_str())?.duration_since(*sent).ok())
+        .collect()
+}
+
+/// Whether the failover phase runs (ours only; `RP_BENCH_FAILOVER=0` skips it).
+fn failover_on(kind: Kind) -> bool {
+    kind == Kind::ReleasePlan && env_or("RP_BENCH_FAILOVER", 1) == 1
+}
+
+/// One leader change with every plan Stable.
+#[derive(Serialize, Deserialize, Clone, Default)]
+struct Failover {
+    /// How the leader stopped: `SIGTERM` (it releases the Lease) or `SIGKILL`.
+    how: String,
+    /// Seconds from the signal until the standby leads (`releaseplan_leader 1`).
+    leads_after: f64,
+    /// Seconds from the signal until it has reconciled every plan.
+    caught_up_after: f64,
+    /// CPU seconds of the new leader from the signal to 5 s after catching up.
+    cpu: f64,
+    /// Writes of the controller's user from the signal to 5 s after catching
+    /// up, Lease writes left out.
+    writes: Writes,
+    /// Lease writes in that time.
+    lease_writes: u64,
+    /// Resident memory of the new leader after catching up, MiB.
+    rss_mib: f64,
+}
+
+/// The operator as the bench runs it, on the audited user's kubeconfig.
+async fn start_ours(ns: &str, leader_election: bool) -> Operator {
+    let mut l = Operator::launcher(ns)
+        .binary(env_path("RP_OPERATOR_BIN"))
+        .rust_log("warn")
+        .env("KUBECONFIG", &env_path("RP_AUDIT_KUBECONFIG"));
+    if leader_election {
+        l = l.leader_election(ns);
+    }
+    l.start().await
+}
+
+/// A metric's value in an operator's metrics text (summed over label sets).
+async fn metric(op: &Operator, name: &str) -> f64 {
+    support::operator::sum_metric(&op.metrics().await, name)
+}
+
+/// Starts a standby, stops `leader` (SIGKILL with `kill`, else SIGTERM) and
+/// measures the standby's takeover; returns the figures and the new leader.
+async fn failover(
+    ns: &str,
+    audit_log: &str,
+    n: usize,
+    mut leader: Operator,
+    kill: bool,
+) -> (Failover, Operator) {
+    let standby = start_ours(ns, true).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        metric(&standby, "releaseplan_leader").await,
+        0.0,
+        "the standby must not lead while the leader runs"
+    );
+    let pid = standby.pid().expect("the standby runs");
+    let (_, mark) = audit(audit_log, 0);
+    let u0 = usage(pid);
+    let start = Instant::now();
+    if kill {
+        leader.kill();
+    } else {
+        leader.terminate().await;
+    }
+    let limit = Duration::from_secs(600);
+    wait_until(limit, "the standby leads", || async {
+        (metric(&standby, "releaseplan_leader").await == 1.0).then_some(())
+    })
+    .await;
+    let leads_after = start.elapsed().as_secs_f64();
+    #[allow(clippy::cast_precision_loss)]
+    let all = n as f64;
+    wait_until(limit, "the new leader reconciled every plan", || async {
+        (metric(&standby, "releaseplan_plans").await >= all).then_some(())
+    })
+    .await;
+    let caught_up_after = start.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let u1 = usage(pid);
+    let (mut writes, _) = audit(audit_log, mark);
+    let lease_writes: u64 = writes
+        .by_kind
+        .iter()
+        .filter(|(k, _)| k.starts_with("leases "))
+        .map(|(_, v)| *v)
+        .sum();
+    writes.by_kind.retain(|k, _| !k.starts_with("leases "));
+    writes.total -= lease_writes;
+    let f = Failover {
+        how: if kill { "SIGKILL" } else { "SIGTERM" }.into(),
+        leads_after,
+        caught_up_after,
+        cpu: u1.cpu - u0.cpu,
+        writes,
+        lease_writes,
+        rss_mib: u1.rss_kib as f64 / 1024.0,
+    };
+    eprintln!(
+        "failover ({}): leads after {:.1}s, caught up after {:.1}s, {} writes",
+        f.how, f.leads_after, f.caught_up_after, f.writes.total
+    );
+    (f, standby)
+}
+
 /// The controller under test, running as the audited user.
 enum Controller {
     Ours(Operator),
@@ -368,15 +576,7 @@ impl Controller {
     async fn start(kind: Kind, ns: &str) -> Controller {
         let kubeconfig = env_path("RP_AUDIT_KUBECONFIG");
         match kind {
-            Kind::ReleasePlan => {
-                let op = Operator::launcher(ns)
-                    .binary(env_path("RP_OPERATOR_BIN"))
-                    .rust_log("warn")
-                    .env("KUBECONFIG", &kubeconfig)
-                    .start()
-                    .await;
-                Controller::Ours(op)
-            }
+            Kind::ReleasePlan => Controller::Ours(start_ours(ns, failover_on(kind)).await),
             _ => {
                 let log = std::env::temp_dir().join(format!("rollouts-controller-{ns}.log"));
                 let out = std::fs::File::create(&log).unwrap();
@@ -480,6 +680,12 @@ struct Figures {
     rollout_cpu: f64,
     rollout_writes: Writes,
     rollout_counters: BTreeMap<String, f64>,
+    /// Patch of a rolled object → the controller's first write of its
+    /// Deployment (ReplicaSet), seconds.
+    #[serde(default)]
+    rollout_first_write: Option<Latency>,
+    #[serde(default)]
+    failover: Vec<Failover>,
     floor: Option<Spread>,
 }
 
@@ -521,7 +727,7 @@ async fn run(client: &Client, kind: Kind, n: usize) -> Figures {
     let u0 = usage(pid);
     let names: Vec<String> = (0..n).map(|i| format!("app-{i:05}")).collect();
     let start = Instant::now();
-    let created = write_all(&api, kind, &names, "registry.example/app:1", false).await;
+    let created = generations(write_all(&api, kind, &names, "registry.example/app:1", false).await);
     f.create_seconds = start.elapsed().as_secs_f64();
     let times = seen.wait_all(&created, start, timeout).await;
     f.cold = Spread::of(&times);
@@ -547,7 +753,8 @@ async fn run(client: &Client, kind: Kind, n: usize) -> Figures {
     let chosen: Vec<String> = names.iter().step_by(10).cloned().collect();
     f.rollout_n = chosen.len();
     let start = Instant::now();
-    let patched = write_all(&api, kind, &chosen, "registry.example/app:2", true).await;
+    let written = write_all(&api, kind, &chosen, "registry.example/app:2", true).await;
+    let patched = generations(written.clone());
     let times = seen.wait_all(&patched, start, timeout).await;
     f.rollout = Spread::of(&times);
     eprintln!(
@@ -560,9 +767,24 @@ async fn run(client: &Client, kind: Kind, n: usize) -> Figures {
     f.rollout_cpu = u3.cpu - u2.cpu;
     let (w, _) = audit(&audit_log, mark);
     f.rollout_writes = w;
+    f.rollout_first_write = Some(Latency::of(first_writes(
+        &audit_log,
+        mark,
+        kind.workload_resource(),
+        &written,
+    )));
     f.rollout_counters = delta(&controller.own_counters().await, &counters2);
     f.peak_rss_mib = u3.peak_kib as f64 / 1024.0;
     watch.abort();
+    let controller = match controller {
+        Controller::Ours(leader) if failover_on(kind) => {
+            let (terminated, leader) = failover(&ns, &audit_log, n, leader, false).await;
+            let (killed, leader) = failover(&ns, &audit_log, n, leader, true).await;
+            f.failover = vec![terminated, killed];
+            Controller::Ours(leader)
+        }
+        other => other,
+    };
     controller.stop();
 
     // The floor: the same pods from plain Deployments, no controller of ours.
@@ -574,14 +796,16 @@ async fn run(client: &Client, kind: Kind, n: usize) -> Figures {
         let watch = seen.watch(client, &ns, Kind::Deployment);
         tokio::time::sleep(Duration::from_secs(1)).await;
         let start = Instant::now();
-        let created = write_all(
-            &deployments,
-            Kind::Deployment,
-            &names,
-            "registry.example/app:1",
-            false,
-        )
-        .await;
+        let created = generations(
+            write_all(
+                &deployments,
+                Kind::Deployment,
+                &names,
+                "registry.example/app:1",
+                false,
+            )
+            .await,
+        );
         let times = seen.wait_all(&created, start, timeout).await;
         eprintln!(
             "floor: all {n} Deployments ready after {:.1}s",
@@ -670,10 +894,50 @@ fn print_table(f: &Figures) {
         "| 409 conflicts / Events, rollout | {} / {} |",
         f.rollout_writes.conflicts, f.rollout_writes.events
     );
+    if let Some(l) = &f.rollout_first_write {
+        println!(
+            "| rollout: spec patch → first {} write, s p50 / p90 / p99 / max | {} |",
+            if f.controller == "releaseplan" {
+                "Deployment"
+            } else {
+                "ReplicaSet"
+            },
+            l.cell()
+        );
+    }
     if !f.rollout_counters.is_empty() {
         println!(
             "| operator /metrics, rollout | {} |",
             counters_cell(&f.rollout_counters)
+        );
+    }
+    for (what, cpu, counters) in [
+        ("cold start", f.cold_cpu, &f.cold_counters),
+        ("rollout", f.rollout_cpu, &f.rollout_counters),
+    ] {
+        let runs = counters
+            .get("releaseplan_reconcile_runs_total")
+            .copied()
+            .unwrap_or(0.0);
+        if runs > 0.0 {
+            println!(
+                "| controller CPU per reconcile, {what}, ms | {:.2} ({runs} reconciles) |",
+                1000.0 * cpu / runs
+            );
+        }
+    }
+    for fo in &f.failover {
+        println!(
+            "| failover ({} to the leader, {} Stable plans): s until the standby leads / has reconciled every plan | {:.1} / {:.1} |",
+            fo.how, f.n, fo.leads_after, fo.caught_up_after
+        );
+        println!(
+            "| failover ({}): writes of the new leader but the Lease / Lease writes / CPU s / RSS MiB | {} / {} / {:.2} / {:.1} |",
+            fo.how,
+            writes_cell(&fo.writes),
+            fo.lease_writes,
+            fo.cpu,
+            fo.rss_mib
         );
     }
     println!();
@@ -765,6 +1029,14 @@ fn compare(ours: &Figures, argo: &Figures) {
         ours.rollout_writes.conflicts,
         argo.rollout_writes.conflicts,
     );
+    if let (Some(a), Some(b)) = (&ours.rollout_first_write, &argo.rollout_first_write) {
+        row(
+            "rollout: spec patch → first Deployment (ReplicaSet) write, p99",
+            a.p99,
+            b.p99,
+            " s",
+        );
+    }
     println!();
 }
 
