@@ -14,6 +14,31 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
+/// Implements `k8s_openapi::Resource` and `Metadata` for a namespaced cached
+/// type: (type, apiVersion, group, kind, version, plural).
+macro_rules! namespaced_resource {
+    ($t:ty, $api_version:literal, $group:literal, $kind:literal, $version:literal, $plural:literal) => {
+        impl k8s_openapi::Resource for $t {
+            const API_VERSION: &'static str = $api_version;
+            const GROUP: &'static str = $group;
+            const KIND: &'static str = $kind;
+            const VERSION: &'static str = $version;
+            const URL_PATH_SEGMENT: &'static str = $plural;
+            type Scope = k8s_openapi::NamespaceResourceScope;
+        }
+
+        impl k8s_openapi::Metadata for $t {
+            type Ty = ObjectMeta;
+            fn metadata(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn metadata_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
 /// A pod as the pod checks read it: metadata (labels select the plan,
 /// component and revision) and its containers' states.
 #[derive(Deserialize, Clone, Debug, Default, PartialEq)]
@@ -64,24 +89,7 @@ pub struct CachedContainerState {
     pub waiting: Option<ContainerStateWaiting>,
 }
 
-impl k8s_openapi::Resource for CachedPod {
-    const API_VERSION: &'static str = "v1";
-    const GROUP: &'static str = "";
-    const KIND: &'static str = "Pod";
-    const VERSION: &'static str = "v1";
-    const URL_PATH_SEGMENT: &'static str = "pods";
-    type Scope = k8s_openapi::NamespaceResourceScope;
-}
-
-impl k8s_openapi::Metadata for CachedPod {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+namespaced_resource!(CachedPod, "v1", "", "Pod", "v1", "pods");
 
 /// A revision Deployment as the operator reads it: metadata, the replicas it
 /// asks for, its whole spec as compact JSON text (compared with the desired
@@ -158,24 +166,14 @@ impl CachedDeployment {
     }
 }
 
-impl k8s_openapi::Resource for CachedDeployment {
-    const API_VERSION: &'static str = "apps/v1";
-    const GROUP: &'static str = "apps";
-    const KIND: &'static str = "Deployment";
-    const VERSION: &'static str = "v1";
-    const URL_PATH_SEGMENT: &'static str = "deployments";
-    type Scope = k8s_openapi::NamespaceResourceScope;
-}
-
-impl k8s_openapi::Metadata for CachedDeployment {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+namespaced_resource!(
+    CachedDeployment,
+    "apps/v1",
+    "apps",
+    "Deployment",
+    "v1",
+    "deployments"
+);
 
 /// A ControllerRevision (apps/v1) as stored by the operator: the template in
 /// `data` is kept as compact JSON text, parsed only when the stored object is
@@ -201,24 +199,14 @@ fn json_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<str>>, D::Err
     Ok(v.map(|v| v.to_string().into_boxed_str()))
 }
 
-impl k8s_openapi::Resource for CachedRevision {
-    const API_VERSION: &'static str = "apps/v1";
-    const GROUP: &'static str = "apps";
-    const KIND: &'static str = "ControllerRevision";
-    const VERSION: &'static str = "v1";
-    const URL_PATH_SEGMENT: &'static str = "controllerrevisions";
-    type Scope = k8s_openapi::NamespaceResourceScope;
-}
-
-impl k8s_openapi::Metadata for CachedRevision {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+namespaced_resource!(
+    CachedRevision,
+    "apps/v1",
+    "apps",
+    "ControllerRevision",
+    "v1",
+    "controllerrevisions"
+);
 
 #[cfg(test)]
 mod tests {

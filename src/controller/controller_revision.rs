@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::Resource;
 use kube::api::ObjectMeta;
+use serde::Deserialize;
 use serde_json::Value;
 
 /// Why a ControllerRevision does not give the template of a revision.
@@ -86,7 +87,17 @@ pub fn template(cr: &CachedRevision, hash: &str) -> Result<PodTemplateSpec, Stor
         .data
         .as_deref()
         .ok_or_else(|| StoredError::NoData(name.clone()))?;
-    let t: PodTemplateSpec = serde_json::from_str(data).map_err(|e| StoredError::NotATemplate {
+    let value: Value = serde_json::from_str(data).map_err(|e| StoredError::NotATemplate {
+        name: name.clone(),
+        reason: e.to_string(),
+    })?;
+    checked(name, &value, hash)
+}
+
+/// `data` (parsed) as the pod template of revision `hash` of the
+/// ControllerRevision `name`.
+fn checked(name: String, data: &Value, hash: &str) -> Result<PodTemplateSpec, StoredError> {
+    let t = PodTemplateSpec::deserialize(data).map_err(|e| StoredError::NotATemplate {
         name: name.clone(),
         reason: e.to_string(),
     })?;
@@ -164,11 +175,12 @@ pub fn to_write(
     if foreign {
         return Write::Foreign;
     }
+    // Parsed once: checked to be the revision's template, then compared.
     let Some(data) = existing
         .data
         .as_deref()
-        .filter(|_| self::template(existing, hash).is_ok())
         .and_then(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|v| checked(String::new(), v, hash).is_ok())
     else {
         return Write::Replace {
             uid: existing.metadata.uid.clone().unwrap_or_default(),
