@@ -461,7 +461,13 @@ fn first_writes(
 
 /// Whether the failover phase runs (ours only; `RP_BENCH_FAILOVER=0` skips it).
 fn failover_on(kind: Kind) -> bool {
-    kind == Kind::ReleasePlan && env_or("RP_BENCH_FAILOVER", 1) == 1
+    kind == Kind::ReleasePlan && shards() == 1 && env_or("RP_BENCH_FAILOVER", 1) == 1
+}
+
+/// Shards of ours (`RP_BENCH_SHARDS`, default 1): that many replicas run
+/// with `--shards`, one shard each; CPU and writes are their sums.
+fn shards() -> u32 {
+    env_or("RP_BENCH_SHARDS", 1)
 }
 
 /// One leader change with every plan Stable.
@@ -490,8 +496,11 @@ async fn start_ours(ns: &str, leader_election: bool) -> Operator {
         .binary(env_path("RP_OPERATOR_BIN"))
         .rust_log("warn")
         .env("KUBECONFIG", &env_path("RP_AUDIT_KUBECONFIG"));
-    if leader_election {
+    if leader_election || shards() > 1 {
         l = l.leader_election(ns);
+    }
+    if shards() > 1 {
+        l = l.args(["--shards", &shards().to_string()]);
     }
     l.start().await
 }
@@ -568,7 +577,7 @@ async fn failover(
 
 /// The controller under test, running as the audited user.
 enum Controller {
-    Ours(Operator),
+    Ours(Vec<Operator>),
     Argo(Child),
 }
 
@@ -576,7 +585,21 @@ impl Controller {
     async fn start(kind: Kind, ns: &str) -> Controller {
         let kubeconfig = env_path("RP_AUDIT_KUBECONFIG");
         match kind {
-            Kind::ReleasePlan => Controller::Ours(start_ours(ns, failover_on(kind)).await),
+            Kind::ReleasePlan => {
+                let mut ops = Vec::new();
+                for _ in 0..shards() {
+                    ops.push(start_ours(ns, failover_on(kind)).await);
+                }
+                for op in &ops {
+                    wait_until(
+                        Duration::from_secs(120),
+                        "each replica serves a shard",
+                        || async { (metric(op, "releaseplan_leader").await == 1.0).then_some(()) },
+                    )
+                    .await;
+                }
+                Controller::Ours(ops)
+            }
             _ => {
                 let log = std::env::temp_dir().join(format!("rollouts-controller-{ns}.log"));
                 let out = std::fs::File::create(&log).unwrap();
@@ -620,36 +643,53 @@ impl Controller {
         }
     }
 
-    fn pid(&self) -> u32 {
+    fn pids(&self) -> Vec<u32> {
         match self {
-            Controller::Ours(op) => op.pid().expect("the operator runs"),
-            Controller::Argo(c) => c.id(),
+            Controller::Ours(ops) => ops
+                .iter()
+                .map(|op| op.pid().expect("the operator runs"))
+                .collect(),
+            Controller::Argo(c) => vec![c.id()],
         }
+    }
+
+    /// CPU and memory of all its processes: the sums, and the largest peak
+    /// of one process (`max_peak_kib`).
+    fn usage(&self) -> (Usage, u64) {
+        let each: Vec<Usage> = self.pids().into_iter().map(usage).collect();
+        let sum = each.iter().fold(Usage::default(), |a, u| Usage {
+            rss_kib: a.rss_kib + u.rss_kib,
+            peak_kib: a.peak_kib + u.peak_kib,
+            cpu: a.cpu + u.cpu,
+        });
+        (sum, each.iter().map(|u| u.peak_kib).max().unwrap_or(0))
     }
 
     /// Our own write counters by kind, and failed reconciles by error kind.
     async fn own_counters(&self) -> BTreeMap<String, f64> {
-        let Controller::Ours(op) = self else {
+        let Controller::Ours(ops) = self else {
             return BTreeMap::new();
         };
-        op.metrics()
-            .await
-            .lines()
-            .filter(|l| {
+        let mut sums = BTreeMap::new();
+        for op in ops {
+            for l in op.metrics().await.lines().filter(|l| {
                 l.starts_with("releaseplan_api_writes_total")
                     || l.starts_with("releaseplan_reconcile_failures_total")
                     || l.starts_with("releaseplan_reconcile_runs_total")
-            })
-            .filter_map(|l| {
-                let (k, v) = l.rsplit_once(' ')?;
-                Some((k.to_string(), v.parse().ok()?))
-            })
-            .collect()
+            }) {
+                if let Some((k, v)) = l.rsplit_once(' ')
+                    && let Ok(v) = v.parse::<f64>()
+                {
+                    *sums.entry(k.to_string()).or_insert(0.0) += v;
+                }
+            }
+        }
+        sums
     }
 
     fn stop(self) {
         match self {
-            Controller::Ours(op) => drop(op),
+            Controller::Ours(ops) => drop(ops),
             Controller::Argo(mut c) => {
                 let _ = c.kill();
                 let _ = c.wait();
@@ -686,6 +726,12 @@ struct Figures {
     rollout_first_write: Option<Latency>,
     #[serde(default)]
     failover: Vec<Failover>,
+    /// Replicas of ours, one shard each (1: no sharding).
+    #[serde(default)]
+    shards: u32,
+    /// The largest peak RSS of one replica (the whole peak without sharding).
+    #[serde(default)]
+    peak_rss_replica_mib: f64,
     floor: Option<Spread>,
 }
 
@@ -705,7 +751,6 @@ async fn run(client: &Client, kind: Kind, n: usize) -> Figures {
     let ns = cluster::test_namespace(client, "bench-scale").await;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kind.resource());
     let controller = Controller::start(kind, &ns).await;
-    let pid = controller.pid();
     let seen = Seen::default();
     let watch = seen.watch(client, &ns, kind);
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -724,7 +769,7 @@ async fn run(client: &Client, kind: Kind, n: usize) -> Figures {
     // Cold start.
     let (_, mark) = audit(&audit_log, 0);
     let counters0 = controller.own_counters().await;
-    let u0 = usage(pid);
+    let (u0, _) = controller.usage();
     let names: Vec<String> = (0..n).map(|i| format!("app-{i:05}")).collect();
     let start = Instant::now();
     let created = generations(write_all(&api, kind, &names, "registry.example/app:1", false).await);
@@ -733,7 +778,7 @@ async fn run(client: &Client, kind: Kind, n: usize) -> Figures {
     f.cold = Spread::of(&times);
     eprintln!("cold start: all {n} converged after {:.1}s", f.cold.all);
     tokio::time::sleep(settle).await;
-    let u1 = usage(pid);
+    let (u1, _) = controller.usage();
     f.cold_cpu = u1.cpu - u0.cpu;
     let (w, mark) = audit(&audit_log, mark);
     f.cold_writes = w;
@@ -743,7 +788,7 @@ async fn run(client: &Client, kind: Kind, n: usize) -> Figures {
 
     // Idle.
     tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
-    let u2 = usage(pid);
+    let (u2, _) = controller.usage();
     f.idle_cpu = u2.cpu - u1.cpu;
     let (w, mark) = audit(&audit_log, mark);
     f.idle_writes = w;
@@ -763,7 +808,7 @@ async fn run(client: &Client, kind: Kind, n: usize) -> Figures {
         f.rollout.all
     );
     tokio::time::sleep(settle).await;
-    let u3 = usage(pid);
+    let (u3, replica_peak) = controller.usage();
     f.rollout_cpu = u3.cpu - u2.cpu;
     let (w, _) = audit(&audit_log, mark);
     f.rollout_writes = w;
@@ -775,13 +820,16 @@ async fn run(client: &Client, kind: Kind, n: usize) -> Figures {
     )));
     f.rollout_counters = delta(&controller.own_counters().await, &counters2);
     f.peak_rss_mib = u3.peak_kib as f64 / 1024.0;
+    f.shards = shards();
+    f.peak_rss_replica_mib = replica_peak as f64 / 1024.0;
     watch.abort();
     let controller = match controller {
-        Controller::Ours(leader) if failover_on(kind) => {
+        Controller::Ours(mut ops) if failover_on(kind) && ops.len() == 1 => {
+            let leader = ops.remove(0);
             let (terminated, leader) = failover(&ns, &audit_log, n, leader, false).await;
             let (killed, leader) = failover(&ns, &audit_log, n, leader, true).await;
             f.failover = vec![terminated, killed];
-            Controller::Ours(leader)
+            Controller::Ours(vec![leader])
         }
         other => other,
     };
@@ -857,6 +905,12 @@ fn print_table(f: &Figures) {
         "| peak RSS (VmHWM), MiB | {:.1} (after cold start: {:.1}) |",
         f.peak_rss_mib, f.rss_idle_mib
     );
+    if f.shards > 1 {
+        println!(
+            "| shards (one replica each); peak RSS of one replica, MiB | {}; {:.1} |",
+            f.shards, f.peak_rss_replica_mib
+        );
+    }
     println!(
         "| API writes, cold start (audit log, by resource verb) | {} = {:.2} per object |",
         writes_cell(&f.cold_writes),

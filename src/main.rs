@@ -10,6 +10,7 @@ use releaseplan::ops::metrics::Metrics;
 use releaseplan::ops::ratelimit::RateLimitLayer;
 use releaseplan::ops::requests::RequestMetricsLayer;
 use releaseplan::ops::server::{self, Health};
+use releaseplan::ops::shard::Shard;
 use releaseplan::ops::telemetry;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -42,7 +43,14 @@ struct Args {
     /// Elect a leader on a Lease so that only one replica reconciles.
     #[arg(long, env = "RELEASEPLAN_LEADER_ELECTION")]
     leader_election: bool,
-    /// Name of the leader Lease.
+    /// Split the plans over this many leader Leases: each replica reconciles
+    /// and caches the plans of one shard, replicas beyond this are standbys.
+    /// Needs `--leader-election`. Changing it on a running deployment makes the
+    /// new replicas wait until the old ones have stopped.
+    #[arg(long, env = "RELEASEPLAN_SHARDS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    shards: u32,
+    /// Name of the leader Lease (with `--shards N`, the shards' Leases are
+    /// `<name>-<shard>-of-<N>`).
     #[arg(
         long,
         env = "RELEASEPLAN_LEASE_NAME",
@@ -92,6 +100,10 @@ enum MainError {
     Server(#[from] std::io::Error),
     #[error(transparent)]
     GateHttp(#[from] outbound::BuildError),
+    #[error(
+        "--shards {0} needs --leader-election: each shard is served by the holder of its Lease"
+    )]
+    ShardsWithoutElection(u32),
 }
 
 /// How long a signal waits for in-flight reconciles, Events and the lease
@@ -156,6 +168,9 @@ async fn clients(
 }
 
 async fn run(args: Args) -> Result<(), MainError> {
+    if args.shards > 1 && !args.leader_election {
+        return Err(MainError::ShardsWithoutElection(args.shards));
+    }
     let metrics = Arc::new(Metrics::new());
     let (client, lease_client) = clients(&args, &metrics).await?;
     controller::check_crd(&client, args.namespace.as_deref()).await?;
@@ -217,6 +232,7 @@ async fn run(args: Args) -> Result<(), MainError> {
             .clone()
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
             .unwrap_or_else(|| "default".into()),
+        shard: None,
     };
     if args.leader_election {
         let cfg = LeaderConfig {
@@ -230,9 +246,29 @@ async fn run(args: Args) -> Result<(), MainError> {
             duration_seconds: args.lease_seconds,
         };
         ready.store(true, Ordering::Relaxed);
-        let mut stop = stop_rx.clone();
-        if let Some(manager) = leader::acquire(lease_client, &cfg, &mut stop).await? {
+        let stop = stop_rx.clone();
+        if let Some((shard, manager)) =
+            leader::acquire_shard(lease_client.clone(), &cfg, args.shards, &stop).await?
+        {
+            tracing::info!(shard, shards = args.shards, "serving a shard");
+            // Renewed while the replicas of another shard count stop.
+            tokio::select! {
+                () = leader::other_layouts_gone(lease_client, &cfg, args.shards) => {},
+                r = leader::hold(&manager) => {
+                    r?;
+                    tracing::error!("leadership lost: exiting so that only the leader writes");
+                    std::process::exit(1);
+                }
+            }
             metrics.leader.set(1);
+            metrics.shard.set(i64::from(shard));
+            let settings = Settings {
+                shard: (args.shards > 1).then_some(Shard {
+                    index: shard,
+                    count: args.shards,
+                }),
+                ..settings
+            };
             let ctrl = controller::run(
                 client,
                 settings,
@@ -254,6 +290,7 @@ async fn run(args: Args) -> Result<(), MainError> {
     } else {
         ready.store(true, Ordering::Relaxed);
         metrics.leader.set(1);
+        metrics.shard.set(0);
         controller::run(
             client,
             settings,

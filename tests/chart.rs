@@ -673,6 +673,35 @@ fn more_than_one_replica_without_leader_election_is_refused() {
 }
 
 #[test]
+fn shards_render_the_flag_and_need_election_and_enough_replicas() {
+    let args = |sets: &[&str]| {
+        let objs = render("rp", "rp-system", sets);
+        strings(&one(&objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"])
+    };
+    assert!(!args(&[]).iter().any(|a| a.starts_with("--shards")));
+    let sharded = args(&["replicaCount=3", "leaderElection.shards=2"]);
+    assert!(sharded.contains(&"--shards=2".to_string()), "{sharded:?}");
+    assert!(sharded.contains(&"--leader-election".to_string()));
+
+    let err = render_error(&["replicaCount=2", "leaderElection.shards=3"]);
+    assert!(
+        err.contains("replicaCount=2 is below leaderElection.shards=3"),
+        "{err}"
+    );
+    let err = render_error(&[
+        "replicaCount=1",
+        "leaderElection.enabled=false",
+        "leaderElection.shards=2",
+    ]);
+    assert!(
+        err.contains("leaderElection.shards=2 needs leaderElection.enabled=true"),
+        "{err}"
+    );
+    let err = render_error(&["leaderElection.shards=0"]);
+    assert!(err.contains("schema"), "{err}");
+}
+
+#[test]
 fn a_misspelt_value_is_refused_by_the_schema() {
     for (set, key) in [
         ("replicaCont=3", "'replicaCont'"),

@@ -130,3 +130,125 @@ async fn only_the_leader_writes_and_leadership_moves_on_kill_and_term() {
     set_components(&client, &ns, "shop", web("shop:3")).await;
     wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
 }
+
+/// The identities that published the Events of plan `name`.
+async fn reporters(client: &Client, ns: &str, name: &str) -> std::collections::BTreeSet<String> {
+    use k8s_openapi::api::core::v1::Event;
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&kube::api::ListParams::default().fields(&format!(
+            "involvedObject.kind=ReleasePlan,involvedObject.name={name}"
+        )))
+        .await
+        .expect("cannot list events")
+        .items
+        .into_iter()
+        .filter_map(|e| e.reporting_instance)
+        .collect()
+}
+
+async fn start_sharded(ns: &str, id: &str, shards: u32) -> Operator {
+    let secs = LEASE_SECONDS.to_string();
+    let shards = shards.to_string();
+    Operator::launcher(ns)
+        .leader_election(ns)
+        .args([
+            "--lease-name",
+            "rp-shard",
+            "--lease-seconds",
+            &secs,
+            "--identity",
+            id,
+            "--shards",
+            &shards,
+        ])
+        .start()
+        .await
+}
+
+/// Waits until `op` serves a shard and returns it.
+async fn serving(op: &Operator) -> u32 {
+    wait_until(T, "the replica to serve a shard", || async {
+        let shard = op.counter("releaseplan_shard").await;
+        (op.counter("releaseplan_leader").await == 1.0 && shard >= 0.0).then_some(shard as u32)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn shards_split_the_plans_and_a_standby_takes_over_a_shard() {
+    use releaseplan::ops::shard;
+    let Harness { client, ns } = Harness::new("shards").await;
+    let mut a = start_sharded(&ns, "op-a", 2).await;
+    let b = start_sharded(&ns, "op-b", 2).await;
+    let (sa, sb) = (serving(&a).await, serving(&b).await);
+    assert_ne!(sa, sb, "two replicas, two shards: one each");
+    let holder_of = |s: u32| if s == sa { "op-a" } else { "op-b" };
+
+    // Plans of both shards, each reconciled by its shard's replica only.
+    let names: Vec<String> = (0..6).map(|i| format!("app-{i}")).collect();
+    let web = |image: &str| json!([web(image, 1)]);
+    for name in &names {
+        create_stable(
+            &client,
+            &ns,
+            name,
+            json!({"components": web(&format!("{name}:1"))}),
+        )
+        .await;
+    }
+    let mut per_shard = [0; 2];
+    for name in &names {
+        let s = shard::of(&ns, name, 2);
+        per_shard[s as usize] += 1;
+        let want = std::collections::BTreeSet::from([holder_of(s).to_string()]);
+        assert_eq!(
+            reporters(&client, &ns, name).await,
+            want,
+            "{name} (shard {s})"
+        );
+    }
+    assert!(
+        per_shard.iter().all(|&n| n > 0),
+        "both shards have plans: {per_shard:?}"
+    );
+    assert_eq!(
+        a.counter("releaseplan_plans").await,
+        f64::from(per_shard[sa as usize])
+    );
+    assert_eq!(
+        b.counter("releaseplan_plans").await,
+        f64::from(per_shard[sb as usize])
+    );
+
+    // A replica of another shard count waits for these to stop.
+    let d = start_sharded(&ns, "op-d", 3).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        d.counter("releaseplan_leader").await,
+        0.0,
+        "op-d waits:\n{}",
+        d.log_text()
+    );
+    assert_eq!(d.counter("releaseplan_reconcile_runs_total").await, 0.0);
+    drop(d);
+
+    // A standby takes over the shard of a killed replica, and only that one.
+    let c = start_sharded(&ns, "op-c", 2).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(c.counter("releaseplan_leader").await, 0.0, "op-c stands by");
+    a.kill();
+    assert_eq!(
+        serving(&c).await,
+        sa,
+        "the standby serves the killed replica's shard"
+    );
+    let moved = names
+        .iter()
+        .find(|n| shard::of(&ns, n, 2) == sa)
+        .expect("a plan of the killed replica's shard");
+    set_components(&client, &ns, moved, web("moved:2")).await;
+    wait_phase(&client, &ns, moved, Phase::Stable, T).await;
+    let want = std::collections::BTreeSet::from(["op-a".to_string(), "op-c".to_string()]);
+    assert_eq!(reporters(&client, &ns, moved).await, want, "{moved}");
+    assert_eq!(b.counter("releaseplan_shard").await, f64::from(sb));
+}

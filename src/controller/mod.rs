@@ -27,6 +27,7 @@ use crate::api::{
 };
 use crate::ops::liveness::Liveness;
 use crate::ops::metrics::{ErrorLabel, FailedGateLabel, Metrics, OutcomeLabel, PlanState};
+use crate::ops::shard::Shard;
 use crate::plan::machine::Cause;
 use crate::plan::{
     self, Decision, EventReason, EventType, Observation, PodFailure, Refusal, Target,
@@ -167,6 +168,8 @@ pub struct Settings {
     /// The namespace whose Secrets and ConfigMaps gates may reference (the
     /// operator's own).
     pub gate_credentials_namespace: String,
+    /// The shard this process serves; all plans when None.
+    pub shard: Option<Shard>,
 }
 
 /// Shared state of all reconciles.
@@ -1119,6 +1122,11 @@ pub async fn run(
     )
     .backoff(WatchBackoff::default())
     .inspect(watched(&liveness, "ReleasePlan"))
+    // Plans of other shards are neither cached nor reconciled.
+    .try_filter({
+        let shard = settings.shard;
+        move |event| std::future::ready(shard.is_none_or(|s| plan_in_shard(s, event)))
+    })
     .modify(trim::plan)
     .reflect(plan_writer)
     .applied_objects()
@@ -1147,20 +1155,33 @@ pub async fn run(
             plan
         }
     };
+    let shard = settings.shard;
     let (deployments, deploy_stream) = owned_watch(
         scoped(&client, ns),
+        shard,
         "Deployment",
         &liveness,
         trim::deployment,
     );
-    let (pods, pod_stream) = owned_watch(scoped(&client, ns), "Pod", &liveness, trim::pod);
-    let (jobs, job_stream) = owned_watch(scoped(&client, ns), "Job", &liveness, trim::job);
-    let (services, service_stream) =
-        owned_watch(scoped(&client, ns), "Service", &liveness, trim::service);
+    let (pods, pod_stream) = owned_watch(scoped(&client, ns), shard, "Pod", &liveness, trim::pod);
+    let (jobs, job_stream) = owned_watch(scoped(&client, ns), shard, "Job", &liveness, trim::job);
+    let (services, service_stream) = owned_watch(
+        scoped(&client, ns),
+        shard,
+        "Service",
+        &liveness,
+        trim::service,
+    );
     // HTTPRoutes only when the cluster serves them: a watch of a missing
     // resource would fail forever (and fail the liveness check).
     let (routes, route_stream) = if settings.gateway_api {
-        let (c, s) = owned_watch(scoped(&client, ns), "HTTPRoute", &liveness, trim::route);
+        let (c, s) = owned_watch(
+            scoped(&client, ns),
+            shard,
+            "HTTPRoute",
+            &liveness,
+            trim::route,
+        );
         (c, s.boxed())
     } else {
         (PlanCache::default(), futures::stream::empty().boxed())
@@ -1168,6 +1189,7 @@ pub async fn run(
     // Only ours (StatefulSets and DaemonSets keep theirs too): by the plan label.
     let (templates, template_stream) = owned_watch(
         scoped(&client, ns),
+        shard,
         "ControllerRevision",
         &liveness,
         trim::controller_revision,
@@ -1287,6 +1309,7 @@ where
 /// maps their changes to plans.
 fn owned_watch<K>(
     api: Api<K>,
+    shard: Option<Shard>,
     name: &'static str,
     liveness: &Arc<Liveness>,
     trim: impl FnMut(&mut K) + Send + 'static,
@@ -1309,13 +1332,50 @@ where
         .backoff(WatchBackoff::default())
         .inspect(watched(liveness, name))
         .modify(trim)
-        .map_ok(move |event| {
-            writer.apply(&event);
-            event
+        .try_filter_map(move |event| {
+            let (event, wakes) = match shard {
+                Some(s) => owned_in_shard(s, event),
+                None => (Some(event), true),
+            };
+            if let Some(event) = &event {
+                writer.apply(event);
+            }
+            std::future::ready(Ok(event.filter(|_| wakes)))
         })
         .touched_objects()
         .filter_map(ok_only);
     (cache, stream)
+}
+
+/// Whether a plan's watch event is for this shard (start and end of a list
+/// are for every shard).
+fn plan_in_shard(shard: Shard, event: &watcher::Event<ReleasePlan>) -> bool {
+    match event {
+        watcher::Event::Apply(p) | watcher::Event::InitApply(p) | watcher::Event::Delete(p) => {
+            shard.owns_plan(p)
+        }
+        watcher::Event::Init | watcher::Event::InitDone => true,
+    }
+}
+
+/// What an owned object's watch event does in this shard: the event for the
+/// cache (None: nothing to cache), and whether it wakes the object's plan. An
+/// object of another shard's plan is never cached; one whose plan label moved
+/// it to another shard is dropped from the cache, as if deleted.
+fn owned_in_shard<K: Resource>(
+    shard: Shard,
+    event: watcher::Event<K>,
+) -> (Option<watcher::Event<K>>, bool) {
+    let ours = |o: &K| {
+        plan_of(o).is_some_and(|p| shard.owns(p.namespace.as_deref().unwrap_or_default(), &p.name))
+    };
+    match event {
+        watcher::Event::Apply(o) | watcher::Event::Delete(o) if !ours(&o) => {
+            (Some(watcher::Event::Delete(o)), false)
+        }
+        watcher::Event::InitApply(o) if !ours(&o) => (None, false),
+        event => (Some(event), true),
+    }
 }
 
 /// Drops the errors of a watch stream once its own backoff and the liveness

@@ -149,6 +149,8 @@ pub struct Metrics {
     gate_series: Mutex<HashMap<String, BTreeSet<String>>>,
     /// 1 while this process reconciles (leader, or leader election off), else 0.
     pub leader: Gauge,
+    /// The shard this process reconciles (`--shards`), -1 while it holds none.
+    pub shard: Gauge,
     /// Requests to the API server, by verb, resource and answer.
     pub kube_requests: Family<RequestLabel, Counter>,
     /// Answer time of requests to the API server (watches excluded), by verb.
@@ -209,6 +211,8 @@ impl Metrics {
             Family::new_with_constructor(gate_histogram);
         let gate_errors = Family::<GateKindLabel, Counter>::default();
         let leader = Gauge::default();
+        let shard = Gauge::default();
+        shard.set(-1);
         let kube_requests = Family::<RequestLabel, Counter>::default();
         let kube_request_duration =
             Family::<VerbLabel, Histogram, fn() -> Histogram>::new_with_constructor(
@@ -276,6 +280,11 @@ impl Metrics {
             leader.clone(),
         );
         registry.register(
+            "shard",
+            "The shard whose plans this process reconciles (0 without sharding), -1 while it holds none",
+            shard.clone(),
+        );
+        registry.register(
             "kube_requests",
             "Requests to the Kubernetes API server, by verb, resource and status code",
             kube_requests.clone(),
@@ -318,6 +327,7 @@ impl Metrics {
             gate_errors,
             gate_series: Mutex::new(HashMap::new()),
             leader,
+            shard,
             kube_requests,
             kube_request_duration,
             queue_depth,

@@ -1,4 +1,5 @@
-//! Process plumbing: metrics, the health server, leader election, logging,
+//! Process plumbing: metrics, the health server, leader election and
+//! sharding, logging,
 //! the client-side rate limit and the API request metrics.
 
 pub mod leader;
@@ -7,4 +8,5 @@ pub mod metrics;
 pub mod ratelimit;
 pub mod requests;
 pub mod server;
+pub mod shard;
 pub mod telemetry;

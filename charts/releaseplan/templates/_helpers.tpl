@@ -67,6 +67,13 @@ install (and `helm template`) with what to change.
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) -}}
 {{- fail (printf "replicaCount=%d needs leaderElection.enabled=true: without leader election every replica reconciles and writes the same plans and Deployments. Set leaderElection.enabled=true, or replicaCount=1" (int .Values.replicaCount)) -}}
 {{- end -}}
+{{- $shards := int (.Values.leaderElection.shards | default 1) -}}
+{{- if and (gt $shards 1) (not .Values.leaderElection.enabled) -}}
+{{- fail (printf "leaderElection.shards=%d needs leaderElection.enabled=true: each shard is served by the holder of its Lease" $shards) -}}
+{{- end -}}
+{{- if lt (int .Values.replicaCount) $shards -}}
+{{- fail (printf "replicaCount=%d is below leaderElection.shards=%d: a replica serves one shard, so the plans of %d shards would have no replica. Set replicaCount to at least %d (one more keeps a standby)" (int .Values.replicaCount) $shards (sub $shards (int .Values.replicaCount)) $shards) -}}
+{{- end -}}
 {{- end }}
 
 {{/*
