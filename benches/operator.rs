@@ -308,7 +308,13 @@ async fn cache_bytes(client: &Client, ns: &str) {
     let rows = [
         (
             "ReleasePlan",
-            bytes_per_object::<ReleasePlan, _>(client, ns, "", trim::plan).await,
+            bytes_per_object::<ReleasePlan, releaseplan::api::cached::CachedPlan>(
+                client,
+                ns,
+                "",
+                trim::plan,
+            )
+            .await,
         ),
         (
             "Deployment",

@@ -172,6 +172,7 @@ async fn run(args: Args) -> Result<(), MainError> {
         return Err(MainError::ShardsWithoutElection(args.shards));
     }
     let metrics = Arc::new(Metrics::new());
+    metrics.shards.set(i64::from(args.shards));
     let (client, lease_client) = clients(&args, &metrics).await?;
     controller::check_crd(&client, args.namespace.as_deref()).await?;
 

@@ -24,6 +24,7 @@
 //! evaluation is never counted twice and a gate is not called again before
 //! its interval has passed.
 
+use crate::api::cached::CachedPlan;
 use crate::api::{GateStatus, ReleasePlan, ReleasePlanStatus, Verdict};
 use crate::gates::access::CredentialReader;
 use crate::gates::outbound::GateHttp;
@@ -136,7 +137,7 @@ pub struct GateRunner {
     secrets: CredentialReader,
     metrics: Arc<Metrics>,
     wake: UnboundedSender<ObjectRef<ReleasePlan>>,
-    plans: Store<ReleasePlan>,
+    plans: Store<CachedPlan>,
     running: Mutex<HashMap<ObjectRef<ReleasePlan>, Running>>,
 }
 
@@ -148,7 +149,7 @@ impl GateRunner {
         secrets: CredentialReader,
         metrics: Arc<Metrics>,
         wake: UnboundedSender<ObjectRef<ReleasePlan>>,
-        plans: Store<ReleasePlan>,
+        plans: Store<CachedPlan>,
     ) -> Arc<GateRunner> {
         metrics.gate_kinds(&GateSpec::KINDS);
         Arc::new(GateRunner {
@@ -231,7 +232,7 @@ impl GateRunner {
 
     fn plan_exists(&self, key: &ObjectRef<ReleasePlan>, uid: &str) -> bool {
         self.plans
-            .get(key)
+            .get(&super::cached_key(key))
             .is_some_and(|p| p.uid().as_deref() == Some(uid))
     }
 

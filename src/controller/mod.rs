@@ -20,7 +20,7 @@ pub mod templates;
 pub mod traffic;
 pub mod trim;
 
-use crate::api::cached::{CachedDeployment, CachedPod, CachedRevision};
+use crate::api::cached::{CachedDeployment, CachedPlan, CachedPod, CachedRevision};
 use crate::api::gateway::HTTPRoute;
 use crate::api::{
     FINALIZER, LABEL_PLAN, LABEL_REVISION, Outcome, Phase, ReleasePlan, ReleasePlanStatus,
@@ -299,14 +299,26 @@ pub fn backoff_delay(failures: u32) -> Duration {
     Duration::from_secs((1u64 << exp).min(300))
 }
 
+/// The key of a cached plan in the maps of the context.
+pub(crate) fn key_of(cached: &CachedPlan) -> ObjectRef<ReleasePlan> {
+    ObjectRef::new(&cached.name_any()).within(&cached.namespace().unwrap_or_default())
+}
+
+/// The key of a plan in the plan cache (and the controller's queue).
+pub(crate) fn cached_key(key: &ObjectRef<ReleasePlan>) -> ObjectRef<CachedPlan> {
+    ObjectRef::new(&key.name).within(key.namespace.as_deref().unwrap_or_default())
+}
+
 /// Reconciles one plan. Errors are returned to the error policy, never raised.
-pub async fn reconcile(plan: Arc<ReleasePlan>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(cached: Arc<CachedPlan>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
-    let key = ObjectRef::from_obj(&*plan);
+    let key = key_of(&cached);
     ctx.queue.started(key.namespace.as_deref(), &key.name);
     let _in_flight = ctx.liveness.reconcile_started();
-    let plan = ctx.freshest(&key, plan);
+    // Decoded as a ReleasePlan when it entered the cache: this cannot fail
+    // but for a bug, which is then this plan's error, not the process's.
+    let plan = ctx.freshest(&key, Arc::new(cached.decode()?));
     let span = tracing::info_span!("reconcile", plan = %key, generation = plan.metadata.generation.unwrap_or(0));
     let res = std::panic::AssertUnwindSafe(reconcile_inner(&plan, &ctx).instrument(span))
         .catch_unwind()
@@ -335,14 +347,14 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// on the plan at the 1st, 2nd, 4th, 8th ... failure in a row.
 // kube-runtime's Controller::run hands the Arcs over by value.
 #[allow(clippy::needless_pass_by_value)]
-pub fn error_policy(plan: Arc<ReleasePlan>, err: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(plan: Arc<CachedPlan>, err: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics
         .failures
         .get_or_create(&ErrorLabel {
             error: err.kind().into(),
         })
         .inc();
-    let key = ObjectRef::from_obj(&*plan);
+    let key = key_of(&plan);
     if matches!(err, Error::Conflict(_)) {
         info!(plan = %key, "{err}");
         return Action::requeue(Duration::from_millis(300));
@@ -1115,7 +1127,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ns = settings.namespace.as_deref();
-    let (plan_store, plan_writer) = reflector::store();
+    let (plan_store, plan_writer) = reflector::store::<CachedPlan>();
     let plan_stream = watcher(
         scoped(&client, ns),
         watcher::Config::default().any_semantic(),
@@ -1139,7 +1151,7 @@ pub async fn run(
     let queue = Arc::new(Queue::new(Arc::clone(&metrics)));
     let plan_stream = {
         let queue = Arc::clone(&queue);
-        plan_stream.inspect(move |p: &Result<ReleasePlan, _>| {
+        plan_stream.inspect(move |p: &Result<CachedPlan, _>| {
             if let Ok(p) = p {
                 queue.changed(p.metadata.namespace.as_deref(), &p.name_any());
             }
@@ -1149,10 +1161,9 @@ pub async fn run(
     let wakes = |queue: &Arc<Queue>| {
         let queue = Arc::clone(queue);
         move |plan: Option<ObjectRef<ReleasePlan>>| {
-            if let Some(r) = &plan {
-                queue.changed(r.namespace.as_deref(), &r.name);
-            }
-            plan
+            let r = plan?;
+            queue.changed(r.namespace.as_deref(), &r.name);
+            Some(cached_key(&r))
         }
     };
     let shard = settings.shard;
@@ -1349,7 +1360,7 @@ where
 
 /// Whether a plan's watch event is for this shard (start and end of a list
 /// are for every shard).
-fn plan_in_shard(shard: Shard, event: &watcher::Event<ReleasePlan>) -> bool {
+fn plan_in_shard(shard: Shard, event: &watcher::Event<CachedPlan>) -> bool {
     match event {
         watcher::Event::Apply(p) | watcher::Event::InitApply(p) | watcher::Event::Delete(p) => {
             shard.owns_plan(p)

@@ -12,6 +12,7 @@ use kube::{Api, Client, ResourceExt};
 
 use super::{WatchBackoff, ok_only, scoped, watched};
 use crate::api::ReleasePlan;
+use crate::api::cached::CachedPlan;
 use crate::api::template::{
     ClusterGateTemplate, GateTemplate, GateTemplateRef, GateTemplateSpec, TemplateKind,
 };
@@ -62,7 +63,7 @@ impl TemplateCaches {
 /// GateTemplate only from its own namespace `ns`). A scan of the plan cache:
 /// template changes are rare, and it never misses a plan not reconciled yet.
 pub fn plans_referring(
-    plans: &Store<ReleasePlan>,
+    plans: &Store<CachedPlan>,
     kind: TemplateKind,
     ns: Option<&str>,
     name: &str,
@@ -72,13 +73,17 @@ pub fn plans_referring(
         .iter()
         .filter(|p| {
             (kind == TemplateKind::ClusterGateTemplate || p.namespace().as_deref() == ns)
-                && p.spec
-                    .health
-                    .templates
-                    .iter()
-                    .any(|t| t.template_ref.kind == kind && t.template_ref.name == name)
+                // The text names the template before the spec is decoded.
+                && p.spec_text().contains(name)
+                && p.decode().is_ok_and(|p| {
+                    p.spec
+                        .health
+                        .templates
+                        .iter()
+                        .any(|t| t.template_ref.kind == kind && t.template_ref.name == name)
+                })
         })
-        .map(|p| ObjectRef::from_obj(&**p))
+        .map(|p| super::key_of(p))
         .collect()
 }
 
@@ -88,7 +93,7 @@ pub fn watch(
     client: &Client,
     ns: Option<&str>,
     liveness: &Arc<Liveness>,
-    plans: Store<ReleasePlan>,
+    plans: Store<CachedPlan>,
 ) -> (
     TemplateCaches,
     impl Stream<Item = ObjectRef<ReleasePlan>> + Send + 'static,
@@ -125,7 +130,7 @@ fn template_watch<K>(
     api: Api<K>,
     kind: TemplateKind,
     writer: reflector::store::Writer<K>,
-    plans: Store<ReleasePlan>,
+    plans: Store<CachedPlan>,
     liveness: &Arc<Liveness>,
 ) -> impl Stream<Item = ObjectRef<ReleasePlan>> + Send + 'static
 where

@@ -5,12 +5,11 @@
 //! is often larger than the rest of the object) make most of the footprint.
 //! Each function here is applied to a watched object before it is cached.
 
-use crate::api::ReleasePlan;
 use crate::api::cached::{CachedDeployment, CachedPod, CachedRevision};
 use crate::api::gateway::HTTPRoute;
 use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::api::core::v1::Service;
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 
 /// The annotation `kubectl apply` (client-side) keeps a whole copy of the
 /// object in; never read by the operator.
@@ -19,7 +18,7 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// A plan keeps everything but managedFields and kubectl's last-applied copy:
 /// spec, status and the request annotation are all read, and the status write
 /// sends status only (the API server ignores metadata on `/status`).
-pub fn plan(p: &mut ReleasePlan) {
+pub fn plan<K: Resource>(p: &mut K) {
     p.managed_fields_mut().clear();
     p.annotations_mut().remove(LAST_APPLIED);
 }
@@ -39,13 +38,19 @@ pub fn deployment(d: &mut CachedDeployment) {
 
 /// A pod is decoded as a [`CachedPod`] (labels, and of each container's
 /// status what the pod checks read: name, readiness, restart count and the
-/// waiting state); of its metadata, managedFields, annotations and owner
-/// references are never read.
+/// waiting state); of its metadata, managedFields, annotations, owner
+/// references, generateName and the labels of others (the template's own,
+/// pod-template-hash) are never read: only `releaseplan.io/` labels are.
 pub fn pod(p: &mut CachedPod) {
     p.managed_fields_mut().clear();
     p.annotations_mut().clear();
     p.owner_references_mut().clear();
+    p.labels_mut().retain(|k, _| k.starts_with(OUR_LABELS));
+    p.metadata.generate_name = None;
 }
+
+/// The prefix of the labels the operator reads on pods.
+const OUR_LABELS: &str = "releaseplan.io/";
 
 /// A Job keeps its labels, owner references, creation time and status
 /// conditions: what a Job gate reads. Its spec (a whole pod template) is not.
@@ -92,7 +97,7 @@ mod tests {
 
     #[test]
     fn plans_drop_managed_fields_and_keep_what_is_read() {
-        let mut p: ReleasePlan = serde_json::from_value(json!({
+        let mut p: crate::api::ReleasePlan = serde_json::from_value(json!({
             "apiVersion": "releaseplan.io/v1alpha1", "kind": "ReleasePlan",
             "metadata": {"name": "shop", "namespace": "prod", "uid": "u",
                 "managedFields": managed(),
@@ -149,8 +154,8 @@ mod tests {
 
     fn failing_pod() -> CachedPod {
         serde_json::from_value(json!({
-            "metadata": {"name": "p", "namespace": "prod", "labels": {"releaseplan.io/plan": "shop"},
-                "annotations": {"a": "b"}, "managedFields": managed(),
+            "metadata": {"name": "p", "namespace": "prod", "labels": {"releaseplan.io/plan": "shop", "app": "shop", "pod-template-hash": "5d8f"},
+                "generateName": "shop-web-5d8f-", "annotations": {"a": "b"}, "managedFields": managed(),
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "r"}]},
             "spec": {"containers": [{"name": "app", "image": "a:1"}]},
             "status": {

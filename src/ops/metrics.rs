@@ -151,6 +151,8 @@ pub struct Metrics {
     pub leader: Gauge,
     /// The shard this process reconciles (`--shards`), -1 while it holds none.
     pub shard: Gauge,
+    /// Shards in all (`--shards`): as many replicas must lead.
+    pub shards: Gauge,
     /// Requests to the API server, by verb, resource and answer.
     pub kube_requests: Family<RequestLabel, Counter>,
     /// Answer time of requests to the API server (watches excluded), by verb.
@@ -213,6 +215,8 @@ impl Metrics {
         let leader = Gauge::default();
         let shard = Gauge::default();
         shard.set(-1);
+        let shards = Gauge::default();
+        shards.set(1);
         let kube_requests = Family::<RequestLabel, Counter>::default();
         let kube_request_duration =
             Family::<VerbLabel, Histogram, fn() -> Histogram>::new_with_constructor(
@@ -285,6 +289,11 @@ impl Metrics {
             shard.clone(),
         );
         registry.register(
+            "shards",
+            "Shards the plans are split into (--shards): as many replicas must lead",
+            shards.clone(),
+        );
+        registry.register(
             "kube_requests",
             "Requests to the Kubernetes API server, by verb, resource and status code",
             kube_requests.clone(),
@@ -328,6 +337,7 @@ impl Metrics {
             gate_series: Mutex::new(HashMap::new()),
             leader,
             shard,
+            shards,
             kube_requests,
             kube_request_duration,
             queue_depth,
