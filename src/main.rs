@@ -260,6 +260,12 @@ async fn run(args: Args) -> Result<(), MainError> {
                     tracing::error!("leadership lost: exiting so that only the leader writes");
                     std::process::exit(1);
                 }
+                () = stopped(stop_rx.clone()) => {
+                    manager.release().await.map_err(leader::LeaderError::from)?;
+                    tracing::info!("lease released");
+                    let _ = server.await;
+                    return Ok(());
+                }
             }
             metrics.leader.set(1);
             metrics.shard.set(i64::from(shard));

@@ -208,7 +208,7 @@ pub struct Context {
     /// The newest version of a plan this process wrote or read back, until the
     /// cache has caught up with it: a reconcile never decides on an older one
     /// (deciding on a stale cache repeats transitions and ends in a conflict).
-    fresh: Mutex<HashMap<ObjectRef<ReleasePlan>, Arc<ReleasePlan>>>,
+    fresh: Mutex<HashMap<ObjectRef<ReleasePlan>, Arc<CachedPlan>>>,
     /// The last failed Deployment write per plan, until one succeeds.
     refusals: Mutex<HashMap<ObjectRef<ReleasePlan>, Refusal>>,
     /// The Job creates the API server refused in a plan's last reconcile.
@@ -253,7 +253,7 @@ impl Context {
     }
 
     /// The cached plan, or the newer copy this process last wrote or read.
-    fn freshest(&self, key: &ObjectRef<ReleasePlan>, cached: Arc<ReleasePlan>) -> Arc<ReleasePlan> {
+    fn freshest(&self, key: &ObjectRef<ReleasePlan>, cached: Arc<CachedPlan>) -> Arc<CachedPlan> {
         let mut fresh = lock(&self.fresh);
         match fresh.get(key) {
             Some(f) if f.uid() == cached.uid() && newer(f, &cached) => Arc::clone(f),
@@ -265,9 +265,18 @@ impl Context {
         }
     }
 
-    fn remember(&self, mut plan: ReleasePlan) {
-        trim::plan(&mut plan);
-        lock(&self.fresh).insert(ObjectRef::from_obj(&plan), Arc::new(plan));
+    /// Kept in the cache's form, as small as the cache's own copy.
+    fn remember(&self, plan: &ReleasePlan) {
+        match CachedPlan::new(plan) {
+            Ok(mut cached) => {
+                trim::plan(&mut cached);
+                lock(&self.fresh).insert(ObjectRef::from_obj(plan), Arc::new(cached));
+            }
+            // Then the cache's copy is used, and a conflict reads it again.
+            Err(e) => {
+                warn!(plan = %ObjectRef::from_obj(plan), error = %e, "cannot keep the written plan");
+            }
+        }
     }
 
     /// Drops everything kept about a plan whose deletion proceeds.
@@ -283,8 +292,8 @@ impl Context {
 /// Whether `a` has a later resourceVersion than `b`. Versions are opaque to
 /// clients, but the API server's are etcd revisions; anything that does not
 /// parse is taken as not newer, so the cache wins.
-fn newer(a: &ReleasePlan, b: &ReleasePlan) -> bool {
-    let rv = |p: &ReleasePlan| {
+fn newer(a: &CachedPlan, b: &CachedPlan) -> bool {
+    let rv = |p: &CachedPlan| {
         p.metadata
             .resource_version
             .as_deref()
@@ -318,7 +327,7 @@ pub async fn reconcile(cached: Arc<CachedPlan>, ctx: Arc<Context>) -> Result<Act
     let _in_flight = ctx.liveness.reconcile_started();
     // Decoded as a ReleasePlan when it entered the cache: this cannot fail
     // but for a bug, which is then this plan's error, not the process's.
-    let plan = ctx.freshest(&key, Arc::new(cached.decode()?));
+    let plan = Arc::new(ctx.freshest(&key, cached).decode()?);
     let span = tracing::info_span!("reconcile", plan = %key, generation = plan.metadata.generation.unwrap_or(0));
     let res = std::panic::AssertUnwindSafe(reconcile_inner(&plan, &ctx).instrument(span))
         .catch_unwind()
@@ -413,7 +422,7 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
             return Ok(Action::await_change());
         };
         ctx.metrics.write("finalizer");
-        ctx.remember(p.clone());
+        ctx.remember(&p);
         Arc::new(p)
     };
 
@@ -532,14 +541,14 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
     // Stage 6: write status; events and metrics only for what was written.
     if plan.status.as_ref() != Some(&decision.status) {
         match write_status(&plans, &plan, &decision.status).await {
-            Ok(Some(written)) => ctx.remember(written),
+            Ok(Some(written)) => ctx.remember(&written),
             Ok(None) => {}
             Err(e @ Error::Conflict(_)) => {
                 // Decided on a stale object: read it fresh, so the retry does not
                 // conflict again (after an API server restart the cache may lag
                 // for many seconds), and drop this decision's events.
                 if let Ok(p) = plans.get(&name).await {
-                    ctx.remember(p);
+                    ctx.remember(&p);
                 }
                 return Err(e);
             }
