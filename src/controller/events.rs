@@ -4,8 +4,11 @@
 //! waited for each of its Events held one of the `--concurrency` slots for
 //! nothing: nothing the reconcile decides depends on them. So a reconcile only
 //! queues its Events (after its status write succeeded) and one task
-//! publishes them, in the order they were queued. An Event that cannot be
-//! recorded never fails a rollout.
+//! publishes them, a few at once. Each is stamped when it is queued, so the
+//! Events of a plan keep the order of its transitions whatever order their
+//! creates land in (one at a time, a cold start of thousands of plans left
+//! the Events minutes behind the transitions they announce). An Event that
+//! cannot be recorded never fails a rollout.
 //!
 //! Each Event is created as a new `events.k8s.io/v1` object, as kube's
 //! `Recorder` does for a first occurrence, but without its series cache: the
@@ -17,6 +20,7 @@
 
 use crate::ops::metrics::Metrics;
 use crate::plan::{EventIntent, EventReason, EventType};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -25,6 +29,7 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::runtime::events::{Event, EventType as KubeEventType, Reporter};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -33,10 +38,29 @@ use tracing::warn;
 /// How long a stopping operator waits for its queued Events.
 const FLUSH: Duration = Duration::from_secs(5);
 
-/// An Event and the object it is about.
+/// Event creates in flight at once.
+const IN_FLIGHT: usize = 8;
+
+/// An Event, the object it is about and when it was queued.
 struct Outgoing {
     reference: ObjectReference,
     event: Event,
+    at: Timestamp,
+}
+
+/// The time of an Event queued now: later than the one queued before, so two
+/// Events of one object never get the same name or the same time.
+fn stamp() -> Timestamp {
+    static LAST: AtomicI64 = AtomicI64::new(0);
+    let now = Timestamp::now().as_nanosecond();
+    let now = i64::try_from(now).unwrap_or(i64::MAX);
+    let prev = LAST
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+            Some(now.max(last.saturating_add(1)))
+        })
+        .unwrap_or(now);
+    let at = now.max(prev.saturating_add(1));
+    Timestamp::from_nanosecond(i128::from(at)).unwrap_or_else(|_| Timestamp::now())
 }
 
 /// The queue of Events to publish; cheap to use from any reconcile.
@@ -54,11 +78,14 @@ impl Events {
     /// `reporter`.
     pub fn start(client: Client, reporter: Reporter, metrics: Arc<Metrics>) -> (Events, Publisher) {
         let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
-        let task = tokio::spawn(async move {
-            while let Some(o) = rx.recv().await {
-                let event = to_k8s(&reporter, &o.event, o.reference, Timestamp::now());
+        let queued = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+        let task = tokio::spawn(queued.for_each_concurrent(IN_FLIGHT, move |o| {
+            let (client, reporter, metrics) =
+                (client.clone(), reporter.clone(), Arc::clone(&metrics));
+            async move {
+                let event = to_k8s(&reporter, &o.event, o.reference, o.at);
                 let ns = event.metadata.namespace.clone().unwrap_or_default();
-                let api: Api<K8sEvent> = Api::namespaced(client.clone(), &ns);
+                let api: Api<K8sEvent> = Api::namespaced(client, &ns);
                 match api.create(&PostParams::default(), &event).await {
                     Ok(_) => metrics.write("event"),
                     Err(e) => {
@@ -66,7 +93,7 @@ impl Events {
                     }
                 }
             }
-        });
+        }));
         (Events { tx }, Publisher { task })
     }
 
@@ -102,6 +129,7 @@ impl Events {
         let _ = self.tx.send(Outgoing {
             reference: reference.clone(),
             event,
+            at: stamp(),
         });
     }
 }
@@ -163,6 +191,12 @@ fn action(reason: &str, message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_queued_in_a_row_get_distinct_increasing_times() {
+        let times: Vec<i128> = (0..1000).map(|_| stamp().as_nanosecond()).collect();
+        assert!(times.windows(2).all(|w| w[0] < w[1]));
+    }
 
     #[test]
     fn event_actions_differ_by_message() {
