@@ -252,3 +252,45 @@ async fn shards_split_the_plans_and_a_standby_takes_over_a_shard() {
     assert_eq!(reporters(&client, &ns, moved).await, want, "{moved}");
     assert_eq!(b.counter("releaseplan_shard").await, f64::from(sb));
 }
+
+/// A new leader decides on full caches only: with every plan Stable it has
+/// nothing to write. (Reconciles that ran before the Deployment and pod
+/// caches had their first list re-applied Deployments and flipped statuses.)
+#[tokio::test]
+async fn a_new_leader_with_every_plan_stable_writes_nothing() {
+    use support::plans::{create, wait_phase};
+    let Harness { client, ns } = Harness::new("takeover").await;
+    let mut a = start(&ns, "op-a").await;
+    wait_holder(&client, &ns, "op-a").await;
+    let names: Vec<String> = (0..40).map(|i| format!("app-{i}")).collect();
+    for name in &names {
+        create(
+            &client,
+            &ns,
+            &support::fixtures::plan(name, json!({"components": [web(&format!("{name}:1"), 1)]})),
+        )
+        .await;
+    }
+    for name in &names {
+        wait_phase(&client, &ns, name, Phase::Stable, T).await;
+    }
+    let b = start(&ns, "op-b").await;
+    a.terminate().await;
+    wait_holder(&client, &ns, "op-b").await;
+    wait_until(T, "the new leader to reconcile every plan", || async {
+        (b.counter("releaseplan_plans").await == names.len() as f64).then_some(())
+    })
+    .await;
+    // Retries after a refused or conflicting write would come within seconds.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let metrics = b.metrics().await;
+    let writes: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("releaseplan_api_writes_total") && !l.ends_with(" 0"))
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "the new leader wrote: {writes:?}\n{}",
+        b.log_text()
+    );
+}

@@ -13,6 +13,7 @@ use crate::api::LABEL_PLAN;
 use kube::Resource;
 use kube::runtime::watcher;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 /// (namespace, plan name): the key objects are grouped by.
@@ -84,12 +85,16 @@ impl<K: Resource> Index<K> {
 /// Cloning gives another handle to the same cache.
 pub struct PlanCache<K> {
     index: Arc<RwLock<Index<K>>>,
+    /// Set once the first list is in: before that, an empty cache means
+    /// "not read yet", not "there are none".
+    synced: Arc<AtomicBool>,
 }
 
 impl<K> Clone for PlanCache<K> {
     fn clone(&self) -> Self {
         PlanCache {
             index: Arc::clone(&self.index),
+            synced: Arc::clone(&self.synced),
         }
     }
 }
@@ -98,7 +103,23 @@ impl<K> Default for PlanCache<K> {
     fn default() -> Self {
         PlanCache {
             index: Arc::new(RwLock::new(Index::default())),
+            synced: Arc::new(AtomicBool::new(false)),
         }
+    }
+}
+
+impl<K> PlanCache<K> {
+    /// A cache with nothing to watch (a kind the cluster does not serve):
+    /// synced from the start.
+    pub fn empty() -> Self {
+        let cache = PlanCache::default();
+        cache.synced.store(true, Ordering::Release);
+        cache
+    }
+
+    /// Whether the first list of the watch is in.
+    pub fn synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
     }
 }
 
@@ -172,6 +193,7 @@ impl<K: Resource + Clone> PlanCacheWriter<K> {
                 let fresh = self.relist.take().unwrap_or_default();
                 // The old index is dropped after the lock is released.
                 let _old = std::mem::replace(&mut *self.write(), fresh);
+                self.cache.synced.store(true, Ordering::Release);
             }
         }
     }
@@ -273,7 +295,10 @@ mod tests {
         )));
         // Until the relist ends, readers see the previous state.
         assert_eq!(names(&cache.of_plan("a", "shop")), ["old"]);
+        assert!(!cache.synced(), "synced only once a first list is in");
         w.apply(&watcher::Event::InitDone);
+        assert!(cache.synced());
+        assert!(PlanCache::<Deployment>::empty().synced());
         assert_eq!(names(&cache.of_plan("a", "shop")), ["new"]);
         assert!(cache.get("a", "old").is_none());
     }

@@ -279,6 +279,16 @@ impl Context {
         }
     }
 
+    /// Whether every cache of objects made for plans has its first list.
+    fn caches_synced(&self) -> bool {
+        self.deployments.synced()
+            && self.templates.synced()
+            && self.pods.synced()
+            && self.jobs.synced()
+            && self.services.synced()
+            && self.routes.synced()
+    }
+
     /// Drops everything kept about a plan whose deletion proceeds.
     fn forget(&self, key: &ObjectRef<ReleasePlan>) {
         lock(&self.fresh).remove(key);
@@ -288,6 +298,9 @@ impl Context {
         self.gates.observe(key, None);
     }
 }
+
+/// How soon a plan is tried again while the caches fill.
+const CACHE_SYNC_RETRY: Duration = Duration::from_millis(250);
 
 /// Whether `a` has a later resourceVersion than `b`. Versions are opaque to
 /// clients, but the API server's are etcd revisions; anything that does not
@@ -324,6 +337,12 @@ pub async fn reconcile(cached: Arc<CachedPlan>, ctx: Arc<Context>) -> Result<Act
     ctx.metrics.reconciles.inc();
     let key = key_of(&cached);
     ctx.queue.started(key.namespace.as_deref(), &key.name);
+    if !ctx.caches_synced() {
+        // A cache not listed yet reads as "no Deployments, no pods": a
+        // decision on it would re-create and re-announce what exists (a new
+        // leader's first reconciles would write). Its list comes in seconds.
+        return Ok(Action::requeue(CACHE_SYNC_RETRY));
+    }
     let _in_flight = ctx.liveness.reconcile_started();
     // Decoded as a ReleasePlan when it entered the cache: this cannot fail
     // but for a bug, which is then this plan's error, not the process's.
@@ -1175,45 +1194,26 @@ pub async fn run(
             Some(cached_key(&r))
         }
     };
-    let shard = settings.shard;
-    let (deployments, deploy_stream) = owned_watch(
-        scoped(&client, ns),
-        shard,
-        "Deployment",
-        &liveness,
-        trim::deployment,
-    );
-    let (pods, pod_stream) = owned_watch(scoped(&client, ns), shard, "Pod", &liveness, trim::pod);
-    let (jobs, job_stream) = owned_watch(scoped(&client, ns), shard, "Job", &liveness, trim::job);
-    let (services, service_stream) = owned_watch(
-        scoped(&client, ns),
-        shard,
-        "Service",
-        &liveness,
-        trim::service,
-    );
+    let owned = OwnedWatches {
+        client: &client,
+        namespace: ns,
+        shard: settings.shard,
+        liveness: &liveness,
+    };
+    let (deployments, deploy_stream) = owned.watch("Deployment", trim::deployment);
+    let (pods, pod_stream) = owned.watch("Pod", trim::pod);
+    let (jobs, job_stream) = owned.watch("Job", trim::job);
+    let (services, service_stream) = owned.watch("Service", trim::service);
     // HTTPRoutes only when the cluster serves them: a watch of a missing
     // resource would fail forever (and fail the liveness check).
     let (routes, route_stream) = if settings.gateway_api {
-        let (c, s) = owned_watch(
-            scoped(&client, ns),
-            shard,
-            "HTTPRoute",
-            &liveness,
-            trim::route,
-        );
+        let (c, s) = owned.watch("HTTPRoute", trim::route);
         (c, s.boxed())
     } else {
-        (PlanCache::default(), futures::stream::empty().boxed())
+        (PlanCache::empty(), futures::stream::empty().boxed())
     };
     // Only ours (StatefulSets and DaemonSets keep theirs too): by the plan label.
-    let (templates, template_stream) = owned_watch(
-        scoped(&client, ns),
-        shard,
-        "ControllerRevision",
-        &liveness,
-        trim::controller_revision,
-    );
+    let (templates, template_stream) = owned.watch("ControllerRevision", trim::controller_revision);
     let reporter = Reporter {
         controller: "releaseplan".into(),
         instance: settings.instance.clone(),
@@ -1324,9 +1324,46 @@ where
     }
 }
 
-/// A cached watch of the objects made for plans (selected by the plan
-/// label), trimmed by `trim` before caching: its store, and the stream that
-/// maps their changes to plans.
+/// What every watch of the objects made for plans shares.
+struct OwnedWatches<'a> {
+    client: &'a Client,
+    namespace: Option<&'a str>,
+    shard: Option<Shard>,
+    liveness: &'a Arc<Liveness>,
+}
+
+impl OwnedWatches<'_> {
+    /// A cached watch of the objects of kind `K` made for plans (selected by
+    /// the plan label, and of this shard's plans), trimmed by `trim` before
+    /// caching: its store, and the stream that maps their changes to plans.
+    fn watch<K>(
+        &self,
+        name: &'static str,
+        trim: impl FnMut(&mut K) + Send + 'static,
+    ) -> (
+        PlanCache<K>,
+        impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    )
+    where
+        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        owned_watch(
+            scoped(self.client, self.namespace),
+            self.shard,
+            name,
+            self.liveness,
+            trim,
+        )
+    }
+}
+
+/// See [`OwnedWatches::watch`].
 fn owned_watch<K>(
     api: Api<K>,
     shard: Option<Shard>,
