@@ -1324,6 +1324,29 @@ where
     }
 }
 
+/// What a kind must be to be watched into a cache.
+pub(crate) trait Watched:
+    Resource<DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// What every watch of the objects made for plans shares.
 struct OwnedWatches<'a> {
     client: &'a Client,
@@ -1345,63 +1368,30 @@ impl OwnedWatches<'_> {
         impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
     )
     where
-        K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
+        K: Watched + Resource<Scope = kube::core::NamespaceResourceScope>,
     {
-        owned_watch(
-            scoped(self.client, self.namespace),
-            self.shard,
-            name,
-            self.liveness,
-            trim,
-        )
+        let (shard, liveness) = (self.shard, self.liveness);
+        let api: Api<K> = scoped(self.client, self.namespace);
+        let cache = PlanCache::default();
+        let mut writer = cache.writer();
+        let stream = watcher(api, watcher::Config::default().labels(LABEL_PLAN))
+            .backoff(WatchBackoff::default())
+            .inspect(watched(liveness, name))
+            .modify(trim)
+            .try_filter_map(move |event| {
+                let (event, wakes) = match shard {
+                    Some(s) => owned_in_shard(s, event),
+                    None => (Some(event), true),
+                };
+                if let Some(event) = &event {
+                    writer.apply(event);
+                }
+                std::future::ready(Ok(event.filter(|_| wakes)))
+            })
+            .touched_objects()
+            .filter_map(ok_only);
+        (cache, stream)
     }
-}
-
-/// See [`OwnedWatches::watch`].
-fn owned_watch<K>(
-    api: Api<K>,
-    shard: Option<Shard>,
-    name: &'static str,
-    liveness: &Arc<Liveness>,
-    trim: impl FnMut(&mut K) + Send + 'static,
-) -> (
-    PlanCache<K>,
-    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
-)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let cache = PlanCache::default();
-    let mut writer = cache.writer();
-    let stream = watcher(api, watcher::Config::default().labels(LABEL_PLAN))
-        .backoff(WatchBackoff::default())
-        .inspect(watched(liveness, name))
-        .modify(trim)
-        .try_filter_map(move |event| {
-            let (event, wakes) = match shard {
-                Some(s) => owned_in_shard(s, event),
-                None => (Some(event), true),
-            };
-            if let Some(event) = &event {
-                writer.apply(event);
-            }
-            std::future::ready(Ok(event.filter(|_| wakes)))
-        })
-        .touched_objects()
-        .filter_map(ok_only);
-    (cache, stream)
 }
 
 /// Whether a plan's watch event is for this shard (start and end of a list
@@ -1424,7 +1414,9 @@ fn owned_in_shard<K: Resource>(
     event: watcher::Event<K>,
 ) -> (Option<watcher::Event<K>>, bool) {
     let ours = |o: &K| {
-        plan_of(o).is_some_and(|p| shard.owns(p.namespace.as_deref().unwrap_or_default(), &p.name))
+        let meta = o.meta();
+        let plan = meta.labels.as_ref().and_then(|l| l.get(LABEL_PLAN));
+        plan.is_some_and(|p| shard.owns(meta.namespace.as_deref().unwrap_or_default(), p))
     };
     match event {
         watcher::Event::Apply(o) | watcher::Event::Delete(o) if !ours(&o) => {

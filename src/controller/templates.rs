@@ -134,13 +134,7 @@ fn template_watch<K>(
     liveness: &Arc<Liveness>,
 ) -> impl Stream<Item = ObjectRef<ReleasePlan>> + Send + 'static
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: super::Watched,
 {
     watcher(api, watcher::Config::default().any_semantic())
         .backoff(WatchBackoff::default())
