@@ -119,9 +119,8 @@ pub fn find<'a>(
     hash: &str,
 ) -> Option<&'a CachedRevision> {
     stored.into_iter().find(|cr| {
-        let labels = cr.metadata.labels.as_ref();
-        let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
-        label(LABEL_COMPONENT) == Some(component) && label(LABEL_REVISION) == Some(hash)
+        cr.labels.get(LABEL_COMPONENT) == Some(component)
+            && cr.labels.get(LABEL_REVISION) == Some(hash)
     })
 }
 
@@ -189,7 +188,7 @@ pub fn to_write(
     };
     let desired = build(plan, component, hash, data.clone(), existing.revision);
     let observed = ControllerRevision {
-        metadata: existing.metadata.clone(),
+        metadata: existing.full_metadata(),
         data: Some(RawExtension(data)),
         revision: existing.revision,
     };

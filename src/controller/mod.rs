@@ -20,7 +20,7 @@ pub mod templates;
 pub mod traffic;
 pub mod trim;
 
-use crate::api::cached::{CachedDeployment, CachedPlan, CachedPod, CachedRevision};
+use crate::api::cached::{CachedDeployment, CachedPlan, CachedPod, CachedRevision, Labelled};
 use crate::api::gateway::HTTPRoute;
 use crate::api::{
     FINALIZER, LABEL_PLAN, LABEL_REVISION, Outcome, Phase, ReleasePlan, ReleasePlanStatus,
@@ -652,11 +652,8 @@ fn pod_failures(
     let mut out = Vec::new();
     for (component, hash) in rolling {
         let mine = pods.iter().filter(|p| {
-            p.labels()
-                .get(crate::api::LABEL_COMPONENT)
-                .map(String::as_str)
-                == Some(component)
-                && p.labels().get(LABEL_REVISION).map(String::as_str) == Some(hash)
+            p.labels.get(crate::api::LABEL_COMPONENT) == Some(component)
+                && p.labels.get(LABEL_REVISION) == Some(hash)
         });
         for s in crate::gates::pods::detect(mine.map(|p| &**p), max_restarts, detect) {
             out.push(PodFailure {
@@ -1092,7 +1089,12 @@ pub async fn check_crd(client: &Client, namespace: Option<&str>) -> Result<(), S
 /// The cached objects of one plan: labelled with its name, and ours or
 /// orphaned (no controller): a plan deleted with orphan propagation leaves its
 /// objects without owner, and a plan of the same name adopts them.
-fn plan_objects<K: Resource>(cache: &PlanCache<K>, ns: &str, plan: &str, uid: &str) -> Vec<Arc<K>> {
+fn plan_objects<K: Resource + Labelled>(
+    cache: &PlanCache<K>,
+    ns: &str,
+    plan: &str,
+    uid: &str,
+) -> Vec<Arc<K>> {
     cache
         .of_plan(ns, plan)
         .into_iter()
@@ -1104,8 +1106,8 @@ fn plan_objects<K: Resource>(cache: &PlanCache<K>, ns: &str, plan: &str, uid: &s
 }
 
 /// The plan an object belongs to, by its `releaseplan.io/plan` label.
-fn plan_of<K: Resource>(obj: &K) -> Option<ObjectRef<ReleasePlan>> {
-    let plan = obj.meta().labels.as_ref()?.get(LABEL_PLAN)?;
+fn plan_of<K: Resource + Labelled>(obj: &K) -> Option<ObjectRef<ReleasePlan>> {
+    let plan = obj.label(LABEL_PLAN)?;
     let ns = obj.meta().namespace.as_ref()?;
     Some(ObjectRef::new(plan).within(ns))
 }
@@ -1368,7 +1370,7 @@ impl OwnedWatches<'_> {
         impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
     )
     where
-        K: Watched + Resource<Scope = kube::core::NamespaceResourceScope>,
+        K: Watched + Labelled + Resource<Scope = kube::core::NamespaceResourceScope>,
     {
         let (shard, liveness) = (self.shard, self.liveness);
         let api: Api<K> = scoped(self.client, self.namespace);
@@ -1409,14 +1411,13 @@ fn plan_in_shard(shard: Shard, event: &watcher::Event<CachedPlan>) -> bool {
 /// cache (None: nothing to cache), and whether it wakes the object's plan. An
 /// object of another shard's plan is never cached; one whose plan label moved
 /// it to another shard is dropped from the cache, as if deleted.
-fn owned_in_shard<K: Resource>(
+fn owned_in_shard<K: Resource + Labelled>(
     shard: Shard,
     event: watcher::Event<K>,
 ) -> (Option<watcher::Event<K>>, bool) {
     let ours = |o: &K| {
-        let meta = o.meta();
-        let plan = meta.labels.as_ref().and_then(|l| l.get(LABEL_PLAN));
-        plan.is_some_and(|p| shard.owns(meta.namespace.as_deref().unwrap_or_default(), p))
+        let ns = o.meta().namespace.as_deref().unwrap_or_default();
+        o.label(LABEL_PLAN).is_some_and(|p| shard.owns(ns, p))
     };
     match event {
         watcher::Event::Apply(o) | watcher::Event::Delete(o) if !ours(&o) => {

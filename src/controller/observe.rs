@@ -12,7 +12,12 @@ pub use crate::plan::revision_of;
 
 /// [`revision_of`] for a Deployment as the cache holds it.
 pub fn revision_of_cached(d: &CachedDeployment) -> Option<RevisionObs> {
-    crate::plan::revision_from(&d.metadata, d.replicas(), d.status.as_ref())
+    crate::plan::revision_from(
+        &d.metadata,
+        |k| d.labels.get(k),
+        d.replicas(),
+        d.status.as_ref(),
+    )
 }
 
 /// The request in the plan's annotation, `<action>/<id>` (for example

@@ -38,15 +38,19 @@ pub fn deployment(d: &mut CachedDeployment) {
 
 /// A pod is decoded as a [`CachedPod`] (labels, and of each container's
 /// status what the pod checks read: name, readiness, restart count and the
-/// waiting state); of its metadata, managedFields, annotations, owner
-/// references, generateName and the labels of others (the template's own,
-/// pod-template-hash) are never read: only `releaseplan.io/` labels are.
+/// waiting state); of its metadata only the name and namespace are read, and
+/// of its labels only `releaseplan.io/` ones (not the template's own, nor
+/// pod-template-hash). The watch has taken the resourceVersion before this.
 pub fn pod(p: &mut CachedPod) {
-    p.managed_fields_mut().clear();
-    p.annotations_mut().clear();
-    p.owner_references_mut().clear();
-    p.labels_mut().retain(|k, _| k.starts_with(OUR_LABELS));
-    p.metadata.generate_name = None;
+    let meta = &mut p.metadata;
+    meta.managed_fields = None;
+    meta.annotations = None;
+    meta.owner_references = None;
+    meta.generate_name = None;
+    meta.uid = None;
+    meta.resource_version = None;
+    meta.creation_timestamp = None;
+    p.labels.retain(|k, _| k.starts_with(OUR_LABELS));
 }
 
 /// The prefix of the labels the operator reads on pods.
@@ -141,7 +145,7 @@ mod tests {
         );
         assert!(d.metadata.managed_fields.unwrap_or_default().is_empty());
         assert!(d.metadata.annotations.unwrap_or_default().is_empty());
-        assert_eq!(d.metadata.labels.unwrap().len(), 1);
+        assert_eq!(d.labels.get("releaseplan.io/plan"), Some("shop"));
         assert_eq!(d.metadata.owner_references.unwrap().len(), 1);
         assert_eq!(d.spec, spec);
         let s = d.status.unwrap();
@@ -154,7 +158,7 @@ mod tests {
 
     fn failing_pod() -> CachedPod {
         serde_json::from_value(json!({
-            "metadata": {"name": "p", "namespace": "prod", "labels": {"releaseplan.io/plan": "shop", "app": "shop", "pod-template-hash": "5d8f"},
+            "metadata": {"name": "p", "namespace": "prod", "uid": "u1", "resourceVersion": "9", "labels": {"releaseplan.io/plan": "shop", "app": "shop", "pod-template-hash": "5d8f"},
                 "generateName": "shop-web-5d8f-", "annotations": {"a": "b"}, "managedFields": managed(),
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "r"}]},
             "spec": {"containers": [{"name": "app", "image": "a:1"}]},
@@ -184,7 +188,11 @@ mod tests {
         assert!(p.metadata.managed_fields.as_ref().is_none_or(Vec::is_empty));
         assert!(p.metadata.annotations.unwrap_or_default().is_empty());
         assert!(p.metadata.owner_references.unwrap_or_default().is_empty());
-        assert_eq!(p.metadata.labels.unwrap().len(), 1);
+        assert_eq!(
+            p.labels.iter().collect::<Vec<_>>(),
+            [("releaseplan.io/plan", "shop")]
+        );
+        assert_eq!(p.metadata.uid, None);
         let s = p.status.unwrap();
         let c = &s.container_statuses[0];
         assert_eq!(

@@ -192,23 +192,26 @@ pub struct RevisionObs {
 /// is never taken for one of this revision; a missing `spec.replicas` is 1,
 /// as the API server defaults it.
 pub fn revision_of(d: &Deployment) -> Option<RevisionObs> {
+    let labels = d.metadata.labels.as_ref();
     revision_from(
         &d.metadata,
+        |k| labels?.get(k).map(String::as_str),
         d.spec.as_ref().and_then(|s| s.replicas),
         d.status.as_ref(),
     )
 }
 
-/// [`revision_of`] from the parts of a Deployment it reads: metadata,
+/// [`revision_of`] from the parts of a Deployment it reads: metadata (name
+/// and creation time), its labels (by key: the cache keeps them packed),
 /// `spec.replicas` and status.
-pub fn revision_from(
+pub fn revision_from<'a>(
     meta: &ObjectMeta,
+    label: impl Fn(&str) -> Option<&'a str>,
     replicas: Option<i32>,
     status: Option<&DeploymentStatus>,
 ) -> Option<RevisionObs> {
-    let labels = meta.labels.as_ref()?;
-    let component = labels.get(LABEL_COMPONENT)?.clone();
-    let hash = labels.get(LABEL_REVISION)?.clone();
+    let component = label(LABEL_COMPONENT)?.to_string();
+    let hash = label(LABEL_REVISION)?.to_string();
     let status = status.cloned().unwrap_or_default();
     let ready = status
         .ready_replicas
