@@ -130,7 +130,6 @@ macro_rules! labelled_by_meta {
 }
 
 labelled_by_meta!(
-    CachedPlan,
     k8s_openapi::api::apps::v1::Deployment,
     k8s_openapi::api::batch::v1::Job,
     k8s_openapi::api::core::v1::Service,
