@@ -488,6 +488,10 @@ struct Failover {
     lease_writes: u64,
     /// Resident memory of the new leader after catching up, MiB.
     rss_mib: f64,
+    /// Its peak resident memory (VmHWM) by then, MiB: a leader that starts
+    /// with every plan already there lists them all at once.
+    #[serde(default)]
+    peak_rss_mib: f64,
 }
 
 /// The operator as the bench runs it, on the audited user's kubeconfig.
@@ -567,6 +571,7 @@ async fn failover(
         writes,
         lease_writes,
         rss_mib: u1.rss_kib as f64 / 1024.0,
+        peak_rss_mib: u1.peak_kib as f64 / 1024.0,
     };
     eprintln!(
         "failover ({}): leads after {:.1}s, caught up after {:.1}s, {} writes",
@@ -986,12 +991,13 @@ fn print_table(f: &Figures) {
             fo.how, f.n, fo.leads_after, fo.caught_up_after
         );
         println!(
-            "| failover ({}): writes of the new leader but the Lease / Lease writes / CPU s / RSS MiB | {} / {} / {:.2} / {:.1} |",
+            "| failover ({}): writes of the new leader but the Lease / Lease writes / CPU s / RSS, peak RSS MiB | {} / {} / {:.2} / {:.1}, {:.1} |",
             fo.how,
             writes_cell(&fo.writes),
             fo.lease_writes,
             fo.cpu,
-            fo.rss_mib
+            fo.rss_mib,
+            fo.peak_rss_mib
         );
     }
     println!();

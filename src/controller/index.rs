@@ -281,6 +281,31 @@ mod tests {
     }
 
     #[test]
+    fn keeps_a_plans_objects_sorted_by_name_and_one_per_name() {
+        let cache = PlanCache::default();
+        let mut w = cache.writer();
+        for name in ["shop-web-c", "shop-web-a", "shop-web-b", "shop-web-a"] {
+            w.apply(&watcher::Event::Apply(deployment("a", name, Some("shop"))));
+        }
+        assert_eq!(
+            names(&cache.of_plan("a", "shop")),
+            ["shop-web-a", "shop-web-b", "shop-web-c"]
+        );
+        assert_eq!(cache.len(), 3);
+        w.apply(&watcher::Event::Delete(deployment(
+            "a",
+            "shop-web-b",
+            Some("shop"),
+        )));
+        assert_eq!(
+            names(&cache.of_plan("a", "shop")),
+            ["shop-web-a", "shop-web-c"]
+        );
+        assert!(cache.get("a", "shop-web-c").is_some());
+        assert!(cache.get("a", "shop-web-b").is_none());
+    }
+
+    #[test]
     fn follows_relabels_and_deletes() {
         let cache = PlanCache::default();
         let mut w = cache.writer();

@@ -1158,21 +1158,23 @@ pub async fn run(
 ) {
     let ns = settings.namespace.as_deref();
     let (plan_store, plan_writer) = reflector::store::<CachedPlan>();
-    let plan_stream = watcher(
-        scoped(&client, ns),
-        watcher::Config::default().any_semantic(),
-    )
-    .backoff(WatchBackoff::default())
-    .inspect(watched(&liveness, "ReleasePlan"))
-    // Plans of other shards are neither cached nor reconciled.
-    .try_filter({
-        let shard = settings.shard;
-        move |event| std::future::ready(shard.is_none_or(|s| plan_in_shard(s, event)))
-    })
-    .modify(trim::plan)
-    .reflect(plan_writer)
-    .applied_objects()
-    .filter_map(ok_only);
+    // The most recent list, in pages of 500: a list "of any version" is
+    // served from the API server's cache, which ignores `limit`, so a start
+    // with 5000 plans read them in one response of about 20 MB (managedFields
+    // included) and decoded it whole before the trim; and it may be older
+    // than what the previous leader wrote.
+    let plan_stream = watcher(scoped(&client, ns), watcher::Config::default())
+        .backoff(WatchBackoff::default())
+        .inspect(watched(&liveness, "ReleasePlan"))
+        // Plans of other shards are neither cached nor reconciled.
+        .try_filter({
+            let shard = settings.shard;
+            move |event| std::future::ready(shard.is_none_or(|s| plan_in_shard(s, event)))
+        })
+        .modify(trim::plan)
+        .reflect(plan_writer)
+        .applied_objects()
+        .filter_map(ok_only);
     for kind in Error::KINDS {
         let _ = metrics
             .failures
