@@ -1160,9 +1160,9 @@ pub async fn run(
     let (plan_store, plan_writer) = reflector::store::<CachedPlan>();
     // The most recent list, in pages of 500: a list "of any version" is
     // served from the API server's cache, which ignores `limit`, so a start
-    // with 5000 plans read them in one response of about 20 MB (managedFields
-    // included) and decoded it whole before the trim; and it may be older
-    // than what the previous leader wrote.
+    // read every plan in one response (managedFields included) and decoded
+    // it whole before the trim; and it may be older than what the previous
+    // leader wrote.
     let plan_stream = watcher(scoped(&client, ns), watcher::Config::default())
         .backoff(WatchBackoff::default())
         .inspect(watched(&liveness, "ReleasePlan"))
