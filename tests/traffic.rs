@@ -661,6 +661,14 @@ async fn failed_canary_loses_its_traffic_before_its_pods() {
         c.all_ok_from(&old)
     })
     .await;
+    // The operator scales the canary down once the router has left it (after
+    // drainSeconds); its pods go when the controller-manager gets to the
+    // ReplicaSet, which on a busy machine can come after the plan reads
+    // RolledBack. Keep sampling until then: the ordering is what is checked.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while milestones.lock().unwrap().pods_going.is_none() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let timeline = sampler.stop().await;
     watcher.abort();
     let m = *milestones.lock().unwrap();
