@@ -331,7 +331,7 @@ async fn cache_bytes(client: &Client, ns: &str) {
                 client,
                 ns,
                 PLAN,
-                trim::controller_revision,
+                |_: &mut CachedRevision| {},
             )
             .await,
         ),

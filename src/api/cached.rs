@@ -10,12 +10,12 @@
 
 use k8s_openapi::api::apps::v1::DeploymentStatus;
 use k8s_openapi::api::core::v1::{ContainerStateWaiting, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-use super::ReleasePlan;
+use super::{ReleasePlan, ReleasePlanSpec, ReleasePlanStatus};
 
 /// Implements `k8s_openapi::Resource` and `Metadata` for a namespaced cached
 /// type: (type, apiVersion, group, kind, version, plural).
@@ -99,12 +99,35 @@ impl<'a> FromIterator<(&'a str, &'a str)> for Labels {
     }
 }
 
-/// Takes the labels out of `meta` into their packed form.
-fn take_labels(meta: &mut ObjectMeta) -> Labels {
-    meta.labels
-        .take()
-        .map(|l| l.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect())
-        .unwrap_or_default()
+/// Decoded straight from the JSON map, without a `BTreeMap` in between.
+impl<'de> Deserialize<'de> for Labels {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Packer;
+        impl<'de> serde::de::Visitor<'de> for Packer {
+            type Value = Labels;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of label keys to values")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Labels, A::Error> {
+                let mut text = String::new();
+                while let Some((k, v)) =
+                    map.next_entry::<std::borrow::Cow<'de, str>, std::borrow::Cow<'de, str>>()?
+                {
+                    if !text.is_empty() {
+                        text.push('\0');
+                    }
+                    text.push_str(&k);
+                    text.push('\0');
+                    text.push_str(&v);
+                }
+                Ok(Labels(text.into_boxed_str()))
+            }
+        }
+        d.deserialize_map(Packer)
+    }
 }
 
 /// The labels of a watched object, whichever form its type keeps them in:
@@ -161,6 +184,78 @@ macro_rules! packed_labels {
 
 packed_labels!(CachedPod, CachedDeployment, CachedRevision);
 
+/// `ObjectMeta` as the cached types decode it: managedFields are skipped
+/// while decoding, and labels decode as `L` (packed [`Labels`], or the map).
+///
+/// managedFields are often larger than the rest of an object, and decoded
+/// they are a `Value` tree of B-tree nodes; the trim drops them, but only
+/// after the watch hands the object on, and a list page holds hundreds of
+/// decoded objects before that: a new leader listing pods in pages of 500
+/// held 4.7 MB of them at its peak (heaptrack, 500 plans).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MetaWire<L> {
+    annotations: Option<BTreeMap<String, String>>,
+    creation_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
+    deletion_timestamp: Option<Time>,
+    finalizers: Option<Vec<String>>,
+    generate_name: Option<String>,
+    generation: Option<i64>,
+    labels: Option<L>,
+    name: Option<String>,
+    namespace: Option<String>,
+    owner_references: Option<Vec<OwnerReference>>,
+    resource_version: Option<String>,
+    self_link: Option<String>,
+    uid: Option<String>,
+}
+
+impl<L> Default for MetaWire<L> {
+    fn default() -> Self {
+        MetaWire {
+            annotations: None,
+            creation_timestamp: None,
+            deletion_grace_period_seconds: None,
+            deletion_timestamp: None,
+            finalizers: None,
+            generate_name: None,
+            generation: None,
+            labels: None,
+            name: None,
+            namespace: None,
+            owner_references: None,
+            resource_version: None,
+            self_link: None,
+            uid: None,
+        }
+    }
+}
+
+impl<L> MetaWire<L> {
+    /// The metadata without its labels (and without managedFields), and the labels.
+    fn split(self) -> (ObjectMeta, Option<L>) {
+        let meta = ObjectMeta {
+            annotations: self.annotations,
+            creation_timestamp: self.creation_timestamp,
+            deletion_grace_period_seconds: self.deletion_grace_period_seconds,
+            deletion_timestamp: self.deletion_timestamp,
+            finalizers: self.finalizers,
+            generate_name: self.generate_name,
+            generation: self.generation,
+            labels: None,
+            managed_fields: None,
+            name: self.name,
+            namespace: self.namespace,
+            owner_references: self.owner_references,
+            resource_version: self.resource_version,
+            self_link: self.self_link,
+            uid: self.uid,
+        };
+        (meta, self.labels)
+    }
+}
+
 /// A pod as the pod checks read it: metadata (labels select the plan,
 /// component and revision) and its containers' states.
 #[derive(Deserialize, Clone, Debug, Default, PartialEq)]
@@ -178,16 +273,17 @@ pub struct CachedPod {
 #[derive(Deserialize)]
 struct PodWire {
     #[serde(default)]
-    metadata: ObjectMeta,
+    metadata: MetaWire<Labels>,
     #[serde(default)]
     status: Option<CachedPodStatus>,
 }
 
 impl From<PodWire> for CachedPod {
-    fn from(mut w: PodWire) -> Self {
+    fn from(w: PodWire) -> Self {
+        let (metadata, labels) = w.metadata.split();
         CachedPod {
-            labels: take_labels(&mut w.metadata),
-            metadata: w.metadata,
+            metadata,
+            labels: labels.unwrap_or_default(),
             status: w.status,
         }
     }
@@ -254,7 +350,7 @@ pub struct CachedDeployment {
 #[derive(Deserialize)]
 struct DeploymentWire {
     #[serde(default)]
-    metadata: ObjectMeta,
+    metadata: MetaWire<Labels>,
     #[serde(default)]
     spec: Option<CachedDeploymentSpec>,
     #[serde(default)]
@@ -262,10 +358,11 @@ struct DeploymentWire {
 }
 
 impl From<DeploymentWire> for CachedDeployment {
-    fn from(mut w: DeploymentWire) -> Self {
+    fn from(w: DeploymentWire) -> Self {
+        let (metadata, labels) = w.metadata.split();
         CachedDeployment {
-            labels: take_labels(&mut w.metadata),
-            metadata: w.metadata,
+            metadata,
+            labels: labels.unwrap_or_default(),
             spec: w.spec,
             status: w.status,
         }
@@ -359,7 +456,7 @@ pub struct CachedRevision {
 #[derive(Deserialize)]
 struct RevisionWire {
     #[serde(default)]
-    metadata: ObjectMeta,
+    metadata: MetaWire<Labels>,
     #[serde(default, deserialize_with = "json_text")]
     data: Option<Box<str>>,
     #[serde(default)]
@@ -367,10 +464,11 @@ struct RevisionWire {
 }
 
 impl From<RevisionWire> for CachedRevision {
-    fn from(mut w: RevisionWire) -> Self {
+    fn from(w: RevisionWire) -> Self {
+        let (metadata, labels) = w.metadata.split();
         CachedRevision {
-            labels: take_labels(&mut w.metadata),
-            metadata: w.metadata,
+            metadata,
+            labels: labels.unwrap_or_default(),
             data: w.data,
             revision: w.revision,
         }
@@ -428,10 +526,30 @@ impl CachedPlan {
     }
 }
 
+/// A plan as decoded: the types of [`ReleasePlan`], but for managedFields.
+#[derive(Deserialize)]
+struct PlanWire {
+    #[serde(default)]
+    metadata: MetaWire<BTreeMap<String, String>>,
+    spec: ReleasePlanSpec,
+    #[serde(default)]
+    status: Option<ReleasePlanStatus>,
+}
+
 impl<'de> Deserialize<'de> for CachedPlan {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let plan = ReleasePlan::deserialize(d)?;
-        CachedPlan::new(&plan).map_err(serde::de::Error::custom)
+        fn text<T: serde::Serialize, E: serde::de::Error>(v: &T) -> Result<Box<str>, E> {
+            serde_json::to_string(v)
+                .map(String::into_boxed_str)
+                .map_err(E::custom)
+        }
+        let w = PlanWire::deserialize(d)?;
+        let (metadata, labels) = w.metadata.split();
+        Ok(CachedPlan {
+            metadata: ObjectMeta { labels, ..metadata },
+            spec: text(&w.spec)?,
+            status: w.status.as_ref().map(text).transpose()?,
+        })
     }
 }
 
@@ -563,12 +681,7 @@ mod tests {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();
-        let mut meta = ObjectMeta {
-            labels: Some(map.clone()),
-            ..ObjectMeta::default()
-        };
-        let mut labels = take_labels(&mut meta);
-        assert_eq!(meta.labels, None);
+        let mut labels: Labels = serde_json::from_value(json!(map)).unwrap();
         assert_eq!(labels.get("releaseplan.io/plan"), Some("shop"));
         assert_eq!(labels.get("e"), Some(""), "an empty value is a value");
         assert_eq!(labels.get("releaseplan.io"), None);
@@ -583,6 +696,64 @@ mod tests {
         assert_eq!(labels, Labels::default());
         assert_eq!(labels.to_map(), None);
         assert_eq!(labels.iter().count(), 0);
-        assert_eq!(take_labels(&mut ObjectMeta::default()), Labels::default());
+        assert_eq!(
+            serde_json::from_str::<Labels>("{}").unwrap(),
+            Labels::default()
+        );
+    }
+
+    /// Metadata with every field set, managedFields included.
+    fn full_meta() -> Value {
+        json!({
+            "name": "shop-web-abc", "namespace": "prod", "generateName": "shop-web-",
+            "uid": "u-1", "resourceVersion": "42", "generation": 3, "selfLink": "/x",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "deletionTimestamp": "2026-01-02T00:00:00Z", "deletionGracePeriodSeconds": 30,
+            "labels": {"app": "shop", "releaseplan.io/plan": "shop"},
+            "annotations": {"a": "b"}, "finalizers": ["releaseplan.io/cleanup"],
+            "ownerReferences": [{"apiVersion": "releaseplan.io/v1alpha1", "kind": "ReleasePlan",
+                "name": "shop", "uid": "p-1", "controller": true}],
+            "managedFields": [{"manager": "kube-controller-manager", "operation": "Update",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:replicas": {}}}}]
+        })
+    }
+
+    #[test]
+    fn cached_types_keep_all_metadata_but_managed_fields_as_decoded() {
+        let sent: ObjectMeta = serde_json::from_value(full_meta()).unwrap();
+        assert!(sent.managed_fields.is_some());
+        let expected = ObjectMeta {
+            managed_fields: None,
+            ..sent.clone()
+        };
+        let deployment: CachedDeployment =
+            serde_json::from_value(json!({"metadata": full_meta(), "spec": {"replicas": 2}}))
+                .unwrap();
+        assert_eq!(deployment.full_metadata(), expected);
+        assert_eq!(deployment.labels.get("app"), Some("shop"));
+        let pod: CachedPod = serde_json::from_value(json!({"metadata": full_meta()})).unwrap();
+        assert_eq!(pod.full_metadata(), expected);
+        let revision: CachedRevision =
+            serde_json::from_value(json!({"metadata": full_meta(), "revision": 1})).unwrap();
+        assert_eq!(revision.full_metadata(), expected);
+        let plan: CachedPlan =
+            serde_json::from_value(json!({"metadata": full_meta(), "spec": {"components": []}}))
+                .unwrap();
+        assert_eq!(
+            plan.metadata, expected,
+            "a plan keeps its labels in the map"
+        );
+    }
+
+    #[test]
+    fn null_or_missing_metadata_parts_decode_as_absent() {
+        let pod: CachedPod =
+            serde_json::from_value(json!({"metadata": {"name": "p", "labels": null}})).unwrap();
+        assert_eq!(pod.labels, Labels::default());
+        let pod: CachedPod = serde_json::from_value(json!({})).unwrap();
+        assert_eq!(pod.full_metadata(), ObjectMeta::default());
+        assert!(
+            serde_json::from_value::<CachedPod>(json!({"metadata": {"labels": ["a"]}})).is_err()
+        );
     }
 }

@@ -1217,7 +1217,9 @@ pub async fn run(
         (PlanCache::empty(), futures::stream::empty().boxed())
     };
     // Only ours (StatefulSets and DaemonSets keep theirs too): by the plan label.
-    let (templates, template_stream) = owned.watch("ControllerRevision", trim::controller_revision);
+    // A `CachedRevision` decodes only what is kept: nothing to trim.
+    let (templates, template_stream) =
+        owned.watch("ControllerRevision", |_: &mut CachedRevision| {});
     let reporter = Reporter {
         controller: "releaseplan".into(),
         instance: settings.instance.clone(),

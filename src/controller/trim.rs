@@ -3,9 +3,10 @@
 //! Every cached object stays in memory for the life of the process, so at
 //! thousands of plans the fields nobody reads (managedFields above all, which
 //! is often larger than the rest of the object) make most of the footprint.
-//! Each function here is applied to a watched object before it is cached.
+//! Each function here is applied to a watched object before it is cached;
+//! the types of [`crate::api::cached`] skip managedFields while decoding.
 
-use crate::api::cached::{CachedDeployment, CachedPod, CachedRevision};
+use crate::api::cached::{CachedDeployment, CachedPod};
 use crate::api::gateway::HTTPRoute;
 use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::api::core::v1::Service;
@@ -26,10 +27,9 @@ pub fn plan<K: Resource>(p: &mut K) {
 /// A Deployment is decoded as a [`CachedDeployment`]: its metadata (labels,
 /// owner references), its spec as JSON text (the apply compares it with the
 /// desired one, and a revision whose template left the spec is re-applied
-/// from it) and the replica counts of its status; managedFields, annotations
-/// and status conditions are never read.
+/// from it) and the replica counts of its status, without managedFields;
+/// annotations and status conditions are never read.
 pub fn deployment(d: &mut CachedDeployment) {
-    d.managed_fields_mut().clear();
     d.annotations_mut().clear();
     if let Some(s) = d.status.as_mut() {
         s.conditions = None;
@@ -38,12 +38,12 @@ pub fn deployment(d: &mut CachedDeployment) {
 
 /// A pod is decoded as a [`CachedPod`] (labels, and of each container's
 /// status what the pod checks read: name, readiness, restart count and the
-/// waiting state); of its metadata only the name and namespace are read, and
-/// of its labels only `releaseplan.io/` ones (not the template's own, nor
-/// pod-template-hash). The watch has taken the resourceVersion before this.
+/// waiting state, without managedFields); of its metadata only the name and
+/// namespace are read, and of its labels only `releaseplan.io/` ones (not the
+/// template's own, nor pod-template-hash). The watch has taken the
+/// resourceVersion before this.
 pub fn pod(p: &mut CachedPod) {
     let meta = &mut p.metadata;
-    meta.managed_fields = None;
     meta.annotations = None;
     meta.owner_references = None;
     meta.generate_name = None;
@@ -80,12 +80,6 @@ pub fn service(s: &mut Service) {
 pub fn route(r: &mut HTTPRoute) {
     r.managed_fields_mut().clear();
     r.annotations_mut().clear();
-}
-
-/// A ControllerRevision is decoded as a [`CachedRevision`] (its data, the
-/// stored template, as JSON text) and keeps everything but managedFields.
-pub fn controller_revision(cr: &mut CachedRevision) {
-    cr.managed_fields_mut().clear();
 }
 
 #[cfg(test)]
