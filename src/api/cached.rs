@@ -99,7 +99,8 @@ impl<'a> FromIterator<(&'a str, &'a str)> for Labels {
     }
 }
 
-/// Decoded straight from the JSON map, without a `BTreeMap` in between.
+/// Decoded straight from the JSON map into the packed text: no `BTreeMap`
+/// and no string per key or value in between (every watch event decodes it).
 impl<'de> Deserialize<'de> for Labels {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct Packer;
@@ -113,20 +114,38 @@ impl<'de> Deserialize<'de> for Labels {
                 mut map: A,
             ) -> Result<Labels, A::Error> {
                 let mut text = String::new();
-                while let Some((k, v)) =
-                    map.next_entry::<std::borrow::Cow<'de, str>, std::borrow::Cow<'de, str>>()?
-                {
-                    if !text.is_empty() {
-                        text.push('\0');
-                    }
-                    text.push_str(&k);
-                    text.push('\0');
-                    text.push_str(&v);
+                while map.next_key_seed(Append(&mut text, true))?.is_some() {
+                    map.next_value_seed(Append(&mut text, false))?;
                 }
                 Ok(Labels(text.into_boxed_str()))
             }
         }
         d.deserialize_map(Packer)
+    }
+}
+
+/// Appends one label key (`true`: after a separator unless first) or value
+/// (after the key's separator) to the packed text.
+struct Append<'a>(&'a mut String, bool);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Append<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl serde::de::Visitor<'_> for Append<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a label key or value")
+    }
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<(), E> {
+        if !self.1 || !self.0.is_empty() {
+            self.0.push('\0');
+        }
+        self.0.push_str(s);
+        Ok(())
     }
 }
 
@@ -754,6 +773,9 @@ mod tests {
         assert_eq!(pod.full_metadata(), ObjectMeta::default());
         assert!(
             serde_json::from_value::<CachedPod>(json!({"metadata": {"labels": ["a"]}})).is_err()
+        );
+        assert!(
+            serde_json::from_value::<CachedPod>(json!({"metadata": {"labels": {"a": 1}}})).is_err()
         );
     }
 }
