@@ -211,7 +211,7 @@ packed_labels!(CachedPod, CachedDeployment, CachedRevision);
 /// after the watch hands the object on, and a list page holds hundreds of
 /// decoded objects before that: a new leader listing pods in pages of 500
 /// held 4.7 MB of them at its peak (heaptrack, 500 plans).
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct MetaWire<L> {
     annotations: Option<BTreeMap<String, String>>,
@@ -228,27 +228,6 @@ struct MetaWire<L> {
     resource_version: Option<String>,
     self_link: Option<String>,
     uid: Option<String>,
-}
-
-impl<L> Default for MetaWire<L> {
-    fn default() -> Self {
-        MetaWire {
-            annotations: None,
-            creation_timestamp: None,
-            deletion_grace_period_seconds: None,
-            deletion_timestamp: None,
-            finalizers: None,
-            generate_name: None,
-            generation: None,
-            labels: None,
-            name: None,
-            namespace: None,
-            owner_references: None,
-            resource_version: None,
-            self_link: None,
-            uid: None,
-        }
-    }
 }
 
 impl<L> MetaWire<L> {
@@ -512,15 +491,20 @@ pub struct CachedPlan {
 impl CachedPlan {
     /// The cache's form of `plan`.
     pub fn new(plan: &ReleasePlan) -> Result<CachedPlan, serde_json::Error> {
+        Self::from_parts(plan.metadata.clone(), &plan.spec, plan.status.as_ref())
+    }
+
+    /// The cache's form of a plan's parts: spec and status as compact text.
+    fn from_parts(
+        metadata: ObjectMeta,
+        spec: &ReleasePlanSpec,
+        status: Option<&ReleasePlanStatus>,
+    ) -> Result<CachedPlan, serde_json::Error> {
+        let text = |t: String| t.into_boxed_str();
         Ok(CachedPlan {
-            metadata: plan.metadata.clone(),
-            spec: serde_json::to_string(&plan.spec)?.into_boxed_str(),
-            status: plan
-                .status
-                .as_ref()
-                .map(serde_json::to_string)
-                .transpose()?
-                .map(String::into_boxed_str),
+            metadata,
+            spec: text(serde_json::to_string(spec)?),
+            status: status.map(serde_json::to_string).transpose()?.map(text),
         })
     }
 
@@ -557,18 +541,14 @@ struct PlanWire {
 
 impl<'de> Deserialize<'de> for CachedPlan {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        fn text<T: serde::Serialize, E: serde::de::Error>(v: &T) -> Result<Box<str>, E> {
-            serde_json::to_string(v)
-                .map(String::into_boxed_str)
-                .map_err(E::custom)
-        }
         let w = PlanWire::deserialize(d)?;
         let (metadata, labels) = w.metadata.split();
-        Ok(CachedPlan {
-            metadata: ObjectMeta { labels, ..metadata },
-            spec: text(&w.spec)?,
-            status: w.status.as_ref().map(text).transpose()?,
-        })
+        CachedPlan::from_parts(
+            ObjectMeta { labels, ..metadata },
+            &w.spec,
+            w.status.as_ref(),
+        )
+        .map_err(serde::de::Error::custom)
     }
 }
 
