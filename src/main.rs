@@ -152,11 +152,12 @@ fn identity(args: &Args) -> String {
 async fn clients(
     args: &Args,
     metrics: &Arc<Metrics>,
+    liveness: &Arc<Liveness>,
 ) -> Result<(kube::Client, kube::Client), MainError> {
     let config = kube::Config::infer()
         .await
         .map_err(|e| MainError::Config(kube::Error::InferConfig(e)))?;
-    let counted = RequestMetricsLayer::new(Arc::clone(metrics));
+    let counted = RequestMetricsLayer::new(Arc::clone(metrics)).with_liveness(Arc::clone(liveness));
     let limited = kube::client::ClientBuilder::try_from(config.clone())?
         .with_layer(&counted)
         .with_layer(&RateLimitLayer::new(args.qps, args.burst))
@@ -173,7 +174,8 @@ async fn run(args: Args) -> Result<(), MainError> {
     }
     let metrics = Arc::new(Metrics::new());
     metrics.shards.set(i64::from(args.shards));
-    let (client, lease_client) = clients(&args, &metrics).await?;
+    let liveness = Liveness::new(std::time::Duration::from_secs(args.stuck_after_seconds));
+    let (client, lease_client) = clients(&args, &metrics, &liveness).await?;
     controller::check_crd(&client, args.namespace.as_deref()).await?;
 
     let ready = Arc::new(AtomicBool::new(false));
@@ -198,7 +200,6 @@ async fn run(args: Args) -> Result<(), MainError> {
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let liveness = Liveness::new(std::time::Duration::from_secs(args.stuck_after_seconds));
     let health = Health {
         metrics: metrics.clone(),
         ready: ready.clone(),

@@ -1006,6 +1006,14 @@ fn invalid_cases() -> Vec<Case> {
             |p| with_prometheus(p, |g| g["timeoutSeconds"] = json!(0)),
         ),
         case(
+            "job-gate-namespace",
+            &[
+                "spec.health.jobs[0].template.metadata.namespace",
+                "template.metadata.namespace must not be set",
+            ],
+            |p| with_job(p, |g| g["template"]["metadata"] = json!({"namespace": "other"})),
+        ),
+        case(
             "job-gate-name-not-dns-label",
             &["spec.health.jobs[0].name", "gate name must be a DNS label"],
             |p| with_job(p, |g| g["name"] = json!("Load Test")),

@@ -365,6 +365,13 @@ fn template_cases() -> Vec<Case> {
             },
         ),
         case(
+            "job-namespace",
+            cluster_job_template,
+            Some("spec.job.template.metadata.namespace"),
+            &["template.metadata.namespace must not be set"],
+            |t| t["spec"]["job"]["template"]["metadata"] = json!({"namespace": "kube-system"}),
+        ),
+        case(
             "job-timeout",
             gate_job_template,
             Some("spec.job.timeoutSeconds"),

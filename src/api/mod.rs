@@ -783,9 +783,20 @@ fn job_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         "required": ["template"],
         "properties": {"template": pod_template},
     }));
+    // The Job runs in the plan's namespace: a namespace here would be
+    // stored and then ignored, so it is refused (`namespace` is a CEL
+    // keyword, escaped as `__namespace__`).
+    let job_metadata = open(serde_json::json!({
+        "properties": {"namespace": {"type": "string"}},
+        "x-kubernetes-validations": [{
+            "rule": "!has(self.__namespace__)",
+            "message": "a Job gate's template.metadata.namespace must not be set: the Job runs in the plan's namespace",
+            "fieldPath": ".namespace",
+        }],
+    }));
     let mut schema = open(serde_json::json!({
         "required": ["spec"],
-        "properties": {"metadata": open(serde_json::json!({})), "spec": job_spec},
+        "properties": {"metadata": job_metadata, "spec": job_spec},
     }));
     if let Some(o) = schema.as_object_mut() {
         o.remove("x-kubernetes-preserve-unknown-fields");

@@ -222,6 +222,16 @@ impl GateRunner {
         out
     }
 
+    /// The plans with gate tasks.
+    pub fn plans(&self) -> Vec<ObjectRef<ReleasePlan>> {
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect()
+    }
+
     /// Number of plans with gate tasks, for tests and metrics.
     pub fn active(&self) -> usize {
         self.running

@@ -14,8 +14,10 @@ pub mod events;
 pub mod gates;
 pub mod index;
 pub mod jobs;
+mod memory;
 pub mod observe;
 pub mod queue;
+mod sweep;
 pub mod templates;
 pub mod traffic;
 pub mod trim;
@@ -48,9 +50,10 @@ use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
+use memory::{Memory, Settled, Unconfirmed};
 use queue::Queue;
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{Instrument, info, warn};
 
@@ -72,9 +75,22 @@ pub enum Error {
     /// Serialization failed.
     #[error("serialization: {0}")]
     Json(#[from] serde_json::Error),
-    /// A write of a Deployment, Service or route failed; status and an Event say why.
+    /// The API server refused a write of a Deployment, Service or route
+    /// (a 4xx answer); status and an Event say why.
     #[error("{0} could not be written (see the plan's status)")]
     Refused(String),
+    /// A write of a Deployment, Service or route got no answer (connection
+    /// reset, timeout; it may have landed) or a 5xx one: retried with
+    /// backoff; status and an `ApiUnavailable` Event say so.
+    #[error(
+        "{object} could not be written: the API server did not take it (see the plan's status)"
+    )]
+    Unavailable {
+        /// The object.
+        object: String,
+        /// Whether any answer came (a 5xx) or none (the transport failed).
+        answered: bool,
+    },
     /// A ControllerRevision (a revision's stored template) could not be
     /// written or deleted. It never holds the rollout: the Deployments were
     /// written, and the reconcile is retried with backoff.
@@ -106,8 +122,10 @@ pub enum Error {
 impl Error {
     /// Every [`Error::kind`]: the failures metric exports each at 0 from the
     /// start, so `rate()` and `increase()` see the first failure of a kind.
-    pub const KINDS: [&'static str; 9] = [
+    pub const KINDS: [&'static str; 11] = [
         "api",
+        "transport",
+        "unavailable",
         "client",
         "conflict",
         "invalid",
@@ -121,11 +139,17 @@ impl Error {
     /// Short label for the failures metric.
     pub fn kind(&self) -> &'static str {
         match self {
+            Error::Kube(kube::Error::Api(s)) if s.code >= 500 => "unavailable",
             Error::Kube(kube::Error::Api(_)) => "api",
+            Error::Kube(e) if is_transport(e) => "transport",
             Error::Kube(_) => "client",
             Error::Conflict(_) => "conflict",
             Error::NoNamespace => "invalid",
             Error::Json(_) => "serialization",
+            Error::Unavailable {
+                answered: false, ..
+            } => "transport",
+            Error::Unavailable { answered: true, .. } => "unavailable",
             Error::Refused(_) => "refused",
             Error::Template { .. } => "template",
             Error::Job { .. } => "job",
@@ -203,26 +227,8 @@ pub struct Context {
     pub liveness: Arc<Liveness>,
     /// Plans waiting for their reconcile (metrics only).
     pub queue: Arc<Queue>,
-    /// Consecutive failures per plan, for exponential backoff.
-    failures: Mutex<HashMap<ObjectRef<ReleasePlan>, Backoff>>,
-    /// The newest version of a plan this process wrote or read back, until the
-    /// cache has caught up with it: a reconcile never decides on an older one
-    /// (deciding on a stale cache repeats transitions and ends in a conflict).
-    fresh: Mutex<HashMap<ObjectRef<ReleasePlan>, Arc<CachedPlan>>>,
-    /// The last failed Deployment write per plan, until one succeeds.
-    refusals: Mutex<HashMap<ObjectRef<ReleasePlan>, Refusal>>,
-    /// The Job creates the API server refused in a plan's last reconcile.
-    job_refusals: Mutex<HashMap<ObjectRef<ReleasePlan>, Vec<crate::gates::job::JobObs>>>,
-}
-
-/// Failures in a row of one plan and when it is retried.
-struct Backoff {
-    failures: u32,
-    retry_at: Instant,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+    /// What is kept about each plan between its reconciles.
+    memory: Memory,
 }
 
 impl Context {
@@ -234,35 +240,35 @@ impl Context {
     /// the delay.
     fn backoff(&self, key: &ObjectRef<ReleasePlan>) -> (bool, u32, Duration) {
         let now = Instant::now();
-        let mut map = lock(&self.failures);
-        let b = map.entry(key.clone()).or_insert(Backoff {
-            failures: 0,
-            retry_at: now,
-        });
-        if now < b.retry_at {
-            return (false, b.failures, b.retry_at - now);
-        }
-        b.failures = b.failures.saturating_add(1);
-        let delay = backoff_delay(b.failures);
-        b.retry_at = now + delay;
-        (true, b.failures, delay)
+        self.memory.with(key, |m| {
+            let b = m.backoff.get_or_insert(memory::Backoff {
+                failures: 0,
+                retry_at: now,
+            });
+            if now < b.retry_at {
+                return (false, b.failures, b.retry_at - now);
+            }
+            b.failures = b.failures.saturating_add(1);
+            let delay = backoff_delay(b.failures);
+            b.retry_at = now + delay;
+            (true, b.failures, delay)
+        })
     }
 
     fn reset_backoff(&self, key: &ObjectRef<ReleasePlan>) {
-        lock(&self.failures).remove(key);
+        self.memory.with(key, |m| m.backoff = None);
     }
 
     /// The cached plan, or the newer copy this process last wrote or read.
     fn freshest(&self, key: &ObjectRef<ReleasePlan>, cached: Arc<CachedPlan>) -> Arc<CachedPlan> {
-        let mut fresh = lock(&self.fresh);
-        match fresh.get(key) {
+        self.memory.with(key, |m| match &m.fresh {
             Some(f) if f.uid() == cached.uid() && newer(f, &cached) => Arc::clone(f),
             Some(_) => {
-                fresh.remove(key);
+                m.fresh = None;
                 cached
             }
             None => cached,
-        }
+        })
     }
 
     /// Kept in the cache's form, as small as the cache's own copy.
@@ -270,7 +276,9 @@ impl Context {
         match CachedPlan::new(plan) {
             Ok(mut cached) => {
                 trim::plan(&mut cached);
-                lock(&self.fresh).insert(ObjectRef::from_obj(plan), Arc::new(cached));
+                self.memory.with(&ObjectRef::from_obj(plan), |m| {
+                    m.fresh = Some(Arc::new(cached));
+                });
             }
             // Then the cache's copy is used, and a conflict reads it again.
             Err(e) => {
@@ -291,10 +299,7 @@ impl Context {
 
     /// Drops everything kept about a plan whose deletion proceeds.
     fn forget(&self, key: &ObjectRef<ReleasePlan>) {
-        lock(&self.fresh).remove(key);
-        lock(&self.refusals).remove(key);
-        lock(&self.job_refusals).remove(key);
-        lock(&self.failures).remove(key);
+        self.memory.forget(key);
         self.gates.observe(key, None);
     }
 }
@@ -389,8 +394,9 @@ pub fn error_policy(plan: Arc<CachedPlan>, err: &Error, ctx: Arc<Context>) -> Ac
     }
     let (moved, n, delay) = ctx.backoff(&key);
     warn!(plan = %key, error = %err, retry_in = ?delay, "reconcile failed");
-    // A refused Deployment already has its own Event from the decision.
-    if moved && n.is_power_of_two() && !matches!(err, Error::Refused(_)) {
+    // A failed Deployment write already has its own Event from the decision.
+    if moved && n.is_power_of_two() && !matches!(err, Error::Refused(_) | Error::Unavailable { .. })
+    {
         ctx.events.send(
             &plan.object_ref(&()),
             EventType::Warning,
@@ -400,6 +406,15 @@ pub fn error_policy(plan: Arc<CachedPlan>, err: &Error, ctx: Arc<Context>) -> Ac
         );
     }
     Action::requeue(delay)
+}
+
+/// Whether a request failed on the way (connection refused or reset, TLS,
+/// timeout, a body cut short): no answer came, and the write may have landed.
+pub(crate) fn is_transport(e: &kube::Error) -> bool {
+    matches!(
+        e,
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_)
+    )
 }
 
 fn is_conflict(e: &kube::Error) -> bool {
@@ -444,6 +459,8 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
         ctx.remember(&p);
         Arc::new(p)
     };
+
+    confirm_unanswered(ctx, &key, &plan, &metrics_key);
 
     // Stage 3: observe: the owned Deployments and pods from the caches, gate
     // verdicts from the runner, the last refused write from memory.
@@ -496,7 +513,7 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
         traffic: traffic_obs,
         request,
         invalid_request,
-        refusal: lock(&ctx.refusals).get(&key).cloned(),
+        refusal: ctx.memory.read(&key, |m| m.refusal.clone()).flatten(),
         deleting,
     };
     let templates: BTreeMap<String, k8s_openapi::api::core::v1::PodTemplateSpec> = plan
@@ -534,10 +551,7 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
         }
     };
     if refusal != obs.refusal {
-        match &refusal {
-            Some(r) => lock(&ctx.refusals).insert(key.clone(), r.clone()),
-            None => lock(&ctx.refusals).remove(&key),
-        };
+        ctx.memory.with(&key, |m| m.refusal.clone_from(&refusal));
         obs.refusal = refusal.clone();
         decision = plan::decide(&obs, &templates);
     }
@@ -549,19 +563,33 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
     } else {
         let mut refused = Vec::new();
         let done = jobs::act(ctx, &plan, &ns, &decision.jobs, &mut refused).await;
-        if refused.is_empty() {
-            lock(&ctx.job_refusals).remove(&key);
-        } else {
-            lock(&ctx.job_refusals).insert(key.clone(), refused);
-        }
+        ctx.memory.with(&key, |m| m.job_refusals = refused);
         done
     };
 
     // Stage 6: write status; events and metrics only for what was written.
     if plan.status.as_ref() != Some(&decision.status) {
         match write_status(&plans, &plan, &decision.status).await {
-            Ok(Some(written)) => ctx.remember(&written),
+            Ok(Some(written)) => {
+                // Written on the version an unanswered write was made on: that
+                // one did not land (it would have made this one conflict).
+                ctx.memory.with(&key, |m| m.unconfirmed = None);
+                ctx.remember(&written);
+            }
             Ok(None) => {}
+            Err(Error::Kube(e)) if may_have_landed(&e) => {
+                // No answer: the transition may be written. Its Events and
+                // metrics wait for a read that says so.
+                warn!(error = %e, "status write got no answer: its transition is confirmed by the next read");
+                ctx.memory.with(&key, |m| {
+                    m.unconfirmed = Some(Unconfirmed {
+                        base_version: plan.resource_version(),
+                        before: status.clone(),
+                        decision: decision.clone(),
+                    });
+                });
+                return Err(Error::Kube(e));
+            }
             Err(e @ Error::Conflict(_)) => {
                 // Decided on a stale object: read it fresh, so the retry does not
                 // conflict again (after an API server restart the cache may lag
@@ -589,7 +617,15 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
         return Ok(Action::await_change());
     }
     if let Some(r) = refusal {
-        return Err(Error::Refused(format!("{} {}", r.kind, r.name)));
+        let object = format!("{} {}", r.kind, r.name);
+        return Err(if r.is_unavailable() {
+            Error::Unavailable {
+                object,
+                answered: r.code != 0,
+            }
+        } else {
+            Error::Refused(object)
+        });
     }
     recorded.and(pruned).and(jobs_done)?;
 
@@ -597,6 +633,43 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
     Ok(decision
         .requeue_after
         .map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Settles a transition whose status write got no answer, now that the plan
+/// is read again: its Events and metrics go out once the read shows the
+/// written status (and never for a write that did not land).
+fn confirm_unanswered(
+    ctx: &Context,
+    key: &ObjectRef<ReleasePlan>,
+    plan: &ReleasePlan,
+    metrics_key: &str,
+) {
+    let landed = ctx.memory.with(key, |m| {
+        let settled = m.unconfirmed.as_ref()?.settle(plan);
+        match settled {
+            Settled::NotYet => None,
+            Settled::Lost => {
+                m.unconfirmed = None;
+                None
+            }
+            Settled::Landed => m.unconfirmed.take(),
+        }
+    });
+    if let Some(u) = landed {
+        info!("a status write that got no answer had landed: publishing its transition");
+        ctx.events
+            .planned(&plan.object_ref(&()), &u.decision.events);
+        for e in &u.decision.events {
+            info!(reason = %e.reason, "{}", e.message);
+        }
+        record_metrics(ctx, metrics_key, &u.before, &u.decision);
+    }
+}
+
+/// Whether a failed write may still have been applied: it got no answer, or
+/// a 5xx one (a timeout of the API server's own may come after etcd wrote).
+fn may_have_landed(e: &kube::Error) -> bool {
+    is_transport(e) || matches!(e, kube::Error::Api(s) if s.code >= 500)
 }
 
 /// The plan's Jobs from the cache, and the creates refused in its last
@@ -612,11 +685,13 @@ fn observe_jobs(
         .iter()
         .map(|j| crate::gates::job::JobObs::of(j))
         .collect();
-    if let Some(refused) = lock(&ctx.job_refusals).get(key) {
-        for r in refused {
-            if !out.iter().any(|j| j.name == r.name) {
-                out.push(r.clone());
-            }
+    let refused = ctx
+        .memory
+        .read(key, |m| m.job_refusals.clone())
+        .unwrap_or_default();
+    for r in refused {
+        if !out.iter().any(|j| j.name == r.name) {
+            out.push(r);
         }
     }
     out
@@ -835,13 +910,14 @@ async fn store_templates(
 ) -> Result<(), Error> {
     let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), ns);
     let plan_name = plan.name_any();
+    let key = ObjectRef::from_obj(plan);
     let mut failed = None;
     for intent in &decision.deployments {
         let TemplateSource::Spec(template) = &intent.template else {
             continue;
         };
         let name = controller_revision::name(&plan_name, &intent.component, &intent.hash);
-        let existing = ctx.templates.get(ns, &name);
+        let existing = latest_template(ctx, &key, ns, &name);
         let write = controller_revision::to_write(
             plan,
             &intent.component,
@@ -858,12 +934,12 @@ async fn store_templates(
             }
             Write::Apply(cr) => {
                 info!(controller_revision = %name, "storing the revision's template");
-                apply_template(ctx, &api, &name, &cr).await
+                apply_template(ctx, &key, &api, &name, &cr).await
             }
             Write::Replace { uid, with } => {
                 warn!(controller_revision = %name, "it stores another template: replacing it");
                 match delete_template(ctx, &api, &name, uid).await {
-                    Ok(()) => apply_template(ctx, &api, &name, &with).await,
+                    Ok(()) => apply_template(ctx, &key, &api, &name, &with).await,
                     Err(e) => Err(e),
                 }
             }
@@ -916,19 +992,69 @@ async fn prune_templates(
     failed.map_or(Ok(()), Err)
 }
 
+/// How long the answer to a ControllerRevision apply stands in for the cache.
+const WRITTEN_TEMPLATE_TTL: Duration = Duration::from_secs(30);
+
+/// The ControllerRevision `name` as last seen: the cache's copy, or the
+/// answer to this process's own apply while the cache has not caught up (a
+/// reconcile right after the write would otherwise write it again).
+fn latest_template(
+    ctx: &Context,
+    key: &ObjectRef<ReleasePlan>,
+    ns: &str,
+    name: &str,
+) -> Option<Arc<CachedRevision>> {
+    let cached = ctx.templates.get(ns, name);
+    ctx.memory
+        .with(key, |m| {
+            let (at, written) = m.written_templates.get(name).cloned()?;
+            // Long enough for any watch to deliver it: a copy older than that
+            // may have been deleted since, and the cache is the truth again.
+            if at.elapsed() > WRITTEN_TEMPLATE_TTL {
+                m.written_templates.remove(name);
+                return None;
+            }
+            let rv = |c: &CachedRevision| {
+                c.metadata
+                    .resource_version
+                    .as_deref()
+                    .and_then(|v| v.parse::<u64>().ok())
+            };
+            match &cached {
+                // The cache has it (or newer): the written copy is no longer needed.
+                Some(c) if rv(c) >= rv(&written) => {
+                    m.written_templates.remove(name);
+                    None
+                }
+                _ => Some(written),
+            }
+        })
+        .or(cached)
+}
+
 async fn apply_template(
     ctx: &Context,
+    key: &ObjectRef<ReleasePlan>,
     api: &Api<ControllerRevision>,
     name: &str,
     cr: &ControllerRevision,
 ) -> Result<(), kube::Error> {
-    api.patch(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(cr),
-    )
-    .await?;
+    let written = api
+        .patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(cr),
+        )
+        .await?;
     ctx.metrics.write("template");
+    // In the cache's form; one that does not convert is simply not kept.
+    if let Ok(c) = serde_json::to_value(&written).and_then(serde_json::from_value::<CachedRevision>)
+    {
+        ctx.memory.with(key, |m| {
+            m.written_templates
+                .insert(name.to_string(), (Instant::now(), Arc::new(c)));
+        });
+    }
     Ok(())
 }
 
@@ -1165,7 +1291,7 @@ pub async fn run(
     // leader wrote.
     let plan_stream = watcher(scoped(&client, ns), watcher::Config::default())
         .backoff(WatchBackoff::default())
-        .inspect(watched(&liveness, "ReleasePlan"))
+        .inspect(watched::<CachedPlan, _>(&liveness))
         // Plans of other shards are neither cached nor reconciled.
         .try_filter({
             let shard = settings.shard;
@@ -1204,22 +1330,21 @@ pub async fn run(
         shard: settings.shard,
         liveness: &liveness,
     };
-    let (deployments, deploy_stream) = owned.watch("Deployment", trim::deployment);
-    let (pods, pod_stream) = owned.watch("Pod", trim::pod);
-    let (jobs, job_stream) = owned.watch("Job", trim::job);
-    let (services, service_stream) = owned.watch("Service", trim::service);
+    let (deployments, deploy_stream) = owned.watch(trim::deployment);
+    let (pods, pod_stream) = owned.watch(trim::pod);
+    let (jobs, job_stream) = owned.watch(trim::job);
+    let (services, service_stream) = owned.watch(trim::service);
     // HTTPRoutes only when the cluster serves them: a watch of a missing
     // resource would fail forever (and fail the liveness check).
     let (routes, route_stream) = if settings.gateway_api {
-        let (c, s) = owned.watch("HTTPRoute", trim::route);
+        let (c, s) = owned.watch(trim::route);
         (c, s.boxed())
     } else {
         (PlanCache::empty(), futures::stream::empty().boxed())
     };
     // Only ours (StatefulSets and DaemonSets keep theirs too): by the plan label.
     // A `CachedRevision` decodes only what is kept: nothing to trim.
-    let (templates, template_stream) =
-        owned.watch("ControllerRevision", |_: &mut CachedRevision| {});
+    let (templates, template_stream) = owned.watch(|_: &mut CachedRevision| {});
     let reporter = Reporter {
         controller: "releaseplan".into(),
         instance: settings.instance.clone(),
@@ -1253,11 +1378,9 @@ pub async fn run(
         gate_templates,
         liveness,
         queue: Arc::clone(&queue),
-        failures: Mutex::new(HashMap::new()),
-        fresh: Mutex::new(HashMap::new()),
-        refusals: Mutex::new(HashMap::new()),
-        job_refusals: Mutex::new(HashMap::new()),
+        memory: Memory::default(),
     });
+    let sweeper = tokio::spawn(sweep::run(Arc::clone(&ctx), plan_store.clone()));
     Controller::for_stream(plan_stream, plan_store)
         // Deployments and pods reach their plan through the plan label rather than
         // owner references, so a Deployment orphaned during deletion still does.
@@ -1314,6 +1437,8 @@ pub async fn run(
             }
         })
         .await;
+    sweeper.abort();
+    let _ = sweeper.await;
     // The controller and its context are gone: the Event queue is closed.
     publisher.flush().await;
     info!("controller stopped");
@@ -1367,7 +1492,6 @@ impl OwnedWatches<'_> {
     /// caching: its store, and the stream that maps their changes to plans.
     fn watch<K>(
         &self,
-        name: &'static str,
         trim: impl FnMut(&mut K) + Send + 'static,
     ) -> (
         PlanCache<K>,
@@ -1382,7 +1506,7 @@ impl OwnedWatches<'_> {
         let mut writer = cache.writer();
         let stream = watcher(api, watcher::Config::default().labels(LABEL_PLAN))
             .backoff(WatchBackoff::default())
-            .inspect(watched(liveness, name))
+            .inspect(watched::<K, _>(liveness))
             .modify(trim)
             .try_filter_map(move |event| {
                 let (event, wakes) = match shard {
@@ -1439,17 +1563,19 @@ async fn ok_only<K>(r: Result<K, watcher::Error>) -> Option<Result<K, watcher::E
     r.ok().map(Ok)
 }
 
-/// Reports each item of a watch stream to the liveness check.
-fn watched<T>(
+/// Reports each item of the watch stream of `K` to the liveness check, by
+/// the resource's plural (the word the request layer reads off the path
+/// when the API server accepts the watch again).
+fn watched<K: Resource<DynamicType = ()>, T>(
     liveness: &Arc<Liveness>,
-    name: &'static str,
 ) -> impl Fn(&Result<T, watcher::Error>) + Send + Sync + 'static {
     let liveness = Arc::clone(liveness);
+    let resource = K::plural(&()).into_owned();
     move |r| {
         if let Err(e) = r {
-            warn!(watch = name, error = %e, "watch failed: retrying");
+            warn!(watch = %resource, error = %e, "watch failed: retrying");
         }
-        liveness.watch_result(name, r.is_ok());
+        liveness.watch_result(&resource, r.is_ok());
     }
 }
 
@@ -1473,6 +1599,10 @@ mod tests {
             Error::Kube(kube::Error::Api(Box::new(kube::core::Status::failure(
                 "no", "x",
             )))),
+            Error::Kube(kube::Error::Service("connection reset".into())),
+            Error::Kube(kube::Error::Api(Box::new(
+                kube::core::Status::failure("etcd", "x").with_code(503),
+            ))),
             Error::Kube(kube::Error::LinesCodecMaxLineLengthExceeded),
             Error::Conflict("p".into()),
             Error::NoNamespace,

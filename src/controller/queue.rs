@@ -56,6 +56,20 @@ impl Queue {
         self.set_depth(map.len());
     }
 
+    /// The plans waiting.
+    pub fn plans(&self) -> Vec<kube::runtime::reflector::ObjectRef<crate::api::ReleasePlan>> {
+        self.lock()
+            .keys()
+            .map(|(ns, name)| {
+                let r = kube::runtime::reflector::ObjectRef::new(name);
+                match ns {
+                    Some(ns) => r.within(ns),
+                    None => r,
+                }
+            })
+            .collect()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Instant>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }

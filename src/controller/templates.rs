@@ -138,7 +138,7 @@ where
 {
     watcher(api, watcher::Config::default().any_semantic())
         .backoff(WatchBackoff::default())
-        .inspect(watched(liveness, kind.as_str()))
+        .inspect(watched::<K, _>(liveness))
         .modify(|t: &mut K| t.managed_fields_mut().clear())
         .reflect(writer)
         .touched_objects()

@@ -3,6 +3,14 @@
 //! never wait on the network, so one that long is stuck), or when a watch
 //! stream has failed for longer than the bound without one success (the
 //! caches, and so every decision, are going stale).
+//!
+//! A success is an event of the stream, or the API server accepting the
+//! watch again (its answer's headers, seen by the request layer): a watch of
+//! a kind that never changes yields no event after it reconnects, and judged
+//! by events alone it would stay failed forever after one blip.
+//!
+//! Watches are named by their resource (`deployments`, `releaseplans`), the
+//! word of the request path, so the request layer and the streams agree.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +23,7 @@ pub struct Liveness {
     bound: Duration,
     next: AtomicU64,
     in_flight: Mutex<HashMap<u64, Instant>>,
-    failing_since: Mutex<HashMap<&'static str, Instant>>,
+    failing_since: Mutex<HashMap<String, Instant>>,
 }
 
 /// A reconcile in flight; it is over when this is dropped.
@@ -59,18 +67,24 @@ impl Liveness {
         }
     }
 
-    /// Records one item of the watch stream `name`: a success clears its
-    /// failure, the first error of a run starts the clock.
-    pub fn watch_result(&self, name: &'static str, ok: bool) {
+    /// Records one item of the watch stream of `resource`: a success clears
+    /// its failure, the first error of a run starts the clock.
+    pub fn watch_result(&self, resource: &str, ok: bool) {
         let mut f = self
             .failing_since
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if ok {
-            f.remove(name);
-        } else {
-            f.entry(name).or_insert_with(Instant::now);
+            f.remove(resource);
+        } else if !f.contains_key(resource) {
+            f.insert(resource.to_string(), Instant::now());
         }
+    }
+
+    /// The API server accepted a watch of `resource`: the stream is connected
+    /// again, whether or not an event ever follows.
+    pub fn watch_connected(&self, resource: &str) {
+        self.watch_result(resource, true);
     }
 
     /// `Err` with the reason when the controller is stuck at `now`.
@@ -96,7 +110,7 @@ impl Liveness {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .map(|(n, t)| (*n, *t))
+            .map(|(n, t)| (n.clone(), *t))
             .min_by_key(|(_, t)| *t);
         if let Some((name, since)) = failing
             && now.saturating_duration_since(since) > self.bound
@@ -139,5 +153,22 @@ mod tests {
         assert!(err.contains("plans watch"), "{err}");
         l.watch_result("plans", true);
         assert!(l.check(now + Duration::from_secs(11)).is_ok());
+    }
+
+    #[test]
+    fn a_watch_accepted_again_heals_without_any_event() {
+        let l = Liveness::new(Duration::from_secs(10));
+        let now = Instant::now();
+        l.watch_result("clustergatetemplates", false);
+        l.watch_result("deployments", false);
+        l.watch_connected("clustergatetemplates");
+        // The other watch still fails: its own clock still runs.
+        let err = l.check(now + Duration::from_secs(11)).unwrap_err();
+        assert!(err.contains("deployments watch"), "{err}");
+        l.watch_connected("deployments");
+        assert!(l.check(now + Duration::from_secs(11)).is_ok());
+        // A new failure starts a new clock.
+        l.watch_result("deployments", false);
+        assert!(l.check(Instant::now() + Duration::from_secs(5)).is_ok());
     }
 }

@@ -74,6 +74,13 @@ pub struct RequestLabel {
     pub code: String,
 }
 
+/// Label set with the resource of a cache (`deployments`, `pods`...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabel {
+    /// The resource's plural.
+    pub resource: String,
+}
+
 /// Label set with one `verb`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerbLabel {
@@ -165,6 +172,10 @@ pub struct Metrics {
     /// One series per plan, value 1, labelled with its phase and whether it is
     /// halted, so an alert can name the plan; removed with the plan.
     pub plan_info: Family<PlanLabel, Gauge>,
+    /// Objects held in the operator's caches, by resource.
+    pub cached_objects: Family<ResourceLabel, Gauge>,
+    /// Plans the controller keeps in-memory state for between reconciles.
+    pub plan_memory_entries: Gauge,
     /// The state of each plan, so a change moves one count from the old phase
     /// to the new one (no recount of all plans per reconcile) and replaces
     /// the plan's info series.
@@ -313,6 +324,18 @@ impl Metrics {
             "Time from a ReleasePlan's change (or a gate result) to the start of its reconcile",
             queue_wait.clone(),
         );
+        let cached_objects = Family::<ResourceLabel, Gauge>::default();
+        registry.register(
+            "cached_objects",
+            "Objects in the operator's caches, by resource (sampled every few seconds)",
+            cached_objects.clone(),
+        );
+        let plan_memory_entries = Gauge::default();
+        registry.register(
+            "plan_memory_entries",
+            "ReleasePlans the controller keeps in-memory state for between reconciles (sampled every few seconds)",
+            plan_memory_entries.clone(),
+        );
         let phase_gauges = Phase::ALL.map(|p| {
             plans
                 .get_or_create(&PhaseLabel {
@@ -343,6 +366,8 @@ impl Metrics {
             queue_depth,
             queue_wait,
             plan_info,
+            cached_objects,
+            plan_memory_entries,
             phases: Mutex::new(HashMap::new()),
             phase_gauges,
         }
@@ -386,6 +411,16 @@ impl Metrics {
         if let Some(s) = state {
             self.plan_info.get_or_create(&plan_label(key, s)).set(1);
         }
+    }
+
+    /// The plans (`namespace/name`) with a recorded state.
+    pub fn plan_keys(&self) -> Vec<String> {
+        self.phases
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect()
     }
 
     fn phase_gauge(&self, phase: Phase) -> Option<&Gauge> {

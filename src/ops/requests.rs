@@ -8,7 +8,12 @@
 //! resource and whether a name is given, the method and `watch=true` say the
 //! verb, the same words as the API server's audit log and client-go's
 //! `rest_client_requests_total`.
+//!
+//! It also tells the liveness check when the API server accepts a watch
+//! (a 2xx answer to `watch=true`): the only sign that a watch of a kind that
+//! never changes is connected again after a blip.
 
+use crate::ops::liveness::Liveness;
 use crate::ops::metrics::Metrics;
 use std::future::Future;
 use std::pin::Pin;
@@ -21,12 +26,23 @@ use tower::{Layer, Service};
 #[derive(Clone)]
 pub struct RequestMetricsLayer {
     metrics: Arc<Metrics>,
+    liveness: Option<Arc<Liveness>>,
 }
 
 impl RequestMetricsLayer {
     /// Records into `metrics`.
     pub fn new(metrics: Arc<Metrics>) -> Self {
-        RequestMetricsLayer { metrics }
+        RequestMetricsLayer {
+            metrics,
+            liveness: None,
+        }
+    }
+
+    /// Also tells `liveness` of each watch the API server accepts.
+    #[must_use]
+    pub fn with_liveness(mut self, liveness: Arc<Liveness>) -> Self {
+        self.liveness = Some(liveness);
+        self
     }
 }
 
@@ -37,6 +53,7 @@ impl<S> Layer<S> for RequestMetricsLayer {
         RequestMetrics {
             inner,
             metrics: Arc::clone(&self.metrics),
+            liveness: self.liveness.clone(),
         }
     }
 }
@@ -46,6 +63,7 @@ impl<S> Layer<S> for RequestMetricsLayer {
 pub struct RequestMetrics<S> {
     inner: S,
     metrics: Arc<Metrics>,
+    liveness: Option<Arc<Liveness>>,
 }
 
 /// The future of an instrumented request.
@@ -69,6 +87,7 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let (verb, resource) = classify(req.method(), req.uri());
         let metrics = Arc::clone(&self.metrics);
+        let liveness = self.liveness.clone();
         let started = Instant::now();
         let fut = self.inner.call(req);
         Box::pin(async move {
@@ -77,6 +96,12 @@ where
                 Ok(r) => r.status().as_u16().to_string(),
                 Err(_) => "error".to_string(),
             };
+            if let (Some(l), Ok(r)) = (&liveness, &res)
+                && verb == "watch"
+                && r.status().is_success()
+            {
+                l.watch_connected(&resource);
+            }
             // A watch answers its headers at once and then streams for
             // minutes: its duration says nothing, its count and code do.
             let elapsed = (verb != "watch").then(|| started.elapsed().as_secs_f64());
@@ -261,5 +286,45 @@ mod tests {
             text.contains(r#"releaseplan_kube_request_duration_seconds_count{verb="update"} 1"#)
         );
         assert!(!text.contains(r#"releaseplan_kube_request_duration_seconds_count{verb="watch"}"#));
+    }
+
+    #[tokio::test]
+    async fn an_accepted_watch_heals_its_liveness_and_a_refused_one_does_not() {
+        let metrics = Arc::new(Metrics::new());
+        let liveness = Liveness::new(std::time::Duration::from_secs(1));
+        let svc = tower::service_fn(|req: http::Request<()>| async move {
+            let code = if req.uri().path().contains("/pods") {
+                503
+            } else {
+                200
+            };
+            Ok::<_, std::convert::Infallible>(
+                http::Response::builder().status(code).body(()).unwrap(),
+            )
+        });
+        let mut svc = RequestMetricsLayer::new(metrics)
+            .with_liveness(Arc::clone(&liveness))
+            .layer(svc);
+        liveness.watch_result("clustergatetemplates", false);
+        liveness.watch_result("pods", false);
+        for uri in [
+            "/apis/releaseplan.io/v1alpha1/clustergatetemplates?watch=true&resourceVersion=5",
+            "/api/v1/namespaces/a/pods?watch=true",
+        ] {
+            let req = http::Request::builder().uri(uri).body(()).unwrap();
+            tower::ServiceExt::oneshot(&mut svc, req).await.unwrap();
+        }
+        let later = Instant::now() + std::time::Duration::from_secs(5);
+        let err = liveness.check(later).unwrap_err();
+        assert!(err.contains("pods watch"), "{err}");
+        // A list of pods is not the watch being accepted.
+        liveness.watch_result("clustergatetemplates", false);
+        let req = http::Request::builder()
+            .uri("/apis/releaseplan.io/v1alpha1/clustergatetemplates")
+            .body(())
+            .unwrap();
+        tower::ServiceExt::oneshot(&mut svc, req).await.unwrap();
+        let err = liveness.check(later).unwrap_err();
+        assert!(err.contains("watch"), "{err}");
     }
 }

@@ -128,7 +128,9 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
         _ if obs.refusal.as_ref().is_some_and(|r| !r.is_permanent()) => cond(
             RECONCILING,
             true,
-            if obs.refusal.as_ref().is_some_and(Refusal::is_traffic) {
+            if obs.refusal.as_ref().is_some_and(Refusal::is_unavailable) {
+                R::ApiUnavailable
+            } else if obs.refusal.as_ref().is_some_and(Refusal::is_traffic) {
                 R::TrafficWriteFailed
             } else {
                 R::DeploymentWriteFailed
@@ -303,7 +305,15 @@ fn facts_deadline(obs: &Observation) -> Duration {
 /// What a refused Deployment write says in conditions, messages and events.
 pub fn refusal_text(r: &Refusal) -> String {
     if r.code == 0 {
-        format!("cannot write {} {}: {}", r.kind, r.name, r.message)
+        format!(
+            "no answer from the API server to the write of {} {} (retried): {}",
+            r.kind, r.name, r.message
+        )
+    } else if r.is_unavailable() {
+        format!(
+            "the API server could not take {} {} ({}, retried): {}",
+            r.kind, r.name, r.code, r.message
+        )
     } else {
         format!(
             "the API server refused {} {} ({}): {}",

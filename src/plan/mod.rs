@@ -292,6 +292,14 @@ impl Refusal {
     pub fn is_permanent(&self) -> bool {
         matches!(self.code, 400 | 422)
     }
+
+    /// Not a refusal at all: the write got no answer (connection reset,
+    /// timeout: it may even have landed) or the API server could not take it
+    /// (5xx). Nothing is wrong with the object; on-call must not read it as
+    /// "your template is invalid".
+    pub fn is_unavailable(&self) -> bool {
+        self.code == 0 || self.code >= 500
+    }
 }
 
 /// Everything one reconcile observed.
@@ -376,7 +384,7 @@ pub struct EventIntent {
 }
 
 /// Everything a reconcile must do, decided purely.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Decision {
     /// The next status (conditions included).
     pub status: ReleasePlanStatus,
@@ -599,7 +607,9 @@ fn refusal_event(obs: &Observation) -> Option<EventIntent> {
     let r = obs.refusal.as_ref()?;
     Some(EventIntent {
         type_: EventType::Warning,
-        reason: if r.is_traffic() {
+        reason: if r.is_unavailable() {
+            EventReason::ApiUnavailable
+        } else if r.is_traffic() {
             EventReason::TrafficRefused
         } else {
             EventReason::DeploymentRefused

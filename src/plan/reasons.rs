@@ -60,8 +60,11 @@ reasons! {
         InvalidRequest,
         /// The spec passed admission but cannot be acted on.
         InvalidSpec,
-        /// The API server refused a Deployment write.
+        /// The API server refused a Deployment write (a 4xx answer).
         DeploymentRefused,
+        /// A write of a Deployment, Service or route got no answer
+        /// (connection reset, timeout) or a 5xx one: retried with backoff.
+        ApiUnavailable,
         /// The API server refused a write of a Service or HTTPRoute (or one
         /// of that name belongs to someone else).
         TrafficRefused,
@@ -115,6 +118,8 @@ reasons! {
         DeploymentRefused,
         /// A Deployment write failed and is retried.
         DeploymentWriteFailed,
+        /// A write got no answer or a 5xx one, and is retried.
+        ApiUnavailable,
         /// The API server refused a Service or HTTPRoute write for good.
         TrafficRefused,
         /// A Service or HTTPRoute write failed and is retried.

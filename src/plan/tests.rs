@@ -957,6 +957,39 @@ fn a_refused_deployment_write_shows_in_conditions_and_events() {
         ("True", "DeploymentWriteFailed")
     );
     assert_eq!(cond(&d, "Stalled").0, "False");
+
+    // No answer at all (a connection reset on the way), or a 5xx: not a
+    // refusal. Its own reason, never DeploymentRefused, never Stalled.
+    for (code, message, says) in [
+        (
+            0,
+            "client error (SendRequest)",
+            "no answer from the API server",
+        ),
+        (503, "etcdserver: request timed out", "could not take"),
+    ] {
+        obs.refusal = Some(Refusal {
+            kind: "Deployment",
+            name: "shop-web-x".into(),
+            code,
+            message: message.into(),
+        });
+        let d = decide(&obs, &sim.templates());
+        let (st, reason, msg) = cond(&d, "Reconciling");
+        assert_eq!((st.as_str(), reason.as_str()), ("True", "ApiUnavailable"));
+        assert!(msg.contains(says) && msg.contains("shop-web-x"), "{msg}");
+        assert!(!msg.contains("refused"), "{msg}");
+        assert_eq!(cond(&d, "Stalled").0, "False");
+        let reasons: Vec<EventReason> = d.events.iter().map(|e| e.reason).collect();
+        assert!(
+            reasons.contains(&EventReason::ApiUnavailable),
+            "{reasons:?}"
+        );
+        assert!(
+            !reasons.contains(&EventReason::DeploymentRefused),
+            "{reasons:?}"
+        );
+    }
 }
 
 #[test]

@@ -1,0 +1,211 @@
+//! What the controller keeps about a plan between its reconciles, in one
+//! place: one [`PlanMemory`] per plan, dropped as a whole when the plan goes
+//! (or when nothing is left in it), so no map can be forgotten by `forget`.
+//!
+//! Everything here is a cache of facts the API server cannot give back
+//! cheaply: a write's answer that the watch has not delivered yet, the last
+//! failed write, the backoff schedule, a transition whose status write got no
+//! answer. Losing it (a restart) costs a redundant write or a retried
+//! Event, never a wrong decision.
+
+use crate::api::cached::{CachedPlan, CachedRevision};
+use crate::api::{ReleasePlan, ReleasePlanStatus};
+use crate::gates::job::JobObs;
+use crate::plan::{Decision, Refusal};
+use kube::runtime::reflector::ObjectRef;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+/// Failures in a row of one plan and when it is retried.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Backoff {
+    /// Failures in a row.
+    pub failures: u32,
+    /// The scheduled retry.
+    pub retry_at: Instant,
+}
+
+/// A transition whose status write got no answer (it may have landed): its
+/// Events and metrics wait until a later read says whether it did.
+#[derive(Debug, Clone)]
+pub(crate) struct Unconfirmed {
+    /// The resourceVersion the write was made on: a plan still at it says
+    /// nothing yet (the cache may lag).
+    pub base_version: Option<String>,
+    /// The status before the write.
+    pub before: ReleasePlanStatus,
+    /// The decision whose status was written.
+    pub decision: Decision,
+}
+
+/// What a read of the plan says of an [`Unconfirmed`] write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// The plan is still at the version the write was made on.
+    NotYet,
+    /// The plan moved on with exactly the written status: it landed.
+    Landed,
+    /// The plan moved on with another status: it did not land.
+    Lost,
+}
+
+impl Unconfirmed {
+    /// Whether `plan`, read after the write, shows that it landed.
+    pub fn settle(&self, plan: &ReleasePlan) -> Settled {
+        if plan.metadata.resource_version == self.base_version {
+            Settled::NotYet
+        } else if plan.status.as_ref() == Some(&self.decision.status) {
+            Settled::Landed
+        } else {
+            Settled::Lost
+        }
+    }
+}
+
+/// Everything kept about one plan.
+#[derive(Debug, Default)]
+pub(crate) struct PlanMemory {
+    /// Consecutive failures, for exponential backoff.
+    pub backoff: Option<Backoff>,
+    /// The newest version of the plan this process wrote or read back, until
+    /// the cache has caught up with it: a reconcile never decides on an
+    /// older one (deciding on a stale cache repeats transitions and ends in a
+    /// conflict).
+    pub fresh: Option<Arc<CachedPlan>>,
+    /// The last failed Deployment, Service or route write, until one succeeds.
+    pub refusal: Option<Refusal>,
+    /// The Job creates the API server refused in the last reconcile.
+    pub job_refusals: Vec<JobObs>,
+    /// A transition whose status write got no answer.
+    pub unconfirmed: Option<Unconfirmed>,
+    /// ControllerRevisions this process applied, by name, until the cache
+    /// holds them: a reconcile right after a write must not write again.
+    pub written_templates: BTreeMap<String, (Instant, Arc<CachedRevision>)>,
+}
+
+impl PlanMemory {
+    /// Nothing worth keeping: the entry can go.
+    fn is_empty(&self) -> bool {
+        self.backoff.is_none()
+            && self.fresh.is_none()
+            && self.refusal.is_none()
+            && self.job_refusals.is_empty()
+            && self.unconfirmed.is_none()
+            && self.written_templates.is_empty()
+    }
+}
+
+/// The memories of every plan.
+#[derive(Debug, Default)]
+pub(crate) struct Memory {
+    plans: Mutex<HashMap<ObjectRef<ReleasePlan>, PlanMemory>>,
+}
+
+impl Memory {
+    /// Runs `f` on the plan's memory (empty if none), and drops the entry
+    /// when `f` leaves it empty.
+    pub fn with<R>(&self, key: &ObjectRef<ReleasePlan>, f: impl FnOnce(&mut PlanMemory) -> R) -> R {
+        let mut plans = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = plans.entry(key.clone()).or_default();
+        let out = f(entry);
+        if entry.is_empty() {
+            plans.remove(key);
+        }
+        out
+    }
+
+    /// Reads the plan's memory, if any, without creating an entry.
+    pub fn read<R>(
+        &self,
+        key: &ObjectRef<ReleasePlan>,
+        f: impl FnOnce(&PlanMemory) -> R,
+    ) -> Option<R> {
+        let plans = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
+        plans.get(key).map(f)
+    }
+
+    /// Drops everything kept about the plan.
+    pub fn forget(&self, key: &ObjectRef<ReleasePlan>) {
+        self.plans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+    }
+
+    /// The plans with a memory.
+    pub fn keys(&self) -> Vec<ObjectRef<ReleasePlan>> {
+        self.plans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// How many plans have a memory (the `releaseplan_plan_memory_entries` gauge).
+    pub fn len(&self) -> usize {
+        self.plans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ObjectRef<ReleasePlan> {
+        ObjectRef::new(name).within("ns")
+    }
+
+    #[test]
+    fn an_entry_left_empty_goes() {
+        let m = Memory::default();
+        m.with(&key("a"), |p| {
+            p.backoff = Some(Backoff {
+                failures: 1,
+                retry_at: Instant::now(),
+            });
+        });
+        m.with(&key("b"), |p| p.refusal.is_some());
+        assert_eq!(m.len(), 1, "reading b made no entry");
+        m.with(&key("a"), |p| p.backoff = None);
+        assert_eq!(m.len(), 0);
+        m.with(&key("c"), |p| {
+            p.refusal = Some(Refusal {
+                kind: "Deployment",
+                name: "d".into(),
+                code: 0,
+                message: "reset".into(),
+            });
+        });
+        assert_eq!(m.len(), 1);
+        m.forget(&key("c"));
+        assert_eq!(m.len(), 0);
+    }
+
+    #[test]
+    fn an_unanswered_write_settles_by_version_and_status() {
+        let mut plan: ReleasePlan = serde_json::from_value(serde_json::json!({
+            "apiVersion": "releaseplan.io/v1alpha1", "kind": "ReleasePlan",
+            "metadata": {"name": "p", "namespace": "ns", "resourceVersion": "5"},
+            "spec": {"components": []}
+        }))
+        .unwrap();
+        let mut decision = crate::plan::Decision::default();
+        decision.status.current_step = 3;
+        let u = Unconfirmed {
+            base_version: Some("5".into()),
+            before: ReleasePlanStatus::default(),
+            decision: decision.clone(),
+        };
+        assert_eq!(u.settle(&plan), Settled::NotYet);
+        plan.metadata.resource_version = Some("6".into());
+        plan.status = Some(ReleasePlanStatus::default());
+        assert_eq!(u.settle(&plan), Settled::Lost);
+        plan.status = Some(decision.status);
+        assert_eq!(u.settle(&plan), Settled::Landed);
+    }
+}

@@ -1,0 +1,103 @@
+//! Housekeeping every few seconds, beside the reconciles: what the operator
+//! holds in memory goes to metrics (`releaseplan_cached_objects`,
+//! `releaseplan_plan_memory_entries`), and everything kept about a plan that
+//! is no longer in the plan cache is dropped.
+//!
+//! A plan normally takes its state with it in its last reconcile (the
+//! finalizer's removal). One whose finalizer someone else removed, or that
+//! went while this replica was not watching (a watch gap, another shard),
+//! has no last reconcile: without the sweep its memory, gate tasks, queue
+//! entry and phase series would stay for the life of the process.
+
+use super::{Context, key_of};
+use crate::api::ReleasePlan;
+use crate::api::cached::CachedPlan;
+use crate::ops::metrics::ResourceLabel;
+use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the sweep runs.
+const EVERY: Duration = Duration::from_secs(5);
+
+/// Sweeps until the task is dropped; starts once the plan cache has its
+/// first list (before it, every plan would look gone).
+pub(crate) async fn run(ctx: Arc<Context>, plans: Store<CachedPlan>) {
+    if plans.wait_until_ready().await.is_err() {
+        return;
+    }
+    let mut tick = tokio::time::interval(EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        sweep(&ctx, &plans);
+        sizes(&ctx, &plans);
+    }
+}
+
+/// Drops what is kept about plans the cache no longer holds.
+pub(crate) fn sweep(ctx: &Context, plans: &Store<CachedPlan>) {
+    let present: HashSet<ObjectRef<ReleasePlan>> =
+        plans.state().iter().map(|p| key_of(p)).collect();
+    let gone = |k: &ObjectRef<ReleasePlan>| !present.contains(k);
+    for key in ctx.memory.keys().into_iter().filter(gone) {
+        tracing::debug!(plan = %key, "dropping the memory of a plan that is gone");
+        ctx.forget(&key);
+    }
+    for key in ctx.gates.plans().into_iter().filter(gone) {
+        ctx.gates.observe(&key, None);
+    }
+    for key in ctx.queue.plans().into_iter().filter(gone) {
+        ctx.queue.forget(key.namespace.as_deref(), &key.name);
+    }
+    for series in ctx.metrics.plan_keys() {
+        let key = series
+            .split_once('/')
+            .map(|(ns, name)| ObjectRef::<ReleasePlan>::new(name).within(ns));
+        if key.as_ref().is_none_or(gone) {
+            ctx.metrics.set_phase(&series, None);
+        }
+    }
+}
+
+/// Sets the size gauges.
+fn sizes(ctx: &Context, plans: &Store<CachedPlan>) {
+    let set = |resource: std::borrow::Cow<'_, str>, n: usize| {
+        ctx.metrics
+            .cached_objects
+            .get_or_create(&ResourceLabel {
+                resource: resource.into_owned(),
+            })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    };
+    set(CachedPlan::plural(&()), plans.state().len());
+    set(plural(&ctx.deployments), ctx.deployments.len());
+    set(plural(&ctx.pods), ctx.pods.len());
+    set(plural(&ctx.jobs), ctx.jobs.len());
+    set(plural(&ctx.services), ctx.services.len());
+    set(plural(&ctx.templates), ctx.templates.len());
+    if ctx.gateway_api {
+        set(plural(&ctx.routes), ctx.routes.len());
+    }
+    let t = &ctx.gate_templates;
+    set(
+        crate::api::template::GateTemplate::plural(&()),
+        t.namespaced.state().len(),
+    );
+    set(
+        crate::api::template::ClusterGateTemplate::plural(&()),
+        t.cluster.state().len(),
+    );
+    ctx.metrics
+        .plan_memory_entries
+        .set(i64::try_from(ctx.memory.len()).unwrap_or(i64::MAX));
+}
+
+/// The resource a cache holds.
+fn plural<K: Resource<DynamicType = ()>>(
+    _: &super::index::PlanCache<K>,
+) -> std::borrow::Cow<'static, str> {
+    K::plural(&())
+}
