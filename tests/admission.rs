@@ -1011,7 +1011,11 @@ fn invalid_cases() -> Vec<Case> {
                 "spec.health.jobs[0].template.metadata.namespace",
                 "template.metadata.namespace must not be set",
             ],
-            |p| with_job(p, |g| g["template"]["metadata"] = json!({"namespace": "other"})),
+            |p| {
+                with_job(p, |g| {
+                    g["template"]["metadata"] = json!({"namespace": "other"})
+                })
+            },
         ),
         case(
             "job-gate-name-not-dns-label",

@@ -17,6 +17,10 @@
 //! written transitions, which do not repeat as such, and a cold start of
 //! 5000 plans publishes 10,000 of them: megabytes held, and a scan of
 //! thousands per Event, for series that would never form.
+//!
+//! A create that gets no answer (a connection reset, a timeout) or a 5xx is
+//! retried with backoff under the same name: a 409 then means the first one
+//! landed, so a blip neither loses a transition's Event nor doubles it.
 
 use crate::ops::metrics::Metrics;
 use crate::plan::{EventIntent, EventReason, EventType};
@@ -40,6 +44,13 @@ const FLUSH: Duration = Duration::from_secs(5);
 
 /// Event creates in flight at once.
 const IN_FLIGHT: usize = 8;
+/// How long an Event is retried after a failure that may clear (no answer,
+/// 429, 5xx): longer than any blip, short enough that an API server gone for
+/// good does not pile Events up.
+const RETRY_FOR: Duration = Duration::from_secs(300);
+/// The first and the longest wait between two tries.
+const RETRY_FIRST: Duration = Duration::from_millis(250);
+const RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// An Event, the object it is about and when it was queued.
 struct Outgoing {
@@ -86,10 +97,25 @@ impl Events {
                 let event = to_k8s(&reporter, &o.event, o.reference, o.at);
                 let ns = event.metadata.namespace.clone().unwrap_or_default();
                 let api: Api<K8sEvent> = Api::namespaced(client, &ns);
-                match api.create(&PostParams::default(), &event).await {
-                    Ok(_) => metrics.write("event"),
-                    Err(e) => {
-                        warn!(error = %e, reason = %o.event.reason, "could not record event");
+                let give_up = tokio::time::Instant::now() + RETRY_FOR;
+                let mut wait = RETRY_FIRST;
+                loop {
+                    match api.create(&PostParams::default(), &event).await {
+                        Ok(_) => {
+                            metrics.write("event");
+                            break;
+                        }
+                        // The same name: an earlier try landed, its answer was lost.
+                        Err(kube::Error::Api(s)) if s.code == 409 => break,
+                        Err(e) if retried(&e) && tokio::time::Instant::now() < give_up => {
+                            tracing::debug!(error = %e, reason = %o.event.reason, retry_in = ?wait, "event not recorded yet");
+                            tokio::time::sleep(wait).await;
+                            wait = (wait * 2).min(RETRY_MAX);
+                        }
+                        Err(e) => {
+                            warn!(error = %e, reason = %o.event.reason, "could not record event");
+                            break;
+                        }
                     }
                 }
             }
@@ -143,6 +169,12 @@ impl Publisher {
             warn!("stopped before every Event was published");
         }
     }
+}
+
+/// Whether a failed create may succeed when tried again: no answer, or the
+/// API server busy or failing (429, 5xx).
+fn retried(e: &kube::Error) -> bool {
+    super::is_transport(e) || matches!(e, kube::Error::Api(s) if s.code == 429 || s.code >= 500)
 }
 
 /// The Event object for `ev` about `reference`, named `<object>.<time in

@@ -21,6 +21,7 @@
 pub mod browser;
 pub mod cluster;
 pub mod crd;
+pub mod faults;
 pub mod fixtures;
 pub mod operator;
 pub mod plans;

@@ -1,0 +1,632 @@
+//! A bad network between the operator and the API server: the real operator
+//! talks to the test cluster through a TCP proxy that injects faults
+//! (`support::faults`): latency with jitter, a bandwidth limit, outages
+//! (connections reset), black holes (connections open, nothing moves).
+//!
+//! - `healthz_recovers_within_seconds_after_an_outage_with_no_plans`: the
+//!   liveness rule. A watch of a kind that never changes must count as
+//!   healthy again once the API server accepts it, or one blip leaves
+//!   `/healthz` at 503 for good.
+//! - `plans_end_right_under_random_network_faults`: several plans rolled out
+//!   and rolled back through minutes of seeded random faults (the seed is
+//!   printed; `RP_FAULT_SEED=<seed>` replays it, `RP_FAULT_SECONDS` sets the
+//!   window, 120 by default), then the invariants: final phases, current
+//!   `observedGeneration`, capacity never below `replicas`, each
+//!   transition's Event exactly once, no request storm, `/healthz` 503
+//!   during a black hole longer than the bound and 200 after.
+//!
+//! The test's own client talks to the API server directly: only the
+//! operator's network misbehaves.
+
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::pedantic
+)]
+
+mod support;
+
+use releaseplan::api::Phase;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::faults::{Fault, FaultProxy, Rng, api_server_addr};
+use support::fixtures::{faulty_template, template, web_with};
+use support::operator::{Operator, sum_metric};
+use support::plans::{create_stable, get, plan_events, revisions, set_components};
+use support::{Harness, wait_until};
+
+/// `/healthz` of the operator on `port`: its status code, or None when it
+/// does not answer.
+async fn healthz(port: u16) -> Option<u16> {
+    let r = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{port}/healthz"))
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .ok()?;
+    Some(r.status().as_u16())
+}
+
+/// A proxy to the test cluster's API server and an operator (watching the
+/// harness's namespace) that reaches the API server only through it.
+async fn proxied_operator(h: &Harness, stuck_after: u64) -> (FaultProxy, Operator) {
+    let kubeconfig = PathBuf::from(std::env::var("KUBECONFIG").expect("KUBECONFIG"));
+    let proxy = FaultProxy::start(api_server_addr(&kubeconfig)).await;
+    let dir = std::env::temp_dir().join("releaseplan-tests");
+    let cfg = proxy.kubeconfig(&kubeconfig, &dir);
+    let op = h
+        .operator()
+        .env("KUBECONFIG", cfg.to_str().unwrap())
+        .args(["--stuck-after-seconds", &stuck_after.to_string()])
+        .start()
+        .await;
+    (proxy, op)
+}
+
+/// How soon `/healthz` must be 200 again after the network comes back: the
+/// watch backoff (at most 2 s) plus a new connection and its TLS handshake,
+/// with room for a busy machine.
+const HEAL_BOUND: Duration = Duration::from_secs(10);
+
+#[tokio::test]
+async fn healthz_recovers_within_seconds_after_an_outage_with_no_plans() {
+    let h = Harness::new("blip").await;
+    let (proxy, op) = proxied_operator(&h, 2).await;
+    // Every watch is up (the caches fill): healthy.
+    wait_until(
+        Duration::from_secs(30),
+        "/healthz 200 before the outage",
+        || async { (healthz(op.port).await == Some(200)).then_some(()) },
+    )
+    .await;
+    // Healthy for a while with nothing happening: idle watches are not failures.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(healthz(op.port).await, Some(200), "{}", op.log_text());
+
+    // An outage of 4 s, twice the bound: every watch fails, /healthz says so.
+    proxy.set(Fault::Down);
+    let down = Instant::now();
+    let mut unhealthy = false;
+    while down.elapsed() < Duration::from_secs(4) {
+        unhealthy |= healthz(op.port).await == Some(503);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    proxy.set(Fault::Pass);
+    let back = Instant::now();
+    assert!(
+        unhealthy,
+        "/healthz never failed while every watch failed for 4 s (bound 2 s):\n{}",
+        op.log_text()
+    );
+
+    // Then healthy again within the bound, with no plan and no event at all.
+    loop {
+        if healthz(op.port).await == Some(200) {
+            break;
+        }
+        assert!(
+            back.elapsed() < HEAL_BOUND,
+            "/healthz still fails {:?} after the outage ended: {:?}\n{}",
+            back.elapsed(),
+            reqwest::get(format!("http://127.0.0.1:{}/healthz", op.port))
+                .await
+                .unwrap()
+                .text()
+                .await,
+            op.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let healed = back.elapsed();
+    println!("/healthz 200 again {healed:?} after the outage ended (bound {HEAL_BOUND:?})");
+    // And it stays so.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(healthz(op.port).await, Some(200), "{}", op.log_text());
+    }
+}
+
+/// When `/healthz` was read, and its status code (None: no answer).
+type HealthSample = (Instant, Option<u16>);
+
+/// Replicas of every plan's one component.
+const REPLICAS: i32 = 3;
+/// The bound of `/healthz` in the random-faults test.
+const STUCK_AFTER: u64 = 5;
+
+/// Steps of a rollout that goes all the way: 6 steps, so 6 StepAdvanced Events
+/// ("step k/6", then "final step").
+fn long_steps() -> Value {
+    json!([
+        {"setWeight": 20}, {"pause": {"duration": "2s"}},
+        {"setWeight": 50}, {"pause": {"duration": "2s"}},
+        {"setWeight": 80}, {"pause": {"duration": "2s"}},
+    ])
+}
+
+/// Steps of a rollout of a crashing version: it can never reach its final
+/// step (an indefinite pause), so its StepAdvanced Events ("step k/2") never
+/// share a message with a long rollout's.
+fn short_steps() -> Value {
+    json!([{"setWeight": 34}, {"pause": {}}])
+}
+
+fn good(image: &str) -> Value {
+    web_with(template(image), REPLICAS)
+}
+
+fn crashing(image: &str) -> Value {
+    web_with(faulty_template(image, "crash-loop"), REPLICAS)
+}
+
+/// What one plan does in the two waves.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Role {
+    /// Promoted in wave 1, rolled back in wave 2: ends RolledBack.
+    PromoteThenRollBack,
+    /// Rolled back in wave 1, promoted in wave 2: ends Stable.
+    RollBackThenPromote,
+}
+
+/// The seeded random faults, until `stop` is set; each one is logged.
+async fn random_faults(
+    proxy: Arc<FaultProxy>,
+    seed: u64,
+    window: Duration,
+    log: Arc<Mutex<Vec<String>>>,
+) {
+    let mut rng = Rng::new(seed);
+    let start = Instant::now();
+    while start.elapsed() < window {
+        let (fault, lasts) = match rng.range(0, 9) {
+            0..=2 => (
+                Fault::Pass,
+                rng.duration(Duration::from_secs(2), Duration::from_secs(8)),
+            ),
+            3 | 4 => (
+                Fault::Latency {
+                    base: rng.duration(Duration::from_millis(20), Duration::from_millis(400)),
+                    jitter: rng.duration(Duration::ZERO, Duration::from_millis(600)),
+                },
+                rng.duration(Duration::from_secs(3), Duration::from_secs(10)),
+            ),
+            5 => (
+                Fault::Bandwidth(rng.range(16, 256) * 1024),
+                rng.duration(Duration::from_secs(3), Duration::from_secs(10)),
+            ),
+            6 | 7 => (
+                Fault::Down,
+                rng.duration(Duration::from_millis(500), Duration::from_secs(5)),
+            ),
+            _ => (
+                Fault::BlackHole,
+                rng.duration(Duration::from_secs(1), Duration::from_secs(STUCK_AFTER + 4)),
+            ),
+        };
+        log.lock().unwrap().push(format!(
+            "{:>6.1}s {fault:?} for {lasts:?}",
+            start.elapsed().as_secs_f64()
+        ));
+        proxy.set(fault);
+        tokio::time::sleep(lasts).await;
+    }
+    proxy.set(Fault::Pass);
+    log.lock().unwrap().push(format!(
+        "{:>6.1}s Pass: the window is over",
+        start.elapsed().as_secs_f64()
+    ));
+}
+
+/// Waits until every plan in `names` has observed its generation and is in
+/// the phase `want` gives it.
+async fn settle(
+    client: &kube::Client,
+    ns: &str,
+    names: &[(String, Role)],
+    want: impl Fn(Role) -> Phase,
+    timeout: Duration,
+    what: &str,
+) {
+    wait_until(timeout, what, || async {
+        let mut pending = Vec::new();
+        for (name, role) in names {
+            let p = get(client, ns, name).await.unwrap();
+            let s = p.status.clone().unwrap_or_default();
+            if s.phase != want(*role) || s.observed_generation != p.metadata.generation {
+                pending.push(format!(
+                    "{name}: {} step {} observed {:?} of {:?}",
+                    s.phase, s.current_step, s.observed_generation, p.metadata.generation
+                ));
+            }
+        }
+        if pending.is_empty() {
+            Ok(())
+        } else {
+            Err(pending.join("; "))
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn plans_end_right_under_random_network_faults() {
+    let seed = std::env::var("RP_FAULT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    let window = Duration::from_secs(
+        std::env::var("RP_FAULT_SECONDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(120),
+    );
+    println!("fault seed {seed} (replay: RP_FAULT_SEED={seed}), window {window:?}");
+
+    let h = Harness::new("faults").await;
+    let (proxy, op) = proxied_operator(&h, STUCK_AFTER).await;
+    let proxy = Arc::new(proxy);
+    let (client, ns) = (h.client.clone(), h.ns.clone());
+
+    // Six plans, first released on a good network.
+    let names: Vec<(String, Role)> = (0..6)
+        .map(|i| {
+            let role = if i % 2 == 0 {
+                Role::PromoteThenRollBack
+            } else {
+                Role::RollBackThenPromote
+            };
+            (format!("p{i}"), role)
+        })
+        .collect();
+    let creating = names.iter().map(|(name, role)| {
+        let client = client.clone();
+        let ns = ns.clone();
+        let steps = match role {
+            Role::PromoteThenRollBack => long_steps(),
+            Role::RollBackThenPromote => short_steps(),
+        };
+        async move {
+            create_stable(
+                &client,
+                &ns,
+                name,
+                json!({"components": [good("shop:1")], "strategy": {"steps": steps}}),
+            )
+            .await
+        }
+    });
+    futures::future::join_all(creating).await;
+
+    // Samplers from now on: capacity (ready pods of each plan, read directly)
+    // and /healthz, every 250 ms.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let low_capacity: Arc<Mutex<Vec<String>>> = Arc::default();
+    let health: Arc<Mutex<Vec<HealthSample>>> = Arc::default();
+    let capacity = tokio::spawn({
+        let (client, ns, stop, low) = (
+            client.clone(),
+            ns.clone(),
+            Arc::clone(&stop),
+            Arc::clone(&low_capacity),
+        );
+        let plans: Vec<String> = names.iter().map(|(n, _)| n.clone()).collect();
+        async move {
+            let mut samples = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for p in &plans {
+                    let ready: i32 = revisions(&client, &ns, p).await.values().map(|r| r.1).sum();
+                    samples += 1;
+                    if ready < REPLICAS {
+                        low.lock().unwrap().push(format!("{p}: {ready} ready"));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            samples
+        }
+    });
+    let health_sampler = tokio::spawn({
+        let (stop, health, port) = (Arc::clone(&stop), Arc::clone(&health), op.port);
+        async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let code = healthz(port).await;
+                health.lock().unwrap().push((Instant::now(), code));
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    });
+    let requests_before = op.counter("releaseplan_kube_requests_total").await;
+    let connections_before = proxy.connections();
+    let started = Instant::now();
+
+    // Wave 1: half promote (long steps), half roll back.
+    for (name, role) in &names {
+        let c = match role {
+            Role::PromoteThenRollBack => good("shop:2"),
+            Role::RollBackThenPromote => crashing("shop:2"),
+        };
+        set_components(&client, &ns, name, json!([c])).await;
+    }
+
+    // A scripted black hole longer than the bound while plans wait on timed
+    // pauses: the reconcile at a pause's end writes, its write hangs, and
+    // /healthz must fail; once the bytes move again it must heal.
+    wait_until(
+        Duration::from_secs(60),
+        "a plan in a timed pause",
+        || async {
+            for (name, role) in &names {
+                if *role != Role::PromoteThenRollBack {
+                    continue;
+                }
+                let s = get(&client, &ns, name).await?.status?;
+                if s.phase == Phase::RollingOut && (1..=3).contains(&s.current_step) {
+                    return Some(());
+                }
+            }
+            None
+        },
+    )
+    .await;
+    let hole = Duration::from_secs(STUCK_AFTER + 8);
+    proxy.set(Fault::BlackHole);
+    let hole_start = Instant::now();
+    tokio::time::sleep(hole).await;
+    proxy.set(Fault::Pass);
+    let hole_end = Instant::now();
+
+    // Then random faults for the window, while the waves go on.
+    let fault_log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let faults = tokio::spawn(random_faults(
+        Arc::clone(&proxy),
+        seed,
+        window,
+        Arc::clone(&fault_log),
+    ));
+    let dump = |what: &str| {
+        format!(
+            "{what}\nseed {seed}\nfaults:\n{}\noperator log (tail):\n{}",
+            fault_log.lock().unwrap().join("\n"),
+            op.log_text()
+                .lines()
+                .rev()
+                .take(80)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    };
+    let wave1 = |r: Role| match r {
+        Role::PromoteThenRollBack => Phase::Stable,
+        Role::RollBackThenPromote => Phase::RolledBack,
+    };
+    let settled = tokio::spawn({
+        let (client, ns, names) = (client.clone(), ns.clone(), names.clone());
+        async move {
+            settle(
+                &client,
+                &ns,
+                &names,
+                wave1,
+                Duration::from_secs(300),
+                "wave 1 to settle",
+            )
+            .await
+        }
+    })
+    .await;
+    assert!(settled.is_ok(), "{}", dump("wave 1 did not settle"));
+
+    // Wave 2: the other way round.
+    for (name, role) in &names {
+        let (c, steps) = match role {
+            Role::PromoteThenRollBack => (crashing("shop:3"), short_steps()),
+            Role::RollBackThenPromote => (good("shop:3"), long_steps()),
+        };
+        support::plans::patch_spec(
+            &client,
+            &ns,
+            name,
+            json!({"components": [c], "strategy": {"steps": steps}}),
+        )
+        .await;
+    }
+    let wave2 = |r: Role| match r {
+        Role::PromoteThenRollBack => Phase::RolledBack,
+        Role::RollBackThenPromote => Phase::Stable,
+    };
+    let settled = tokio::spawn({
+        let (client, ns, names) = (client.clone(), ns.clone(), names.clone());
+        async move {
+            settle(
+                &client,
+                &ns,
+                &names,
+                wave2,
+                Duration::from_secs(300),
+                "wave 2 to settle",
+            )
+            .await
+        }
+    })
+    .await;
+    assert!(settled.is_ok(), "{}", dump("wave 2 did not settle"));
+    faults.await.unwrap();
+    let elapsed = started.elapsed();
+    // The network is good again: the end state holds, and Events catch up.
+    settle(
+        &client,
+        &ns,
+        &names,
+        wave2,
+        Duration::from_secs(60),
+        "the end state",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let samples = capacity.await.unwrap();
+    health_sampler.await.unwrap();
+    let requests = op.counter("releaseplan_kube_requests_total").await - requests_before;
+    let connections = proxy.connections() - connections_before;
+    println!("{}", fault_log.lock().unwrap().join("\n"));
+    println!(
+        "{:.0}s of rollouts under faults: {requests} requests ({:.1}/s), {connections} connections, {samples} capacity samples",
+        elapsed.as_secs_f64(),
+        requests / elapsed.as_secs_f64()
+    );
+
+    let mut problems = Vec::new();
+
+    // Capacity never below replicas.
+    let low = low_capacity.lock().unwrap().clone();
+    if !low.is_empty() {
+        problems.push(format!(
+            "capacity below {REPLICAS} at {} of {samples} samples: {:?}",
+            low.len(),
+            &low[..low.len().min(10)]
+        ));
+    }
+
+    // /healthz failed during the scripted black hole (longer than the bound)
+    // and was 200 again soon after it, and at the end.
+    let h = health.lock().unwrap().clone();
+    let during = h
+        .iter()
+        .any(|(t, c)| *t > hole_start && *t <= hole_end && *c == Some(503));
+    if !during {
+        problems.push(format!(
+            "/healthz never 503 during a {hole:?} black hole (bound {STUCK_AFTER}s)"
+        ));
+    }
+    let healed = h
+        .iter()
+        .find(|(t, c)| *t > hole_end && *c == Some(200))
+        .map(|(t, _)| t.duration_since(hole_end));
+    println!("/healthz 200 again {healed:?} after the black hole");
+    if healed.is_none_or(|d| d > HEAL_BOUND + Duration::from_secs(STUCK_AFTER)) {
+        problems.push(format!(
+            "/healthz not 200 soon after the black hole: {healed:?}"
+        ));
+    }
+    if h.last().map(|(_, c)| *c) != Some(Some(200)) {
+        problems.push(format!("/healthz at the end: {:?}", h.last()));
+    }
+
+    // No request storm: a hot loop would run at the --qps limit (hundreds a
+    // second); six plans need a few.
+    let rate = requests / elapsed.as_secs_f64();
+    if rate > 25.0 {
+        problems.push(format!("{rate:.1} requests a second to the API server"));
+    }
+
+    // Each transition's Event exactly once: every (reason, message) once,
+    // and the counts each plan's story gives.
+    for (name, role) in &names {
+        let want: BTreeMap<&str, usize> = BTreeMap::from([
+            ("RolloutStarted", 3),
+            ("Promoted", 2),
+            ("RollbackStarted", 1),
+            ("RolledBack", 1),
+        ]);
+        // Events are published beside the reconciles (and retried through
+        // the last faults): give them time to land, then judge what is there.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let events = loop {
+            let events = plan_events(&client, &ns, name).await;
+            let count = |r: &str| events.iter().filter(|e| e.0 == r).count();
+            let long = events
+                .iter()
+                .filter(|e| {
+                    e.0 == "StepAdvanced" && (e.2.contains("/6") || e.2.starts_with("final"))
+                })
+                .count();
+            if (want.iter().all(|(r, n)| count(r) >= *n) && long >= 6) || Instant::now() > deadline
+            {
+                break events;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
+        for e in &events {
+            *seen.entry((e.0.clone(), e.2.clone())).or_default() += e.3.max(1) as usize;
+        }
+        let transitions = [
+            "RolloutStarted",
+            "StepAdvanced",
+            "Promoted",
+            "RollbackStarted",
+            "RolledBack",
+            "RolloutSuperseded",
+        ];
+        for ((reason, message), n) in &seen {
+            if transitions.contains(&reason.as_str()) && *n > 1 {
+                problems.push(format!(
+                    "{name} ({role:?}): {reason} \"{message}\" {n} times"
+                ));
+            }
+        }
+        // A blip is not a refusal: nothing was wrong with any object.
+        for e in &events {
+            if e.0 == "DeploymentRefused" || e.0 == "TrafficRefused" {
+                problems.push(format!("{name}: {} \"{}\" for a network fault", e.0, e.2));
+            }
+        }
+        for (reason, n) in &want {
+            let got = events.iter().filter(|e| e.0 == *reason).count();
+            if got != *n {
+                problems.push(format!("{name}: {got} {reason} Events, want {n}"));
+            }
+        }
+        let long = events
+            .iter()
+            .filter(|e| e.0 == "StepAdvanced" && (e.2.contains("/6") || e.2.starts_with("final")))
+            .count();
+        if long != 6 {
+            problems.push(format!(
+                "{name}: {long} StepAdvanced Events of the promoted rollout, want 6"
+            ));
+        }
+        let p = get(&client, &ns, name).await.unwrap();
+        let s = p.status.unwrap();
+        if s.observed_generation != p.metadata.generation {
+            problems.push(format!(
+                "{name}: observedGeneration {:?} of {:?}",
+                s.observed_generation, p.metadata.generation
+            ));
+        }
+    }
+    let text = op.metrics().await;
+    println!(
+        "failures by kind: transport {}, unavailable {}, conflict {}, refused {}",
+        sum_metric(
+            &text,
+            "releaseplan_reconcile_failures_total{error=\"transport\"}"
+        ),
+        sum_metric(
+            &text,
+            "releaseplan_reconcile_failures_total{error=\"unavailable\"}"
+        ),
+        sum_metric(
+            &text,
+            "releaseplan_reconcile_failures_total{error=\"conflict\"}"
+        ),
+        sum_metric(
+            &text,
+            "releaseplan_reconcile_failures_total{error=\"refused\"}"
+        ),
+    );
+    assert!(problems.is_empty(), "{}", dump(&problems.join("\n")));
+}
