@@ -1,10 +1,21 @@
 //! From cluster objects to the pure core's observation: small pure helpers.
 
-use crate::api::{ANNOTATION_REQUEST, ReleasePlan};
+use super::context::{Context, plan_objects};
+use super::error::Error;
+use super::gates::GateWork;
+use crate::api::ANNOTATION_REQUEST;
+use crate::api::cached::{CachedDeployment, CachedRevision};
+use crate::api::gateway::HTTPRoute;
+use crate::api::{LABEL_REVISION, Phase, ReleasePlan, ReleasePlanStatus};
 use crate::plan::{Action, InvalidRequest, Request};
+use crate::plan::{Observation, PodFailure, Target};
+use chrono::Utc;
+use k8s_openapi::api::core::v1::{PodTemplateSpec, Service};
 use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use crate::api::cached::CachedDeployment;
 use crate::plan::RevisionObs;
 
 /// The core's reader of a revision Deployment, shared with the plugin.
@@ -48,6 +59,171 @@ pub fn pending_request(plan: &ReleasePlan) -> Result<Option<Request>, InvalidReq
             ),
         }),
     }
+}
+
+/// What one reconcile saw: the core's observation and the spec's templates,
+/// and the cached objects acting on the decision compares against.
+pub(crate) struct Seen {
+    /// The plan's key.
+    pub key: ObjectRef<ReleasePlan>,
+    /// Its namespace.
+    pub ns: String,
+    /// The core's input.
+    pub obs: Observation,
+    /// The spec's pod template of each component.
+    pub templates: BTreeMap<String, PodTemplateSpec>,
+    /// The revision Deployments.
+    pub owned: Vec<Arc<CachedDeployment>>,
+    /// The stored templates (ControllerRevisions).
+    pub stored: Vec<Arc<CachedRevision>>,
+    /// The stable and canary Services.
+    pub services: Vec<Arc<Service>>,
+    /// The HTTPRoutes.
+    pub routes: Vec<Arc<HTTPRoute>>,
+}
+
+/// Observes the plan: its Deployments, pods, Jobs, Services and routes and
+/// the templates of its gates from the caches, gate verdicts from the
+/// runner, the last failed write from memory. Reads no network.
+pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> {
+    let ns = plan.namespace().ok_or(Error::NoNamespace)?;
+    let name = plan.name_any();
+    let key = ObjectRef::from_obj(plan);
+    let uid = plan.uid().unwrap_or_default();
+    let owned = plan_objects(&ctx.deployments, &ns, &name, &uid);
+    let stored = plan_objects(&ctx.templates, &ns, &name, &uid);
+    let status = plan.status.clone().unwrap_or_default();
+    // Template gates: resolved purely from the cached templates and what
+    // status recorded for the step.
+    let refs = &plan.spec.health.templates;
+    let resolution =
+        crate::gates::template::resolve(refs, &status, &ctx.gate_templates.observe(&ns, refs));
+    let target = Target::from_spec(&plan.spec).map(|t| t.with_templates(resolution));
+    let (request, invalid_request) = match pending_request(plan) {
+        Ok(r) => (r, None),
+        Err(bad) => (None, Some(bad)),
+    };
+    let work = target
+        .as_ref()
+        .ok()
+        .and_then(|t| GateWork::of(plan, t, &status));
+    // The runner's verdicts while it serves the plan, else the persisted ones;
+    // the core decides which of them count.
+    let gates = if work.is_some() {
+        ctx.gates.observe(&key, work)
+    } else {
+        ctx.gates.observe(&key, None);
+        status.gates.clone()
+    };
+    let services = plan_objects(&ctx.services, &ns, &name, &uid);
+    let routes = plan_objects(&ctx.routes, &ns, &name, &uid);
+    let traffic = target
+        .as_ref()
+        .map(|t| super::traffic::observe(&name, t, &services, &routes))
+        .unwrap_or_default();
+    let obs = Observation {
+        plan: name.clone(),
+        now: Utc::now(),
+        generation: plan.metadata.generation.unwrap_or(0),
+        target,
+        pod_failures: pod_failures(ctx, plan, &ns, &name, &status),
+        status,
+        revisions: owned.iter().filter_map(|d| revision_of_cached(d)).collect(),
+        gates,
+        jobs: observe_jobs(ctx, &key, &ns, &name, &uid),
+        traffic,
+        request,
+        invalid_request,
+        refusal: ctx.memory.read(&key, |m| m.refusal.clone()).flatten(),
+        deleting: plan.metadata.deletion_timestamp.is_some(),
+    };
+    let templates = plan
+        .spec
+        .components
+        .iter()
+        .map(|c| (c.name.clone(), c.template.clone()))
+        .collect();
+    Ok(Seen {
+        key,
+        ns,
+        obs,
+        templates,
+        owned,
+        stored,
+        services,
+        routes,
+    })
+}
+
+/// The plan's Jobs from the cache, and the creates refused in its last
+/// reconcile for names the cache does not hold.
+pub(crate) fn observe_jobs(
+    ctx: &Context,
+    key: &ObjectRef<ReleasePlan>,
+    ns: &str,
+    name: &str,
+    uid: &str,
+) -> Vec<crate::gates::job::JobObs> {
+    let mut out: Vec<_> = plan_objects(&ctx.jobs, ns, name, uid)
+        .iter()
+        .map(|j| crate::gates::job::JobObs::of(j))
+        .collect();
+    let refused = ctx
+        .memory
+        .read(key, |m| m.job_refusals.clone())
+        .unwrap_or_default();
+    for r in refused {
+        if !out.iter().any(|j| j.name == r.name) {
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// Failure signals of pods of revisions being rolled out.
+pub(crate) fn pod_failures(
+    ctx: &Context,
+    plan: &ReleasePlan,
+    ns: &str,
+    name: &str,
+    status: &ReleasePlanStatus,
+) -> Vec<PodFailure> {
+    if status.phase != Phase::RollingOut {
+        return Vec::new();
+    }
+    let rolling: Vec<(&str, &str)> = status
+        .components
+        .iter()
+        .filter(|c| c.is_changing())
+        .filter_map(|c| Some((c.name.as_str(), c.current_hash.as_deref()?)))
+        .collect();
+    if rolling.is_empty() {
+        return Vec::new();
+    }
+    let max_restarts = plan
+        .spec
+        .health
+        .max_restarts
+        .unwrap_or(crate::api::DEFAULT_MAX_RESTARTS);
+    let detect = plan.spec.health.detect_pod_failures.unwrap_or(true);
+    let pods = ctx.pods.of_plan(ns, name);
+    let mut out = Vec::new();
+    for (component, hash) in rolling {
+        let mine = pods.iter().filter(|p| {
+            p.labels.get(crate::api::LABEL_COMPONENT) == Some(component)
+                && p.labels.get(LABEL_REVISION) == Some(hash)
+        });
+        for s in crate::gates::pods::detect(mine.map(|p| &**p), max_restarts, detect) {
+            out.push(PodFailure {
+                component: component.to_string(),
+                hash: hash.to_string(),
+                pod: s.pod,
+                reason: s.reason,
+                message: s.message,
+            });
+        }
+    }
+    out
 }
 
 #[cfg(test)]

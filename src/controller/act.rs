@@ -1,0 +1,448 @@
+//! Acting on a decision: the Deployments, the stored templates
+//! (ControllerRevisions), the Services and routes, and the Jobs; only what
+//! differs from the caches is written. Decides nothing.
+
+use super::FIELD_MANAGER;
+use super::context::Context;
+use super::controller_revision::Write;
+use super::error::{Error, is_not_found, namespace_terminating, of_refusal};
+use super::observe::Seen;
+use super::{controller_revision, deployment, observe};
+use crate::api::ReleasePlan;
+use crate::api::cached::{CachedDeployment, CachedRevision};
+use crate::plan::{Decision, Refusal, TemplateSource};
+use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+/// What a failed Deployment write comes to: nothing to report in a
+/// terminating namespace, else a refusal for status.
+pub(crate) fn failed_write(deployment: &str, e: &kube::Error) -> Acted {
+    failed("Deployment", deployment, e)
+}
+
+/// What a failed write of an object of `kind` comes to.
+pub(crate) fn failed(kind: &'static str, name: &str, e: &kube::Error) -> Acted {
+    if namespace_terminating(e) {
+        Acted::NamespaceTerminating
+    } else {
+        Acted::Refused(refusal_of(kind, name, e))
+    }
+}
+
+/// The refusal a failed Deployment write becomes.
+pub(crate) fn refusal_of(kind: &'static str, name: &str, e: &kube::Error) -> Refusal {
+    match e {
+        kube::Error::Api(s) => Refusal {
+            kind,
+            name: name.to_string(),
+            code: s.code,
+            message: s.message.clone(),
+        },
+        other => Refusal {
+            kind,
+            name: name.to_string(),
+            code: 0,
+            message: other.to_string(),
+        },
+    }
+}
+
+/// What acting on a decision came to.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Acted {
+    /// Every write went through (or none was needed).
+    Done,
+    /// The first write that failed; the rest were not tried (they would most
+    /// likely fail the same way).
+    Refused(Refusal),
+    /// The namespace is being deleted: the plan's deletion follows.
+    NamespaceTerminating,
+}
+
+/// What acting on a decision came to.
+pub(crate) struct Outcome {
+    /// The first write of the plan's objects that failed (None: all went through).
+    pub refusal: Option<Refusal>,
+    /// The namespace is being deleted: nothing more to do.
+    pub namespace_terminating: bool,
+    /// Storing the revisions' templates.
+    recorded: Result<(), Error>,
+    /// Pruning the templates of deleted revisions.
+    pruned: Result<(), Error>,
+}
+
+impl Outcome {
+    /// The reconcile's error, if any: a failed write first, then the templates'.
+    pub(crate) fn result(self) -> Result<(), Error> {
+        if let Some(r) = &self.refusal {
+            return Err(of_refusal(r));
+        }
+        self.recorded.and(self.pruned)
+    }
+}
+
+/// Acts on the decision: the template of each revision the spec rolls out is
+/// stored before its Deployment is written, then the Deployments, Services
+/// and routes; the templates of deleted revisions are pruned with them. A
+/// failed write stops the writes after it (they would most likely fail the
+/// same way) but not the reconcile.
+pub(crate) async fn run(
+    ctx: &Context,
+    plan: &ReleasePlan,
+    seen: &Seen,
+    decision: &Decision,
+) -> Outcome {
+    let ns = &seen.ns;
+    let recorded = if seen.obs.deleting {
+        Ok(())
+    } else {
+        store_templates(ctx, plan, ns, decision).await
+    };
+    let acted = match deployments(ctx, plan, ns, &seen.owned, &seen.stored, decision).await {
+        Acted::Done => {
+            super::traffic::act(
+                ctx,
+                plan,
+                ns,
+                &seen.services,
+                &seen.routes,
+                &decision.traffic,
+            )
+            .await
+        }
+        other => other,
+    };
+    match acted {
+        Acted::Done => Outcome {
+            refusal: None,
+            namespace_terminating: false,
+            recorded,
+            pruned: prune_templates(ctx, ns, &seen.owned, &seen.stored, decision).await,
+        },
+        Acted::Refused(r) => Outcome {
+            refusal: Some(r),
+            namespace_terminating: false,
+            recorded,
+            pruned: Ok(()),
+        },
+        Acted::NamespaceTerminating => Outcome {
+            refusal: None,
+            namespace_terminating: true,
+            recorded: Ok(()),
+            pruned: Ok(()),
+        },
+    }
+}
+
+/// The Jobs of Job gates: never while a write of the plan's objects is
+/// refused (`held`), and a failure holds nothing else (the gate waits for
+/// its Job). The refused creates are remembered for the next observation.
+pub(crate) async fn jobs(
+    ctx: &Context,
+    plan: &ReleasePlan,
+    key: &ObjectRef<ReleasePlan>,
+    held: bool,
+    decision: &Decision,
+) -> Result<(), Error> {
+    if held {
+        return Ok(());
+    }
+    let ns = plan.namespace().ok_or(Error::NoNamespace)?;
+    let mut refused = Vec::new();
+    let done = super::jobs::act(ctx, plan, &ns, &decision.jobs, &mut refused).await;
+    ctx.memory.with(key, |m| m.job_refusals = refused);
+    done
+}
+
+/// Applies the Deployment intents and deletions that differ from the cluster.
+pub(crate) async fn deployments(
+    ctx: &Context,
+    plan: &ReleasePlan,
+    ns: &str,
+    owned: &[Arc<CachedDeployment>],
+    stored: &[Arc<CachedRevision>],
+    decision: &Decision,
+) -> Acted {
+    let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
+    let deleting = plan.metadata.deletion_timestamp.is_some();
+    for intent in &decision.deployments {
+        let observed = owned.iter().find(|d| d.name_any() == intent.name);
+        if deleting {
+            // While the plan is deleted, only scale what exists: never create (the
+            // namespace may be terminating, where every create is refused), and
+            // never apply the whole object (the garbage collector may be stripping
+            // owner references for orphan propagation; an apply would put them back).
+            let Some(o) = observed else {
+                continue;
+            };
+            if o.replicas() != Some(intent.replicas) {
+                info!(deployment = %intent.name, replicas = intent.replicas, "scaling");
+                let patch = serde_json::json!({"spec": {"replicas": intent.replicas}});
+                match api
+                    .patch(&intent.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => ctx.metrics.write("apply"),
+                    Err(e) if is_not_found(&e) => {}
+                    // The deletion proceeds anyway once nothing is left to protect.
+                    Err(e) if decision.finalize => {
+                        warn!(deployment = %intent.name, error = %e, "scaling during deletion failed");
+                    }
+                    Err(e) => return failed_write(&intent.name, &e),
+                }
+            }
+            continue;
+        }
+        let template = match (&intent.template, observed) {
+            (TemplateSource::Spec(t), _) => (**t).clone(),
+            (TemplateSource::Existing, Some(d)) => d.template(),
+            // Gone, and the spec has moved on: the template stored for the revision.
+            (TemplateSource::Existing, None) => {
+                let found = controller_revision::find(
+                    stored.iter().map(AsRef::as_ref),
+                    &intent.component,
+                    &intent.hash,
+                );
+                match found.map(|cr| controller_revision::template(cr, &intent.hash)) {
+                    Some(Ok(t)) => {
+                        info!(deployment = %intent.name, "recreating the revision Deployment from its stored template");
+                        t
+                    }
+                    Some(Err(e)) => {
+                        warn!(deployment = %intent.name, error = %e, "revision Deployment is gone and its stored template is not usable: cannot recreate it");
+                        continue;
+                    }
+                    None => {
+                        if intent.replicas > 0 {
+                            warn!(deployment = %intent.name, "revision Deployment is gone, its template is not in the spec and no ControllerRevision stores it: cannot recreate it");
+                        }
+                        continue;
+                    }
+                }
+            }
+        };
+        let owned = deployment::should_own(plan, observed.map(|d| &d.metadata));
+        let desired = deployment::build(plan, intent, &template, owned);
+        if observed.is_some_and(|o| deployment::up_to_date(&desired, o)) {
+            continue;
+        }
+        info!(deployment = %intent.name, replicas = intent.replicas, "applying");
+        match api
+            .patch(
+                &intent.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&desired),
+            )
+            .await
+        {
+            Ok(_) => ctx.metrics.write("apply"),
+            Err(e) => {
+                if !namespace_terminating(&e) {
+                    warn!(deployment = %intent.name, error = %e, "Deployment write failed");
+                }
+                return failed_write(&intent.name, &e);
+            }
+        }
+    }
+    for name in &decision.delete {
+        info!(deployment = %name, "deleting old revision");
+        match api.delete(name, &DeleteParams::background()).await {
+            Ok(_) => ctx.metrics.write("delete"),
+            Err(e) if is_not_found(&e) => {}
+            Err(e) if deleting && decision.finalize => {
+                warn!(deployment = %name, error = %e, "delete during deletion failed");
+            }
+            Err(e) => return failed_write(name, &e),
+        }
+    }
+    Acted::Done
+}
+
+/// Stores the template of every revision the spec rolls out in its
+/// ControllerRevision, looking before it writes. A failed write is reported
+/// (the first one) but holds nothing: the Deployments are written anyway.
+pub(crate) async fn store_templates(
+    ctx: &Context,
+    plan: &ReleasePlan,
+    ns: &str,
+    decision: &Decision,
+) -> Result<(), Error> {
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), ns);
+    let plan_name = plan.name_any();
+    let key = ObjectRef::from_obj(plan);
+    let mut failed = None;
+    for intent in &decision.deployments {
+        let TemplateSource::Spec(template) = &intent.template else {
+            continue;
+        };
+        let name = controller_revision::name(&plan_name, &intent.component, &intent.hash);
+        let existing = latest_template(ctx, &key, ns, &name);
+        let write = controller_revision::to_write(
+            plan,
+            &intent.component,
+            &intent.hash,
+            template,
+            decision.status.rollout_count,
+            existing.as_deref(),
+        );
+        let res = match write {
+            Write::Nothing => continue,
+            Write::Foreign => {
+                warn!(controller_revision = %name, "held by another controller: the template is stored once it is gone");
+                continue;
+            }
+            Write::Apply(cr) => {
+                info!(controller_revision = %name, "storing the revision's template");
+                apply_template(ctx, &key, &api, &name, &cr).await
+            }
+            Write::Replace { uid, with } => {
+                warn!(controller_revision = %name, "it stores another template: replacing it");
+                match delete_template(ctx, &api, &name, uid).await {
+                    Ok(()) => apply_template(ctx, &key, &api, &name, &with).await,
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        match res {
+            Ok(()) => {}
+            // The plan's own deletion follows.
+            Err(e) if namespace_terminating(&e) => return Ok(()),
+            Err(e) => {
+                warn!(controller_revision = %name, error = %e, "storing the template failed");
+                failed.get_or_insert(Error::Template { name, source: e });
+            }
+        }
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+/// Deletes the ControllerRevision of every revision Deployment the decision
+/// deleted (history beyond the limit, components gone).
+pub(crate) async fn prune_templates(
+    ctx: &Context,
+    ns: &str,
+    owned: &[Arc<CachedDeployment>],
+    stored: &[Arc<CachedRevision>],
+    decision: &Decision,
+) -> Result<(), Error> {
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), ns);
+    let mut failed = None;
+    for deleted in &decision.delete {
+        let Some(rev) = owned
+            .iter()
+            .find(|d| &d.name_any() == deleted)
+            .and_then(|d| observe::revision_of_cached(d))
+        else {
+            continue;
+        };
+        let Some(cr) =
+            controller_revision::find(stored.iter().map(AsRef::as_ref), &rev.component, &rev.hash)
+        else {
+            continue;
+        };
+        let name = cr.name_any();
+        info!(controller_revision = %name, "deleting the stored template of an old revision");
+        let uid = cr.uid().unwrap_or_default();
+        if let Err(e) = delete_template(ctx, &api, &name, uid).await {
+            warn!(controller_revision = %name, error = %e, "deleting the stored template failed");
+            failed.get_or_insert(Error::Template { name, source: e });
+        }
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+/// How long the answer to a ControllerRevision apply stands in for the cache.
+pub(crate) const WRITTEN_TEMPLATE_TTL: Duration = Duration::from_secs(30);
+
+/// The ControllerRevision `name` as last seen: the cache's copy, or the
+/// answer to this process's own apply while the cache has not caught up (a
+/// reconcile right after the write would otherwise write it again).
+pub(crate) fn latest_template(
+    ctx: &Context,
+    key: &ObjectRef<ReleasePlan>,
+    ns: &str,
+    name: &str,
+) -> Option<Arc<CachedRevision>> {
+    let cached = ctx.templates.get(ns, name);
+    ctx.memory
+        .with(key, |m| {
+            let (at, written) = m.written_templates.get(name).cloned()?;
+            // Long enough for any watch to deliver it: a copy older than that
+            // may have been deleted since, and the cache is the truth again.
+            if at.elapsed() > WRITTEN_TEMPLATE_TTL {
+                m.written_templates.remove(name);
+                return None;
+            }
+            let rv = |c: &CachedRevision| {
+                c.metadata
+                    .resource_version
+                    .as_deref()
+                    .and_then(|v| v.parse::<u64>().ok())
+            };
+            match &cached {
+                // The cache has it (or newer): the written copy is no longer needed.
+                Some(c) if rv(c) >= rv(&written) => {
+                    m.written_templates.remove(name);
+                    None
+                }
+                _ => Some(written),
+            }
+        })
+        .or(cached)
+}
+
+pub(crate) async fn apply_template(
+    ctx: &Context,
+    key: &ObjectRef<ReleasePlan>,
+    api: &Api<ControllerRevision>,
+    name: &str,
+    cr: &ControllerRevision,
+) -> Result<(), kube::Error> {
+    let written = api
+        .patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(cr),
+        )
+        .await?;
+    ctx.metrics.write("template");
+    // In the cache's form; one that does not convert is simply not kept.
+    if let Ok(c) = serde_json::to_value(&written).and_then(serde_json::from_value::<CachedRevision>)
+    {
+        ctx.memory.with(key, |m| {
+            m.written_templates
+                .insert(name.to_string(), (Instant::now(), Arc::new(c)));
+        });
+    }
+    Ok(())
+}
+
+/// Deletes the ControllerRevision of that uid (never a newer one of the same
+/// name); one already gone is fine.
+pub(crate) async fn delete_template(
+    ctx: &Context,
+    api: &Api<ControllerRevision>,
+    name: &str,
+    uid: String,
+) -> Result<(), kube::Error> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => {
+            ctx.metrics.write("template");
+            Ok(())
+        }
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}

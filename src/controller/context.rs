@@ -1,0 +1,233 @@
+//! What every reconcile shares: the caches, the clients, the gate runner,
+//! and what is kept about each plan between its reconciles.
+
+use super::events::Events;
+use super::gates::GateRunner;
+use super::index::PlanCache;
+use super::memory::Memory;
+use super::queue::Queue;
+use super::{memory, templates, trim};
+use crate::api::ReleasePlan;
+use crate::api::cached::{CachedDeployment, CachedPlan, CachedPod, CachedRevision, Labelled};
+use crate::api::gateway::HTTPRoute;
+use crate::ops::liveness::Liveness;
+use crate::ops::metrics::Metrics;
+use crate::ops::shard::Shard;
+use crate::plan::Refusal;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Service;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Client, Resource, ResourceExt};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::warn;
+
+/// Settings of the controller.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The cluster serves Gateway API HTTPRoutes (checked at start-up).
+    pub gateway_api: bool,
+    /// Watch only this namespace; all namespaces when None.
+    pub namespace: Option<String>,
+    /// Reconciles run at once.
+    pub concurrency: u16,
+    /// Identity for events.
+    pub instance: Option<String>,
+    /// The HTTP client of gates, with the operator's outbound policy.
+    pub gate_http: crate::gates::outbound::GateHttp,
+    /// The namespace whose Secrets and ConfigMaps gates may reference (the
+    /// operator's own).
+    pub gate_credentials_namespace: String,
+    /// The shard this process serves; all plans when None.
+    pub shard: Option<Shard>,
+}
+
+/// Shared state of all reconciles.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Cache of the revision Deployments, by plan.
+    pub deployments: PlanCache<CachedDeployment>,
+    /// Cache of the ControllerRevisions that store the revisions' templates, by plan.
+    pub templates: PlanCache<CachedRevision>,
+    /// Cache of the pods of revision Deployments (labels and container states), by plan.
+    pub pods: PlanCache<CachedPod>,
+    /// Cache of the Jobs of Job gates (labels and conditions), by plan.
+    pub jobs: PlanCache<Job>,
+    /// Cache of the stable and canary Services, by plan.
+    pub services: PlanCache<Service>,
+    /// Cache of the HTTPRoutes, by plan (empty when the cluster serves no
+    /// Gateway API: a route write then fails and status says so).
+    pub routes: PlanCache<HTTPRoute>,
+    /// HTTPRoutes are watched (they could be listed at start-up).
+    pub gateway_api: bool,
+    /// Publishes Kubernetes Events beside the reconciles.
+    pub events: Events,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Evaluates Prometheus and webhook gates beside the reconciles.
+    pub gates: Arc<GateRunner>,
+    /// Caches of the GateTemplates and ClusterGateTemplates plans refer to.
+    pub gate_templates: templates::TemplateCaches,
+    /// What `/healthz` reads.
+    pub liveness: Arc<Liveness>,
+    /// Plans waiting for their reconcile (metrics only).
+    pub queue: Arc<Queue>,
+    /// What is kept about each plan between its reconciles.
+    pub(crate) memory: Memory,
+}
+
+impl Context {
+    /// The retry delay after a failure. The exponent grows with time, not
+    /// with the number of failed reconciles: a failure that comes before the
+    /// scheduled retry (a watch event woke the plan early) keeps the schedule,
+    /// so a burst of events cannot push the next retry to minutes away.
+    /// Returns whether this failure moved the schedule, the failure count and
+    /// the delay.
+    pub(crate) fn backoff(&self, key: &ObjectRef<ReleasePlan>) -> (bool, u32, Duration) {
+        let now = Instant::now();
+        self.memory.with(key, |m| {
+            let b = m.backoff.get_or_insert(memory::Backoff {
+                failures: 0,
+                retry_at: now,
+            });
+            if now < b.retry_at {
+                return (false, b.failures, b.retry_at - now);
+            }
+            b.failures = b.failures.saturating_add(1);
+            let delay = backoff_delay(b.failures);
+            b.retry_at = now + delay;
+            (true, b.failures, delay)
+        })
+    }
+
+    pub(crate) fn reset_backoff(&self, key: &ObjectRef<ReleasePlan>) {
+        self.memory.with(key, |m| m.backoff = None);
+    }
+
+    /// The cached plan, or the newer copy this process last wrote or read.
+    pub(crate) fn freshest(
+        &self,
+        key: &ObjectRef<ReleasePlan>,
+        cached: Arc<CachedPlan>,
+    ) -> Arc<CachedPlan> {
+        self.memory.with(key, |m| match &m.fresh {
+            Some(f) if f.uid() == cached.uid() && newer(f, &cached) => Arc::clone(f),
+            Some(_) => {
+                m.fresh = None;
+                cached
+            }
+            None => cached,
+        })
+    }
+
+    /// Kept in the cache's form, as small as the cache's own copy.
+    pub(crate) fn remember(&self, plan: &ReleasePlan) {
+        match CachedPlan::new(plan) {
+            Ok(mut cached) => {
+                trim::plan(&mut cached);
+                self.memory.with(&ObjectRef::from_obj(plan), |m| {
+                    m.fresh = Some(Arc::new(cached));
+                });
+            }
+            // Then the cache's copy is used, and a conflict reads it again.
+            Err(e) => {
+                warn!(plan = %ObjectRef::from_obj(plan), error = %e, "cannot keep the written plan");
+            }
+        }
+    }
+
+    /// The last failed write of the plan's objects (None: the last went through).
+    pub(crate) fn remember_refusal(&self, key: &ObjectRef<ReleasePlan>, refusal: Option<&Refusal>) {
+        self.memory.with(key, |m| m.refusal = refusal.cloned());
+    }
+
+    /// Whether every cache of objects made for plans has its first list.
+    pub(crate) fn caches_synced(&self) -> bool {
+        self.deployments.synced()
+            && self.templates.synced()
+            && self.pods.synced()
+            && self.jobs.synced()
+            && self.services.synced()
+            && self.routes.synced()
+    }
+
+    /// Drops everything kept about a plan whose deletion proceeds.
+    pub(crate) fn forget(&self, key: &ObjectRef<ReleasePlan>) {
+        self.memory.forget(key);
+        self.gates.observe(key, None);
+    }
+}
+
+/// How soon a plan is tried again while the caches fill.
+pub(crate) const CACHE_SYNC_RETRY: Duration = Duration::from_millis(250);
+
+/// Whether `a` has a later resourceVersion than `b`. Versions are opaque to
+/// clients, but the API server's are etcd revisions; anything that does not
+/// parse is taken as not newer, so the cache wins.
+pub(crate) fn newer(a: &CachedPlan, b: &CachedPlan) -> bool {
+    let rv = |p: &CachedPlan| {
+        p.metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    matches!((rv(a), rv(b)), (Some(x), Some(y)) if x > y)
+}
+
+/// Exponential backoff: 1s, 2s, 4s ... capped at 5 minutes.
+pub fn backoff_delay(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(9);
+    Duration::from_secs((1u64 << exp).min(300))
+}
+
+/// The key of a cached plan in the maps of the context.
+pub(crate) fn key_of(cached: &CachedPlan) -> ObjectRef<ReleasePlan> {
+    ObjectRef::new(&cached.name_any()).within(&cached.namespace().unwrap_or_default())
+}
+
+/// The key of a plan in the plan cache (and the controller's queue).
+pub(crate) fn cached_key(key: &ObjectRef<ReleasePlan>) -> ObjectRef<CachedPlan> {
+    ObjectRef::new(&key.name).within(key.namespace.as_deref().unwrap_or_default())
+}
+
+/// The cached objects of one plan: labelled with its name, and ours or
+/// orphaned (no controller): a plan deleted with orphan propagation leaves its
+/// objects without owner, and a plan of the same name adopts them.
+pub(crate) fn plan_objects<K: Resource + Labelled>(
+    cache: &PlanCache<K>,
+    ns: &str,
+    plan: &str,
+    uid: &str,
+) -> Vec<Arc<K>> {
+    cache
+        .of_plan(ns, plan)
+        .into_iter()
+        .filter(|o| {
+            let refs = o.owner_references();
+            refs.iter().any(|r| r.uid == uid) || !refs.iter().any(|r| r.controller == Some(true))
+        })
+        .collect()
+}
+
+/// A plan's key in the metrics: `namespace/name`.
+pub(crate) fn metrics_key(plan: &ReleasePlan) -> String {
+    format!(
+        "{}/{}",
+        plan.namespace().unwrap_or_default(),
+        plan.name_any()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_caps() {
+        assert_eq!(backoff_delay(1), Duration::from_secs(1));
+        assert_eq!(backoff_delay(2), Duration::from_secs(2));
+        assert_eq!(backoff_delay(5), Duration::from_secs(16));
+        assert_eq!(backoff_delay(50), Duration::from_secs(300));
+    }
+}

@@ -1,0 +1,198 @@
+//! The errors of a reconcile and of the start-up check, and how a failed
+//! request is read: no answer (transport), a conflict, a refusal.
+
+use crate::plan::Refusal;
+
+///one re None of them stops the process.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A call to the API server failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// Someone else wrote the plan first: read again.
+    #[error("conflict writing {0}: the object changed, reading again")]
+    Conflict(String),
+    /// The object has no namespace (ReleasePlans are namespaced).
+    #[error("object has no namespace")]
+    NoNamespace,
+    /// Serialization failed.
+    #[error("serialization: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The API server refused a write of a Deployment, Service or route
+    /// (a 4xx answer); status and an Event say why.
+    #[error("{0} could not be written (see the plan's status)")]
+    Refused(String),
+    /// A write of a Deployment, Service or route got no answer (connection
+    /// reset, timeout; it may have landed) or a 5xx one: retried with
+    /// backoff; status and an `ApiUnavailable` Event say so.
+    #[error(
+        "{object} could not be written: the API server did not take it (see the plan's status)"
+    )]
+    Unavailable {
+        /// The object.
+        object: String,
+        /// Whether any answer came (a 5xx) or none (the transport failed).
+        answered: bool,
+    },
+    /// A ControllerRevision (a revision's stored template) could not be
+    /// written or deleted. It never holds the rollout: the Deployments were
+    /// written, and the reconcile is retried with backoff.
+    #[error(
+        "ControllerRevision {name} (the stored template of a revision) could not be written: {source}"
+    )]
+    Template {
+        /// The ControllerRevision.
+        name: String,
+        /// The API server's answer.
+        source: kube::Error,
+    },
+    /// A Job of a Job gate could not be created or deleted. The gate waits
+    /// (its verdict comes from the Job); the reconcile is retried with backoff.
+    #[error("Job {name} (of a Job gate) could not be written: {source}")]
+    Job {
+        /// The Job.
+        name: String,
+        /// The API server's answer.
+        source: kube::Error,
+    },
+    /// The reconcile panicked (a bug, ours or a dependency's). Caught so
+    /// that one plan cannot take the process and every other plan down; it
+    /// is retried with backoff and reported like any failure.
+    #[error("internal error (a bug; please report it): {0}")]
+    Panic(String),
+}
+
+impl Error {
+    /// Every [`Error::kind`]: the failures metric exports each at 0 from the
+    /// start, so `rate()` and `increase()` see the first failure of a kind.
+    pub const KINDS: [&'static str; 11] = [
+        "api",
+        "transport",
+        "unavailable",
+        "client",
+        "conflict",
+        "invalid",
+        "serialization",
+        "refused",
+        "template",
+        "job",
+        "panic",
+    ];
+
+    /// Short label for the failures metric.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(s)) if s.code >= 500 => "unavailable",
+            Error::Kube(kube::Error::Api(_)) => "api",
+            Error::Kube(e) if is_transport(e) => "transport",
+            Error::Kube(_) => "client",
+            Error::Conflict(_) => "conflict",
+            Error::NoNamespace => "invalid",
+            Error::Json(_) => "serialization",
+            Error::Unavailable {
+                answered: false, ..
+            } => "transport",
+            Error::Unavailable { answered: true, .. } => "unavailable",
+            Error::Refused(_) => "refused",
+            Error::Template { .. } => "template",
+            Error::Job { .. } => "job",
+            Error::Panic(_) => "panic",
+        }
+    }
+}
+
+/// Errors that stop the operator from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The CRD is not installed in the cluster.
+    #[error(
+        "the ReleasePlan CRD (releaseplans.releaseplan.io) is not installed: run `kubectl apply --server-side -f crds/releaseplan.yaml`"
+    )]
+    CrdMissing,
+    /// The GateTemplate or ClusterGateTemplate CRD is not installed.
+    #[error(
+        "the GateTemplate and ClusterGateTemplate CRDs (gatetemplates.releaseplan.io, clustergatetemplates.releaseplan.io) are not installed: run `kubectl apply --server-side -f crds/gatetemplates.yaml`"
+    )]
+    TemplateCrdMissing,
+    /// The API server could not be reached.
+    #[error("cannot reach the Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// The error of a reconcile whose write of one of the plan's objects failed.
+pub(crate) fn of_refusal(r: &Refusal) -> Error {
+    let object = format!("{} {}", r.kind, r.name);
+    if r.is_unavailable() {
+        Error::Unavailable {
+            object,
+            answered: r.code != 0,
+        }
+    } else {
+        Error::Refused(object)
+    }
+}
+
+/// Whether a request failed on the way (connection refused or reset, TLS,
+/// timeout, a body cut short): no answer came, and the write may have landed.
+pub(crate) fn is_transport(e: &kube::Error) -> bool {
+    matches!(
+        e,
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_)
+    )
+}
+
+pub(crate) fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+pub(crate) fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// Whether a failed write may still have been applied: it got no answer, or
+/// a 5xx one (a timeout of the API server's own may come after etcd wrote).
+pub(crate) fn may_have_landed(e: &kube::Error) -> bool {
+    is_transport(e) || matches!(e, kube::Error::Api(s) if s.code >= 500)
+}
+
+/// Whether the API server refused a write because the namespace is being
+/// deleted: nothing to report then, the plan's own deletion follows.
+pub(crate) fn namespace_terminating(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403
+        && s.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_kind_is_exported_from_the_start() {
+        let api = kube::Error::Api(Box::new(kube::core::Status::failure("no", "Forbidden")));
+        let errors = [
+            Error::Kube(kube::Error::Api(Box::new(kube::core::Status::failure(
+                "no", "x",
+            )))),
+            Error::Kube(kube::Error::Service("connection reset".into())),
+            Error::Kube(kube::Error::Api(Box::new(
+                kube::core::Status::failure("etcd", "x").with_code(503),
+            ))),
+            Error::Kube(kube::Error::LinesCodecMaxLineLengthExceeded),
+            Error::Conflict("p".into()),
+            Error::NoNamespace,
+            Error::Json(serde_json::from_str::<u8>("x").unwrap_err()),
+            Error::Refused("d".into()),
+            Error::Template {
+                name: "t".into(),
+                source: api,
+            },
+            Error::Job {
+                name: "j".into(),
+                source: kube::Error::LinesCodecMaxLineLengthExceeded,
+            },
+            Error::Panic("boom".into()),
+        ];
+        let kinds: Vec<&str> = errors.iter().map(Error::kind).collect();
+        assert_eq!(kinds, Error::KINDS);
+    }
+}

@@ -1,0 +1,459 @@
+//! The reconcile against a fake API server in this process: the finalizer's
+//! exits, a refused write, a write with no answer, a 409, a NotFound and a
+//! status write whose answer is lost, each in milliseconds. The fake answers
+//! by method and path and records every request, so a test says exactly
+//! which writes a path makes. (The cluster tests keep proving the same paths
+//! against the real API server; these pin the controller's own logic.)
+
+use super::context::Context;
+use super::events::Events;
+use super::gates::GateRunner;
+use super::index::PlanCache;
+use super::memory::Memory;
+use super::queue::Queue;
+use super::templates::TemplateCaches;
+use super::{Error, reconcile_inner};
+use crate::api::ReleasePlan;
+use crate::api::cached::CachedPlan;
+use crate::gates::access::CredentialReader;
+use crate::gates::outbound::{GateHttp, OutboundPolicy};
+use crate::ops::liveness::Liveness;
+use crate::ops::metrics::Metrics;
+use kube::Client;
+use kube::runtime::controller::Action;
+use kube::runtime::events::Reporter;
+use kube::runtime::reflector::{self, ObjectRef};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// One request the fake received.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    path: String,
+    body: Value,
+}
+
+impl Seen {
+    fn is(&self, method: &str, path_end: &str) -> bool {
+        self.method == method && self.path.ends_with(path_end)
+    }
+}
+
+/// What the fake does with a request.
+enum Reply {
+    /// Answers with this code and JSON body.
+    Answer(u16, Value),
+    /// Drops the connection: the client sees a transport error.
+    NoAnswer,
+}
+
+type Log = Arc<Mutex<Vec<Seen>>>;
+
+/// A client of a fake API server answering with `handler`, and its request log.
+fn fake(handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> (Client, Log) {
+    let log: Log = Arc::default();
+    let handler = Arc::new(handler);
+    let recorded = Arc::clone(&log);
+    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let (handler, log) = (Arc::clone(&handler), Arc::clone(&recorded));
+        async move {
+            let method = req.method().to_string();
+            let path = req.uri().path().to_string();
+            let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+            let seen = Seen {
+                method,
+                path,
+                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            };
+            let reply = handler(&seen);
+            log.lock().unwrap().push(seen);
+            match reply {
+                Reply::Answer(code, body) => Ok(http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
+                    .unwrap()),
+                Reply::NoAnswer => Err(std::io::Error::other("connection reset by peer")),
+            }
+        }
+    });
+    (Client::new(svc, "ns"), log)
+}
+
+/// A Status answer.
+fn status(code: u16, reason: &str, message: &str) -> Reply {
+    Reply::Answer(
+        code,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+               "reason": reason, "message": message, "code": code}),
+    )
+}
+
+/// The request's object, as written, with a resourceVersion: what the API
+/// server answers to a create, apply or replace.
+fn echo(seen: &Seen, version: &str) -> Reply {
+    let mut body = seen.body.clone();
+    body["metadata"]["resourceVersion"] = json!(version);
+    body["metadata"]["uid"] = json!("uid-of-echo");
+    Reply::Answer(200, body)
+}
+
+/// A context whose caches are empty and listed, on `client`.
+fn context(client: Client) -> Arc<Context> {
+    // The gate client is built with the process's crypto provider, as main does.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let metrics = Arc::new(Metrics::new());
+    let (plans, _) = reflector::store::<CachedPlan>();
+    let (wake, _) = futures::channel::mpsc::unbounded();
+    let http = GateHttp::new(OutboundPolicy {
+        deny: Vec::new(),
+        allow: Vec::new(),
+        error_body_chars: 0,
+    })
+    .unwrap();
+    let gates = GateRunner::new(
+        http,
+        CredentialReader::new(client.clone(), "ops".into()),
+        Arc::clone(&metrics),
+        wake,
+        plans,
+    );
+    let (namespaced, _) = reflector::store();
+    let (cluster, _) = reflector::store();
+    let reporter = Reporter {
+        controller: "releaseplan".into(),
+        instance: None,
+    };
+    let (events, _publisher) = Events::start(client.clone(), reporter, Arc::clone(&metrics));
+    Arc::new(Context {
+        client,
+        deployments: PlanCache::empty(),
+        templates: PlanCache::empty(),
+        pods: PlanCache::empty(),
+        jobs: PlanCache::empty(),
+        services: PlanCache::empty(),
+        routes: PlanCache::empty(),
+        gateway_api: false,
+        events,
+        queue: Arc::new(Queue::new(Arc::clone(&metrics))),
+        metrics,
+        gates,
+        gate_templates: TemplateCaches {
+            namespaced,
+            cluster,
+        },
+        liveness: Liveness::new(Duration::from_secs(60)),
+        memory: Memory::default(),
+    })
+}
+
+/// Plan `shop` in namespace `ns` at resourceVersion 5, with one component,
+/// `extra` merged into its metadata.
+fn plan(extra: &Value) -> Arc<ReleasePlan> {
+    let mut v = json!({
+        "apiVersion": "releaseplan.io/v1alpha1", "kind": "ReleasePlan",
+        "metadata": {"name": "shop", "namespace": "ns", "uid": "u1",
+                     "resourceVersion": "5", "generation": 1},
+        "spec": {"components": [{"name": "web", "replicas": 2, "template": {
+            "metadata": {"labels": {"app": "shop"}},
+            "spec": {"containers": [{"name": "app", "image": "shop:1"}]}}}]}
+    });
+    if let (Some(m), Some(e)) = (v["metadata"].as_object_mut(), extra.as_object()) {
+        m.extend(e.clone());
+    }
+    Arc::new(serde_json::from_value(v).unwrap())
+}
+
+fn with_finalizer() -> Value {
+    json!({"finalizers": ["releaseplan.io/finalizer"]})
+}
+
+/// The Events the fake received, by reason, after the publisher had time.
+async fn events(log: &Log) -> Vec<String> {
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.is("POST", "/events"))
+        .map(|s| s.body["reason"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+fn writes(log: &Log) -> Vec<(String, String)> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|s| !s.path.ends_with("/events"))
+        .map(|s| (s.method.clone(), s.path.clone()))
+        .collect()
+}
+
+/// Answers the writes of a first reconcile: templates and Deployments
+/// applied, status replaced (at resourceVersion 6), Events created.
+fn happy(seen: &Seen) -> Reply {
+    if seen.path.ends_with("/status") {
+        echo(seen, "6")
+    } else {
+        echo(seen, "1")
+    }
+}
+
+#[tokio::test]
+async fn a_deleted_plan_whose_finalizer_is_gone_ends_without_a_request() {
+    let (client, log) = fake(|_| status(500, "InternalError", "no request expected"));
+    let ctx = context(client);
+    let p = plan(&json!({"deletionTimestamp": "2026-12-01T00:00:00Z", "finalizers": ["other"]}));
+    let action = reconcile_inner(&p, &ctx).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    assert!(log.lock().unwrap().is_empty(), "{:?}", log.lock().unwrap());
+}
+
+#[tokio::test]
+async fn foreground_deletion_only_removes_the_finalizer() {
+    let deleted = json!({"deletionTimestamp": "2026-12-01T00:00:00Z",
+        "finalizers": ["releaseplan.io/finalizer", "foregroundDeletion"]});
+    let p = plan(&deleted);
+    // The API server answers a merge patch with the whole patched object.
+    let mut patched = serde_json::to_value(&*p).unwrap();
+    patched["metadata"]["finalizers"] = json!(["foregroundDeletion"]);
+    let (client, log) = fake(move |_| Reply::Answer(200, patched.clone()));
+    let ctx = context(client);
+    let action = reconcile_inner(&p, &ctx).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    let log = log.lock().unwrap();
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert!(log[0].is("PATCH", "/namespaces/ns/releaseplans/shop"));
+    // Guarded by the version read, and keeping the other finalizer.
+    assert_eq!(
+        log[0].body["metadata"],
+        json!({"finalizers": ["foregroundDeletion"], "resourceVersion": "5"})
+    );
+}
+
+#[tokio::test]
+async fn a_finalizer_patch_that_conflicts_is_a_conflict_and_writes_nothing_else() {
+    let (client, log) = fake(|_| status(409, "Conflict", "the object has been modified"));
+    let ctx = context(client);
+    let err = reconcile_inner(&plan(&json!({})), &ctx).await.unwrap_err();
+    assert!(matches!(err, Error::Conflict(_)), "{err}");
+    assert_eq!(err.kind(), "conflict");
+    assert_eq!(writes(&log).len(), 1);
+}
+
+#[tokio::test]
+async fn a_plan_gone_before_its_finalizer_is_added_ends_quietly() {
+    let (client, log) = fake(|_| status(404, "NotFound", "releaseplans \"shop\" not found"));
+    let ctx = context(client);
+    let action = reconcile_inner(&plan(&json!({})), &ctx).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    assert_eq!(writes(&log).len(), 1);
+    assert!(events(&log).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_refused_deployment_reaches_status_and_its_event_then_fails_the_reconcile() {
+    let (client, log) = fake(|seen| {
+        if seen.is("PATCH", "") && seen.path.contains("/deployments/") {
+            status(
+                422,
+                "Invalid",
+                "spec.template.spec.containers[0].ports[0].containerPort: Invalid value: 70000",
+            )
+        } else {
+            happy(seen)
+        }
+    });
+    let ctx = context(client);
+    let err = reconcile_inner(&plan(&with_finalizer()), &ctx)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Refused(_)), "{err}");
+    assert_eq!(err.kind(), "refused");
+    let log_now = log.lock().unwrap().clone();
+    let put = log_now
+        .iter()
+        .find(|s| s.is("PUT", "/releaseplans/shop/status"))
+        .expect("the status is written");
+    let stalled = put.body["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Stalled")
+        .unwrap()
+        .clone();
+    assert_eq!(stalled["reason"], "DeploymentRefused", "{stalled}");
+    assert!(
+        stalled["message"]
+            .as_str()
+            .unwrap()
+            .contains("containerPort"),
+        "{stalled}"
+    );
+    assert!(
+        events(&log)
+            .await
+            .contains(&"DeploymentRefused".to_string())
+    );
+}
+
+#[tokio::test]
+async fn a_deployment_write_without_answer_is_unavailable_never_refused() {
+    let (client, log) = fake(|seen| {
+        if seen.path.contains("/deployments/") {
+            Reply::NoAnswer
+        } else {
+            happy(seen)
+        }
+    });
+    let ctx = context(client);
+    let err = reconcile_inner(&plan(&with_finalizer()), &ctx)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Unavailable {
+                answered: false,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(err.kind(), "transport");
+    let log_now = log.lock().unwrap().clone();
+    let put = log_now
+        .iter()
+        .find(|s| s.is("PUT", "/releaseplans/shop/status"))
+        .expect("the status is written");
+    let conditions = put.body["status"]["conditions"].as_array().unwrap().clone();
+    let reason = |t: &str| {
+        conditions
+            .iter()
+            .find(|c| c["type"] == t)
+            .map(|c| (c["status"].clone(), c["reason"].clone()))
+            .unwrap()
+    };
+    assert_eq!(
+        reason("Reconciling"),
+        (json!("True"), json!("ApiUnavailable"))
+    );
+    assert_eq!(reason("Stalled").0, json!("False"));
+    let reasons = events(&log).await;
+    assert!(
+        reasons.contains(&"ApiUnavailable".to_string()),
+        "{reasons:?}"
+    );
+    assert!(
+        !reasons.contains(&"DeploymentRefused".to_string()),
+        "{reasons:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_status_conflict_reads_the_plan_again_and_publishes_nothing() {
+    let (client, log) = fake(|seen| {
+        if seen.is("PUT", "/status") {
+            status(409, "Conflict", "the object has been modified")
+        } else if seen.is("GET", "/releaseplans/shop") {
+            let mut p = serde_json::to_value(&*plan(&with_finalizer())).unwrap();
+            p["metadata"]["resourceVersion"] = json!("7");
+            Reply::Answer(200, p)
+        } else {
+            happy(seen)
+        }
+    });
+    let ctx = context(client);
+    let err = reconcile_inner(&plan(&with_finalizer()), &ctx)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Conflict(_)), "{err}");
+    assert!(writes(&log).iter().any(|(m, _)| m == "GET"));
+    let key = ObjectRef::new("shop").within("ns");
+    let fresh = ctx
+        .memory
+        .read(&key, |m| {
+            m.fresh
+                .as_ref()
+                .map(|f| f.metadata.resource_version.clone())
+        })
+        .flatten()
+        .flatten();
+    assert_eq!(fresh.as_deref(), Some("7"), "the re-read plan is kept");
+    assert!(
+        events(&log).await.is_empty(),
+        "no Event for an unwritten transition"
+    );
+}
+
+/// The status a fake answered to the first PUT, as the plan at version 6.
+fn landed(log: &Log) -> Arc<ReleasePlan> {
+    let put = log
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|s| s.is("PUT", "/status"))
+        .cloned()
+        .expect("a status write");
+    let mut p = put.body;
+    p["metadata"]["resourceVersion"] = json!("6");
+    Arc::new(serde_json::from_value(p).unwrap())
+}
+
+#[tokio::test]
+async fn a_status_write_whose_answer_is_lost_publishes_its_events_once_read_back() {
+    let answer_status = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answer = Arc::clone(&answer_status);
+    let (client, log) = fake(move |seen| {
+        if seen.is("PUT", "/status") && !answer.load(std::sync::atomic::Ordering::Relaxed) {
+            Reply::NoAnswer
+        } else {
+            happy(seen)
+        }
+    });
+    let ctx = context(client);
+    let err = reconcile_inner(&plan(&with_finalizer()), &ctx)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), "transport", "{err}");
+    assert!(
+        events(&log).await.is_empty(),
+        "no Event before the transition is known to be written"
+    );
+
+    // The next reconcile reads the plan with the written status: it landed.
+    answer_status.store(true, std::sync::atomic::Ordering::Relaxed);
+    let read_back = landed(&log);
+    let _ = reconcile_inner(&read_back, &ctx).await;
+    let after_first = events(&log).await;
+    assert_eq!(after_first, vec!["RolloutStarted".to_string()]);
+    // Published once: a later reconcile of the same plan adds none.
+    let _ = reconcile_inner(&read_back, &ctx).await;
+    assert_eq!(events(&log).await, after_first);
+}
+
+#[tokio::test]
+async fn a_status_write_whose_answer_is_lost_and_that_did_not_land_publishes_nothing() {
+    let (client, log) = fake(|seen| {
+        if seen.is("PUT", "/status") {
+            Reply::NoAnswer
+        } else {
+            happy(seen)
+        }
+    });
+    let ctx = context(client);
+    let _ = reconcile_inner(&plan(&with_finalizer()), &ctx).await;
+    // Read back at a newer version (a spec edit) without the written status.
+    let mut moved = (*plan(&with_finalizer())).clone();
+    moved.metadata.resource_version = Some("9".into());
+    let key = ObjectRef::from_obj(&moved);
+    super::write::confirm_unanswered(&ctx, &moved);
+    assert!(
+        ctx.memory
+            .read(&key, |m| m.unconfirmed.is_none())
+            .unwrap_or(true),
+        "a write that did not land is dropped"
+    );
+    assert!(events(&log).await.is_empty());
+}

@@ -1,0 +1,170 @@
+//! Writing a decision's status with optimistic concurrency; its Events and
+//! metrics go out only for a status that was written (or, when the answer
+//! was lost, once a read shows it landed).
+
+use super::context::{Context, metrics_key};
+use super::error::{Error, is_conflict, is_not_found, may_have_landed};
+use super::memory::{Settled, Unconfirmed};
+use super::observe::Seen;
+use crate::api::{Outcome, ReleasePlan, ReleasePlanStatus};
+use crate::ops::metrics::{FailedGateLabel, OutcomeLabel, PlanState};
+use crate::plan::Decision;
+use crate::plan::machine::Cause;
+use kube::api::PostParams;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
+use tracing::{info, warn};
+
+/// Settles a transition whose status write got no answer, now that the plan
+/// is read again: its Events and metrics go out once the read shows the
+/// written status (and never for a write that did not land).
+pub(crate) fn confirm_unanswered(ctx: &Context, plan: &ReleasePlan) {
+    let key = ObjectRef::from_obj(plan);
+    let landed = ctx.memory.with(&key, |m| {
+        let settled = m.unconfirmed.as_ref()?.settle(plan);
+        match settled {
+            Settled::NotYet => None,
+            Settled::Lost => {
+                m.unconfirmed = None;
+                None
+            }
+            Settled::Landed => m.unconfirmed.take(),
+        }
+    });
+    if let Some(u) = landed {
+        info!("a status write that got no answer had landed: publishing its transition");
+        ctx.events
+            .planned(&plan.object_ref(&()), &u.decision.events);
+        for e in &u.decision.events {
+            info!(reason = %e.reason, "{}", e.message);
+        }
+        record_metrics(ctx, &metrics_key(plan), &u.before, &u.decision);
+    }
+}
+
+/// Metrics of a written decision, from its transition.
+pub(crate) fn record_metrics(
+    ctx: &Context,
+    key: &str,
+    before: &ReleasePlanStatus,
+    decision: &Decision,
+) {
+    let m = &ctx.metrics;
+    m.set_plan(
+        key,
+        Some(PlanState {
+            phase: decision.status.phase,
+            halted: decision.status.is_halted(),
+        }),
+    );
+    let outcome = |kind: Outcome| {
+        m.rollouts
+            .get_or_create(&OutcomeLabel {
+                outcome: kind.to_string(),
+            })
+            .inc();
+    };
+    match &decision.transition {
+        Cause::Promoted => {
+            outcome(Outcome::Promoted);
+            if let Some(start) = before.rollout_started_at {
+                let end = decision
+                    .status
+                    .history
+                    .last()
+                    .and_then(|h| h.finished_at)
+                    .unwrap_or(start);
+                // Milliseconds of a rollout fit f64's mantissa many times over.
+                #[allow(clippy::cast_precision_loss)]
+                let secs = (end - start).num_milliseconds() as f64 / 1000.0;
+                m.rollout_duration.observe(secs.max(0.0));
+            }
+        }
+        Cause::RollbackDone { .. } => outcome(Outcome::RolledBack),
+        Cause::Start { superseded: true } => outcome(Outcome::Superseded),
+        Cause::RollbackStarted(f) => {
+            m.rollbacks
+                .get_or_create(&FailedGateLabel {
+                    gate: f.gate.clone(),
+                })
+                .inc();
+        }
+        _ => {}
+    }
+}
+
+/// Writes the whole status with the plan's resourceVersion: a 409 means we
+/// decided on stale data. Returns the written object (`None`: the plan is gone).
+pub(crate) async fn write_status(
+    api: &Api<ReleasePlan>,
+    plan: &ReleasePlan,
+    status: &ReleasePlanStatus,
+) -> Result<Option<ReleasePlan>, Error> {
+    let mut obj = plan.clone();
+    obj.metadata.managed_fields = None;
+    obj.status = Some(status.clone());
+    match api
+        .replace_status(&plan.name_any(), &PostParams::default(), &obj)
+        .await
+    {
+        Ok(written) => Ok(Some(written)),
+        Err(e) if is_conflict(&e) => Err(Error::Conflict(plan.name_any())),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes the decision's status when it changed, then queues its Events and
+/// records its metrics. A conflict drops them (the plan is read again and
+/// decided anew); a write whose answer was lost keeps them until a read
+/// says whether it landed ([`confirm_unanswered`]).
+pub(crate) async fn status(
+    ctx: &Context,
+    plan: &ReleasePlan,
+    seen: &Seen,
+    decision: &Decision,
+) -> Result<(), Error> {
+    let before = &seen.obs.status;
+    if plan.status.as_ref() != Some(&decision.status) {
+        let plans: Api<ReleasePlan> = Api::namespaced(ctx.client.clone(), &seen.ns);
+        match write_status(&plans, plan, &decision.status).await {
+            Ok(Some(written)) => {
+                // Written on the version an unanswered write was made on: that
+                // one did not land (it would have made this one conflict).
+                ctx.memory.with(&seen.key, |m| m.unconfirmed = None);
+                ctx.remember(&written);
+            }
+            Ok(None) => {}
+            Err(Error::Kube(e)) if may_have_landed(&e) => {
+                // No answer: the transition may be written. Its Events and
+                // metrics wait for a read that says so.
+                warn!(error = %e, "status write got no answer: its transition is confirmed by the next read");
+                ctx.memory.with(&seen.key, |m| {
+                    m.unconfirmed = Some(Unconfirmed {
+                        base_version: plan.resource_version(),
+                        before: before.clone(),
+                        decision: decision.clone(),
+                    });
+                });
+                return Err(Error::Kube(e));
+            }
+            Err(e @ Error::Conflict(_)) => {
+                // Decided on a stale object: read it fresh, so the retry does not
+                // conflict again (after an API server restart the cache may lag
+                // for many seconds), and drop this decision's events.
+                if let Ok(p) = plans.get(&plan.name_any()).await {
+                    ctx.remember(&p);
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        }
+        ctx.metrics.write("status");
+    }
+    ctx.events.planned(&plan.object_ref(&()), &decision.events);
+    for e in &decision.events {
+        info!(reason = %e.reason, "{}", e.message);
+    }
+    record_metrics(ctx, &metrics_key(plan), before, decision);
+    Ok(())
+}
