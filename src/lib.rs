@@ -11,6 +11,9 @@
 pub mod api;
 pub mod cli;
 pub mod controller;
+// Lists in the docs checked against the code (docs that cannot drift).
+#[cfg(test)]
+mod doc_lists;
 pub mod gates;
 pub mod ops;
 pub mod plan;

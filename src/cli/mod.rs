@@ -114,8 +114,10 @@ pub struct Global {
     /// Do not verify the API server's certificate (insecure).
     #[arg(long, global = true)]
     pub insecure_skip_tls_verify: bool,
-    /// Give up on one API request after this long: 30s, 1m, or plain seconds;
-    /// 0 means no limit (the default). Watches are restarted when it passes.
+    /// Give up on one API request after this long: 30s, 1m, or plain seconds,
+    /// for connecting, sending and waiting for the answer; 0 means no limit.
+    /// Default: kube's (30s to connect, 295s for a stalled send, no limit on
+    /// the answer). Watches are restarted when it passes.
     #[arg(long, global = true, value_parser = parse_request_timeout, value_name = "DURATION")]
     pub request_timeout: Option<Duration>,
 }
@@ -433,7 +435,7 @@ fn parse_server(server: &str) -> Result<http::Uri, CliError> {
 
 /// Maps the kubectl global flags onto the connection configuration, as kubectl
 /// does: each overrides what the kubeconfig says.
-fn apply_flags(config: &mut Config, g: &Global) -> Result<(), CliError> {
+pub(crate) fn apply_flags(config: &mut Config, g: &Global) -> Result<(), CliError> {
     if let Some(server) = &g.server {
         config.cluster_url = parse_server(server)?;
     }

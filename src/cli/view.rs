@@ -50,7 +50,8 @@ pub struct StepView {
     pub index: i32,
     /// Number of steps in `spec.strategy.steps`.
     pub total: usize,
-    /// The same for humans: `step 2/4`, `steps 4/4 done`, `no steps`.
+    /// The same for humans, counted from 1: `step 2/4` (index 1), `steps 4/4
+    /// done`, `no steps`.
     pub text: String,
 }
 
@@ -141,7 +142,8 @@ pub struct PlanView {
     pub observed_generation: Option<i64>,
     /// `metadata.creationTimestamp`.
     pub created: Option<DateTime<Utc>>,
-    /// Phase: `Pending`, `RollingOut`, `Stable`, `RollingBack`, `RolledBack`, ...
+    /// Phase (`status.phase`): `Pending`, `RollingOut`, `RollbackInProgress`,
+    /// `RolledBack` or `Stable`.
     pub phase: String,
     /// The step.
     pub step: StepView,

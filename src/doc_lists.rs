@@ -1,0 +1,1162 @@
+//! Lists in the docs that mirror the code, checked against the code, so that
+//! a change which forgets a doc fails here (issue 26 §8, "Docs that cannot
+//! drift"): the metrics and their label values, the operator's flags, the
+//! plugin's commands, flags and exit codes, the Event and condition reasons,
+//! the printer columns, the chart's RBAC table, and a few claims that depend
+//! on the code (the CRD's size, the revision hash alphabet, kube's default
+//! timeouts). Each failure names the document and the entries that differ.
+
+use crate::api::{Outcome, Phase};
+use crate::cli::wait::{EXIT_ERROR, EXIT_ROLLED_BACK, EXIT_STABLE, EXIT_STALLED, EXIT_TIMEOUT};
+use crate::plan::reasons::{ConditionReason, EventReason, FailureReason};
+use clap::CommandFactory;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A file of the repository.
+fn read(path: &str) -> String {
+    let full = format!("{}/{path}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("cannot read {full}: {e}"))
+}
+
+/// The part of a markdown document under `heading` (a whole line, such as
+/// `## Events`), up to the next heading of the same or a higher level.
+/// Lines in code blocks are never headings.
+fn section<'a>(doc: &'a str, heading: &str) -> &'a str {
+    let level = heading.chars().take_while(|c| *c == '#').count();
+    let mut start = None;
+    let mut fenced = false;
+    let mut offset = 0;
+    for line in doc.split_inclusive('\n') {
+        let here = offset;
+        offset += line.len();
+        let text = line.trim_end();
+        if text.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        let hashes = text.chars().take_while(|c| *c == '#').count();
+        let is_heading = hashes > 0 && text[hashes..].starts_with(' ');
+        match start {
+            None if text == heading => start = Some(offset),
+            Some(s) if is_heading && hashes <= level => return &doc[s..here],
+            _ => {}
+        }
+    }
+    let s = start.unwrap_or_else(|| panic!("no heading {heading:?}"));
+    &doc[s..]
+}
+
+/// The cells of a markdown table row, trimmed; `\|` is a `|` inside a cell.
+fn cells(line: &str) -> Vec<String> {
+    let inner = line.trim();
+    let inner = inner.strip_prefix('|').unwrap_or(inner);
+    let inner = inner.strip_suffix('|').unwrap_or(inner);
+    let mut out = vec![String::new()];
+    let mut chars = inner.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&'|') => {
+                out.last_mut().unwrap().push('|');
+                chars.next();
+            }
+            '|' => out.push(String::new()),
+            _ => out.last_mut().unwrap().push(c),
+        }
+    }
+    out.iter().map(|c| c.trim().to_string()).collect()
+}
+
+/// The body rows of the markdown tables in `text` (header rows left out).
+fn rows(text: &str) -> Vec<Vec<String>> {
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let is_row = |l: &str| l.starts_with('|');
+    let is_separator = |l: &str| is_row(l) && l.chars().all(|c| matches!(c, '|' | '-' | ':' | ' '));
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(i, l)| {
+            is_row(l)
+                && !is_separator(l)
+                && !lines.get(i + 1).is_some_and(|next| is_separator(next))
+        })
+        .map(|(_, l)| cells(l))
+        .collect()
+}
+
+/// The texts between backticks.
+fn backticked(text: &str) -> Vec<&str> {
+    text.split('`').skip(1).step_by(2).collect()
+}
+
+/// A reason-like name: `RolloutStarted`, `Stable`.
+fn is_camel(token: &str) -> bool {
+    token.starts_with(|c: char| c.is_ascii_uppercase())
+        && token.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
+/// What is in `want` but not in `got`, and what is in `got` but not in `want`.
+fn differences<'a, T: Ord + Clone + 'a>(
+    want: impl IntoIterator<Item = &'a T>,
+    got: impl IntoIterator<Item = &'a T>,
+) -> (Vec<T>, Vec<T>) {
+    let want: BTreeSet<T> = want.into_iter().cloned().collect();
+    let got: BTreeSet<T> = got.into_iter().cloned().collect();
+    (
+        want.difference(&got).cloned().collect(),
+        got.difference(&want).cloned().collect(),
+    )
+}
+
+// ---------------------------------------------------------------- metrics
+
+/// The metric families the operator registers, by the name queries use (a
+/// counter's samples carry `_total`), with their type, from the `# TYPE`
+/// lines of `/metrics`. A family with labels renders nothing before its first
+/// series, so each gets one here; the count of `register` calls in
+/// src/ops/metrics.rs makes sure that none was left out.
+fn metric_families() -> BTreeMap<String, String> {
+    use crate::ops::metrics::{
+        ErrorLabel, FailedGateLabel, GateKindLabel, GateLabel, Metrics, RequestLabel,
+        ResourceLabel, VerbLabel, WriteLabel,
+    };
+    let m = Metrics::new();
+    let gate = GateLabel {
+        namespace: "ns".into(),
+        plan: "p".into(),
+        gate: "g".into(),
+    };
+    let kind = GateKindLabel {
+        kind: "webhook".into(),
+    };
+    let _ = m.failures.get_or_create(&ErrorLabel {
+        error: "api".into(),
+    });
+    let _ = m
+        .rollbacks
+        .get_or_create(&FailedGateLabel { gate: "g".into() });
+    let _ = m.api_writes.get_or_create(&WriteLabel {
+        operation: "apply".into(),
+    });
+    let _ = m.gate_value.get_or_create(&gate);
+    let _ = m.gate_failures.get_or_create(&gate);
+    let _ = m.gate_duration.get_or_create(&kind);
+    let _ = m.gate_errors.get_or_create(&kind);
+    let _ = m.kube_requests.get_or_create(&RequestLabel {
+        verb: "get".into(),
+        resource: "pods".into(),
+        code: "200".into(),
+    });
+    let _ = m
+        .kube_request_duration
+        .get_or_create(&VerbLabel { verb: "get".into() });
+    let _ = m.cached_objects.get_or_create(&ResourceLabel {
+        resource: "pods".into(),
+    });
+    m.set_phase("ns/p", Some(Phase::Stable));
+    let text = m.render();
+    let families: BTreeMap<String, String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| {
+            let (name, kind) = l.split_once(' ').unwrap();
+            let name = if kind == "counter" {
+                format!("{name}_total")
+            } else {
+                name.to_string()
+            };
+            (name, kind.to_string())
+        })
+        .collect();
+    let source = read("src/ops/metrics.rs");
+    let registered =
+        source.matches(".register(").count() + source.matches(".register_with_unit(").count();
+    assert_eq!(
+        families.len(),
+        registered,
+        "src/ops/metrics.rs registers {registered} families but {} render: give each family \
+         with labels a series in doc_lists::metric_families, so that the docs check sees it:\n{text}",
+        families.len()
+    );
+    families
+}
+
+/// The rows of docs/operations.md's metrics table: name -> cells.
+fn metrics_table(doc: &str) -> BTreeMap<String, Vec<String>> {
+    rows(section(doc, "## Metrics"))
+        .into_iter()
+        .filter(|r| r[0].starts_with("`releaseplan_"))
+        .map(|r| (r[0].trim_matches('`').to_string(), r))
+        .collect()
+}
+
+#[test]
+fn operations_metrics_table_lists_every_registered_metric_and_no_other() {
+    let doc = read("docs/operations.md");
+    let table = metrics_table(&doc);
+    let code = metric_families();
+    let (undocumented, unknown) = differences(code.keys(), table.keys());
+    assert!(
+        undocumented.is_empty() && unknown.is_empty(),
+        "docs/operations.md's metrics table differs from Metrics::new(): \
+         registered but not in the table: {undocumented:?}; in the table but not registered: {unknown:?}"
+    );
+    for (name, kind) in &code {
+        assert_eq!(
+            &table[name][1], kind,
+            "docs/operations.md: the type of {name}"
+        );
+    }
+}
+
+#[test]
+fn docs_name_only_metrics_that_exist() {
+    let code = metric_families();
+    // A family's own sample names: `_total` of counters is in the key;
+    // histograms add `_bucket`, `_sum` and `_count`.
+    let exists = |name: &str| {
+        code.contains_key(name)
+            || ["_bucket", "_sum", "_count"].iter().any(|suffix| {
+                name.strip_suffix(suffix)
+                    .is_some_and(|base| code.get(base).is_some_and(|k| k == "histogram"))
+            })
+    };
+    for path in [
+        "docs/operations.md",
+        "README.md",
+        "charts/releaseplan/README.md",
+        "integrations/prometheus/alerts.yaml",
+        "integrations/grafana/releaseplan-dashboard.json",
+    ] {
+        let text = read(path);
+        let mut unknown = BTreeSet::new();
+        for (i, _) in text.match_indices("releaseplan_") {
+            if text[..i].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+                continue;
+            }
+            let name: String = text[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            // `releaseplan_io_revision` is a label name (releaseplan.io/revision).
+            if name.ends_with('_') || name.starts_with("releaseplan_io_") {
+                continue;
+            }
+            if !exists(&name) {
+                unknown.insert(name);
+            }
+        }
+        assert!(
+            unknown.is_empty(),
+            "{path} names metrics the operator does not export: {unknown:?}"
+        );
+    }
+}
+
+/// The values listed for `label` in a cell such as "`error`: `api`, `client`".
+fn label_values<'a>(
+    table: &'a BTreeMap<String, Vec<String>>,
+    metric: &str,
+    label: &str,
+) -> Vec<&'a str> {
+    let row = table
+        .get(metric)
+        .unwrap_or_else(|| panic!("docs/operations.md has no row for {metric}"));
+    let ticks = backticked(&row[2]);
+    assert_eq!(
+        ticks.first().copied(),
+        Some(label),
+        "docs/operations.md: the labels of {metric} start with `{label}`"
+    );
+    ticks[1..].to_vec()
+}
+
+#[test]
+fn operations_metric_label_values_are_the_codes() {
+    let doc = read("docs/operations.md");
+    let table = metrics_table(&doc);
+    assert_eq!(
+        label_values(&table, "releaseplan_reconcile_failures_total", "error"),
+        crate::controller::Error::KINDS,
+        "docs/operations.md: the `error` values of releaseplan_reconcile_failures_total \
+         must be controller::Error::KINDS, in its order"
+    );
+    let phases: Vec<&str> = Phase::ALL.iter().map(|p| p.as_str()).collect();
+    assert_eq!(
+        label_values(&table, "releaseplan_plans", "phase"),
+        phases,
+        "docs/operations.md: the `phase` values of releaseplan_plans"
+    );
+    let outcomes: Vec<&str> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
+    assert_eq!(
+        label_values(&table, "releaseplan_rollouts_total", "outcome"),
+        outcomes,
+        "docs/operations.md: the `outcome` values of releaseplan_rollouts_total"
+    );
+    for metric in [
+        "releaseplan_gate_evaluation_duration_seconds",
+        "releaseplan_gate_errors_total",
+    ] {
+        assert_eq!(
+            label_values(&table, metric, "kind"),
+            crate::gates::GateSpec::KINDS,
+            "docs/operations.md: the `kind` values of {metric}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------- reasons
+
+fn names<T: Copy>(all: &[T], name: impl Fn(T) -> &'static str) -> BTreeSet<&'static str> {
+    all.iter().map(|r| name(*r)).collect()
+}
+
+#[test]
+fn api_events_paragraph_names_exactly_the_event_reasons() {
+    let doc = read("docs/api.md");
+    let named: BTreeSet<&str> = backticked(section(&doc, "## Events"))
+        .into_iter()
+        .filter(|t| is_camel(t))
+        .collect();
+    let code = names(EventReason::ALL, EventReason::as_str);
+    let (missing, unknown) = differences(&code, &named);
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "docs/api.md's Events section differs from EventReason::ALL: \
+         not named: {missing:?}; named but not a reason the operator records: {unknown:?}"
+    );
+}
+
+#[test]
+fn api_conditions_table_names_every_condition_reason_and_no_other() {
+    use crate::plan::conditions::{
+        PAUSED, PROGRESSING, READY, RECONCILING, ROLLBACK_IN_PROGRESS, STALLED,
+    };
+    let doc = read("docs/api.md");
+    let table: Vec<Vec<String>> = rows(section(&doc, "## Conditions"));
+    let named: BTreeSet<&str> = table
+        .iter()
+        .flat_map(|r| r.iter().flat_map(|c| backticked(c)))
+        .filter(|t| is_camel(t))
+        .collect();
+    let reasons = names(ConditionReason::ALL, ConditionReason::as_str);
+    let missing: Vec<&&str> = reasons.difference(&named).collect();
+    assert!(
+        missing.is_empty(),
+        "docs/api.md's conditions table does not name these ConditionReasons: {missing:?}"
+    );
+    let types = [
+        READY,
+        RECONCILING,
+        STALLED,
+        PROGRESSING,
+        ROLLBACK_IN_PROGRESS,
+        PAUSED,
+    ];
+    let known: BTreeSet<&str> = reasons
+        .iter()
+        .copied()
+        .chain(types)
+        .chain(Phase::ALL.iter().map(|p| p.as_str()))
+        .collect();
+    let unknown: Vec<&&str> = named.difference(&known).collect();
+    assert!(
+        unknown.is_empty(),
+        "docs/api.md's conditions table names reasons the operator never sets: {unknown:?}"
+    );
+    let rows_types: Vec<&str> = table.iter().map(|r| r[0].trim_matches('`')).collect();
+    assert_eq!(
+        rows_types, types,
+        "docs/api.md: one row per condition type, in this order"
+    );
+}
+
+#[test]
+fn api_failure_reasons_are_listed() {
+    let doc = read("docs/api.md");
+    let row = rows(section(&doc, "## Status"))
+        .into_iter()
+        .find(|r| r[0] == "`failure`")
+        .expect("docs/api.md: the `failure` row of the status table");
+    let named: BTreeSet<&str> = backticked(&row[1]).into_iter().collect();
+    let missing: Vec<&str> = FailureReason::ALL
+        .iter()
+        .map(|r| r.as_str())
+        .filter(|r| !named.contains(r))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/api.md's `failure` row does not list {missing:?}"
+    );
+}
+
+// ---------------------------------------------------------------- phases
+
+#[test]
+fn phase_lists_are_the_phases() {
+    let phases: Vec<&str> = Phase::ALL.iter().map(|p| p.as_str()).collect();
+    let mut sorted = phases.clone();
+    sorted.sort_unstable();
+    for (path, heading, field) in [
+        (
+            "docs/plugin.md",
+            "## Output for scripts: -o json|yaml",
+            "`phase`",
+        ),
+        ("docs/api.md", "## Status", "`phase`"),
+    ] {
+        let doc = read(path);
+        let row = rows(section(&doc, heading))
+            .into_iter()
+            .find(|r| r[0] == field)
+            .unwrap_or_else(|| panic!("{path}: no {field} row under {heading}"));
+        let mut listed: Vec<&str> = row
+            .iter()
+            .skip(1)
+            .flat_map(|c| backticked(c))
+            .filter(|t| is_camel(t))
+            .collect();
+        listed.sort_unstable();
+        listed.dedup();
+        assert_eq!(
+            listed, sorted,
+            "{path}: the phases of the {field} row must be exactly Phase::ALL"
+        );
+    }
+    let doc = read("docs/api.md");
+    let table: Vec<String> = rows(section(&doc, "## Phases"))
+        .into_iter()
+        .map(|r| r[0].trim_matches('`').to_string())
+        .collect();
+    assert_eq!(
+        table, phases,
+        "docs/api.md: one row per phase, in Phase::ALL's order"
+    );
+}
+
+// ---------------------------------------------------------------- operator flags
+
+/// A flag of the operator (`Args` in src/main.rs).
+#[derive(Debug)]
+struct OperatorFlag {
+    long: String,
+    env: Option<String>,
+    default: Option<String>,
+}
+
+/// Splits `text` at the commas outside parentheses, brackets and quotes.
+fn split_top_level(text: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let (mut depth, mut quoted, mut char_quoted) = (0i32, false, false);
+    for c in text.chars() {
+        match c {
+            '"' if !char_quoted => quoted = !quoted,
+            '\'' if !quoted => char_quoted = !char_quoted,
+            _ if quoted || char_quoted => {}
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(String::new());
+                continue;
+            }
+            _ => {}
+        }
+        out.last_mut().unwrap().push(c);
+    }
+    out.into_iter()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// The flags of the operator, read from the `#[arg(...)]` attributes of
+/// `struct Args` in src/main.rs. The binary's `Args` is not part of the
+/// library, so its `CommandFactory` cannot be called from here, and checking
+/// `--help` of the built binary would take an integration test (a link of
+/// the whole crate): the attributes are regular enough to read as text, and
+/// the test fails loudly when they are not.
+fn operator_flags() -> Vec<OperatorFlag> {
+    let main = read("src/main.rs");
+    let start = main
+        .find("struct Args {")
+        .expect("src/main.rs defines struct Args");
+    let body = &main[start..];
+    let body = &body[..body.find("\n}\n").expect("the end of struct Args")];
+    let mut flags = Vec::new();
+    let mut rest = body;
+    while let Some(i) = rest.find("#[arg(") {
+        let after = &rest[i + "#[arg(".len()..];
+        let mut depth = 1;
+        let mut end = None;
+        for (j, c) in after.char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = Some(j);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let end = end.expect("a closed #[arg(...)]");
+        let attr = &after[..end];
+        rest = &after[end..];
+        let field = rest
+            .lines()
+            .skip(1)
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.starts_with("//") && !l.starts_with("#["))
+            .and_then(|l| l.split_once(':'))
+            .map(|(name, _)| name.trim().to_string())
+            .expect("a field after #[arg(...)]");
+        let unquote = |v: &str| v.trim().trim_matches('"').to_string();
+        let mut flag = OperatorFlag {
+            long: String::new(),
+            env: None,
+            default: None,
+        };
+        for item in split_top_level(attr) {
+            let (key, value) = match item.split_once('=') {
+                Some((k, v)) => (k.trim().to_string(), Some(v.trim().to_string())),
+                None => (item.clone(), None),
+            };
+            match (key.as_str(), value) {
+                ("long", None) => flag.long = field.replace('_', "-"),
+                ("long", Some(v)) => flag.long = unquote(&v),
+                ("env", Some(v)) => flag.env = Some(unquote(&v)),
+                ("default_value" | "default_value_t", Some(v)) => {
+                    flag.default = Some(unquote(&v));
+                }
+                _ => {}
+            }
+        }
+        assert!(
+            !flag.long.is_empty(),
+            "src/main.rs: the operator flag of field {field} has no `long`: \
+             update this reader (src/doc_lists.rs) if the attribute changed shape"
+        );
+        flags.push(flag);
+    }
+    assert_eq!(
+        flags.len(),
+        body.matches("#[arg(").count(),
+        "every #[arg(...)] of Args read"
+    );
+    assert!(
+        flags.len() >= 10,
+        "src/main.rs: only {} flags read",
+        flags.len()
+    );
+    flags
+}
+
+#[test]
+fn operations_flags_table_lists_every_operator_flag_with_its_env_and_default() {
+    let doc = read("docs/operations.md");
+    let table: BTreeMap<String, Vec<String>> = rows(section(&doc, "## Operator flags"))
+        .into_iter()
+        .map(|r| (r[0].trim_matches('`').to_string(), r))
+        .collect();
+    let flags = operator_flags();
+    let code: BTreeSet<String> = flags.iter().map(|f| format!("--{}", f.long)).collect();
+    let documented: BTreeSet<String> = table.keys().cloned().collect();
+    let (missing, unknown) = differences(&code, &documented);
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "docs/operations.md's flags table differs from Args in src/main.rs: \
+         not in the table: {missing:?}; in the table but not a flag: {unknown:?}"
+    );
+    for f in &flags {
+        let row = &table[&format!("--{}", f.long)];
+        if let Some(env) = &f.env {
+            assert_eq!(
+                row[1],
+                format!("`{env}`"),
+                "docs/operations.md: env of --{}",
+                f.long
+            );
+        }
+        if let Some(default) = &f.default {
+            assert_eq!(
+                row[2],
+                format!("`{default}`"),
+                "docs/operations.md: default of --{}",
+                f.long
+            );
+        }
+    }
+}
+
+#[test]
+fn defaults_named_beside_operator_flags_are_the_code_defaults() {
+    // "`--lease-seconds`, default 15 s", "`RELEASEPLAN_QPS`, default 200",
+    // "`--stuck-after-seconds` (default 120": wherever prose gives a default
+    // right after a flag or its variable, it must be the code's.
+    let flags = operator_flags();
+    for path in [
+        "docs/operations.md",
+        "docs/gates.md",
+        "docs/api.md",
+        "docs/decisions.md",
+        "docs/troubleshooting.md",
+        "README.md",
+        "charts/releaseplan/README.md",
+    ] {
+        let text = read(path);
+        for f in &flags {
+            let Some(default) = &f.default else { continue };
+            let names = [
+                Some(format!("`--{}`", f.long)),
+                f.env.as_ref().map(|e| format!("`{e}`")),
+            ];
+            for name in names.iter().flatten() {
+                for (i, _) in text.match_indices(name.as_str()) {
+                    let after = &text[i + name.len()..];
+                    let Some(value) = after
+                        .strip_prefix(", default ")
+                        .or_else(|| after.strip_prefix(" (default "))
+                    else {
+                        continue;
+                    };
+                    let value: String = value
+                        .trim_start_matches('`')
+                        .chars()
+                        .take_while(|c| !matches!(c, ' ' | ';' | ')' | ',' | '`' | '\n'))
+                        .collect();
+                    assert_eq!(
+                        &value, default,
+                        "{path}: {name} is said to default to {value}, the code says {default}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn operations_values_table_defaults_are_the_charts() {
+    let doc = read("docs/operations.md");
+    let values: serde_yaml::Value =
+        serde_yaml::from_str(&read("charts/releaseplan/values.yaml")).unwrap();
+    let lookup = |path: &str| {
+        path.split('.')
+            .try_fold(&values, |v, key| v.get(key))
+            .unwrap_or_else(|| panic!("docs/operations.md names value {path}, not in values.yaml"))
+    };
+    let render = |v: &serde_yaml::Value| match v {
+        serde_yaml::Value::String(s) if s.is_empty() => "\"\"".to_string(),
+        serde_yaml::Value::String(s) => s.clone(),
+        serde_yaml::Value::Sequence(s) if s.is_empty() => "[]".to_string(),
+        serde_yaml::Value::Mapping(m) if m.is_empty() => "{}".to_string(),
+        other => serde_yaml::to_string(other).unwrap().trim().to_string(),
+    };
+    let mut checked = 0;
+    for row in rows(section(&doc, "## Values")) {
+        let keys: Vec<&str> = row[0].split(" / ").map(|k| k.trim_matches('`')).collect();
+        let defaults: Vec<&str> = row[1].split(" / ").collect();
+        if keys.len() != defaults.len() {
+            continue;
+        }
+        // `leaderElection.enabled` / `leaseName`: the later keys share the first's parent.
+        let parent = keys[0].rsplit_once('.').map(|(p, _)| p);
+        for (key, default) in keys.iter().zip(&defaults) {
+            let Some(default) = default.strip_prefix('`').and_then(|d| d.strip_suffix('`')) else {
+                continue; // prose: "required", "appVersion"
+            };
+            let path = match parent {
+                Some(p) if !key.contains('.') => format!("{p}.{key}"),
+                _ => (*key).to_string(),
+            };
+            assert_eq!(
+                default,
+                render(lookup(&path)),
+                "docs/operations.md's Values table: the default of {path}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "only {checked} values checked");
+}
+
+// ---------------------------------------------------------------- plugin
+
+/// The plugin's commands (`set image` as one), with their arguments.
+fn plugin_commands() -> Vec<(String, Vec<clap::Arg>)> {
+    fn walk(cmd: &clap::Command, prefix: &str, out: &mut Vec<(String, Vec<clap::Arg>)>) {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let path = format!("{prefix}{}", sub.get_name());
+            if sub.has_subcommands() {
+                walk(sub, &format!("{path} "), out);
+            } else {
+                out.push((path, sub.get_arguments().cloned().collect()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&crate::cli::Cli::command(), "", &mut out);
+    assert!(out.len() >= 10, "{} plugin commands", out.len());
+    out
+}
+
+/// The usage lines of docs/plugin.md (`kubectl releaseplan CMD ...` in
+/// ```text blocks, with their indented continuation lines), by command.
+fn plugin_usages(doc: &str, commands: &[String]) -> BTreeMap<String, String> {
+    let mut usages: BTreeMap<String, String> = BTreeMap::new();
+    let mut fence: Option<&str> = None;
+    let mut current: Option<String> = None;
+    for line in doc.lines() {
+        if let Some(rest) = line.trim_start().strip_prefix("```") {
+            fence = if fence.is_some() { None } else { Some(rest) };
+            current = None;
+            continue;
+        }
+        if fence != Some("text") {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("kubectl releaseplan ") {
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            let command = commands
+                .iter()
+                .filter(|c| {
+                    let parts: Vec<&str> = c.split(' ').collect();
+                    words.starts_with(&parts)
+                })
+                .max_by_key(|c| c.len())
+                .unwrap_or_else(|| {
+                    panic!("docs/plugin.md shows usage of a command the plugin lacks: {line:?}")
+                })
+                .clone();
+            usages.entry(command.clone()).or_default().push_str(rest);
+            current = Some(command);
+        } else if line.starts_with(' ')
+            && let Some(c) = &current
+        {
+            usages.get_mut(c).unwrap().push_str(line);
+        } else {
+            current = None;
+        }
+    }
+    usages
+}
+
+/// Whether `text` has `flag` (`--watch`, `-w`) as a whole word.
+fn mentions(text: &str, flag: &str) -> Option<usize> {
+    text.match_indices(flag).map(|(i, _)| i).find(|&i| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + flag.len()..].chars().next();
+        !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
+            && !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
+    })
+}
+
+#[test]
+fn plugin_doc_shows_the_usage_of_every_command_with_its_flags() {
+    let doc = read("docs/plugin.md");
+    let commands = plugin_commands();
+    let paths: Vec<String> = commands.iter().map(|(p, _)| p.clone()).collect();
+    let usages = plugin_usages(&doc, &paths);
+    let missing: Vec<&String> = paths.iter().filter(|p| !usages.contains_key(*p)).collect();
+    assert!(
+        missing.is_empty(),
+        "docs/plugin.md has no usage line (`kubectl releaseplan CMD ...` in a ```text block) for {missing:?}"
+    );
+    for (path, args) in &commands {
+        let usage = &usages[path];
+        for arg in args.iter().filter(|a| !a.is_hide_set()) {
+            let long = arg.get_long().map(|l| format!("--{l}"));
+            let short = arg.get_short().map(|s| format!("-{s}"));
+            let at = long
+                .iter()
+                .chain(short.iter())
+                .find_map(|f| mentions(usage, f).map(|i| i + f.len()));
+            if long.is_none() && short.is_none() {
+                // A positional: its value names, when it has a fixed set.
+                let values: Vec<String> = arg
+                    .get_possible_values()
+                    .iter()
+                    .map(|v| v.get_name().to_string())
+                    .collect();
+                if !values.is_empty() {
+                    assert!(
+                        usage.contains(&values.join("|")),
+                        "docs/plugin.md: `{path}` takes {}",
+                        values.join("|")
+                    );
+                }
+                continue;
+            }
+            let Some(at) = at else {
+                panic!(
+                    "docs/plugin.md: the usage of `{path}` ({usage:?}) does not show {}",
+                    long.or(short).unwrap()
+                );
+            };
+            // `--timeout 10m`, `-o json|yaml`: the value shown is the default
+            // or the value set.
+            let shown: String = usage[at..]
+                .trim_start()
+                .chars()
+                .take_while(|c| !matches!(c, ' ' | ']'))
+                .collect();
+            let takes_values = arg.get_action().takes_values();
+            if let Some(default) = arg.get_default_values().first().filter(|_| takes_values) {
+                assert_eq!(
+                    shown,
+                    default.to_string_lossy(),
+                    "docs/plugin.md: the usage of `{path}` shows {} with another default",
+                    long.as_ref().or(short.as_ref()).unwrap()
+                );
+            }
+            let values: Vec<String> = arg
+                .get_possible_values()
+                .iter()
+                .map(|v| v.get_name().to_string())
+                .collect();
+            if !values.is_empty() && takes_values {
+                assert_eq!(
+                    shown,
+                    values.join("|"),
+                    "docs/plugin.md: the values of {} in `{path}`",
+                    long.as_ref().or(short.as_ref()).unwrap()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn plugin_connecting_table_lists_exactly_the_global_flags() {
+    let doc = read("docs/plugin.md");
+    let documented: BTreeSet<String> = rows(section(&doc, "## Connecting"))
+        .iter()
+        .flat_map(|r| {
+            backticked(&r[0])
+                .into_iter()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|t| {
+            t.split(' ')
+                .next()
+                .filter(|f| f.starts_with("--"))
+                .map(str::to_string)
+        })
+        .collect();
+    let code: BTreeSet<String> = crate::cli::Cli::command()
+        .get_arguments()
+        .filter(|a| a.is_global_set())
+        .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+        .collect();
+    let (missing, unknown) = differences(&code, &documented);
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "docs/plugin.md's Connecting table differs from the global flags: \
+         not in the table: {missing:?}; in the table but not a flag: {unknown:?}"
+    );
+}
+
+/// The `| exit | meaning |` table under `heading`: code -> meaning.
+fn exit_table(doc: &str, heading: &str) -> BTreeMap<i32, String> {
+    rows(section(doc, heading))
+        .into_iter()
+        .filter_map(|r| Some((r[0].parse::<i32>().ok()?, r[1].clone())))
+        .collect()
+}
+
+#[test]
+fn plugin_exit_code_tables_are_the_codes() {
+    let doc = read("docs/plugin.md");
+    let wait = exit_table(&doc, "## wait and its exit codes");
+    let want = [
+        (EXIT_STABLE, "`Stable`"),
+        (EXIT_ERROR, "Error"),
+        (EXIT_ROLLED_BACK, "`RolledBack`"),
+        (EXIT_STALLED, "`Stalled=True`"),
+        (EXIT_TIMEOUT, "timeout"),
+    ];
+    let codes: BTreeSet<i32> = want.iter().map(|(c, _)| *c).collect();
+    assert_eq!(
+        wait.keys().copied().collect::<BTreeSet<_>>(),
+        codes,
+        "docs/plugin.md: the exit codes of `wait` are src/cli/wait.rs's EXIT_* constants"
+    );
+    for (code, word) in want {
+        assert!(
+            wait[&code].contains(word),
+            "docs/plugin.md: exit {code} of `wait` should mention {word}: {:?}",
+            wait[&code]
+        );
+    }
+    // The short form of `set image --wait`, and the plugin's own --help.
+    let short = format!(
+        "({EXIT_STABLE} Stable, {EXIT_ERROR} error, {EXIT_ROLLED_BACK} rolled back, \
+         {EXIT_STALLED} stalled, {EXIT_TIMEOUT} timed out)"
+    );
+    assert!(
+        doc.replace('\n', " ").contains(&short),
+        "docs/plugin.md should say {short}"
+    );
+    let help = crate::cli::Cli::command()
+        .find_subcommand_mut("wait")
+        .unwrap()
+        .render_long_help()
+        .to_string();
+    for (code, words) in [
+        (EXIT_STABLE, "the current generation is Stable"),
+        (EXIT_ERROR, "error"),
+        (EXIT_ROLLED_BACK, "the current generation was rolled back"),
+        (EXIT_STALLED, "Stalled=True"),
+        (EXIT_TIMEOUT, "timed out"),
+    ] {
+        assert!(
+            help.contains(&format!("{code}  {words}")),
+            "`wait --help` should say `{code}  {words}`:\n{help}"
+        );
+    }
+
+    let lint = exit_table(&doc, "## lint");
+    assert_eq!(
+        lint.keys().copied().collect::<Vec<_>>(),
+        vec![0, EXIT_ERROR, crate::cli::LINT_INVALID],
+        "docs/plugin.md: the exit codes of `lint`"
+    );
+    assert!(
+        lint[&EXIT_ERROR].starts_with("error"),
+        "{:?}",
+        lint[&EXIT_ERROR]
+    );
+    assert!(
+        lint[&crate::cli::LINT_INVALID].contains("invalid"),
+        "{:?}",
+        lint[&crate::cli::LINT_INVALID]
+    );
+}
+
+#[test]
+fn request_timeout_default_is_kubes_as_documented() {
+    // Without --request-timeout the plugin keeps kube's Config defaults.
+    let mut config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+    crate::cli::apply_flags(&mut config, &crate::cli::Global::default()).unwrap();
+    let secs = |d: Option<std::time::Duration>| d.map(|d| d.as_secs());
+    assert_eq!(secs(config.read_timeout), None, "no limit on the answer");
+    let (connect, write) = (
+        secs(config.connect_timeout).expect("kube's connect timeout"),
+        secs(config.write_timeout).expect("kube's write timeout"),
+    );
+    let doc = read("docs/plugin.md").replace('\n', " ");
+    let claim = format!(
+        "{connect} s to connect, {write} s for a send that stalls, no limit on waiting for an answer"
+    );
+    assert!(doc.contains(&claim), "docs/plugin.md should say: {claim}");
+    let help = crate::cli::Cli::command().render_long_help().to_string();
+    let claim = format!("{connect}s to connect, {write}s for a stalled send, no limit on");
+    assert!(
+        help.replace('\n', " ")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .contains(&claim),
+        "--request-timeout's help should say: {claim}\n{help}"
+    );
+}
+
+// ---------------------------------------------------------------- the CRD
+
+/// The printer columns of the checked-in CRD: (name, JSON path without the dot).
+fn printer_columns() -> Vec<(String, String)> {
+    let crd: serde_yaml::Value = serde_yaml::from_str(&read("crds/releaseplan.yaml")).unwrap();
+    crd["spec"]["versions"][0]["additionalPrinterColumns"]
+        .as_sequence()
+        .expect("crds/releaseplan.yaml has additionalPrinterColumns")
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                c["jsonPath"]
+                    .as_str()
+                    .unwrap()
+                    .trim_start_matches('.')
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn api_printer_columns_are_the_crds() {
+    let columns = printer_columns();
+    let doc = read("docs/api.md");
+    let start = doc
+        .find("The printer columns are ")
+        .expect("docs/api.md: \"The printer columns are ...\"");
+    let sentence = &doc[start..];
+    let sentence = &sentence[..sentence.find(".\n").expect("the end of the sentence")];
+    let ticks = backticked(sentence);
+    let documented: Vec<(String, String)> = ticks
+        .chunks(2)
+        .map(|pair| (pair[0].to_string(), pair.get(1).unwrap_or(&"").to_string()))
+        .collect();
+    assert_eq!(
+        documented, columns,
+        "docs/api.md: the printer columns (`Name` (`json.path`), in order) must be \
+         crds/releaseplan.yaml's additionalPrinterColumns"
+    );
+    // The `kubectl get rp` examples show the same header.
+    let header: Vec<String> = std::iter::once("NAME".to_string())
+        .chain(columns.iter().map(|(name, _)| name.to_uppercase()))
+        .collect();
+    for path in ["docs/api.md", "README.md"] {
+        let text = read(path);
+        let lines: Vec<&str> = text.lines().collect();
+        let mut seen = 0;
+        for (i, line) in lines.iter().enumerate() {
+            if line.starts_with("$ kubectl get rp") {
+                let shown: Vec<&str> = lines[i + 1].split_whitespace().collect();
+                assert_eq!(shown, header, "{path}: the columns of `kubectl get rp`");
+                seen += 1;
+            }
+        }
+        assert!(seen > 0, "{path} shows no `kubectl get rp` output");
+    }
+}
+
+#[test]
+fn crd_is_still_too_large_for_client_side_apply() {
+    // docs/operations.md, docs/api.md and the chart README tell users to
+    // apply it server-side because client-side apply would store it, as
+    // compact JSON, in an annotation limited to 256 KiB.
+    let crd: serde_json::Value = serde_yaml::from_str(&read("crds/releaseplan.yaml")).unwrap();
+    let json = serde_json::to_string(&crd).unwrap();
+    assert!(
+        json.len() > 256 * 1024,
+        "the CRD's JSON is {} bytes, no longer above the 256 KiB annotation limit: \
+         revise the server-side-apply advice in docs/operations.md, docs/api.md and \
+         charts/releaseplan/README.md",
+        json.len()
+    );
+}
+
+#[test]
+fn gates_doc_gives_the_revision_hash_alphabet() {
+    use crate::api::revision::{ALPHABET, HASH_LEN};
+    let alphabet = std::str::from_utf8(ALPHABET).unwrap();
+    let doc = read("docs/gates.md").replace('\n', " ");
+    let claim = format!("{HASH_LEN}-character hashes over the alphabet `{alphabet}`");
+    assert!(doc.contains(&claim), "docs/gates.md should say: {claim}");
+    assert!(
+        !doc.contains("hex hashes"),
+        "docs/gates.md: revisions are not hex"
+    );
+}
+
+// ---------------------------------------------------------------- RBAC
+
+/// (API group, resource) -> verbs.
+type Rules = BTreeMap<(String, String), BTreeSet<String>>;
+
+/// The operator's rules in the chart's templates: every
+/// `- apiGroups: [...]` / `resources: [...]` / `verbs: [...]` entry of
+/// templates/*.yaml and _helpers.tpl, but for aggregate-roles.yaml, whose
+/// rules are users' (and have a table of their own).
+fn chart_rules() -> Rules {
+    let dir = format!(
+        "{}/charts/releaseplan/templates",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut rules = Rules::new();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            (name.ends_with(".yaml") || name.ends_with(".tpl")) && name != "aggregate-roles.yaml"
+        })
+        .collect();
+    files.sort();
+    let list = |line: &str, key: &str| -> Option<Vec<String>> {
+        let value = line.trim().trim_start_matches("- ").strip_prefix(key)?;
+        Some(
+            serde_json::from_str(value.trim())
+                .unwrap_or_else(|e| panic!("{dir}: {key} {value:?} is not a one-line list: {e}")),
+        )
+    };
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let Some(groups) = list(line, "apiGroups:") else {
+                continue;
+            };
+            let mut resources = None;
+            let mut verbs = None;
+            for next in lines[i + 1..]
+                .iter()
+                .take_while(|l| !l.trim_start().starts_with("- "))
+            {
+                resources = resources.or_else(|| list(next, "resources:"));
+                verbs = verbs.or_else(|| list(next, "verbs:"));
+            }
+            let (resources, verbs) = (
+                resources.unwrap_or_else(|| panic!("{}: a rule without resources", path.display())),
+                verbs.unwrap_or_else(|| panic!("{}: a rule without verbs", path.display())),
+            );
+            for group in &groups {
+                for resource in &resources {
+                    rules
+                        .entry((group.clone(), resource.clone()))
+                        .or_default()
+                        .extend(verbs.iter().cloned());
+                }
+            }
+        }
+    }
+    assert!(rules.len() >= 10, "{} rules read from {dir}", rules.len());
+    rules
+}
+
+#[test]
+fn chart_readme_rbac_table_is_the_templates_rules() {
+    let readme = read("charts/releaseplan/README.md");
+    let split = |cell: &str| -> Vec<String> {
+        cell.split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect()
+    };
+    let mut documented = Rules::new();
+    for row in rows(section(&readme, "### RBAC")) {
+        if row.len() < 3 {
+            continue;
+        }
+        // `"" (core)` is the core group.
+        let group = if row[0].starts_with("\"\"") {
+            String::new()
+        } else {
+            row[0].clone()
+        };
+        for resource in split(&row[1]) {
+            documented
+                .entry((group.clone(), resource))
+                .or_default()
+                .extend(split(&row[2]));
+        }
+    }
+    let code = chart_rules();
+    let (missing, unknown) = differences(code.keys(), documented.keys());
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "charts/releaseplan/README.md's RBAC table differs from the templates' rules: \
+         granted but not in the table: {missing:?}; in the table but not granted: {unknown:?}"
+    );
+    for (key, verbs) in &code {
+        assert_eq!(
+            &documented[key], verbs,
+            "charts/releaseplan/README.md: the verbs on {key:?}"
+        );
+    }
+}
