@@ -66,7 +66,8 @@ struct Args {
     /// Identity in the lease and in events (default: POD_NAME, else host name and pid).
     #[arg(long, env = "RELEASEPLAN_IDENTITY")]
     identity: Option<String>,
-    /// /healthz fails when a reconcile runs, or a watch keeps failing, this long.
+    /// /healthz fails when a reconcile runs, a request to the API server waits
+    /// for its answer, or a watch keeps failing, this long.
     #[arg(long, env = "RELEASEPLAN_STUCK_AFTER_SECONDS", default_value_t = 120)]
     stuck_after_seconds: u64,
     /// Networks gates may not call (comma-separated CIDRs or addresses), on
@@ -200,6 +201,12 @@ async fn run(args: Args) -> Result<(), MainError> {
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
+    // Even an idle operator asks the API server something every half bound,
+    // so a connection that hangs without an error fails /healthz.
+    let beat = tokio::spawn(releaseplan::ops::liveness::heartbeat(
+        lease_client.clone(),
+        liveness.heartbeat_every(),
+    ));
     let health = Health {
         metrics: metrics.clone(),
         ready: ready.clone(),
@@ -309,6 +316,7 @@ async fn run(args: Args) -> Result<(), MainError> {
         .await;
     }
     let _ = server.await;
+    beat.abort();
     Ok(())
 }
 

@@ -6,7 +6,8 @@
 //! - `healthz_recovers_within_seconds_after_an_outage_with_no_plans`: the
 //!   liveness rule. A watch of a kind that never changes must count as
 //!   healthy again once the API server accepts it, or one blip leaves
-//!   `/healthz` at 503 for good.
+//!   `/healthz` at 503 for good; and an idle operator behind a black hole
+//!   (no error anywhere) fails `/healthz` by its heartbeat, then heals.
 //! - `plans_end_right_under_random_network_faults`: several plans rolled out
 //!   and rolled back through minutes of seeded random faults (the seed is
 //!   printed; `RP_FAULT_SEED=<seed>` replays it, `RP_FAULT_SECONDS` sets the
@@ -129,6 +130,31 @@ async fn healthz_recovers_within_seconds_after_an_outage_with_no_plans() {
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(healthz(op.port).await, Some(200), "{}", op.log_text());
     }
+
+    // A black hole of 5 s: connections stay open and nothing moves, so no
+    // watch fails; the heartbeat's request waits past the bound instead.
+    proxy.set(Fault::BlackHole);
+    let hole = Instant::now();
+    let mut unhealthy = false;
+    while hole.elapsed() < Duration::from_secs(5) {
+        unhealthy |= healthz(op.port).await == Some(503);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    proxy.set(Fault::Pass);
+    let back = Instant::now();
+    assert!(
+        unhealthy,
+        "/healthz never failed in a 5 s black hole of an idle operator (bound 2 s):\n{}",
+        op.log_text()
+    );
+    wait_until(HEAL_BOUND, "/healthz 200 after the black hole", || async {
+        (healthz(op.port).await == Some(200)).then_some(())
+    })
+    .await;
+    println!(
+        "/healthz 200 again {:?} after the black hole ended",
+        back.elapsed()
+    );
 }
 
 /// When `/healthz` was read, and its status code (None: no answer).

@@ -9,6 +9,12 @@
 //! a kind that never changes yields no event after it reconnects, and judged
 //! by events alone it would stay failed forever after one blip.
 //!
+//! A request to the API server that has waited longer than the bound for
+//! its answer (watches aside) fails it too: a black-holed connection holds
+//! a write with no error at all. The process sends one cheap request (the
+//! API server's version) every half bound, so even an idle operator notices
+//! ([`heartbeat`]).
+//!
 //! Watches are named by their resource (`deployments`, `releaseplans`), the
 //! word of the request path, so the request layer and the streams agree.
 
@@ -22,11 +28,18 @@ use std::time::{Duration, Instant};
 pub struct Liveness {
     bound: Duration,
     next: AtomicU64,
-    in_flight: Mutex<HashMap<u64, Instant>>,
+    in_flight: Mutex<HashMap<u64, (Instant, Work)>>,
     failing_since: Mutex<HashMap<String, Instant>>,
 }
 
-/// A reconcile in flight; it is over when this is dropped.
+/// What is in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Work {
+    Reconcile,
+    Request,
+}
+
+/// A reconcile or a request in flight; it is over when this is dropped.
 #[derive(Debug)]
 pub struct InFlight {
     liveness: Arc<Liveness>,
@@ -56,15 +69,30 @@ impl Liveness {
 
     /// Marks a reconcile as started; keep the guard until it ends.
     pub fn reconcile_started(self: &Arc<Self>) -> InFlight {
+        self.started(Work::Reconcile)
+    }
+
+    /// Marks a request to the API server (not a watch) as sent; keep the
+    /// guard until its answer comes.
+    pub fn request_started(self: &Arc<Self>) -> InFlight {
+        self.started(Work::Request)
+    }
+
+    fn started(self: &Arc<Self>, work: Work) -> InFlight {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(id, Instant::now());
+            .insert(id, (Instant::now(), work));
         InFlight {
             liveness: Arc::clone(self),
             id,
         }
+    }
+
+    /// How often [`heartbeat`] asks the API server: twice within the bound.
+    pub fn heartbeat_every(&self) -> Duration {
+        (self.bound / 2).clamp(Duration::from_millis(500), Duration::from_secs(30))
     }
 
     /// Records one item of the watch stream of `resource`: a success clears
@@ -94,16 +122,19 @@ impl Liveness {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .values()
-            .min()
+            .min_by_key(|(t, _)| *t)
             .copied();
-        if let Some(start) = oldest
+        if let Some((start, work)) = oldest
             && now.saturating_duration_since(start) > self.bound
         {
-            return Err(format!(
-                "a reconcile has run for {}s (bound {}s)",
-                now.saturating_duration_since(start).as_secs(),
-                self.bound.as_secs()
-            ));
+            let waited = now.saturating_duration_since(start).as_secs();
+            let bound = self.bound.as_secs();
+            return Err(match work {
+                Work::Reconcile => format!("a reconcile has run for {waited}s (bound {bound}s)"),
+                Work::Request => format!(
+                    "a request to the API server has waited {waited}s for its answer (bound {bound}s)"
+                ),
+            });
         }
         let failing = self
             .failing_since
@@ -125,6 +156,19 @@ impl Liveness {
     }
 }
 
+/// Asks the API server for its version every [`Liveness::heartbeat_every`],
+/// one request at a time, forever: through a client whose request layer
+/// reports to the liveness check, a request that hangs fails `/healthz`
+/// even when nothing else is sent. Its answer is not needed.
+pub async fn heartbeat(client: kube::Client, every: Duration) {
+    loop {
+        if let Err(e) = client.apiserver_version().await {
+            tracing::debug!(error = %e, "heartbeat to the API server failed");
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +184,19 @@ mod tests {
         assert!(err.contains("reconcile"), "{err}");
         drop(guard);
         assert!(l.check(now + Duration::from_secs(11)).is_ok());
+    }
+
+    #[test]
+    fn a_request_without_answer_is_stuck_until_it_is_answered() {
+        let l = Liveness::new(Duration::from_secs(10));
+        let now = Instant::now();
+        let guard = l.request_started();
+        assert!(l.check(now + Duration::from_secs(5)).is_ok());
+        let err = l.check(now + Duration::from_secs(11)).unwrap_err();
+        assert!(err.contains("request to the API server"), "{err}");
+        drop(guard);
+        assert!(l.check(now + Duration::from_secs(11)).is_ok());
+        assert_eq!(l.heartbeat_every(), Duration::from_secs(5));
     }
 
     #[test]

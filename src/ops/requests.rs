@@ -89,9 +89,16 @@ where
         let metrics = Arc::clone(&self.metrics);
         let liveness = self.liveness.clone();
         let started = Instant::now();
+        // A watch waits for its events by design; any other request waits
+        // only for its answer.
+        let waiting = liveness
+            .as_ref()
+            .filter(|_| verb != "watch")
+            .map(Liveness::request_started);
         let fut = self.inner.call(req);
         Box::pin(async move {
             let res = fut.await;
+            drop(waiting);
             let code = match &res {
                 Ok(r) => r.status().as_u16().to_string(),
                 Err(_) => "error".to_string(),
