@@ -169,6 +169,8 @@ async fn clients(
     Ok((limited, lease))
 }
 
+// Start-up in order: clients, health server, leader election, the controller.
+#[allow(clippy::too_many_lines)]
 async fn run(args: Args) -> Result<(), MainError> {
     if args.shards > 1 && !args.leader_election {
         return Err(MainError::ShardsWithoutElection(args.shards));

@@ -241,6 +241,8 @@ fn component_nodes(status: &ReleasePlanStatus, deployments: &[Deployment]) -> Ve
 
 /// Renders a plan and its revision Deployments as a tree: the plan line, the
 /// components with their revisions, the gates and the conditions.
+// One section after another (plan, components, gates, conditions), read top to bottom as it prints.
+#[allow(clippy::too_many_lines)]
 pub fn render_tree(plan: &ReleasePlan, deployments: &[Deployment]) -> String {
     let status = plan.status.clone().unwrap_or_default();
     let name = plan.name_any();

@@ -24,6 +24,7 @@
 
 use crate::ops::metrics::Metrics;
 use crate::plan::{EventIntent, EventReason, EventType};
+use backon::Retryable;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
@@ -48,8 +49,9 @@ const IN_FLIGHT: usize = 8;
 /// 429, 5xx): longer than any blip, short enough that an API server gone for
 /// good does not pile Events up.
 const RETRY_FOR: Duration = Duration::from_secs(300);
-/// The first and the longest wait between two tries.
+/// The first wait between two tries.
 const RETRY_FIRST: Duration = Duration::from_millis(250);
+/// The longest wait between two tries.
 const RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// An Event, the object it is about and when it was queued.
@@ -97,25 +99,27 @@ impl Events {
                 let event = to_k8s(&reporter, &o.event, o.reference, o.at);
                 let ns = event.metadata.namespace.clone().unwrap_or_default();
                 let api: Api<K8sEvent> = Api::namespaced(client, &ns);
-                let give_up = tokio::time::Instant::now() + RETRY_FOR;
-                let mut wait = RETRY_FIRST;
-                loop {
-                    match api.create(&PostParams::default(), &event).await {
-                        Ok(_) => {
-                            metrics.write("event");
-                            break;
-                        }
-                        // The same name: an earlier try landed, its answer was lost.
-                        Err(kube::Error::Api(s)) if s.code == 409 => break,
-                        Err(e) if retried(&e) && tokio::time::Instant::now() < give_up => {
-                            tracing::debug!(error = %e, reason = %o.event.reason, retry_in = ?wait, "event not recorded yet");
-                            tokio::time::sleep(wait).await;
-                            wait = (wait * 2).min(RETRY_MAX);
-                        }
-                        Err(e) => {
-                            warn!(error = %e, reason = %o.event.reason, "could not record event");
-                            break;
-                        }
+                let params = PostParams::default();
+                let create = || api.create(&params, &event);
+                let tries = backon::ExponentialBuilder::default()
+                    .with_min_delay(RETRY_FIRST)
+                    .with_max_delay(RETRY_MAX)
+                    .with_total_delay(Some(RETRY_FOR))
+                    .without_max_times();
+                let res = create
+                    .retry(tries)
+                    .sleep(tokio::time::sleep)
+                    .when(retried)
+                    .notify(|e, wait| {
+                        tracing::debug!(error = %e, reason = %o.event.reason, retry_in = ?wait, "event not recorded yet");
+                    })
+                    .await;
+                match res {
+                    Ok(_) => metrics.write("event"),
+                    // The same name: an earlier try landed, its answer was lost.
+                    Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    Err(e) => {
+                        warn!(error = %e, reason = %o.event.reason, "could not record event");
                     }
                 }
             }

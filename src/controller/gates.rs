@@ -232,14 +232,6 @@ impl GateRunner {
             .collect()
     }
 
-    /// Number of plans with gate tasks, for tests and metrics.
-    pub fn active(&self) -> usize {
-        self.running
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
-    }
-
     fn plan_exists(&self, key: &ObjectRef<ReleasePlan>, uid: &str) -> bool {
         self.plans
             .get(&super::cached_key(key))

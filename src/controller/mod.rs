@@ -37,8 +37,8 @@ pub use context::{Context, Settings, backoff_delay};
 pub(crate) use context::{cached_key, key_of};
 pub use error::{Error, StartError};
 pub(crate) use error::{is_not_found, is_transport, namespace_terminating};
-pub use watches::{WatchBackoff, check_crd, run};
 pub(crate) use watches::{Watched, ok_only, scoped, watched};
+pub use watches::{check_crd, run, watch_backoff};
 
 use crate::api::ReleasePlan;
 use crate::api::cached::CachedPlan;

@@ -10,7 +10,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
-use super::{WatchBackoff, ok_only, scoped, watched};
+use super::{ok_only, scoped, watch_backoff, watched};
 use crate::api::ReleasePlan;
 use crate::api::cached::CachedPlan;
 use crate::api::template::{
@@ -137,7 +137,7 @@ where
     K: super::Watched,
 {
     watcher(api, watcher::Config::default().any_semantic())
-        .backoff(WatchBackoff::default())
+        .backoff(watch_backoff())
         .inspect(watched::<K, _>(liveness))
         .modify(|t: &mut K| t.managed_fields_mut().clear())
         .reflect(writer)

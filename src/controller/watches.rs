@@ -63,42 +63,23 @@ pub(crate) fn plan_of<K: Resource + Labelled>(obj: &K) -> Option<ObjectRef<Relea
 }
 
 /// Backoff of each watch stream after an error: 250ms doubling to 2s, reset
-/// on success. The default (up to 30s) leaves every cache stale for that long
-/// after an API server restart (and a restarted API server answers the first
-/// watch with 410 Expired, which costs one more round); a watch re-established
-/// within seconds keeps rollouts moving.
-#[derive(Debug, Clone)]
-pub struct WatchBackoff {
-    next: Duration,
-}
-
-impl WatchBackoff {
-    const MIN: Duration = Duration::from_millis(250);
-    const MAX: Duration = Duration::from_secs(2);
-}
-
-impl Default for WatchBackoff {
-    fn default() -> Self {
-        WatchBackoff { next: Self::MIN }
-    }
-}
-
-impl Iterator for WatchBackoff {
-    type Item = Duration;
-    fn next(&mut self) -> Option<Duration> {
-        let d = self.next;
-        self.next = (self.next * 2).min(Self::MAX);
-        Some(d)
-    }
-}
-
-impl kube::runtime::utils::Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.next = Self::MIN;
-    }
+/// on success (backon's exponential backoff, as kube-runtime wraps it). The
+/// default (up to 30s) leaves every cache stale for that long after an API
+/// server restart (and a restarted API server answers the first watch with
+/// 410 Expired, which costs one more round); a watch re-established within
+/// seconds keeps rollouts moving.
+pub fn watch_backoff() -> watcher::ExponentialBackoff {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(250))
+        .with_max_delay(Duration::from_secs(2))
+        .with_factor(2.0)
+        .without_max_times()
+        .into()
 }
 
 /// Runs the controller until `shutdown` resolves; in-flight reconciles finish first.
+// The whole wiring in one place: each watch, its cache and the plan it wakes, in the order they start.
+#[allow(clippy::too_many_lines)]
 pub async fn run(
     client: Client,
     settings: Settings,
@@ -114,7 +95,7 @@ pub async fn run(
     // it whole before the trim; and it may be older than what the previous
     // leader wrote.
     let plan_stream = watcher(scoped(&client, ns), watcher::Config::default())
-        .backoff(WatchBackoff::default())
+        .backoff(watch_backoff())
         .inspect(watched::<CachedPlan, _>(&liveness))
         // Plans of other shards are neither cached nor reconciled.
         .try_filter({
@@ -245,7 +226,7 @@ pub async fn run(
             let wake = wakes(&queue);
             template_wake.filter_map(move |r| futures::future::ready(wake(Some(r))))
         })
-        .trigger_backoff(WatchBackoff::default())
+        .trigger_backoff(watch_backoff())
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -329,7 +310,7 @@ impl OwnedWatches<'_> {
         let cache = PlanCache::default();
         let mut writer = cache.writer();
         let stream = watcher(api, watcher::Config::default().labels(LABEL_PLAN))
-            .backoff(WatchBackoff::default())
+            .backoff(watch_backoff())
             .inspect(watched::<K, _>(liveness))
             .modify(trim)
             .try_filter_map(move |event| {

@@ -5,7 +5,7 @@
 //! yields a [`GateResult`]; [`record`] folds it into the gate's previous
 //! [`GateStatus`] (counting failures and inconclusive results against the
 //! gate's limits) and is the only place that decides a verdict.
-//! [`is_due`] and [`next_due`] say when a gate is evaluated again.
+//! [`next_due`] says when a gate is evaluated again.
 
 pub mod access;
 pub(crate) mod http;
@@ -385,13 +385,6 @@ pub fn record(
     }
 }
 
-/// Whether the gate should be evaluated now: never evaluated in this step, or
-/// `interval` has passed since its last evaluation. A `Failed` gate is never
-/// due (its verdict is final for the step).
-pub fn is_due(prev: Option<&GateStatus>, interval: Duration, now: DateTime<Utc>) -> bool {
-    next_due(prev, interval, now) == Some(Duration::ZERO)
-}
-
 /// How long until the gate is due: `Some(ZERO)` when due now, `None` when it
 /// will not be evaluated again in this step (verdict `Failed`). For the
 /// controller's requeue. A last evaluation in the future (clock skew) waits at
@@ -418,6 +411,11 @@ pub fn next_due(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Due now: never evaluated in this step, or `interval` has passed.
+    fn is_due(prev: Option<&GateStatus>, interval: Duration, now: DateTime<Utc>) -> bool {
+        next_due(prev, interval, now) == Some(Duration::ZERO)
+    }
     use chrono::TimeZone;
 
     fn t(s: i64) -> DateTime<Utc> {

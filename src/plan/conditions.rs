@@ -91,6 +91,8 @@ pub fn invalid_spec(obs: &Observation, e: &SpecError) -> Vec<Condition> {
 }
 
 /// Conditions for the next status.
+// One condition after another, each a match over the same facts: split, they would each repeat the facts.
+#[allow(clippy::too_many_lines)]
 pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<Condition> {
     let caught_up = s.observed_generation == Some(obs.generation);
     let msg = s.message.clone().unwrap_or_default();

@@ -401,6 +401,8 @@ pub fn run(phase: Phase, facts: &Facts) -> (Phase, Cause) {
 }
 
 /// Events that follow from a transition.
+// One arm per cause: the Events of every transition side by side.
+#[allow(clippy::too_many_lines)]
 pub fn events(
     obs: &Observation,
     target: &Target,
