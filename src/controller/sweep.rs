@@ -17,22 +17,24 @@ use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// How often the sweep runs.
 const EVERY: Duration = Duration::from_secs(5);
 
-/// Sweeps until the task is dropped; starts once the plan cache has its
-/// first list (before it, every plan would look gone).
-pub(crate) async fn run(ctx: Arc<Context>, plans: Store<CachedPlan>) {
-    if plans.wait_until_ready().await.is_err() {
-        return;
-    }
+/// Sweeps until the task is dropped. It sweeps only once the plan cache has
+/// its first list (`listed`; before it, every plan would look gone), and
+/// never waits on the store's readiness itself: kube-runtime's store wakes
+/// only the last task that waited on it, and that must stay the Controller.
+pub(crate) async fn run(ctx: Arc<Context>, plans: Store<CachedPlan>, listed: Arc<AtomicBool>) {
     let mut tick = tokio::time::interval(EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        sweep(&ctx, &plans);
+        if listed.load(Ordering::Acquire) {
+            sweep(&ctx, &plans);
+        }
         sizes(&ctx, &plans);
     }
 }

@@ -89,6 +89,7 @@ pub async fn run(
 ) {
     let ns = settings.namespace.as_deref();
     let (plan_store, plan_writer) = reflector::store::<CachedPlan>();
+    let plans_listed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // The most recent list, in pages of 500: a list "of any version" is
     // served from the API server's cache, which ignores `limit`, so a start
     // read every plan in one response (managedFields included) and decoded
@@ -104,6 +105,17 @@ pub async fn run(
         })
         .modify(trim::plan)
         .reflect(plan_writer)
+        // The plan cache holds its first list (the sweep waits for it: the
+        // store's own `wait_until_ready` wakes only its last waiter, the
+        // Controller's).
+        .inspect({
+            let listed = Arc::clone(&plans_listed);
+            move |e| {
+                if matches!(e, Ok(watcher::Event::InitDone)) {
+                    listed.store(true, std::sync::atomic::Ordering::Release);
+                }
+            }
+        })
         .applied_objects()
         .filter_map(ok_only);
     for kind in Error::KINDS {
@@ -185,7 +197,11 @@ pub async fn run(
         queue: Arc::clone(&queue),
         memory: Memory::default(),
     });
-    let sweeper = tokio::spawn(sweep::run(Arc::clone(&ctx), plan_store.clone()));
+    let sweeper = tokio::spawn(sweep::run(
+        Arc::clone(&ctx),
+        plan_store.clone(),
+        plans_listed,
+    ));
     Controller::for_stream(plan_stream, plan_store)
         // Deployments and pods reach their plan through the plan label rather than
         // owner references, so a Deployment orphaned during deletion still does.
