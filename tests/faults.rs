@@ -16,6 +16,12 @@
 //!   transition's Event exactly once, no request storm, `/healthz` 503
 //!   during a black hole longer than the bound and 200 after.
 //!
+//! - `memory_of_a_plan_deleted_behind_a_black_hole_is_swept`: a plan that
+//!   goes while the operator cannot see it (deleted and its finalizer removed
+//!   by hand behind a black hole) never gets a last reconcile; what the
+//!   operator kept about it is swept within seconds, and the size gauges
+//!   (`releaseplan_plan_memory_entries`, `releaseplan_cached_objects`) say so.
+//!
 //! The test's own client talks to the API server directly: only the
 //! operator's network misbehaves.
 
@@ -655,4 +661,79 @@ async fn plans_end_right_under_random_network_faults() {
         ),
     );
     assert!(problems.is_empty(), "{}", dump(&problems.join("\n")));
+}
+
+#[tokio::test]
+async fn memory_of_a_plan_deleted_behind_a_black_hole_is_swept() {
+    use kube::api::{Api, DeleteParams, Patch, PatchParams};
+    use releaseplan::api::ReleasePlan;
+    use support::fixtures::{plan, refused_template};
+    let h = Harness::new("sweep").await;
+    let (proxy, op) = proxied_operator(&h, 60).await;
+    let plans: Api<ReleasePlan> = Api::namespaced(h.client.clone(), &h.ns);
+    // A plan whose Deployment is refused: its reconciles fail and back off,
+    // so the operator keeps a refusal and a backoff for it.
+    support::plans::create(
+        &h.client,
+        &h.ns,
+        &plan(
+            "vanish",
+            json!({"components": [web_with(refused_template(), 2)]}),
+        ),
+    )
+    .await;
+    let gauges = || async {
+        let text = op.metrics().await;
+        (
+            sum_metric(&text, "releaseplan_plan_memory_entries"),
+            sum_metric(
+                &text,
+                "releaseplan_cached_objects{resource=\"releaseplans\"}",
+            ),
+        )
+    };
+    wait_until(Duration::from_secs(60), "the plan's memory", || async {
+        let (memory, cached) = gauges().await;
+        (memory >= 1.0 && cached == 1.0)
+            .then_some(())
+            .ok_or(format!("memory entries {memory}, cached plans {cached}"))
+    })
+    .await;
+    // Behind a black hole: deleted, and its finalizer removed by hand, which
+    // deletes it in the same write.
+    proxy.set(Fault::BlackHole);
+    plans
+        .delete("vanish", &DeleteParams::default())
+        .await
+        .unwrap();
+    plans
+        .patch(
+            "vanish",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    wait_until(Duration::from_secs(30), "the plan to be gone", || async {
+        plans
+            .get_opt("vanish")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    proxy.set(Fault::Pass);
+    // The sweep runs every 5 s.
+    wait_until(
+        Duration::from_secs(20),
+        "the plan's memory swept and the plan cache empty",
+        || async {
+            let (memory, cached) = gauges().await;
+            (memory == 0.0 && cached == 0.0)
+                .then_some(())
+                .ok_or(format!("memory entries {memory}, cached plans {cached}"))
+        },
+    )
+    .await;
 }
