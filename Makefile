@@ -77,6 +77,20 @@ bench-dashboard:
 	e2e/build-control-plane.sh all
 	e2e/with-cluster.sh bench-dash -- cargo bench --bench dashboard
 
+.PHONY: bench-soak
+# Length of bench-soak in minutes; unset, the bench's own default (60).
+MINUTES ?=
+
+## bench-soak: the operator kept busy for an hour (MINUTES=60; RP_SOAK_PLANS=10 plans at a
+## time: create, roll out, roll back, delete, again) on a fresh cluster; fails when RSS or fds
+## grow, or when its caches are not empty once every plan is deleted
+bench-soak:
+	e2e/ensure-deps.sh cluster
+	e2e/build-control-plane.sh all
+	cargo build --release --bin releaseplan
+	e2e/with-cluster.sh soak -- env RP_OPERATOR_BIN=$(CARGO_TARGET_DIR)/release/releaseplan \
+	  $(if $(MINUTES),RP_SOAK_MINUTES=$(MINUTES)) cargo bench --bench soak
+
 .PHONY: bench-scale bench-compare argo-rollouts
 # Objects of bench-scale and bench-compare; where bench-compare keeps its figures.
 N ?= 500
