@@ -195,6 +195,19 @@ build_gateway_crds() {
   log "gateway-api CRDs v$GATEWAY_API_VERSION ready"
 }
 
+# Traefik's own CRDs (IngressRoute and the others its Kubernetes CRD provider
+# watches), from the Traefik module: the router of traffic.traefik
+# (tests/traffic.rs, rollout_through_a_traefik_ingress_route).
+build_traefik_crds() {
+  local moddir file=kubernetes-crd-definition-v1.yml
+  [ -f "$TRAEFIK_CRDS/$file" ] && { log "traefik CRDs v$TRAEFIK_VERSION cached"; return; }
+  moddir=$(module_dir "github.com/traefik/traefik/v3@v$TRAEFIK_VERSION")
+  mkdir -p "$TRAEFIK_CRDS"
+  cp "$moddir/docs/content/reference/dynamic-configuration/$file" "$TRAEFIK_CRDS/"
+  chmod -R u+w "$TRAEFIK_CRDS"
+  log "traefik CRDs v$TRAEFIK_VERSION ready"
+}
+
 # module_dir MODULE@VERSION: the module's directory in the module cache.
 module_dir() {
   (cd /tmp && go mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
@@ -253,11 +266,11 @@ GO
 start=$(date +%s)
 case "${1:-all}" in
   all) build_etcd; build_kwok; build_helm; build_k8s; build_consumers; build_monitoring_crds
-    build_traefik; build_gateway_crds ;;
+    build_traefik; build_gateway_crds; build_traefik_crds ;;
   k8s) build_k8s ;; etcd) build_etcd ;; kwok) build_kwok ;; helm) build_helm ;;
   consumers) build_consumers ;;
   monitoring-crds) build_monitoring_crds ;;
-  traefik) build_traefik; build_gateway_crds ;;
+  traefik) build_traefik; build_gateway_crds; build_traefik_crds ;;
   argo-rollouts) build_argo_rollouts ;;
   *) die "usage: $0 [all|k8s|etcd|kwok|helm|consumers|monitoring-crds|traefik|argo-rollouts]" ;;
 esac

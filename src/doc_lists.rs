@@ -1119,6 +1119,27 @@ fn chart_rules() -> Rules {
     rules
 }
 
+/// Every router's rule (its API group and resource, with
+/// `controller::router::VERBS`) is in the chart: adding a router fails here
+/// until the chart grants it.
+#[test]
+fn chart_grants_every_router() {
+    let code = chart_rules();
+    for kind in crate::api::RouterKind::ALL {
+        let key = kind.rbac();
+        let want: BTreeSet<String> = crate::controller::router::VERBS
+            .iter()
+            .map(|v| (*v).to_string())
+            .collect();
+        assert_eq!(
+            code.get(&key),
+            Some(&want),
+            "charts/releaseplan/templates/_helpers.tpl: the rule for the {} router ({key:?})",
+            kind.kind()
+        );
+    }
+}
+
 #[test]
 fn chart_readme_rbac_table_is_the_templates_rules() {
     let readme = read("charts/releaseplan/README.md");

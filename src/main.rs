@@ -221,15 +221,17 @@ async fn run(args: Args) -> Result<(), MainError> {
     ));
 
     let id = identity(&args);
-    let gateway_api =
-        controller::traffic::serves_http_routes(&client, args.namespace.as_deref()).await;
-    if !gateway_api {
-        tracing::info!(
-            "the cluster serves no Gateway API HTTPRoutes (or RBAC forbids them): plans with traffic.gatewayAPI will report the refused route; restart the operator after installing the Gateway API CRDs"
-        );
+    let routers = controller::router::served(&client, args.namespace.as_deref()).await;
+    for kind in releaseplan::api::RouterKind::ALL {
+        if !routers.contains(&kind) {
+            tracing::info!(
+                kind = kind.kind(),
+                "the cluster serves no such routes (or RBAC forbids them): plans that use this router will report the refused route; restart the operator after installing its CRD"
+            );
+        }
     }
     let settings = Settings {
-        gateway_api,
+        routers,
         namespace: args.namespace.clone(),
         concurrency: args.concurrency,
         instance: Some(id.clone()),

@@ -1253,6 +1253,40 @@ fn invalid_cases() -> Vec<Case> {
                     json!({ "port": 80, "stableService": "web", "canaryService": "web" })
             },
         ),
+        at(
+            "spec.components[0].traffic.traefik",
+            "two-routers",
+            &["traffic: set one router, gatewayAPI or traefik, not both"],
+            |p| {
+                component(p)["traffic"] = json!({
+                    "port": 80,
+                    "gatewayAPI": { "parentRefs": [{ "name": "gw" }] },
+                    "traefik": {}
+                })
+            },
+        ),
+        case(
+            "traefik-path-prefix-with-backquote",
+            &[
+                "spec.components[0].traffic.traefik.pathPrefix",
+                "traefik.pathPrefix must start with '/' and have no backquote",
+            ],
+            |p| {
+                component(p)["traffic"] =
+                    json!({ "port": 80, "traefik": { "pathPrefix": "/a`) || Path(`/b" } })
+            },
+        ),
+        case(
+            "traefik-ingress-route-not-a-dns-name",
+            &[
+                "spec.components[0].traffic.traefik.ingressRoute",
+                "traefik.ingressRoute must be a DNS subdomain name",
+            ],
+            |p| {
+                component(p)["traffic"] =
+                    json!({ "port": 80, "traefik": { "ingressRoute": "Shop_Web" } })
+            },
+        ),
         case(
             "hostname-not-a-dns-name",
             &[

@@ -126,7 +126,10 @@ async fn a_passing_job_gate_runs_one_job_per_step_and_goes_with_the_plan() {
     let p = settled(&client, &ns, "shop").await;
     let s = p.status.clone().unwrap();
     assert_eq!(s.phase, Phase::Stable, "{:?}", s.message);
-    assert_eq!(s.history.last().unwrap().outcome, "Promoted");
+    assert_eq!(
+        s.history.last().unwrap().outcome,
+        releaseplan::api::Outcome::Promoted
+    );
     // One Job per step of the second rollout, each complete; the first
     // rollout's Job is deleted.
     let second = jobs(&client, &ns, "shop").await;
@@ -449,7 +452,10 @@ async fn a_job_template_gate_runs_its_job_for_the_named_component() {
     let p = settled(&client, &ns, "shop").await;
     let s = p.status.clone().unwrap();
     assert_eq!(s.phase, Phase::Stable, "{:?}", s.message);
-    assert_eq!(s.history.last().unwrap().outcome, "Promoted");
+    assert_eq!(
+        s.history.last().unwrap().outcome,
+        releaseplan::api::Outcome::Promoted
+    );
     assert!(s.resolved_gates.is_empty(), "nothing recorded once settled");
     let second: Vec<_> = jobs(&client, &ns, "shop")
         .await

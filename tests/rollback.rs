@@ -71,7 +71,10 @@ async fn roll_out_bad(
         (stalled.status.as_str(), stalled.reason.as_str()),
         ("True", "RolledBack")
     );
-    assert_eq!(s.history.last().unwrap().outcome, "RolledBack");
+    assert_eq!(
+        s.history.last().unwrap().outcome,
+        releaseplan::api::Outcome::RolledBack
+    );
     // No flapping: it stays rolled back.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let again = plans::get(&client, &ns, "shop").await.unwrap();

@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 use support::fixtures::{revision_deployment, revision_service, web};
 use support::operator::Operator;
 use support::traffic::{
-    Counts, DataPlane, GATEWAY, SPLIT_ALPHA, assert_split, binomial_bounds, http_route_resource,
+    Counts, DataPlane, ENTRY_POINT, GATEWAY, SPLIT_ALPHA, assert_split, binomial_bounds,
+    http_route_resource, ingress_route_resource,
 };
 use support::{Harness, plans, servers, wait_until};
 
@@ -803,4 +804,140 @@ async fn blue_green_switches_every_request_at_once() {
         "the old revision answered after the new one had"
     );
     assert!(after.all_ok_from(&new), "after the switch: {after}");
+}
+
+/// Component `web` of `replicas` pods running `image`, routed by the second
+/// router: the operator's Services and its Traefik IngressRoute on the data
+/// plane's entry point.
+fn ingress_routed_web(image: &str, replicas: i32) -> Value {
+    let mut c = web(image, replicas);
+    c["traffic"] = json!({"port": 8080, "traefik": {"entryPoints": [ENTRY_POINT]}});
+    c
+}
+
+/// The second router, `traffic.traefik`: a canary driven through the
+/// IngressRoute the operator generates, with real requests through Traefik's
+/// Kubernetes CRD provider. At `setWeight: 20` N requests split within the
+/// binomial interval; the header route then sends every matching request to
+/// the canary while the rest keep splitting; at 50% they split again; promotion
+/// moves every request to the new revision. No request fails on the way, and
+/// the IngressRoute is the plan's (controller owner reference), with the
+/// weights the status shows.
+#[tokio::test]
+async fn rollout_through_a_traefik_ingress_route() {
+    let h = Harness::new("traffic-traefik").await;
+    let dp = DataPlane::start_with_ingress_routes(&h.client, &h.ns).await;
+    // Started after Traefik's CRDs are there: it watches IngressRoutes only if
+    // it can list them.
+    let _op = h.operator().start().await;
+    let steps = json!([
+        {"setWeight": 20},
+        {"pause": {}},
+        {"setHeaderRoute": {"headers": [{"name": CANARY.0, "value": CANARY.1}]}},
+        {"pause": {}},
+        {"setWeight": 50},
+        {"pause": {}}
+    ]);
+    let p = plans::create_stable(
+        &h.client,
+        &h.ns,
+        "shop",
+        json!({"components": [ingress_routed_web("shop:1", 4)], "strategy": {"steps": steps}}),
+    )
+    .await;
+    let (_, old) = hashes(&p);
+    dp.wait_for(
+        "the stable revision to answer through the operator's IngressRoute",
+        50,
+        &[],
+        |c| c.all_ok_from(&old),
+    )
+    .await;
+    let routes: Api<DynamicObject> =
+        Api::namespaced_with(h.client.clone(), &h.ns, &ingress_route_resource());
+    let route = routes.get("shop-web").await.unwrap();
+    let owner = &route.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("ReleasePlan", "shop", Some(true)),
+        "the IngressRoute is the plan's"
+    );
+    let sampler = dp.sampler(
+        &[],
+        Duration::from_millis(500),
+        1,
+        Duration::from_millis(20),
+    );
+    plans::set_components(
+        &h.client,
+        &h.ns,
+        "shop",
+        json!([ingress_routed_web("shop:2", 4)]),
+    )
+    .await;
+    let mut lines = Vec::new();
+
+    let p = wait_at_step(&h, 1, 20).await;
+    let new = hashes(&p).1;
+    let route = routes.get("shop-web").await.unwrap();
+    println!(
+        "IngressRoute at step 1: {}",
+        serde_json::to_string(&route.data["spec"]).unwrap()
+    );
+    dp.wait_for("the data plane at 20%", 200, &[], |c| near(c, &new, 20))
+        .await;
+    let counts = dp.send(N, &[]).await;
+    lines.push(assert_split(&counts, &new, 20, "step 1 (setWeight 20)"));
+    plans::request(&h.client, &h.ns, "shop", "promote").await;
+
+    wait_at_step(&h, 3, 20).await;
+    let route = routes.get("shop-web").await.unwrap();
+    println!(
+        "IngressRoute at step 3: {}",
+        serde_json::to_string(&route.data["spec"]).unwrap()
+    );
+    dp.wait_for("header requests to reach the canary", 50, &[CANARY], |c| {
+        c.all_ok_from(&new)
+    })
+    .await;
+    let with = dp.send(N, &[CANARY]).await;
+    let without = dp.send(N, &[]).await;
+    lines.push(format!(
+        "step 3 (setHeaderRoute {}: {}): with the header {with}; {}",
+        CANARY.0,
+        CANARY.1,
+        assert_split(&without, &new, 20, "without the header")
+    ));
+    assert!(with.all_ok_from(&new), "with the header: {with}");
+    plans::request(&h.client, &h.ns, "shop", "promote").await;
+
+    wait_at_step(&h, 5, 50).await;
+    dp.wait_for("the data plane at 50%", 200, &[], |c| near(c, &new, 50))
+        .await;
+    let counts = dp.send(N, &[]).await;
+    lines.push(assert_split(&counts, &new, 50, "step 5 (setWeight 50)"));
+    plans::request(&h.client, &h.ns, "shop", "promote").await;
+
+    let promoted = Instant::now();
+    plans::wait_phase(&h.client, &h.ns, "shop", Phase::Stable, T).await;
+    dp.wait_for("every request to reach the new revision", 100, &[], |c| {
+        c.all_ok_from(&new)
+    })
+    .await;
+    let last = dp.send(N, &[]).await;
+    lines.push(assert_split(&last, &new, 100, "Stable (promoted)"));
+    let timeline = sampler.stop().await;
+    println!("{}", lines.join("\n"));
+    println!(
+        "errors during the rollout: {}; during promotion (from the last promote on): {}",
+        timeline.total().errors(),
+        timeline.since(promoted).errors()
+    );
+    println!("sampler (0.5 s windows):\n{}", timeline.render());
+    assert_eq!(
+        timeline.total().errors(),
+        0,
+        "requests failed during the rollout: {}",
+        timeline.total()
+    );
 }

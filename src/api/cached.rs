@@ -175,7 +175,8 @@ labelled_by_meta!(
     k8s_openapi::api::apps::v1::Deployment,
     k8s_openapi::api::batch::v1::Job,
     k8s_openapi::api::core::v1::Service,
-    super::gateway::HTTPRoute
+    super::gateway::HTTPRoute,
+    super::traefik::IngressRoute
 );
 
 /// [`Labelled`], and `ObjectMeta` with the labels put back, for the cached

@@ -12,6 +12,7 @@ pub mod gateway;
 pub mod revision;
 pub mod template;
 pub mod time;
+pub mod traefik;
 
 #[cfg(test)]
 mod crd_tests;
@@ -118,7 +119,7 @@ pub fn crd() -> CustomResourceDefinition {
 #[x_kube(
     validation = Rule::new("self.components.all(c, self.components.exists_one(d, d.name == c.name))").message("spec.components: component names must be unique").field_path(".components"),
     validation = Rule::new("!has(self.strategy.blueGreen) || self.components.all(c, has(c.traffic))").message("strategy.blueGreen needs traffic on every component: its stable Service is the active one, its canary Service the preview").field_path(".strategy.blueGreen"),
-    validation = Rule::new("!self.strategy.steps.exists(s, has(s.setCanaryScale) || has(s.setHeaderRoute)) || self.components.exists(c, has(c.traffic) && has(c.traffic.gatewayAPI))").message("strategy.steps: setCanaryScale and setHeaderRoute need a router: set traffic.gatewayAPI on a component").field_path(".strategy.steps"),
+    validation = Rule::new("!self.strategy.steps.exists(s, has(s.setCanaryScale) || has(s.setHeaderRoute)) || self.components.exists(c, has(c.traffic) && (has(c.traffic.gatewayAPI) || has(c.traffic.traefik)))").message("strategy.steps: setCanaryScale and setHeaderRoute need a router: set traffic.gatewayAPI or traffic.traefik on a component").field_path(".strategy.steps"),
     validation = Rule::new("self.health.prometheus.all(g, !has(g.component) || self.components.exists(c, c.name == g.component)) && self.health.webhooks.all(g, !has(g.component) || self.components.exists(c, c.name == g.component)) && self.health.templates.all(g, !has(g.component) || self.components.exists(c, c.name == g.component)) && (!has(self.health.jobs) || self.health.jobs.all(g, !has(g.component) || self.components.exists(c, c.name == g.component)))").message("health: a gate's component must name one of spec.components").field_path(".health")
 )]
 #[serde(rename_all = "camelCase")]
@@ -188,7 +189,8 @@ pub struct Component {
 /// HTTPRoute (Gateway API) it generates and owns.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(
-    validation = Rule::new("!has(self.stableService) || !has(self.canaryService) || self.stableService != self.canaryService").message("traffic: stableService and canaryService must differ").field_path(".canaryService")
+    validation = Rule::new("!has(self.stableService) || !has(self.canaryService) || self.stableService != self.canaryService").message("traffic: stableService and canaryService must differ").field_path(".canaryService"),
+    validation = Rule::new("!has(self.gatewayAPI) || !has(self.traefik)").message("traffic: set one router, gatewayAPI or traefik, not both").field_path(".traefik")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct Traffic {
@@ -231,6 +233,84 @@ pub struct Traffic {
         rename = "gatewayAPI"
     )]
     pub gateway_api: Option<GatewayRoute>,
+
+    /// A Traefik IngressRoute (traefik.io/v1alpha1) splitting requests between the two
+    /// Services by the steps' weights, for Traefik's Kubernetes CRD provider. The
+    /// operator generates and owns it. At most one of `gatewayAPI` and `traefik`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traefik: Option<TraefikRoute>,
+}
+
+/// The routers a component's requests can be split by (`traffic.gatewayAPI`,
+/// `traffic.traefik`): the kinds of object the operator generates and owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RouterKind {
+    /// A Gateway API HTTPRoute.
+    GatewayApi,
+    /// A Traefik IngressRoute.
+    Traefik,
+}
+
+impl RouterKind {
+    /// Every router, in the order the operator checks them at start-up.
+    pub const ALL: [RouterKind; 2] = [RouterKind::GatewayApi, RouterKind::Traefik];
+}
+
+impl Traffic {
+    /// The router this component's traffic settings choose, and the route's
+    /// name when set (else `<plan>-<component>`); `None`: no router, the
+    /// Services only. CEL allows at most one.
+    pub fn router(&self) -> Option<(RouterKind, Option<&str>)> {
+        if let Some(g) = &self.gateway_api {
+            return Some((RouterKind::GatewayApi, g.http_route.as_deref()));
+        }
+        if let Some(t) = &self.traefik {
+            return Some((RouterKind::Traefik, t.ingress_route.as_deref()));
+        }
+        None
+    }
+}
+
+/// The Traefik IngressRoute the operator generates for a component. Its rule is
+/// ``PathPrefix(`<pathPrefix>`)``, and ``Host(`<name>`)`` with host names.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TraefikRoute {
+    /// Name of the IngressRoute. Default `<plan>-<component>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("traefik.ingressRoute must be a DNS subdomain name"))]
+    #[schemars(length(min = 1, max = 253))]
+    pub ingress_route: Option<String>,
+
+    /// Traefik entry points the route listens on; empty: all of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "entry_points_schema")]
+    pub entry_points: Vec<String>,
+
+    /// Host names the route answers; empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "hostnames_schema")]
+    pub hostnames: Vec<String>,
+
+    /// Path prefix the route matches. Default `/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.startsWith('/') && !self.contains('`')").message("traefik.pathPrefix must start with '/' and have no backquote"))]
+    #[schemars(length(min = 1, max = 1024))]
+    pub path_prefix: Option<String>,
+}
+
+/// At most 16 Traefik entry point names.
+fn entry_points_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "maxItems": 16,
+        "items": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 63,
+            "pattern": "^[A-Za-z0-9]([-_.A-Za-z0-9]*[A-Za-z0-9])?$"
+        }
+    })
 }
 
 /// A Service name (DNS-1035 label); length bounded by `maxLength`.
@@ -944,14 +1024,6 @@ impl Outcome {
 impl std::fmt::Display for Outcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// Lets code written against the string field (`h.outcome == "Promoted"`)
-/// keep compiling; new code compares with the variants.
-impl PartialEq<&str> for Outcome {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
     }
 }
 

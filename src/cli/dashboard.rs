@@ -14,6 +14,7 @@ use super::view::{HistoryView, PlanView, history_view, plan_view};
 use super::{CliError, Ctx, chain};
 use crate::api::{LABEL_PLAN, Phase, ReleasePlan};
 use crate::plan::Action;
+use crate::plan::steps::strategy_steps;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -313,36 +314,51 @@ pub fn attention(plan: &ReleasePlan) -> (Attention, &'static str) {
 #[derive(Serialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct StepMark {
-    /// `weight` or `pause`.
+    /// `weight`, `pause`, `scale` or `header` ([`Step::kind`](crate::plan::steps::Step::kind)).
     pub kind: &'static str,
-    /// `25%`, `pause`, `pause 30s`.
+    /// `25%`, `pause`, `pause 30s`, `scale 2 pods`... (the core's text of
+    /// the [`Step`](crate::plan::steps::Step)).
     pub label: String,
 }
 
-/// The steps of a plan as segments.
+/// The steps the operator runs for the plan, as segments: the core's parsed
+/// steps (a blue-green plan has one); none when they cannot be run (the step
+/// text says so).
 pub fn step_marks(plan: &ReleasePlan) -> Vec<StepMark> {
-    plan.spec
-        .strategy
-        .steps
+    strategy_steps(&plan.spec.strategy)
+        .unwrap_or_default()
         .iter()
-        .map(|s| match (&s.set_weight, &s.pause) {
-            (Some(w), _) => StepMark {
-                kind: "weight",
-                label: format!("{w}%"),
-            },
-            (None, Some(p)) => StepMark {
-                kind: "pause",
-                label: p
-                    .duration
-                    .as_ref()
-                    .map_or_else(|| "pause".to_string(), |d| format!("pause {d}")),
-            },
-            (None, None) => StepMark {
-                kind: "weight",
-                label: "?".into(),
-            },
+        .map(|s| StepMark {
+            kind: s.kind(),
+            label: s.to_string(),
         })
         .collect()
+}
+
+/// A button of the plan page: one per request of the core
+/// ([`Action::ALL`]), in its order.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ActionButton {
+    /// The request's word ([`Action::word`]): the button's id and the last
+    /// segment of the URL it posts to.
+    pub word: &'static str,
+    /// What it does: the tooltip and the confirmation's question.
+    pub title: &'static str,
+    /// Why the operator would ignore it now (the button is disabled then).
+    pub why_not: Option<String>,
+}
+
+/// What a button does, in a few words.
+fn action_title(action: Action) -> &'static str {
+    match action {
+        Action::Promote { full: false } => "Promote: skip the current step or pause",
+        Action::Promote { full: true } => "Promote fully: go to 100% at once",
+        Action::Abort => "Abort: roll back to the stable revision now",
+        Action::Retry => "Retry the rolled-back or halted revision",
+        Action::Pause => "Pause: hold the rollout at its current step",
+        Action::Resume => "Resume: lift the pause request",
+    }
 }
 
 /// A plan as the overview shows it (and the head of the plan page).
@@ -367,10 +383,10 @@ pub struct Row {
     pub steps: Vec<StepMark>,
     /// When the current step started (time in step).
     pub step_started_at: Option<DateTime<Utc>>,
-    /// Whether each button applies now (`promote`, `abort`...), else why not;
-    /// on the plan page only (empty, and left out, in the overview).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub actions: BTreeMap<&'static str, Option<String>>,
+    /// The buttons, each with why it does not apply now, if it does not; on
+    /// the plan page only (empty, and left out, in the overview).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub actions: Vec<ActionButton>,
 }
 
 /// The row of `plan`. With `deployments` (the plan page), components list
@@ -382,14 +398,13 @@ pub fn row(plan: &ReleasePlan, deployments: Option<&[Deployment]>) -> Row {
     let (attention, attention_text) = attention(plan);
     let status = plan.status.clone().unwrap_or_default();
     let actions = match deployments {
-        None => BTreeMap::new(),
-        Some(_) => ACTIONS
-            .iter()
-            .map(|(word, action)| {
-                (
-                    *word,
-                    action.applies_in(&status).err().map(|e| e.to_string()),
-                )
+        None => Vec::new(),
+        Some(_) => Action::ALL
+            .into_iter()
+            .map(|action| ActionButton {
+                word: action.word(),
+                title: action_title(action),
+                why_not: action.applies_in(&status).err().map(|e| e.to_string()),
             })
             .collect(),
     };
@@ -403,21 +418,6 @@ pub fn row(plan: &ReleasePlan, deployments: Option<&[Deployment]>) -> Row {
         step_started_at: status.step_started_at,
         actions,
     }
-}
-
-/// The buttons: the word in the URL and the request it sends.
-pub const ACTIONS: [(&str, Action); 6] = [
-    ("promote", Action::Promote { full: false }),
-    ("promote-full", Action::Promote { full: true }),
-    ("abort", Action::Abort),
-    ("retry", Action::Retry),
-    ("pause", Action::Pause),
-    ("resume", Action::Resume),
-];
-
-/// The action of a button's word.
-pub fn action_of(word: &str) -> Option<Action> {
-    ACTIONS.iter().find(|(w, _)| *w == word).map(|(_, a)| *a)
 }
 
 /// A plan page's document.
@@ -902,7 +902,7 @@ async fn act(
     if let Some(why) = post_refusal(&headers, &app.token) {
         return refuse(StatusCode::FORBIDDEN, why.into());
     }
-    let Some(action) = action_of(&word) else {
+    let Some(action) = Action::parse(&word) else {
         return refuse(StatusCode::NOT_FOUND, format!("no action {word}"));
     };
     match app.ctx.in_namespace(&ns).request(&name, action).await {
@@ -966,19 +966,102 @@ mod tests {
         assert!(marks.iter().any(|m| m.label.ends_with('%')), "{marks:?}");
     }
 
+    /// A plan of the fixture with these `spec.strategy` settings.
+    fn with_strategy(strategy: serde_json::Value) -> ReleasePlan {
+        let mut v = crate::cli::fixtures::plan_json();
+        v["spec"]["strategy"] = strategy;
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn step_marks_are_the_cores_parsed_steps() {
+        // Every kind of step the core runs, labelled from its parsed value:
+        // none drawn as an unknown weight "?".
+        let p = with_strategy(serde_json::json!({"steps": [
+            {"setCanaryScale": {"replicas": 2}},
+            {"setHeaderRoute": {"headers": [{"name": "x-canary", "value": "yes"}]}},
+            {"setWeight": 10},
+            {"pause": {"duration": "90s"}},
+            {"setCanaryScale": {"weight": 50}},
+            {"setCanaryScale": {"matchTrafficWeight": true}},
+            {"setHeaderRoute": {"headers": []}},
+            {"pause": {}},
+        ]}));
+        let marks: Vec<(&str, String)> = step_marks(&p)
+            .into_iter()
+            .map(|m| (m.kind, m.label))
+            .collect();
+        let want = [
+            ("scale", "scale 2 pods"),
+            ("header", "header x-canary: yes"),
+            ("weight", "10%"),
+            ("pause", "pause 1m30s"),
+            ("scale", "scale 50%"),
+            ("scale", "scale with traffic"),
+            ("header", "no header route"),
+            ("pause", "pause"),
+        ];
+        let want: Vec<(&str, String)> = want.iter().map(|(k, l)| (*k, l.to_string())).collect();
+        assert_eq!(marks, want);
+    }
+
+    #[test]
+    fn a_blue_green_plan_draws_the_one_step_the_core_runs() {
+        let mut p = with_strategy(serde_json::json!({"blueGreen": {"autoPromotionSeconds": 300}}));
+        p.status.as_mut().unwrap().current_step = 0;
+        let r = row(&p, None);
+        let marks: Vec<(&str, &str)> = r.steps.iter().map(|m| (m.kind, m.label.as_str())).collect();
+        assert_eq!(marks, [("pause", "pause 5m")]);
+        assert_eq!(
+            (r.view.step.total, r.view.step.text.as_str()),
+            (1, "step 1/1")
+        );
+        let p = with_strategy(serde_json::json!({"blueGreen": {}}));
+        assert_eq!(step_marks(&p).len(), 1);
+    }
+
+    #[test]
+    fn the_buttons_are_the_cores_actions_in_its_order() {
+        // The page draws one button per entry, in this order, with no table
+        // of its own: the core's `Action::ALL`, each by its word.
+        let r = serde_json::to_value(row(&plan(), Some(&[]))).unwrap();
+        let words: Vec<&str> = r["actions"]
+            .as_array()
+            .unwrap_or_else(|| panic!("actions is not a list: {}", r["actions"]))
+            .iter()
+            .map(|a| a["word"].as_str().unwrap())
+            .collect();
+        let core: Vec<&str> = Action::ALL.iter().map(|a| a.word()).collect();
+        assert_eq!(words, core);
+        for a in &r["actions"].as_array().unwrap()[..] {
+            assert!(!a["title"].as_str().unwrap().is_empty(), "{a}");
+        }
+    }
+
     #[test]
     fn a_row_says_which_buttons_apply() {
         let mut p = plan();
         let r = row(&p, Some(&[]));
         assert_eq!(r.key, format!("{}/{}", r.view.namespace, r.view.name));
-        assert_eq!(r.actions.len(), ACTIONS.len());
+        assert_eq!(r.actions.len(), Action::ALL.len());
         // The overview has no buttons, and its rows no reasons.
         assert!(row(&p, None).actions.is_empty());
+        let overview = serde_json::to_value(row(&p, None)).unwrap();
+        assert!(overview.get("actions").is_none(), "{overview}");
         p.status.as_mut().unwrap().phase = Phase::Stable;
         let r = row(&p, Some(&[]));
-        assert!(r.actions["promote"].is_some(), "{:?}", r.actions);
-        assert!(action_of("promote-full").is_some());
-        assert!(action_of("delete").is_none());
+        let why_not = |word: &str| {
+            r.actions
+                .iter()
+                .find(|a| a.word == word)
+                .map(|a| a.why_not.clone())
+        };
+        assert!(
+            matches!(why_not("promote"), Some(Some(_))),
+            "{:?}",
+            r.actions
+        );
+        assert_eq!(why_not("pause"), Some(None), "{:?}", r.actions);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! the one-line progress summary of `wait` and the request commands.
 
 use crate::api::{ReleasePlan, ReleasePlanStatus};
+use crate::plan::steps::strategy_steps;
 use crate::plan::{RevisionObs, revision_of};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -9,12 +10,22 @@ use kube::ResourceExt;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-/// Where the rollout stands among the steps: `step 2/4`, `steps 4/4 done` (the
-/// implicit final step to 100%, or settled) or `no steps`. `currentStep` is the
-/// index of the step being run, and equals the number of steps during the
-/// implicit final step to 100%.
+/// How many steps the operator runs for the plan: the core's parsed steps
+/// (a blue-green plan runs one); `None` when they cannot be run.
+pub fn step_count(plan: &ReleasePlan) -> Option<usize> {
+    strategy_steps(&plan.spec.strategy).ok().map(|s| s.len())
+}
+
+/// Where the rollout stands among the steps the operator runs
+/// ([`step_count`]): `step 2/4`, `steps 4/4 done` (the implicit final step to
+/// 100%, or settled), `no steps`, or `invalid steps` when the spec's steps
+/// cannot be run (the Stalled condition says why). `currentStep` is the index
+/// of the step being run, and equals the number of steps during the implicit
+/// final step to 100%.
 pub fn step_text(plan: &ReleasePlan) -> String {
-    let n = plan.spec.strategy.steps.len();
+    let Some(n) = step_count(plan) else {
+        return "invalid steps".into();
+    };
     let step = plan
         .status
         .as_ref()
@@ -549,6 +560,27 @@ ReleasePlan prod/shop  RollingOut  step 2/4  weight 25%
         assert_eq!(step_text(&p), "steps 4/4 done");
         p.spec.strategy.steps.clear();
         assert_eq!(step_text(&p), "no steps");
+        // Steps the operator refuses to run are not counted as none.
+        p.spec.strategy.steps =
+            serde_json::from_value(json!([{"setWeight": 50}, {"setWeight": 20}])).unwrap();
+        assert_eq!(step_text(&p), "invalid steps");
+        assert_eq!(step_count(&p), None);
+    }
+
+    #[test]
+    fn a_blue_green_plan_counts_the_one_step_the_core_runs() {
+        // The core runs blue-green as one step (the preview, held until
+        // promoted); `spec.strategy.steps` is empty.
+        let mut v = crate::cli::fixtures::plan_json();
+        v["spec"]["strategy"] = serde_json::json!({"blueGreen": {}});
+        v["status"]["currentStep"] = serde_json::json!(0);
+        let mut p: ReleasePlan = serde_json::from_value(v).unwrap();
+        assert_eq!(step_text(&p), "step 1/1");
+        assert!(summary(&p).contains("step 1/1"), "{}", summary(&p));
+        let view = crate::cli::view::plan_view(&p, None);
+        assert_eq!((view.step.index, view.step.total), (0, 1));
+        p.status.as_mut().unwrap().current_step = 1;
+        assert_eq!(step_text(&p), "steps 1/1 done");
     }
 
     #[test]

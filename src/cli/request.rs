@@ -1,9 +1,10 @@
 //! Plugin requests (promote, abort, retry, pause, resume): the annotation value
-//! and the metadata-only patch. The action word and whether a request applies
-//! are the core's (`plan::request`), shared with the operator.
+//! and the metadata-only patch. The annotation's format (`<action>/<id>`) and
+//! whether a request applies are the core's (`plan::request`), shared with
+//! the operator.
 
 use crate::api::{ANNOTATION_REQUEST, ReleasePlan};
-use crate::plan::Action;
+use crate::plan::{Action, Request};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
@@ -12,11 +13,8 @@ use serde_json::{Value, json};
 /// The operator applies each distinct value once and records it in
 /// `status.acknowledgedRequest`.
 pub fn request_value(action: Action, now: DateTime<Utc>, nonce: u16) -> String {
-    format!(
-        "{}/{}-{nonce:04x}",
-        action.word(),
-        now.format("%Y%m%dT%H%M%S%.3fZ")
-    )
+    let unique = format!("{}-{nonce:04x}", now.format("%Y%m%dT%H%M%S%.3fZ"));
+    Request::new(action, &unique).to_annotation().to_string()
 }
 
 /// A nonce for [`request_value`] from the process id and the clock, so two
@@ -67,15 +65,45 @@ mod tests {
         );
         for a in Action::ALL {
             let v = request_value(a, now, 7);
-            let (word, id) = v.split_once('/').unwrap();
-            assert_eq!(Action::parse(word), Some(a), "{v}");
-            assert!(!id.contains('/'), "{v}");
+            assert_eq!(Request::from_annotation(&v).map(|r| r.action), Ok(a));
             assert!(v.len() <= 63, "{v}");
         }
         assert_ne!(
             request_value(Action::Abort, now, 1),
             request_value(Action::Abort, now, 2)
         );
+    }
+
+    #[test]
+    fn the_operator_reads_exactly_what_the_plugin_writes() {
+        use crate::controller::observe::pending_request;
+        let annotated = |value: &str| {
+            let mut v = crate::cli::fixtures::plan_json();
+            v["metadata"]["annotations"] = json!({ANNOTATION_REQUEST: value});
+            serde_json::from_value::<ReleasePlan>(v).unwrap()
+        };
+        let now: DateTime<Utc> = "2025-01-02T09:00:00.123Z".parse().unwrap();
+        for a in Action::ALL {
+            let v = request_value(a, now, 7);
+            let r = pending_request(&annotated(&v)).unwrap().unwrap();
+            assert_eq!((r.action, r.id.as_str()), (a, v.as_str()));
+        }
+        // A bare action word is still read (hand-written annotations from
+        // before ids were documented keep working).
+        let r = pending_request(&annotated("promote")).unwrap().unwrap();
+        assert_eq!(
+            (r.action, r.id.as_str()),
+            (Action::Promote { full: false }, "promote")
+        );
+        // What names no action is not a request: acknowledged once, with a
+        // Warning that lists the actions.
+        for bad in ["/7", "explode/7", ""] {
+            let e = pending_request(&annotated(bad)).unwrap_err();
+            assert_eq!(e.raw, bad);
+            for a in Action::ALL {
+                assert!(e.message.contains(a.word()), "{bad:?}: {}", e.message);
+            }
+        }
     }
 
     #[test]

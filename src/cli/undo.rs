@@ -9,7 +9,7 @@
 //! Deployment back up (or recreates it) instead of making a new one.
 
 use crate::api::cached::CachedRevision;
-use crate::api::{HistoryEntry, ReleasePlan};
+use crate::api::{HistoryEntry, Outcome, ReleasePlan};
 use crate::controller::controller_revision::{self, StoredError};
 use kube::ResourceExt;
 use serde_json::{Map, Value, json};
@@ -95,7 +95,7 @@ pub fn pick_entry(plan: &ReleasePlan, to: Option<i64>) -> Result<HistoryEntry, U
             .history
             .iter()
             .rev()
-            .find(|h| h.outcome == "Promoted" && h.revision != current)
+            .find(|h| h.outcome == Outcome::Promoted && h.revision != current)
             .cloned()
             .ok_or_else(|| UndoError::NoEarlierPromoted(current.clone()))?,
     };
@@ -118,7 +118,7 @@ pub fn build_undo(
     }
     let status = plan.status.clone().unwrap_or_default();
     let mut notes = Vec::new();
-    if entry.outcome != "Promoted" {
+    if entry.outcome != Outcome::Promoted {
         notes.push(format!(
             "history entry {} ended {} ({}): this revision never became stable",
             entry.number,
@@ -352,6 +352,24 @@ mod tests {
             "{:?}",
             undo.notes
         );
+    }
+
+    #[test]
+    fn outcomes_are_compared_as_typed_values() {
+        // `h.outcome == "Promted"` must not compile: a string shim on
+        // `Outcome` would let a misspelt outcome never match, silently.
+        // (An inherent constant wins over the trait's only when the bound holds.)
+        struct Probe<T>(std::marker::PhantomData<T>);
+        trait NoShim {
+            const SHIM: bool = false;
+        }
+        impl<T> NoShim for Probe<T> {}
+        impl<T: PartialEq<&'static str>> Probe<T> {
+            const SHIM: bool = true;
+        }
+        // The probe sees String's comparison with &str, and none on Outcome.
+        let shims = [Probe::<String>::SHIM, Probe::<Outcome>::SHIM];
+        assert_eq!(shims, [true, false], "Outcome compares with strings");
     }
 
     #[test]

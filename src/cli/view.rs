@@ -48,10 +48,12 @@ pub struct StepView {
     /// `status.currentStep`: 0-based index of the step being run; equals `total`
     /// during the implicit final step to 100% and once settled.
     pub index: i32,
-    /// Number of steps in `spec.strategy.steps`.
+    /// Number of steps the operator runs: those of `spec.strategy.steps`, or
+    /// one for `spec.strategy.blueGreen` (the preview); 0 when they cannot be
+    /// run (`text` is then `invalid steps`).
     pub total: usize,
     /// The same for humans, counted from 1: `step 2/4` (index 1), `steps 4/4
-    /// done`, `no steps`.
+    /// done`, `no steps`, `invalid steps`.
     pub text: String,
 }
 
@@ -248,7 +250,7 @@ pub fn plan_view(plan: &ReleasePlan, deployments: Option<&[Deployment]>) -> Plan
         phase: s.phase.to_string(),
         step: StepView {
             index: s.current_step,
-            total: plan.spec.strategy.steps.len(),
+            total: super::render::step_count(plan).unwrap_or(0),
             text: super::render::step_text(plan),
         },
         weight: s.weight,

@@ -104,17 +104,7 @@ pub(crate) async fn run(
         store_templates(ctx, plan, ns, decision).await
     };
     let acted = match deployments(ctx, plan, ns, &seen.owned, &seen.stored, decision).await {
-        Acted::Done => {
-            super::traffic::act(
-                ctx,
-                plan,
-                ns,
-                &seen.services,
-                &seen.routes,
-                &decision.traffic,
-            )
-            .await
-        }
+        Acted::Done => super::traffic::act(ctx, plan, ns, &seen.services, &decision.traffic).await,
         other => other,
     };
     match acted {

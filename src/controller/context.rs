@@ -9,7 +9,6 @@ use super::queue::Queue;
 use super::{memory, templates, trim};
 use crate::api::ReleasePlan;
 use crate::api::cached::{CachedDeployment, CachedPlan, CachedPod, CachedRevision, Labelled};
-use crate::api::gateway::HTTPRoute;
 use crate::ops::liveness::Liveness;
 use crate::ops::metrics::Metrics;
 use crate::ops::shard::Shard;
@@ -25,8 +24,9 @@ use tracing::warn;
 /// Settings of the controller.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// The cluster serves Gateway API HTTPRoutes (checked at start-up).
-    pub gateway_api: bool,
+    /// The routers the cluster serves (checked at start-up): only these are
+    /// watched.
+    pub routers: Vec<crate::api::RouterKind>,
     /// Watch only this namespace; all namespaces when None.
     pub namespace: Option<String>,
     /// Reconciles run at once.
@@ -56,11 +56,9 @@ pub struct Context {
     pub jobs: PlanCache<Job>,
     /// Cache of the stable and canary Services, by plan.
     pub services: PlanCache<Service>,
-    /// Cache of the HTTPRoutes, by plan (empty when the cluster serves no
-    /// Gateway API: a route write then fails and status says so).
-    pub routes: PlanCache<HTTPRoute>,
-    /// HTTPRoutes are watched (they could be listed at start-up).
-    pub gateway_api: bool,
+    /// Caches of the routes of every router, by plan (empty for a router the
+    /// cluster does not serve: a route write then fails and status says so).
+    pub routes: super::router::Routes,
     /// Publishes Kubernetes Events beside the reconciles.
     pub events: Events,
     /// Metrics.

@@ -25,6 +25,7 @@ pub mod observe;
 pub mod queue;
 #[cfg(test)]
 mod reconcile_tests;
+pub mod router;
 mod sweep;
 pub mod templates;
 pub mod traffic;
@@ -37,8 +38,9 @@ pub use context::{Context, Settings, backoff_delay};
 pub(crate) use context::{cached_key, key_of};
 pub use error::{Error, StartError};
 pub(crate) use error::{is_not_found, is_transport, namespace_terminating};
-pub(crate) use watches::{Watched, ok_only, scoped, watched};
+pub use watches::Watched;
 pub use watches::{check_crd, run, watch_backoff};
+pub(crate) use watches::{ok_only, scoped, watched};
 
 use crate::api::ReleasePlan;
 use crate::api::cached::CachedPlan;

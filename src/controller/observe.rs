@@ -5,9 +5,8 @@ use super::error::Error;
 use super::gates::GateWork;
 use crate::api::ANNOTATION_REQUEST;
 use crate::api::cached::{CachedDeployment, CachedRevision};
-use crate::api::gateway::HTTPRoute;
 use crate::api::{LABEL_REVISION, Phase, ReleasePlan, ReleasePlanStatus};
-use crate::plan::{Action, InvalidRequest, Request};
+use crate::plan::{InvalidRequest, Request};
 use crate::plan::{Observation, PodFailure, Target};
 use chrono::Utc;
 use k8s_openapi::api::core::v1::{PodTemplateSpec, Service};
@@ -32,13 +31,13 @@ pub fn revision_of_cached(d: &CachedDeployment) -> Option<RevisionObs> {
 }
 
 /// The request in the plan's annotation, `<action>/<id>` (for example
-/// `promote/1732870000-ab12`), unless already acknowledged. An unknown action
-/// is reported as an error string so the controller can say so in an event.
+/// `promote/1732870000-ab12`), unless already acknowledged; read by the core
+/// ([`Request::from_annotation`]), as the plugin writes it. A value that is
+/// not a request is returned as such so the controller can say so in an event.
 pub fn pending_request(plan: &ReleasePlan) -> Result<Option<Request>, InvalidRequest> {
     let Some(raw) = plan.annotations().get(ANNOTATION_REQUEST) else {
         return Ok(None);
     };
-    let (action, id) = raw.split_once('/').unwrap_or((raw.as_str(), raw.as_str()));
     let acknowledged = plan
         .status
         .as_ref()
@@ -46,19 +45,7 @@ pub fn pending_request(plan: &ReleasePlan) -> Result<Option<Request>, InvalidReq
     if acknowledged == Some(raw.as_str()) {
         return Ok(None);
     }
-    let _ = id;
-    match Action::parse(action) {
-        Some(action) => Ok(Some(Request {
-            id: raw.clone(),
-            action,
-        })),
-        None => Err(InvalidRequest {
-            raw: raw.clone(),
-            message: format!(
-                "unknown request {raw:?} in annotation {ANNOTATION_REQUEST}: expected promote, promote-full, abort, retry, pause or resume"
-            ),
-        }),
-    }
+    Request::from_annotation(raw).map(Some)
 }
 
 /// What one reconcile saw: the core's observation and the spec's templates,
@@ -78,8 +65,6 @@ pub(crate) struct Seen {
     pub stored: Vec<Arc<CachedRevision>>,
     /// The stable and canary Services.
     pub services: Vec<Arc<Service>>,
-    /// The HTTPRoutes.
-    pub routes: Vec<Arc<HTTPRoute>>,
 }
 
 /// Observes the plan: its Deployments, pods, Jobs, Services and routes and
@@ -116,10 +101,9 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         status.gates.clone()
     };
     let services = plan_objects(&ctx.services, &ns, &name, &uid);
-    let routes = plan_objects(&ctx.routes, &ns, &name, &uid);
     let traffic = target
         .as_ref()
-        .map(|t| super::traffic::observe(&name, t, &services, &routes))
+        .map(|t| super::traffic::observe((&ns, &name, &uid), t, &services, &ctx.routes))
         .unwrap_or_default();
     let obs = Observation {
         plan: name.clone(),
@@ -151,7 +135,6 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         owned,
         stored,
         services,
-        routes,
     })
 }
 
@@ -230,6 +213,7 @@ pub(crate) fn pod_failures(
 mod tests {
     use super::*;
     use crate::api::{LABEL_COMPONENT, LABEL_REVISION};
+    use crate::plan::Action;
     use k8s_openapi::api::apps::v1::Deployment;
     use serde_json::json;
 

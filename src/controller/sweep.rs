@@ -80,8 +80,8 @@ fn sizes(ctx: &Context, plans: &Store<CachedPlan>) {
     set(plural(&ctx.jobs), ctx.jobs.len());
     set(plural(&ctx.services), ctx.services.len());
     set(plural(&ctx.templates), ctx.templates.len());
-    if ctx.gateway_api {
-        set(plural(&ctx.routes), ctx.routes.len());
+    for routes in ctx.routes.served() {
+        set(routes.plural().into(), routes.len());
     }
     let t = &ctx.gate_templates;
     set(

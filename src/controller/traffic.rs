@@ -1,6 +1,7 @@
-//! Services and HTTPRoutes of components with traffic settings: read from
+//! Services and routes of components with traffic settings: read from
 //! the caches for the core, built from the core's intents, and written when
-//! they differ (look before you write).
+//! they differ (look before you write). The routes go through their router
+//! (`super::router`), whichever it is.
 //!
 //! The operator owns these objects (see docs/decisions.md, "Who owns the
 //! route"): it creates them with the plan as controller owner and refuses to
@@ -16,13 +17,11 @@ use kube::{Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::deployment::{MANAGED_BY, is_subset, revision_labels};
+use super::router::Routes;
 use super::{Acted, Context, FIELD_MANAGER, failed};
-use crate::api::gateway::{
-    BackendRef, HTTPRoute, HTTPRouteSpec, HeaderMatch, PathMatch, RouteMatch, RouteRule,
-};
 use crate::api::{LABEL_COMPONENT, LABEL_PLAN, LABEL_REVISION, LABEL_ROLE, ReleasePlan, Traffic};
 use crate::plan::Target;
-use crate::plan::traffic::{RouteObs, TrafficIntent, TrafficObs};
+use crate::plan::traffic::{TrafficIntent, TrafficObs};
 
 /// The two Services of a component.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,47 +52,23 @@ fn selected(services: &[Arc<Service>], name: &str) -> Option<String> {
         .cloned()
 }
 
-/// Reads a route's weights and header route, by the Service names.
-pub fn route_obs(route: &HTTPRoute, stable: &str, canary: &str) -> RouteObs {
-    let mut out = RouteObs::default();
-    for rule in &route.spec.rules {
-        let headers: Vec<(String, String)> = rule
-            .matches
-            .iter()
-            .flat_map(|m| m.headers.iter().map(|h| (h.name.clone(), h.value.clone())))
-            .collect();
-        if headers.is_empty() {
-            for b in &rule.backend_refs {
-                let w = b.weight.unwrap_or(1);
-                if b.name == stable {
-                    out.stable_weight += w;
-                } else if b.name == canary {
-                    out.canary_weight += w;
-                }
-            }
-        } else if rule.backend_refs.iter().any(|b| b.name == canary) {
-            out.headers = headers;
-        }
-    }
-    out
-}
-
 /// The traffic objects of a plan's components, as cached.
-pub fn observe(
-    plan: &str,
+pub(crate) fn observe(
+    (ns, plan, uid): (&str, &str, &str),
     target: &Target,
     services: &[Arc<Service>],
-    routes: &[Arc<HTTPRoute>],
+    routes: &Routes,
 ) -> Vec<TrafficObs> {
     target
         .components
         .iter()
         .filter_map(|c| {
-            let names = c.traffic.as_ref()?.names(plan, &c.name);
-            let route = names.route.as_ref().and_then(|n| {
-                let r = routes.iter().find(|r| r.name_any() == *n)?;
-                Some(route_obs(r, &names.stable, &names.canary))
-            });
+            let t = c.traffic.as_ref()?;
+            let names = t.names(plan, &c.name);
+            let route = t
+                .router
+                .as_ref()
+                .and_then(|r| routes.get(r.kind)?.observe(ns, plan, uid, &names));
             Some(TrafficObs {
                 component: c.name.clone(),
                 stable: selected(services, &names.stable),
@@ -104,7 +79,7 @@ pub fn observe(
         .collect()
 }
 
-fn labels(plan: &str, component: &str) -> BTreeMap<String, String> {
+pub(super) fn labels(plan: &str, component: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (LABEL_PLAN.to_string(), plan.to_string()),
         (LABEL_COMPONENT.to_string(), component.to_string()),
@@ -112,7 +87,7 @@ fn labels(plan: &str, component: &str) -> BTreeMap<String, String> {
     ])
 }
 
-fn meta(plan: &ReleasePlan, name: &str, labels: BTreeMap<String, String>) -> ObjectMeta {
+pub(super) fn meta(plan: &ReleasePlan, name: &str, labels: BTreeMap<String, String>) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.to_string()),
         namespace: plan.metadata.namespace.clone(),
@@ -159,66 +134,6 @@ pub fn build_service(
     }
 }
 
-/// The HTTPRoute for an intent: the header route first (when set), then the
-/// weighted split. Gateway API prefers the rule with more header matches, so
-/// order only helps readers.
-pub fn build_route(
-    plan: &ReleasePlan,
-    intent: &TrafficIntent,
-    spec: &Traffic,
-) -> Option<HTTPRoute> {
-    let name = intent.names.route.as_ref()?;
-    let want = intent.route.as_ref()?;
-    let gw = spec.gateway_api.as_ref()?;
-    let path = Some(PathMatch {
-        type_: Some("PathPrefix".into()),
-        value: Some(gw.path_prefix.clone().unwrap_or_else(|| "/".into())),
-    });
-    let backend = |service: &str, weight: i32| BackendRef {
-        name: service.to_string(),
-        port: Some(spec.port),
-        weight: Some(weight),
-    };
-    let mut rules = Vec::new();
-    if !want.headers.is_empty() {
-        rules.push(RouteRule {
-            matches: vec![RouteMatch {
-                path: path.clone(),
-                headers: want
-                    .headers
-                    .iter()
-                    .map(|(n, v)| HeaderMatch {
-                        type_: Some("Exact".into()),
-                        name: n.clone(),
-                        value: v.clone(),
-                    })
-                    .collect(),
-            }],
-            backend_refs: vec![backend(&intent.names.canary, 1)],
-        });
-    }
-    rules.push(RouteRule {
-        matches: vec![RouteMatch {
-            path,
-            headers: Vec::new(),
-        }],
-        backend_refs: vec![
-            backend(&intent.names.stable, want.stable_weight),
-            backend(&intent.names.canary, want.canary_weight),
-        ],
-    });
-    let mut route = HTTPRoute::new(
-        name,
-        HTTPRouteSpec {
-            parent_refs: gw.parent_refs.clone(),
-            hostnames: gw.hostnames.clone(),
-            rules,
-        },
-    );
-    route.metadata = meta(plan, name, labels(&plan.name_any(), &intent.component));
-    Some(route)
-}
-
 /// Whether an observed object already has every field of the desired one.
 fn up_to_date<K: serde::Serialize>(desired: &K, observed: &K) -> bool {
     match (
@@ -232,7 +147,7 @@ fn up_to_date<K: serde::Serialize>(desired: &K, observed: &K) -> bool {
 
 /// Writes one object: applied when cached (ours), created when not, so an
 /// object of the same name made by someone else is refused, never taken over.
-async fn write<K>(
+pub(super) async fn write<K>(
     api: &Api<K>,
     kind: &'static str,
     desired: &K,
@@ -285,14 +200,14 @@ where
     }
 }
 
-/// Writes the Services and routes that differ from the intents; the first
+/// Writes the Services and routes that differ from the intents (Services
+/// first: a route must never name a Service that is not there); the first
 /// failure ends the pass.
 pub(super) async fn act(
     ctx: &Context,
     plan: &ReleasePlan,
     ns: &str,
     services: &[Arc<Service>],
-    routes: &[Arc<HTTPRoute>],
     intents: &[TrafficIntent],
 ) -> Acted {
     // While the plan is deleted its rollback still moves requests first, but
@@ -300,7 +215,6 @@ pub(super) async fn act(
     let deleting = plan.metadata.deletion_timestamp.is_some();
     let uid = plan.uid().unwrap_or_default();
     let service_api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
-    let route_api: Api<HTTPRoute> = Api::namespaced(ctx.client.clone(), ns);
     for intent in intents {
         let Some(spec) = plan
             .spec
@@ -328,47 +242,21 @@ pub(super) async fn act(
                 }
             }
         }
-        if intent.route.is_some() && !ctx.gateway_api {
-            // Unwatched, a route written now would never be seen: the step
-            // would wait for it forever without a word.
-            return Acted::Refused(crate::plan::Refusal {
-                kind: "HTTPRoute",
-                name: intent.names.route.clone().unwrap_or_default(),
-                code: 0,
-                message: "the operator could not list HTTPRoutes when it started (Gateway API CRDs not installed, or RBAC forbids them): install them, then restart the operator".into(),
-            });
-        }
-        if let Some(desired) = build_route(plan, intent, spec) {
-            let name = desired.metadata.name.clone().unwrap_or_default();
-            let cached = routes.iter().find(|r| r.name_any() == name);
-            if deleting && cached.is_none() {
-                continue;
-            }
-            match write(&route_api, "HTTPRoute", &desired, cached, &uid).await {
-                Ok(true) => ctx.metrics.write("apply"),
-                Ok(false) => {}
-                Err(a) => {
-                    warn!(route = %name, "HTTPRoute write failed");
-                    return a;
-                }
+        // Then the route, through its router.
+        let Some(kind) = spec.router().map(|(k, _)| k) else {
+            continue;
+        };
+        let Some(router) = ctx.routes.get(kind) else {
+            continue;
+        };
+        match router.write(ctx, plan, intent, spec).await {
+            Ok(true) => ctx.metrics.write("apply"),
+            Ok(false) => {}
+            Err(a) => {
+                warn!(route = ?intent.names.route, kind = kind.kind(), "route write failed");
+                return a;
             }
         }
     }
     Acted::Done
-}
-
-/// Whether HTTPRoutes can be listed (the Gateway API CRDs are installed and
-/// RBAC allows them): only then are they watched.
-pub async fn serves_http_routes(client: &kube::Client, namespace: Option<&str>) -> bool {
-    let api: Api<HTTPRoute> = super::scoped(client, namespace);
-    match api
-        .list_metadata(&kube::api::ListParams::default().limit(1))
-        .await
-    {
-        Ok(_) => true,
-        Err(e) => {
-            warn!(error = %e, "HTTPRoutes cannot be listed");
-            false
-        }
-    }
 }

@@ -7,7 +7,6 @@
 //! the types of [`crate::api::cached`] skip managedFields while decoding.
 
 use crate::api::cached::{CachedDeployment, CachedPod};
-use crate::api::gateway::HTTPRoute;
 use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::api::core::v1::Service;
 use kube::{Resource, ResourceExt};
@@ -74,12 +73,6 @@ pub fn service(s: &mut Service) {
     s.managed_fields_mut().clear();
     s.annotations_mut().clear();
     s.status = None;
-}
-
-/// An HTTPRoute keeps its metadata and the spec fields the operator knows.
-pub fn route(r: &mut HTTPRoute) {
-    r.managed_fields_mut().clear();
-    r.annotations_mut().clear();
 }
 
 #[cfg(test)]

@@ -12,7 +12,6 @@ use super::queue::Queue;
 use super::{error_policy, reconcile};
 use super::{sweep, templates, trim};
 use crate::api::cached::{CachedDeployment, CachedPlan, CachedPod, CachedRevision, Labelled};
-use crate::api::gateway::HTTPRoute;
 use crate::api::{LABEL_PLAN, ReleasePlan};
 use crate::ops::liveness::Liveness;
 use crate::ops::metrics::{ErrorLabel, Metrics};
@@ -151,14 +150,8 @@ pub async fn run(
     let (pods, pod_stream) = owned.watch(trim::pod);
     let (jobs, job_stream) = owned.watch(trim::job);
     let (services, service_stream) = owned.watch(trim::service);
-    // HTTPRoutes only when the cluster serves them: a watch of a missing
-    // resource would fail forever (and fail the liveness check).
-    let (routes, route_stream) = if settings.gateway_api {
-        let (c, s) = owned.watch(trim::route);
-        (c, s.boxed())
-    } else {
-        (PlanCache::empty(), futures::stream::empty().boxed())
-    };
+    // Routes only of the routers the cluster serves.
+    let (routes, route_wakes) = super::router::watch(&owned, &settings.routers);
     // Only ours (StatefulSets and DaemonSets keep theirs too): by the plan label.
     // A `CachedRevision` decodes only what is kept: nothing to trim.
     let (templates, template_stream) = owned.watch(|_: &mut CachedRevision| {});
@@ -188,7 +181,6 @@ pub async fn run(
         jobs,
         services,
         routes,
-        gateway_api: settings.gateway_api,
         events,
         metrics,
         gates,
@@ -223,9 +215,9 @@ pub async fn run(
             let wake = wakes(&queue);
             move |svc: Service| wake(plan_of(&svc))
         })
-        .watches_stream(route_stream, {
+        .reconcile_on({
             let wake = wakes(&queue);
-            move |r: HTTPRoute| wake(plan_of(&r))
+            route_wakes.filter_map(move |r| futures::future::ready(wake(Some(r))))
         })
         // A stored template that appears (the cache filling) or goes wakes its plan.
         .watches_stream(template_stream, {
@@ -277,7 +269,7 @@ where
 }
 
 /// What a kind must be to be watched into a cache.
-pub(crate) trait Watched:
+pub trait Watched:
     Resource<DynamicType = ()>
     + Clone
     + serde::de::DeserializeOwned
@@ -311,7 +303,7 @@ impl OwnedWatches<'_> {
     /// A cached watch of the objects of kind `K` made for plans (selected by
     /// the plan label, and of this shard's plans), trimmed by `trim` before
     /// caching: its store, and the stream that maps their changes to plans.
-    fn watch<K>(
+    pub(crate) fn watch<K>(
         &self,
         trim: impl FnMut(&mut K) + Send + 'static,
     ) -> (

@@ -22,7 +22,7 @@ pub mod steps;
 pub mod traffic;
 
 pub use reasons::EventReason;
-pub use request::{Action, NotApplicable};
+pub use request::{Action, InvalidRequest, NotApplicable, Request};
 pub use spec::SpecError;
 
 use crate::api::template::ResolvedGate;
@@ -243,25 +243,6 @@ pub struct PodFailure {
     /// `CrashLoopBackOff`, `ImagePullBackOff`, `TooManyRestarts`, ...
     pub reason: String,
     /// Details for humans.
-    pub message: String,
-}
-
-/// A pending plugin request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
-    /// Unique id; once acknowledged in status it is never applied again.
-    pub id: String,
-    /// What is asked.
-    pub action: Action,
-}
-
-/// A request annotation that could not be parsed: acknowledged once, with a
-/// Warning, so it is neither retried nor silently dropped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InvalidRequest {
-    /// The annotation's value, acknowledged as it is.
-    pub raw: String,
-    /// Why it is not a request.
     pub message: String,
 }
 
@@ -688,7 +669,7 @@ fn apply_cause(
     s.phase = phase;
     s.gates = step_gates(obs, target);
     if let Some(req) = &obs.request {
-        s.acknowledged_request = Some(req.id.clone());
+        s.acknowledged_request = Some(req.to_annotation().to_string());
         match req.action {
             Action::Pause => s.pause_requested = true,
             Action::Resume => s.pause_requested = false,

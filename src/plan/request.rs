@@ -1,9 +1,72 @@
-//! Plugin requests as the core knows them: the action word of the request
-//! annotation (printed by the plugin, parsed by the operator) and the rule of
-//! when a request applies (the machine ignores it otherwise, and the plugin
-//! warns before sending it). One home, so the two sides cannot drift.
+//! Plugin requests as the core knows them: the request annotation
+//! (`<action>/<id>`, written by the plugin and the dashboard, read by the
+//! operator) and the rule of when a request applies (the machine ignores it
+//! otherwise, and the plugin warns before sending it). One home, so the two
+//! sides cannot drift.
 
-use crate::api::{Phase, ReleasePlanStatus};
+use crate::api::{ANNOTATION_REQUEST, Phase, ReleasePlanStatus};
+
+/// A plugin request, as the annotation `releaseplan.io/request:
+/// <action>/<id>` carries it: written with [`Request::new`] and
+/// [`Request::to_annotation`], read with [`Request::from_annotation`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The annotation's whole value, `<action>/<id>`: unique per request.
+    /// `status.acknowledgedRequest` records it once applied, and an
+    /// acknowledged value is never applied again.
+    pub id: String,
+    /// What is asked.
+    pub action: Action,
+}
+
+/// A request annotation that could not be parsed: acknowledged once, with a
+/// Warning, so it is neither retried nor silently dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidRequest {
+    /// The annotation's value, acknowledged as it is.
+    pub raw: String,
+    /// Why it is not a request.
+    pub message: String,
+}
+
+impl Request {
+    /// A request of `action` whose `<id>` is `unique` (not empty, and unique
+    /// to this request: the plugin takes the time and a nonce).
+    pub fn new(action: Action, unique: &str) -> Request {
+        Request {
+            id: format!("{}/{unique}", action.word()),
+            action,
+        }
+    }
+
+    /// The annotation's value, `<action>/<id>`.
+    pub fn to_annotation(&self) -> &str {
+        &self.id
+    }
+
+    /// Reads the annotation's value: an action word ([`Action::word`]), then
+    /// `/` and an id. A bare action word is read too, as it always was (a
+    /// hand-written `promote` keeps working), though without an id the same
+    /// value cannot be asked twice: once acknowledged it is not applied again.
+    pub fn from_annotation(raw: &str) -> Result<Request, InvalidRequest> {
+        let word = raw.split_once('/').map_or(raw, |(word, _)| word);
+        let parsed = Action::parse(word);
+        let request = parsed.map(|action| Request {
+            id: raw.to_string(),
+            action,
+        });
+        request.ok_or_else(|| {
+            let words: Vec<&str> = Action::ALL.iter().map(|a| a.word()).collect();
+            InvalidRequest {
+                raw: raw.to_string(),
+                message: format!(
+                    "invalid request {raw:?} in annotation {ANNOTATION_REQUEST}: expected <action>/<id>, where <action> is one of {} and <id> is unique to the request",
+                    words.join(", ")
+                ),
+            }
+        })
+    }
+}
 
 /// A request made through the plugin, applied exactly once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +183,40 @@ mod tests {
             assert_eq!(Action::parse(a.word()), Some(a));
         }
         assert_eq!(Action::parse("explode"), None);
+    }
+
+    #[test]
+    fn annotations_round_trip() {
+        for a in Action::ALL {
+            let r = Request::new(a, "20250102T090000.123Z-0007");
+            assert_eq!(
+                r.to_annotation(),
+                format!("{}/20250102T090000.123Z-0007", a.word())
+            );
+            assert_eq!(Request::from_annotation(r.to_annotation()), Ok(r));
+        }
+        // The id may hold a slash: only the first one separates.
+        let r = Request::from_annotation("abort/argocd/42").unwrap();
+        assert_eq!(
+            (r.action, r.id.as_str()),
+            (Action::Abort, "abort/argocd/42")
+        );
+        // A bare word, as written by hand before ids were documented.
+        let r = Request::from_annotation("promote").unwrap();
+        assert_eq!(
+            (r.action, r.id.as_str()),
+            (Action::Promote { full: false }, "promote")
+        );
+        for bad in ["/1", "explode/1", "Promote/1", ""] {
+            let e = Request::from_annotation(bad).unwrap_err();
+            assert_eq!(e.raw, bad);
+            assert!(
+                e.message
+                    .contains("promote, promote-full, abort, retry, pause, resume"),
+                "{}",
+                e.message
+            );
+        }
     }
 
     #[test]

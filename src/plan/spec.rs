@@ -4,7 +4,7 @@
 //! the machine and the gate runner only see typed values). The controller
 //! refuses to act on a spec that fails and says why in a `Stalled` condition.
 
-use super::steps::{Step, parse_steps};
+use super::steps::{Step, strategy_steps};
 use crate::api::{Component, ReleasePlanSpec};
 use crate::gates::job::JobGateSpec;
 use crate::gates::{GateSpec, GateSpecError};
@@ -76,28 +76,17 @@ pub fn check_spec(spec: &ReleasePlanSpec) -> Result<Checked, SpecError> {
     }
     check_gate_components(spec)?;
     let gates = GateSpec::all(&spec.health)?;
-    let steps = match &spec.strategy.blue_green {
-        // Blue-green is one implicit step: the preview, held until promoted
-        // (or for autoPromotionSeconds).
-        Some(bg) => {
-            if !spec.strategy.steps.is_empty() {
-                return Err(err(
-                    "spec.strategy.blueGreen",
-                    "blueGreen and steps exclude each other",
-                ));
-            }
-            if let Some(i) = spec.components.iter().position(|c| c.traffic.is_none()) {
-                return Err(err(
-                    format!("spec.components[{i}].traffic"),
-                    "strategy.blueGreen needs traffic on every component",
-                ));
-            }
-            vec![Step::Pause(bg.auto_promotion_seconds.map(|s| {
-                std::time::Duration::from_secs(u64::try_from(s).unwrap_or(0))
-            }))]
-        }
-        None => parse_steps(&spec.strategy.steps)?,
-    };
+    // Blue-green is one implicit step: the preview, held until promoted (or
+    // for autoPromotionSeconds).
+    let steps = strategy_steps(&spec.strategy)?;
+    if spec.strategy.blue_green.is_some()
+        && let Some(i) = spec.components.iter().position(|c| c.traffic.is_none())
+    {
+        return Err(err(
+            format!("spec.components[{i}].traffic"),
+            "strategy.blueGreen needs traffic on every component",
+        ));
+    }
     let mut jobs = Vec::with_capacity(spec.health.jobs.len());
     for (i, g) in spec.health.jobs.iter().enumerate() {
         let job = JobGateSpec::parse(g)

@@ -1,8 +1,9 @@
-//! Canary steps: parsed once from `spec.strategy.steps`, and the step a
-//! rollout is at. A step kind is its field in `api::Step`, one arm of
-//! [`Step`] with its parse, and one arm of [`CurrentStep`] saying when the
-//! step is done and what it waits for; the machine, the requeue and the
-//! status message ask `CurrentStep` and need no change.
+//! Canary steps: parsed once from `spec.strategy.steps` (a blue-green plan
+//! runs one, [`strategy_steps`]), and the step a rollout is at. A step kind is
+//! its field in `api::Step`, one arm of [`Step`] with its parse, kind and text
+//! (what the plugin and the dashboard show), and one arm of [`CurrentStep`]
+//! saying when the step is done and what it waits for; the machine, the
+//! requeue and the status message ask `CurrentStep` and need no change.
 
 use super::spec::SpecError;
 use crate::api::time::parse_duration;
@@ -35,6 +36,17 @@ pub enum CanaryScale {
 }
 
 impl Step {
+    /// The kind of step, for the plugin and the dashboard: `weight`, `pause`,
+    /// `scale` (setCanaryScale) or `header` (setHeaderRoute).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Step::SetWeight(_) => "weight",
+            Step::Pause(_) => "pause",
+            Step::SetCanaryScale(_) => "scale",
+            Step::SetHeaderRoute(_) => "header",
+        }
+    }
+
     /// The weight this step sets, if it sets one (later steps keep it).
     pub fn weight(&self) -> Option<i32> {
         match self {
@@ -57,6 +69,86 @@ impl Step {
             Step::SetHeaderRoute(h) => Some(h),
             _ => None,
         }
+    }
+}
+
+/// The step in a few words, as the plugin and the dashboard show it: `25%`,
+/// `pause`, `pause 1m30s`, `scale 2 pods`, `scale 50%`, `scale with
+/// traffic`, `header x-canary: yes`, `no header route`.
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::SetWeight(w) => write!(f, "{w}%"),
+            Step::Pause(None) => f.write_str("pause"),
+            Step::Pause(Some(d)) => write!(f, "pause {}", GoDuration(*d)),
+            Step::SetCanaryScale(CanaryScale::Replicas(1)) => f.write_str("scale 1 pod"),
+            Step::SetCanaryScale(CanaryScale::Replicas(n)) => write!(f, "scale {n} pods"),
+            Step::SetCanaryScale(CanaryScale::Weight(w)) => write!(f, "scale {w}%"),
+            Step::SetCanaryScale(CanaryScale::MatchTraffic) => f.write_str("scale with traffic"),
+            Step::SetHeaderRoute(h) if h.is_empty() => f.write_str("no header route"),
+            Step::SetHeaderRoute(h) => {
+                f.write_str(if h.len() == 1 { "header" } else { "headers" })?;
+                for (i, (name, value)) in h.iter().enumerate() {
+                    let sep = if i == 0 { " " } else { ", " };
+                    write!(f, "{sep}{name}: {value}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A duration as Go writes it, to the millisecond: `90s` is `1m30s`, `1h`,
+/// `1.5s`, `250ms`, `0s`.
+struct GoDuration(Duration);
+
+impl std::fmt::Display for GoDuration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (secs, ms) = (self.0.as_secs(), self.0.subsec_millis());
+        if secs == 0 {
+            return if ms == 0 {
+                f.write_str("0s")
+            } else {
+                write!(f, "{ms}ms")
+            };
+        }
+        let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+        if h > 0 {
+            write!(f, "{h}h")?;
+        }
+        if m > 0 {
+            write!(f, "{m}m")?;
+        }
+        match (s, ms) {
+            (0, 0) => Ok(()),
+            (s, 0) => write!(f, "{s}s"),
+            (s, ms) => {
+                let frac = format!("{ms:03}");
+                write!(f, "{s}.{}s", frac.trim_end_matches('0'))
+            }
+        }
+    }
+}
+
+/// The steps the operator runs for a strategy: a blue-green release is one
+/// implicit step, the preview, held until promoted (or for
+/// `autoPromotionSeconds`); a canary release runs its steps, parsed. The
+/// final step to 100% is implicit in both. The one count of steps: the
+/// machine runs these, the plugin and the dashboard show these.
+pub fn strategy_steps(strategy: &crate::api::Strategy) -> Result<Vec<Step>, SpecError> {
+    match &strategy.blue_green {
+        Some(bg) => {
+            if !strategy.steps.is_empty() {
+                return Err(SpecError::new(
+                    "spec.strategy.blueGreen",
+                    "blueGreen and steps exclude each other",
+                ));
+            }
+            Ok(vec![Step::Pause(bg.auto_promotion_seconds.map(|s| {
+                Duration::from_secs(u64::try_from(s).unwrap_or(0))
+            }))])
+        }
+        None => parse_steps(&strategy.steps),
     }
 }
 
@@ -249,6 +341,51 @@ mod tests {
         let e = parse_steps(&[pause(Some("later"))]).unwrap_err();
         assert_eq!(e.field, "spec.strategy.steps[0].pause.duration");
         assert!(parse_steps(&[weight(101)]).is_err());
+    }
+
+    #[test]
+    fn labels_and_kinds() {
+        let label = |d: &str| Step::Pause(Some(parse_duration(d).unwrap())).to_string();
+        assert_eq!(label("90s"), "pause 1m30s");
+        assert_eq!(label("1h"), "pause 1h");
+        assert_eq!(label("1h0m5s"), "pause 1h5s");
+        assert_eq!(label("1.5s"), "pause 1.5s");
+        assert_eq!(label("250ms"), "pause 250ms");
+        assert_eq!(label("0s"), "pause 0s");
+        assert_eq!(
+            Step::SetCanaryScale(CanaryScale::Replicas(1)).to_string(),
+            "scale 1 pod"
+        );
+        let two = Step::SetHeaderRoute(vec![("a".into(), "1".into()), ("b".into(), "2".into())]);
+        assert_eq!(two.to_string(), "headers a: 1, b: 2");
+        assert_eq!(two.kind(), "header");
+    }
+
+    #[test]
+    fn blue_green_is_one_step() {
+        let bg = |seconds| crate::api::Strategy {
+            blue_green: Some(crate::api::BlueGreen {
+                auto_promotion_seconds: seconds,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(strategy_steps(&bg(None)), Ok(vec![Step::Pause(None)]));
+        assert_eq!(
+            strategy_steps(&bg(Some(60))),
+            Ok(vec![Step::Pause(Some(Duration::from_secs(60)))])
+        );
+        let mut both = bg(None);
+        both.steps = vec![weight(10)];
+        assert_eq!(
+            strategy_steps(&both).unwrap_err().field,
+            "spec.strategy.blueGreen"
+        );
+        let canary = crate::api::Strategy {
+            steps: vec![weight(10), pause(None)],
+            ..Default::default()
+        };
+        assert_eq!(strategy_steps(&canary).map(|s| s.len()), Ok(2));
     }
 
     #[test]

@@ -208,7 +208,8 @@ impl Sim {
 
     fn apply(&mut self, d: &Decision) {
         if self.request.is_some()
-            && d.status.acknowledged_request == self.request.as_ref().map(|r| r.id.clone())
+            && d.status.acknowledged_request.as_deref()
+                == self.request.as_ref().map(Request::to_annotation)
         {
             self.request = None;
         }
@@ -301,10 +302,7 @@ impl Sim {
 
     fn ask(&mut self, action: Action) {
         self.next_request += 1;
-        self.request = Some(Request {
-            id: format!("req-{}", self.next_request),
-            action,
-        });
+        self.request = Some(Request::new(action, &format!("req-{}", self.next_request)));
     }
 
     fn hash_of(&self, component: &str) -> String {
@@ -379,7 +377,10 @@ fn first_release_goes_to_full_scale_then_stable() {
     assert_eq!(sim.condition("Reconciling").as_deref(), Some("False"));
     assert_eq!(sim.condition("Stalled").as_deref(), Some("False"));
     assert_eq!(sim.status.observed_generation, Some(1));
-    assert_eq!(sim.status.history.last().unwrap().outcome, "Promoted");
+    assert_eq!(
+        sim.status.history.last().unwrap().outcome,
+        Outcome::Promoted
+    );
     assert!(sim.has_event("RolloutStarted") && sim.has_event("Promoted"));
     assert_eq!(
         sim.last.as_ref().unwrap().requeue_after,
@@ -511,7 +512,10 @@ fn new_generation_mid_rollout_restarts_toward_newest() {
         0,
         "and goes once stable and new cover the count"
     );
-    assert_eq!(sim.status.history.last().unwrap().outcome, "Superseded");
+    assert_eq!(
+        sim.status.history.last().unwrap().outcome,
+        Outcome::Superseded
+    );
     sim.ask(Action::Promote { full: true });
     sim.settle();
     assert_eq!(sim.status.phase, Phase::Stable);
@@ -542,7 +546,7 @@ fn crash_loop_rolls_back_and_does_not_retry_on_its_own() {
     assert_eq!(sim.condition("Stalled").as_deref(), Some("True"));
     assert_eq!(sim.condition("Ready").as_deref(), Some("False"));
     let h = sim.status.history.last().unwrap();
-    assert_eq!(h.outcome, "RolledBack");
+    assert_eq!(h.outcome, Outcome::RolledBack);
     assert!(h.reason.as_deref().unwrap().contains("podHealth"));
     // No flapping: time passes, nothing is retried.
     for _ in 0..5 {
@@ -1062,14 +1066,14 @@ fn a_request_is_applied_exactly_once() {
     sim.advance(31);
     sim.settle();
     assert_eq!(sim.status.current_step, 3);
-    let req = Request {
-        id: "once".into(),
-        action: Action::Promote { full: false },
-    };
+    let req = Request::new(Action::Promote { full: false }, "once");
     sim.request = Some(req.clone());
     sim.reconcile();
     assert_eq!(sim.status.current_step, 4);
-    assert_eq!(sim.status.acknowledged_request.as_deref(), Some("once"));
+    assert_eq!(
+        sim.status.acknowledged_request.as_deref(),
+        Some("promote/once")
+    );
     // The controller filters acknowledged requests out, so a repeat never arrives;
     // the status keeps the id to make that possible.
 }

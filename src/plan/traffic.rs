@@ -1,6 +1,8 @@
 //! The traffic layer, decided purely: which revision each component's stable
 //! and canary Service select, and the weights and header route of its
-//! HTTPRoute.
+//! route. Which router carries the route (a Gateway API HTTPRoute, a Traefik
+//! IngressRoute) is the controller's business (`controller::router`): the
+//! core reads and decides a [`RouteObs`], whatever object shows it.
 //!
 //! Three rules keep requests safe, each checked against what was observed
 //! (the cluster), never against what was only decided:
@@ -16,7 +18,7 @@
 use super::desired::canary_replicas;
 use super::steps::{CanaryScale, Step, in_force};
 use super::{ByHash, Observation, Target, revisions_of, weight_at};
-use crate::api::{ComponentStatus, Phase, ReleasePlanStatus};
+use crate::api::{ComponentStatus, Phase, ReleasePlanStatus, RouterKind};
 use std::time::Duration;
 
 /// A component's traffic settings from the spec (names not yet defaulted).
@@ -26,10 +28,19 @@ pub struct TrafficTarget {
     pub stable_service: Option<String>,
     /// `traffic.canaryService`.
     pub canary_service: Option<String>,
-    /// With a router: `traffic.gatewayAPI.httpRoute` (`Some(None)`: the default name).
-    pub route: Option<Option<String>>,
+    /// The router, when the component has one.
+    pub router: Option<RouteRef>,
     /// `traffic.drainSeconds`.
     pub drain: Duration,
+}
+
+/// A component's router: its kind and the route's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteRef {
+    /// The kind of object that carries the route.
+    pub kind: RouterKind,
+    /// The route's name; `None`: the default, `<plan>-<component>`.
+    pub name: Option<String>,
 }
 
 /// Default of `traffic.drainSeconds`.
@@ -41,7 +52,10 @@ impl TrafficTarget {
         TrafficTarget {
             stable_service: t.stable_service.clone(),
             canary_service: t.canary_service.clone(),
-            route: t.gateway_api.as_ref().map(|g| g.http_route.clone()),
+            router: t.router().map(|(kind, name)| RouteRef {
+                kind,
+                name: name.map(str::to_string),
+            }),
             drain: t
                 .drain_seconds
                 .and_then(|d| u64::try_from(d).ok())
@@ -51,7 +65,7 @@ impl TrafficTarget {
 
     /// A router splits this component's requests by weight.
     pub fn routed(&self) -> bool {
-        self.route.is_some()
+        self.router.is_some()
     }
 
     /// The names of the Services and the route, defaults applied.
@@ -65,10 +79,11 @@ impl TrafficTarget {
                 .canary_service
                 .clone()
                 .unwrap_or_else(|| format!("{plan}-{component}-canary")),
-            route: self
-                .route
-                .as_ref()
-                .map(|r| r.clone().unwrap_or_else(|| format!("{plan}-{component}"))),
+            route: self.router.as_ref().map(|r| {
+                r.name
+                    .clone()
+                    .unwrap_or_else(|| format!("{plan}-{component}"))
+            }),
         }
     }
 }
@@ -80,7 +95,7 @@ pub struct Names {
     pub stable: String,
     /// The canary Service.
     pub canary: String,
-    /// The HTTPRoute, with a router.
+    /// The route, with a router.
     pub route: Option<String>,
 }
 
@@ -97,7 +112,8 @@ pub struct TrafficObs {
     pub route: Option<RouteObs>,
 }
 
-/// An HTTPRoute as observed: the weights of its backends and its header route.
+/// A route as observed, whatever its router: the weights of the stable and
+/// canary Services and its header route.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RouteObs {
     /// Weight of the stable Service.

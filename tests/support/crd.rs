@@ -128,9 +128,29 @@ pub async fn install_gateway_api(client: &Client) {
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
     files.sort();
+    let all = crds_in(&files);
+    assert!(!all.is_empty(), "no CRD in {}", dir.display());
+    apply(client, &all).await;
+}
+
+/// Traefik's own CRDs of `make tools` (part `traffic-crds`, Traefik's
+/// version pinned in e2e/versions.env: IngressRoute and every other kind
+/// its Kubernetes CRD provider watches), applied.
+pub async fn install_traefik(client: &Client) {
+    let file = super::tools::cached("traefik-crds", "TRAEFIK_VERSION")
+        .map(|d| d.join("kubernetes-crd-definition-v1.yml"))
+        .filter(|f| f.is_file())
+        .expect("Traefik's CRDs are not in the cache: run `make tools`");
+    let all = crds_in(std::slice::from_ref(&file));
+    assert!(!all.is_empty(), "no CRD in {}", file.display());
+    apply(client, &all).await;
+}
+
+/// The CustomResourceDefinitions of YAML files (other documents skipped).
+fn crds_in(files: &[std::path::PathBuf]) -> Vec<CustomResourceDefinition> {
     let mut all = Vec::new();
     for path in files {
-        let text = std::fs::read_to_string(&path).expect("CRD file");
+        let text = std::fs::read_to_string(path).expect("CRD file");
         for doc in serde_yaml::Deserializer::from_str(&text) {
             use serde::Deserialize;
             let value = serde_yaml::Value::deserialize(doc).expect("YAML");
@@ -139,8 +159,7 @@ pub async fn install_gateway_api(client: &Client) {
             }
         }
     }
-    assert!(!all.is_empty(), "no CRD in {}", dir.display());
-    apply(client, &all).await;
+    all
 }
 
 /// Waits until the CRD `name` is Established with its names accepted.

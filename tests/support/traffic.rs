@@ -78,6 +78,17 @@ fn gateway_api(kind: &str, plural: &str) -> ApiResource {
     )
 }
 
+/// Traefik's entry point of the Gateway's listener (IngressRoutes name it).
+pub const ENTRY_POINT: &str = "web";
+
+/// The IngressRoute resource (Traefik's own CRD).
+pub fn ingress_route_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("traefik.io", "v1alpha1", "IngressRoute"),
+        "ingressroutes",
+    )
+}
+
 /// The HTTPRoute resource.
 pub fn http_route_resource() -> ApiResource {
     gateway_api("HTTPRoute", "httproutes")
@@ -105,8 +116,23 @@ impl DataPlane {
     /// a free loopback port, starts the emulator and Traefik (watching `ns`
     /// only), and returns once Traefik has accepted the Gateway and listens.
     pub async fn start(client: &Client, ns: &str) -> DataPlane {
+        DataPlane::start_with(client, ns, false).await
+    }
+
+    /// [`DataPlane::start`], and Traefik's own CRDs installed (idempotent)
+    /// and its Kubernetes CRD provider on for `ns` too (native load
+    /// balancing, as the Gateway API provider): IngressRoutes on entry point
+    /// [`ENTRY_POINT`] route requests of the same listener.
+    pub async fn start_with_ingress_routes(client: &Client, ns: &str) -> DataPlane {
+        DataPlane::start_with(client, ns, true).await
+    }
+
+    async fn start_with(client: &Client, ns: &str, ingress_routes: bool) -> DataPlane {
         require_loopback_service_cidr(client).await;
         crd::install_gateway_api(client).await;
+        if ingress_routes {
+            crd::install_traefik(client).await;
+        }
         apply_gateway_class(client).await;
         // The Gateway's listener and Traefik's entry point share this port.
         let port = super::operator::free_port();
@@ -114,7 +140,7 @@ impl DataPlane {
 
         let backends = Arc::new(Backends::default());
         let emulator = tokio::spawn(emulate(client.clone(), ns.to_string(), backends.clone()));
-        let (traefik, log) = spawn_traefik(ns, port);
+        let (traefik, log) = spawn_traefik(ns, port, ingress_routes);
         let dp = DataPlane {
             ns: ns.to_string(),
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
@@ -960,7 +986,7 @@ fn log_file(ns: &str) -> PathBuf {
 /// 127.0.0.1:`port`, and nothing that reaches outside (no version check, no
 /// usage statistics). It reads the cluster from KUBECONFIG. It stays in the
 /// test's process group, so stopping `make test` stops it too.
-fn spawn_traefik(ns: &str, port: u16) -> (Child, PathBuf) {
+fn spawn_traefik(ns: &str, port: u16, ingress_routes: bool) -> (Child, PathBuf) {
     let bin = tools::cached("traefik", "TRAEFIK_VERSION")
         .map(|d| d.join("bin/traefik"))
         .filter(|b| b.is_file())
@@ -971,17 +997,25 @@ fn spawn_traefik(ns: &str, port: u16) -> (Child, PathBuf) {
         .append(true)
         .open(&log)
         .unwrap_or_else(|e| panic!("cannot open {}: {e}", log.display()));
+    let mut args = vec![
+        "--global.checkNewVersion=false".to_string(),
+        "--global.sendAnonymousUsage=false".to_string(),
+        format!("--entryPoints.{ENTRY_POINT}.address=127.0.0.1:{port}"),
+        "--providers.kubernetesgateway=true".to_string(),
+        "--providers.kubernetesgateway.nativeLBByDefault=true".to_string(),
+        format!("--providers.kubernetesgateway.namespaces={ns}"),
+        "--log.level=INFO".to_string(),
+        format!("--log.filePath={}", log.display()),
+    ];
+    if ingress_routes {
+        args.extend([
+            "--providers.kubernetescrd=true".to_string(),
+            "--providers.kubernetescrd.nativeLBByDefault=true".to_string(),
+            format!("--providers.kubernetescrd.namespaces={ns}"),
+        ]);
+    }
     let child = Command::new(&bin)
-        .args([
-            "--global.checkNewVersion=false",
-            "--global.sendAnonymousUsage=false",
-            &format!("--entryPoints.web.address=127.0.0.1:{port}"),
-            "--providers.kubernetesgateway=true",
-            "--providers.kubernetesgateway.nativeLBByDefault=true",
-            &format!("--providers.kubernetesgateway.namespaces={ns}"),
-            "--log.level=INFO",
-            &format!("--log.filePath={}", log.display()),
-        ])
+        .args(&args)
         .stdin(Stdio::null())
         .stdout(out.try_clone().expect("log file handle"))
         .stderr(out)

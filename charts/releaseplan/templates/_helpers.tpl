@@ -124,15 +124,19 @@ true
   resources: ["pods"]
   verbs: ["list", "watch"]
 # The stable and canary Services of components with traffic settings, and
-# their HTTPRoutes: cached (list, watch), created (create), then written
-# with server-side apply (patch); read one by one (get) only when a create
-# finds the name taken, to tell ours from someone else's. The plan's
-# deletion takes them (owner references): never deleted by the operator.
+# their routes (one rule per router: HTTPRoutes, Traefik IngressRoutes):
+# cached (list, watch), created (create), then written with server-side
+# apply (patch); read one by one (get) only when a create finds the name
+# taken, to tell ours from someone else's. The plan's deletion takes them
+# (owner references): never deleted by the operator.
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: ["gateway.networking.k8s.io"]
   resources: ["httproutes"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: ["traefik.io"]
+  resources: ["ingressroutes"]
   verbs: ["get", "list", "watch", "create", "patch"]
 # Events are created, and patched when one repeats (a series).
 - apiGroups: ["events.k8s.io"]

@@ -6,14 +6,6 @@ const token = document.querySelector('meta[name="rp-token"]').content;
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"})[c]);
 const RANK = {failing: 0, moving: 1, settled: 2};
-const WORDS = {
-  "promote": "Promote: skip the current step or pause",
-  "promote-full": "Promote fully: go to 100% at once",
-  "abort": "Abort: roll back to the stable revision now",
-  "retry": "Retry the rolled-back or halted revision",
-  "pause": "Pause: hold the rollout at its current step",
-  "resume": "Resume: lift the pause request",
-};
 let clockSkew = 0; // server time minus browser time, ms
 // Figures for the benchmark (benches/dashboard.rs): when the first snapshot was
 // drawn, and how long the longest and the last frame of updates took.
@@ -52,7 +44,8 @@ function stepsBar(r) {
     const word = {cur: "current", done: "done", todo: "to come", fail: "failed here"}[state];
     return `<span class="seg ${s.kind} ${state}" data-l="${s.kind === "pause" ? "||" : esc(s.label)}" title="step ${k + 1}: ${esc(s.label)} (${word})"></span>`;
   }).join("");
-  return `<div class="steps" role="img" aria-label="${esc(r.step.text)}">${segs || '<span class="seg done" data-l="100%"></span>'}</div><span class="st">${esc(r.step.text)}</span>`;
+  const none = r.step.text === "no steps" ? '<span class="seg done" data-l="100%"></span>' : "";
+  return `<div class="steps" role="img" aria-label="${esc(r.step.text)}">${segs || none}</div><span class="st">${esc(r.step.text)}</span>`;
 }
 // The weight. `weight` is the replica split (status.weight); `trafficWeight`,
 // there only when a router is configured, is the share of requests on the
@@ -220,14 +213,14 @@ function drawPlan(msg) {
   const d = msg.detail;
   if (!d) { $("plan").innerHTML = `<p><a href="#/">← all plans</a></p><p role="alert">This plan does not exist (or was deleted).</p>`; return; }
   const r = d.plan;
-  const buttons = Object.keys(WORDS).map((w) => {
-    const why = r.actions[w];
-    return `<button id="act-${w}" data-action="${w}" ${why ? `disabled title="${esc(why)}"` : `title="${esc(WORDS[w])}"`}>${esc(w.replace("-", " "))}</button>`;
+  // One button per request of the operator, in the server's order.
+  const buttons = (r.actions || []).map(({word: w, title, whyNot: why}) => {
+    return `<button id="act-${esc(w)}" data-action="${esc(w)}" data-title="${esc(title)}" ${why ? `disabled title="${esc(why)}"` : `title="${esc(title)}"`}>${esc(w.replace("-", " "))}</button>`;
   }).join("");
   const timeline = r.steps.map((s, k) => {
     const st = stepState(r, k);
     const note = {cur: "current, " + since(r.stepStartedAt), done: "done", fail: "failed here", todo: ""}[st];
-    return `<li class="${st}">${k + 1}. ${s.kind === "pause" ? "" : "weight "}${esc(s.label)} <span class="st">${note}</span></li>`;
+    return `<li class="${st}">${k + 1}. ${s.kind === "weight" ? "weight " : ""}${esc(s.label)} <span class="st">${note}</span></li>`;
   }).join("");
   const comps = r.components.map((c) => `<h4>${esc(c.name)} <span class="st">${c.replicas} replicas</span></h4>` + table(["Deployment", "hash", "ready / wanted", "role", "images"],
     (c.revisions || []).map((v) => `<tr><td class="mono">${esc(v.deployment)}</td><td class="mono">${esc(v.hash)}</td><td>${v.ready}/${v.replicas}</td><td>${esc(v.role)}</td><td class="mono">${esc(v.images.join(", "))}</td></tr>`))).join("");
@@ -241,7 +234,7 @@ function drawPlan(msg) {
 <p id="plan-message" class="msg">${message(r)}</p>
 <div class="actions" role="group" aria-label="actions">${buttons}</div>
 <div id="notice" role="status">${lastNotice}</div>
-<h3>Steps</h3><ol class="timeline">${timeline || "<li>no steps: straight to 100%</li>"}</ol>
+<h3>Steps</h3><ol class="timeline">${timeline || `<li>${r.step.text === "no steps" ? "no steps: straight to 100%" : esc(r.step.text)}</li>`}</ol>
 <h3>Components</h3>${comps}
 <h3>Gates of this step</h3>${table(["gate", "verdict", "value", "failures", "values seen"], gateRows)}
 <h3>Rollouts</h3>${table(["#", "revision", "outcome", "started", "took", "reason"], hist)}
@@ -253,7 +246,7 @@ $("plan").addEventListener("click", (ev) => {
   const b = ev.target.closest("button[data-action]");
   if (!b || !current) return;
   const w = b.dataset.action, {ns, name} = current;
-  $("confirm-text").textContent = `${WORDS[w]}, on ${ns}/${name}?`;
+  $("confirm-text").textContent = `${b.dataset.title}, on ${ns}/${name}?`;
   const dlg = $("confirm");
   dlg.returnValue = "";
   dlg.onclose = () => { if (dlg.returnValue === "ok") act(ns, name, w); };

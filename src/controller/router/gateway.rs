@@ -1,0 +1,129 @@
+//! Gateway API `HTTPRoute` (`traffic.gatewayAPI`): the header route first
+//! (when set), then the weighted split, both under one path prefix.
+
+use super::Router;
+use crate::api::Traffic;
+use crate::api::gateway::{
+    BackendRef, HTTPRoute, HTTPRouteSpec, HeaderMatch, PathMatch, RouteMatch, RouteRule,
+};
+use crate::plan::traffic::{Names, RouteObs};
+
+impl Router for HTTPRoute {
+    const KIND: &'static str = "HTTPRoute";
+
+    /// Weights of the backends of rules without header matches; the headers
+    /// of a rule with header matches that sends to the canary Service.
+    fn observe(&self, names: &Names) -> RouteObs {
+        let mut out = RouteObs::default();
+        for rule in &self.spec.rules {
+            let headers: Vec<(String, String)> = rule
+                .matches
+                .iter()
+                .flat_map(|m| m.headers.iter().map(|h| (h.name.clone(), h.value.clone())))
+                .collect();
+            if headers.is_empty() {
+                for b in &rule.backend_refs {
+                    let w = b.weight.unwrap_or(1);
+                    if b.name == names.stable {
+                        out.stable_weight += w;
+                    } else if b.name == names.canary {
+                        out.canary_weight += w;
+                    }
+                }
+            } else if rule.backend_refs.iter().any(|b| b.name == names.canary) {
+                out.headers = headers;
+            }
+        }
+        out
+    }
+
+    /// Gateway API prefers the rule with more header matches, so the order
+    /// of the rules only helps readers.
+    fn desired(names: &Names, want: &RouteObs, spec: &Traffic) -> Option<HTTPRoute> {
+        let gw = spec.gateway_api.as_ref()?;
+        let path = Some(PathMatch {
+            type_: Some("PathPrefix".into()),
+            value: Some(gw.path_prefix.clone().unwrap_or_else(|| "/".into())),
+        });
+        let backend = |service: &str, weight: i32| BackendRef {
+            name: service.to_string(),
+            port: Some(spec.port),
+            weight: Some(weight),
+        };
+        let mut rules = Vec::new();
+        if !want.headers.is_empty() {
+            rules.push(RouteRule {
+                matches: vec![RouteMatch {
+                    path: path.clone(),
+                    headers: want
+                        .headers
+                        .iter()
+                        .map(|(n, v)| HeaderMatch {
+                            type_: Some("Exact".into()),
+                            name: n.clone(),
+                            value: v.clone(),
+                        })
+                        .collect(),
+                }],
+                backend_refs: vec![backend(&names.canary, 1)],
+            });
+        }
+        rules.push(RouteRule {
+            matches: vec![RouteMatch {
+                path,
+                headers: Vec::new(),
+            }],
+            backend_refs: vec![
+                backend(&names.stable, want.stable_weight),
+                backend(&names.canary, want.canary_weight),
+            ],
+        });
+        Some(HTTPRoute::new(
+            names.route.as_deref().unwrap_or_default(),
+            HTTPRouteSpec {
+                parent_refs: gw.parent_refs.clone(),
+                hostnames: gw.hostnames.clone(),
+                rules,
+            },
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_http_route_reads_back_what_it_was_built_from() {
+        let names = Names {
+            stable: "web-stable".into(),
+            canary: "web-canary".into(),
+            route: Some("shop-web".into()),
+        };
+        let spec = Traffic {
+            port: 8080,
+            gateway_api: Some(crate::api::GatewayRoute {
+                parent_refs: vec![crate::api::ParentRef {
+                    name: "gw".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let want = RouteObs {
+            stable_weight: 90,
+            canary_weight: 10,
+            headers: vec![("x-canary".into(), "1".into())],
+        };
+        let r = HTTPRoute::desired(&names, &want, &spec).unwrap();
+        assert_eq!(r.observe(&names), want);
+        assert_eq!(r.spec.rules.len(), 2);
+        let traefik_only = Traffic {
+            port: 8080,
+            traefik: Some(crate::api::TraefikRoute::default()),
+            ..Default::default()
+        };
+        assert!(HTTPRoute::desired(&names, &want, &traefik_only).is_none());
+    }
+}
