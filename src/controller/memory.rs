@@ -77,21 +77,57 @@ pub(crate) struct PlanMemory {
     pub refusal: Option<Refusal>,
     /// The Job creates the API server refused in the last reconcile.
     pub job_refusals: Vec<JobObs>,
-    /// A transition whose status write got no answer.
-    pub unconfirmed: Option<Unconfirmed>,
+    /// Transitions whose status writes got no answer, all made on the same
+    /// version (so at most one can have landed: the others would have
+    /// conflicted). Each retry that gets no answer adds one; keeping only the
+    /// last would lose a first one that did land.
+    pub unconfirmed: Vec<Unconfirmed>,
     /// ControllerRevisions this process applied, by name, until the cache
     /// holds them: a reconcile right after a write must not write again.
     pub written_templates: BTreeMap<String, (Instant, Arc<CachedRevision>)>,
 }
 
+/// The most unanswered status writes kept for one plan: a write is retried
+/// with backoff, so this many fill only during minutes of lost answers.
+const MAX_UNCONFIRMED: usize = 16;
+
 impl PlanMemory {
+    /// Keeps a transition whose status write got no answer.
+    pub fn unanswered(&mut self, u: Unconfirmed) {
+        if self.unconfirmed.len() >= MAX_UNCONFIRMED {
+            self.unconfirmed.remove(0);
+        }
+        self.unconfirmed.push(u);
+    }
+
+    /// Settles the unanswered writes against `plan`, read after them: the
+    /// one that landed, if any (the others are dropped); those the read says
+    /// nothing about yet are kept.
+    pub fn settle_unanswered(&mut self, plan: &ReleasePlan) -> Option<Unconfirmed> {
+        let mut landed = None;
+        let mut waiting = Vec::new();
+        for u in std::mem::take(&mut self.unconfirmed) {
+            match u.settle(plan) {
+                Settled::NotYet => waiting.push(u),
+                Settled::Landed if landed.is_none() => landed = Some(u),
+                Settled::Landed | Settled::Lost => {}
+            }
+        }
+        self.unconfirmed = if landed.is_some() {
+            Vec::new()
+        } else {
+            waiting
+        };
+        landed
+    }
+
     /// Nothing worth keeping: the entry can go.
     fn is_empty(&self) -> bool {
         self.backoff.is_none()
             && self.fresh.is_none()
             && self.refusal.is_none()
             && self.job_refusals.is_empty()
-            && self.unconfirmed.is_none()
+            && self.unconfirmed.is_empty()
             && self.written_templates.is_empty()
     }
 }
@@ -184,6 +220,43 @@ mod tests {
         assert_eq!(m.len(), 1);
         m.forget(&key("c"));
         assert_eq!(m.len(), 0);
+    }
+
+    #[test]
+    fn a_landed_write_is_found_among_later_unanswered_retries() {
+        let mut plan: ReleasePlan = serde_json::from_value(serde_json::json!({
+            "apiVersion": "releaseplan.io/v1alpha1", "kind": "ReleasePlan",
+            "metadata": {"name": "p", "namespace": "ns", "resourceVersion": "5"},
+            "spec": {"components": []}
+        }))
+        .unwrap();
+        let unanswered = |step: i32| {
+            let mut decision = crate::plan::Decision::default();
+            decision.status.current_step = step;
+            decision.status.message = Some(format!("try {step}"));
+            Unconfirmed {
+                base_version: Some("5".into()),
+                before: ReleasePlanStatus::default(),
+                decision,
+            }
+        };
+        let mut m = PlanMemory::default();
+        // The first write landed; two retries on the same version got no
+        // answer either (and could not have landed).
+        m.unanswered(unanswered(1));
+        m.unanswered(unanswered(2));
+        m.unanswered(unanswered(3));
+        assert!(m.settle_unanswered(&plan).is_none(), "not read yet");
+        assert_eq!(m.unconfirmed.len(), 3);
+        plan.metadata.resource_version = Some("6".into());
+        plan.status = Some(unanswered(1).decision.status);
+        let landed = m.settle_unanswered(&plan).expect("the first one landed");
+        assert_eq!(landed.decision.status.current_step, 1);
+        assert!(m.unconfirmed.is_empty());
+        for _ in 0..40 {
+            m.unanswered(unanswered(9));
+        }
+        assert_eq!(m.unconfirmed.len(), MAX_UNCONFIRMED);
     }
 
     #[test]

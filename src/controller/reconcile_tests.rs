@@ -450,9 +450,39 @@ async fn a_status_write_whose_answer_is_lost_and_that_did_not_land_publishes_not
     super::write::confirm_unanswered(&ctx, &moved);
     assert!(
         ctx.memory
-            .read(&key, |m| m.unconfirmed.is_none())
+            .read(&key, |m| m.unconfirmed.is_empty())
             .unwrap_or(true),
         "a write that did not land is dropped"
     );
     assert!(events(&log).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_landed_write_is_confirmed_even_after_later_retries_lost_their_answers_too() {
+    let answer_status = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answer = Arc::clone(&answer_status);
+    let (client, log) = fake(move |seen| {
+        if seen.is("PUT", "/status") && !answer.load(std::sync::atomic::Ordering::Relaxed) {
+            Reply::NoAnswer
+        } else {
+            happy(seen)
+        }
+    });
+    let ctx = context(client);
+    let p = plan(&with_finalizer());
+    // The first write landed (its answer was lost); the cache still shows
+    // the old version, so the retry decides the same transition again, and
+    // its write gets no answer either (it could not have landed).
+    let _ = reconcile_inner(&p, &ctx).await;
+    let first = landed(&log);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let _ = reconcile_inner(&p, &ctx).await;
+    assert!(events(&log).await.is_empty());
+    // Read back: the first write's status. Its Events go out, once.
+    answer_status.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = reconcile_inner(&first, &ctx).await;
+    let published = events(&log).await;
+    assert_eq!(published, vec!["RolloutStarted".to_string()]);
+    let _ = reconcile_inner(&first, &ctx).await;
+    assert_eq!(events(&log).await, published);
 }

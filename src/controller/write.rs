@@ -4,7 +4,7 @@
 
 use super::context::{Context, metrics_key};
 use super::error::{Error, is_conflict, is_not_found, may_have_landed};
-use super::memory::{Settled, Unconfirmed};
+use super::memory::Unconfirmed;
 use super::observe::Seen;
 use crate::api::{Outcome, ReleasePlan, ReleasePlanStatus};
 use crate::ops::metrics::{FailedGateLabel, OutcomeLabel, PlanState};
@@ -20,17 +20,7 @@ use tracing::{info, warn};
 /// written status (and never for a write that did not land).
 pub(crate) fn confirm_unanswered(ctx: &Context, plan: &ReleasePlan) {
     let key = ObjectRef::from_obj(plan);
-    let landed = ctx.memory.with(&key, |m| {
-        let settled = m.unconfirmed.as_ref()?.settle(plan);
-        match settled {
-            Settled::NotYet => None,
-            Settled::Lost => {
-                m.unconfirmed = None;
-                None
-            }
-            Settled::Landed => m.unconfirmed.take(),
-        }
-    });
+    let landed = ctx.memory.with(&key, |m| m.settle_unanswered(plan));
     if let Some(u) = landed {
         info!("a status write that got no answer had landed: publishing its transition");
         ctx.events
@@ -131,7 +121,7 @@ pub(crate) async fn status(
             Ok(Some(written)) => {
                 // Written on the version an unanswered write was made on: that
                 // one did not land (it would have made this one conflict).
-                ctx.memory.with(&seen.key, |m| m.unconfirmed = None);
+                ctx.memory.with(&seen.key, |m| m.unconfirmed.clear());
                 ctx.remember(&written);
             }
             Ok(None) => {}
@@ -140,7 +130,7 @@ pub(crate) async fn status(
                 // metrics wait for a read that says so.
                 warn!(error = %e, "status write got no answer: its transition is confirmed by the next read");
                 ctx.memory.with(&seen.key, |m| {
-                    m.unconfirmed = Some(Unconfirmed {
+                    m.unanswered(Unconfirmed {
                         base_version: plan.resource_version(),
                         before: before.clone(),
                         decision: decision.clone(),
