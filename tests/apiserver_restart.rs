@@ -20,7 +20,7 @@ use releaseplan::api::Phase;
 use serde_json::json;
 use std::time::{Duration, Instant};
 use support::fixtures::web;
-use support::operator::{Operator, sum_metric};
+use support::operator::{Operator, healthz, sum_metric};
 use support::plans::{create_stable, get, plan_events, set_components, wait_phase};
 use support::{Harness, cluster, wait_until};
 
@@ -34,17 +34,6 @@ async fn events(client: &Client, ns: &str, reason: &str) -> i32 {
         .filter(|e| e.0 == reason)
         .map(|e| e.3.max(1))
         .sum()
-}
-
-async fn healthz(port: u16) -> Option<u16> {
-    let url = format!("http://127.0.0.1:{port}/healthz");
-    let r = reqwest::Client::new()
-        .get(&url)
-        .timeout(Duration::from_secs(2))
-        .send()
-        .await
-        .ok()?;
-    Some(r.status().as_u16())
 }
 
 #[tokio::test]

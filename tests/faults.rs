@@ -43,21 +43,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::faults::{Fault, FaultProxy, Rng, api_server_addr};
 use support::fixtures::{faulty_template, template, web_with};
-use support::operator::{Operator, sum_metric};
+use support::operator::{Operator, healthz, sum_metric};
 use support::plans::{create_stable, get, plan_events, revisions, set_components};
 use support::{Harness, wait_until};
-
-/// `/healthz` of the operator on `port`: its status code, or None when it
-/// does not answer.
-async fn healthz(port: u16) -> Option<u16> {
-    let r = reqwest::Client::new()
-        .get(format!("http://127.0.0.1:{port}/healthz"))
-        .timeout(Duration::from_secs(2))
-        .send()
-        .await
-        .ok()?;
-    Some(r.status().as_u16())
-}
 
 /// A proxy to the test cluster's API server and an operator (watching the
 /// harness's namespace) that reaches the API server only through it.
@@ -285,6 +273,33 @@ async fn settle(
     .await;
 }
 
+/// The StepAdvanced Events of a [`long_steps`] rollout ("step k/6", then
+/// "final step"), among a plan's Events as `plan_events` reads them.
+fn long_steps_advanced(events: &[(String, String, String, i32)]) -> usize {
+    events
+        .iter()
+        .filter(|e| e.0 == "StepAdvanced" && (e.2.contains("/6") || e.2.starts_with("final")))
+        .count()
+}
+
+/// [`settle`] within 300 s, in a task of its own so that a timeout is an
+/// answer (false) rather than this test's panic: the caller adds the fault
+/// log and the operator's log to the failure.
+async fn settles(
+    client: &kube::Client,
+    ns: &str,
+    names: &[(String, Role)],
+    want: fn(Role) -> Phase,
+    what: &'static str,
+) -> bool {
+    let (client, ns, names) = (client.clone(), ns.to_string(), names.to_vec());
+    tokio::spawn(async move {
+        settle(&client, &ns, &names, want, Duration::from_secs(300), what).await;
+    })
+    .await
+    .is_ok()
+}
+
 #[tokio::test]
 async fn plans_end_right_under_random_network_faults() {
     let seed = std::env::var("RP_FAULT_SEED")
@@ -444,22 +459,8 @@ async fn plans_end_right_under_random_network_faults() {
         Role::PromoteThenRollBack => Phase::Stable,
         Role::RollBackThenPromote => Phase::RolledBack,
     };
-    let settled = tokio::spawn({
-        let (client, ns, names) = (client.clone(), ns.clone(), names.clone());
-        async move {
-            settle(
-                &client,
-                &ns,
-                &names,
-                wave1,
-                Duration::from_secs(300),
-                "wave 1 to settle",
-            )
-            .await
-        }
-    })
-    .await;
-    assert!(settled.is_ok(), "{}", dump("wave 1 did not settle"));
+    let ok = settles(&client, &ns, &names, wave1, "wave 1 to settle").await;
+    assert!(ok, "{}", dump("wave 1 did not settle"));
 
     // Wave 2: the other way round.
     for (name, role) in &names {
@@ -479,22 +480,8 @@ async fn plans_end_right_under_random_network_faults() {
         Role::PromoteThenRollBack => Phase::RolledBack,
         Role::RollBackThenPromote => Phase::Stable,
     };
-    let settled = tokio::spawn({
-        let (client, ns, names) = (client.clone(), ns.clone(), names.clone());
-        async move {
-            settle(
-                &client,
-                &ns,
-                &names,
-                wave2,
-                Duration::from_secs(300),
-                "wave 2 to settle",
-            )
-            .await
-        }
-    })
-    .await;
-    assert!(settled.is_ok(), "{}", dump("wave 2 did not settle"));
+    let ok = settles(&client, &ns, &names, wave2, "wave 2 to settle").await;
+    assert!(ok, "{}", dump("wave 2 did not settle"));
     faults.await.unwrap();
     let elapsed = started.elapsed();
     // The network is good again: the end state holds, and Events catch up.
@@ -579,13 +566,8 @@ async fn plans_end_right_under_random_network_faults() {
         let events = loop {
             let events = plan_events(&client, &ns, name).await;
             let count = |r: &str| events.iter().filter(|e| e.0 == r).count();
-            let long = events
-                .iter()
-                .filter(|e| {
-                    e.0 == "StepAdvanced" && (e.2.contains("/6") || e.2.starts_with("final"))
-                })
-                .count();
-            if (want.iter().all(|(r, n)| count(r) >= *n) && long >= 6) || Instant::now() > deadline
+            if (want.iter().all(|(r, n)| count(r) >= *n) && long_steps_advanced(&events) >= 6)
+                || Instant::now() > deadline
             {
                 break events;
             }
@@ -622,10 +604,7 @@ async fn plans_end_right_under_random_network_faults() {
                 problems.push(format!("{name}: {got} {reason} Events, want {n}"));
             }
         }
-        let long = events
-            .iter()
-            .filter(|e| e.0 == "StepAdvanced" && (e.2.contains("/6") || e.2.starts_with("final")))
-            .count();
+        let long = long_steps_advanced(&events);
         if long != 6 {
             problems.push(format!(
                 "{name}: {long} StepAdvanced Events of the promoted rollout, want 6"

@@ -400,8 +400,9 @@ fn landed(log: &Log) -> Arc<ReleasePlan> {
     Arc::new(serde_json::from_value(p).unwrap())
 }
 
-#[tokio::test]
-async fn a_status_write_whose_answer_is_lost_publishes_its_events_once_read_back() {
+/// A fake whose status writes get no answer until the flag is set; the
+/// other writes are answered.
+fn status_answers_lost() -> (Client, Log, Arc<std::sync::atomic::AtomicBool>) {
     let answer_status = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let answer = Arc::clone(&answer_status);
     let (client, log) = fake(move |seen| {
@@ -411,6 +412,12 @@ async fn a_status_write_whose_answer_is_lost_publishes_its_events_once_read_back
             happy(seen)
         }
     });
+    (client, log, answer_status)
+}
+
+#[tokio::test]
+async fn a_status_write_whose_answer_is_lost_publishes_its_events_once_read_back() {
+    let (client, log, answer_status) = status_answers_lost();
     let ctx = context(client);
     let err = reconcile_inner(&plan(&with_finalizer()), &ctx)
         .await
@@ -459,15 +466,7 @@ async fn a_status_write_whose_answer_is_lost_and_that_did_not_land_publishes_not
 
 #[tokio::test]
 async fn a_landed_write_is_confirmed_even_after_later_retries_lost_their_answers_too() {
-    let answer_status = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let answer = Arc::clone(&answer_status);
-    let (client, log) = fake(move |seen| {
-        if seen.is("PUT", "/status") && !answer.load(std::sync::atomic::Ordering::Relaxed) {
-            Reply::NoAnswer
-        } else {
-            happy(seen)
-        }
-    });
+    let (client, log, answer_status) = status_answers_lost();
     let ctx = context(client);
     let p = plan(&with_finalizer());
     // The first write landed (its answer was lost); the cache still shows

@@ -9,13 +9,12 @@
 //! has no last reconcile: without the sweep its memory, gate tasks, queue
 //! entry and phase series would stay for the life of the process.
 
-use super::{Context, key_of};
+use super::{Context, cached_key};
 use crate::api::ReleasePlan;
 use crate::api::cached::CachedPlan;
 use crate::ops::metrics::ResourceLabel;
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -41,9 +40,8 @@ pub(crate) async fn run(ctx: Arc<Context>, plans: Store<CachedPlan>, listed: Arc
 
 /// Drops what is kept about plans the cache no longer holds.
 pub(crate) fn sweep(ctx: &Context, plans: &Store<CachedPlan>) {
-    let present: HashSet<ObjectRef<ReleasePlan>> =
-        plans.state().iter().map(|p| key_of(p)).collect();
-    let gone = |k: &ObjectRef<ReleasePlan>| !present.contains(k);
+    // A lookup per kept key: no copy of the whole plan cache every 5 s.
+    let gone = |k: &ObjectRef<ReleasePlan>| plans.get(&cached_key(k)).is_none();
     for key in ctx.memory.keys().into_iter().filter(gone) {
         tracing::debug!(plan = %key, "dropping the memory of a plan that is gone");
         ctx.forget(&key);
@@ -74,7 +72,7 @@ fn sizes(ctx: &Context, plans: &Store<CachedPlan>) {
             })
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     };
-    set(CachedPlan::plural(&()), plans.state().len());
+    set(CachedPlan::plural(&()), plans.len());
     set(plural(&ctx.deployments), ctx.deployments.len());
     set(plural(&ctx.pods), ctx.pods.len());
     set(plural(&ctx.jobs), ctx.jobs.len());
@@ -86,11 +84,11 @@ fn sizes(ctx: &Context, plans: &Store<CachedPlan>) {
     let t = &ctx.gate_templates;
     set(
         crate::api::template::GateTemplate::plural(&()),
-        t.namespaced.state().len(),
+        t.namespaced.len(),
     );
     set(
         crate::api::template::ClusterGateTemplate::plural(&()),
-        t.cluster.state().len(),
+        t.cluster.len(),
     );
     ctx.metrics
         .plan_memory_entries

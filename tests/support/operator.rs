@@ -45,6 +45,18 @@ pub fn sum_metric(text: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// `/healthz` of the operator whose metrics server listens on `port`: its
+/// status code, or None when it does not answer within 2 s.
+pub async fn healthz(port: u16) -> Option<u16> {
+    let r = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{port}/healthz"))
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .ok()?;
+    Some(r.status().as_u16())
+}
+
 impl Launcher {
     /// Adds command-line flags (after `--namespace` and `--metrics-addr`).
     pub fn args<I, S>(mut self, args: I) -> Launcher
