@@ -39,13 +39,14 @@ test:
 
 .PHONY: crds crds-check
 
-## crds: regenerate crds/releaseplan.yaml and crds/gatetemplates.yaml from the Rust types (src/api)
+## crds: regenerate crds/releaseplan.yaml and crds/gatetemplates.yaml from the Rust types (src/api), and the chart's copies
 crds:
 	@tmp=$$(mktemp); trap 'rm -f "$$tmp"' EXIT; \
 	mkdir -p crds; \
 	cargo run --quiet --bin crdgen > "$$tmp"; cp "$$tmp" crds/releaseplan.yaml; \
 	cargo run --quiet --bin crdgen templates > "$$tmp"; cp "$$tmp" crds/gatetemplates.yaml; \
 	echo "wrote crds/releaseplan.yaml crds/gatetemplates.yaml"
+	@$(MAKE) --no-print-directory chart-crd
 
 ## crds-check: fail when crds/releaseplan.yaml or crds/gatetemplates.yaml is not what crdgen prints now
 crds-check:

@@ -77,6 +77,38 @@ fn full(name: &str) -> Value {
     plan
 }
 
+/// [`full`] with its gates written in `health.gates`, one of each kind and a
+/// template gate, the HTTP ones with auth, headers and a CA.
+fn full_in_gates(name: &str) -> Value {
+    let mut plan = full(name);
+    plan["spec"]["health"] = json!({
+        "progressDeadlineSeconds": 300,
+        "gates": [
+            in_gates(prometheus_gate("errors"), "prometheus"),
+            in_gates(webhook_gate("smoke"), "webhook"),
+            in_gates(job_gate("load"), "job"),
+            { "name": "latency", "component": "worker",
+              "template": { "kind": "ClusterGateTemplate", "name": "p99", "args": { "max": "0.5" } } },
+        ],
+    });
+    let access = json!({
+        "auth": { "bearer": { "secretKeyRef": { "name": "prom", "key": "token" } } },
+        "headers": [{ "name": "X-Scope-OrgID", "value": "team-a" }],
+        "tls": { "ca": { "configMapKeyRef": { "name": "ca", "key": "ca.crt" } } },
+    });
+    for (k, v) in access.as_object().unwrap() {
+        plan["spec"]["health"]["gates"][0][k] = v.clone();
+    }
+    plan
+}
+
+/// A gate of the deprecated lists written as an entry of `health.gates`:
+/// its name at the top, its settings under `kind`.
+fn in_gates(mut old: Value, kind: &str) -> Value {
+    let name = old.as_object_mut().unwrap().remove("name").unwrap();
+    json!({ "name": name, kind: old })
+}
+
 fn prometheus_gate(name: &str) -> Value {
     json!({
         "name": name,
@@ -189,6 +221,8 @@ async fn accepts_minimal_and_full_plans_and_the_example() {
     assert_accepted(&api, &minimal("minimal"), Via::Create).await;
     assert_accepted(&api, &full("full"), Via::Create).await;
     assert_accepted(&api, &full("full-applied"), Via::Apply).await;
+    assert_accepted(&api, &full_in_gates("full-gates"), Via::Create).await;
+    assert_accepted(&api, &full_in_gates("full-gates-applied"), Via::Apply).await;
 
     for file in [
         "full.yaml",
@@ -1079,14 +1113,107 @@ fn invalid_cases() -> Vec<Case> {
             |p| with_job(p, |g| g["timeoutSeconds"] = json!(0)),
         ),
         at(
-            "spec.health.jobs",
+            "spec.health",
             "job-gate-name-of-a-webhook",
             &[
-                "health: job gate names must be unique across prometheus, webhooks, templates and jobs gates",
+                "health: gate names must be unique across gates and the deprecated prometheus, webhooks, jobs and templates lists",
             ],
             |p| {
                 p["spec"]["health"] =
                     json!({ "webhooks": [webhook_gate("smoke")], "jobs": [job_gate("smoke")] });
+            },
+        ),
+        at(
+            "spec.health.gates[0]",
+            "gate-with-two-kinds",
+            &["a gate holds exactly one kind: set one of prometheus, webhook, job and template"],
+            |p| {
+                let mut g = in_gates(webhook_gate("smoke"), "webhook");
+                g["job"] = job_gate("x");
+                g["job"].as_object_mut().unwrap().remove("name");
+                p["spec"]["health"] = json!({ "gates": [g] });
+            },
+        ),
+        at(
+            "spec.health.gates[0]",
+            "gate-without-kind",
+            &["a gate holds exactly one kind"],
+            |p| p["spec"]["health"] = json!({ "gates": [{ "name": "nothing" }] }),
+        ),
+        at(
+            "spec.health.gates[0]",
+            "job-gate-with-auth",
+            &["auth, headers and tls apply to prometheus and webhook gates only"],
+            |p| {
+                let mut g = in_gates(job_gate("load"), "job");
+                g["headers"] = json!([{ "name": "X-Team", "value": "a" }]);
+                p["spec"]["health"] = json!({ "gates": [g] });
+            },
+        ),
+        at(
+            "spec.health",
+            "gate-name-in-gates-and-webhooks",
+            &[
+                "health: gate names must be unique across gates and the deprecated prometheus, webhooks, jobs and templates lists",
+            ],
+            |p| {
+                p["spec"]["health"] = json!({
+                    "gates": [in_gates(prometheus_gate("check"), "prometheus")],
+                    "webhooks": [webhook_gate("check")],
+                });
+            },
+        ),
+        at(
+            "spec.health",
+            "duplicate-names-in-gates",
+            &[
+                "health: gate names must be unique across gates and the deprecated prometheus, webhooks, jobs and templates lists",
+            ],
+            |p| {
+                p["spec"]["health"] = json!({ "gates": [
+                    in_gates(webhook_gate("check"), "webhook"),
+                    in_gates(job_gate("check"), "job"),
+                ]});
+            },
+        ),
+        at(
+            "spec.health",
+            "gate-component-unknown",
+            &["health: a gate's component must name one of spec.components"],
+            |p| {
+                let mut g = in_gates(webhook_gate("smoke"), "webhook");
+                g["component"] = json!("nope");
+                p["spec"]["health"] = json!({ "gates": [g] });
+            },
+        ),
+        at(
+            "spec.health.gates[0].prometheus.threshold",
+            "gate-threshold-without-operator",
+            &["threshold must be an operator"],
+            |p| {
+                let mut g = in_gates(prometheus_gate("errors"), "prometheus");
+                g["prometheus"]["threshold"] = json!("0.05");
+                p["spec"]["health"] = json!({ "gates": [g] });
+            },
+        ),
+        at(
+            "spec.health.gates[0].job.template.metadata.namespace",
+            "gate-job-in-another-namespace",
+            &["template.metadata.namespace must not be set"],
+            |p| {
+                let mut g = in_gates(job_gate("load"), "job");
+                g["job"]["template"]["metadata"]["namespace"] = json!("other");
+                p["spec"]["health"] = json!({ "gates": [g] });
+            },
+        ),
+        case(
+            "too-many-gates",
+            &["spec.health.gates", "must have at most 16 items"],
+            |p| {
+                let gates: Vec<Value> = (0..17)
+                    .map(|i| in_gates(webhook_gate(&format!("g{i}")), "webhook"))
+                    .collect();
+                p["spec"]["health"] = json!({ "gates": gates });
             },
         ),
         case(
@@ -1101,7 +1228,7 @@ fn invalid_cases() -> Vec<Case> {
             "duplicate-prometheus-gates",
             &[
                 "spec.health",
-                "gate names must be unique across prometheus and webhooks gates",
+                "gate names must be unique across gates and the deprecated prometheus, webhooks, jobs and templates lists",
             ],
             |p| {
                 p["spec"]["health"] =
@@ -1121,7 +1248,7 @@ fn invalid_cases() -> Vec<Case> {
             "duplicate-webhook-gates",
             &[
                 "spec.health",
-                "gate names must be unique across prometheus and webhooks gates",
+                "gate names must be unique across gates and the deprecated prometheus, webhooks, jobs and templates lists",
             ],
             |p| {
                 p["spec"]["health"] =
@@ -1132,7 +1259,7 @@ fn invalid_cases() -> Vec<Case> {
             "gate-name-shared-by-prometheus-and-webhook",
             &[
                 "spec.health",
-                "gate names must be unique across prometheus and webhooks gates",
+                "gate names must be unique across gates and the deprecated prometheus, webhooks, jobs and templates lists",
             ],
             |p| {
                 p["spec"]["health"] = json!({

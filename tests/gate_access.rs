@@ -178,7 +178,7 @@ async fn put_config_map(
 /// The gates of a `spec.health` written as JSON, parsed as the core does.
 fn gates(health: Value) -> Vec<GateSpec> {
     let health: Health = serde_json::from_value(health).expect("a health section");
-    GateSpec::all(&health).expect("valid gates")
+    GateSpec::all(&health.entries().expect("one kind a gate")).expect("valid gates")
 }
 
 fn ctx(ns: &str) -> GateContext {

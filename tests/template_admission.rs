@@ -429,15 +429,19 @@ fn plan_cases() -> Vec<Case> {
         case(
             "template-name-clash",
             plan,
-            Some("spec.health.templates"),
-            &["gate names must be unique across prometheus, webhooks and templates"],
+            Some("spec.health"),
+            &[
+                "gate names must be unique across gates and the deprecated prometheus, webhooks, jobs and templates lists",
+            ],
             |p| p["spec"]["health"]["templates"][0]["name"] = json!("own"),
         ),
         case(
             "template-name-duplicate",
             plan,
-            Some("spec.health.templates"),
-            &["gate names must be unique across prometheus, webhooks and templates"],
+            Some("spec.health"),
+            &[
+                "gate names must be unique across gates and the deprecated prometheus, webhooks, jobs and templates lists",
+            ],
             |p| p["spec"]["health"]["templates"][1]["name"] = json!("smoke-web"),
         ),
         case(

@@ -183,8 +183,35 @@ fn carries_the_cel_rules_and_bounds() {
     );
     assert_eq!(
         rules(schema_at(spec, &["health"])).len(),
+        1,
+        "gate names unique across gates and the deprecated lists"
+    );
+    let gate = schema_at(spec, &["health", "gates", "[]"]);
+    assert_eq!(
+        rules(gate).len(),
         3,
-        "gate names, job gate names, template gate names"
+        "one kind, access only on HTTP kinds, auth or Authorization"
+    );
+    assert_eq!(rules(schema_at(gate, &["name"])).len(), 1, "gate name");
+    for (kind, field) in [
+        ("prometheus", "address"),
+        ("prometheus", "threshold"),
+        ("prometheus", "interval"),
+        ("webhook", "url"),
+        ("template", "name"),
+    ] {
+        assert_eq!(
+            rules(schema_at(gate, &[kind, field])).len(),
+            1,
+            "{kind}.{field}"
+        );
+    }
+    let job_check = schema_at(gate, &["job", "template", "spec", "template", "spec"]);
+    assert!(
+        job_check
+            .properties
+            .as_ref()
+            .is_some_and(|p| p.contains_key("containers"))
     );
     let prometheus = schema_at(spec, &["health", "prometheus", "[]"]);
     for field in ["name", "address", "threshold", "interval"] {

@@ -80,9 +80,9 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
     let status = plan.status.clone().unwrap_or_default();
     // Template gates: resolved purely from the cached templates and what
     // status recorded for the step.
-    let refs = &plan.spec.health.templates;
+    let refs = plan.spec.health.template_refs();
     let resolution =
-        crate::gates::template::resolve(refs, &status, &ctx.gate_templates.observe(&ns, refs));
+        crate::gates::template::resolve(&refs, &status, &ctx.gate_templates.observe(&ns, &refs));
     let target = Target::from_spec(&plan.spec).map(|t| t.with_templates(resolution));
     let (request, invalid_request) = match pending_request(plan) {
         Ok(r) => (r, None),

@@ -78,7 +78,7 @@ pub fn plans_referring(
                 && p.decode().is_ok_and(|p| {
                     p.spec
                         .health
-                        .templates
+                        .template_refs()
                         .iter()
                         .any(|t| t.template_ref.kind == kind && t.template_ref.name == name)
                 })

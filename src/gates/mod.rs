@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::api::{GateStatus, Health, Verdict};
+use crate::api::{GateAt, GateEntry, GateStatus, Verdict};
 
 /// `timeoutSeconds` of Prometheus and webhook gates when unset.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -64,41 +64,26 @@ impl GateSpec {
     /// Every gate kind, as [`GateSpec::kind`] names it.
     pub const KINDS: [&'static str; 2] = ["prometheus", "webhook"];
 
-    /// Every gate of `health` in spec order: Prometheus gates, then webhooks.
-    pub fn all(health: &Health) -> Result<Vec<GateSpec>, GateSpecError> {
-        let mut out = Vec::with_capacity(health.prometheus.len() + health.webhooks.len());
-        for (i, g) in health.prometheus.iter().enumerate() {
-            let spec =
-                prometheus::PrometheusSpec::parse(g).map_err(|(field, message)| GateSpecError {
-                    field: format!("spec.health.prometheus[{i}].{field}"),
-                    message,
-                })?;
-            out.push(GateSpec::Prometheus(spec));
-        }
-        out.extend(
-            health
-                .webhooks
-                .iter()
-                .map(|g| GateSpec::Webhook(webhook::WebhookSpec::parse(g))),
-        );
-        // auth, headers and tls: the same rules for every kind.
-        let prometheus = health.prometheus.len();
-        for (n, gate) in out.iter().enumerate() {
-            let (list, i) = if n < prometheus {
-                ("prometheus", n)
-            } else {
-                ("webhooks", n - prometheus)
+    /// The gates of `entries` that the runner evaluates (Prometheus and
+    /// webhook gates), in spec order, each parsed once; an error names the
+    /// field where the user wrote it.
+    pub fn all(entries: &[GateAt]) -> Result<Vec<GateSpec>, GateSpecError> {
+        let mut out = Vec::with_capacity(entries.len());
+        for at in entries {
+            let error = |field: &str, message: String| GateSpecError {
+                field: at.field(field),
+                message,
             };
-            gate.access()
-                .check()
-                .map_err(|(field, message)| GateSpecError {
-                    field: if field.is_empty() {
-                        format!("spec.health.{list}[{i}]")
-                    } else {
-                        format!("spec.health.{list}[{i}].{field}")
-                    },
-                    message,
-                })?;
+            let spec = match &at.entry {
+                GateEntry::Prometheus(g) => GateSpec::Prometheus(
+                    prometheus::PrometheusSpec::parse(g).map_err(|(f, m)| error(f, m))?,
+                ),
+                GateEntry::Webhook(g) => GateSpec::Webhook(webhook::WebhookSpec::parse(g)),
+                GateEntry::Job(_) | GateEntry::Template(_) => continue,
+            };
+            // auth, headers and tls: the same rules for every kind.
+            spec.access().check().map_err(|(f, m)| error(&f, m))?;
+            out.push(spec);
         }
         Ok(out)
     }

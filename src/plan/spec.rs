@@ -5,7 +5,7 @@
 //! refuses to act on a spec that fails and says why in a `Stalled` condition.
 
 use super::steps::{Step, strategy_steps};
-use crate::api::{Component, ReleasePlanSpec};
+use crate::api::{Component, GateAt, GateEntry, ReleasePlanSpec};
 use crate::gates::job::JobGateSpec;
 use crate::gates::{GateSpec, GateSpecError};
 use k8s_openapi::api::core::v1::Container;
@@ -74,8 +74,12 @@ pub fn check_spec(spec: &ReleasePlanSpec) -> Result<Checked, SpecError> {
         }
         check_template(i, c)?;
     }
-    check_gate_components(spec)?;
-    let gates = GateSpec::all(&spec.health)?;
+    let entries = spec
+        .health
+        .entries()
+        .map_err(|e| err(e.path.clone(), e.to_string()))?;
+    check_gates(spec, &entries)?;
+    let gates = GateSpec::all(&entries)?;
     // Blue-green is one implicit step: the preview, held until promoted (or
     // for autoPromotionSeconds).
     let steps = strategy_steps(&spec.strategy)?;
@@ -87,71 +91,43 @@ pub fn check_spec(spec: &ReleasePlanSpec) -> Result<Checked, SpecError> {
             "strategy.blueGreen needs traffic on every component",
         ));
     }
-    let mut jobs = Vec::with_capacity(spec.health.jobs.len());
-    for (i, g) in spec.health.jobs.iter().enumerate() {
-        let job = JobGateSpec::parse(g)
-            .map_err(|(field, message)| err(format!("spec.health.jobs[{i}].{field}"), message))?;
-        if gates.iter().any(|o| o.name() == job.name)
-            || jobs.iter().any(|o: &JobGateSpec| o.name == job.name)
-        {
-            return Err(err(
-                format!("spec.health.jobs[{i}].name"),
-                format!("duplicate gate name {:?}", job.name),
-            ));
+    let mut jobs = Vec::new();
+    for at in &entries {
+        if let GateEntry::Job(g) = &at.entry {
+            jobs.push(
+                JobGateSpec::parse(g).map_err(|(field, message)| err(at.field(&field), message))?,
+            );
         }
-        jobs.push(job);
     }
     Ok(Checked { steps, gates, jobs })
 }
 
 /// The component each gate that names one judges, by gate name.
 pub fn gate_components(spec: &ReleasePlanSpec) -> BTreeMap<String, String> {
-    let h = &spec.health;
-    let prometheus = h.prometheus.iter().map(|g| (&g.name, &g.component));
-    let webhooks = h.webhooks.iter().map(|g| (&g.name, &g.component));
-    let templates = h.templates.iter().map(|g| (&g.name, &g.component));
-    prometheus
-        .chain(webhooks)
-        .chain(templates)
-        .filter_map(|(name, c)| Some((name.clone(), c.clone()?)))
+    let entries = spec.health.entries().unwrap_or_default();
+    entries
+        .iter()
+        .filter_map(|at| Some((at.name().to_string(), at.component()?.to_string())))
         .collect()
 }
 
-/// A gate's component names one of the plan's components (as the CRD's rule
-/// asks of new objects).
-fn check_gate_components(spec: &ReleasePlanSpec) -> Result<(), SpecError> {
-    let h = &spec.health;
-    let lists = [
-        (
-            "prometheus",
-            h.prometheus
-                .iter()
-                .map(|g| g.component.as_deref())
-                .collect::<Vec<_>>(),
-        ),
-        (
-            "webhooks",
-            h.webhooks.iter().map(|g| g.component.as_deref()).collect(),
-        ),
-        (
-            "templates",
-            h.templates.iter().map(|g| g.component.as_deref()).collect(),
-        ),
-        (
-            "jobs",
-            h.jobs.iter().map(|g| g.component.as_deref()).collect(),
-        ),
-    ];
-    for (list, components) in lists {
-        for (i, c) in components.into_iter().enumerate() {
-            if let Some(c) = c
-                && !spec.components.iter().any(|d| d.name == c)
-            {
-                return Err(err(
-                    format!("spec.health.{list}[{i}].component"),
-                    format!("{c:?} is not one of spec.components"),
-                ));
-            }
+/// Gate names are unique and a gate's component names one of the plan's
+/// components (as the CRD's rules ask of new objects).
+fn check_gates(spec: &ReleasePlanSpec, entries: &[GateAt]) -> Result<(), SpecError> {
+    for (i, at) in entries.iter().enumerate() {
+        if entries[..i].iter().any(|o| o.name() == at.name()) {
+            return Err(err(
+                at.field("name"),
+                format!("duplicate gate name {:?}", at.name()),
+            ));
+        }
+        if let Some(c) = at.component()
+            && !spec.components.iter().any(|d| d.name == c)
+        {
+            return Err(err(
+                at.field("component"),
+                format!("{c:?} is not one of spec.components"),
+            ));
         }
     }
     Ok(())
@@ -415,6 +391,118 @@ mod tests {
             field_of(&gate("< 0.05", "soon")).as_deref(),
             Some("spec.health.prometheus[0].interval")
         );
+    }
+
+    /// The same four gates, written in the deprecated lists and in `gates`.
+    fn old_and_new_health() -> (serde_json::Value, serde_json::Value) {
+        let job = serde_json::json!({"spec": {"template": {"spec": {
+            "containers": [{"name": "smoke", "image": "busybox"}]}}}});
+        let auth = serde_json::json!({"bearer": {"secretKeyRef": {"name": "token", "key": "t"}}});
+        let old = serde_json::json!({
+            "prometheus": [{"name": "errors", "address": "http://p:9090", "query": "up",
+                            "threshold": "< 0.05", "interval": "1m", "component": "web",
+                            "auth": auth}],
+            "webhooks": [{"name": "hook", "url": "http://h/ok", "retries": 1}],
+            "jobs": [{"name": "smoke", "template": job, "timeoutSeconds": 60}],
+            "templates": [{"name": "shared", "templateRef": {"kind": "ClusterGateTemplate",
+                           "name": "latency"}, "args": {"p": "0.99"}, "component": "web"}]
+        });
+        let new = serde_json::json!({"gates": [
+            {"name": "errors", "component": "web", "auth": auth, "prometheus": {
+                "address": "http://p:9090", "query": "up", "threshold": "< 0.05",
+                "interval": "1m"}},
+            {"name": "hook", "webhook": {"url": "http://h/ok", "retries": 1}},
+            {"name": "smoke", "job": {"template": job, "timeoutSeconds": 60}},
+            {"name": "shared", "component": "web", "template": {
+                "kind": "ClusterGateTemplate", "name": "latency", "args": {"p": "0.99"}}}
+        ]});
+        (old, new)
+    }
+
+    #[test]
+    fn gates_written_in_the_deprecated_lists_are_read_as_the_same_gates() {
+        let (old, new) = old_and_new_health();
+        let with = |h: &serde_json::Value| {
+            spec_with(|v| {
+                v["components"][0]["name"] = "web".into();
+                v["health"] = h.clone();
+            })
+        };
+        let (old, new) = (with(&old), with(&new));
+        assert!(old.health.gates.is_empty() && new.health.gates.len() == 4);
+        let entries = |s: &ReleasePlanSpec| {
+            s.health
+                .entries()
+                .unwrap()
+                .into_iter()
+                .map(|at| at.entry)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(entries(&old), entries(&new));
+        assert_eq!(entries(&old).len(), 4);
+        assert_eq!(check_spec(&old).unwrap(), check_spec(&new).unwrap());
+        assert_eq!(gate_components(&old), gate_components(&new));
+        assert_eq!(old.health.template_refs(), new.health.template_refs());
+        assert_eq!(new.health.template_refs().len(), 1);
+        assert!(old.health.uses_deprecated_lists() && !new.health.uses_deprecated_lists());
+    }
+
+    #[test]
+    fn a_gate_of_gates_is_named_where_it_was_written() {
+        let health = |h: serde_json::Value| spec_with(|v| v["health"] = h);
+        let prometheus = |threshold: &str| {
+            serde_json::json!({"name": "errors", "prometheus": {
+                "address": "http://p:9090", "query": "up", "threshold": threshold}})
+        };
+        let spec = health(serde_json::json!({"gates": [prometheus("< 1"), prometheus("1")]}));
+        // a duplicate name before a bad threshold: gates are checked in order
+        assert_eq!(
+            field_of(&spec).as_deref(),
+            Some("spec.health.gates[1].name")
+        );
+        let spec = health(serde_json::json!({"gates": [prometheus("about 1")]}));
+        assert_eq!(
+            field_of(&spec).as_deref(),
+            Some("spec.health.gates[0].prometheus.threshold")
+        );
+        let spec = health(serde_json::json!({"gates": [
+            {"name": "hook", "webhook": {"url": "http://h"},
+             "headers": [{"name": "Host", "value": "x"}]}]}));
+        assert_eq!(
+            field_of(&spec).as_deref(),
+            Some("spec.health.gates[0].headers[0]")
+        );
+        let spec = health(serde_json::json!({"gates": [
+            {"name": "smoke", "component": "nope", "job": {"template": {}}}]}));
+        assert_eq!(
+            field_of(&spec).as_deref(),
+            Some("spec.health.gates[0].component")
+        );
+        let spec = health(serde_json::json!({"gates": [
+            {"name": "smoke", "job": {"template": {"spec": {"template": {"spec": {
+                "containers": []}}}}}}]}));
+        assert_eq!(
+            field_of(&spec).as_deref(),
+            Some("spec.health.gates[0].job.template.spec.template.spec.containers")
+        );
+        // a name used in gates and in a deprecated list
+        let spec = health(serde_json::json!({
+            "gates": [prometheus("< 1")],
+            "webhooks": [{"name": "errors", "url": "http://h"}]}));
+        assert_eq!(
+            field_of(&spec).as_deref(),
+            Some("spec.health.webhooks[0].name")
+        );
+        // no kind, or two: refused by the CRD, and by the operator for an
+        // object stored before the rule
+        for gate in [
+            serde_json::json!({"name": "none"}),
+            serde_json::json!({"name": "two", "webhook": {"url": "http://h"},
+                               "job": {"template": {}}}),
+        ] {
+            let spec = health(serde_json::json!({"gates": [gate]}));
+            assert_eq!(field_of(&spec).as_deref(), Some("spec.health.gates[0]"));
+        }
     }
 
     #[test]

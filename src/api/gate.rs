@@ -1,0 +1,735 @@
+//! Health gates in the API: `spec.health` and its one list of gates,
+//! `health.gates`. A gate is `{name, component?, auth?, headers?, tls?}`
+//! and exactly one kind: `prometheus`, `webhook`, `job` or `template`.
+//!
+//! The four lists of the first API (`prometheus`, `webhooks`, `jobs`,
+//! `templates`) stay in the schema, deprecated, so the API server never
+//! prunes a gate that a plan written before `gates` holds.
+//! [`Health::entries`] reads them as gates after `gates`; past this module
+//! nothing knows there were two shapes.
+
+use super::template::{GateTemplateRef, TemplateKind, TemplateRef};
+use super::{DURATION_RULE, IMAGE_PATTERN, access};
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The CEL list of `$expr` over every gate of `health` (`$at` is the CEL path
+/// of `health`): `gates` and the deprecated lists, each mapped with `$map`
+/// (CEL's `map(g, [filter,] expr)` arguments). One list, so a rule over all
+/// gates is written once, not pairwise.
+macro_rules! all_gates {
+    ($at:literal, $map:literal) => {
+        concat!(
+            "((has(",
+            $at,
+            ".gates) ? ",
+            $at,
+            ".gates.map(g, ",
+            $map,
+            ") : [])",
+            " + (has(",
+            $at,
+            ".prometheus) ? ",
+            $at,
+            ".prometheus.map(g, ",
+            $map,
+            ") : [])",
+            " + (has(",
+            $at,
+            ".webhooks) ? ",
+            $at,
+            ".webhooks.map(g, ",
+            $map,
+            ") : [])",
+            " + (has(",
+            $at,
+            ".jobs) ? ",
+            $at,
+            ".jobs.map(g, ",
+            $map,
+            ") : [])",
+            " + (has(",
+            $at,
+            ".templates) ? ",
+            $at,
+            ".templates.map(g, ",
+            $map,
+            ") : []))"
+        )
+    };
+}
+
+/// CEL on `health`: gate names are unique across `gates` and the deprecated lists.
+pub const UNIQUE_GATE_NAMES_RULE: &str = concat!(
+    all_gates!("self", "g.name"),
+    ".all(n, ",
+    all_gates!("self", "g.name"),
+    ".exists_one(m, m == n))"
+);
+
+/// CEL on the plan's spec: every gate's `component` names one of `components`.
+pub const GATE_COMPONENTS_RULE: &str = concat!(
+    all_gates!("self.health", "has(g.component), g.component"),
+    ".all(c, self.components.exists(d, d.name == c))"
+);
+
+/// Health gates, checked continuously while rolling out.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(validation = Rule::new(UNIQUE_GATE_NAMES_RULE).message("health: gate names must be unique across gates and the deprecated prometheus, webhooks, jobs and templates lists"))]
+#[serde(rename_all = "camelCase")]
+pub struct Health {
+    /// Seconds a step may take for its pods to become ready before the rollout fails.
+    /// Default 600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub progress_deadline_seconds: Option<i32>,
+
+    /// Container restarts tolerated on a new-revision pod before the rollout fails.
+    /// Default 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub max_restarts: Option<i32>,
+
+    /// Fail at once when a new-revision pod waits in CrashLoopBackOff, ErrImagePull,
+    /// ImagePullBackOff, CreateContainerConfigError or InvalidImageName. Default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detect_pod_failures: Option<bool>,
+
+    /// The health gates: each has a name and exactly one kind (`prometheus`,
+    /// `webhook`, `job` or `template`). A rollout advances only while every gate
+    /// passes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_GATES))]
+    pub gates: Vec<Gate>,
+
+    /// Deprecated: write these in `gates` with `prometheus`. Still read, after `gates`.
+    #[serde(default)]
+    #[schemars(length(max = 8))]
+    pub prometheus: Vec<PrometheusGate>,
+
+    /// Deprecated: write these in `gates` with `webhook`. Still read, after `gates`.
+    #[serde(default)]
+    #[schemars(length(max = 8))]
+    pub webhooks: Vec<WebhookGate>,
+
+    /// Deprecated: write these in `gates` with `job`. Still read, after `gates`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 4))]
+    pub jobs: Vec<JobGate>,
+
+    /// Deprecated: write these in `gates` with `template`. Still read, after `gates`.
+    #[serde(default)]
+    #[schemars(length(max = 8))]
+    pub templates: Vec<GateTemplateRef>,
+}
+
+/// Most gates in `health.gates`.
+pub const MAX_GATES: u32 = 16;
+
+/// A health gate: its name, the component it judges, how it reaches its
+/// server, and exactly one kind.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(
+    validation = Rule::new("[has(self.prometheus), has(self.webhook), has(self.job), has(self.template)].filter(k, k).size() == 1").message("a gate holds exactly one kind: set one of prometheus, webhook, job and template"),
+    validation = Rule::new("has(self.prometheus) || has(self.webhook) || (!has(self.auth) && !has(self.headers) && !has(self.tls))").message("auth, headers and tls apply to prometheus and webhook gates only (a template gate takes them from its template)"),
+    validation = Rule::new(access::AUTH_HEADER_RULE).message(access::AUTH_HEADER_MESSAGE)
+)]
+#[serde(rename_all = "camelCase")]
+pub struct Gate {
+    /// Name of the gate, shown in status, events and metrics (and part of a Job
+    /// gate's Job name). Unique in the plan.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("gate name must be a DNS label"))]
+    #[schemars(length(min = 1, max = 40))]
+    pub name: String,
+
+    /// The component the gate judges: a query's `{{component}}` and `{{revision}}`,
+    /// a webhook body's `component` and `componentRevision`, a Job's
+    /// RELEASEPLAN_COMPONENT and RELEASEPLAN_COMPONENT_REVISION name it. Default: the
+    /// first component that changes in the rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 40))]
+    pub component: Option<String>,
+
+    /// Credentials sent with every call of a prometheus or webhook gate (bearer
+    /// token or basic auth), read from Secrets in the operator's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<access::GateAuth>,
+
+    /// Extra request headers of a prometheus or webhook gate, each a plain value or
+    /// read from a Secret.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(h, self.exists_one(g, g.name.lowerAscii() == h.name.lowerAscii()))").message("headers: header names must be unique (case-insensitive)"))]
+    #[schemars(length(max = 16))]
+    pub headers: Vec<access::GateHeader>,
+
+    /// TLS settings of a prometheus or webhook gate: a CA bundle to trust for its server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<access::GateTls>,
+
+    /// A PromQL query compared with a threshold at an interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus: Option<PrometheusCheck>,
+
+    /// A URL the rollout's state is POSTed to; a 2xx answer passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<WebhookCheck>,
+
+    /// A Kubernetes Job run once in every step, once the step's pods are ready (smoke
+    /// tests, load tests): it passes when the Job completes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<JobCheck>,
+
+    /// A gate made from a GateTemplate or ClusterGateTemplate, with arguments: read
+    /// when a step starts and kept as read (`status.resolvedGates`) until the step ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<TemplateUse>,
+}
+
+/// A Prometheus gate's query and how it is judged.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusCheck {
+    /// Base URL of the Prometheus HTTP API, e.g. `http://prometheus.monitoring:9090`.
+    #[x_kube(validation = Rule::new("self.matches('^https?://[^ ]+$')").message("prometheus address must be an http:// or https:// URL"))]
+    #[schemars(length(max = 512))]
+    pub address: String,
+
+    /// PromQL query returning one number. `{{plan}}`, `{{namespace}}`, `{{component}}` and
+    /// `{{revision}}` are replaced before it is sent.
+    #[schemars(length(min = 1, max = 4096))]
+    pub query: String,
+
+    /// Pass condition on the query's value: an operator and a number, e.g. `< 0.05`,
+    /// `>= 0.99`, `== 0`.
+    #[x_kube(validation = Rule::new(THRESHOLD_RULE).message("threshold must be an operator (<, <=, >, >=, ==, !=) followed by a number, e.g. '< 0.05'"))]
+    #[schemars(length(max = 64))]
+    pub threshold: String,
+
+    /// How often the query is evaluated. Default `30s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message("interval must be a duration such as 30s, 5m or 1h30m"))]
+    #[schemars(length(max = 32))]
+    pub interval: Option<String>,
+
+    /// Failed evaluations (value outside the threshold, or query error) tolerated before
+    /// the rollout fails: the gate fails at failureLimit + 1. Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub failure_limit: Option<i32>,
+
+    /// Inconclusive evaluations (no data, NaN, several series) tolerated before the
+    /// rollout fails. Default 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub inconclusive_limit: Option<i32>,
+
+    /// Timeout of one query, in seconds. Default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 300))]
+    pub timeout_seconds: Option<i32>,
+}
+
+/// CEL on a threshold: an operator and a number.
+const THRESHOLD_RULE: &str =
+    "self.matches('^\\\\s*(<|<=|>|>=|==|!=)\\\\s*-?[0-9]+(\\\\.[0-9]+)?([eE][-+]?[0-9]+)?\\\\s*$')";
+
+/// A webhook gate's call.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookCheck {
+    /// URL the JSON body is POSTed to.
+    #[x_kube(validation = Rule::new("self.matches('^https?://[^ ]+$')").message("webhook url must be an http:// or https:// URL"))]
+    #[schemars(length(max = 1024))]
+    pub url: String,
+
+    /// Timeout of one call, in seconds. Default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 60))]
+    pub timeout_seconds: Option<i32>,
+
+    /// Calls retried after a failure before the gate fails. Default 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 10))]
+    pub retries: Option<i32>,
+}
+
+/// A Job gate's Job.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct JobCheck {
+    /// The Job to run, as in a CronJob's `jobTemplate`: `metadata` (labels,
+    /// annotations) and a batch/v1 `spec`. Its containers get the environment
+    /// variables RELEASEPLAN_PLAN, RELEASEPLAN_NAMESPACE, RELEASEPLAN_COMPONENT,
+    /// RELEASEPLAN_COMPONENT_REVISION, RELEASEPLAN_REVISION, RELEASEPLAN_ROLLOUT,
+    /// RELEASEPLAN_STEP and RELEASEPLAN_WEIGHT. `restartPolicy` defaults to Never and
+    /// `backoffLimit` to 0.
+    #[schemars(schema_with = "job_template_schema")]
+    pub template: serde_json::Value,
+
+    /// Seconds the Job may run before the gate fails (also the Job's
+    /// `activeDeadlineSeconds` unless the template sets a shorter one). Default 600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub timeout_seconds: Option<i32>,
+}
+
+/// The template a gate is made from, and its arguments.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(
+    validation = Rule::new("self.args.all(k, k.matches('^[a-zA-Z][a-zA-Z0-9_]*$'))").message("args: each name must start with a letter and hold only letters, digits and '_'").field_path(".args"),
+    validation = Rule::new("self.args.all(k, size(self.args[k]) <= 256)").message("args: each value must be at most 256 characters").field_path(".args")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateUse {
+    /// `GateTemplate` (in the plan's namespace, the default) or `ClusterGateTemplate`.
+    #[serde(default)]
+    pub kind: TemplateKind,
+
+    /// Name of the template.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$')").message("template.name must be a lowercase DNS subdomain name"))]
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+
+    /// Values of the template's parameters, by name.
+    #[serde(default)]
+    #[schemars(extend("maxProperties" = super::template::MAX_PARAMETERS))]
+    pub args: BTreeMap<String, String>,
+}
+
+/// One gate of the plan, whichever list it was written in, in the shape each
+/// kind's parser reads: the kind's settings with the gate's name, component
+/// and access. A new gate kind is one arm here and one block in [`Gate`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum GateEntry {
+    /// A Prometheus query gate.
+    Prometheus(PrometheusGate),
+    /// A webhook gate.
+    Webhook(WebhookGate),
+    /// A Job gate.
+    Job(JobGate),
+    /// A gate made from a template, read when a step starts.
+    Template(GateTemplateRef),
+}
+
+/// A gate and where the user wrote it, so an error names the field.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GateAt {
+    /// JSON path of the gate, e.g. `spec.health.gates[2]`.
+    pub path: String,
+    /// Where the kind's own settings sit under the gate: `prometheus`, ... in
+    /// `gates`; `None` in a deprecated list, where they sit beside the name.
+    pub kind_key: Option<&'static str>,
+    /// The gate.
+    pub entry: GateEntry,
+}
+
+impl GateAt {
+    /// The JSON path of `field` of this gate, a path as the kind's parser
+    /// names it (`threshold`, `auth.basic`, `template.spec...`): the fields
+    /// every gate has sit on the gate, the kind's own under its key.
+    pub fn field(&self, field: &str) -> String {
+        if field.is_empty() {
+            return self.path.clone();
+        }
+        let first = field.split(['.', '[']).next().unwrap_or(field);
+        match self.kind_key {
+            Some(key) if !matches!(first, "name" | "component" | "auth" | "headers" | "tls") => {
+                format!("{}.{key}.{field}", self.path)
+            }
+            _ => format!("{}.{field}", self.path),
+        }
+    }
+
+    /// The gate's name, unique in the plan.
+    pub fn name(&self) -> &str {
+        match &self.entry {
+            GateEntry::Prometheus(g) => &g.name,
+            GateEntry::Webhook(g) => &g.name,
+            GateEntry::Job(g) => &g.name,
+            GateEntry::Template(g) => &g.name,
+        }
+    }
+
+    /// The component the gate names, if any.
+    pub fn component(&self) -> Option<&str> {
+        match &self.entry {
+            GateEntry::Prometheus(g) => g.component.as_deref(),
+            GateEntry::Webhook(g) => g.component.as_deref(),
+            GateEntry::Job(g) => g.component.as_deref(),
+            GateEntry::Template(g) => g.component.as_deref(),
+        }
+    }
+}
+
+impl Gate {
+    /// The gate as its kind's parser reads it, `None` when it holds no kind
+    /// or several (which the CRD refuses).
+    pub fn entry(&self) -> Option<(&'static str, GateEntry)> {
+        let name = self.name.clone();
+        let component = self.component.clone();
+        let kinds = [
+            self.prometheus.is_some(),
+            self.webhook.is_some(),
+            self.job.is_some(),
+            self.template.is_some(),
+        ];
+        if kinds.iter().filter(|k| **k).count() != 1 {
+            return None;
+        }
+        if let Some(p) = &self.prometheus {
+            return Some((
+                "prometheus",
+                GateEntry::Prometheus(PrometheusGate {
+                    name,
+                    address: p.address.clone(),
+                    query: p.query.clone(),
+                    threshold: p.threshold.clone(),
+                    interval: p.interval.clone(),
+                    failure_limit: p.failure_limit,
+                    inconclusive_limit: p.inconclusive_limit,
+                    timeout_seconds: p.timeout_seconds,
+                    auth: self.auth.clone(),
+                    headers: self.headers.clone(),
+                    tls: self.tls.clone(),
+                    component,
+                }),
+            ));
+        }
+        if let Some(w) = &self.webhook {
+            return Some((
+                "webhook",
+                GateEntry::Webhook(WebhookGate {
+                    name,
+                    url: w.url.clone(),
+                    timeout_seconds: w.timeout_seconds,
+                    retries: w.retries,
+                    auth: self.auth.clone(),
+                    headers: self.headers.clone(),
+                    tls: self.tls.clone(),
+                    component,
+                }),
+            ));
+        }
+        if let Some(j) = &self.job {
+            return Some((
+                "job",
+                GateEntry::Job(JobGate {
+                    name,
+                    template: j.template.clone(),
+                    timeout_seconds: j.timeout_seconds,
+                    component,
+                }),
+            ));
+        }
+        self.template.as_ref().map(|t| {
+            (
+                "template",
+                GateEntry::Template(GateTemplateRef {
+                    name,
+                    template_ref: TemplateRef {
+                        kind: t.kind,
+                        name: t.name.clone(),
+                    },
+                    args: t.args.clone(),
+                    component,
+                }),
+            )
+        })
+    }
+}
+
+/// A gate of `health.gates` that holds no kind or several (the CRD refuses
+/// it; an object stored before the rule could hold one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: a gate holds exactly one kind: set one of prometheus, webhook, job and template")]
+pub struct NotOneKind {
+    /// JSON path of the gate.
+    pub path: String,
+}
+
+impl Health {
+    /// Every gate of the plan in one list, each with where it was written:
+    /// `gates` first, then the deprecated `prometheus`, `webhooks`, `jobs`
+    /// and `templates` lists (the order plans written before `gates` always
+    /// had).
+    pub fn entries(&self) -> Result<Vec<GateAt>, NotOneKind> {
+        let mut out = Vec::with_capacity(
+            self.gates.len()
+                + self.prometheus.len()
+                + self.webhooks.len()
+                + self.jobs.len()
+                + self.templates.len(),
+        );
+        for (i, g) in self.gates.iter().enumerate() {
+            let path = format!("spec.health.gates[{i}]");
+            let Some((key, entry)) = g.entry() else {
+                return Err(NotOneKind { path });
+            };
+            out.push(GateAt {
+                path,
+                kind_key: Some(key),
+                entry,
+            });
+        }
+        let old = |list: &str, i: usize, entry: GateEntry| GateAt {
+            path: format!("spec.health.{list}[{i}]"),
+            kind_key: None,
+            entry,
+        };
+        for (i, g) in self.prometheus.iter().enumerate() {
+            out.push(old("prometheus", i, GateEntry::Prometheus(g.clone())));
+        }
+        for (i, g) in self.webhooks.iter().enumerate() {
+            out.push(old("webhooks", i, GateEntry::Webhook(g.clone())));
+        }
+        for (i, g) in self.jobs.iter().enumerate() {
+            out.push(old("jobs", i, GateEntry::Job(g.clone())));
+        }
+        for (i, g) in self.templates.iter().enumerate() {
+            out.push(old("templates", i, GateEntry::Template(g.clone())));
+        }
+        Ok(out)
+    }
+
+    /// The plan's gates made from templates, in spec order (none when a gate
+    /// holds no kind or several: the plan is stalled then).
+    pub fn template_refs(&self) -> Vec<GateTemplateRef> {
+        self.entries()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|at| match at.entry {
+                GateEntry::Template(r) => Some(r),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Whether the plan uses a deprecated gate list (the plugin's `lint` says so).
+    pub fn uses_deprecated_lists(&self) -> bool {
+        !(self.prometheus.is_empty()
+            && self.webhooks.is_empty()
+            && self.jobs.is_empty()
+            && self.templates.is_empty())
+    }
+}
+
+/// A gate of the deprecated `health.prometheus` list, and the `prometheus` of a
+/// gate template: a PromQL query evaluated at an interval.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(validation = Rule::new(access::AUTH_HEADER_RULE).message(access::AUTH_HEADER_MESSAGE))]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusGate {
+    /// Name of the gate, shown in status, events and metrics.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("gate name must be a DNS label"))]
+    #[schemars(length(min = 1, max = 40))]
+    pub name: String,
+
+    /// Base URL of the Prometheus HTTP API, e.g. `http://prometheus.monitoring:9090`.
+    #[x_kube(validation = Rule::new("self.matches('^https?://[^ ]+$')").message("prometheus address must be an http:// or https:// URL"))]
+    #[schemars(length(max = 512))]
+    pub address: String,
+
+    /// PromQL query returning one number. `{{plan}}`, `{{namespace}}`, `{{component}}` and
+    /// `{{revision}}` are replaced before it is sent.
+    #[schemars(length(min = 1, max = 4096))]
+    pub query: String,
+
+    /// Pass condition on the query's value: an operator and a number, e.g. `< 0.05`,
+    /// `>= 0.99`, `== 0`.
+    #[x_kube(validation = Rule::new(THRESHOLD_RULE).message("threshold must be an operator (<, <=, >, >=, ==, !=) followed by a number, e.g. '< 0.05'"))]
+    #[schemars(length(max = 64))]
+    pub threshold: String,
+
+    /// How often the query is evaluated. Default `30s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message("interval must be a duration such as 30s, 5m or 1h30m"))]
+    #[schemars(length(max = 32))]
+    pub interval: Option<String>,
+
+    /// Failed evaluations (value outside the threshold, or query error) tolerated before
+    /// the rollout fails: the gate fails at failureLimit + 1. Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub failure_limit: Option<i32>,
+
+    /// Inconclusive evaluations (no data, NaN, several series) tolerated before the
+    /// rollout fails. Default 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub inconclusive_limit: Option<i32>,
+
+    /// Timeout of one query, in seconds. Default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 300))]
+    pub timeout_seconds: Option<i32>,
+
+    /// Credentials sent with every call (bearer token or basic auth), read
+    /// from Secrets in the operator's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<access::GateAuth>,
+
+    /// Extra request headers, each a plain value or read from a Secret.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(h, self.exists_one(g, g.name.lowerAscii() == h.name.lowerAscii()))").message("headers: header names must be unique (case-insensitive)"))]
+    #[schemars(length(max = 16))]
+    pub headers: Vec<access::GateHeader>,
+
+    /// TLS settings: a CA bundle to trust for this gate's server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<access::GateTls>,
+
+    /// The component the gate judges: `{{component}}` and `{{revision}}` name it.
+    /// Default: the first component that changes in the rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 40))]
+    pub component: Option<String>,
+}
+
+/// A gate that POSTs the rollout's state to a URL; a 2xx answer passes.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(validation = Rule::new(access::AUTH_HEADER_RULE).message(access::AUTH_HEADER_MESSAGE))]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookGate {
+    /// Name of the gate, shown in status, events and metrics.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("gate name must be a DNS label"))]
+    #[schemars(length(min = 1, max = 40))]
+    pub name: String,
+
+    /// URL the JSON body is POSTed to.
+    #[x_kube(validation = Rule::new("self.matches('^https?://[^ ]+$')").message("webhook url must be an http:// or https:// URL"))]
+    #[schemars(length(max = 1024))]
+    pub url: String,
+
+    /// Timeout of one call, in seconds. Default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 60))]
+    pub timeout_seconds: Option<i32>,
+
+    /// Calls retried after a failure before the gate fails. Default 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 10))]
+    pub retries: Option<i32>,
+
+    /// Credentials sent with every call (bearer token or basic auth), read
+    /// from Secrets in the operator's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<access::GateAuth>,
+
+    /// Extra request headers, each a plain value or read from a Secret.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(h, self.exists_one(g, g.name.lowerAscii() == h.name.lowerAscii()))").message("headers: header names must be unique (case-insensitive)"))]
+    #[schemars(length(max = 16))]
+    pub headers: Vec<access::GateHeader>,
+
+    /// TLS settings: a CA bundle to trust for this gate's server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<access::GateTls>,
+
+    /// The component the gate judges: the body's `component` and `componentRevision`
+    /// name it. Default: the first component that changes in the rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 40))]
+    pub component: Option<String>,
+}
+
+/// Default `timeoutSeconds` of a Job gate.
+pub const DEFAULT_JOB_TIMEOUT_SECONDS: i32 = 600;
+
+/// A gate that runs a Kubernetes Job once per step: it passes when the Job
+/// completes, fails when the Job fails or does not finish within
+/// `timeoutSeconds`. The Job is owned by the plan.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct JobGate {
+    /// Name of the gate, shown in status, events and metrics, and part of the Job's name.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("gate name must be a DNS label"))]
+    #[schemars(length(min = 1, max = 40))]
+    pub name: String,
+
+    /// The Job to run, as in a CronJob's `jobTemplate`: `metadata` (labels,
+    /// annotations) and a batch/v1 `spec`. Its containers get the environment
+    /// variables RELEASEPLAN_PLAN, RELEASEPLAN_NAMESPACE, RELEASEPLAN_COMPONENT,
+    /// RELEASEPLAN_COMPONENT_REVISION, RELEASEPLAN_REVISION, RELEASEPLAN_ROLLOUT,
+    /// RELEASEPLAN_STEP and RELEASEPLAN_WEIGHT. `restartPolicy` defaults to Never and
+    /// `backoffLimit` to 0.
+    #[schemars(schema_with = "job_template_schema")]
+    pub template: serde_json::Value,
+
+    /// Seconds the Job may run before the gate fails (also the Job's
+    /// `activeDeadlineSeconds` unless the template sets a shorter one). Default 600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub timeout_seconds: Option<i32>,
+
+    /// The component the gate judges: RELEASEPLAN_COMPONENT and
+    /// RELEASEPLAN_COMPONENT_REVISION name it. Default: the first component that
+    /// changes in the rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 40))]
+    pub component: Option<String>,
+}
+
+/// Most containers in a Job gate's pod template.
+pub const MAX_JOB_CONTAINERS: u32 = 16;
+
+/// The schema of a Job gate's template: the fields the operator reads are
+/// typed and checked (containers with a name and an image, `restartPolicy`
+/// Never or OnFailure), the rest of the JobSpec is kept as written
+/// (`x-kubernetes-preserve-unknown-fields`) and checked by the API server
+/// when the Job is created: the full JobSpec schema would double the CRD.
+fn job_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let open = |extra: serde_json::Value| {
+        let mut v =
+            serde_json::json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+        if let (Some(o), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {
+            o.extend(e);
+        }
+        v
+    };
+    let container = open(serde_json::json!({
+        "required": ["name", "image"],
+        "properties": {
+            "name": {"type": "string", "maxLength": 63, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+            "image": {"type": "string", "minLength": 1, "pattern": IMAGE_PATTERN},
+        },
+    }));
+    let pod_spec = open(serde_json::json!({
+        "required": ["containers"],
+        "properties": {
+            "restartPolicy": {"type": "string", "enum": ["Never", "OnFailure"]},
+            "containers": {"type": "array", "minItems": 1, "maxItems": MAX_JOB_CONTAINERS, "items": container},
+        },
+    }));
+    let pod_template = open(serde_json::json!({
+        "required": ["spec"],
+        "properties": {"metadata": open(serde_json::json!({})), "spec": pod_spec},
+    }));
+    let job_spec = open(serde_json::json!({
+        "required": ["template"],
+        "properties": {"template": pod_template},
+    }));
+    // The Job runs in the plan's namespace: a namespace here would be
+    // stored and then ignored, so it is refused (`namespace` is a CEL
+    // keyword, escaped as `__namespace__`).
+    let job_metadata = open(serde_json::json!({
+        "properties": {"namespace": {"type": "string"}},
+        "x-kubernetes-validations": [{
+            "rule": "!has(self.__namespace__)",
+            "message": "a Job gate's template.metadata.namespace must not be set: the Job runs in the plan's namespace",
+            "fieldPath": ".namespace",
+        }],
+    }));
+    let mut schema = open(serde_json::json!({
+        "required": ["spec"],
+        "properties": {"metadata": job_metadata, "spec": job_spec},
+    }));
+    if let Some(o) = schema.as_object_mut() {
+        o.remove("x-kubernetes-preserve-unknown-fields");
+        o.insert(
+            "description".into(),
+            "The Job to run: metadata (labels, annotations) and a batch/v1 JobSpec.".into(),
+        );
+    }
+    schemars::Schema::try_from(schema).unwrap_or_default()
+}
