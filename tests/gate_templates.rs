@@ -211,10 +211,11 @@ async fn a_missing_template_stalls_until_it_is_created() {
     let name = format!("smoke-{}", h.ns);
     let spec = json!({
         "components": [web("shop:1", 1)],
-        "health": {"templates": [{
+        // in `health.gates`: a template created later wakes the plan through it
+        "health": {"gates": [{
             "name": "smoke",
-            "templateRef": {"kind": "ClusterGateTemplate", "name": name},
-            "args": {"suite": "cart", "region": "us"}
+            "template": {"kind": "ClusterGateTemplate", "name": name,
+                         "args": {"suite": "cart", "region": "us"}}
         }]}
     });
     create(&h.client, &h.ns, &plan("shop", spec)).await;

@@ -46,11 +46,14 @@ fn smoke(outcome: &str, after: &str, timeout: i32) -> Value {
     })
 }
 
-fn spec(image: &str, gate: Value) -> Value {
+/// A plan whose one gate is the Job gate `gate`, written in `health.gates`
+/// (the deprecated `health.jobs` shape runs in tests/upgrade.rs).
+fn spec(image: &str, mut gate: Value) -> Value {
+    let name = gate.as_object_mut().unwrap().remove("name").unwrap();
     json!({
         "components": [web(image, 2)],
         "strategy": {"steps": [{"setWeight": 50}]},
-        "health": {"jobs": [gate]}
+        "health": {"gates": [{"name": name, "job": gate}]}
     })
 }
 
