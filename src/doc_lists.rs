@@ -1054,6 +1054,244 @@ fn gates_doc_gives_the_revision_hash_alphabet() {
     );
 }
 
+// ---------------------------------------------------------------- spec fields
+
+/// Fields of the spec that docs/api.md documents as one row, without rows
+/// for what is inside: the PodTemplateSpec of a component, and a Job gate's
+/// Job template (in `gates` and in the deprecated `jobs`).
+const OPAQUE_SPEC_FIELDS: [&str; 3] = [
+    "spec.components[].template",
+    "spec.health.gates[].job.template",
+    "spec.health.jobs[].template",
+];
+
+/// The gates that have `auth`, `headers` and `tls`: what is inside those
+/// three is documented once, in the "Gate access" table, by its path below
+/// the gate (`auth.bearer.secretKeyRef`).
+const ACCESS_GATES: [&str; 3] = [
+    "spec.health.gates[]",
+    "spec.health.prometheus[]",
+    "spec.health.webhooks[]",
+];
+
+/// The deprecated gate lists, documented by the migration table of their
+/// section ("deprecated field -> where it goes in `gates`").
+const DEPRECATED_GATE_LISTS: [&str; 4] = [
+    "spec.health.prometheus",
+    "spec.health.webhooks",
+    "spec.health.jobs",
+    "spec.health.templates",
+];
+
+const API_GATE_ACCESS: &str = "#### Gate access: `auth`, `headers[]`, `tls`";
+const API_DEPRECATED_LISTS: &str = "#### Deprecated lists";
+
+/// `steps[]` -> `steps`: a list is named without `[]`, its items' fields
+/// through it (`steps[].setWeight`).
+fn list_path(path: &str) -> String {
+    path.strip_suffix("[]").unwrap_or(path).to_string()
+}
+
+/// The field paths of the ReleasePlan spec in the notation of docs/api.md
+/// (`spec.health.gates[].prometheus.threshold`), from the openAPI schema of
+/// the checked-in CRD (which `make crds-check` keeps equal to the code's),
+/// not descending into [`OPAQUE_SPEC_FIELDS`].
+fn spec_field_paths() -> BTreeSet<String> {
+    fn walk(path: &str, schema: &serde_json::Value, out: &mut BTreeSet<String>) {
+        let (path, schema) = match schema.get("items") {
+            Some(items) if schema["type"] == "array" => (format!("{path}[]"), items),
+            _ => (path.to_string(), schema),
+        };
+        for (name, field) in schema["properties"].as_object().into_iter().flatten() {
+            let field_path = format!("{path}.{name}");
+            out.insert(field_path.clone());
+            if !OPAQUE_SPEC_FIELDS.contains(&field_path.as_str()) {
+                walk(&field_path, field, out);
+            }
+        }
+    }
+    let crd: serde_json::Value = serde_yaml::from_str(&read("crds/releaseplan.yaml")).unwrap();
+    let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    let mut out = BTreeSet::new();
+    walk("spec", spec, &mut out);
+    assert!(out.len() > 100, "only {} spec fields read", out.len());
+    for path in OPAQUE_SPEC_FIELDS
+        .iter()
+        .chain(&DEPRECATED_GATE_LISTS)
+        .map(|p| (*p).to_string())
+        .chain(ACCESS_GATES.iter().map(|g| list_path(g)))
+    {
+        assert!(
+            out.contains(&path),
+            "crds/releaseplan.yaml has no field {path}: update src/doc_lists.rs"
+        );
+    }
+    out
+}
+
+/// Every heading of a markdown document (`## Events`) with the text under
+/// it, up to the next heading of any level. Lines in code blocks are never
+/// headings.
+fn headings(doc: &str) -> Vec<(&str, &str)> {
+    let mut out: Vec<(&str, &str)> = Vec::new();
+    let mut current: Option<(&str, usize)> = None;
+    let mut fenced = false;
+    let mut offset = 0;
+    for line in doc.split_inclusive('\n') {
+        let here = offset;
+        offset += line.len();
+        let text = line.trim_end();
+        if text.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let hashes = text.chars().take_while(|c| *c == '#').count();
+        if fenced || hashes == 0 || !text[hashes..].starts_with(' ') {
+            continue;
+        }
+        if let Some((heading, start)) = current {
+            out.push((heading, &doc[start..here]));
+        }
+        current = Some((text, offset));
+    }
+    if let Some((heading, start)) = current {
+        out.push((heading, &doc[start..]));
+    }
+    out
+}
+
+/// The cells of a migration table row, each a path and its siblings
+/// (`health.jobs[i].template`, `.timeoutSeconds`), as full paths in the
+/// notation of the spec tables: `spec.health.jobs[].timeoutSeconds`.
+fn moved_paths(cell: &str) -> Vec<String> {
+    let ticks = backticked(cell);
+    let first = ticks.first().copied().unwrap_or_default();
+    let parent = first.rsplit_once('.').map_or("", |(p, _)| p);
+    ticks
+        .iter()
+        .map(|t| match t.strip_prefix('.') {
+            Some(sibling) => format!("{parent}.{sibling}"),
+            None => (*t).to_string(),
+        })
+        .map(|p| format!("spec.{}", p.replace("[i]", "[]").replace("[j]", "[]")))
+        .collect()
+}
+
+/// A field of the spec has a row in docs/api.md: in the table of a section
+/// headed by a spec path (`### `spec.strategy``, `#### `spec.health.gates[]``),
+/// whose first cell names the field relative to that path
+/// (`steps[].pause.duration`; several names per cell allowed). Below
+/// [`OPAQUE_SPEC_FIELDS`] nothing is checked. The fields inside `auth`,
+/// `headers` and `tls` of a gate ([`ACCESS_GATES`]) need a row of the
+/// "Gate access" table instead, by their path below the gate
+/// (`auth.basic.username`), where `...secretKeyRef.name` stands for every
+/// path ending so. The fields of the deprecated gate lists need a row of
+/// the migration table of "Deprecated lists", each mapped to an existing,
+/// documented field of `gates`. And no row names a field the spec lacks.
+#[test]
+fn api_spec_tables_have_a_row_for_every_field_of_the_spec() {
+    let doc = read("docs/api.md");
+    let fields = spec_field_paths();
+
+    let mut rows_named: BTreeSet<String> = BTreeSet::new();
+    for (heading, text) in headings(&doc) {
+        let title = heading.trim_start_matches('#').trim();
+        let Some(base) = title
+            .strip_prefix('`')
+            .and_then(|t| t.strip_suffix('`'))
+            .filter(|t| *t == "spec" || t.starts_with("spec."))
+        else {
+            continue;
+        };
+        for row in rows(text) {
+            for name in backticked(&row[0]) {
+                rows_named.insert(list_path(&format!("{base}.{name}")));
+            }
+        }
+    }
+    let access: Vec<String> = rows(section(&doc, API_GATE_ACCESS))
+        .iter()
+        .flat_map(|r| backticked(&r[0]).into_iter().map(list_path))
+        .collect();
+    let mut moves: Vec<(String, String)> = Vec::new();
+    for row in rows(section(&doc, API_DEPRECATED_LISTS)) {
+        let (old, new) = (moved_paths(&row[0]), moved_paths(&row[1]));
+        assert_eq!(
+            old.len(),
+            new.len(),
+            "docs/api.md, {API_DEPRECATED_LISTS}: a row maps {old:?} to {new:?}"
+        );
+        moves.extend(old.into_iter().zip(new));
+    }
+    let moved: BTreeSet<&str> = moves.iter().map(|(old, _)| old.as_str()).collect();
+
+    // `auth.bearer.secretKeyRef.name` of a gate, if `path` is inside its
+    // `auth`, `headers` or `tls`.
+    let inside_access = |path: &str| -> Option<String> {
+        ACCESS_GATES.iter().find_map(|gate| {
+            let below = path.strip_prefix(gate)?.strip_prefix('.')?;
+            let (field, rest) = below.split_once('.')?;
+            ["auth", "headers[]", "tls"]
+                .contains(&field)
+                .then(|| format!("{field}.{rest}"))
+        })
+    };
+    let in_access_table = |below: &str| {
+        access.iter().any(|row| match row.strip_prefix("...") {
+            Some(suffix) => below.ends_with(&format!(".{suffix}")),
+            None => row == below,
+        })
+    };
+    let deprecated = |path: &str| {
+        DEPRECATED_GATE_LISTS
+            .iter()
+            .any(|list| path.starts_with(&format!("{list}[].")))
+    };
+
+    let missing: Vec<&String> = fields
+        .iter()
+        .filter(|path| match inside_access(path) {
+            Some(below) => !in_access_table(&below),
+            None if deprecated(path) => !moved.contains(path.as_str()),
+            None => !rows_named.contains(*path),
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/api.md has no row for these fields of the ReleasePlan spec (a row of the \
+         table under the `spec...` heading of their parent; inside auth, headers and tls \
+         of a gate: a row of {API_GATE_ACCESS:?}; in a deprecated gate list: a row of the \
+         migration table under {API_DEPRECATED_LISTS:?}): {missing:#?}"
+    );
+
+    let unknown: Vec<&String> = rows_named.difference(&fields).collect();
+    assert!(
+        unknown.is_empty(),
+        "docs/api.md has rows for fields the ReleasePlan spec does not have: {unknown:?}"
+    );
+    let below_gates: Vec<String> = fields.iter().filter_map(|p| inside_access(p)).collect();
+    for row in &access {
+        assert!(
+            below_gates.iter().any(|b| match row.strip_prefix("...") {
+                Some(suffix) => b.ends_with(&format!(".{suffix}")),
+                None => b == row,
+            }),
+            "docs/api.md, {API_GATE_ACCESS}: `{row}` is no field of a gate's auth, headers or tls"
+        );
+    }
+    for (old, new) in &moves {
+        assert!(
+            deprecated(old) && fields.contains(old),
+            "docs/api.md, {API_DEPRECATED_LISTS}: {old} is no field of a deprecated gate list"
+        );
+        assert!(
+            new.starts_with("spec.health.gates[].") && rows_named.contains(new),
+            "docs/api.md, {API_DEPRECATED_LISTS}: {old} moves to {new}, which is not a \
+             field of spec.health.gates[] with a row of its own"
+        );
+    }
+}
+
 // ---------------------------------------------------------------- RBAC
 
 /// (API group, resource) -> verbs.
