@@ -149,14 +149,27 @@ chart-lint: tools
 	"$${RP_CACHE:-$$HOME/.cache/releaseplan}/helm-v$$(sed -n 's/^HELM_VERSION=//p' e2e/versions.env)/bin/helm" \
 	  lint --strict charts/releaseplan
 
-.PHONY: lint shellcheck
+.PHONY: lint shellcheck core-purity
 ## lint: shellcheck, formatting, clippy with warnings as errors, the committed CRD is
 ## current, and the Helm chart lints with a current copy of it
 lint:
 	e2e/ensure-deps.sh lint
-	@$(MAKE) --no-print-directory shellcheck crds-check chart-lint
+	@$(MAKE) --no-print-directory shellcheck crds-check chart-lint core-purity
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
+
+## core-purity: the pure core (crates/core) depends on no async runtime, Kubernetes
+## client or HTTP client, so an I/O call there cannot compile; built alone (features
+## of the operator's dependencies not unified in), with its tests
+core-purity:
+	cargo clippy -p releaseplan-core --all-targets -- -D warnings
+	@deps=$$(cargo tree -p releaseplan-core -e normal --prefix none --quiet | sed 's/ .*//' | sort -u); \
+	bad=$$(echo "$$deps" | grep -xE 'tokio|reqwest|hyper|hyper-util|kube-client|kube-runtime|tower|mio' || true); \
+	if [ -n "$$bad" ]; then \
+	  echo "core-purity: releaseplan-core depends on $$bad (see cargo tree -p releaseplan-core -e normal -i <crate>)" >&2; \
+	  exit 1; \
+	fi; \
+	echo "core-purity: releaseplan-core depends on none of tokio, reqwest, hyper, kube-client, kube-runtime, tower, mio"
 
 ## shellcheck: the shell scripts (-x follows the files they source)
 shellcheck:

@@ -1362,6 +1362,7 @@ fn chart_rules() -> Rules {
 /// until the chart grants it.
 #[test]
 fn chart_grants_every_router() {
+    use crate::controller::router::Dispatch as _;
     let code = chart_rules();
     for kind in crate::api::RouterKind::ALL {
         let key = kind.rbac();

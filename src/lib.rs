@@ -1,14 +1,17 @@
 //! releaseplan: a Kubernetes operator that releases workloads safely.
 //!
-//! `api` holds the ReleasePlan types, `plan` the pure rollout state machine,
-//! `gates` the health gates, `controller` the reconcile I/O and `ops` the
-//! process plumbing (metrics, health, leader election, telemetry); `cli` is
-//! the `kubectl releaseplan` plugin.
+//! The pure core is its own crate, `releaseplan-core` (crates/core): `api`
+//! (the ReleasePlan types), `plan` (the rollout state machine), the pure
+//! half of `gates` and `objects`, re-exported here under the same paths.
+//! This crate adds the I/O: `gates` calls Prometheus and webhooks,
+//! `controller` observes, acts and writes, `ops` is the process plumbing
+//! (metrics, health, leader election, telemetry), and `cli` the `kubectl
+//! releaseplan` plugin.
 
 // Unit tests follow the lint policy's correctness lints, not pedantic style.
 #![cfg_attr(test, allow(clippy::pedantic))]
 
-pub mod api;
+pub use releaseplan_core::{api, objects, plan};
 pub mod cli;
 pub mod controller;
 // Lists in the docs checked against the code (docs that cannot drift).
@@ -16,4 +19,3 @@ pub mod controller;
 mod doc_lists;
 pub mod gates;
 pub mod ops;
-pub mod plan;

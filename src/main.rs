@@ -2,6 +2,7 @@
 
 use clap::Parser;
 use ipnet::IpNet;
+use releaseplan::controller::router::Dispatch as _;
 use releaseplan::controller::{self, Settings};
 use releaseplan::gates::outbound::{self, GateHttp, HostRule, OutboundPolicy};
 use releaseplan::ops::leader::{self, LeaderConfig};

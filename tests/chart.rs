@@ -31,6 +31,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use releaseplan::api::Phase;
+use releaseplan::controller::router::Dispatch as _;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::Duration;

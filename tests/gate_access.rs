@@ -197,7 +197,7 @@ fn ctx(ns: &str) -> GateContext {
 async fn evaluate(reader: &CredentialReader, ns: &str, health: Value) -> GateResult {
     let g = gates(health);
     assert_eq!(g.len(), 1);
-    g[0].evaluate(&gate_http(), reader, &ctx(ns)).await
+    releaseplan::gates::evaluate(&g[0], &gate_http(), reader, &ctx(ns)).await
 }
 
 fn error_of(r: &GateResult) -> &str {

@@ -2,10 +2,17 @@
 //! writes it to crds/releaseplan.yaml), or with the argument `templates` the
 //! GateTemplate and ClusterGateTemplate CRDs (crds/gatetemplates.yaml).
 
+use releaseplan::api::template;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     match std::env::args().nth(1).as_deref() {
-        None => print!("{}", serde_yaml::to_string(&releaseplan::api::crd())?),
-        Some("templates") => print!("{}", releaseplan::api::template::crds_yaml()?),
+        None => print!("{}", yaml_serde::to_string(&releaseplan::api::crd())?),
+        // Both template CRDs as one YAML stream.
+        Some("templates") => print!(
+            "{}---\n{}",
+            yaml_serde::to_string(&template::gate_template_crd())?,
+            yaml_serde::to_string(&template::cluster_gate_template_crd())?
+        ),
         Some(other) => {
             return Err(format!("unknown argument {other:?}: expected none or `templates`").into());
         }

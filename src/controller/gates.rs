@@ -290,7 +290,7 @@ impl GateRunner {
             };
         };
         let started = Instant::now();
-        let evaluation = gate.evaluate(&self.http, &self.secrets, ctx);
+        let evaluation = crate::gates::evaluate(gate, &self.http, &self.secrets, ctx);
         let result = match tokio::time::timeout(bound, evaluation).await {
             Ok(r) => r,
             Err(_) => GateResult::Error {

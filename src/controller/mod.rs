@@ -12,8 +12,7 @@
 
 mod act;
 mod context;
-pub mod controller_revision;
-pub mod deployment;
+pub use releaseplan_core::objects::{controller_revision, deployment};
 mod error;
 pub mod events;
 mod finalizer;

@@ -17,7 +17,7 @@ use kube::{Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::deployment::{MANAGED_BY, is_subset, revision_labels};
-use super::router::Routes;
+use super::router::{Dispatch as _, Routes};
 use super::{Acted, Context, FIELD_MANAGER, failed};
 use crate::api::{LABEL_COMPONENT, LABEL_PLAN, LABEL_REVISION, LABEL_ROLE, ReleasePlan, Traffic};
 use crate::plan::Target;

@@ -1,17 +1,5 @@
 //! HTTP helpers shared by the Prometheus and webhook gates.
 
-use std::time::Duration;
-
-use super::DEFAULT_TIMEOUT;
-
-/// A gate's `timeoutSeconds` as a duration: default 10s, at least 1s.
-pub(crate) fn timeout_of(seconds: Option<i32>) -> Duration {
-    match seconds {
-        Some(s) => Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1)),
-        None => DEFAULT_TIMEOUT,
-    }
-}
-
 /// Reads at most `max` bytes of a response body; the flag says whether that
 /// was all of it.
 pub(crate) async fn read_limited(
@@ -44,17 +32,5 @@ pub(crate) fn redirect_reason(what: &str, response: &reqwest::Response) -> Strin
             super::outbound::redact(location)
         ),
         None => format!("{what} answered HTTP {code}: redirects are not followed"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timeouts() {
-        assert_eq!(timeout_of(None), Duration::from_secs(10));
-        assert_eq!(timeout_of(Some(0)), Duration::from_secs(1));
-        assert_eq!(timeout_of(Some(3)), Duration::from_secs(3));
     }
 }

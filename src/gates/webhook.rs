@@ -1,97 +1,17 @@
-//! Webhook gates: POST the rollout's state to a URL; a 2xx answer passes.
+//! Webhook gates, the I/O half: POST the rollout's state to the gate's URL,
+//! retrying as the core's [`WebhookSpec`] says; a 2xx answer passes.
+
+pub use releaseplan_core::gates::webhook::*;
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
-use super::access::{Access, Resolved};
-use super::http::{read_limited, redirect_reason, timeout_of};
+use super::GateResult;
+use super::access::Resolved;
+use super::http::{read_limited, redirect_reason};
 use super::outbound::{GateHttp, describe};
-use super::{GateResult, Limits};
-use crate::api::{Phase, WebhookGate};
 
-/// `retries` of a webhook gate when unset.
-pub const DEFAULT_RETRIES: i32 = 2;
-/// Webhook gates have no interval of their own: they are asked this often.
-pub const INTERVAL: Duration = Duration::from_secs(10);
-/// Webhook gates fail the rollout on the first failed call (after its retries).
-pub const LIMITS: Limits = Limits {
-    failures: 0,
-    inconclusive: 0,
-};
-
-/// Pause before the first retry; doubled before each further one.
-const FIRST_BACKOFF: Duration = Duration::from_millis(200);
-/// Longest pause between two calls.
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// Bytes of an error answer read for the message.
 const MAX_ERROR_BODY: usize = 4096;
-/// Most retries honoured whatever the gate says (the CRD allows up to 10).
-const MAX_RETRIES: i32 = 10;
-
-/// A webhook gate, parsed, with its defaults applied.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WebhookSpec {
-    /// Name of the gate.
-    pub name: String,
-    /// URL the body is POSTed to.
-    pub url: String,
-    /// Timeout of one call (default 10s, at least 1s).
-    pub timeout: Duration,
-    /// Calls retried after a failure (default 2, at most 10).
-    pub retries: i32,
-    /// Credentials, headers and CA bundle, read at each evaluation.
-    pub access: Access,
-}
-
-impl WebhookSpec {
-    /// Reads a gate, applying the defaults; every value is usable.
-    pub fn parse(gate: &WebhookGate) -> WebhookSpec {
-        WebhookSpec {
-            name: gate.name.clone(),
-            url: gate.url.clone(),
-            timeout: timeout_of(gate.timeout_seconds),
-            retries: gate
-                .retries
-                .unwrap_or(DEFAULT_RETRIES)
-                .clamp(0, MAX_RETRIES),
-            access: Access::of(gate.auth.as_ref(), &gate.headers, gate.tls.as_ref()),
-        }
-    }
-
-    /// The longest a [`call`] can take: every attempt timing out, plus the pauses.
-    pub fn worst_case(&self) -> Duration {
-        let attempts = u32::try_from(self.retries).unwrap_or(0) + 1;
-        let pauses = (0..attempts.saturating_sub(1))
-            .map(|i| (FIRST_BACKOFF * 2u32.saturating_pow(i)).min(MAX_BACKOFF))
-            .sum::<Duration>();
-        self.timeout * attempts + pauses
-    }
-}
-
-/// The JSON body POSTed to a webhook gate.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WebhookBody {
-    /// Name of the ReleasePlan.
-    pub plan: String,
-    /// Namespace of the ReleasePlan.
-    pub namespace: String,
-    /// Revision being rolled out.
-    pub revision: String,
-    /// Index of the current step in `spec.strategy.steps`.
-    pub step: i32,
-    /// Phase of the ReleasePlan, e.g. `RollingOut`.
-    pub phase: Phase,
-    /// The component the gate judges: its own `component`, else the first
-    /// component that changes in the rollout.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub component: String,
-    /// That component's template hash being rolled out (the
-    /// `releaseplan.io/revision` label of its new pods).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub component_revision: String,
-}
 
 /// Calls a webhook gate: POSTs `body` as JSON with the gate's timeout. A 2xx
 /// answer is a pass (value: the status code). Any other answer, a timeout or
@@ -184,29 +104,4 @@ async fn call_once(
     };
     let value = Some(f64::from(status.as_u16()));
     (GateResult::Fail { value, reason }, true)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn body_is_camel_case_json() {
-        let body = WebhookBody {
-            plan: "shop".into(),
-            namespace: "prod".into(),
-            revision: "7f3c".into(),
-            step: 2,
-            phase: Phase::RollingOut,
-            component: String::new(),
-            component_revision: String::new(),
-        };
-        assert_eq!(
-            serde_json::to_value(&body).unwrap(),
-            serde_json::json!({
-                "plan": "shop", "namespace": "prod", "revision": "7f3c",
-                "step": 2, "phase": "RollingOut"
-            })
-        );
-    }
 }

@@ -73,7 +73,7 @@ pub trait Router:
 }
 
 /// Something done with a router's type, whichever it is: what
-/// [`RouterKind::visit`] dispatches.
+/// [`Dispatch::visit`] dispatches.
 pub trait Visit {
     /// The result.
     type Out;
@@ -81,18 +81,27 @@ pub trait Visit {
     fn visit<R: Router>(self) -> Self::Out;
 }
 
-impl RouterKind {
-    /// Does `v` with this kind's router type: the one place that maps a kind
-    /// to its type.
-    pub fn visit<V: Visit>(self, v: V) -> V::Out {
+/// From a router kind (an enum of the API, in the pure core) to its type
+/// here: the one place that maps a kind to its type.
+pub trait Dispatch: Copy {
+    /// Does `v` with this kind's router type.
+    fn visit<V: Visit>(self, v: V) -> V::Out;
+    /// The kind's name (`HTTPRoute`, `IngressRoute`).
+    fn kind(self) -> &'static str;
+    /// The RBAC the operator needs for this router: API group and resource
+    /// (granted [`VERBS`]).
+    fn rbac(self) -> (String, String);
+}
+
+impl Dispatch for RouterKind {
+    fn visit<V: Visit>(self, v: V) -> V::Out {
         match self {
             RouterKind::GatewayApi => v.visit::<crate::api::gateway::HTTPRoute>(),
             RouterKind::Traefik => v.visit::<crate::api::traefik::IngressRoute>(),
         }
     }
 
-    /// The kind's name (`HTTPRoute`, `IngressRoute`).
-    pub fn kind(self) -> &'static str {
+    fn kind(self) -> &'static str {
         struct Kind;
         impl Visit for Kind {
             type Out = &'static str;
@@ -103,9 +112,7 @@ impl RouterKind {
         self.visit(Kind)
     }
 
-    /// The RBAC the operator needs for this router: API group and resource
-    /// (granted [`VERBS`]).
-    pub fn rbac(self) -> (String, String) {
+    fn rbac(self) -> (String, String) {
         struct Rbac;
         impl Visit for Rbac {
             type Out = (String, String);

@@ -7,8 +7,8 @@ use crate::plan::DeploymentIntent;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use kube::api::ObjectMeta;
 use serde_json::Value;
 use std::collections::BTreeMap;
 

@@ -115,7 +115,7 @@ template_spec! {
         kind = "GateTemplate",
         namespaced,
         shortname = "gt",
-        doc = "A GateTemplate holds one health gate with parameters; ReleasePlans of its namespace use it from spec.health.templates.",
+        doc = "A GateTemplate holds one health gate with parameters; ReleasePlans of its namespace use it from spec.health.gates[].template.",
         printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
     )]
     GateTemplateSpec
@@ -128,7 +128,7 @@ template_spec! {
         version = "v1alpha1",
         kind = "ClusterGateTemplate",
         shortname = "cgt",
-        doc = "A ClusterGateTemplate holds one health gate with parameters; ReleasePlans of any namespace use it from spec.health.templates.",
+        doc = "A ClusterGateTemplate holds one health gate with parameters; ReleasePlans of any namespace use it from spec.health.gates[].template.",
         printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
     )]
     ClusterGateTemplateSpec
@@ -275,13 +275,4 @@ pub fn gate_template_crd() -> CustomResourceDefinition {
 /// The ClusterGateTemplate CRD as installed.
 pub fn cluster_gate_template_crd() -> CustomResourceDefinition {
     ClusterGateTemplate::crd()
-}
-
-/// Both template CRDs as one YAML stream, as in `crds/gatetemplates.yaml`.
-pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
-    Ok(format!(
-        "{}---\n{}",
-        serde_yaml::to_string(&gate_template_crd())?,
-        serde_yaml::to_string(&cluster_gate_template_crd())?
-    ))
 }

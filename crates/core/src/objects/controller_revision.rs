@@ -14,9 +14,9 @@ use crate::api::revision::{deployment_name, template_hash};
 use crate::api::{LABEL_COMPONENT, LABEL_REVISION, ReleasePlan};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::Resource;
-use kube::api::ObjectMeta;
 use serde::Deserialize;
 use serde_json::Value;
 

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 
 /// Characters of a hash: no vowels (no words) and no look-alike characters,
 /// as Kubernetes itself uses for generated names.
-pub(crate) const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+pub const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 /// Length of a template hash.
 pub const HASH_LEN: usize = 10;
 /// Longest Deployment name we create: a DNS label, so every tool accepts it.

@@ -26,6 +26,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+/// Most template gates of a plan: all of `health.gates` and the deprecated
+/// `health.templates` list (`status.resolvedGates` holds one entry each).
+pub const MAX_TEMPLATE_GATES: u32 = gate::MAX_GATES + 8;
+
 pub use gate::{
     DEFAULT_JOB_TIMEOUT_SECONDS, Gate, GateAt, GateEntry, Health, JobCheck, JobGate,
     MAX_JOB_CONTAINERS, NotOneKind, PrometheusCheck, PrometheusGate, TemplateUse, WebhookCheck,
@@ -813,7 +817,7 @@ pub struct ReleasePlanStatus {
     /// The template gates of the current step as read when it started; used until the
     /// step ends, whatever happens to the templates meanwhile.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 8))]
+    #[schemars(length(max = MAX_TEMPLATE_GATES))]
     pub resolved_gates: Vec<template::ResolvedGate>,
     /// Why the current or last rollout failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]

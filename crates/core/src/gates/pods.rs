@@ -103,7 +103,7 @@ mod tests {
         ContainerState, ContainerStateRunning, ContainerStateWaiting, ContainerStatus, Pod,
         PodStatus,
     };
-    use kube::api::ObjectMeta;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn waiting(name: &str, reason: &str, message: Option<&str>, restarts: i32) -> ContainerStatus {
         ContainerStatus {

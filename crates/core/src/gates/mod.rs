@@ -1,0 +1,656 @@
+//! Health gates, the pure half: each kind's settings parsed once
+//! ([`GateSpec`]), and verdicts from observations (pod signals, query
+//! results). The I/O that fetches results lives in the operator crate
+//! (`releaseplan::gates`).
+//!
+//! One evaluation of a gate (by the operator) yields a [`GateResult`];
+//! [`record`] folds it into the gate's previous
+//! [`GateStatus`] (counting failures and inconclusive results against the
+//! gate's limits) and is the only place that decides a verdict.
+//! [`next_due`] says when a gate is evaluated again.
+
+pub mod access;
+pub mod job;
+pub mod pods;
+pub mod prometheus;
+pub mod template;
+pub mod text;
+pub mod threshold;
+pub mod webhook;
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::api::{GateAt, GateEntry, GateStatus, Verdict};
+
+/// `timeoutSeconds` of Prometheus and webhook gates when unset.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A gate's `timeoutSeconds` as a duration: default 10s, at least 1s.
+pub fn timeout_of(seconds: Option<i32>) -> Duration {
+    match seconds {
+        Some(s) => Duration::from_secs(u64::try_from(s.max(1)).unwrap_or(1)),
+        None => DEFAULT_TIMEOUT,
+    }
+}
+
+/// One configured gate, parsed once from the spec (see `plan::spec`): each
+/// kind's settings with their defaults applied. The one place that dispatches
+/// to a kind's module, so a new gate kind is its API struct, its module
+/// (settings, `parse`, evaluation) and one arm here.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GateSpec {
+    /// A PromQL query compared with a threshold.
+    Prometheus(prometheus::PrometheusSpec),
+    /// A URL that must answer 2xx.
+    Webhook(webhook::WebhookSpec),
+}
+
+/// A gate setting that cannot be used, with the path of its field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateSpecError {
+    /// JSON path of the field, e.g. `spec.health.prometheus[0].threshold`.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+/// What a gate is told about the rollout it judges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GateContext {
+    /// Values for a query's placeholders: the gate's own component, else the
+    /// first one that changes.
+    pub vars: prometheus::TemplateVars,
+    /// The plan revision being rolled out.
+    pub revision: String,
+    /// Index of the current step.
+    pub step: i32,
+}
+
+impl GateSpec {
+    /// Every gate kind, as [`GateSpec::kind`] names it.
+    pub const KINDS: [&'static str; 2] = ["prometheus", "webhook"];
+
+    /// The gates of `entries` that the runner evaluates (Prometheus and
+    /// webhook gates), in spec order, each parsed once; an error names the
+    /// field where the user wrote it.
+    pub fn all(entries: &[GateAt]) -> Result<Vec<GateSpec>, GateSpecError> {
+        let mut out = Vec::with_capacity(entries.len());
+        for at in entries {
+            let error = |field: &str, message: String| GateSpecError {
+                field: at.field(field),
+                message,
+            };
+            let spec = match &at.entry {
+                GateEntry::Prometheus(g) => GateSpec::Prometheus(
+                    prometheus::PrometheusSpec::parse(g).map_err(|(f, m)| error(f, m))?,
+                ),
+                GateEntry::Webhook(g) => GateSpec::Webhook(webhook::WebhookSpec::parse(g)),
+                GateEntry::Job(_) | GateEntry::Template(_) => continue,
+            };
+            // auth, headers and tls: the same rules for every kind.
+            spec.access().check().map_err(|(f, m)| error(&f, m))?;
+            out.push(spec);
+        }
+        Ok(out)
+    }
+
+    /// The gate's name, unique in the plan.
+    pub fn name(&self) -> &str {
+        match self {
+            GateSpec::Prometheus(p) => &p.name,
+            GateSpec::Webhook(w) => &w.name,
+        }
+    }
+
+    /// Time between two evaluations.
+    pub fn interval(&self) -> Duration {
+        match self {
+            GateSpec::Prometheus(p) => p.interval,
+            GateSpec::Webhook(_) => webhook::INTERVAL,
+        }
+    }
+
+    /// Failed and inconclusive evaluations tolerated in a step (see [`record`]).
+    pub fn limits(&self) -> Limits {
+        match self {
+            GateSpec::Prometheus(p) => Limits {
+                failures: p.failure_limit,
+                inconclusive: p.inconclusive_limit,
+            },
+            GateSpec::Webhook(_) => webhook::LIMITS,
+        }
+    }
+
+    /// The longest one evaluation may take, its own timeouts and retries included.
+    pub fn worst_case(&self) -> Duration {
+        let call = match self {
+            GateSpec::Prometheus(p) => p.timeout,
+            GateSpec::Webhook(w) => w.worst_case(),
+        };
+        if self.access().reads_nothing() {
+            call
+        } else {
+            call + access::READ_TIMEOUT
+        }
+    }
+
+    /// The gate's kind, as metrics label it (`prometheus`, `webhook`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            GateSpec::Prometheus(_) => "prometheus",
+            GateSpec::Webhook(_) => "webhook",
+        }
+    }
+
+    /// Its credentials, headers and CA bundle, as written in the spec.
+    pub fn access(&self) -> &access::Access {
+        match self {
+            GateSpec::Prometheus(p) => &p.access,
+            GateSpec::Webhook(w) => &w.access,
+        }
+    }
+}
+
+/// Evaluations a gate tolerates in a step before it fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Failed evaluations (and errors) tolerated.
+    pub failures: i32,
+    /// Inconclusive evaluations tolerated.
+    pub inconclusive: i32,
+}
+
+/// The outcome of one evaluation of a gate.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GateResult {
+    /// The measured value meets the threshold (for a webhook: the 2xx status
+    /// code).
+    Pass {
+        /// The measured value.
+        value: f64,
+    },
+    /// The value is outside the threshold, or a webhook answered non-2xx.
+    Fail {
+        /// The measured value (a webhook's status code), when there is one.
+        value: Option<f64>,
+        /// Why, for `GateStatus.message`.
+        reason: String,
+    },
+    /// The query gave no usable number: no data, NaN, more than one series, or
+    /// a result type other than a scalar or instant vector.
+    Inconclusive {
+        /// Why, for `GateStatus.message`.
+        reason: String,
+    },
+    /// The evaluation itself went wrong: timeout, connection refused, bad
+    /// JSON, a Prometheus error answer. Never a pass; counted as a failure.
+    Error {
+        /// Why, for `GateStatus.message`.
+        reason: String,
+    },
+}
+
+impl GateResult {
+    /// The numeric value measured, if any.
+    pub fn value(&self) -> Option<f64> {
+        match self {
+            GateResult::Pass { value } => Some(*value),
+            GateResult::Fail { value, .. } => *value,
+            GateResult::Inconclusive { .. } | GateResult::Error { .. } => None,
+        }
+    }
+
+    /// Whether this evaluation passed.
+    pub fn is_pass(&self) -> bool {
+        matches!(self, GateResult::Pass { .. })
+    }
+}
+
+/// Formats a measured value for `GateStatus.value`: twelve significant
+/// digits at most, plain decimals for ordinary magnitudes, exponent notation for very small or large ones, and
+/// `NaN`, `+Inf`, `-Inf` as Prometheus writes them.
+pub fn format_value(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".to_string()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.to_string()
+    } else {
+        // Twelve significant digits hide float noise (0.009999999999999998
+        // is shown as 0.01) but keep every digit a threshold would use.
+        let v: f64 = format!("{v:.11e}").parse().unwrap_or(v);
+        if v == 0.0 || (1e-4..1e15).contains(&v.abs()) {
+            format!("{v}")
+        } else {
+            format!("{v:e}")
+        }
+    }
+}
+
+/// Folds one evaluation into the gate's previous status and decides the
+/// verdict.
+///
+/// - `Pass`: verdict `Passed`; the failure and inconclusive counts are kept.
+/// - `Fail` and `Error`: one more failure; `Failed` once failures exceed
+///   `failure_limit`, else `Pending` ("n of m failures allowed").
+/// - `Inconclusive`: one more inconclusive; `Failed` once they exceed
+///   `inconclusive_limit`, else `Inconclusive`.
+///
+/// `Failed` is final for the step: once a count has exceeded its limit, later
+/// results keep the verdict `Failed` (the controller resets gate statuses at
+/// every step change). `value` holds the last numeric value measured (kept
+/// when this evaluation measured none); `message` always says why. A `prev`
+/// of another gate (different name) is ignored. Negative limits count as 0.
+pub fn record(
+    prev: Option<&GateStatus>,
+    name: &str,
+    result: &GateResult,
+    failure_limit: i32,
+    inconclusive_limit: i32,
+    now: DateTime<Utc>,
+) -> GateStatus {
+    let prev = prev.filter(|p| p.name == name);
+    let failure_limit = failure_limit.max(0);
+    let inconclusive_limit = inconclusive_limit.max(0);
+    let mut failures = prev.map_or(0, |p| p.failures.max(0));
+    let mut inconclusive = prev.map_or(0, |p| p.inconclusive.max(0));
+    let already_failed = prev.is_some_and(|p| p.verdict == Verdict::Failed)
+        || failures > failure_limit
+        || inconclusive > inconclusive_limit;
+
+    let (verdict, message) = match result {
+        GateResult::Pass { value } => {
+            let mut msg = format!("value {} passed", format_value(*value));
+            if failures > 0 || inconclusive > 0 {
+                let _ = write!(
+                    msg,
+                    " ({failures} failed and {inconclusive} inconclusive evaluations in this step)"
+                );
+            }
+            (Verdict::Passed, msg)
+        }
+        GateResult::Fail { reason, .. } | GateResult::Error { reason } => {
+            failures = failures.saturating_add(1);
+            if failures > failure_limit {
+                (
+                    Verdict::Failed,
+                    format!(
+                        "{reason}: {failures} failed evaluations, more than the {failure_limit} allowed"
+                    ),
+                )
+            } else {
+                (
+                    Verdict::Pending,
+                    format!("{reason} ({failures} of {failure_limit} failures allowed)"),
+                )
+            }
+        }
+        GateResult::Inconclusive { reason } => {
+            inconclusive = inconclusive.saturating_add(1);
+            if inconclusive > inconclusive_limit {
+                (
+                    Verdict::Failed,
+                    format!(
+                        "{reason}: {inconclusive} inconclusive evaluations, more than the {inconclusive_limit} allowed"
+                    ),
+                )
+            } else {
+                (
+                    Verdict::Inconclusive,
+                    format!(
+                        "{reason} ({inconclusive} of {inconclusive_limit} inconclusive evaluations allowed)"
+                    ),
+                )
+            }
+        }
+    };
+
+    let (verdict, message) = if already_failed && verdict != Verdict::Failed {
+        let earlier = prev
+            .and_then(|p| p.message.as_deref())
+            .unwrap_or("a limit was exceeded");
+        (
+            Verdict::Failed,
+            format!("failed earlier in this step ({earlier}); last evaluation: {message}"),
+        )
+    } else {
+        (verdict, message)
+    };
+
+    GateStatus {
+        name: name.to_string(),
+        verdict,
+        value: result
+            .value()
+            .map(format_value)
+            .or_else(|| prev.and_then(|p| p.value.clone())),
+        failures,
+        inconclusive,
+        last_evaluated: Some(now),
+        message: Some(message),
+    }
+}
+
+/// How long until the gate is due: `Some(ZERO)` when due now, `None` when it
+/// will not be evaluated again in this step (verdict `Failed`). For the
+/// controller's requeue. A last evaluation in the future (clock skew) waits at
+/// most one `interval`.
+pub fn next_due(
+    prev: Option<&GateStatus>,
+    interval: Duration,
+    now: DateTime<Utc>,
+) -> Option<Duration> {
+    let Some(prev) = prev else {
+        return Some(Duration::ZERO);
+    };
+    if prev.verdict == Verdict::Failed {
+        return None;
+    }
+    let Some(last) = prev.last_evaluated else {
+        return Some(Duration::ZERO);
+    };
+    // A negative elapsed time (clock skew) counts as zero.
+    let elapsed = (now - last).to_std().unwrap_or(Duration::ZERO);
+    Some(interval.saturating_sub(elapsed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts() {
+        assert_eq!(timeout_of(None), Duration::from_secs(10));
+        assert_eq!(timeout_of(Some(0)), Duration::from_secs(1));
+        assert_eq!(timeout_of(Some(3)), Duration::from_secs(3));
+    }
+
+    /// Due now: never evaluated in this step, or `interval` has passed.
+    fn is_due(prev: Option<&GateStatus>, interval: Duration, now: DateTime<Utc>) -> bool {
+        next_due(prev, interval, now) == Some(Duration::ZERO)
+    }
+    use chrono::TimeZone;
+
+    fn t(s: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_700_000_000 + s, 0).unwrap()
+    }
+
+    fn pass(v: f64) -> GateResult {
+        GateResult::Pass { value: v }
+    }
+    fn fail(v: f64) -> GateResult {
+        GateResult::Fail {
+            value: Some(v),
+            reason: format!("value {v} is not < 0.05"),
+        }
+    }
+    fn error() -> GateResult {
+        GateResult::Error {
+            reason: "connection refused".into(),
+        }
+    }
+    fn inconclusive() -> GateResult {
+        GateResult::Inconclusive {
+            reason: "no data".into(),
+        }
+    }
+
+    /// Records results one after another, returning every status.
+    fn run(results: &[GateResult], failure_limit: i32, inconclusive_limit: i32) -> Vec<GateStatus> {
+        let mut out: Vec<GateStatus> = Vec::new();
+        for (i, r) in results.iter().enumerate() {
+            let s = record(
+                out.last(),
+                "errors",
+                r,
+                failure_limit,
+                inconclusive_limit,
+                t(i as i64 * 30),
+            );
+            out.push(s);
+        }
+        out
+    }
+
+    fn verdicts(statuses: &[GateStatus]) -> Vec<Verdict> {
+        statuses.iter().map(|s| s.verdict).collect()
+    }
+
+    #[test]
+    fn first_pass() {
+        let s = record(None, "errors", &pass(0.01), 0, 3, t(0));
+        assert_eq!(s.name, "errors");
+        assert_eq!(s.verdict, Verdict::Passed);
+        assert_eq!(s.value.as_deref(), Some("0.01"));
+        assert_eq!((s.failures, s.inconclusive), (0, 0));
+        assert_eq!(s.last_evaluated, Some(t(0)));
+        assert_eq!(s.message.as_deref(), Some("value 0.01 passed"));
+    }
+
+    #[test]
+    fn failure_limit_zero_fails_at_first_failure() {
+        let s = run(&[fail(0.2)], 0, 3);
+        assert_eq!(verdicts(&s), [Verdict::Failed]);
+        assert_eq!(s[0].failures, 1);
+        assert_eq!(s[0].value.as_deref(), Some("0.2"));
+        let msg = s[0].message.as_deref().unwrap();
+        assert!(msg.contains("value 0.2 is not < 0.05"), "{msg}");
+        assert!(msg.contains("more than the 0 allowed"), "{msg}");
+    }
+
+    #[test]
+    fn error_is_never_a_pass_and_counts_as_failure() {
+        let s = run(&[error()], 0, 3);
+        assert_eq!(verdicts(&s), [Verdict::Failed]);
+        assert_eq!(s[0].failures, 1);
+        assert_eq!(s[0].value, None);
+        assert!(
+            s[0].message
+                .as_deref()
+                .unwrap()
+                .contains("connection refused")
+        );
+    }
+
+    #[test]
+    fn failure_limit_two_fails_at_third_failure() {
+        let s = run(&[fail(0.2), error(), fail(0.3)], 2, 3);
+        assert_eq!(
+            verdicts(&s),
+            [Verdict::Pending, Verdict::Pending, Verdict::Failed]
+        );
+        assert_eq!(s.iter().map(|s| s.failures).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(
+            s[0].message.as_deref(),
+            Some("value 0.2 is not < 0.05 (1 of 2 failures allowed)")
+        );
+        assert_eq!(
+            s[1].message.as_deref(),
+            Some("connection refused (2 of 2 failures allowed)")
+        );
+        // The error measured nothing: the last numeric value stays.
+        assert_eq!(s[1].value.as_deref(), Some("0.2"));
+        assert_eq!(s[2].value.as_deref(), Some("0.3"));
+    }
+
+    #[test]
+    fn pass_after_failures_passes_and_keeps_counts() {
+        let s = run(&[fail(0.2), fail(0.2), pass(0.01)], 2, 3);
+        assert_eq!(
+            verdicts(&s),
+            [Verdict::Pending, Verdict::Pending, Verdict::Passed]
+        );
+        assert_eq!(s[2].failures, 2);
+        assert_eq!(s[2].value.as_deref(), Some("0.01"));
+        assert!(
+            s[2].message
+                .as_deref()
+                .unwrap()
+                .contains("2 failed and 0 inconclusive")
+        );
+        // Counts are per step, not consecutive: one more failure fails the gate.
+        let next = record(Some(&s[2]), "errors", &fail(0.2), 2, 3, t(100));
+        assert_eq!(next.verdict, Verdict::Failed);
+        assert_eq!(next.failures, 3);
+    }
+
+    #[test]
+    fn inconclusive_counts_against_its_own_limit() {
+        let s = run(
+            &[
+                inconclusive(),
+                inconclusive(),
+                inconclusive(),
+                inconclusive(),
+            ],
+            0,
+            3,
+        );
+        assert_eq!(
+            verdicts(&s),
+            [
+                Verdict::Inconclusive,
+                Verdict::Inconclusive,
+                Verdict::Inconclusive,
+                Verdict::Failed
+            ]
+        );
+        assert_eq!(s[3].inconclusive, 4);
+        assert_eq!(s[3].failures, 0);
+        assert_eq!(
+            s[0].message.as_deref(),
+            Some("no data (1 of 3 inconclusive evaluations allowed)")
+        );
+        assert!(
+            s[3].message
+                .as_deref()
+                .unwrap()
+                .contains("4 inconclusive evaluations, more than the 3 allowed")
+        );
+    }
+
+    #[test]
+    fn inconclusive_limit_zero_fails_at_first() {
+        let s = run(&[inconclusive()], 5, 0);
+        assert_eq!(verdicts(&s), [Verdict::Failed]);
+    }
+
+    #[test]
+    fn mixed_inconclusive_and_failures_are_counted_apart() {
+        let s = run(
+            &[
+                inconclusive(),
+                fail(0.2),
+                inconclusive(),
+                pass(0.0),
+                error(),
+                inconclusive(),
+            ],
+            1,
+            2,
+        );
+        assert_eq!(
+            verdicts(&s),
+            [
+                Verdict::Inconclusive,
+                Verdict::Pending,
+                Verdict::Inconclusive,
+                Verdict::Passed,
+                Verdict::Failed,
+                Verdict::Failed
+            ]
+        );
+        let counts: Vec<_> = s.iter().map(|s| (s.failures, s.inconclusive)).collect();
+        assert_eq!(counts, [(0, 1), (1, 1), (1, 2), (1, 2), (2, 2), (2, 3)]);
+    }
+
+    #[test]
+    fn failed_is_final_for_the_step() {
+        let s = run(&[fail(0.2), pass(0.01), inconclusive()], 0, 3);
+        assert_eq!(
+            verdicts(&s),
+            [Verdict::Failed, Verdict::Failed, Verdict::Failed]
+        );
+        let msg = s[1].message.as_deref().unwrap();
+        assert!(msg.starts_with("failed earlier in this step"), "{msg}");
+        assert!(msg.contains("value 0.01 passed"), "{msg}");
+        assert_eq!(s[1].value.as_deref(), Some("0.01"));
+    }
+
+    #[test]
+    fn status_of_another_gate_is_ignored() {
+        let other = record(None, "latency", &fail(1.0), 0, 3, t(0));
+        let s = record(Some(&other), "errors", &pass(0.0), 0, 3, t(1));
+        assert_eq!(s.verdict, Verdict::Passed);
+        assert_eq!(s.failures, 0);
+    }
+
+    #[test]
+    fn negative_limits_count_as_zero() {
+        assert_eq!(run(&[fail(1.0)], -3, -3)[0].verdict, Verdict::Failed);
+        assert_eq!(run(&[inconclusive()], -3, -3)[0].verdict, Verdict::Failed);
+    }
+
+    #[test]
+    fn formats_values() {
+        assert_eq!(format_value(0.05), "0.05");
+        assert_eq!(format_value(1.0), "1");
+        assert_eq!(format_value(0.0), "0");
+        assert_eq!(format_value(-2.5), "-2.5");
+        assert_eq!(format_value(200.0), "200");
+        assert_eq!(format_value(1e-7), "1e-7");
+        assert_eq!(format_value(0.009999999999999998), "0.01");
+        assert_eq!(format_value(0.04999999), "0.04999999");
+        assert_eq!(format_value(123456.789), "123456.789");
+        assert_eq!(format_value(1.0 / 3.0), "0.333333333333");
+        assert_eq!(format_value(3.2e20), "3.2e20");
+        assert_eq!(format_value(f64::NAN), "NaN");
+        assert_eq!(format_value(f64::INFINITY), "+Inf");
+        assert_eq!(format_value(f64::NEG_INFINITY), "-Inf");
+    }
+
+    #[test]
+    fn due_when_never_evaluated() {
+        let i = Duration::from_secs(30);
+        assert!(is_due(None, i, t(0)));
+        assert_eq!(next_due(None, i, t(0)), Some(Duration::ZERO));
+        let never = GateStatus {
+            name: "errors".into(),
+            verdict: Verdict::Pending,
+            ..Default::default()
+        };
+        assert!(is_due(Some(&never), i, t(0)));
+    }
+
+    #[test]
+    fn due_after_interval() {
+        let i = Duration::from_secs(30);
+        let s = record(None, "errors", &pass(0.0), 0, 3, t(0));
+        assert!(!is_due(Some(&s), i, t(0)));
+        assert_eq!(next_due(Some(&s), i, t(0)), Some(i));
+        assert!(!is_due(Some(&s), i, t(29)));
+        assert_eq!(next_due(Some(&s), i, t(29)), Some(Duration::from_secs(1)));
+        assert!(is_due(Some(&s), i, t(30)));
+        assert!(is_due(Some(&s), i, t(300)));
+        assert_eq!(next_due(Some(&s), i, t(300)), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn clock_skew_waits_at_most_one_interval() {
+        let i = Duration::from_secs(30);
+        let s = record(None, "errors", &pass(0.0), 0, 3, t(1000));
+        assert_eq!(next_due(Some(&s), i, t(0)), Some(i));
+        assert!(!is_due(Some(&s), i, t(0)));
+    }
+
+    #[test]
+    fn failed_gate_is_never_due() {
+        let i = Duration::from_secs(30);
+        let s = record(None, "errors", &error(), 0, 3, t(0));
+        assert_eq!(s.verdict, Verdict::Failed);
+        assert!(!is_due(Some(&s), i, t(1000)));
+        assert_eq!(next_due(Some(&s), i, t(1000)), None);
+    }
+}

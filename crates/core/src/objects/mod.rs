@@ -1,0 +1,6 @@
+//! The objects the operator writes for a plan, built purely from it: revision
+//! Deployments and the ControllerRevisions that store each revision's
+//! template (so `undo` is a lookup, for the operator and the plugin alike).
+
+pub mod controller_revision;
+pub mod deployment;
