@@ -39,7 +39,7 @@ test:
 
 .PHONY: crds crds-check
 
-## crds: regenerate crds/releaseplan.yaml and crds/gatetemplates.yaml from the Rust types (src/api), and the chart's copies
+## crds: regenerate crds/releaseplan.yaml and crds/gatetemplates.yaml from the Rust types (crates/core/src/api), and the chart's copies
 crds:
 	@tmp=$$(mktemp); trap 'rm -f "$$tmp"' EXIT; \
 	mkdir -p crds; \
