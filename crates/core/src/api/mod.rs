@@ -10,6 +10,7 @@ pub mod access;
 pub mod cached;
 pub mod gate;
 pub mod gateway;
+pub mod kind_gates;
 pub mod revision;
 pub mod template;
 pub mod time;
@@ -31,9 +32,11 @@ use serde::{Deserialize, Serialize};
 pub const MAX_TEMPLATE_GATES: u32 = gate::MAX_GATES + 8;
 
 pub use gate::{
-    DEFAULT_JOB_TIMEOUT_SECONDS, Gate, GateAt, GateEntry, Health, JobCheck, JobGate,
-    MAX_JOB_CONTAINERS, NotOneKind, PrometheusCheck, PrometheusGate, TemplateUse, WebhookCheck,
-    WebhookGate,
+    Gate, GateAt, GateEntry, Health, JobCheck, NotOneKind, PrometheusCheck, TemplateUse,
+    WebhookCheck,
+};
+pub use kind_gates::{
+    DEFAULT_JOB_TIMEOUT_SECONDS, JobGate, MAX_JOB_CONTAINERS, PrometheusGate, WebhookGate,
 };
 
 /// API group of the ReleasePlan resource.

@@ -15,308 +15,34 @@
 pub mod conditions;
 pub mod desired;
 pub mod machine;
+pub mod observation;
 pub mod reasons;
 pub mod request;
 pub mod spec;
 pub mod steps;
 pub mod traffic;
 
+pub use observation::{
+    Observation, PodFailure, Refusal, RevisionObs, Target, TargetComponent, revision_from,
+    revision_of,
+};
 pub use reasons::EventReason;
 pub use request::{Action, InvalidRequest, NotApplicable, Request};
 pub use spec::SpecError;
 
-use crate::api::template::ResolvedGate;
-use crate::gates::GateSpec;
-use crate::gates::job::{self as jobs, JobGateSpec, JobIntents, JobObs};
-use crate::gates::template::{ProblemKind, Resolution, TemplateGate, TemplateProblem};
-use steps::{CurrentStep, Step};
+use crate::gates::job::{self as jobs, JobIntents};
+use crate::gates::template::{ProblemKind, TemplateProblem};
+use steps::Step;
 
 use crate::api::{
-    ComponentStatus, GateStatus, HistoryEntry, Outcome, Phase, ReleasePlanSpec, ReleasePlanStatus,
-    Verdict, revision,
+    ComponentStatus, GateStatus, HistoryEntry, Outcome, Phase, ReleasePlanStatus, Verdict,
 };
-use crate::api::{LABEL_COMPONENT, LABEL_REVISION};
-use chrono::{DateTime, Utc};
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Most history entries kept in status.
 pub const MAX_HISTORY: usize = 20;
-
-/// One component as the spec wants it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TargetComponent {
-    /// Component name.
-    pub name: String,
-    /// Template hash of the spec's template.
-    pub hash: String,
-    /// Replicas wanted.
-    pub replicas: i32,
-    /// Traffic routing (`traffic`), when set.
-    pub traffic: Option<traffic::TrafficTarget>,
-}
-
-/// The spec, validated and digested into what the machine needs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Target {
-    /// Components in spec order.
-    pub components: Vec<TargetComponent>,
-    /// Plan revision: a hash over the components' template hashes.
-    pub revision: String,
-    /// Canary steps, parsed.
-    pub steps: Vec<Step>,
-    /// How long a step may wait for ready pods.
-    pub progress_deadline: Duration,
-    /// Roll back without a human when a gate fails.
-    pub automatic_rollback: bool,
-    /// `spec.paused`.
-    pub paused: bool,
-    /// Old revision Deployments kept at zero replicas.
-    pub revision_history_limit: usize,
-    /// Blue-green (`strategy.blueGreen`): how long the old revision keeps its
-    /// pods after the switch.
-    pub blue_green: Option<Duration>,
-    /// The configured health gates, parsed (the gate runner evaluates them):
-    /// the plan's own, then the template gates that could be resolved.
-    pub gates: Vec<GateSpec>,
-    /// The Job gates, parsed (the core judges their Jobs): the plan's own, then
-    /// the template gates that hold a Job.
-    pub jobs: Vec<JobGateSpec>,
-    /// The component each gate that names one judges, by gate name; the
-    /// others judge the first component that changes.
-    pub gate_components: BTreeMap<String, String>,
-    /// The template gates as read for this step (recorded in status).
-    pub template_gates: Vec<ResolvedGate>,
-    /// Template gates that cannot run: they hold the step, and the plan is Stalled.
-    pub template_problems: Vec<TemplateProblem>,
-}
-
-impl Target {
-    /// Validates a spec and computes its revisions.
-    pub fn from_spec(spec: &ReleasePlanSpec) -> Result<Self, SpecError> {
-        let spec::Checked { steps, gates, jobs } = spec::check_spec(spec)?;
-        let components: Vec<TargetComponent> = spec
-            .components
-            .iter()
-            .map(|c| TargetComponent {
-                name: c.name.clone(),
-                hash: revision::template_hash(&c.template),
-                replicas: c.replicas,
-                traffic: c.traffic.as_ref().map(traffic::TrafficTarget::of),
-            })
-            .collect();
-        let revision = revision::plan_revision(
-            components
-                .iter()
-                .map(|c| (c.name.as_str(), c.hash.as_str())),
-        );
-        Ok(Target {
-            components,
-            revision,
-            steps,
-            progress_deadline: Duration::from_secs(
-                u64::try_from(spec.progress_deadline_seconds()).unwrap_or(600),
-            ),
-            automatic_rollback: spec.rollback.automatic,
-            paused: spec.paused,
-            revision_history_limit: spec.revision_history_limit(),
-            blue_green: spec.strategy.blue_green.as_ref().map(|b| {
-                Duration::from_secs(
-                    u64::try_from(b.scale_down_delay_seconds.unwrap_or(30)).unwrap_or(30),
-                )
-            }),
-            gates,
-            jobs,
-            gate_components: spec::gate_components(spec),
-            template_gates: Vec::new(),
-            template_problems: Vec::new(),
-        })
-    }
-
-    /// Adds the plan's template gates, resolved by
-    /// [`crate::gates::template::resolve`]: those that resolved run like the
-    /// plan's own gates (a Job template joins the Job gates), the others hold
-    /// the step.
-    #[must_use]
-    pub fn with_templates(mut self, resolution: Resolution) -> Target {
-        for g in resolution.gates {
-            match g.gate {
-                TemplateGate::Runner(gate) => self.gates.push(gate),
-                TemplateGate::Job(job) => self.jobs.push(job),
-            }
-            self.template_gates.push(g.record);
-        }
-        self.template_problems = resolution.problems;
-        self
-    }
-
-    /// The step at `index` after `age` in it.
-    pub fn current_step(&self, index: usize, age: Duration) -> CurrentStep {
-        CurrentStep::at(&self.steps, index, age)
-    }
-
-    /// The target component of that name.
-    pub fn component(&self, name: &str) -> Option<&TargetComponent> {
-        self.components.iter().find(|c| c.name == name)
-    }
-}
-
-/// One revision Deployment as observed in the cluster.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct RevisionObs {
-    /// Deployment name.
-    pub name: String,
-    /// Component label.
-    pub component: String,
-    /// Revision (template hash) label.
-    pub hash: String,
-    /// `spec.replicas`.
-    pub replicas: i32,
-    /// Ready pods running this revision's template.
-    pub ready: i32,
-    /// Pods of any kind (`status.replicas`).
-    pub current: i32,
-    /// Creation time, to prune the oldest revisions first.
-    pub created: Option<DateTime<Utc>>,
-}
-
-/// A revision Deployment as the core sees it; `None` when it lacks our labels.
-/// The one reader of a revision Deployment: the controller observes through
-/// it and the plugin draws its tree with it, so both count the same pods.
-///
-/// `ready` counts only ready pods of the Deployment's current template
-/// (`min(readyReplicas, updatedReplicas)`), so a pod left from an older template
-/// is never taken for one of this revision; a missing `spec.replicas` is 1,
-/// as the API server defaults it.
-pub fn revision_of(d: &Deployment) -> Option<RevisionObs> {
-    let labels = d.metadata.labels.as_ref();
-    revision_from(
-        &d.metadata,
-        |k| labels?.get(k).map(String::as_str),
-        d.spec.as_ref().and_then(|s| s.replicas),
-        d.status.as_ref(),
-    )
-}
-
-/// [`revision_of`] from the parts of a Deployment it reads: metadata (name
-/// and creation time), its labels (by key: the cache keeps them packed),
-/// `spec.replicas` and status.
-pub fn revision_from<'a>(
-    meta: &ObjectMeta,
-    label: impl Fn(&str) -> Option<&'a str>,
-    replicas: Option<i32>,
-    status: Option<&DeploymentStatus>,
-) -> Option<RevisionObs> {
-    let component = label(LABEL_COMPONENT)?.to_string();
-    let hash = label(LABEL_REVISION)?.to_string();
-    let status = status.cloned().unwrap_or_default();
-    let ready = status
-        .ready_replicas
-        .unwrap_or(0)
-        .min(status.updated_replicas.unwrap_or(0));
-    Some(RevisionObs {
-        name: meta.name.clone().unwrap_or_default(),
-        component,
-        hash,
-        replicas: replicas.unwrap_or(1),
-        ready,
-        current: status.replicas.unwrap_or(0),
-        created: meta
-            .creation_timestamp
-            .as_ref()
-            .map(crate::api::time::from_k8s),
-    })
-}
-
-/// A new-revision pod in a state that fails the rollout at once.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodFailure {
-    /// Component of the pod.
-    pub component: String,
-    /// Revision hash of the pod.
-    pub hash: String,
-    /// Pod name.
-    pub pod: String,
-    /// `CrashLoopBackOff`, `ImagePullBackOff`, `TooManyRestarts`, ...
-    pub reason: String,
-    /// Details for humans.
-    pub message: String,
-}
-
-/// The API server refused (or could not take) a write of the plan's
-/// Deployments, Services or routes. The controller remembers the last one per
-/// plan, so status keeps saying so until a write succeeds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    /// Kind of the object that could not be written: `Deployment`, `Service`, `HTTPRoute`.
-    pub kind: &'static str,
-    /// Its name.
-    pub name: String,
-    /// HTTP status code of the answer; 0 when there was no answer.
-    pub code: u16,
-    /// The API server's message (or the transport error).
-    pub message: String,
-}
-
-impl Refusal {
-    /// Whether the object is a Service or route (not a Deployment).
-    pub fn is_traffic(&self) -> bool {
-        self.kind != "Deployment"
-    }
-
-    /// A refusal that no retry can fix: the object itself is invalid
-    /// (400 Bad Request, 422 Unprocessable Entity). Quota, RBAC, webhooks and
-    /// outages may clear by themselves, so they are retried.
-    pub fn is_permanent(&self) -> bool {
-        matches!(self.code, 400 | 422)
-    }
-
-    /// Not a refusal at all: the write got no answer (connection reset,
-    /// timeout: it may even have landed) or the API server could not take it
-    /// (5xx). Nothing is wrong with the object; on-call must not read it as
-    /// "your template is invalid".
-    pub fn is_unavailable(&self) -> bool {
-        self.code == 0 || self.code >= 500
-    }
-}
-
-/// Everything one reconcile observed.
-#[derive(Debug, Clone)]
-pub struct Observation {
-    /// Name of the plan.
-    pub plan: String,
-    /// The time of the observation.
-    pub now: DateTime<Utc>,
-    /// `metadata.generation`.
-    pub generation: i64,
-    /// The validated spec, or why it cannot be acted on.
-    pub target: Result<Target, SpecError>,
-    /// The persisted status.
-    pub status: ReleasePlanStatus,
-    /// Every revision Deployment the plan owns.
-    pub revisions: Vec<RevisionObs>,
-    /// Failure signals of pods of revisions being rolled out.
-    pub pod_failures: Vec<PodFailure>,
-    /// Gate results as read: the runner's latest verdicts while it evaluates
-    /// the plan's gates, else the persisted `status.gates`. Which of them
-    /// count is the core's call ([`step_gates`]).
-    pub gates: Vec<GateStatus>,
-    /// The plan's Jobs (of Job gates).
-    pub jobs: Vec<JobObs>,
-    /// The Services and routes of components with traffic settings.
-    pub traffic: Vec<traffic::TrafficObs>,
-    /// A request not yet acknowledged.
-    pub request: Option<Request>,
-    /// A request annotation not yet acknowledged that is not a valid request.
-    pub invalid_request: Option<InvalidRequest>,
-    /// The last Deployment write of this plan that failed, until one succeeds.
-    pub refusal: Option<Refusal>,
-    /// `metadata.deletionTimestamp` is set.
-    pub deleting: bool,
-}
 
 /// Where a Deployment's template comes from.
 #[derive(Debug, Clone, PartialEq)]

@@ -3,6 +3,7 @@
 //! a resolved one is recorded for its step and then gates the step like any.
 
 use super::*;
+use crate::api::ReleasePlanSpec;
 use crate::api::template::{
     GateTemplateRef, GateTemplateSpec, Parameter, TemplateKind, TemplateRef,
 };
@@ -10,6 +11,7 @@ use crate::api::{Component, JobGate, WebhookGate};
 use crate::gates::job::{JobObs, JobState};
 use crate::gates::template::{ObservedTemplate, resolve};
 use chrono::TimeZone;
+use chrono::{DateTime, Utc};
 use serde_json::json;
 
 fn spec() -> ReleasePlanSpec {

@@ -3,8 +3,11 @@
 //! decision applied as the controller would apply it.
 
 use super::*;
+use crate::api::revision;
 use crate::api::{Component, Pause, ReleasePlanSpec, Step, Strategy as ApiStrategy};
+use crate::gates::job::JobObs;
 use chrono::TimeZone;
+use chrono::{DateTime, Utc};
 use proptest::prelude::*;
 use serde_json::json;
 use std::collections::BTreeSet;
