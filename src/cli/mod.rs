@@ -20,6 +20,7 @@ mod fixtures;
 pub mod lint;
 pub mod render;
 pub mod request;
+pub mod text;
 pub mod undo;
 pub mod view;
 pub mod wait;
@@ -875,7 +876,7 @@ async fn wait_for(
     let mut last_line = String::new();
     let mut last_plan = plan.clone();
     let mut report = |plan: &ReleasePlan| -> Option<(i32, String)> {
-        let line = render::progress_line(plan);
+        let line = text::progress_line(plan);
         if line != last_line {
             log(line.clone());
             last_line = line;
@@ -976,7 +977,7 @@ async fn list(ctx: &Ctx, all: bool, watch: bool, output: Option<Format>) -> Resu
             eprintln!("no releaseplans in {scope}");
         }
         None => {
-            for line in render::columns(&rows) {
+            for line in text::columns(&rows) {
                 writeln!(out, "{line}")?;
             }
         }
@@ -1020,7 +1021,7 @@ async fn list(ctx: &Ctx, all: bool, watch: bool, output: Option<Format>) -> Resu
             write_doc(&mut out, &view::plan_view(&plan, None), f)?;
         } else {
             rows.push(row);
-            if let Some(line) = render::columns(&rows).last() {
+            if let Some(line) = text::columns(&rows).last() {
                 writeln!(out, "{line}")?;
             }
         }
@@ -1342,12 +1343,12 @@ async fn send_request(ctx: &Ctx, args: &RequestArgs, action: Action) -> Result<i
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
     if let Some(why) = ignored {
-        println!("now:    {}", render::summary(&after));
+        println!("now:    {}", text::summary(&after));
         return Err(CliError::Ignored(why));
     }
     println!("acknowledged by the operator");
-    println!("before: {}", render::summary(&before));
-    println!("now:    {}", render::summary(&after));
+    println!("before: {}", text::summary(&before));
+    println!("now:    {}", text::summary(&after));
     if let Some(m) = after.status.as_ref().and_then(|s| s.message.as_deref()) {
         println!("        {m}");
     }

@@ -7,6 +7,7 @@
 //! the CRD's status evolves. Field names are camelCase; absent values are
 //! `null`, never missing, so `jq .failure.gate` works on every plan.
 
+use super::text::{human_duration, step_count, step_text};
 use crate::api::{HistoryEntry, ReleasePlan};
 use crate::plan::revision_of;
 use chrono::{DateTime, Utc};
@@ -250,8 +251,8 @@ pub fn plan_view(plan: &ReleasePlan, deployments: Option<&[Deployment]>) -> Plan
         phase: s.phase.to_string(),
         step: StepView {
             index: s.current_step,
-            total: super::render::step_count(plan).unwrap_or(0),
-            text: super::render::step_text(plan),
+            total: step_count(plan).unwrap_or(0),
+            text: step_text(plan),
         },
         weight: s.weight,
         stable_revision: s.stable_revision.clone(),
@@ -403,12 +404,12 @@ pub fn list_row(plan: &ReleasePlan, all: bool, now: DateTime<Utc>) -> Vec<String
         .creation_timestamp
         .as_ref()
         .map_or_else(dash, |t| {
-            super::render::human_duration(now - crate::api::time::from_k8s(t))
+            human_duration(now - crate::api::time::from_k8s(t))
         });
     let mut row = vec![
         plan.name_any(),
         s.phase.to_string(),
-        super::render::step_text(plan),
+        step_text(plan),
         format!("{}%", s.weight),
         s.stable_revision.clone().unwrap_or_else(dash),
         s.current_revision.clone().unwrap_or_else(dash),
@@ -425,6 +426,7 @@ pub fn list_row(plan: &ReleasePlan, all: bool, now: DateTime<Utc>) -> Vec<String
 mod tests {
     use super::*;
     use crate::cli::fixtures::{deployment, plan, plan_json};
+    use crate::cli::text::summary;
     use serde_json::json;
 
     #[test]
@@ -454,6 +456,22 @@ mod tests {
         );
         let v = serde_json::to_value(plan_view(&plan(), None)).unwrap();
         assert_eq!(v["components"][0]["revisions"], json!(null));
+    }
+
+    #[test]
+    fn a_blue_green_plan_counts_the_one_step_the_core_runs() {
+        // The core runs blue-green as one step (the preview, held until
+        // promoted); `spec.strategy.steps` is empty.
+        let mut v = crate::cli::fixtures::plan_json();
+        v["spec"]["strategy"] = serde_json::json!({"blueGreen": {}});
+        v["status"]["currentStep"] = serde_json::json!(0);
+        let mut p: ReleasePlan = serde_json::from_value(v).unwrap();
+        assert_eq!(step_text(&p), "step 1/1");
+        assert!(summary(&p).contains("step 1/1"), "{}", summary(&p));
+        let view = plan_view(&p, None);
+        assert_eq!((view.step.index, view.step.total), (0, 1));
+        p.status.as_mut().unwrap().current_step = 1;
+        assert_eq!(step_text(&p), "steps 1/1 done");
     }
 
     #[test]
