@@ -5,13 +5,15 @@
 //! one in-memory [`Store`]; every change is announced on a broadcast channel
 //! and pushed to the open pages as server-sent events (the overview gets the
 //! changed rows, a plan page the whole plan). The buttons POST to endpoints
-//! that send exactly the request of the plugin's verbs ([`Ctx::request`]) and
+//! that send exactly the request of the plugin's verbs ([`request::send`]) and
 //! return the API server's refusal verbatim. The page (HTML, CSS, JS) is
 //! embedded in the binary: no CDN, no build step. Shapes are computed here
 //! (pure functions, unit-tested), the page only draws them.
 
+use super::connect::Ctx;
+use super::error::{CliError, chain};
+use super::request;
 use super::view::{HistoryView, PlanView, history_view, plan_view};
-use super::{CliError, Ctx, chain};
 use crate::api::{LABEL_PLAN, Phase, ReleasePlan};
 use crate::plan::Action;
 use crate::plan::steps::strategy_steps;
@@ -905,7 +907,7 @@ async fn act(
     let Some(action) = Action::parse(&word) else {
         return refuse(StatusCode::NOT_FOUND, format!("no action {word}"));
     };
-    match app.ctx.in_namespace(&ns).request(&name, action).await {
+    match request::send(&app.ctx.in_namespace(&ns), &name, action).await {
         Ok(sent) => {
             let message = match sent.ignored {
                 Some(why) => format!(

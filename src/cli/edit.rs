@@ -10,56 +10,12 @@
 //! own and replace the whole list, and a stale copy would revert a concurrent
 //! change to another component.
 
+use super::error::EditError;
 use serde_json::{Value, json};
 
 /// The pod-template annotation `restart` bumps: a changed template is a new
 /// revision, so the same images roll out through the normal steps.
 pub const ANNOTATION_RESTARTED_AT: &str = "releaseplan.io/restartedAt";
-
-/// Why an edit cannot be built; each says what to do.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EditError {
-    /// An argument is not `COMPONENT=IMAGE` or `COMPONENT/CONTAINER=IMAGE`.
-    #[error("cannot read {0:?}: write COMPONENT=IMAGE or COMPONENT/CONTAINER=IMAGE")]
-    BadPair(String),
-    /// No component of that name.
-    #[error("releaseplan {plan} has no component {component:?} (components: {known})")]
-    NoComponent {
-        /// Plan name.
-        plan: String,
-        /// The name asked for.
-        component: String,
-        /// The names the plan has.
-        known: String,
-    },
-    /// No container of that name in the component.
-    #[error(
-        "component {component} has no container {container:?} (containers: {known}; init containers are not set by this command)"
-    )]
-    NoContainer {
-        /// Component name.
-        component: String,
-        /// The name asked for.
-        container: String,
-        /// The container names the component has.
-        known: String,
-    },
-    /// The component has several containers and none was named.
-    #[error(
-        "component {component} has {count} containers ({known}): name one, as {component}/CONTAINER=IMAGE"
-    )]
-    WhichContainer {
-        /// Component name.
-        component: String,
-        /// Number of containers.
-        count: usize,
-        /// The container names.
-        known: String,
-    },
-    /// The spec read from the API server does not have the expected shape.
-    #[error("the plan's spec has no {0}")]
-    Shape(String),
-}
 
 /// One `COMPONENT[/CONTAINER]=IMAGE` argument of `set image`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -367,17 +367,6 @@ pub struct WaitResult {
     pub plan: PlanView,
 }
 
-/// The `result` word of an exit code of `wait`.
-pub fn wait_result_word(code: i32) -> &'static str {
-    match code {
-        super::wait::EXIT_STABLE => "Stable",
-        super::wait::EXIT_ROLLED_BACK => "RolledBack",
-        super::wait::EXIT_STALLED => "Stalled",
-        super::wait::EXIT_TIMEOUT => "TimedOut",
-        _ => "Error",
-    }
-}
-
 /// The header of the `list` table (with `NAMESPACE` first for `-A`).
 pub fn list_header(all: bool) -> Vec<String> {
     let mut h = vec![

@@ -1,10 +1,14 @@
 //! The pure decision of `kubectl releaseplan wait`: has the current generation
 //! of a plan settled, and how?
 
+use super::view::Format;
+use crate::api::time::parse_duration;
 use crate::api::{ANNOTATION_REQUEST, Phase, ReleasePlan};
 use crate::plan::conditions::STALLED;
 use crate::plan::reasons::ConditionReason;
+use clap::Args;
 use kube::ResourceExt;
+use std::time::Duration;
 
 /// Exit code: the current generation is `Stable`.
 pub const EXIT_STABLE: i32 = 0;
@@ -74,6 +78,31 @@ pub fn decide(plan: &ReleasePlan) -> Decision {
         ));
     }
     Decision::Waiting(format!("{}: {message}", status.phase))
+}
+
+/// The `result` word of an exit code of `wait`.
+pub fn wait_result_word(code: i32) -> &'static str {
+    match code {
+        EXIT_STABLE => "Stable",
+        EXIT_ROLLED_BACK => "RolledBack",
+        EXIT_STALLED => "Stalled",
+        EXIT_TIMEOUT => "TimedOut",
+        _ => "Error",
+    }
+}
+
+/// `--wait` and its options, for the commands that change the spec.
+#[derive(Args, Debug, Clone)]
+pub struct WaitArgs {
+    /// Then wait for the new generation to settle, as `wait` does, with its exit codes.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: give up after this long (exit 4).
+    #[arg(long, default_value = "10m", value_parser = parse_duration, requires = "wait")]
+    pub timeout: Duration,
+    /// With --wait: print one result document at the end, as `wait -o` does.
+    #[arg(short, long, value_enum, requires = "wait")]
+    pub output: Option<Format>,
 }
 
 #[cfg(test)]
