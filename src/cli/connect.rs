@@ -1,13 +1,16 @@
 //! The connection to the cluster: the kubectl-like global flags
-//! ([`Global`]), the kube configuration they make ([`apply_flags`]) and the
+//! ([`Global`]), the kube configuration they make (`apply_flags`) and the
 //! client with its namespace ([`Ctx`]), with the reads every command shares.
 
 use super::error::{CliError, chain};
 use crate::api::{LABEL_PLAN, ReleasePlan};
 use clap::Args;
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::watch_object;
 use kube::{Client, Config};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -238,5 +241,29 @@ impl Ctx {
             namespace: namespace.to_string(),
             url: self.url.clone(),
         }
+    }
+
+    /// The changes of a plan: the plan each time it changes (`None` once deleted).
+    /// Watch errors are retried with backoff; the first is reported on stderr.
+    pub(super) fn plan_changes(
+        &self,
+        name: &str,
+    ) -> impl futures::Stream<Item = Option<ReleasePlan>> + Send + use<> {
+        let mut warned = false;
+        watch_object(self.plans(), name)
+            .default_backoff()
+            .filter_map(move |r| {
+                let out = match r {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        if !warned {
+                            warned = true;
+                            eprintln!("warning: watch failed, retrying: {}", chain(&e));
+                        }
+                        None
+                    }
+                };
+                futures::future::ready(out)
+            })
     }
 }

@@ -7,6 +7,7 @@
 use super::complete;
 use super::connect::Ctx;
 use super::error::CliError;
+use super::text::summary;
 use crate::api::time::parse_duration;
 use crate::api::{ANNOTATION_REQUEST, ReleasePlan};
 use crate::plan::{Action, Request};
@@ -106,6 +107,50 @@ pub async fn send(ctx: &Ctx, name: &str, action: Action) -> Result<Sent, CliErro
         before,
         ignored,
     })
+}
+
+/// The request commands: sends the request, then waits for the operator to
+/// acknowledge it and prints where the plan stood before and stands now.
+pub(super) async fn run(ctx: &Ctx, args: &RequestArgs, action: Action) -> Result<i32, CliError> {
+    let name = args.name.as_str();
+    let Sent {
+        value,
+        before,
+        ignored,
+    } = send(ctx, name, action).await?;
+    println!("requested {value} on releaseplan {}/{name}", ctx.namespace);
+
+    let deadline = tokio::time::Instant::now() + args.ack_timeout;
+    let after = loop {
+        let plan = ctx.plan(name).await?;
+        let acked = plan
+            .status
+            .as_ref()
+            .and_then(|s| s.acknowledged_request.as_deref())
+            == Some(value.as_str());
+        if acked {
+            break plan;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(CliError::NotAcknowledged {
+                value,
+                seconds: args.ack_timeout.as_secs(),
+                namespace: ctx.namespace.clone(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    if let Some(why) = ignored {
+        println!("now:    {}", summary(&after));
+        return Err(CliError::Ignored(why));
+    }
+    println!("acknowledged by the operator");
+    println!("before: {}", summary(&before));
+    println!("now:    {}", summary(&after));
+    if let Some(m) = after.status.as_ref().and_then(|s| s.message.as_deref()) {
+        println!("        {m}");
+    }
+    Ok(0)
 }
 
 #[cfg(test)]

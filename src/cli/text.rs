@@ -127,6 +127,12 @@ pub fn human_duration(d: chrono::Duration) -> String {
     }
 }
 
+/// Now, as `2025-01-02T09:00:00Z`: the time of `wait`'s log lines and the
+/// value of `restart`'s annotation.
+pub fn stamp() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,7 @@ use crate::api::cached::CachedRevision;
 use crate::api::{HistoryEntry, LABEL_PLAN, Outcome, ReleasePlan};
 use crate::controller::controller_revision;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Map, Value, json};
 
 /// A ready undo: the entry restored and the merge patch to apply.
@@ -163,6 +163,55 @@ pub async fn stored_templates(ctx: &Ctx, name: &str) -> Result<Vec<CachedRevisio
             )
         })?
         .items)
+}
+
+/// `undo`: prints the patch back to an earlier revision, or with `apply`
+/// patches the spec with it.
+pub(super) async fn run(
+    ctx: &Ctx,
+    name: &str,
+    to_revision: Option<i64>,
+    apply: bool,
+) -> Result<i32, CliError> {
+    let plan = ctx.plan(name).await?;
+    let stored = stored_templates(ctx, name).await?;
+    let built = build_undo(&plan, &stored, to_revision)?;
+    let entry = &built.entry;
+    eprintln!(
+        "undo of releaseplan {}/{name} to history entry {} (revision {}, {})",
+        ctx.namespace, entry.number, entry.revision, entry.outcome
+    );
+    for note in &built.notes {
+        eprintln!("note: {note}");
+    }
+    if !apply {
+        let text = serde_json::to_string_pretty(&built.patch).unwrap_or_default();
+        println!("{text}");
+        eprintln!(
+            "this JSON merge patch replaces spec.components; put it in git (GitOps), or apply it with\n  kubectl patch releaseplan {name} -n {} --type merge --patch-file <file>\nor rerun with --apply",
+            ctx.namespace
+        );
+        return Ok(0);
+    }
+    let patched = ctx
+        .plans()
+        .patch(name, &PatchParams::default(), &Patch::Merge(&built.patch))
+        .await
+        .map_err(|e| ctx.error(&format!("patch the spec of releaseplan {name}"), e))?;
+    println!(
+        "spec.components of releaseplan {}/{name} set to revision {} (generation {}); the operator rolls it out",
+        ctx.namespace,
+        entry.revision,
+        patched.metadata.generation.unwrap_or(0)
+    );
+    println!(
+        "follow it with: kubectl releaseplan wait {name} -n {}",
+        ctx.namespace
+    );
+    eprintln!(
+        "note: the spec was edited in the cluster; a GitOps tool that owns this plan will revert it unless git changes too"
+    );
+    Ok(0)
 }
 
 #[cfg(test)]
