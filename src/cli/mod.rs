@@ -7,10 +7,16 @@
 //! lists finished rollouts, `undo` looks up an earlier revision's stored
 //! templates and prints them as a patch for git, `set image` and `restart`
 //! edit the spec by component name with guarded JSON patches, `lint` checks
-//! plan files, and `completion` prints shell scripts. `-o json|yaml` prints
-//! the documents of `view`. The pure parts (rendering, views, the wait
-//! decision, request values, the undo patch, the edit patches, the lint
-//! checks) live in the submodules and are unit-tested; this module does the I/O.
+//! plan files, `dashboard` serves a live web page of the plans, and
+//! `completion` prints shell scripts.
+//!
+//! One file per verb holds its pure part (unit-tested) and the I/O that runs
+//! it: [`get`], [`list`], [`history`], [`wait`], [`request`] (the five
+//! request verbs), [`edit`] (`set image`, `restart`), [`undo`], [`lint`],
+//! [`complete`] and [`dashboard`]. Under them: [`args`] (the command line),
+//! [`connect`] (the kubectl-like flags and the client), [`error`], [`view`]
+//! (the `-o json|yaml` documents) and [`text`] (the short texts of a plan's
+//! state that several verbs print). This module only dispatches.
 
 pub mod args;
 pub mod complete;
@@ -20,8 +26,10 @@ pub mod edit;
 pub mod error;
 #[cfg(test)]
 mod fixtures;
+pub mod get;
+pub mod history;
 pub mod lint;
-pub mod render;
+pub mod list;
 pub mod request;
 pub mod text;
 pub mod undo;
@@ -36,18 +44,8 @@ pub use lint::LINT_INVALID;
 #[cfg(test)]
 pub(crate) use connect::apply_flags;
 
-use crate::api::ReleasePlan;
 use crate::plan::Action;
 use clap::{CommandFactory, Parser};
-use error::chain;
-use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::ResourceExt;
-use kube::api::{Api, ListParams};
-use kube::runtime::WatchStreamExt;
-use std::io::{IsTerminal, Write};
-use std::time::Duration;
-use view::Format;
 use wait::EXIT_ERROR;
 
 /// Parses the command line, runs the command and returns the process exit code.
@@ -103,12 +101,12 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
             name,
             watch,
             output,
-        } => get(&ctx, &name, watch, output).await,
+        } => get::run(&ctx, &name, watch, output).await,
         Command::List {
             all_namespaces,
             watch,
             output,
-        } => list(&ctx, all_namespaces, watch, output).await,
+        } => list::run(&ctx, all_namespaces, watch, output).await,
         Command::Wait {
             name,
             timeout,
@@ -131,193 +129,11 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Pause { request } => request::run(&ctx, &request, Action::Pause).await,
         Command::Resume { request } => request::run(&ctx, &request, Action::Resume).await,
         Command::Dashboard(args) => dashboard::serve(ctx, &args).await,
-        Command::History { name, output } => {
-            let plan = ctx.plan(&name).await?;
-            match output {
-                Some(f) => print!("{}", view::to_text(&view::history_view(&plan), f, false)),
-                None => print!("{}", render::render_history(&plan, chrono::Utc::now())),
-            }
-            Ok(0)
-        }
+        Command::History { name, output } => history::run(&ctx, &name, output).await,
         Command::Undo {
             name,
             to_revision,
             apply,
         } => undo::run(&ctx, &name, to_revision, apply).await,
     }
-}
-
-async fn get(ctx: &Ctx, name: &str, watch: bool, output: Option<Format>) -> Result<i32, CliError> {
-    let render = |plan: &ReleasePlan, deployments: &[Deployment]| match output {
-        Some(f) => view::to_text(&view::plan_view(plan, Some(deployments)), f, watch),
-        None => render::render_tree(plan, deployments),
-    };
-    let plan = ctx.plan(name).await?;
-    let deployments = ctx.deployments(name).await?;
-    let mut last = render(&plan, &deployments);
-    let mut out = std::io::stdout();
-    if !watch {
-        out.write_all(last.as_bytes())?;
-        return Ok(0);
-    }
-    let tty = out.is_terminal() && output.is_none();
-    let yaml = output == Some(Format::Yaml);
-    let draw = |out: &mut std::io::Stdout, text: &str| -> std::io::Result<()> {
-        if tty {
-            // Home the cursor and clear the screen, then draw.
-            write!(out, "\x1b[H\x1b[2J{text}")?;
-        } else if yaml {
-            write!(out, "---\n{text}")?;
-        } else if output.is_some() {
-            write!(out, "{text}")?;
-        } else {
-            writeln!(out, "{text}")?;
-        }
-        out.flush()
-    };
-    draw(&mut out, &last)?;
-    let changes = ctx.plan_changes(name);
-    futures::pin_mut!(changes);
-    // Deployments change without a plan status write now and then: refresh too.
-    let mut tick = tokio::time::interval(Duration::from_secs(5));
-    loop {
-        let plan = tokio::select! {
-            change = changes.next() => match change {
-                Some(Some(p)) => p,
-                Some(None) => return Err(CliError::Deleted(name.to_string())),
-                None => return Ok(0),
-            },
-            _ = tick.tick() => match ctx.plan(name).await {
-                Ok(p) => p,
-                Err(CliError::NotFound { .. }) => return Err(CliError::Deleted(name.to_string())),
-                Err(_) => continue,
-            },
-        };
-        let Ok(deployments) = ctx.deployments(name).await else {
-            continue;
-        };
-        let text = render(&plan, &deployments);
-        if text != last {
-            draw(&mut out, &text)?;
-            last = text;
-        }
-    }
-}
-
-/// `list`: the table (or documents) of the plans in the namespace, or in all
-/// namespaces; with `watch`, then one row (or document) per change.
-async fn list(ctx: &Ctx, all: bool, watch: bool, output: Option<Format>) -> Result<i32, CliError> {
-    let api: Api<ReleasePlan> = if all {
-        Api::all(ctx.client.clone())
-    } else {
-        ctx.plans()
-    };
-    let mut plans = match api.list(&ListParams::default()).await {
-        Ok(l) => l.items,
-        Err(kube::Error::Api(s)) if s.code == 404 => {
-            return Err(CliError::CrdMissing(ctx.url.clone()));
-        }
-        Err(e) => return Err(ctx.error("list releaseplans", e)),
-    };
-    plans.sort_by_key(|p| (p.namespace(), p.name_any()));
-    let now = chrono::Utc::now();
-    let mut rows = vec![view::list_header(all)];
-    rows.extend(plans.iter().map(|p| view::list_row(p, all, now)));
-    let mut out = std::io::stdout();
-    match output {
-        Some(f) if !watch => {
-            let doc = view::PlanList {
-                api_version: view::API_VERSION,
-                kind: "PlanList",
-                items: plans.iter().map(|p| view::plan_view(p, None)).collect(),
-            };
-            out.write_all(view::to_text(&doc, f, false).as_bytes())?;
-        }
-        Some(f) => {
-            for p in &plans {
-                write_doc(&mut out, &view::plan_view(p, None), f)?;
-            }
-        }
-        None if plans.is_empty() && !watch => {
-            let scope = if all {
-                "any namespace".to_string()
-            } else {
-                format!("namespace {}", ctx.namespace)
-            };
-            eprintln!("no releaseplans in {scope}");
-        }
-        None => {
-            for line in text::columns(&rows) {
-                writeln!(out, "{line}")?;
-            }
-        }
-    }
-    if !watch {
-        return Ok(0);
-    }
-    out.flush()?;
-    // Rows seen so far, by namespace/name, to print only real changes.
-    let mut seen: std::collections::BTreeMap<(Option<String>, String), Vec<String>> = plans
-        .iter()
-        .map(|p| ((p.namespace(), p.name_any()), view::list_row(p, all, now)))
-        .collect();
-    let events =
-        kube::runtime::watcher(api, kube::runtime::watcher::Config::default()).default_backoff();
-    futures::pin_mut!(events);
-    while let Some(event) = events.next().await {
-        let (plan, deleted) = match event {
-            Ok(
-                kube::runtime::watcher::Event::Apply(p)
-                | kube::runtime::watcher::Event::InitApply(p),
-            ) => (p, false),
-            Ok(kube::runtime::watcher::Event::Delete(p)) => (p, true),
-            Ok(_) => continue,
-            Err(e) => {
-                eprintln!("warning: watch failed, retrying: {}", chain(&e));
-                continue;
-            }
-        };
-        let key = (plan.namespace(), plan.name_any());
-        let mut row = view::list_row(&plan, all, chrono::Utc::now());
-        if deleted {
-            row[usize::from(all) + 1] = "(deleted)".into();
-            seen.remove(&key);
-        } else if seen.get(&key).is_some_and(|r| same_row(r, &row)) {
-            continue;
-        } else {
-            seen.insert(key, row.clone());
-        }
-        if let Some(f) = output {
-            write_doc(&mut out, &view::plan_view(&plan, None), f)?;
-        } else {
-            rows.push(row);
-            if let Some(line) = text::columns(&rows).last() {
-                writeln!(out, "{line}")?;
-            }
-        }
-        out.flush()?;
-    }
-    Ok(0)
-}
-
-/// Rows equal but for the age column (the age alone is no change).
-fn same_row(a: &[String], b: &[String]) -> bool {
-    let age = a.len().saturating_sub(2);
-    a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .enumerate()
-            .all(|(i, (x, y))| i == age || x == y)
-}
-
-/// One document of a stream: JSON on one line, YAML after `---`.
-fn write_doc<T: serde::Serialize>(
-    out: &mut std::io::Stdout,
-    doc: &T,
-    f: Format,
-) -> std::io::Result<()> {
-    if f == Format::Yaml {
-        out.write_all(b"---\n")?;
-    }
-    out.write_all(view::to_text(doc, f, true).as_bytes())
 }

@@ -1,13 +1,20 @@
-//! Pure text rendering for the plugin: the `get` tree and the `history` table.
+//! `kubectl releaseplan get`: a plan drawn as a tree (the plan line, its
+//! components with their revision Deployments, the gates and the
+//! conditions), or its `-o` document, once or on every change.
 
-use super::text::{columns, human_duration, step_text, traffic_text};
+use super::connect::Ctx;
+use super::error::CliError;
+use super::text::{columns, step_text, traffic_text};
+use super::view::{self, Format, images};
 use crate::api::{ReleasePlan, ReleasePlanStatus};
 use crate::plan::{RevisionObs, revision_of};
-use chrono::{DateTime, Utc};
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
 
 /// A node of a text tree.
 struct Node {
@@ -46,7 +53,7 @@ struct Rev {
 
 fn rev_of(d: &Deployment) -> Option<Rev> {
     let obs = revision_of(d)?;
-    let image = super::view::images(d).join(",");
+    let image = images(d).join(",");
     Some(Rev { obs, image })
 }
 
@@ -260,71 +267,73 @@ pub fn render_tree(plan: &ReleasePlan, deployments: &[Deployment]) -> String {
     out
 }
 
-fn time_text(t: Option<DateTime<Utc>>) -> String {
-    t.map_or_else(|| "-".into(), |t| t.format("%Y-%m-%d %H:%M:%S").to_string())
-}
-
-/// The `history` table: finished rollouts oldest first, then the rollout in
-/// progress (if any) as of `now`.
-pub fn render_history(plan: &ReleasePlan, now: DateTime<Utc>) -> String {
-    let status = plan.status.clone().unwrap_or_default();
-    let mut rows = vec![vec![
-        "NUMBER".to_string(),
-        "REVISION".into(),
-        "OUTCOME".into(),
-        "STARTED (UTC)".into(),
-        "FINISHED (UTC)".into(),
-        "DURATION".into(),
-        "REASON".into(),
-    ]];
-    for h in &status.history {
-        let duration = match (h.started_at, h.finished_at) {
-            (Some(a), Some(b)) => human_duration(b - a),
-            _ => "-".into(),
+/// `get`: the tree (or the `-o` document) of a plan; with `watch`, redrawn on
+/// every change.
+pub(super) async fn run(
+    ctx: &Ctx,
+    name: &str,
+    watch: bool,
+    output: Option<Format>,
+) -> Result<i32, CliError> {
+    let render = |plan: &ReleasePlan, deployments: &[Deployment]| match output {
+        Some(f) => view::to_text(&view::plan_view(plan, Some(deployments)), f, watch),
+        None => render_tree(plan, deployments),
+    };
+    let plan = ctx.plan(name).await?;
+    let deployments = ctx.deployments(name).await?;
+    let mut last = render(&plan, &deployments);
+    let mut out = std::io::stdout();
+    if !watch {
+        out.write_all(last.as_bytes())?;
+        return Ok(0);
+    }
+    let tty = out.is_terminal() && output.is_none();
+    let yaml = output == Some(Format::Yaml);
+    let draw = |out: &mut std::io::Stdout, text: &str| -> std::io::Result<()> {
+        if tty {
+            // Home the cursor and clear the screen, then draw.
+            write!(out, "\x1b[H\x1b[2J{text}")?;
+        } else if yaml {
+            write!(out, "---\n{text}")?;
+        } else if output.is_some() {
+            write!(out, "{text}")?;
+        } else {
+            writeln!(out, "{text}")?;
+        }
+        out.flush()
+    };
+    draw(&mut out, &last)?;
+    let changes = ctx.plan_changes(name);
+    futures::pin_mut!(changes);
+    // Deployments change without a plan status write now and then: refresh too.
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        let plan = tokio::select! {
+            change = changes.next() => match change {
+                Some(Some(p)) => p,
+                Some(None) => return Err(CliError::Deleted(name.to_string())),
+                None => return Ok(0),
+            },
+            _ = tick.tick() => match ctx.plan(name).await {
+                Ok(p) => p,
+                Err(CliError::NotFound { .. }) => return Err(CliError::Deleted(name.to_string())),
+                Err(_) => continue,
+            },
         };
-        rows.push(vec![
-            h.number.to_string(),
-            h.revision.clone(),
-            h.outcome.to_string(),
-            time_text(h.started_at),
-            time_text(h.finished_at),
-            duration,
-            h.reason.clone().unwrap_or_default(),
-        ]);
+        let Ok(deployments) = ctx.deployments(name).await else {
+            continue;
+        };
+        let text = render(&plan, &deployments);
+        if text != last {
+            draw(&mut out, &text)?;
+            last = text;
+        }
     }
-    if status.phase.is_active()
-        && let Some(rev) = &status.current_revision
-    {
-        rows.push(vec![
-            status.rollout_count.to_string(),
-            rev.clone(),
-            format!("({})", status.phase),
-            time_text(status.rollout_started_at),
-            "-".into(),
-            status
-                .rollout_started_at
-                .map_or_else(|| "-".into(), |t| human_duration(now - t)),
-            "in progress".into(),
-        ]);
-    }
-    if rows.len() == 1 {
-        return format!(
-            "releaseplan {} has no finished rollouts yet ({})\n",
-            plan.name_any(),
-            status.phase
-        );
-    }
-    let mut out = String::new();
-    for line in columns(&rows) {
-        let _ = writeln!(out, "{line}");
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Phase;
     use crate::cli::fixtures::{deployment, plan, plan_json};
     use serde_json::json;
 
@@ -427,39 +436,6 @@ ReleasePlan prod/shop  RollingOut  step 2/4  weight 25%
             text.matches("wrk1hash11  no Deployment").count(),
             1,
             "{text}"
-        );
-    }
-
-    #[test]
-    fn history_table() {
-        let now: DateTime<Utc> = "2025-01-02T09:01:30Z".parse().unwrap();
-        let text = render_history(&plan(), now);
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 3, "{text}");
-        assert!(
-            lines[0].starts_with("NUMBER  REVISION    OUTCOME"),
-            "{text}"
-        );
-        assert!(lines[1].contains("x8r2kq7b4m  Promoted"), "{text}");
-        assert!(
-            lines[1].contains("2025-01-01 10:00:00  2025-01-01 10:02:13  2m13s"),
-            "{text}"
-        );
-        assert!(lines[1].ends_with("all steps passed"), "{text}");
-        assert!(
-            lines[2].starts_with("2       tn5wd9cz2h  (RollingOut)"),
-            "{text}"
-        );
-        assert!(lines[2].contains("1m30s"), "{text}");
-        assert!(lines[2].ends_with("in progress"), "{text}");
-
-        let mut empty = plan();
-        let s = empty.status.as_mut().unwrap();
-        s.history.clear();
-        s.phase = Phase::Pending;
-        assert_eq!(
-            render_history(&empty, now),
-            "releaseplan shop has no finished rollouts yet (Pending)\n"
         );
     }
 }
