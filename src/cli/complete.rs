@@ -12,7 +12,7 @@
 //! `-n`/`--namespace` when typed before the Tab, else the kubeconfig context's;
 //! no cluster means no plan names, never an error.
 
-use clap::CommandFactory;
+use super::connect::{Ctx, Global};
 use clap_complete::CompletionCandidate;
 use clap_complete::env::EnvCompleter;
 use std::ffi::{OsStr, OsString};
@@ -62,11 +62,11 @@ pub fn plan_names(current: &OsStr) -> Vec<CompletionCandidate> {
     };
     let names = runtime.block_on(async {
         let listing = async {
-            let global = super::Global {
+            let global = Global {
                 namespace,
-                ..super::Global::default()
+                ..Global::default()
             };
-            let ctx = super::Ctx::connect(&global).await.ok()?;
+            let ctx = Ctx::connect(&global).await.ok()?;
             let list = ctx
                 .plans()
                 .list(&kube::api::ListParams::default())
@@ -92,28 +92,28 @@ pub fn plan_names(current: &OsStr) -> Vec<CompletionCandidate> {
         .collect()
 }
 
-/// Handles the completion entry points before normal parsing. Returns `true`
-/// when this run was a completion request (and its output is written).
-pub fn handle(args: &[OsString]) -> bool {
+/// Handles the completion entry points before normal parsing, for the
+/// command line that `cli` makes. Returns `true` when this run was a
+/// completion request (and its output is written).
+pub fn handle(args: &[OsString], cli: fn() -> clap::Command) -> bool {
     let _ = rustls::crypto::ring::default_provider().install_default();
     if args.get(1).is_some_and(|a| a == "__complete") {
         let words: Vec<OsString> = args.iter().skip(2).cloned().collect();
         let _ = NAMESPACE.set(namespace_in(&words));
-        print!("{}", kubectl_candidates(&words));
+        print!("{}", kubectl_candidates(cli(), &words));
         return true;
     }
     if std::env::var_os("COMPLETE").is_some_and(|v| !v.is_empty() && v != "0") {
         let _ = NAMESPACE.set(namespace_in(args));
     }
-    clap_complete::CompleteEnv::with_factory(super::Cli::command)
+    clap_complete::CompleteEnv::with_factory(cli)
         .try_complete(args.iter().cloned(), None)
         .unwrap_or(false)
 }
 
-/// Candidates for kubectl's plugin completion, in cobra's format: one per line
-/// (`value\thelp`), then `:4` (no file completion).
-pub fn kubectl_candidates(words: &[OsString]) -> String {
-    let mut cmd = super::Cli::command();
+/// Candidates for kubectl's plugin completion of the command line `cmd`, in
+/// cobra's format: one per line (`value\thelp`), then `:4` (no file completion).
+pub fn kubectl_candidates(mut cmd: clap::Command, words: &[OsString]) -> String {
     let mut all = vec![OsString::from("kubectl-releaseplan")];
     all.extend(words.iter().cloned());
     if all.len() == 1 {
@@ -176,6 +176,8 @@ pub fn script(shell: Shell) -> Result<String, std::io::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::args::Cli;
+    use clap::CommandFactory;
 
     fn words(w: &[&str]) -> Vec<OsString> {
         w.iter().map(OsString::from).collect()
@@ -200,10 +202,10 @@ mod tests {
 
     #[test]
     fn completes_commands_for_kubectl() {
-        let out = kubectl_candidates(&words(&["se"]));
+        let out = kubectl_candidates(Cli::command(), &words(&["se"]));
         assert!(out.starts_with("set\t"), "{out}");
         assert!(out.ends_with(":4\n"), "{out}");
-        let out = kubectl_candidates(&words(&[""]));
+        let out = kubectl_candidates(Cli::command(), &words(&[""]));
         for c in ["get\t", "list\t", "lint\t", "restart\t", "completion\t"] {
             assert!(out.contains(c), "{c}: {out}");
         }

@@ -1,5 +1,7 @@
-//! Pure spec edits of `set image` and `restart`: JSON patches addressed by
-//! component name, guarded so that they cannot change the wrong component.
+//! `set image` and `restart`: spec edits as JSON patches addressed by
+//! component name, guarded so that they cannot change the wrong component
+//! (built by pure functions), and their application, retried when the
+//! plan changed under it.
 //!
 //! A JSON patch addresses list items by index, and the components list may
 //! change between our read and our write (a GitOps sync, another CI job). So
@@ -10,56 +12,17 @@
 //! own and replace the whole list, and a stale copy would revert a concurrent
 //! change to another component.
 
+use super::connect::Ctx;
+use super::error::{CliError, EditError};
+use super::text::stamp;
+use super::wait::{WaitArgs, wait_for};
+use crate::api::ReleasePlan;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
 /// The pod-template annotation `restart` bumps: a changed template is a new
 /// revision, so the same images roll out through the normal steps.
 pub const ANNOTATION_RESTARTED_AT: &str = "releaseplan.io/restartedAt";
-
-/// Why an edit cannot be built; each says what to do.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EditError {
-    /// An argument is not `COMPONENT=IMAGE` or `COMPONENT/CONTAINER=IMAGE`.
-    #[error("cannot read {0:?}: write COMPONENT=IMAGE or COMPONENT/CONTAINER=IMAGE")]
-    BadPair(String),
-    /// No component of that name.
-    #[error("releaseplan {plan} has no component {component:?} (components: {known})")]
-    NoComponent {
-        /// Plan name.
-        plan: String,
-        /// The name asked for.
-        component: String,
-        /// The names the plan has.
-        known: String,
-    },
-    /// No container of that name in the component.
-    #[error(
-        "component {component} has no container {container:?} (containers: {known}; init containers are not set by this command)"
-    )]
-    NoContainer {
-        /// Component name.
-        component: String,
-        /// The name asked for.
-        container: String,
-        /// The container names the component has.
-        known: String,
-    },
-    /// The component has several containers and none was named.
-    #[error(
-        "component {component} has {count} containers ({known}): name one, as {component}/CONTAINER=IMAGE"
-    )]
-    WhichContainer {
-        /// Component name.
-        component: String,
-        /// Number of containers.
-        count: usize,
-        /// The container names.
-        known: String,
-    },
-    /// The spec read from the API server does not have the expected shape.
-    #[error("the plan's spec has no {0}")]
-    Shape(String),
-}
 
 /// One `COMPONENT[/CONTAINER]=IMAGE` argument of `set image`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -239,6 +202,140 @@ pub fn restart_patch(
         }
     }
     Ok(Value::Array(ops))
+}
+
+/// How many times a guarded patch is rebuilt when the plan changed under it.
+const PATCH_ATTEMPTS: u32 = 3;
+
+/// Applies a JSON patch built from the plan's raw spec by `build`; when the
+/// API server refuses it (422: a `test` op failed because the list changed),
+/// reads the plan again and rebuilds it. A patch refused twice in the same
+/// form is a real refusal and reported as such. Returns the patched plan.
+async fn guarded_patch<B>(ctx: &Ctx, name: &str, mut build: B) -> Result<ReleasePlan, CliError>
+where
+    B: FnMut(&serde_json::Value) -> Result<Option<serde_json::Value>, CliError>,
+{
+    let raw: Api<DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        &ctx.namespace,
+        &ApiResource::erase::<ReleasePlan>(&()),
+    );
+    let mut previous: Option<serde_json::Value> = None;
+    for _ in 0..PATCH_ATTEMPTS {
+        let obj = match raw.get_opt(name).await {
+            Ok(Some(o)) => o,
+            Ok(None) => return Err(ctx.not_found(name).await),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Err(ctx.not_found(name).await),
+            Err(e) => return Err(ctx.error(&format!("read releaseplan {name}"), e)),
+        };
+        let Some(patch) = build(&obj.data["spec"])? else {
+            return ctx.plan(name).await;
+        };
+        let ops: json_patch::Patch =
+            serde_json::from_value(patch.clone()).map_err(|e| CliError::Refused {
+                what: format!("build a JSON patch for releaseplan {name}"),
+                reason: e.to_string(),
+            })?;
+        match ctx
+            .plans()
+            .patch(name, &PatchParams::default(), &Patch::<()>::Json(ops))
+            .await
+        {
+            Ok(p) => return Ok(p),
+            Err(kube::Error::Api(s)) if s.code == 422 && previous.as_ref() != Some(&patch) => {
+                previous = Some(patch);
+            }
+            Err(e) => return Err(ctx.error(&format!("patch the spec of releaseplan {name}"), e)),
+        }
+    }
+    Err(CliError::Conflict(name.to_string(), PATCH_ATTEMPTS))
+}
+
+/// After a spec change: say where it stands and, with `--wait`, wait for it.
+async fn after_edit(
+    ctx: &Ctx,
+    name: &str,
+    before_generation: Option<i64>,
+    patched: &ReleasePlan,
+    wait: &WaitArgs,
+) -> Result<i32, CliError> {
+    let generation = patched.metadata.generation.unwrap_or(0);
+    if patched.metadata.generation == before_generation {
+        say(
+            wait,
+            &format!(
+                "releaseplan {}/{name} unchanged (generation {generation})",
+                ctx.namespace
+            ),
+        );
+    } else {
+        say(
+            wait,
+            &format!(
+                "releaseplan {}/{name} patched (generation {generation}); the operator rolls it out",
+                ctx.namespace
+            ),
+        );
+    }
+    if wait.wait {
+        return wait_for(ctx, name, wait.timeout, wait.output).await;
+    }
+    Ok(0)
+}
+
+/// A line about an edit: on stdout, or on stderr when stdout is for the
+/// `-o` document of `--wait`.
+fn say(wait: &WaitArgs, line: &str) {
+    if wait.output.is_some() {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
+}
+
+/// `set image`: a guarded JSON patch of the named containers' images.
+pub(super) async fn set_image(
+    ctx: &Ctx,
+    name: &str,
+    images: &[ImageSet],
+    wait: &WaitArgs,
+) -> Result<i32, CliError> {
+    let before = ctx.plan(name).await?;
+    let mut lines = Vec::new();
+    let patched = guarded_patch(ctx, name, |spec| {
+        let e = set_image_patch(name, spec, images)?;
+        lines = e.lines;
+        Ok(e.changes.then_some(e.patch))
+    })
+    .await?;
+    for line in &lines {
+        say(wait, line);
+    }
+    after_edit(ctx, name, before.metadata.generation, &patched, wait).await
+}
+
+/// `restart`: a guarded JSON patch of the restartedAt annotation.
+pub(super) async fn restart(
+    ctx: &Ctx,
+    name: &str,
+    component: Option<&str>,
+    wait: &WaitArgs,
+) -> Result<i32, CliError> {
+    let before = ctx.plan(name).await?;
+    let at = stamp();
+    let patched = guarded_patch(ctx, name, |spec| {
+        Ok(Some(restart_patch(name, spec, component, &at)?))
+    })
+    .await?;
+    say(
+        wait,
+        &format!(
+            "{}={at} set on the pod template of {}",
+            ANNOTATION_RESTARTED_AT,
+            component.map_or_else(|| "every component".into(), |c| format!("component {c}"))
+        ),
+    );
+    after_edit(ctx, name, before.metadata.generation, &patched, wait).await
 }
 
 #[cfg(test)]

@@ -3,11 +3,17 @@
 //! into the typed spec, then the operator's own `check_spec`. The same
 //! order as the API server and the operator, so a file that passes here fails
 //! only on what needs a cluster (CEL rules, admission): the server-side dry
-//! run of `lint` covers those when a cluster is reachable.
+//! run that `run` adds covers those when a cluster is reachable.
 
+use super::connect::{Ctx, Global};
+use super::error::{CliError, chain};
+use super::wait::EXIT_ERROR;
 use crate::api::ReleasePlan;
 use crate::plan::spec::check_spec;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::Value;
+use std::path::PathBuf;
 
 /// One problem, at a field path like `spec.components[0].replicas`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -246,6 +252,137 @@ pub fn check_document(doc: &Value) -> Verdict {
         Err(e) => Verdict::Invalid(vec![problem(&e.field, e.message)]),
     }
 }
+
+/// Reads the documents of a plan file (`-`: stdin), YAML or JSON.
+fn read_documents(path: &std::path::Path) -> Result<Vec<serde_json::Value>, CliError> {
+    use serde::Deserialize as _;
+    let name = path.display().to_string();
+    let file_error = |reason: String| CliError::File {
+        path: name.clone(),
+        reason,
+    };
+    let text = if name == "-" {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(path)
+    }
+    .map_err(|e| file_error(e.to_string()))?;
+    let mut docs = Vec::new();
+    for de in serde_yaml::Deserializer::from_str(&text) {
+        let doc = serde_json::Value::deserialize(de).map_err(|e| file_error(e.to_string()))?;
+        if !doc.is_null() {
+            docs.push(doc);
+        }
+    }
+    Ok(docs)
+}
+
+/// `lint`: the offline checks of [`check_document`] on every document,
+/// then a server-side apply dry run of the valid plans when a cluster answers.
+pub(super) async fn run(
+    global: &Global,
+    files: &[PathBuf],
+    offline: bool,
+) -> Result<i32, CliError> {
+    let mut valid = Vec::new();
+    let mut invalid = 0;
+    for path in files {
+        for (i, doc) in read_documents(path)?.iter().enumerate() {
+            let name = doc["metadata"]["name"].as_str().unwrap_or("(no name)");
+            let at = format!("{} document {} ({name})", path.display(), i + 1);
+            match check_document(doc) {
+                Verdict::Valid(plan) => valid.push((at, plan, doc.clone())),
+                Verdict::Invalid(problems) => {
+                    invalid += 1;
+                    println!("{at}: invalid");
+                    for p in problems {
+                        println!("  {p}");
+                    }
+                }
+                Verdict::Other(kind) => eprintln!("{at}: skipped, kind {kind}"),
+            }
+        }
+    }
+    if valid.is_empty() && invalid == 0 {
+        return Err(CliError::File {
+            path: files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            reason: "no ReleasePlan in the file(s)".into(),
+        });
+    }
+    let ctx = if offline {
+        None
+    } else {
+        match Ctx::connect(global).await {
+            Ok(ctx) => match ctx.client.apiserver_version().await {
+                Ok(_) => Some(ctx),
+                Err(e) => {
+                    eprintln!(
+                        "note: no cluster reachable ({}): offline checks only",
+                        chain(&e)
+                    );
+                    None
+                }
+            },
+            Err(e) => {
+                eprintln!("note: no cluster configured ({e}): offline checks only");
+                None
+            }
+        }
+    };
+    let mut error = false;
+    for (at, plan, doc) in valid {
+        let Some(ctx) = &ctx else {
+            println!("{at}: valid (offline checks)");
+            continue;
+        };
+        let ns = plan.namespace().unwrap_or_else(|| ctx.namespace.clone());
+        let api: Api<ReleasePlan> = Api::namespaced(ctx.client.clone(), &ns);
+        let mut params = PatchParams::apply("kubectl-releaseplan-lint")
+            .dry_run()
+            .force();
+        params.field_validation = Some(kube::api::ValidationDirective::Strict);
+        // The document as written: the server sees exactly the file.
+        match api
+            .patch(&plan.name_any(), &params, &Patch::Apply(&doc))
+            .await
+        {
+            Ok(_) => {
+                println!(
+                    "{at}: valid (offline checks and a server-side dry run in namespace {ns})"
+                );
+            }
+            Err(kube::Error::Api(s)) if matches!(s.code, 400 | 422) => {
+                invalid += 1;
+                println!(
+                    "{at}: refused by the API server's dry run ({} {})",
+                    s.code, s.reason
+                );
+                println!("  {}", s.message);
+            }
+            Err(e) => {
+                error = true;
+                eprintln!(
+                    "error: {at}: {}",
+                    ctx.error(&format!("dry-run releaseplan {ns}/{}", plan.name_any()), e)
+                );
+            }
+        }
+    }
+    Ok(if invalid > 0 {
+        LINT_INVALID
+    } else if error {
+        EXIT_ERROR
+    } else {
+        0
+    })
+}
+
+/// Exit code of `lint` when a plan is invalid.
+pub const LINT_INVALID: i32 = 2;
 
 #[cfg(test)]
 mod tests {

@@ -1,12 +1,22 @@
 //! Plugin requests (promote, abort, retry, pause, resume): the annotation value
-//! and the metadata-only patch. The annotation's format (`<action>/<id>`) and
+//! and the metadata-only patch, and [`send`], the one request of the verbs and
+//! of the dashboard's buttons. The annotation's format (`<action>/<id>`) and
 //! whether a request applies are the core's (`plan::request`), shared with
 //! the operator.
 
+use super::complete;
+use super::connect::Ctx;
+use super::error::CliError;
+use super::text::summary;
+use crate::api::time::parse_duration;
 use crate::api::{ANNOTATION_REQUEST, ReleasePlan};
 use crate::plan::{Action, Request};
 use chrono::{DateTime, Utc};
+use clap::Args;
+use clap_complete::ArgValueCompleter;
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
+use std::time::Duration;
 
 /// The annotation value of a request: `<action>/<id>`, where the id is the UTC
 /// time to the millisecond plus a nonce, e.g. `promote/20250102T090000.123Z-3f2a`.
@@ -44,6 +54,103 @@ pub fn no_op_note(action: Action, plan: &ReleasePlan) -> Option<&'static str> {
         Action::Resume if !requested => Some("no pause request to lift"),
         _ => None,
     }
+}
+
+/// Arguments of the request commands.
+#[derive(Args, Debug)]
+pub struct RequestArgs {
+    /// Name of the ReleasePlan.
+    #[arg(add = ArgValueCompleter::new(complete::plan_names))]
+    pub name: String,
+    /// How long to wait for the operator to acknowledge the request.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub ack_timeout: Duration,
+}
+
+/// A request sent by [`send`].
+pub struct Sent {
+    /// The annotation value; the operator acknowledges exactly this value.
+    pub value: String,
+    /// The plan before the request.
+    pub before: ReleasePlan,
+    /// Why the operator will ignore it, when it does not apply now.
+    pub ignored: Option<String>,
+}
+
+/// Sends a request (promote, abort...) to the operator: the metadata-only
+/// patch of the request annotation, the one request of the plugin's verbs
+/// and of the dashboard's buttons. Warns on stderr when the operator will
+/// ignore it or when it changes nothing; does not wait for the operator.
+pub async fn send(ctx: &Ctx, name: &str, action: Action) -> Result<Sent, CliError> {
+    let before = ctx.plan(name).await?;
+    let ignored = action
+        .applies_in(&before.status.clone().unwrap_or_default())
+        .err()
+        .map(|why| why.to_string());
+    if let Some(why) = &ignored {
+        eprintln!("warning: {why}; sending it anyway, the operator will ignore it");
+    }
+    if let Some(note) = no_op_note(action, &before) {
+        eprintln!("note: {note}");
+    }
+    let value = request_value(action, Utc::now(), nonce());
+    ctx.plans()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(request_patch(&value)),
+        )
+        .await
+        .map_err(|e| ctx.error(&format!("annotate releaseplan {name}"), e))?;
+    Ok(Sent {
+        value,
+        before,
+        ignored,
+    })
+}
+
+/// The request commands: sends the request, then waits for the operator to
+/// acknowledge it and prints where the plan stood before and stands now.
+pub(super) async fn run(ctx: &Ctx, args: &RequestArgs, action: Action) -> Result<i32, CliError> {
+    let name = args.name.as_str();
+    let Sent {
+        value,
+        before,
+        ignored,
+    } = send(ctx, name, action).await?;
+    println!("requested {value} on releaseplan {}/{name}", ctx.namespace);
+
+    let deadline = tokio::time::Instant::now() + args.ack_timeout;
+    let after = loop {
+        let plan = ctx.plan(name).await?;
+        let acked = plan
+            .status
+            .as_ref()
+            .and_then(|s| s.acknowledged_request.as_deref())
+            == Some(value.as_str());
+        if acked {
+            break plan;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(CliError::NotAcknowledged {
+                value,
+                seconds: args.ack_timeout.as_secs(),
+                namespace: ctx.namespace.clone(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    if let Some(why) = ignored {
+        println!("now:    {}", summary(&after));
+        return Err(CliError::Ignored(why));
+    }
+    println!("acknowledged by the operator");
+    println!("before: {}", summary(&before));
+    println!("now:    {}", summary(&after));
+    if let Some(m) = after.status.as_ref().and_then(|s| s.message.as_deref()) {
+        println!("        {m}");
+    }
+    Ok(0)
 }
 
 #[cfg(test)]

@@ -8,55 +8,14 @@
 //! the restored spec is the same revision, and the operator scales its kept
 //! Deployment back up (or recreates it) instead of making a new one.
 
+use super::connect::Ctx;
+use super::error::{CliError, UndoError};
 use crate::api::cached::CachedRevision;
-use crate::api::{HistoryEntry, Outcome, ReleasePlan};
-use crate::controller::controller_revision::{self, StoredError};
+use crate::api::{HistoryEntry, LABEL_PLAN, Outcome, ReleasePlan};
+use crate::controller::controller_revision;
 use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Map, Value, json};
-
-/// Why no undo patch can be built.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum UndoError {
-    /// The plan has no finished rollout.
-    #[error("releaseplan {0} has no rollout history yet: nothing to undo")]
-    NoHistory(String),
-    /// `--to-revision N` names no history entry.
-    #[error("no history entry number {0}; the history holds {1}")]
-    NoEntry(i64, String),
-    /// No `Promoted` entry other than the current revision.
-    #[error(
-        "no earlier promoted revision in the history (current revision {0}); pick one with --to-revision"
-    )]
-    NoEarlierPromoted(String),
-    /// The chosen entry is the revision the spec already asks for.
-    #[error("history entry {0} is revision {1}, which is already the current revision")]
-    AlreadyCurrent(i64, String),
-    /// The entry lists no component hashes.
-    #[error("history entry {0} records no component templates")]
-    NoComponents(i64),
-    /// A `name=hash` item of the entry cannot be read.
-    #[error("history entry {0} has a malformed component {1:?} (expected name=hash)")]
-    Malformed(i64, String),
-    /// No ControllerRevision stores the template of a component revision.
-    #[error(
-        "component {component} at template {hash} has no stored template (its ControllerRevision is gone: pruned beyond revisionHistoryLimit, now {limit}, or rolled out before the operator stored templates): revision {revision} cannot be rebuilt from the cluster; take its templates from your git history"
-    )]
-    NotStored {
-        /// Component name.
-        component: String,
-        /// Its template hash at that revision.
-        hash: String,
-        /// Plan revision of the entry.
-        revision: String,
-        /// The plan's revision history limit.
-        limit: usize,
-    },
-    /// A ControllerRevision holds something else than the revision's template.
-    #[error(
-        "{0}: revision cannot be rebuilt from the cluster; take its templates from your git history"
-    )]
-    Unusable(StoredError),
-}
 
 /// A ready undo: the entry restored and the merge patch to apply.
 #[derive(Debug, Clone, PartialEq)]
@@ -191,12 +150,76 @@ pub fn build_undo(
     })
 }
 
+/// The ControllerRevisions storing the plan's revision templates.
+pub async fn stored_templates(ctx: &Ctx, name: &str) -> Result<Vec<CachedRevision>, CliError> {
+    let api: Api<CachedRevision> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    Ok(api
+        .list(&ListParams::default().labels(&format!("{LABEL_PLAN}={name}")))
+        .await
+        .map_err(|e| {
+            ctx.error(
+                &format!("list the stored templates (ControllerRevisions) of {name}"),
+                e,
+            )
+        })?
+        .items)
+}
+
+/// `undo`: prints the patch back to an earlier revision, or with `apply`
+/// patches the spec with it.
+pub(super) async fn run(
+    ctx: &Ctx,
+    name: &str,
+    to_revision: Option<i64>,
+    apply: bool,
+) -> Result<i32, CliError> {
+    let plan = ctx.plan(name).await?;
+    let stored = stored_templates(ctx, name).await?;
+    let built = build_undo(&plan, &stored, to_revision)?;
+    let entry = &built.entry;
+    eprintln!(
+        "undo of releaseplan {}/{name} to history entry {} (revision {}, {})",
+        ctx.namespace, entry.number, entry.revision, entry.outcome
+    );
+    for note in &built.notes {
+        eprintln!("note: {note}");
+    }
+    if !apply {
+        let text = serde_json::to_string_pretty(&built.patch).unwrap_or_default();
+        println!("{text}");
+        eprintln!(
+            "this JSON merge patch replaces spec.components; put it in git (GitOps), or apply it with\n  kubectl patch releaseplan {name} -n {} --type merge --patch-file <file>\nor rerun with --apply",
+            ctx.namespace
+        );
+        return Ok(0);
+    }
+    let patched = ctx
+        .plans()
+        .patch(name, &PatchParams::default(), &Patch::Merge(&built.patch))
+        .await
+        .map_err(|e| ctx.error(&format!("patch the spec of releaseplan {name}"), e))?;
+    println!(
+        "spec.components of releaseplan {}/{name} set to revision {} (generation {}); the operator rolls it out",
+        ctx.namespace,
+        entry.revision,
+        patched.metadata.generation.unwrap_or(0)
+    );
+    println!(
+        "follow it with: kubectl releaseplan wait {name} -n {}",
+        ctx.namespace
+    );
+    eprintln!(
+        "note: the spec was edited in the cluster; a GitOps tool that owns this plan will revert it unless git changes too"
+    );
+    Ok(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::revision::template_hash;
     use crate::cli::fixtures::plan_json;
-    use crate::controller::controller_revision::Write;
+    use crate::controller::controller_revision::{StoredError, Write};
     use k8s_openapi::api::core::v1::PodTemplateSpec;
 
     /// The ControllerRevision the operator writes for a component revision.

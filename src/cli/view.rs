@@ -1,4 +1,5 @@
-//! Machine-readable output (`-o json|yaml`) and the `list` table.
+//! Machine-readable output (`-o json|yaml`): the documents of `get`, `list`,
+//! `history` and `wait`, which the dashboard shows too.
 //!
 //! Scripts get their own versioned shapes (`apiVersion:
 //! plugin.releaseplan.io/v1`) instead of the raw ReleasePlan: the fields a
@@ -7,6 +8,7 @@
 //! the CRD's status evolves. Field names are camelCase; absent values are
 //! `null`, never missing, so `jq .failure.gate` works on every plan.
 
+use super::text::{step_count, step_text};
 use crate::api::{HistoryEntry, ReleasePlan};
 use crate::plan::revision_of;
 use chrono::{DateTime, Utc};
@@ -250,8 +252,8 @@ pub fn plan_view(plan: &ReleasePlan, deployments: Option<&[Deployment]>) -> Plan
         phase: s.phase.to_string(),
         step: StepView {
             index: s.current_step,
-            total: super::render::step_count(plan).unwrap_or(0),
-            text: super::render::step_text(plan),
+            total: step_count(plan).unwrap_or(0),
+            text: step_text(plan),
         },
         weight: s.weight,
         stable_revision: s.stable_revision.clone(),
@@ -366,65 +368,11 @@ pub struct WaitResult {
     pub plan: PlanView,
 }
 
-/// The `result` word of an exit code of `wait`.
-pub fn wait_result_word(code: i32) -> &'static str {
-    match code {
-        super::wait::EXIT_STABLE => "Stable",
-        super::wait::EXIT_ROLLED_BACK => "RolledBack",
-        super::wait::EXIT_STALLED => "Stalled",
-        super::wait::EXIT_TIMEOUT => "TimedOut",
-        _ => "Error",
-    }
-}
-
-/// The header of the `list` table (with `NAMESPACE` first for `-A`).
-pub fn list_header(all: bool) -> Vec<String> {
-    let mut h = vec![
-        "NAME", "PHASE", "STEP", "WEIGHT", "STABLE", "CURRENT", "AGE", "FAILED",
-    ];
-    if all {
-        h.insert(0, "NAMESPACE");
-    }
-    h.into_iter().map(str::to_string).collect()
-}
-
-/// One row of the `list` table. `FAILED` names the failing gate and reason of a
-/// plan that is not `Stable` (`-` otherwise): a rolled-back or halted plan
-/// says why at a glance.
-pub fn list_row(plan: &ReleasePlan, all: bool, now: DateTime<Utc>) -> Vec<String> {
-    let s = plan.status.clone().unwrap_or_default();
-    let dash = || "-".to_string();
-    let failed = match &s.failure {
-        Some(f) if s.phase != crate::api::Phase::Stable => format!("{} ({})", f.gate, f.reason),
-        _ => dash(),
-    };
-    let age = plan
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map_or_else(dash, |t| {
-            super::render::human_duration(now - crate::api::time::from_k8s(t))
-        });
-    let mut row = vec![
-        plan.name_any(),
-        s.phase.to_string(),
-        super::render::step_text(plan),
-        format!("{}%", s.weight),
-        s.stable_revision.clone().unwrap_or_else(dash),
-        s.current_revision.clone().unwrap_or_else(dash),
-        age,
-        failed,
-    ];
-    if all {
-        row.insert(0, plan.namespace().unwrap_or_default());
-    }
-    row
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::fixtures::{deployment, plan, plan_json};
+    use crate::cli::fixtures::{deployment, plan};
+    use crate::cli::text::summary;
     use serde_json::json;
 
     #[test]
@@ -457,6 +405,22 @@ mod tests {
     }
 
     #[test]
+    fn a_blue_green_plan_counts_the_one_step_the_core_runs() {
+        // The core runs blue-green as one step (the preview, held until
+        // promoted); `spec.strategy.steps` is empty.
+        let mut v = crate::cli::fixtures::plan_json();
+        v["spec"]["strategy"] = serde_json::json!({"blueGreen": {}});
+        v["status"]["currentStep"] = serde_json::json!(0);
+        let mut p: ReleasePlan = serde_json::from_value(v).unwrap();
+        assert_eq!(step_text(&p), "step 1/1");
+        assert!(summary(&p).contains("step 1/1"), "{}", summary(&p));
+        let view = plan_view(&p, None);
+        assert_eq!((view.step.index, view.step.total), (0, 1));
+        p.status.as_mut().unwrap().current_step = 1;
+        assert_eq!(step_text(&p), "steps 1/1 done");
+    }
+
+    #[test]
     fn history_view_has_the_entries_and_the_rollout_in_progress() {
         let v = serde_json::to_value(history_view(&plan())).unwrap();
         assert_eq!(v["items"][0]["number"], 1);
@@ -465,33 +429,6 @@ mod tests {
             v["inProgress"],
             json!({"number": 2, "revision": "tn5wd9cz2h", "phase": "RollingOut", "startedAt": "2025-01-02T09:00:00Z"})
         );
-    }
-
-    #[test]
-    fn list_rows_name_the_failing_gate() {
-        let mut j = plan_json();
-        j["metadata"]["creationTimestamp"] = json!("2025-01-02T08:00:00Z");
-        j["status"]["phase"] = json!("RolledBack");
-        j["status"]["failure"] = json!({"revision": "tn5wd9cz2h", "gate": "error-rate",
-            "reason": "ThresholdExceeded", "message": "0.2 > 0.05"});
-        let p: ReleasePlan = serde_json::from_value(j).unwrap();
-        let now = "2025-01-02T09:30:00Z".parse().unwrap();
-        assert_eq!(
-            list_row(&p, true, now),
-            [
-                "prod",
-                "shop",
-                "RolledBack",
-                "step 2/4",
-                "25%",
-                "x8r2kq7b4m",
-                "tn5wd9cz2h",
-                "1h30m0s",
-                "error-rate (ThresholdExceeded)"
-            ]
-        );
-        assert_eq!(list_row(&plan(), false, now)[7], "-");
-        assert_eq!(list_header(true)[0], "NAMESPACE");
     }
 
     #[test]

@@ -1,10 +1,19 @@
-//! The pure decision of `kubectl releaseplan wait`: has the current generation
-//! of a plan settled, and how?
+//! `kubectl releaseplan wait`: the pure decision (has the current generation
+//! of a plan settled, and how?), its exit codes, and the wait itself, which
+//! `set image --wait` and `restart --wait` run too.
 
+use super::connect::Ctx;
+use super::error::CliError;
+use super::text::{progress_line, stamp};
+use super::view::{self, Format};
+use crate::api::time::parse_duration;
 use crate::api::{ANNOTATION_REQUEST, Phase, ReleasePlan};
 use crate::plan::conditions::STALLED;
 use crate::plan::reasons::ConditionReason;
+use clap::Args;
+use futures::StreamExt;
 use kube::ResourceExt;
+use std::time::Duration;
 
 /// Exit code: the current generation is `Stable`.
 pub const EXIT_STABLE: i32 = 0;
@@ -74,6 +83,115 @@ pub fn decide(plan: &ReleasePlan) -> Decision {
         ));
     }
     Decision::Waiting(format!("{}: {message}", status.phase))
+}
+
+/// The `result` word of an exit code of `wait`.
+pub fn wait_result_word(code: i32) -> &'static str {
+    match code {
+        EXIT_STABLE => "Stable",
+        EXIT_ROLLED_BACK => "RolledBack",
+        EXIT_STALLED => "Stalled",
+        EXIT_TIMEOUT => "TimedOut",
+        _ => "Error",
+    }
+}
+
+/// `--wait` and its options, for the commands that change the spec.
+#[derive(Args, Debug, Clone)]
+pub struct WaitArgs {
+    /// Then wait for the new generation to settle, as `wait` does, with its exit codes.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: give up after this long (exit 4).
+    #[arg(long, default_value = "10m", value_parser = parse_duration, requires = "wait")]
+    pub timeout: Duration,
+    /// With --wait: print one result document at the end, as `wait -o` does.
+    #[arg(short, long, value_enum, requires = "wait")]
+    pub output: Option<Format>,
+}
+
+/// Waits for the current generation of `name` to settle. Without `output` the
+/// log lines go to stdout (for CI logs); with it they go to stderr and stdout
+/// gets one [`WaitResult`](view::WaitResult) document.
+pub(super) async fn wait_for(
+    ctx: &Ctx,
+    name: &str,
+    timeout: Duration,
+    output: Option<Format>,
+) -> Result<i32, CliError> {
+    let log = |line: String| {
+        if output.is_some() {
+            eprintln!("{}  {line}", stamp());
+        } else {
+            println!("{}  {line}", stamp());
+        }
+    };
+    let plan = ctx.plan(name).await?;
+    let ns = ctx.namespace.clone();
+    log(format!(
+        "waiting up to {}s for releaseplan {ns}/{name} generation {} to settle",
+        timeout.as_secs(),
+        plan.metadata.generation.unwrap_or(0)
+    ));
+    let mut last_line = String::new();
+    let mut last_plan = plan.clone();
+    let mut report = |plan: &ReleasePlan| -> Option<(i32, String)> {
+        let line = progress_line(plan);
+        if line != last_line {
+            log(line.clone());
+            last_line = line;
+        }
+        last_plan = plan.clone();
+        match decide(plan) {
+            Decision::Done(code, why) => {
+                log(format!("done (exit {code}): {why}"));
+                Some((code, why))
+            }
+            Decision::Waiting(_) => None,
+        }
+    };
+    let settled = if let Some(done) = report(&plan) {
+        Some(done)
+    } else {
+        let watching = async {
+            let changes = ctx.plan_changes(name);
+            futures::pin_mut!(changes);
+            while let Some(change) = changes.next().await {
+                match change {
+                    Some(plan) => {
+                        if let Some(done) = report(&plan) {
+                            return Ok(done);
+                        }
+                    }
+                    None => return Err(CliError::Deleted(name.to_string())),
+                }
+            }
+            Err(CliError::Deleted(name.to_string()))
+        };
+        match tokio::time::timeout(timeout, watching).await {
+            Ok(r) => Some(r?),
+            Err(_) => None,
+        }
+    };
+    let (code, reason) = settled.unwrap_or_else(|| {
+        log(format!(
+            "timed out after {}s (exit {EXIT_TIMEOUT}): {last_line}",
+            timeout.as_secs()
+        ));
+        (EXIT_TIMEOUT, format!("timed out: {last_line}"))
+    });
+    if let Some(f) = output {
+        let doc = view::WaitResult {
+            api_version: view::API_VERSION,
+            kind: "WaitResult",
+            exit_code: code,
+            result: wait_result_word(code),
+            reason,
+            plan: view::plan_view(&last_plan, None),
+        };
+        print!("{}", view::to_text(&doc, f, false));
+    }
+    Ok(code)
 }
 
 #[cfg(test)]

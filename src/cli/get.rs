@@ -1,92 +1,20 @@
-//! Pure text rendering for the plugin: the `get` tree, the `history` table and
-//! the one-line progress summary of `wait` and the request commands.
+//! `kubectl releaseplan get`: a plan drawn as a tree (the plan line, its
+//! components with their revision Deployments, the gates and the
+//! conditions), or its `-o` document, once or on every change.
 
+use super::connect::Ctx;
+use super::error::CliError;
+use super::text::{columns, step_text, traffic_text};
+use super::view::{self, Format, images};
 use crate::api::{ReleasePlan, ReleasePlanStatus};
-use crate::plan::steps::strategy_steps;
 use crate::plan::{RevisionObs, revision_of};
-use chrono::{DateTime, Utc};
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-
-/// How many steps the operator runs for the plan: the core's parsed steps
-/// (a blue-green plan runs one); `None` when they cannot be run.
-pub fn step_count(plan: &ReleasePlan) -> Option<usize> {
-    strategy_steps(&plan.spec.strategy).ok().map(|s| s.len())
-}
-
-/// Where the rollout stands among the steps the operator runs
-/// ([`step_count`]): `step 2/4`, `steps 4/4 done` (the implicit final step to
-/// 100%, or settled), `no steps`, or `invalid steps` when the spec's steps
-/// cannot be run (the Stalled condition says why). `currentStep` is the index
-/// of the step being run, and equals the number of steps during the implicit
-/// final step to 100%.
-pub fn step_text(plan: &ReleasePlan) -> String {
-    let Some(n) = step_count(plan) else {
-        return "invalid steps".into();
-    };
-    let step = plan
-        .status
-        .as_ref()
-        .map_or(0, |s| usize::try_from(s.current_step).unwrap_or(0));
-    if n == 0 {
-        "no steps".into()
-    } else if step < n {
-        format!("step {}/{n}", step + 1)
-    } else {
-        format!("steps {n}/{n} done")
-    }
-}
-
-/// `, traffic 10%` when a router splits the plan's requests, else nothing:
-/// the request share is shown beside the step's weight, never instead of it.
-pub fn traffic_text(s: &crate::api::ReleasePlanStatus) -> String {
-    s.traffic_weight
-        .map(|t| format!(", traffic {t}%"))
-        .unwrap_or_default()
-}
-
-/// `RollingOut, step 2/4, weight 50%`: where a plan stands, for before/after lines.
-pub fn summary(plan: &ReleasePlan) -> String {
-    let s = plan.status.clone().unwrap_or_default();
-    let mut out = format!(
-        "{}, {}, weight {}%{}",
-        s.phase,
-        step_text(plan),
-        s.weight,
-        traffic_text(&s)
-    );
-    if s.pause_requested {
-        out.push_str(", pause requested");
-    }
-    out
-}
-
-/// One progress line of `wait` (without the timestamp): phase, step, weight and
-/// the operator's message.
-pub fn progress_line(plan: &ReleasePlan) -> String {
-    let s = plan.status.clone().unwrap_or_default();
-    let mut line = format!(
-        "{:<18} {:<15} weight {:>3}%{}",
-        s.phase.as_str(),
-        step_text(plan),
-        s.weight,
-        traffic_text(&s)
-    );
-    let generation = plan.metadata.generation;
-    if s.observed_generation != generation {
-        let _ = write!(
-            line,
-            "  (generation {} not observed yet)",
-            generation.unwrap_or(0)
-        );
-    }
-    if let Some(m) = s.message.as_deref().filter(|m| !m.is_empty()) {
-        let _ = write!(line, "  {m}");
-    }
-    line
-}
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
 
 /// A node of a text tree.
 struct Node {
@@ -116,36 +44,6 @@ fn draw(out: &mut String, nodes: &[Node], prefix: &str) {
     }
 }
 
-/// Pads the cells of each column to the widest cell, two spaces apart.
-pub(crate) fn columns(rows: &[Vec<String>]) -> Vec<String> {
-    let width = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..width)
-        .map(|c| {
-            rows.iter()
-                .filter_map(|r| r.get(c))
-                .map(|cell| cell.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    rows.iter()
-        .map(|r| {
-            let mut line = String::new();
-            for (c, cell) in r.iter().enumerate() {
-                if c > 0 {
-                    line.push_str("  ");
-                }
-                let pad = widths[c].saturating_sub(cell.chars().count());
-                line.push_str(cell);
-                if c + 1 < r.len() {
-                    line.push_str(&" ".repeat(pad));
-                }
-            }
-            line
-        })
-        .collect()
-}
-
 /// Facts of one revision Deployment, for the tree: what the operator observes
 /// ([`revision_of`]) and the images.
 struct Rev {
@@ -155,7 +53,7 @@ struct Rev {
 
 fn rev_of(d: &Deployment) -> Option<Rev> {
     let obs = revision_of(d)?;
-    let image = super::view::images(d).join(",");
+    let image = images(d).join(",");
     Some(Rev { obs, image })
 }
 
@@ -369,84 +267,73 @@ pub fn render_tree(plan: &ReleasePlan, deployments: &[Deployment]) -> String {
     out
 }
 
-/// `1h2m3s`, `4m0s`, `12s`.
-pub fn human_duration(d: chrono::Duration) -> String {
-    let secs = d.num_seconds().max(0);
-    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
-    if h > 0 {
-        format!("{h}h{m}m{s}s")
-    } else if m > 0 {
-        format!("{m}m{s}s")
-    } else {
-        format!("{s}s")
+/// `get`: the tree (or the `-o` document) of a plan; with `watch`, redrawn on
+/// every change.
+pub(super) async fn run(
+    ctx: &Ctx,
+    name: &str,
+    watch: bool,
+    output: Option<Format>,
+) -> Result<i32, CliError> {
+    let render = |plan: &ReleasePlan, deployments: &[Deployment]| match output {
+        Some(f) => view::to_text(&view::plan_view(plan, Some(deployments)), f, watch),
+        None => render_tree(plan, deployments),
+    };
+    let plan = ctx.plan(name).await?;
+    let deployments = ctx.deployments(name).await?;
+    let mut last = render(&plan, &deployments);
+    let mut out = std::io::stdout();
+    if !watch {
+        out.write_all(last.as_bytes())?;
+        return Ok(0);
     }
-}
-
-fn time_text(t: Option<DateTime<Utc>>) -> String {
-    t.map_or_else(|| "-".into(), |t| t.format("%Y-%m-%d %H:%M:%S").to_string())
-}
-
-/// The `history` table: finished rollouts oldest first, then the rollout in
-/// progress (if any) as of `now`.
-pub fn render_history(plan: &ReleasePlan, now: DateTime<Utc>) -> String {
-    let status = plan.status.clone().unwrap_or_default();
-    let mut rows = vec![vec![
-        "NUMBER".to_string(),
-        "REVISION".into(),
-        "OUTCOME".into(),
-        "STARTED (UTC)".into(),
-        "FINISHED (UTC)".into(),
-        "DURATION".into(),
-        "REASON".into(),
-    ]];
-    for h in &status.history {
-        let duration = match (h.started_at, h.finished_at) {
-            (Some(a), Some(b)) => human_duration(b - a),
-            _ => "-".into(),
+    let tty = out.is_terminal() && output.is_none();
+    let yaml = output == Some(Format::Yaml);
+    let draw = |out: &mut std::io::Stdout, text: &str| -> std::io::Result<()> {
+        if tty {
+            // Home the cursor and clear the screen, then draw.
+            write!(out, "\x1b[H\x1b[2J{text}")?;
+        } else if yaml {
+            write!(out, "---\n{text}")?;
+        } else if output.is_some() {
+            write!(out, "{text}")?;
+        } else {
+            writeln!(out, "{text}")?;
+        }
+        out.flush()
+    };
+    draw(&mut out, &last)?;
+    let changes = ctx.plan_changes(name);
+    futures::pin_mut!(changes);
+    // Deployments change without a plan status write now and then: refresh too.
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        let plan = tokio::select! {
+            change = changes.next() => match change {
+                Some(Some(p)) => p,
+                Some(None) => return Err(CliError::Deleted(name.to_string())),
+                None => return Ok(0),
+            },
+            _ = tick.tick() => match ctx.plan(name).await {
+                Ok(p) => p,
+                Err(CliError::NotFound { .. }) => return Err(CliError::Deleted(name.to_string())),
+                Err(_) => continue,
+            },
         };
-        rows.push(vec![
-            h.number.to_string(),
-            h.revision.clone(),
-            h.outcome.to_string(),
-            time_text(h.started_at),
-            time_text(h.finished_at),
-            duration,
-            h.reason.clone().unwrap_or_default(),
-        ]);
+        let Ok(deployments) = ctx.deployments(name).await else {
+            continue;
+        };
+        let text = render(&plan, &deployments);
+        if text != last {
+            draw(&mut out, &text)?;
+            last = text;
+        }
     }
-    if status.phase.is_active()
-        && let Some(rev) = &status.current_revision
-    {
-        rows.push(vec![
-            status.rollout_count.to_string(),
-            rev.clone(),
-            format!("({})", status.phase),
-            time_text(status.rollout_started_at),
-            "-".into(),
-            status
-                .rollout_started_at
-                .map_or_else(|| "-".into(), |t| human_duration(now - t)),
-            "in progress".into(),
-        ]);
-    }
-    if rows.len() == 1 {
-        return format!(
-            "releaseplan {} has no finished rollouts yet ({})\n",
-            plan.name_any(),
-            status.phase
-        );
-    }
-    let mut out = String::new();
-    for line in columns(&rows) {
-        let _ = writeln!(out, "{line}");
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Phase;
     use crate::cli::fixtures::{deployment, plan, plan_json};
     use serde_json::json;
 
@@ -550,104 +437,5 @@ ReleasePlan prod/shop  RollingOut  step 2/4  weight 25%
             1,
             "{text}"
         );
-    }
-
-    #[test]
-    fn step_text_cases() {
-        let mut p = plan();
-        assert_eq!(step_text(&p), "step 2/4");
-        p.status.as_mut().unwrap().current_step = 4;
-        assert_eq!(step_text(&p), "steps 4/4 done");
-        p.spec.strategy.steps.clear();
-        assert_eq!(step_text(&p), "no steps");
-        // Steps the operator refuses to run are not counted as none.
-        p.spec.strategy.steps =
-            serde_json::from_value(json!([{"setWeight": 50}, {"setWeight": 20}])).unwrap();
-        assert_eq!(step_text(&p), "invalid steps");
-        assert_eq!(step_count(&p), None);
-    }
-
-    #[test]
-    fn a_blue_green_plan_counts_the_one_step_the_core_runs() {
-        // The core runs blue-green as one step (the preview, held until
-        // promoted); `spec.strategy.steps` is empty.
-        let mut v = crate::cli::fixtures::plan_json();
-        v["spec"]["strategy"] = serde_json::json!({"blueGreen": {}});
-        v["status"]["currentStep"] = serde_json::json!(0);
-        let mut p: ReleasePlan = serde_json::from_value(v).unwrap();
-        assert_eq!(step_text(&p), "step 1/1");
-        assert!(summary(&p).contains("step 1/1"), "{}", summary(&p));
-        let view = crate::cli::view::plan_view(&p, None);
-        assert_eq!((view.step.index, view.step.total), (0, 1));
-        p.status.as_mut().unwrap().current_step = 1;
-        assert_eq!(step_text(&p), "steps 1/1 done");
-    }
-
-    #[test]
-    fn traffic_share_shows_beside_the_weight() {
-        let mut p = plan();
-        let s = p.status.as_mut().unwrap();
-        s.traffic_weight = Some(10);
-        assert!(
-            summary(&p).contains("weight 25%, traffic 10%"),
-            "{}",
-            summary(&p)
-        );
-        assert!(progress_line(&p).contains("weight  25%, traffic 10%"));
-    }
-
-    #[test]
-    fn progress_line_has_phase_step_weight_message() {
-        let mut p = plan();
-        let line = progress_line(&p);
-        assert!(
-            line.starts_with("RollingOut         step 2/4        weight  25%"),
-            "{line}"
-        );
-        assert!(line.ends_with("waiting for promotion"), "{line}");
-        p.metadata.generation = Some(4);
-        assert!(progress_line(&p).contains("(generation 4 not observed yet)"));
-        assert_eq!(summary(&p), "RollingOut, step 2/4, weight 25%");
-    }
-
-    #[test]
-    fn history_table() {
-        let now: DateTime<Utc> = "2025-01-02T09:01:30Z".parse().unwrap();
-        let text = render_history(&plan(), now);
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 3, "{text}");
-        assert!(
-            lines[0].starts_with("NUMBER  REVISION    OUTCOME"),
-            "{text}"
-        );
-        assert!(lines[1].contains("x8r2kq7b4m  Promoted"), "{text}");
-        assert!(
-            lines[1].contains("2025-01-01 10:00:00  2025-01-01 10:02:13  2m13s"),
-            "{text}"
-        );
-        assert!(lines[1].ends_with("all steps passed"), "{text}");
-        assert!(
-            lines[2].starts_with("2       tn5wd9cz2h  (RollingOut)"),
-            "{text}"
-        );
-        assert!(lines[2].contains("1m30s"), "{text}");
-        assert!(lines[2].ends_with("in progress"), "{text}");
-
-        let mut empty = plan();
-        let s = empty.status.as_mut().unwrap();
-        s.history.clear();
-        s.phase = Phase::Pending;
-        assert_eq!(
-            render_history(&empty, now),
-            "releaseplan shop has no finished rollouts yet (Pending)\n"
-        );
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(human_duration(chrono::Duration::seconds(12)), "12s");
-        assert_eq!(human_duration(chrono::Duration::seconds(240)), "4m0s");
-        assert_eq!(human_duration(chrono::Duration::seconds(3723)), "1h2m3s");
-        assert_eq!(human_duration(chrono::Duration::seconds(-5)), "0s");
     }
 }
