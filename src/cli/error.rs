@@ -2,7 +2,7 @@
 //! errors of the pure parts it wraps ([`UndoError`], [`EditError`]), each
 //! with a message that says what to do.
 
-use crate::controller::controller_revision::StoredError;
+use crate::objects::controller_revision::StoredError;
 
 /// Errors of the plugin, each with a message that says what to do.
 #[derive(Debug, thiserror::Error)]

@@ -253,6 +253,30 @@ pub fn check_document(doc: &Value) -> Verdict {
     }
 }
 
+/// What a valid plan should still change, printed under its verdict without
+/// failing it: gates written in the deprecated per-kind lists.
+pub fn notes(plan: &ReleasePlan) -> Vec<String> {
+    let h = &plan.spec.health;
+    let lists: Vec<&str> = [
+        ("prometheus", h.prometheus.is_empty()),
+        ("webhooks", h.webhooks.is_empty()),
+        ("jobs", h.jobs.is_empty()),
+        ("templates", h.templates.is_empty()),
+    ]
+    .into_iter()
+    .filter(|(_, empty)| !empty)
+    .map(|(list, _)| list)
+    .collect();
+    if lists.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "note: spec.health.{} {} deprecated: write these gates in spec.health.gates (each list is still read; docs/api.md, \"Deprecated lists\")",
+        lists.join(", spec.health."),
+        if lists.len() == 1 { "is" } else { "are" }
+    )]
+}
+
 /// Reads the documents of a plan file (`-`: stdin), YAML or JSON.
 fn read_documents(path: &std::path::Path) -> Result<Vec<serde_json::Value>, CliError> {
     use serde::Deserialize as _;
@@ -275,6 +299,27 @@ fn read_documents(path: &std::path::Path) -> Result<Vec<serde_json::Value>, CliE
         }
     }
     Ok(docs)
+}
+
+/// The cluster of the kubeconfig, when it answers; else a note on stderr
+/// and `None` (offline checks only).
+async fn reachable(global: &Global) -> Option<Ctx> {
+    match Ctx::connect(global).await {
+        Ok(ctx) => match ctx.client.apiserver_version().await {
+            Ok(_) => Some(ctx),
+            Err(e) => {
+                eprintln!(
+                    "note: no cluster reachable ({}): offline checks only",
+                    chain(&e)
+                );
+                None
+            }
+        },
+        Err(e) => {
+            eprintln!("note: no cluster configured ({e}): offline checks only");
+            None
+        }
+    }
 }
 
 /// `lint`: the offline checks of [`check_document`] on every document,
@@ -316,27 +361,16 @@ pub(super) async fn run(
     let ctx = if offline {
         None
     } else {
-        match Ctx::connect(global).await {
-            Ok(ctx) => match ctx.client.apiserver_version().await {
-                Ok(_) => Some(ctx),
-                Err(e) => {
-                    eprintln!(
-                        "note: no cluster reachable ({}): offline checks only",
-                        chain(&e)
-                    );
-                    None
-                }
-            },
-            Err(e) => {
-                eprintln!("note: no cluster configured ({e}): offline checks only");
-                None
-            }
-        }
+        reachable(global).await
     };
     let mut error = false;
     for (at, plan, doc) in valid {
+        let notes = notes(&plan);
         let Some(ctx) = &ctx else {
             println!("{at}: valid (offline checks)");
+            for n in &notes {
+                println!("  {n}");
+            }
             continue;
         };
         let ns = plan.namespace().unwrap_or_else(|| ctx.namespace.clone());
@@ -354,6 +388,9 @@ pub(super) async fn run(
                 println!(
                     "{at}: valid (offline checks and a server-side dry run in namespace {ns})"
                 );
+                for n in &notes {
+                    println!("  {n}");
+                }
             }
             Err(kube::Error::Api(s)) if matches!(s.code, 400 | 422) => {
                 invalid += 1;
@@ -403,6 +440,34 @@ mod tests {
             Verdict::Invalid(p) => p.iter().map(ToString::to_string).collect(),
             other => panic!("expected invalid, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn deprecated_gate_lists_get_a_note_and_gates_none() {
+        let hook = json!({"name": "smoke", "url": "http://h/ok"});
+        let valid = |health: Value| {
+            let mut spec = json!({"components": [web()]});
+            spec["health"] = health;
+            match check_document(&doc(spec)) {
+                Verdict::Valid(plan) => notes(&plan),
+                other => panic!("not valid: {other:?}"),
+            }
+        };
+        let old = valid(json!({"webhooks": [hook]}));
+        assert_eq!(old.len(), 1);
+        assert!(
+            old[0].contains("spec.health.webhooks is deprecated")
+                && old[0].contains("spec.health.gates"),
+            "{old:?}"
+        );
+        let two = valid(json!({"webhooks": [hook], "prometheus": [{"name": "p",
+            "address": "http://p:9090", "query": "up", "threshold": "< 1"}]}));
+        assert!(
+            two[0].contains("spec.health.prometheus, spec.health.webhooks are deprecated"),
+            "{two:?}"
+        );
+        let new = valid(json!({"gates": [{"name": "smoke", "webhook": {"url": "http://h/ok"}}]}));
+        assert!(new.is_empty(), "{new:?}");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::connect::Ctx;
 use super::error::{CliError, UndoError};
 use crate::api::cached::CachedRevision;
 use crate::api::{HistoryEntry, LABEL_PLAN, Outcome, ReleasePlan};
-use crate::controller::controller_revision;
+use crate::objects::controller_revision;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Map, Value, json};
@@ -219,7 +219,7 @@ mod tests {
     use super::*;
     use crate::api::revision::template_hash;
     use crate::cli::fixtures::plan_json;
-    use crate::controller::controller_revision::{StoredError, Write};
+    use crate::objects::controller_revision::{StoredError, Write};
     use k8s_openapi::api::core::v1::PodTemplateSpec;
 
     /// The ControllerRevision the operator writes for a component revision.
