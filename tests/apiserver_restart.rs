@@ -1,9 +1,12 @@
 //! kube-apiserver restarts in the middle of a rollout: the operator must not
 //! storm (no conflict loop, no repeated Events), `/healthz` must say the
 //! watches are failing while it is gone, and the rollout must finish within
-//! seconds of its return. This file holds one test on purpose: it stops the
-//! API server that every other test uses, and cargo runs test binaries one at
-//! a time.
+//! seconds of its return.
+//!
+//! A test binary of its own on purpose, outside the one of `tests/it/`: it
+//! stops the API server that every other test uses, so nothing may run beside
+//! it. The test harness runs the tests of a binary in parallel threads, while
+//! cargo runs test binaries one after another; this one holds one test.
 
 // Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
 #![allow(
@@ -13,6 +16,8 @@
     clippy::pedantic
 )]
 
+// The support layer of tests/it, shared (as the benches share it).
+#[path = "it/support/mod.rs"]
 mod support;
 
 use kube::Client;

@@ -1,6 +1,7 @@
-//! The one support layer of the integration tests (`tests/*.rs`, each with
-//! `mod support;`) and the benchmarks (`benches/operator.rs`, through
-//! `#[path]`):
+//! The one support layer of the integration tests (the binary of
+//! `tests/it/`, whose `main.rs` declares it, and `tests/apiserver_restart.rs`)
+//! and the benchmarks (`benches/*.rs`); those others include it through
+//! `#[path]`:
 //!
 //! - [`Harness`]: a client of the local test cluster, a fresh namespace and
 //!   the CRD installed, optionally an operator watching the namespace;
@@ -13,9 +14,10 @@
 //!
 //! The cluster is the one of `make test` (KUBECONFIG); see docs/control-plane.md.
 
-// Every test binary compiles this whole module but uses only part of it, so
-// what one binary leaves unused is not dead: without this allow, each binary
-// would warn about the helpers that only the others call.
+// Every binary that includes it (the tests of tests/it, the API server
+// restart test, each bench) compiles this whole module but uses only part of
+// it, so what one leaves unused is not dead: without this allow, each would
+// warn about the helpers that only the others call.
 #![allow(dead_code)]
 
 pub mod browser;

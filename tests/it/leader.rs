@@ -1,14 +1,6 @@
 //! Leader election between two operator processes on one Lease.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};

@@ -2,15 +2,7 @@
 //! cluster: the gates are webhooks served by the test on 127.0.0.1, which
 //! records every request (path and body) it receives.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use axum::Router;
 use axum::extract::{Path, State};

@@ -1,15 +1,7 @@
 //! The operator against the real local control plane: each test runs its own
 //! operator process on its own namespace.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};

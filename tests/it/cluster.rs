@@ -2,15 +2,7 @@
 //! controllers run Deployments, kwok plays pods (and the failures of
 //! docs/control-plane.md on demand), and the API server enforces CEL rules.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -8,15 +8,7 @@
 //! `. .e2e-run/chart/env`, or `make test`), and helm and kubectl from
 //! `make tools` (on PATH, or in ~/.cache/releaseplan).
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use k8s_openapi::api::authorization::v1::{

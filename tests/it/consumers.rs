@@ -10,15 +10,7 @@
 //! (integrations/argocd/actions) run the same way: discovery on every state,
 //! each action's merge patch applied to a live plan.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
 use kube::Client;

@@ -3,15 +3,7 @@
 //! operator rolling plans out on the local control plane. Screenshots go to
 //! `$CARGO_TARGET_DIR/dashboard-screenshots/` (printed with `--nocapture`).
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use fantoccini::Locator;
 use fantoccini::key::Key;

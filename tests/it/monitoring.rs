@@ -10,15 +10,7 @@
 //! `prometheus` package, which `make test` installs) and the
 //! prometheus-operator CRDs of `make tools` (e2e/build-control-plane.sh).
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use releaseplan::api::Phase;
 use serde_json::{Value, json};

@@ -25,15 +25,7 @@
 //! The test's own client talks to the API server directly: only the
 //! operator's network misbehaves.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use releaseplan::api::Phase;
 use serde_json::{Value, json};

@@ -1,15 +1,7 @@
 //! The `kubectl-releaseplan` binary against the real local control plane, with
 //! the real operator running: each test has its own namespace and operator.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use kube::Client;

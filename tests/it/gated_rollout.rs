@@ -1,15 +1,7 @@
 //! Whole rollouts guarded by gates: a real Prometheus scraping a test exporter
 //! whose error rate per revision the test sets, and a local webhook server.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use axum::Router;
 use axum::extract::State;

@@ -2,15 +2,7 @@
 //! new-revision pods crash-loop, never become ready, or fail to pull their
 //! image; the operator must return every component to the stable revision.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use kube::Client;
 use releaseplan::api::{Phase, ReleasePlan};

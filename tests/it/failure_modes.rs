@@ -11,15 +11,7 @@
 //! | two replicas acting | `tests/leader.rs` `only_the_leader_writes_and_leadership_moves_on_kill_and_term` |
 //! | drift | `tests/controller.rs` `drift_on_an_owned_deployment_is_corrected` |
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use axum::Router;
 use axum::routing::post;

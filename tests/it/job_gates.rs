@@ -3,15 +3,7 @@
 //! after the delay their annotation asks for (e2e/kwok/job-finish.yaml), and
 //! the garbage collector removes them with their plan.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::PostParams;
