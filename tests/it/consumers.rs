@@ -299,7 +299,7 @@ impl Matrix {
     }
 }
 
-const BEGIN: &str = "<!-- consumers matrix: written by tests/consumers.rs (RP_BLESS=1) -->\n";
+const BEGIN: &str = "<!-- consumers matrix: written by tests/it/consumers.rs (RP_BLESS=1) -->\n";
 const END: &str = "<!-- end of consumers matrix -->\n";
 
 /// docs/api.md must show `table` between the markers; `RP_BLESS=1` writes it.
