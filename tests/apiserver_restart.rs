@@ -27,9 +27,7 @@ use std::time::{Duration, Instant};
 use support::fixtures::web;
 use support::operator::{Operator, healthz, sum_metric};
 use support::plans::{create_stable, get, plan_events, set_components, wait_phase};
-use support::{Harness, cluster, wait_until};
-
-const T: Duration = Duration::from_secs(120);
+use support::{Harness, WAIT, cluster, wait_until};
 
 /// Events on the plan with `reason`, counting repeats of a series.
 async fn events(client: &Client, ns: &str, reason: &str) -> i32 {
@@ -60,7 +58,7 @@ async fn an_api_server_restart_mid_rollout_causes_no_storm() {
     )
     .await;
     set_components(&client, &ns, "shop", json!([web("shop:2", 4)])).await;
-    wait_until(T, "the rollout to pass its first step", || async {
+    wait_until(WAIT, "the rollout to pass its first step", || async {
         let s = get(&client, &ns, "shop").await?.status?;
         (s.phase == Phase::RollingOut && s.current_step >= 1).then_some(())
     })

@@ -27,9 +27,7 @@ use support::operator::{Operator, sum_metric};
 use support::plans::{
     condition, create, create_stable, get, plan_events, revisions, set_components, wait_phase,
 };
-use support::{Harness, cluster, crd, plans, wait_until};
-
-const T: Duration = Duration::from_secs(120);
+use support::{Harness, WAIT, cluster, crd, plans, wait_until};
 
 #[tokio::test]
 async fn reconcile_error_forever_is_visible_and_backs_off() {
@@ -54,7 +52,7 @@ async fn reconcile_error_forever_is_visible_and_backs_off() {
 
     // Status says what is wrong, at once, naming the Deployment and the API
     // server's answer; the plan is still trying (Reconciling, not Stalled).
-    let p = wait_until(T, "the refusal in status", || async {
+    let p = wait_until(WAIT, "the refusal in status", || async {
         let p = get(&client, &ns, "shop").await?;
         let (st, reason, msg) = condition(&p, "Reconciling")?;
         (st == "True" && reason == "DeploymentWriteFailed").then_some((p, msg))
@@ -91,7 +89,7 @@ async fn reconcile_error_forever_is_visible_and_backs_off() {
         .delete("no-deployments", &DeleteParams::default())
         .await
         .unwrap();
-    let p = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let p = wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
     assert_eq!(condition(&p, "Ready").unwrap().0, "True");
     assert_eq!(condition(&p, "Reconciling").unwrap().0, "False");
 }
@@ -110,7 +108,7 @@ async fn status_not_updating_a_refused_template_reaches_status() {
         ),
     )
     .await;
-    let (p, msg) = wait_until(T, "the refusal of a new plan in status", || async {
+    let (p, msg) = wait_until(WAIT, "the refusal of a new plan in status", || async {
         let p = get(&client, &ns, "fresh").await?;
         let (st, reason, msg) = condition(&p, "Stalled")?;
         (st == "True" && reason == "DeploymentRefused").then_some((p, msg))
@@ -144,7 +142,7 @@ async fn status_not_updating_a_refused_template_reaches_status() {
         json!([web_with(refused_template(), 2)]),
     )
     .await;
-    let p = wait_until(T, "the refused generation observed", || async {
+    let p = wait_until(WAIT, "the refused generation observed", || async {
         let p = get(&client, &ns, "shop").await?;
         let s = p.status.as_ref()?;
         (s.observed_generation == Some(2)
@@ -196,7 +194,7 @@ async fn duplicate_operations_twenty_requeues_change_nothing() {
             .unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    wait_until(T, "the requeues to be reconciled", || async {
+    wait_until(WAIT, "the requeues to be reconciled", || async {
         (op.counter("releaseplan_reconcile_runs_total").await >= before_runs + 5.0).then_some(())
     })
     .await;
@@ -308,12 +306,12 @@ async fn cr_stuck_terminating_escape_hatch_removes_the_finalizer() {
         )
         .await
         .unwrap();
-    wait_until(T, "the plan to be gone", || async {
+    wait_until(WAIT, "the plan to be gone", || async {
         plans.get_opt("shop").await.ok()?.is_none().then_some(())
     })
     .await;
     // Its Deployments are owned by the plan: the garbage collector removes them.
-    wait_until(T, "the plan's Deployments to be collected", || async {
+    wait_until(WAIT, "the plan's Deployments to be collected", || async {
         revisions(&client, &ns, "shop")
             .await
             .is_empty()
@@ -367,7 +365,7 @@ async fn controller_stuck_hung_gates_never_delay_a_rollback() {
     let patched = Instant::now();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let crash_seen: std::cell::Cell<Option<Instant>> = std::cell::Cell::new(None);
-    let rollback_seen = wait_until(T, "p8's rollback to start", || async {
+    let rollback_seen = wait_until(WAIT, "p8's rollback to start", || async {
         if crash_seen.get().is_none() {
             let list = pods
                 .list(&ListParams::default().labels("releaseplan.io/plan=p8"))
@@ -493,7 +491,7 @@ async fn reconcile_error_forever_when_status_cannot_be_written_is_a_warning_even
         ),
     )
     .await;
-    wait_until(T, "the policy to refuse a status write", || async {
+    wait_until(WAIT, "the policy to refuse a status write", || async {
         let mut p = plans.get("probe").await.ok()?;
         p.metadata.managed_fields = None;
         let mut s = p.status.clone().unwrap_or_default();
@@ -520,7 +518,7 @@ async fn reconcile_error_forever_when_status_cannot_be_written_is_a_warning_even
         ),
     )
     .await;
-    let events = wait_until(T, "a ReconcileError Warning on the plan", || async {
+    let events = wait_until(WAIT, "a ReconcileError Warning on the plan", || async {
         let events = plan_events(&client, &ns, "shop").await;
         events
             .iter()
@@ -557,5 +555,5 @@ async fn reconcile_error_forever_when_status_cannot_be_written_is_a_warning_even
         .await
         .unwrap();
     // Once status can be written again, the plan goes on to Stable.
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
 }

@@ -5,7 +5,7 @@
 //!
 //! - [`Harness`]: a client of the local test cluster, a fresh namespace and
 //!   the CRD installed, optionally an operator watching the namespace;
-//! - [`wait_until`]: the one poller;
+//! - [`wait_until`]: the one poller, and [`WAIT`], the bound of a wait;
 //! - [`operator`]: the one operator launcher ([`operator::Operator::launcher`]);
 //! - [`fixtures`]: templates, components, plans; [`plans`]: the plans on the
 //!   cluster; [`cluster`]: client and namespaces; [`crd`]: the CRD install;
@@ -32,10 +32,26 @@ pub mod tools;
 pub mod traffic;
 mod wait;
 
+use std::time::Duration;
+
 use kube::Client;
 
 use operator::Operator;
 pub use wait::wait_until;
+
+/// The bound of a test's wait for the operator or the cluster to get
+/// somewhere: a phase, a condition, an Event, a Lease holder, a page showing
+/// a change. What is waited for takes seconds; the rest is room for a loaded
+/// machine (2 cores, with other builds and clusters beside the tests). A wait
+/// that ends sooner costs nothing, so one bound serves every such wait.
+pub const WAIT: Duration = Duration::from_secs(120);
+
+/// The bound of a wait through a Job gate: the Job controller creates the
+/// pod, kwok finishes it after the delay its annotation asks for, the Job
+/// is marked, the gate decides. Longer than [`WAIT`], and longer than the
+/// gates' own `timeoutSeconds` (120 s in the tests), so that a Job which
+/// never finishes fails its gate before the test's wait gives up.
+pub const JOB_WAIT: Duration = Duration::from_secs(180);
 
 /// A test's place on the cluster: a client, and a fresh namespace in which
 /// the ReleasePlan CRD is served.
