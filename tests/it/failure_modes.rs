@@ -21,6 +21,8 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use releaseplan::api::{Phase, ReleasePlan, Verdict};
 use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use support::fixtures::{faulty_template, plan, refused_template, template, web_with};
 use support::operator::{Operator, sum_metric};
@@ -66,19 +68,37 @@ async fn reconcile_error_forever_is_visible_and_backs_off() {
     assert_eq!(condition(&p, "Ready").unwrap().0, "False");
     assert_eq!(condition(&p, "Stalled").unwrap().0, "False");
 
-    // Backoff: failures grow slower and slower (1s, 2s, 4s, 8s ...), not every 300ms.
-    tokio::time::sleep(Duration::from_secs(14)).await;
-    let failures = sum_metric(&op.metrics().await, "releaseplan_reconcile_failures_total");
+    // Backoff: failures grow slower and slower (1s, 2s, 4s, 8s ...), not every
+    // 300ms. That failures go on is waited for; that they are few is a
+    // negative check, so it keeps a bounded observation window: 14 s from the
+    // refusal seen in status (about 5 failures with the backoff, dozens
+    // without), ending no sooner than the wait.
+    let window_end = tokio::time::Instant::now() + Duration::from_secs(14);
+    let failures =
+        || async { sum_metric(&op.metrics().await, "releaseplan_reconcile_failures_total") };
+    let refused = || async {
+        plan_events(&client, &ns, "shop")
+            .await
+            .iter()
+            .filter(|e| e.0 == "DeploymentRefused" && e.1 == "Warning")
+            .map(|e| e.3)
+            .sum::<i32>()
+    };
+    wait_until(WAIT, "3 failed reconciles and a Warning", || async {
+        let (n, warnings) = (failures().await, refused().await);
+        (n >= 3.0 && warnings >= 1).then_some(()).ok_or(format!(
+            "{n} failures, {warnings} DeploymentRefused Warnings"
+        ))
+    })
+    .await;
+    tokio::time::sleep_until(window_end).await;
+    let failures = failures().await;
     assert!(
         (3.0..=7.0).contains(&failures),
         "about 5 failures in 15s with exponential backoff, got {failures}"
     );
+    let refused = refused().await;
     let events = plan_events(&client, &ns, "shop").await;
-    let refused: i32 = events
-        .iter()
-        .filter(|e| e.0 == "DeploymentRefused" && e.1 == "Warning")
-        .map(|e| e.3)
-        .sum();
     assert!(
         (1..=8).contains(&refused),
         "a Warning per failed attempt, spaced by the backoff: {events:?}"
@@ -167,8 +187,22 @@ async fn duplicate_operations_twenty_requeues_change_nothing() {
         json!({"components": [web_with(template("shop:1"), 2)]}),
     )
     .await;
-    // Let the last writes of the first release land.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The baseline is taken once the first release's writes have landed: its
+    // last ones are its Events (RolloutStarted, Promoted), and the operator's
+    // count of writes is the same at two polls in a row.
+    let last_writes = std::cell::Cell::new(f64::NAN);
+    wait_until(WAIT, "the first release's writes to land", || async {
+        let writes = op.counter("releaseplan_api_writes_total").await;
+        let steady = writes == last_writes.replace(writes);
+        let events = plan_events(&client, &ns, "shop").await;
+        let published = ["RolloutStarted", "Promoted"]
+            .iter()
+            .all(|r| events.iter().any(|e| e.0 == *r));
+        (steady && published)
+            .then_some(())
+            .ok_or(format!("{writes} writes; Events {events:?}"))
+    })
+    .await;
     let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
     let before_deploys: Vec<String> = deployments
         .list(&ListParams::default())
@@ -198,6 +232,8 @@ async fn duplicate_operations_twenty_requeues_change_nothing() {
         (op.counter("releaseplan_reconcile_runs_total").await >= before_runs + 5.0).then_some(())
     })
     .await;
+    // Nothing changes: a negative check, so a bounded observation window of
+    // 2 s once the requeues were reconciled, for a late write to show.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after_deploys: Vec<String> = deployments
         .list(&ListParams::default())
@@ -290,6 +326,19 @@ async fn cr_stuck_terminating_escape_hatch_removes_the_finalizer() {
         .delete("shop", &DeleteParams::default())
         .await
         .unwrap();
+    // Marked for deletion (waited for), and still there after a bounded
+    // observation window of 2 s: that nothing removes it while the operator is
+    // gone is a negative check.
+    wait_until(WAIT, "the plan to be marked for deletion", || async {
+        plans
+            .get_opt("shop")
+            .await
+            .ok()??
+            .metadata
+            .deletion_timestamp
+            .map(|_| ())
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let p = plans.get("shop").await.unwrap();
     assert!(
@@ -320,8 +369,9 @@ async fn cr_stuck_terminating_escape_hatch_removes_the_finalizer() {
     .await;
 }
 
-/// A webhook that never answers.
-async fn hang() -> &'static str {
+/// A webhook that never answers; counts the calls it holds.
+async fn hang(calls: Arc<AtomicUsize>) -> &'static str {
+    calls.fetch_add(1, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(3600)).await;
     "late"
 }
@@ -331,8 +381,11 @@ async fn controller_stuck_hung_gates_never_delay_a_rollback() {
     let (Harness { client, ns }, op) = Harness::with_operator("fm-stuck").await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let held = Arc::clone(&calls);
     tokio::spawn(async move {
-        let _ = axum::serve(listener, Router::new().route("/check", post(hang))).await;
+        let check = post(move || hang(Arc::clone(&held)));
+        let _ = axum::serve(listener, Router::new().route("/check", check)).await;
     });
     // Each gate call waits 30s, three times: without a gate runner one such
     // plan holds a reconcile worker for 90s, and 8 of them hold all 8.
@@ -357,7 +410,12 @@ async fn controller_stuck_hung_gates_never_delay_a_rollback() {
         )
         .await;
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Each of the 8 plans has a gate call hanging before p8 changes.
+    wait_until(WAIT, "a hung gate call of each of the 8 plans", || async {
+        let n = calls.load(Ordering::SeqCst);
+        (n >= 8).then_some(()).ok_or(format!("{n} calls"))
+    })
+    .await;
     plans::patch_spec(&client, &ns, "p8", json!({"components": [web_with(faulty_template("shop:2", "crash-loop"), 2)], "health": {"webhooks": hooks}})).await;
 
     // The clock starts when the first new pod of p8 is seen crash-looping; the
@@ -532,9 +590,20 @@ async fn reconcile_error_forever_when_status_cannot_be_written_is_a_warning_even
         !events.iter().any(|e| e.0 == "RolloutStarted"),
         "no Event for a transition whose status was not written: {events:?}"
     );
-    // Rate-limited: at the 1st, 2nd, 4th, 8th failure, not at each.
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    let failures = sum_metric(&op.metrics().await, "releaseplan_reconcile_failures_total");
+    // Rate-limited: at the 1st, 2nd, 4th, 8th failure, not at each. Failures
+    // are waited for; that the Warnings stay fewer is a negative check, so it
+    // keeps a bounded observation window: 12 s from the first Warning, ending
+    // no sooner than the wait.
+    let window_end = tokio::time::Instant::now() + Duration::from_secs(12);
+    let failures =
+        || async { sum_metric(&op.metrics().await, "releaseplan_reconcile_failures_total") };
+    wait_until(WAIT, "3 failed reconciles", || async {
+        let n = failures().await;
+        (n >= 3.0).then_some(()).ok_or(format!("{n} failures"))
+    })
+    .await;
+    tokio::time::sleep_until(window_end).await;
+    let failures = failures().await;
     let warnings: i32 = plan_events(&client, &ns, "shop")
         .await
         .iter()

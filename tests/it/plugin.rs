@@ -377,6 +377,8 @@ async fn pause_holds_and_resume_lets_it_finish() {
             .then_some(p)
     })
     .await;
+    // The pause request holds the rollout where it is: a negative check, so a
+    // bounded observation window of 4 s.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let p = get(&client, &ns, "shop").await.expect("plan");
     let s = status_of(&p);
