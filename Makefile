@@ -133,7 +133,7 @@ demo:
 
 .PHONY: chart-crd chart-lint
 
-## chart-crd: copy crds/releaseplan.yaml into the Helm chart (tests/chart.rs checks they are equal)
+## chart-crd: copy crds/releaseplan.yaml into the Helm chart (tests/it/chart.rs checks they are equal)
 chart-crd:
 	cp crds/releaseplan.yaml charts/releaseplan/crds/releaseplan.yaml
 	cp crds/gatetemplates.yaml charts/releaseplan/crds/gatetemplates.yaml

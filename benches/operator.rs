@@ -20,7 +20,7 @@
     clippy::pedantic
 )]
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use futures::StreamExt;

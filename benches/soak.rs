@@ -39,7 +39,7 @@
     clippy::pedantic
 )]
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};

@@ -111,7 +111,7 @@ build_helm() {
 }
 
 # rp-health: kstatus, Argo CD's Lua and Flux's CEL health checks in one small
-# binary for tests/consumers.rs. Rebuilt when e2e/health changes (its sources'
+# binary for tests/it/consumers.rs. Rebuilt when e2e/health changes (its sources'
 # hash is kept beside the binary). Cold: about a minute on 2 cores.
 build_consumers() {
   local src="$E2E_DIR/health" sum
@@ -145,7 +145,7 @@ build_monitoring_crds() {
 }
 
 # Traefik, the Gateway API implementation of the traffic tests
-# (tests/support/traffic.rs): a wrapper module requiring github.com/traefik/traefik/v3 with the
+# (tests/it/support/traffic.rs): a wrapper module requiring github.com/traefik/traefik/v3 with the
 # replace block of its go.mod, and three bridges from e2e/traefik (its README
 # says why): the nested ext module, lego without its DNS providers, and
 # go-http-auth with the two functions of traefik's fork.
@@ -197,7 +197,7 @@ build_gateway_crds() {
 
 # Traefik's own CRDs (IngressRoute and the others its Kubernetes CRD provider
 # watches), from the Traefik module: the router of traffic.traefik
-# (tests/traffic.rs, rollout_through_a_traefik_ingress_route).
+# (tests/it/traffic.rs, rollout_through_a_traefik_ingress_route).
 build_traefik_crds() {
   local moddir file=kubernetes-crd-definition-v1.yml
   [ -f "$TRAEFIK_CRDS/$file" ] && { log "traefik CRDs v$TRAEFIK_VERSION cached"; return; }

@@ -24,7 +24,7 @@ set -euo pipefail
 
 NAME="${1:-dev}"
 DIR="$(cluster_dir "$NAME")"
-# ClusterIPs on loopback: the traffic tests (tests/support/traffic.rs) serve
+# ClusterIPs on loopback: the traffic tests (tests/it/support/traffic.rs) serve
 # HTTP on them, and Traefik sends to them, so every request stays on
 # 127.0.0.0/8. Pod IPs cannot carry test traffic: the API server refuses
 # loopback EndpointSlice addresses.

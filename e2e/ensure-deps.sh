@@ -5,8 +5,8 @@
 #   demo     what `make demo` needs: cluster, plus python3 (the traffic part's
 #            backends and load, e2e/demo-backends.py and e2e/demo-load.py)
 #   test     what `make test` needs: cluster, plus prometheus (metric gate
-#            tests) and promtool (tests/alerts.rs), both of package prometheus,
-#            and chromium and chromedriver (tests/dashboard.rs)
+#            tests) and promtool (tests/it/alerts.rs), both of package prometheus,
+#            and chromium and chromedriver (tests/it/dashboard.rs)
 #   lint     what `make lint` needs: shellcheck
 #   ci       what .ci/run needs: test and lint
 # A missing command's Debian package is installed with apt-get (one
@@ -33,9 +33,9 @@ needs() {
       needs cluster
       # e2e/prometheus.sh runs PROMETHEUS_BIN instead when it is set.
       [ -x "${PROMETHEUS_BIN:-}" ] || echo prometheus:prometheus
-      # tests/alerts.rs runs promtool on the suggested alerts.
+      # tests/it/alerts.rs runs promtool on the suggested alerts.
       echo promtool:prometheus
-      # tests/dashboard.rs drives the plugin's dashboard in headless
+      # tests/it/dashboard.rs drives the plugin's dashboard in headless
       # Chromium through chromedriver.
       echo chromium:chromium chromedriver:chromium-driver
       ;;

@@ -1,9 +1,12 @@
 //! kube-apiserver restarts in the middle of a rollout: the operator must not
 //! storm (no conflict loop, no repeated Events), `/healthz` must say the
 //! watches are failing while it is gone, and the rollout must finish within
-//! seconds of its return. This file holds one test on purpose: it stops the
-//! API server that every other test uses, and cargo runs test binaries one at
-//! a time.
+//! seconds of its return.
+//!
+//! A test binary of its own on purpose, outside the one of `tests/it/`: it
+//! stops the API server that every other test uses, so nothing may run beside
+//! it. The test harness runs the tests of a binary in parallel threads, while
+//! cargo runs test binaries one after another; this one holds one test.
 
 // Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
 #![allow(
@@ -13,6 +16,8 @@
     clippy::pedantic
 )]
 
+// The support layer of tests/it, shared (as the benches share it).
+#[path = "it/support/mod.rs"]
 mod support;
 
 use kube::Client;
@@ -22,9 +27,7 @@ use std::time::{Duration, Instant};
 use support::fixtures::web;
 use support::operator::{Operator, healthz, sum_metric};
 use support::plans::{create_stable, get, plan_events, set_components, wait_phase};
-use support::{Harness, cluster, wait_until};
-
-const T: Duration = Duration::from_secs(120);
+use support::{Harness, WAIT, cluster, wait_until};
 
 /// Events on the plan with `reason`, counting repeats of a series.
 async fn events(client: &Client, ns: &str, reason: &str) -> i32 {
@@ -55,7 +58,7 @@ async fn an_api_server_restart_mid_rollout_causes_no_storm() {
     )
     .await;
     set_components(&client, &ns, "shop", json!([web("shop:2", 4)])).await;
-    wait_until(T, "the rollout to pass its first step", || async {
+    wait_until(WAIT, "the rollout to pass its first step", || async {
         let s = get(&client, &ns, "shop").await?.status?;
         (s.phase == Phase::RollingOut && s.current_step >= 1).then_some(())
     })

@@ -8,15 +8,7 @@
 //! route leaves the canary before its pods go. Requests through a real
 //! router: tests/traffic.rs.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
@@ -29,9 +21,7 @@ use std::time::Duration;
 use support::fixtures::{plan, template};
 use support::plans::{create_stable, get, set_components, wait_phase};
 use support::tools::{kubectl_bin, run};
-use support::{Harness, crd, wait_until};
-
-const T: Duration = Duration::from_secs(120);
+use support::{Harness, WAIT, crd, wait_until};
 
 /// A routed component `web` running `template`.
 fn routed(template: Value, replicas: i32) -> Value {
@@ -79,12 +69,16 @@ async fn selects(client: &Client, ns: &str, name: &str) -> Option<String> {
 
 /// Waits until the plan rests at the header route's pause with 25% of requests.
 async fn at_pause(client: &Client, ns: &str) -> ReleasePlan {
-    wait_until(T, "the rollout to hold at its pause with 25%", || async {
-        let p = get(client, ns, "shop").await?;
-        let s = p.status.as_ref()?;
-        (s.phase == Phase::RollingOut && s.current_step == 2 && s.traffic_weight == Some(25))
-            .then_some(p.clone())
-    })
+    wait_until(
+        WAIT,
+        "the rollout to hold at its pause with 25%",
+        || async {
+            let p = get(client, ns, "shop").await?;
+            let s = p.status.as_ref()?;
+            (s.phase == Phase::RollingOut && s.current_step == 2 && s.traffic_weight == Some(25))
+                .then_some(p.clone())
+        },
+    )
     .await
 }
 
@@ -105,12 +99,16 @@ async fn routed_rollout_owns_services_and_route_and_gitops_reapply_does_not_move
     let s = p.status.unwrap();
     assert_eq!(s.traffic_weight, Some(100));
     let v1 = s.components[0].current_hash.clone().unwrap();
-    wait_until(T, "both Services on v1 and the route at 100/0", || async {
-        let ok = selects(&client, &ns, "shop-web-stable").await.as_ref() == Some(&v1)
-            && selects(&client, &ns, "shop-web-canary").await.as_ref() == Some(&v1)
-            && weights(&client, &ns).await == Some((100, 0, false));
-        ok.then_some(())
-    })
+    wait_until(
+        WAIT,
+        "both Services on v1 and the route at 100/0",
+        || async {
+            let ok = selects(&client, &ns, "shop-web-stable").await.as_ref() == Some(&v1)
+                && selects(&client, &ns, "shop-web-canary").await.as_ref() == Some(&v1)
+                && weights(&client, &ns).await == Some((100, 0, false));
+            ok.then_some(())
+        },
+    )
     .await;
     // Owned by the plan, with its port.
     let svc = Api::<Service>::namespaced(client.clone(), &ns)
@@ -193,7 +191,7 @@ async fn routed_rollout_owns_services_and_route_and_gitops_reapply_does_not_move
         .replace("shop-web", &PostParams::default(), &route)
         .await
         .unwrap();
-    wait_until(T, "the edited weights to come back", || async {
+    wait_until(WAIT, "the edited weights to come back", || async {
         (weights(&client, &ns).await == Some((75, 25, true))).then_some(())
     })
     .await;
@@ -213,13 +211,17 @@ async fn routed_rollout_owns_services_and_route_and_gitops_reapply_does_not_move
 
     // Promote: everything on v2, the header route gone.
     support::plans::request(&client, &ns, "shop", "promote").await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
-    wait_until(T, "both Services on v2 and the route at 100/0", || async {
-        let ok = selects(&client, &ns, "shop-web-stable").await.as_ref() == Some(&v2)
-            && selects(&client, &ns, "shop-web-canary").await.as_ref() == Some(&v2)
-            && weights(&client, &ns).await == Some((100, 0, false));
-        ok.then_some(())
-    })
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
+    wait_until(
+        WAIT,
+        "both Services on v2 and the route at 100/0",
+        || async {
+            let ok = selects(&client, &ns, "shop-web-stable").await.as_ref() == Some(&v2)
+                && selects(&client, &ns, "shop-web-canary").await.as_ref() == Some(&v2)
+                && weights(&client, &ns).await == Some((100, 0, false));
+            ok.then_some(())
+        },
+    )
     .await;
 }
 
@@ -293,7 +295,7 @@ async fn rollback_moves_requests_off_the_canary_before_its_pods_go() {
         route_off < pods_off,
         "the route left the canary (etcd revision {route_off}) before its pods went ({pods_off})"
     );
-    wait_phase(&client, &ns, "shop", Phase::RolledBack, T).await;
+    wait_phase(&client, &ns, "shop", Phase::RolledBack, WAIT).await;
     assert_eq!(weights(&client, &ns).await, Some((100, 0, false)));
     let v1 = selects(&client, &ns, "shop-web-stable").await.unwrap();
     assert_eq!(selects(&client, &ns, "shop-web-canary").await, Some(v1));
@@ -313,7 +315,7 @@ async fn a_service_of_the_same_name_is_refused_not_taken_over() {
         .await
         .unwrap();
     support::plans::create(&client, &ns, &plan("shop", spec(template("shop:1")))).await;
-    let p = wait_until(T, "status to name the refused Service", || async {
+    let p = wait_until(WAIT, "status to name the refused Service", || async {
         let p = get(&client, &ns, "shop").await?;
         let msg = p.status.as_ref()?.message.clone()?;
         msg.contains("Service shop-web-canary").then_some(p)
@@ -364,7 +366,7 @@ async fn blue_green_switches_the_active_service_in_one_write_then_scales_the_old
         .unwrap();
     support::plans::patch_spec(&client, &ns, "shop", bg("shop:2")).await;
     // The preview at full scale beside the active revision, no request moved.
-    let p = wait_until(T, "the preview to be ready at full scale", || async {
+    let p = wait_until(WAIT, "the preview to be ready at full scale", || async {
         let p = get(&client, &ns, "shop").await?;
         let s = p.status.as_ref()?;
         let c = &s.components[0];
@@ -394,8 +396,8 @@ async fn blue_green_switches_the_active_service_in_one_write_then_scales_the_old
         .unwrap();
 
     support::plans::request(&client, &ns, "shop", "promote").await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
-    wait_until(T, "the active Service on v2", || async {
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
+    wait_until(WAIT, "the active Service on v2", || async {
         (selects(&client, &ns, "shop-web-stable").await.as_ref() == Some(&v2)).then_some(())
     })
     .await;
@@ -415,7 +417,7 @@ async fn blue_green_switches_the_active_service_in_one_write_then_scales_the_old
         "the old revision waits out scaleDownDelaySeconds: {revs:?}"
     );
     wait_until(
-        T,
+        WAIT,
         "the old revision to scale down after the delay",
         || async {
             let revs = support::plans::revisions(&client, &ns, "shop").await;

@@ -10,29 +10,18 @@
 //! `prometheus` package, which `make test` installs) and the
 //! prometheus-operator CRDs of `make tools` (e2e/build-control-plane.sh).
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use releaseplan::api::Phase;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 use support::fixtures::{faulty_template, web, web_with};
 use support::plans::{condition, create_stable, request, set_components, wait_phase};
 use support::servers::{Prometheus, http_client};
 use support::tools::{cached, helm_bin, kubectl_bin, output, pinned_version, run};
-use support::{Harness, cluster, wait_until};
-
-const T: Duration = Duration::from_secs(90);
+use support::{Harness, WAIT, cluster, wait_until};
 
 fn root() -> PathBuf {
     cluster::repo_root()
@@ -298,22 +287,22 @@ async fn every_dashboard_query_runs_on_a_real_prometheus_scraping_the_operator()
     )
     .await;
     set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
-    wait_until(T, "the rollout to hold at its pause", || async {
+    wait_until(WAIT, "the rollout to hold at its pause", || async {
         let p = support::plans::get(&client, &ns, "shop").await?;
         let held = condition(&p, "Paused").map(|c| c.0).as_deref() == Some("True");
         (p.status?.phase == Phase::RollingOut && held).then_some(())
     })
     .await;
     request(&client, &ns, "shop", "promote").await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
-    wait_phase(&client, &ns, "cart", Phase::RolledBack, T).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
+    wait_phase(&client, &ns, "cart", Phase::RolledBack, WAIT).await;
 
     let target: SocketAddr = format!("127.0.0.1:{}", op.port).parse().unwrap();
     let prom = Prometheus::start(target);
     // Enough scrapes (one a second) for rate() over the 30s the test gives
     // Grafana's $__rate_interval.
     wait_until(
-        T,
+        WAIT,
         "Prometheus to have scraped the operator 5 times",
         || async {
             let r = query(&prom.url, "count_over_time(up[1m])").await;
@@ -413,7 +402,7 @@ async fn the_api_server_accepts_the_monitoring_objects_against_the_prometheus_op
             k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
         > = kube::Api::all(client.clone());
         let name = format!("{kind}.monitoring.coreos.com");
-        wait_until(T, &format!("{name} to be Established"), || async {
+        wait_until(WAIT, &format!("{name} to be Established"), || async {
             let crd = crds.get(&name).await.ok()?;
             crd.status?
                 .conditions?

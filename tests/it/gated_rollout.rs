@@ -1,15 +1,7 @@
 //! Whole rollouts guarded by gates: a real Prometheus scraping a test exporter
 //! whose error rate per revision the test sets, and a local webhook server.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use axum::Router;
 use axum::extract::State;
@@ -25,9 +17,7 @@ use support::fixtures::{plan, template, web};
 use support::operator::Operator;
 use support::plans::{by_image, create, create_stable, revisions, set_components};
 use support::servers::{Prometheus, serve};
-use support::{Harness, plans, wait_until};
-
-const T: Duration = Duration::from_secs(120);
+use support::{Harness, WAIT, plans, wait_until};
 
 /// Counters per revision hash: (requests, errors, errors per 100 requests).
 type Traffic = Arc<Mutex<BTreeMap<String, (u64, u64, u64)>>>;
@@ -83,7 +73,7 @@ async fn gated_rollout(
         let http = support::servers::http_client();
         let url = format!("{}/api/v1/query", prom.url);
         let q = ERROR_RATIO.replace("{{revision}}", &rev);
-        wait_until(T, "the error ratio of a revision", || {
+        wait_until(WAIT, "the error ratio of a revision", || {
             let (http, url, q) = (http.clone(), url.clone(), q.clone());
             async move {
                 let body: Value = http
@@ -109,7 +99,7 @@ async fn gated_rollout(
         "health": {"prometheus": [gate]}
     });
     create(&client, &ns, &plan("shop", spec)).await;
-    let settled = wait_until(T, "the first release to settle", || async {
+    let settled = wait_until(WAIT, "the first release to settle", || async {
         let p = plans::get(&client, &ns, "shop").await?;
         let s = p.status.clone()?;
         matches!(s.phase, Phase::Stable | Phase::RolledBack).then_some(s.phase)
@@ -117,7 +107,7 @@ async fn gated_rollout(
     .await;
     assert_eq!(settled, Phase::Stable, "first release");
     set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
-    let p = wait_until(T, "the gated rollout to settle", || async {
+    let p = wait_until(WAIT, "the gated rollout to settle", || async {
         let p = plans::get(&client, &ns, "shop").await?;
         let s = p.status.clone()?;
         (matches!(s.phase, Phase::Stable | Phase::RolledBack)
@@ -216,7 +206,7 @@ async fn hooked_rollout(client: &kube::Client, ns: &str, url: &str) -> Phase {
         json!({"components": [web("shop:2", 2)], "strategy": {"steps": [{"setWeight": 50}]}, "health": {"webhooks": hooks}}),
     )
     .await;
-    wait_until(T, "the webhook-gated rollout to settle", || async {
+    wait_until(WAIT, "the webhook-gated rollout to settle", || async {
         let p = plans::get(&client, &ns, "shop").await?;
         let s = p.status.clone()?;
         (matches!(s.phase, Phase::Stable | Phase::RolledBack)
@@ -274,7 +264,7 @@ async fn a_restarted_operator_neither_repeats_nor_forgets_a_gate_call() {
     )
     .await;
     // The first call of the pause step, and its verdict in status.
-    wait_until(T, "the gate's verdict at the pause step", || async {
+    wait_until(WAIT, "the gate's verdict at the pause step", || async {
         let s = plans::get(&client, &ns, "shop").await?.status?;
         (s.current_step == 1
             && s.gates
@@ -320,7 +310,7 @@ async fn a_restarted_operator_neither_repeats_nor_forgets_a_gate_call() {
 /// and its Events, as text. Waits for the RollbackStarted and RolledBack
 /// Events first (Events are written after status).
 async fn status_and_events(client: &kube::Client, ns: &str) -> String {
-    let events = wait_until(T, "the rollback events", || async {
+    let events = wait_until(WAIT, "the rollback events", || async {
         let events = plans::plan_events(client, ns, "shop").await;
         let has = |r: &str| events.iter().any(|e| e.0 == r);
         (has("RollbackStarted") && has("RolledBack")).then_some(events)

@@ -3,15 +3,7 @@
 //! after the delay their annotation asks for (e2e/kwok/job-finish.yaml), and
 //! the garbage collector removes them with their plan.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::PostParams;
@@ -20,14 +12,9 @@ use kube::{Api, Client, ResourceExt};
 use releaseplan::api::template::{ClusterGateTemplate, GateTemplate};
 use releaseplan::api::{LABEL_GATE, LABEL_PLAN, LABEL_ROLLOUT, LABEL_STEP, Phase, ReleasePlan};
 use serde_json::{Value, json};
-use std::time::Duration;
 use support::fixtures::{plan, web};
 use support::plans::{self, create, plan_events, wait_phase};
-use support::{Harness, wait_until};
-
-/// Bound of every wait: generous, the machine is shared; the product's own
-/// timeouts (the gate's `timeoutSeconds`) are far below it.
-const T: Duration = Duration::from_secs(180);
+use support::{Harness, JOB_WAIT, wait_until};
 
 /// A Job gate named `smoke` whose pod kwok finishes with `outcome`
 /// (`succeed` or `fail`) after `after`.
@@ -93,7 +80,7 @@ async fn jobs(client: &Client, ns: &str, plan: &str) -> Vec<(String, String, Str
 
 /// Waits until the plan settles (Stable or RolledBack) at its generation.
 async fn settled(client: &Client, ns: &str, name: &str) -> ReleasePlan {
-    wait_until(T, "the rollout to settle", || async {
+    wait_until(JOB_WAIT, "the rollout to settle", || async {
         let p = plans::get(client, ns, name).await?;
         let s = p.status.as_ref()?;
         (matches!(s.phase, Phase::Stable | Phase::RolledBack)
@@ -112,7 +99,7 @@ async fn a_passing_job_gate_runs_one_job_per_step_and_goes_with_the_plan() {
         &plan("shop", spec("shop:1", smoke("succeed", "2s", 120))),
     )
     .await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, JOB_WAIT).await;
     // The first release goes to 100% at once: one Job, for its final step.
     let first = jobs(&client, &ns, "shop").await;
     assert_eq!(first.len(), 1, "{first:?}");
@@ -211,9 +198,11 @@ async fn a_passing_job_gate_runs_one_job_per_step_and_goes_with_the_plan() {
         .delete("shop", &DeleteParams::default())
         .await
         .unwrap();
-    wait_until(T, "the plan's Jobs to be deleted with it", || async {
-        jobs(&client, &ns, "shop").await.is_empty().then_some(())
-    })
+    wait_until(
+        JOB_WAIT,
+        "the plan's Jobs to be deleted with it",
+        || async { jobs(&client, &ns, "shop").await.is_empty().then_some(()) },
+    )
     .await;
 }
 
@@ -226,7 +215,7 @@ async fn a_failing_job_rolls_back() {
         &plan("shop", spec("shop:1", smoke("succeed", "1s", 120))),
     )
     .await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, JOB_WAIT).await;
     plans::patch_spec(
         &client,
         &ns,
@@ -273,7 +262,7 @@ async fn a_job_past_its_timeout_rolls_back_and_is_deleted() {
         &plan("shop", spec("shop:1", smoke("succeed", "1s", 120))),
     )
     .await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, JOB_WAIT).await;
     // The Job would run for an hour; the gate allows 5 seconds.
     plans::patch_spec(
         &client,
@@ -294,7 +283,7 @@ async fn a_job_past_its_timeout_rolls_back_and_is_deleted() {
     );
     // The timed-out Job does not run on: deleted by the operator, or failed
     // by the Job controller's activeDeadlineSeconds (the same timeout).
-    wait_until(T, "the timed-out Job to stop", || async {
+    wait_until(JOB_WAIT, "the timed-out Job to stop", || async {
         let all = jobs(&client, &ns, "shop").await;
         all.iter()
             .filter(|j| j.0 == "2")
@@ -315,7 +304,7 @@ async fn an_operator_restarted_while_the_job_runs_starts_no_second_job() {
         &plan("shop", spec("shop:1", smoke("succeed", "1s", 120))),
     )
     .await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, JOB_WAIT).await;
     plans::patch_spec(
         &client,
         &ns,
@@ -324,7 +313,7 @@ async fn an_operator_restarted_while_the_job_runs_starts_no_second_job() {
     )
     .await;
     // The first step's Job runs...
-    let running = wait_until(T, "the first step's Job to run", || async {
+    let running = wait_until(JOB_WAIT, "the first step's Job to run", || async {
         let all = jobs(&client, &ns, "shop").await;
         all.into_iter()
             .find(|j| j.0 == "2" && j.1 == "0" && j.3.is_empty())
@@ -351,7 +340,7 @@ async fn a_job_the_api_server_refuses_rolls_back_with_its_answer() {
         &plan("shop", spec("shop:1", smoke("succeed", "1s", 120))),
     )
     .await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, JOB_WAIT).await;
     // The CRD keeps the JobSpec as written; Job validation refuses a CPU
     // request above its limit.
     let mut gate = smoke("succeed", "1s", 120);
@@ -450,7 +439,7 @@ async fn a_job_template_gate_runs_its_job_for_the_named_component() {
         &plan("shop", template_spec("shop:1", reference.clone())),
     )
     .await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, JOB_WAIT).await;
     patch_template_spec(&client, &ns, "shop:2", reference).await;
     let p = settled(&client, &ns, "shop").await;
     let s = p.status.clone().unwrap();
@@ -535,7 +524,7 @@ async fn a_failing_job_template_gate_rolls_back() {
         &plan("shop", template_spec("shop:1", passing)),
     )
     .await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, JOB_WAIT).await;
     let failing = json!({"name": "smoke",
         "templateRef": {"kind": "ClusterGateTemplate", "name": cluster_name},
         "args": {"suite": "checkout", "tag": "9"}});

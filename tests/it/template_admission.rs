@@ -2,17 +2,9 @@
 //! to them, by a real API server with the checked-in CRDs: valid objects
 //! (the example among them) are accepted, each invalid one is refused with a
 //! message naming the rule and, where the rule reports one, the field path.
-//! `e2e/cluster-up.sh adm && . .e2e-run/adm/env && cargo test --test template_admission`.
+//! `e2e/cluster-up.sh adm && . .e2e-run/adm/env && cargo test --test it template_admission::`.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
 use kube::{Client, Resource};

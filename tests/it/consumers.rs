@@ -10,15 +10,7 @@
 //! (integrations/argocd/actions) run the same way: discovery on every state,
 //! each action's merge patch applied to a live plan.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
 use kube::Client;
@@ -32,15 +24,12 @@ use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 use support::fixtures::{faulty_template, plan, refused_template, template, web_with as web};
 use support::operator::Operator;
 use support::plans::{
     condition, create, create_stable, get, patch_spec, request, set_components, wait_phase,
 };
-use support::{cluster, crd, wait_until};
-
-const T: Duration = Duration::from_secs(120);
+use support::{WAIT, cluster, crd, wait_until};
 
 /// The built rp-health: `RP_HEALTH` (set by the cluster's env file), else
 /// where `e2e/build-control-plane.sh consumers` puts it.
@@ -211,12 +200,16 @@ async fn seen(client: &Client, ns: &str, name: &str) -> Seen {
 /// Waits until condition `type_` of the plan's current generation is
 /// True with `reason`.
 async fn wait_condition(client: &Client, ns: &str, name: &str, type_: &str, reason: &str) {
-    wait_until(T, &format!("{name}: {type_}=True ({reason})"), || async {
-        let p = get(client, ns, name).await?;
-        let observed = p.status.as_ref()?.observed_generation == p.metadata.generation;
-        (observed && condition(&p, type_).is_some_and(|c| c.0 == "True" && c.1 == reason))
-            .then_some(())
-    })
+    wait_until(
+        WAIT,
+        &format!("{name}: {type_}=True ({reason})"),
+        || async {
+            let p = get(client, ns, name).await?;
+            let observed = p.status.as_ref()?.observed_generation == p.metadata.generation;
+            (observed && condition(&p, type_).is_some_and(|c| c.0 == "True" && c.1 == reason))
+                .then_some(())
+        },
+    )
     .await;
 }
 
@@ -307,7 +300,7 @@ impl Matrix {
     }
 }
 
-const BEGIN: &str = "<!-- consumers matrix: written by tests/consumers.rs (RP_BLESS=1) -->\n";
+const BEGIN: &str = "<!-- consumers matrix: written by tests/it/consumers.rs (RP_BLESS=1) -->\n";
 const END: &str = "<!-- end of consumers matrix -->\n";
 
 /// docs/api.md must show `table` between the markers; `RP_BLESS=1` writes it.
@@ -357,7 +350,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
     .await;
 
     let op = Operator::start(&ns, &[]).await;
-    wait_phase(&client, &ns, "fresh", Phase::Stable, T).await;
+    wait_phase(&client, &ns, "fresh", Phase::Stable, WAIT).await;
     m.check(
         &client,
         &ns,
@@ -372,7 +365,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         |s: Value| json!({"components": [web(template("shop:1"), 2)], "strategy": {"steps": s}});
     create_stable(&client, &ns, "roll", steps(long_steps())).await;
     set_components(&client, &ns, "roll", json!([web(template("shop:2"), 2)])).await;
-    wait_phase(&client, &ns, "roll", Phase::RollingOut, T).await;
+    wait_phase(&client, &ns, "roll", Phase::RollingOut, WAIT).await;
     m.check(
         &client,
         &ns,
@@ -446,7 +439,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
     let halted_series = format!(
         "releaseplan_plan_info{{namespace=\"{ns}\",plan=\"halt\",phase=\"RollingOut\",halted=\"true\"}} 1"
     );
-    wait_until(T, "the halted plan's info series", || async {
+    wait_until(WAIT, "the halted plan's info series", || async {
         op.metrics().await.contains(&halted_series).then_some(())
     })
     .await;
@@ -494,7 +487,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         "health": {"progressDeadlineSeconds": 15}});
     create_stable(&client, &ns, "back", slow).await;
     set_components(&client, &ns, "back", json!([web(template("shop:2"), 2)])).await;
-    wait_until(T, "back: both revisions at 50% ready", || async {
+    wait_until(WAIT, "back: both revisions at 50% ready", || async {
         let p = get(&client, &ns, "back").await?;
         let s = p.status.as_ref()?;
         let c = s.components.first()?;
@@ -517,13 +510,13 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
     let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns);
     quotas.create(&PostParams::default(), &quota).await.unwrap();
     // The quota controller must have counted the pods before the abort.
-    wait_until(T, "the pod quota to be counted", || async {
+    wait_until(WAIT, "the pod quota to be counted", || async {
         let q = quotas.get("no-more-pods").await.ok()?;
         q.status?.used?.get("pods").map(|_| ())
     })
     .await;
     request(&client, &ns, "back", "abort").await;
-    wait_phase(&client, &ns, "back", Phase::RollbackInProgress, T).await;
+    wait_phase(&client, &ns, "back", Phase::RollbackInProgress, WAIT).await;
     m.check(
         &client,
         &ns,
@@ -545,7 +538,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         .delete("no-more-pods", &DeleteParams::default())
         .await
         .unwrap();
-    wait_phase(&client, &ns, "back", Phase::RolledBack, T).await;
+    wait_phase(&client, &ns, "back", Phase::RolledBack, WAIT).await;
     m.check(
         &client,
         &ns,
@@ -571,7 +564,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         .delete("fresh", &DeleteParams::default())
         .await
         .unwrap();
-    wait_until(T, "fresh: only our finalizer left", || async {
+    wait_until(WAIT, "fresh: only our finalizer left", || async {
         let p = get(&client, &ns, "fresh").await?;
         (p.metadata.deletion_timestamp.is_some()
             && p.metadata.finalizers.as_deref() == Some(&[hold.to_string()][..]))
@@ -596,7 +589,7 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
         .unwrap();
 
     // The deleted plan's series goes with it.
-    wait_until(T, "the deleted plan's info series to go", || async {
+    wait_until(WAIT, "the deleted plan's info series to go", || async {
         let text = op.metrics().await;
         (text.contains("releaseplan_plan_info{") && !text.contains("plan=\"fresh\"")).then_some(())
     })
@@ -654,7 +647,7 @@ async fn run_action(client: &Client, ns: &str, name: &str, action: &str) {
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    wait_until(T, &format!("{name}: {request} acknowledged"), || async {
+    wait_until(WAIT, &format!("{name}: {request} acknowledged"), || async {
         let p = get(client, ns, name).await?;
         (p.status?.acknowledged_request.as_deref() == Some(request.as_str())).then_some(())
     })
@@ -684,19 +677,19 @@ async fn argocd_actions_drive_a_live_plan() {
     assert!(!p.status.unwrap().pause_requested);
 
     run_action(&client, &ns, "act", "promote").await;
-    let p = wait_phase(&client, &ns, "act", Phase::Stable, T).await;
+    let p = wait_phase(&client, &ns, "act", Phase::Stable, WAIT).await;
     let shop2 = p.status.unwrap().current_revision;
 
     set_components(&client, &ns, "act", json!([web(template("shop:3"), 2)])).await;
     wait_condition(&client, &ns, "act", "Paused", "PauseStep").await;
     run_action(&client, &ns, "act", "abort").await;
-    let p = wait_phase(&client, &ns, "act", Phase::RolledBack, T).await;
+    let p = wait_phase(&client, &ns, "act", Phase::RolledBack, WAIT).await;
     assert_eq!(p.status.unwrap().stable_revision, shop2);
 
     run_action(&client, &ns, "act", "retry").await;
     wait_condition(&client, &ns, "act", "Paused", "PauseStep").await;
     run_action(&client, &ns, "act", "promote-full").await;
-    let p = wait_phase(&client, &ns, "act", Phase::Stable, T).await;
+    let p = wait_phase(&client, &ns, "act", Phase::Stable, WAIT).await;
     let s = p.status.unwrap();
     assert_ne!(s.current_revision, shop2, "shop:3 is live");
     assert_eq!(s.stable_revision, s.current_revision);

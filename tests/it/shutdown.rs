@@ -8,15 +8,7 @@
 //! The hung API server is a TCP proxy in front of the real one that stops
 //! passing bytes ([`FreezableProxy`]): only this test's operator sees it.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use releaseplan::api::Phase;
 use serde_json::json;

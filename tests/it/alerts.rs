@@ -5,14 +5,6 @@
 //! promtool comes with the Debian prometheus package that
 //! `e2e/ensure-deps.sh test` installs.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -1,15 +1,7 @@
 //! The `kubectl-releaseplan` binary against the real local control plane, with
 //! the real operator running: each test has its own namespace and operator.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use kube::Client;
@@ -19,9 +11,7 @@ use serde_json::{Value, json};
 use std::time::Duration;
 use support::fixtures::{faulty_template, plan, template, web};
 use support::plans::{by_image, create, create_stable, get, revisions, set_components, wait_phase};
-use support::{Harness, plans, wait_until};
-
-const T: Duration = Duration::from_secs(90);
+use support::{Harness, WAIT, plans, wait_until};
 
 /// What one plugin run did.
 #[derive(Debug)]
@@ -82,9 +72,9 @@ async fn at_pause(client: &Client, ns: &str) -> ReleasePlan {
         ),
     )
     .await;
-    wait_phase(client, ns, "shop", Phase::Stable, T).await;
+    wait_phase(client, ns, "shop", Phase::Stable, WAIT).await;
     set_components(client, ns, "shop", json!([web("shop:2", 2)])).await;
-    wait_until(T, "the rollout to hold at the pause step", || async {
+    wait_until(WAIT, "the rollout to hold at the pause step", || async {
         let p = get(client, ns, "shop").await?;
         let s = status_of(&p);
         (s.phase == Phase::RollingOut
@@ -321,7 +311,7 @@ async fn a_halted_rollout_makes_wait_exit_3() {
                "rollback": {"automatic": false}})
     };
     create(&client, &ns, &plan("shop", spec(template("shop:1")))).await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
     plans::patch_spec(
         &client,
         &ns,
@@ -380,13 +370,15 @@ async fn pause_holds_and_resume_lets_it_finish() {
     assert!(status_of(&p).pause_requested);
 
     set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
-    let held = wait_until(T, "the paused rollout to start", || async {
+    let held = wait_until(WAIT, "the paused rollout to start", || async {
         let p = get(&client, &ns, "shop").await?;
         let s = status_of(&p);
         (s.phase == Phase::RollingOut && s.observed_generation == p.metadata.generation)
             .then_some(p)
     })
     .await;
+    // The pause request holds the rollout where it is: a negative check, so a
+    // bounded observation window of 4 s.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let p = get(&client, &ns, "shop").await.expect("plan");
     let s = status_of(&p);
@@ -431,14 +423,14 @@ async fn undo_looks_up_the_stored_template_of_the_previous_revision() {
         &plan("shop", json!({"components": [web_cpu("shop:1")]})),
     )
     .await;
-    let first = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let first = wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
     let rev1 = status_of(&first).current_revision.expect("revision");
     let h1 = status_of(&first).components[0]
         .current_hash
         .clone()
         .expect("hash");
     set_components(&client, &ns, "shop", json!([web_cpu("shop:2")])).await;
-    let second = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let second = wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
     let h2 = status_of(&second).components[0]
         .current_hash
         .clone()
@@ -700,7 +692,7 @@ async fn set_image_patches_the_component_by_name_and_waits() {
         json!({"strategy": {"steps": [{"setWeight": 50}, {"pause": {}}]}}),
     )
     .await;
-    wait_until(T, "the new steps to be observed", || async {
+    wait_until(WAIT, "the new steps to be observed", || async {
         let p = get(&client, &ns, "shop").await?;
         (status_of(&p).observed_generation == p.metadata.generation
             && status_of(&p).phase == Phase::Stable)
@@ -762,7 +754,7 @@ async fn list_restart_and_documents_for_scripts() {
                "template": faulty_template("cart:2", "never-ready")}]}),
     )
     .await;
-    wait_until(T, "cart to roll back", || async {
+    wait_until(WAIT, "cart to roll back", || async {
         let p = get(&client, &ns, "cart").await?;
         (status_of(&p).phase == Phase::RolledBack).then_some(())
     })
@@ -931,11 +923,11 @@ impl Watch {
         Watch { child, lines }
     }
 
-    /// The next line, within [`T`]. Blocks the test's thread: the operator
+    /// The next line, within [`WAIT`]. Blocks the test's thread: the operator
     /// and the plugin are other processes.
     async fn next_line(&mut self) -> String {
         self.lines
-            .recv_timeout(T)
+            .recv_timeout(WAIT)
             .expect("a line of list -w in time")
     }
 

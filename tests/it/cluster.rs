@@ -2,15 +2,7 @@
 //! controllers run Deployments, kwok plays pods (and the failures of
 //! docs/control-plane.md on demand), and the API server enforces CEL rules.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -23,9 +15,7 @@ use kube::api::{
 };
 use serde_json::json;
 use support::cluster::{client, test_namespace};
-use support::wait_until;
-
-const TIMEOUT: Duration = Duration::from_secs(60);
+use support::{WAIT, wait_until};
 
 fn deployment(name: &str, replicas: i32) -> Deployment {
     serde_json::from_value(json!({
@@ -94,7 +84,7 @@ async fn deployment_of_three_replicas_becomes_ready() {
         .await
         .expect("create deployment");
 
-    wait_until(TIMEOUT, "3 ready replicas of deployment web", || {
+    wait_until(WAIT, "3 ready replicas of deployment web", || {
         let deployments = deployments.clone();
         async move {
             let d = deployments.get("web").await.ok()?;
@@ -124,7 +114,7 @@ async fn deployment_of_three_replicas_becomes_ready() {
 async fn crash_loop_fault_restarts_the_container() {
     let client = client().await;
     let pods = faulty_pod(&client, "fault-crash-loop", "crash-loop").await;
-    let pod = wait_until(TIMEOUT, "restartCount > 2 in CrashLoopBackOff", || {
+    let pod = wait_until(WAIT, "restartCount > 2 in CrashLoopBackOff", || {
         let pods = pods.clone();
         async move {
             let pod = pods.get("faulty").await.ok()?;
@@ -147,7 +137,7 @@ async fn crash_loop_fault_restarts_the_container() {
 async fn never_ready_fault_runs_without_becoming_ready() {
     let client = client().await;
     let pods = faulty_pod(&client, "fault-never-ready", "never-ready").await;
-    wait_until(TIMEOUT, "the never-ready pod to run", || {
+    wait_until(WAIT, "the never-ready pod to run", || {
         let pods = pods.clone();
         async move {
             let pod = pods.get("faulty").await.ok()?;
@@ -169,7 +159,7 @@ async fn never_ready_fault_runs_without_becoming_ready() {
 async fn image_pull_fault_fails_to_pull() {
     let client = client().await;
     let pods = faulty_pod(&client, "fault-image-pull", "image-pull").await;
-    let pod = wait_until(TIMEOUT, "ErrImagePull or ImagePullBackOff", || {
+    let pod = wait_until(WAIT, "ErrImagePull or ImagePullBackOff", || {
         let pods = pods.clone();
         async move {
             let pod = pods.get("faulty").await.ok()?;
@@ -228,7 +218,7 @@ async fn api_server_enforces_crd_cel_rules() {
     )
     .await
     .expect("apply crd");
-    wait_until(TIMEOUT, "crd widgets to be established", || {
+    wait_until(WAIT, "crd widgets to be established", || {
         let crds = crds.clone();
         async move {
             let crd = crds.get("widgets.e2e.releaseplan.io").await.ok()?;
@@ -258,7 +248,7 @@ async fn api_server_enforces_crd_cel_rules() {
 
     // A valid object is accepted (retried: the new resource may take a
     // moment to be served).
-    wait_until(TIMEOUT, "a valid widget to be accepted", || {
+    wait_until(WAIT, "a valid widget to be accepted", || {
         let widgets = widgets.clone();
         let valid = widget("valid", 3, 1);
         async move { widgets.create(&PostParams::default(), &valid).await.ok() }

@@ -1,10 +1,11 @@
-//! The one support layer of the integration tests (`tests/*.rs`, each with
-//! `mod support;`) and the benchmarks (`benches/operator.rs`, through
-//! `#[path]`):
+//! The one support layer of the integration tests (the binary of
+//! `tests/it/`, whose `main.rs` declares it, and `tests/apiserver_restart.rs`)
+//! and the benchmarks (`benches/*.rs`); those others include it through
+//! `#[path]`:
 //!
 //! - [`Harness`]: a client of the local test cluster, a fresh namespace and
 //!   the CRD installed, optionally an operator watching the namespace;
-//! - [`wait_until`]: the one poller;
+//! - [`wait_until`]: the one poller, and [`WAIT`], the bound of a wait;
 //! - [`operator`]: the one operator launcher ([`operator::Operator::launcher`]);
 //! - [`fixtures`]: templates, components, plans; [`plans`]: the plans on the
 //!   cluster; [`cluster`]: client and namespaces; [`crd`]: the CRD install;
@@ -13,9 +14,10 @@
 //!
 //! The cluster is the one of `make test` (KUBECONFIG); see docs/control-plane.md.
 
-// Every test binary compiles this whole module but uses only part of it, so
-// what one binary leaves unused is not dead: without this allow, each binary
-// would warn about the helpers that only the others call.
+// Every binary that includes it (the tests of tests/it, the API server
+// restart test, each bench) compiles this whole module but uses only part of
+// it, so what one leaves unused is not dead: without this allow, each would
+// warn about the helpers that only the others call.
 #![allow(dead_code)]
 
 pub mod browser;
@@ -30,10 +32,26 @@ pub mod tools;
 pub mod traffic;
 mod wait;
 
+use std::time::Duration;
+
 use kube::Client;
 
 use operator::Operator;
 pub use wait::wait_until;
+
+/// The bound of a test's wait for the operator or the cluster to get
+/// somewhere: a phase, a condition, an Event, a Lease holder, a page showing
+/// a change. What is waited for takes seconds; the rest is room for a loaded
+/// machine (2 cores, with other builds and clusters beside the tests). A wait
+/// that ends sooner costs nothing, so one bound serves every such wait.
+pub const WAIT: Duration = Duration::from_secs(120);
+
+/// The bound of a wait through a Job gate: the Job controller creates the
+/// pod, kwok finishes it after the delay its annotation asks for, the Job
+/// is marked, the gate decides. Longer than [`WAIT`], and longer than the
+/// gates' own `timeoutSeconds` (120 s in the tests), so that a Job which
+/// never finishes fails its gate before the test's wait gives up.
+pub const JOB_WAIT: Duration = Duration::from_secs(180);
 
 /// A test's place on the cluster: a client, and a fresh namespace in which
 /// the ReleasePlan CRD is served.

@@ -2,15 +2,7 @@
 //! cluster: the gates are webhooks served by the test on 127.0.0.1, which
 //! records every request (path and body) it receives.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -29,10 +21,7 @@ use std::time::{Duration, Instant};
 use support::fixtures::{plan, template, web};
 use support::plans::{self, condition, create, plan_events, request, set_components, wait_phase};
 use support::servers::serve;
-use support::{Harness, wait_until};
-
-/// Long enough for a step under load; gates are called every 10s.
-const T: Duration = Duration::from_secs(120);
+use support::{Harness, WAIT, wait_until};
 
 /// One request a gate made: when, its path and its JSON body.
 #[derive(Clone, Debug)]
@@ -132,7 +121,7 @@ async fn a_template_gate_runs_with_its_args_and_keeps_its_content_for_the_step()
 
     // A rollout held at its pause step (step 1) until promoted.
     set_components(&h.client, &h.ns, "shop", json!([web("shop:2", 1)])).await;
-    let held = wait_until(T, "the rollout to hold at its pause step", || async {
+    let held = wait_until(WAIT, "the rollout to hold at its pause step", || async {
         let p = plans::get(&h.client, &h.ns, "shop").await?;
         let s = p.status?;
         (s.phase == Phase::RollingOut
@@ -159,7 +148,7 @@ async fn a_template_gate_runs_with_its_args_and_keeps_its_content_for_the_step()
         )
         .await
         .unwrap();
-    let after_edit = wait_until(T, "two gate calls after the template edit", || async {
+    let after_edit = wait_until(WAIT, "two gate calls after the template edit", || async {
         let c: Vec<Call> = calls
             .lock()
             .unwrap()
@@ -186,7 +175,7 @@ async fn a_template_gate_runs_with_its_args_and_keeps_its_content_for_the_step()
     // The next step reads the template anew.
     let promoted = Instant::now();
     request(&h.client, &h.ns, "shop", "promote").await;
-    wait_phase(&h.client, &h.ns, "shop", Phase::Stable, T).await;
+    wait_phase(&h.client, &h.ns, "shop", Phase::Stable, WAIT).await;
     let later: Vec<String> = calls
         .lock()
         .unwrap()
@@ -223,7 +212,7 @@ async fn a_missing_template_stalls_until_it_is_created() {
     // (and the Warning) from the next reconcile, the first of the step. Wait
     // for the pod too: only the missing template holds the release then,
     // and no pod event wakes the plan any more.
-    let stalled = wait_until(T, "the plan to be Stalled for its template", || async {
+    let stalled = wait_until(WAIT, "the plan to be Stalled for its template", || async {
         let p = plans::get(&h.client, &h.ns, "shop").await?;
         let (status, reason, message) = condition(&p, "Stalled")?;
         let s = p.status.as_ref()?;
@@ -287,7 +276,7 @@ async fn a_missing_template_stalls_until_it_is_created() {
         .create(&PostParams::default(), &serde_json::from_value(t).unwrap())
         .await
         .unwrap();
-    let p = wait_phase(&h.client, &h.ns, "shop", Phase::Stable, T).await;
+    let p = wait_phase(&h.client, &h.ns, "shop", Phase::Stable, WAIT).await;
     assert_eq!(condition(&p, "Stalled").unwrap().0, "False");
     assert_eq!(condition(&p, "Ready").unwrap().0, "True");
     assert!(
@@ -344,7 +333,7 @@ async fn a_per_component_gate_is_told_its_component_and_revision() {
         json!([web("shop:2", 1), worker("worker:2")]),
     )
     .await;
-    wait_phase(&h.client, &h.ns, "shop", Phase::Stable, T).await;
+    wait_phase(&h.client, &h.ns, "shop", Phase::Stable, WAIT).await;
     let calls: Vec<Call> = calls
         .lock()
         .unwrap()

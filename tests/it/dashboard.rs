@@ -3,15 +3,7 @@
 //! operator rolling plans out on the local control plane. Screenshots go to
 //! `$CARGO_TARGET_DIR/dashboard-screenshots/` (printed with `--nocapture`).
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use fantoccini::Locator;
 use fantoccini::key::Key;
@@ -19,15 +11,10 @@ use kube::Client;
 use releaseplan::api::{Phase, ReleasePlan};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
-use std::time::Duration;
 use support::browser::{Browser, Dashboard};
 use support::fixtures::{faulty_template, plan, web};
 use support::plans::{create, get, set_components, wait_phase};
-use support::{Harness, wait_until};
-
-/// The operator's own waits in these scenarios are seconds; this bounds a
-/// whole step on a loaded machine (the timeout of the other plugin tests).
-const T: Duration = Duration::from_secs(90);
+use support::{Harness, WAIT, wait_until};
 
 fn status_of(p: &ReleasePlan) -> releaseplan::api::ReleasePlanStatus {
     p.status.clone().unwrap_or_default()
@@ -52,7 +39,7 @@ async fn segments(b: &Browser, ns: &str, name: &str) -> Vec<String> {
 
 async fn wait_segments(b: &Browser, ns: &str, name: &str, want: &[&str]) {
     wait_until(
-        T,
+        WAIT,
         &format!("the step bar of {name} to be {want:?}"),
         || async { (segments(b, ns, name).await == want).then_some(()) },
     )
@@ -89,7 +76,7 @@ async fn color_scheme(b: &Browser, scheme: &str) {
 async fn press(b: &Browser, action: &str) {
     let button = format!("#act-{action}:not([disabled])");
     b.click(&button).await;
-    wait_until(T, "the confirmation dialog", || async {
+    wait_until(WAIT, "the confirmation dialog", || async {
         b.js("return document.getElementById('confirm').open;", vec![])
             .await
             .as_bool()
@@ -111,14 +98,14 @@ async fn stable_plan(client: &Client, ns: &str, name: &str) {
         ),
     )
     .await;
-    wait_phase(client, ns, name, Phase::Stable, T).await;
+    wait_phase(client, ns, name, Phase::Stable, WAIT).await;
 }
 
 /// A raw HTTP/1.1 request to the dashboard (to check what a browser would
 /// not let a page send): the status code.
 fn raw_status(port: u16, request: &str) -> u16 {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(T)).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
     s.write_all(request.as_bytes()).unwrap();
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
@@ -143,8 +130,8 @@ async fn the_bar_advances_and_promote_moves_the_plan_on() {
     b.client.goto(&dash.url).await.unwrap();
 
     // The overview lists both plans; shop is released: every segment done.
-    b.wait_text(T, &row(&ns, "shop"), "Stable").await;
-    b.wait_text(T, &row(&ns, "cart"), "cart").await;
+    b.wait_text(WAIT, &row(&ns, "shop"), "Stable").await;
+    b.wait_text(WAIT, &row(&ns, "cart"), "cart").await;
     wait_segments(&b, &ns, "shop", &["done"; 4]).await;
 
     // The overview's rows are grids (for speed) yet still a table to a
@@ -176,7 +163,7 @@ async fn the_bar_advances_and_promote_moves_the_plan_on() {
     // A new image: the bar shows the first pause as the current step, live.
     set_components(&client, &ns, "shop", json!([web("shop:2", 4)])).await;
     wait_segments(&b, &ns, "shop", &["done", "cur", "todo", "todo"]).await;
-    let text = b.wait_text(T, &row(&ns, "shop"), "RollingOut").await;
+    let text = b.wait_text(WAIT, &row(&ns, "shop"), "RollingOut").await;
     assert!(text.contains("step 2/4"), "{text}");
     assert!(text.contains("25%"), "{text}");
     assert!(text.contains("waiting for promotion"), "{text}");
@@ -185,7 +172,7 @@ async fn the_bar_advances_and_promote_moves_the_plan_on() {
     // The plan page, by keyboard: filter to shop, Tab to its link, Enter.
     let filter = b.client.find(Locator::Css("#filter")).await.unwrap();
     filter.send_keys("shop").await.unwrap();
-    wait_until(T, "the filter to hide cart", || async {
+    wait_until(WAIT, "the filter to hide cart", || async {
         b.js(
             "return document.querySelector(arguments[0]).hidden;",
             vec![json!(row(&ns, "cart"))],
@@ -203,16 +190,16 @@ async fn the_bar_advances_and_promote_moves_the_plan_on() {
     );
     focused.send_keys(&Key::Enter).await.unwrap();
     // Promote at the indefinite pause moves the plan on.
-    b.wait_text(T, "#plan h2", "RollingOut").await;
-    b.wait_text(T, "#plan", "shop-web-").await;
+    b.wait_text(WAIT, "#plan h2", "RollingOut").await;
+    b.wait_text(WAIT, "#plan", "shop-web-").await;
     press(&b, "promote").await;
-    b.wait_text(T, "#notice", "sent promote/").await;
-    wait_until(T, "the operator to act on the promote", || async {
+    b.wait_text(WAIT, "#notice", "sent promote/").await;
+    wait_until(WAIT, "the operator to act on the promote", || async {
         let p = get(&client, &ns, "shop").await?;
         (status_of(&p).current_step == 3).then_some(())
     })
     .await;
-    b.wait_text(T, "#plan .timeline li.cur", "4.").await;
+    b.wait_text(WAIT, "#plan .timeline li.cur", "4.").await;
     b.screenshot("plan").await;
 
     // Back on the overview, the bar advanced past the second setWeight.
@@ -221,11 +208,11 @@ async fn the_bar_advances_and_promote_moves_the_plan_on() {
 
     // Promote fully: the plan goes Stable, and the page says so.
     b.click(&format!("{} a", row(&ns, "shop"))).await;
-    b.wait_text(T, "#plan h2", "RollingOut").await;
+    b.wait_text(WAIT, "#plan h2", "RollingOut").await;
     press(&b, "promote-full").await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
-    b.wait_text(T, "#plan h2", "Stable").await;
-    b.wait_text(T, "#plan", "Promoted").await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
+    b.wait_text(WAIT, "#plan h2", "Stable").await;
+    b.wait_text(WAIT, "#plan", "Promoted").await;
 
     // What other local pages cannot do: a POST without the page's token, or
     // from another origin, or to another Host name, never reaches the cluster.
@@ -272,12 +259,12 @@ async fn a_crash_looping_release_shows_the_rollback_and_its_reason() {
         &plan("calm", json!({"components": [web("calm:1", 1)]})),
     )
     .await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
-    wait_phase(&client, &ns, "calm", Phase::Stable, T).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
+    wait_phase(&client, &ns, "calm", Phase::Stable, WAIT).await;
     let dash = Dashboard::start(&["-n", &ns]).await;
     let b = Browser::start().await;
     b.client.goto(&dash.url).await.unwrap();
-    b.wait_text(T, &row(&ns, "shop"), "Stable").await;
+    b.wait_text(WAIT, &row(&ns, "shop"), "Stable").await;
 
     set_components(
         &client,
@@ -288,7 +275,7 @@ async fn a_crash_looping_release_shows_the_rollback_and_its_reason() {
     )
     .await;
     // The failing plan is unmistakable: first row, marked failing, with the reason.
-    let text = b.wait_text(T, &row(&ns, "shop"), "RolledBack").await;
+    let text = b.wait_text(WAIT, &row(&ns, "shop"), "RolledBack").await;
     assert!(text.contains("rolled back"), "{text}");
     assert!(text.contains("failed: podHealth"), "{text}");
     let p = get(&client, &ns, "shop").await.unwrap();
@@ -330,11 +317,11 @@ async fn a_crash_looping_release_shows_the_rollback_and_its_reason() {
 
     // The plan page: the rollback in the history, the failure, the Events.
     b.click(&format!("{} a", row(&ns, "shop"))).await;
-    b.wait_text(T, "#plan h2", "RolledBack").await;
-    b.wait_text(T, "#plan", "RolledBack").await;
-    b.wait_text(T, "#plan-message", &reason).await;
-    b.wait_text(T, "#plan", "Stalled").await;
-    b.wait_text(T, "#plan", "RollbackStarted").await;
+    b.wait_text(WAIT, "#plan h2", "RolledBack").await;
+    b.wait_text(WAIT, "#plan", "RolledBack").await;
+    b.wait_text(WAIT, "#plan-message", &reason).await;
+    b.wait_text(WAIT, "#plan", "Stalled").await;
+    b.wait_text(WAIT, "#plan", "RollbackStarted").await;
     b.screenshot("plan-rolled-back").await;
     drop(op);
     b.close().await;
@@ -347,7 +334,7 @@ async fn an_action_without_permission_shows_the_api_servers_refusal() {
     let (Harness { client, ns }, op) = Harness::with_operator("dash-rbac").await;
     stable_plan(&client, &ns, "shop").await;
     set_components(&client, &ns, "shop", json!([web("shop:2", 4)])).await;
-    wait_until(T, "the rollout to hold at the first pause", || async {
+    wait_until(WAIT, "the rollout to hold at the first pause", || async {
         let p = get(&client, &ns, "shop").await?;
         (status_of(&p).current_step == 1).then_some(())
     })
@@ -379,9 +366,9 @@ async fn an_action_without_permission_shows_the_api_servers_refusal() {
         .goto(&format!("{}#/plan/{ns}/shop", dash.url))
         .await
         .unwrap();
-    b.wait_text(T, "#plan h2", "RollingOut").await;
+    b.wait_text(WAIT, "#plan h2", "RollingOut").await;
     press(&b, "promote").await;
-    let notice = b.wait_text(T, "#notice", "Refused").await;
+    let notice = b.wait_text(WAIT, "#notice", "Refused").await;
     assert!(
         notice.contains("User \"viewer\" cannot patch resource \"releaseplans\""),
         "{notice}"

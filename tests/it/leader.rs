@@ -1,14 +1,6 @@
 //! Leader election between two operator processes on one Lease.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
@@ -18,10 +10,9 @@ use std::time::{Duration, Instant};
 use support::fixtures::web;
 use support::operator::Operator;
 use support::plans::{by_image, create_stable, revisions, set_components, wait_phase};
-use support::{Harness, wait_until};
+use support::{Harness, WAIT, wait_until};
 
 const LEASE_SECONDS: u64 = 10;
-const T: Duration = Duration::from_secs(90);
 
 async fn holder(client: &Client, ns: &str) -> Option<String> {
     let lease = Api::<Lease>::namespaced(client.clone(), ns)
@@ -49,7 +40,7 @@ async fn start(ns: &str, id: &str) -> Operator {
 
 async fn wait_holder(client: &Client, ns: &str, want: &str) -> Duration {
     let started = Instant::now();
-    wait_until(T, &format!("{want} to hold the lease"), || async {
+    wait_until(WAIT, &format!("{want} to hold the lease"), || async {
         (holder(client, ns).await.as_deref() == Some(want)).then_some(())
     })
     .await;
@@ -100,7 +91,7 @@ async fn only_the_leader_writes_and_leadership_moves_on_kill_and_term() {
         "took {took:?}"
     );
     set_components(&client, &ns, "shop", web("shop:2")).await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
     assert_eq!(
         by_image(&revisions(&client, &ns, "shop").await, "shop:2"),
         Some((2, 2))
@@ -128,7 +119,7 @@ async fn only_the_leader_writes_and_leadership_moves_on_kill_and_term() {
         "SIGTERM handover took {took:?}"
     );
     set_components(&client, &ns, "shop", web("shop:3")).await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
 }
 
 /// The identities that published the Events of plan `name`.
@@ -167,7 +158,7 @@ async fn start_sharded(ns: &str, id: &str, shards: u32) -> Operator {
 
 /// Waits until `op` serves a shard and returns it.
 async fn serving(op: &Operator) -> u32 {
-    wait_until(T, "the replica to serve a shard", || async {
+    wait_until(WAIT, "the replica to serve a shard", || async {
         let shard = op.counter("releaseplan_shard").await;
         (op.counter("releaseplan_leader").await == 1.0 && shard >= 0.0).then_some(shard as u32)
     })
@@ -247,7 +238,7 @@ async fn shards_split_the_plans_and_a_standby_takes_over_a_shard() {
         .find(|n| shard::of(&ns, n, 2) == sa)
         .expect("a plan of the killed replica's shard");
     set_components(&client, &ns, moved, web("moved:2")).await;
-    wait_phase(&client, &ns, moved, Phase::Stable, T).await;
+    wait_phase(&client, &ns, moved, Phase::Stable, WAIT).await;
     let want = std::collections::BTreeSet::from(["op-a".to_string(), "op-c".to_string()]);
     assert_eq!(reporters(&client, &ns, moved).await, want, "{moved}");
     assert_eq!(b.counter("releaseplan_shard").await, f64::from(sb));
@@ -272,12 +263,12 @@ async fn a_new_leader_with_every_plan_stable_writes_nothing() {
         .await;
     }
     for name in &names {
-        wait_phase(&client, &ns, name, Phase::Stable, T).await;
+        wait_phase(&client, &ns, name, Phase::Stable, WAIT).await;
     }
     let b = start(&ns, "op-b").await;
     a.terminate().await;
     wait_holder(&client, &ns, "op-b").await;
-    wait_until(T, "the new leader to reconcile every plan", || async {
+    wait_until(WAIT, "the new leader to reconcile every plan", || async {
         (b.counter("releaseplan_plans").await == names.len() as f64).then_some(())
     })
     .await;

@@ -127,7 +127,7 @@ pub fn by_image(revs: &BTreeMap<String, (i32, i32, String)>, image: &str) -> Opt
 /// Creates a plan and waits until its first release is Stable.
 pub async fn create_stable(client: &Client, ns: &str, name: &str, spec: Value) -> ReleasePlan {
     create(client, ns, &plan(name, spec)).await;
-    wait_phase(client, ns, name, Phase::Stable, Duration::from_secs(120)).await
+    wait_phase(client, ns, name, Phase::Stable, super::WAIT).await
 }
 
 /// The condition `type_` of a plan: (status, reason, message).

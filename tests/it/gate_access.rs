@@ -7,20 +7,11 @@
 //! Also the gate series of /metrics: they follow the gates of the spec and go
 //! with the plan.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -39,10 +30,9 @@ use support::fixtures::web;
 use support::operator::{Operator, sum_metric};
 use support::plans::{create_stable, patch_spec, set_components, wait_phase};
 use support::servers::{Prometheus, closed_port, gate_http, serve};
-use support::{Harness, wait_until};
+use support::{Harness, WAIT, wait_until};
 use tokio_rustls::rustls;
 
-const T: Duration = Duration::from_secs(120);
 const SHARED: &str = "releaseplan.io/gate-namespaces";
 
 /// A CA and a server certificate it signed for 127.0.0.1 and localhost.
@@ -622,7 +612,7 @@ async fn authenticated_gates_pass_follow_rotation_fail_on_a_wrong_secret_and_nev
     )
     .await;
     set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
     assert_eq!(
         expect.lock().unwrap().hook_denied,
         0,
@@ -640,7 +630,7 @@ async fn authenticated_gates_pass_follow_rotation_fail_on_a_wrong_secret_and_nev
     )
     .await;
     set_components(&client, &ns, "shop", json!([web("shop:3", 2)])).await;
-    let done = wait_phase(&client, &ns, "shop", Phase::RolledBack, T).await;
+    let done = wait_phase(&client, &ns, "shop", Phase::RolledBack, WAIT).await;
     let failure = done
         .status
         .as_ref()
@@ -680,7 +670,7 @@ async fn authenticated_gates_pass_follow_rotation_fail_on_a_wrong_secret_and_nev
         assert!(count >= 2.0, "{kind}: {count}\n{m}");
     }
     wait_until(
-        T,
+        WAIT,
         "the gate series of the ended rollout to be removed",
         || async {
             let m = op.metrics().await;
@@ -731,7 +721,7 @@ async fn gate_series_follow_the_gates_of_the_spec_and_go_with_the_plan() {
         })
     };
     wait_until(
-        T,
+        WAIT,
         "both gates' series, and prometheus errors counted",
         || async {
             let m = op.metrics().await;
@@ -753,7 +743,7 @@ async fn gate_series_follow_the_gates_of_the_spec_and_go_with_the_plan() {
     // The Prometheus gate leaves the spec: its series go, the webhook's stay
     // (the webhook passes, so the rollout reaches the pause and holds).
     patch_spec(&client, &ns, "shop", json!({"health": {"prometheus": []}})).await;
-    wait_until(T, "only the webhook's series", || async {
+    wait_until(WAIT, "only the webhook's series", || async {
         let m = op.metrics().await;
         (series("smoke", &m) && !series("errors", &m)).then_some(())
     })
@@ -765,7 +755,7 @@ async fn gate_series_follow_the_gates_of_the_spec_and_go_with_the_plan() {
         .await
         .expect("delete the plan");
     wait_until(
-        T,
+        WAIT,
         "the deleted plan's gate series to be removed",
         || async {
             let m = op.metrics().await;

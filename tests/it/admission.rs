@@ -2,17 +2,9 @@
 //! `crds/releaseplan.yaml` is installed, valid plans (the examples among them)
 //! are accepted, and each invalid plan is refused with a message that names
 //! the field and the rule. Run against the cluster of `make test`, or alone:
-//! `e2e/cluster-up.sh adm && . .e2e-run/adm/env && cargo test --test admission`.
+//! `e2e/cluster-up.sh adm && . .e2e-run/adm/env && cargo test --test it -- admission:: --skip template_admission::`.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use support::{cluster, crd};

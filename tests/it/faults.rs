@@ -25,15 +25,7 @@
 //! The test's own client talks to the API server directly: only the
 //! operator's network misbehaves.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use releaseplan::api::Phase;
 use serde_json::{Value, json};
@@ -79,7 +71,8 @@ async fn healthz_recovers_within_seconds_after_an_outage_with_no_plans() {
         || async { (healthz(op.port).await == Some(200)).then_some(()) },
     )
     .await;
-    // Healthy for a while with nothing happening: idle watches are not failures.
+    // Healthy for a while with nothing happening: idle watches are not
+    // failures (a negative check: a bounded observation window of 3 s).
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(healthz(op.port).await, Some(200), "{}", op.log_text());
 
@@ -494,6 +487,9 @@ async fn plans_end_right_under_random_network_faults() {
         "the end state",
     )
     .await;
+    // The samplers watch the end state for 3 s more: capacity must hold there
+    // too (a negative check, so a bounded observation window), and the last
+    // /healthz sample is judged below.
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let samples = capacity.await.unwrap();

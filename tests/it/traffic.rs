@@ -8,15 +8,7 @@
 //! Needs the local cluster of `make test` (ClusterIPs on loopback) and
 //! Traefik and the Gateway API CRDs of `make tools`.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -33,7 +25,7 @@ use support::traffic::{
     Counts, DataPlane, ENTRY_POINT, GATEWAY, SPLIT_ALPHA, assert_split, binomial_bounds,
     http_route_resource, ingress_route_resource,
 };
-use support::{Harness, plans, servers, wait_until};
+use support::{Harness, WAIT, plans, servers, wait_until};
 
 const CANARY: (&str, &str) = ("x-canary", "true");
 
@@ -330,8 +322,6 @@ async fn sampler_sees_a_route_switch() {
 
 // ------------------------------------------------------------ the operator's rollouts
 
-/// Timeout of the rollout waits.
-const T: Duration = Duration::from_secs(120);
 /// Requests measured at each step.
 const N: usize = 1000;
 
@@ -366,7 +356,7 @@ fn hashes(p: &ReleasePlan) -> (String, String) {
 /// `trafficWeight` `weight`.
 async fn wait_at_step(h: &Harness, step: i32, weight: i32) -> ReleasePlan {
     wait_until(
-        T,
+        WAIT,
         &format!("plan shop at step {step} with trafficWeight {weight}"),
         || async {
             let p = plans::get(&h.client, &h.ns, "shop").await.unwrap();
@@ -448,7 +438,7 @@ async fn rollout_splits_requests_by_step_weight() {
         plans::request(&h.client, &h.ns, "shop", "promote").await;
     }
     let promoted = Instant::now();
-    plans::wait_phase(&h.client, &h.ns, "shop", Phase::Stable, T).await;
+    plans::wait_phase(&h.client, &h.ns, "shop", Phase::Stable, WAIT).await;
     dp.wait_for("every request to reach the new revision", 100, &[], |c| {
         c.all_ok_from(&new)
     })
@@ -509,7 +499,7 @@ async fn header_route_reaches_the_canary_until_abort() {
     assert!(with.all_ok_from(&new), "with the header: {with}");
     assert!(without.all_ok_from(&old), "without the header: {without}");
     plans::request(&h.client, &h.ns, "shop", "abort").await;
-    plans::wait_phase(&h.client, &h.ns, "shop", Phase::RolledBack, T).await;
+    plans::wait_phase(&h.client, &h.ns, "shop", Phase::RolledBack, WAIT).await;
     dp.wait_for(
         "header requests to reach stable after the abort",
         50,
@@ -657,7 +647,7 @@ async fn failed_canary_loses_its_traffic_before_its_pods() {
         Duration::from_millis(10),
     );
     failing.store(true, Ordering::SeqCst);
-    plans::wait_phase(&h.client, &h.ns, "shop", Phase::RolledBack, T).await;
+    plans::wait_phase(&h.client, &h.ns, "shop", Phase::RolledBack, WAIT).await;
     dp.wait_for("every request back on stable", 100, &[], |c| {
         c.all_ok_from(&old)
     })
@@ -745,7 +735,7 @@ async fn blue_green_switches_every_request_at_once() {
     .await;
     let sampler = dp.sampler(&[], Duration::from_millis(250), 1, Duration::from_millis(5));
     plans::patch_spec(&h.client, &h.ns, "shop", bg("shop:2")).await;
-    let p = wait_until(T, "the preview to be ready at full scale", || async {
+    let p = wait_until(WAIT, "the preview to be ready at full scale", || async {
         let p = plans::get(&h.client, &h.ns, "shop").await?;
         let s = p.status.as_ref()?;
         let c = &s.components[0];
@@ -763,9 +753,9 @@ async fn blue_green_switches_every_request_at_once() {
 
     let promoted = Instant::now();
     plans::request(&h.client, &h.ns, "shop", "promote").await;
-    plans::wait_phase(&h.client, &h.ns, "shop", Phase::Stable, T).await;
+    plans::wait_phase(&h.client, &h.ns, "shop", Phase::Stable, WAIT).await;
     wait_until(
-        T,
+        WAIT,
         "the old revision to scale down after the delay",
         || async {
             let revs = plans::revisions(&h.client, &h.ns, "shop").await;
@@ -919,7 +909,7 @@ async fn rollout_through_a_traefik_ingress_route() {
     plans::request(&h.client, &h.ns, "shop", "promote").await;
 
     let promoted = Instant::now();
-    plans::wait_phase(&h.client, &h.ns, "shop", Phase::Stable, T).await;
+    plans::wait_phase(&h.client, &h.ns, "shop", Phase::Stable, WAIT).await;
     dp.wait_for("every request to reach the new revision", 100, &[], |c| {
         c.all_ok_from(&new)
     })

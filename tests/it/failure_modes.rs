@@ -11,15 +11,7 @@
 //! | two replicas acting | `tests/leader.rs` `only_the_leader_writes_and_leadership_moves_on_kill_and_term` |
 //! | drift | `tests/controller.rs` `drift_on_an_owned_deployment_is_corrected` |
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use axum::Router;
 use axum::routing::post;
@@ -29,15 +21,15 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use releaseplan::api::{Phase, ReleasePlan, Verdict};
 use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use support::fixtures::{faulty_template, plan, refused_template, template, web_with};
 use support::operator::{Operator, sum_metric};
 use support::plans::{
     condition, create, create_stable, get, plan_events, revisions, set_components, wait_phase,
 };
-use support::{Harness, cluster, crd, plans, wait_until};
-
-const T: Duration = Duration::from_secs(120);
+use support::{Harness, WAIT, cluster, crd, plans, wait_until};
 
 #[tokio::test]
 async fn reconcile_error_forever_is_visible_and_backs_off() {
@@ -62,7 +54,7 @@ async fn reconcile_error_forever_is_visible_and_backs_off() {
 
     // Status says what is wrong, at once, naming the Deployment and the API
     // server's answer; the plan is still trying (Reconciling, not Stalled).
-    let p = wait_until(T, "the refusal in status", || async {
+    let p = wait_until(WAIT, "the refusal in status", || async {
         let p = get(&client, &ns, "shop").await?;
         let (st, reason, msg) = condition(&p, "Reconciling")?;
         (st == "True" && reason == "DeploymentWriteFailed").then_some((p, msg))
@@ -76,19 +68,37 @@ async fn reconcile_error_forever_is_visible_and_backs_off() {
     assert_eq!(condition(&p, "Ready").unwrap().0, "False");
     assert_eq!(condition(&p, "Stalled").unwrap().0, "False");
 
-    // Backoff: failures grow slower and slower (1s, 2s, 4s, 8s ...), not every 300ms.
-    tokio::time::sleep(Duration::from_secs(14)).await;
-    let failures = sum_metric(&op.metrics().await, "releaseplan_reconcile_failures_total");
+    // Backoff: failures grow slower and slower (1s, 2s, 4s, 8s ...), not every
+    // 300ms. That failures go on is waited for; that they are few is a
+    // negative check, so it keeps a bounded observation window: 14 s from the
+    // refusal seen in status (about 5 failures with the backoff, dozens
+    // without), ending no sooner than the wait.
+    let window_end = tokio::time::Instant::now() + Duration::from_secs(14);
+    let failures =
+        || async { sum_metric(&op.metrics().await, "releaseplan_reconcile_failures_total") };
+    let refused = || async {
+        plan_events(&client, &ns, "shop")
+            .await
+            .iter()
+            .filter(|e| e.0 == "DeploymentRefused" && e.1 == "Warning")
+            .map(|e| e.3)
+            .sum::<i32>()
+    };
+    wait_until(WAIT, "3 failed reconciles and a Warning", || async {
+        let (n, warnings) = (failures().await, refused().await);
+        (n >= 3.0 && warnings >= 1).then_some(()).ok_or(format!(
+            "{n} failures, {warnings} DeploymentRefused Warnings"
+        ))
+    })
+    .await;
+    tokio::time::sleep_until(window_end).await;
+    let failures = failures().await;
     assert!(
         (3.0..=7.0).contains(&failures),
         "about 5 failures in 15s with exponential backoff, got {failures}"
     );
+    let refused = refused().await;
     let events = plan_events(&client, &ns, "shop").await;
-    let refused: i32 = events
-        .iter()
-        .filter(|e| e.0 == "DeploymentRefused" && e.1 == "Warning")
-        .map(|e| e.3)
-        .sum();
     assert!(
         (1..=8).contains(&refused),
         "a Warning per failed attempt, spaced by the backoff: {events:?}"
@@ -99,7 +109,7 @@ async fn reconcile_error_forever_is_visible_and_backs_off() {
         .delete("no-deployments", &DeleteParams::default())
         .await
         .unwrap();
-    let p = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let p = wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
     assert_eq!(condition(&p, "Ready").unwrap().0, "True");
     assert_eq!(condition(&p, "Reconciling").unwrap().0, "False");
 }
@@ -118,7 +128,7 @@ async fn status_not_updating_a_refused_template_reaches_status() {
         ),
     )
     .await;
-    let (p, msg) = wait_until(T, "the refusal of a new plan in status", || async {
+    let (p, msg) = wait_until(WAIT, "the refusal of a new plan in status", || async {
         let p = get(&client, &ns, "fresh").await?;
         let (st, reason, msg) = condition(&p, "Stalled")?;
         (st == "True" && reason == "DeploymentRefused").then_some((p, msg))
@@ -152,7 +162,7 @@ async fn status_not_updating_a_refused_template_reaches_status() {
         json!([web_with(refused_template(), 2)]),
     )
     .await;
-    let p = wait_until(T, "the refused generation observed", || async {
+    let p = wait_until(WAIT, "the refused generation observed", || async {
         let p = get(&client, &ns, "shop").await?;
         let s = p.status.as_ref()?;
         (s.observed_generation == Some(2)
@@ -177,8 +187,22 @@ async fn duplicate_operations_twenty_requeues_change_nothing() {
         json!({"components": [web_with(template("shop:1"), 2)]}),
     )
     .await;
-    // Let the last writes of the first release land.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The baseline is taken once the first release's writes have landed: its
+    // last ones are its Events (RolloutStarted, Promoted), and the operator's
+    // count of writes is the same at two polls in a row.
+    let last_writes = std::cell::Cell::new(f64::NAN);
+    wait_until(WAIT, "the first release's writes to land", || async {
+        let writes = op.counter("releaseplan_api_writes_total").await;
+        let steady = writes == last_writes.replace(writes);
+        let events = plan_events(&client, &ns, "shop").await;
+        let published = ["RolloutStarted", "Promoted"]
+            .iter()
+            .all(|r| events.iter().any(|e| e.0 == *r));
+        (steady && published)
+            .then_some(())
+            .ok_or(format!("{writes} writes; Events {events:?}"))
+    })
+    .await;
     let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
     let before_deploys: Vec<String> = deployments
         .list(&ListParams::default())
@@ -204,10 +228,12 @@ async fn duplicate_operations_twenty_requeues_change_nothing() {
             .unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    wait_until(T, "the requeues to be reconciled", || async {
+    wait_until(WAIT, "the requeues to be reconciled", || async {
         (op.counter("releaseplan_reconcile_runs_total").await >= before_runs + 5.0).then_some(())
     })
     .await;
+    // Nothing changes: a negative check, so a bounded observation window of
+    // 2 s once the requeues were reconciled, for a late write to show.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after_deploys: Vec<String> = deployments
         .list(&ListParams::default())
@@ -300,6 +326,19 @@ async fn cr_stuck_terminating_escape_hatch_removes_the_finalizer() {
         .delete("shop", &DeleteParams::default())
         .await
         .unwrap();
+    // Marked for deletion (waited for), and still there after a bounded
+    // observation window of 2 s: that nothing removes it while the operator is
+    // gone is a negative check.
+    wait_until(WAIT, "the plan to be marked for deletion", || async {
+        plans
+            .get_opt("shop")
+            .await
+            .ok()??
+            .metadata
+            .deletion_timestamp
+            .map(|_| ())
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let p = plans.get("shop").await.unwrap();
     assert!(
@@ -316,12 +355,12 @@ async fn cr_stuck_terminating_escape_hatch_removes_the_finalizer() {
         )
         .await
         .unwrap();
-    wait_until(T, "the plan to be gone", || async {
+    wait_until(WAIT, "the plan to be gone", || async {
         plans.get_opt("shop").await.ok()?.is_none().then_some(())
     })
     .await;
     // Its Deployments are owned by the plan: the garbage collector removes them.
-    wait_until(T, "the plan's Deployments to be collected", || async {
+    wait_until(WAIT, "the plan's Deployments to be collected", || async {
         revisions(&client, &ns, "shop")
             .await
             .is_empty()
@@ -330,8 +369,9 @@ async fn cr_stuck_terminating_escape_hatch_removes_the_finalizer() {
     .await;
 }
 
-/// A webhook that never answers.
-async fn hang() -> &'static str {
+/// A webhook that never answers; counts the calls it holds.
+async fn hang(calls: Arc<AtomicUsize>) -> &'static str {
+    calls.fetch_add(1, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(3600)).await;
     "late"
 }
@@ -341,8 +381,11 @@ async fn controller_stuck_hung_gates_never_delay_a_rollback() {
     let (Harness { client, ns }, op) = Harness::with_operator("fm-stuck").await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let held = Arc::clone(&calls);
     tokio::spawn(async move {
-        let _ = axum::serve(listener, Router::new().route("/check", post(hang))).await;
+        let check = post(move || hang(Arc::clone(&held)));
+        let _ = axum::serve(listener, Router::new().route("/check", check)).await;
     });
     // Each gate call waits 30s, three times: without a gate runner one such
     // plan holds a reconcile worker for 90s, and 8 of them hold all 8.
@@ -367,7 +410,12 @@ async fn controller_stuck_hung_gates_never_delay_a_rollback() {
         )
         .await;
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Each of the 8 plans has a gate call hanging before p8 changes.
+    wait_until(WAIT, "a hung gate call of each of the 8 plans", || async {
+        let n = calls.load(Ordering::SeqCst);
+        (n >= 8).then_some(()).ok_or(format!("{n} calls"))
+    })
+    .await;
     plans::patch_spec(&client, &ns, "p8", json!({"components": [web_with(faulty_template("shop:2", "crash-loop"), 2)], "health": {"webhooks": hooks}})).await;
 
     // The clock starts when the first new pod of p8 is seen crash-looping; the
@@ -375,7 +423,7 @@ async fn controller_stuck_hung_gates_never_delay_a_rollback() {
     let patched = Instant::now();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let crash_seen: std::cell::Cell<Option<Instant>> = std::cell::Cell::new(None);
-    let rollback_seen = wait_until(T, "p8's rollback to start", || async {
+    let rollback_seen = wait_until(WAIT, "p8's rollback to start", || async {
         if crash_seen.get().is_none() {
             let list = pods
                 .list(&ListParams::default().labels("releaseplan.io/plan=p8"))
@@ -501,7 +549,7 @@ async fn reconcile_error_forever_when_status_cannot_be_written_is_a_warning_even
         ),
     )
     .await;
-    wait_until(T, "the policy to refuse a status write", || async {
+    wait_until(WAIT, "the policy to refuse a status write", || async {
         let mut p = plans.get("probe").await.ok()?;
         p.metadata.managed_fields = None;
         let mut s = p.status.clone().unwrap_or_default();
@@ -528,7 +576,7 @@ async fn reconcile_error_forever_when_status_cannot_be_written_is_a_warning_even
         ),
     )
     .await;
-    let events = wait_until(T, "a ReconcileError Warning on the plan", || async {
+    let events = wait_until(WAIT, "a ReconcileError Warning on the plan", || async {
         let events = plan_events(&client, &ns, "shop").await;
         events
             .iter()
@@ -542,9 +590,20 @@ async fn reconcile_error_forever_when_status_cannot_be_written_is_a_warning_even
         !events.iter().any(|e| e.0 == "RolloutStarted"),
         "no Event for a transition whose status was not written: {events:?}"
     );
-    // Rate-limited: at the 1st, 2nd, 4th, 8th failure, not at each.
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    let failures = sum_metric(&op.metrics().await, "releaseplan_reconcile_failures_total");
+    // Rate-limited: at the 1st, 2nd, 4th, 8th failure, not at each. Failures
+    // are waited for; that the Warnings stay fewer is a negative check, so it
+    // keeps a bounded observation window: 12 s from the first Warning, ending
+    // no sooner than the wait.
+    let window_end = tokio::time::Instant::now() + Duration::from_secs(12);
+    let failures =
+        || async { sum_metric(&op.metrics().await, "releaseplan_reconcile_failures_total") };
+    wait_until(WAIT, "3 failed reconciles", || async {
+        let n = failures().await;
+        (n >= 3.0).then_some(()).ok_or(format!("{n} failures"))
+    })
+    .await;
+    tokio::time::sleep_until(window_end).await;
+    let failures = failures().await;
     let warnings: i32 = plan_events(&client, &ns, "shop")
         .await
         .iter()
@@ -565,5 +624,5 @@ async fn reconcile_error_forever_when_status_cannot_be_written_is_a_warning_even
         .await
         .unwrap();
     // Once status can be written again, the plan goes on to Stable.
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
 }

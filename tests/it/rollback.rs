@@ -2,15 +2,7 @@
 //! new-revision pods crash-loop, never become ready, or fail to pull their
 //! image; the operator must return every component to the stable revision.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use kube::Client;
 use releaseplan::api::{Phase, ReleasePlan};
@@ -19,9 +11,7 @@ use std::time::{Duration, Instant};
 use support::fixtures::{faulty_template, plan, template, web_with};
 use support::operator::Operator;
 use support::plans::{by_image, create, create_stable, revisions, set_components, wait_phase};
-use support::{Harness, plans, wait_until};
-
-const T: Duration = Duration::from_secs(120);
+use support::{Harness, WAIT, plans, wait_until};
 
 /// Rolls a bad version out over a stable one and returns the rolled-back plan
 /// and how long the rollback took from the rollout's start.
@@ -36,7 +26,7 @@ async fn roll_out_bad(
     create_stable(&client, &ns, "shop", json!({"components": [web_with(template("shop:1"), 3)], "strategy": {"steps": steps}, "health": health})).await;
     let started = Instant::now();
     set_components(&client, &ns, "shop", json!([web_with(bad, 3)])).await;
-    let p = wait_phase(&client, &ns, "shop", Phase::RolledBack, T).await;
+    let p = wait_phase(&client, &ns, "shop", Phase::RolledBack, WAIT).await;
     let took = started.elapsed();
     // Afterwards the good version serves at full replicas and no failed pod is left.
     let revs = revisions(&client, &ns, "shop").await;
@@ -50,7 +40,7 @@ async fn roll_out_bad(
         Some(0),
         "failed revision at zero: {revs:?}"
     );
-    wait_until(T, "the failed revision's pods to be gone", || async {
+    wait_until(WAIT, "the failed revision's pods to be gone", || async {
         let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), &ns)
             .list(&kube::api::ListParams::default().labels("releaseplan.io/plan=shop"))
             .await
@@ -147,13 +137,13 @@ async fn a_retry_request_rolls_the_failed_revision_out_again() {
         .unwrap()
         .rollout_count;
     plans::request(&client, &ns, "shop", "retry").await;
-    wait_until(T, "a new rollout to start", || async {
+    wait_until(WAIT, "a new rollout to start", || async {
         let s = plans::get(&client, &ns, "shop").await?.status?;
         (s.rollout_count > before).then_some(())
     })
     .await;
     // It fails again the same way and rolls back again.
-    wait_phase(&client, &ns, "shop", Phase::RolledBack, T).await;
+    wait_phase(&client, &ns, "shop", Phase::RolledBack, WAIT).await;
 }
 
 #[tokio::test]
@@ -169,7 +159,7 @@ async fn a_failed_first_release_leaves_nothing_running() {
         ),
     )
     .await;
-    let p = wait_phase(&client, &ns, "shop", Phase::RolledBack, T).await;
+    let p = wait_phase(&client, &ns, "shop", Phase::RolledBack, WAIT).await;
     let s = p.status.unwrap();
     assert_eq!(s.stable_revision, None);
     let revs = revisions(&client, &ns, "shop").await;

@@ -1,16 +1,8 @@
 //! Health gates against real servers: a real Prometheus (e2e/prometheus.sh,
 //! Debian package `prometheus`) scraping a tiny exporter inside the test, and
-//! local webhook servers.   cargo test --test gates
+//! local webhook servers.   cargo test --test it -- gates:: --skip job_gates::
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -1,15 +1,7 @@
 //! The operator against the real local control plane: each test runs its own
 //! operator process on its own namespace.
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -24,9 +16,7 @@ use support::operator::{Operator, sum_metric};
 use support::plans::{
     by_image, condition, create, create_stable, get, revisions, set_components, wait_phase,
 };
-use support::{Harness, cluster, plans, wait_until};
-
-const T: Duration = Duration::from_secs(90);
+use support::{Harness, WAIT, cluster, plans, wait_until};
 
 #[tokio::test]
 async fn first_release_reaches_stable() {
@@ -37,7 +27,7 @@ async fn first_release_reaches_stable() {
         &plan("shop", json!({"components": [web("shop:1", 3)]})),
     )
     .await;
-    let p = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let p = wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
     let s = p.status.clone().unwrap();
     assert_eq!(s.observed_generation, p.metadata.generation);
     assert_eq!(s.stable_revision, s.current_revision);
@@ -96,7 +86,7 @@ async fn image_change_walks_the_steps_and_pause_holds_until_promoted() {
     set_components(&client, &ns, "shop", json!([web("shop:2", 4)])).await;
     // The rollout reaches the indefinite pause: half the replicas on each revision.
     let p = wait_until(
-        T,
+        WAIT,
         "the pause step with 2 new and 2 old pods ready",
         || async {
             let p = get(&client, &ns, "shop").await?;
@@ -121,7 +111,7 @@ async fn image_change_walks_the_steps_and_pause_holds_until_promoted() {
     assert_eq!((s.phase, s.current_step), (Phase::RollingOut, 2));
 
     plans::request(&client, &ns, "shop", "promote").await;
-    let p = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let p = wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
     let revs = revisions(&client, &ns, "shop").await;
     assert_eq!(by_image(&revs, "shop:2"), Some((4, 4)));
     assert_eq!(by_image(&revs, "shop:1").map(|x| x.0), Some(0));
@@ -153,7 +143,7 @@ async fn image_change_walks_the_steps_and_pause_holds_until_promoted() {
     // Every change waited for its reconcile, and once the plan is Stable
     // and idle nothing waits any more.
     assert!(sum_metric(&text, "releaseplan_reconcile_queue_wait_seconds_count") >= 3.0);
-    wait_until(T, "an empty reconcile queue", || async {
+    wait_until(WAIT, "an empty reconcile queue", || async {
         (op.counter("releaseplan_reconcile_queue_depth").await == 0.0).then_some(())
     })
     .await;
@@ -172,7 +162,7 @@ async fn spec_changed_twice_converges_on_the_newest() {
     .await;
     set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
     set_components(&client, &ns, "shop", json!([web("shop:3", 2)])).await;
-    let p = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let p = wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
     assert_eq!(
         p.status.as_ref().unwrap().observed_generation,
         p.metadata.generation
@@ -198,7 +188,7 @@ async fn deleting_mid_rollout_rolls_back_first() {
     )
     .await;
     set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
-    wait_until(T, "the canary to be ready", || async {
+    wait_until(WAIT, "the canary to be ready", || async {
         let revs = revisions(&client, &ns, "shop").await;
         (by_image(&revs, "shop:2") == Some((1, 1))).then_some(())
     })
@@ -213,7 +203,7 @@ async fn deleting_mid_rollout_rolls_back_first() {
     if let Some(p) = lingering {
         assert!(p.metadata.deletion_timestamp.is_some());
     }
-    wait_until(T, "the plan to be gone", || async {
+    wait_until(WAIT, "the plan to be gone", || async {
         get(&client, &ns, "shop").await.is_none().then_some(())
     })
     .await;
@@ -239,7 +229,7 @@ async fn drift_on_an_owned_deployment_is_corrected() {
         &plan("shop", json!({"components": [web("shop:1", 3)]})),
     )
     .await;
-    let p = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let p = wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
     let hash = p.status.unwrap().components[0]
         .current_hash
         .clone()
@@ -252,7 +242,7 @@ async fn drift_on_an_owned_deployment_is_corrected() {
         .patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
         .await
         .unwrap();
-    wait_until(T, "the drift to be put back", || async {
+    wait_until(WAIT, "the drift to be put back", || async {
         let revs = revisions(&client, &ns, "shop").await;
         (revs.get(&name) == Some(&(3, 3, "shop:1".to_string()))).then_some(())
     })
@@ -262,7 +252,7 @@ async fn drift_on_an_owned_deployment_is_corrected() {
         .delete(&name, &DeleteParams::default())
         .await
         .unwrap();
-    wait_until(T, "the deleted Deployment to be recreated", || async {
+    wait_until(WAIT, "the deleted Deployment to be recreated", || async {
         let d = deployments.get_opt(&name).await.ok()??;
         let fresh = d.metadata.deletion_timestamp.is_none();
         (fresh && d.spec?.replicas == Some(3)).then_some(())
@@ -283,14 +273,14 @@ async fn a_killed_operator_resumes_without_duplicates() {
     )
     .await;
     set_components(&client, &ns, "shop", json!([web("shop:2", 4)])).await;
-    wait_until(T, "the rollout to start", || async {
+    wait_until(WAIT, "the rollout to start", || async {
         let s = get(&client, &ns, "shop").await?.status?;
         (s.phase == Phase::RollingOut).then_some(())
     })
     .await;
     op.kill();
     let _op = Operator::start(&ns, &[]).await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
     let revs = revisions(&client, &ns, "shop").await;
     assert_eq!(revs.len(), 2, "one Deployment per revision: {revs:?}");
     assert_eq!(by_image(&revs, "shop:2"), Some((4, 4)));
@@ -310,7 +300,7 @@ async fn two_components_promote_together() {
     .await;
     set_components(&client, &ns, "shop", json!([web("web:2", 2), api("api:2")])).await;
     wait_until(
-        T,
+        WAIT,
         "both canaries at one ready pod, held at the pause",
         || async {
             let revs = revisions(&client, &ns, "shop").await;
@@ -324,7 +314,7 @@ async fn two_components_promote_together() {
     )
     .await;
     plans::request(&client, &ns, "shop", "promote").await;
-    wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
     let revs = revisions(&client, &ns, "shop").await;
     assert_eq!(by_image(&revs, "web:2"), Some((2, 2)));
     assert_eq!(by_image(&revs, "api:2"), Some((2, 2)));
@@ -347,7 +337,7 @@ async fn foreground_deletion_removes_the_plan_and_its_deployments() {
         .delete("shop", &DeleteParams::foreground())
         .await
         .unwrap();
-    wait_until(T, "the plan and its Deployments to be gone", || async {
+    wait_until(WAIT, "the plan and its Deployments to be gone", || async {
         let gone = get(&client, &ns, "shop").await.is_none();
         (gone && revisions(&client, &ns, "shop").await.is_empty()).then_some(())
     })
@@ -382,7 +372,7 @@ async fn a_deleted_stable_deployment_is_recreated_from_its_stored_template() {
     .await;
     let stable = format!("shop-web-{}", current_hash(&p));
     set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
-    wait_until(T, "the pause with one pod on each revision", || async {
+    wait_until(WAIT, "the pause with one pod on each revision", || async {
         let s = get(&client, &ns, "shop").await?.status?;
         let revs = revisions(&client, &ns, "shop").await;
         (s.current_step == 1
@@ -401,7 +391,7 @@ async fn a_deleted_stable_deployment_is_recreated_from_its_stored_template() {
         .await
         .unwrap();
     let d = wait_until(
-        T,
+        WAIT,
         "the stable Deployment to be recreated with a ready pod",
         || async {
             let d = deployments.get_opt(&stable).await.ok()??;
@@ -424,7 +414,7 @@ async fn a_deleted_stable_deployment_is_recreated_from_its_stored_template() {
 
     // And the rollout can go back to it.
     plans::request(&client, &ns, "shop", "abort").await;
-    wait_phase(&client, &ns, "shop", Phase::RolledBack, T).await;
+    wait_phase(&client, &ns, "shop", Phase::RolledBack, WAIT).await;
     let revs = revisions(&client, &ns, "shop").await;
     assert_eq!(revs.get(&stable), Some(&(2, 2, "shop:1".to_string())));
     assert_eq!(by_image(&revs, "shop:2").map(|x| x.0), Some(0));
@@ -441,7 +431,7 @@ async fn each_revision_stores_its_template_until_pruned() {
     )
     .await;
     let h1 = current_hash(&p);
-    let cr = wait_until(T, "the first template to be stored", || async {
+    let cr = wait_until(WAIT, "the first template to be stored", || async {
         stored_template(&client, &ns, &h1).await
     })
     .await;
@@ -470,7 +460,7 @@ async fn each_revision_stores_its_template_until_pruned() {
     assert_eq!(managers, ["releaseplan"]);
 
     set_components(&client, &ns, "shop", json!([web("shop:2", 1)])).await;
-    let p = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let p = wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
     let h2 = current_hash(&p);
     let cr2 = stored_template(&client, &ns, &h2).await.expect("stored");
     assert_eq!(cr2.revision, 2);
@@ -481,9 +471,9 @@ async fn each_revision_stores_its_template_until_pruned() {
 
     // A third revision: the first is beyond the limit, Deployment and template go.
     set_components(&client, &ns, "shop", json!([web("shop:3", 1)])).await;
-    let p = wait_phase(&client, &ns, "shop", Phase::Stable, T).await;
+    let p = wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
     let h3 = current_hash(&p);
-    wait_until(T, "the first revision to be pruned", || async {
+    wait_until(WAIT, "the first revision to be pruned", || async {
         let revs = revisions(&client, &ns, "shop").await;
         let gone = stored_template(&client, &ns, &h1).await.is_none()
             && !revs.contains_key(&format!("shop-web-{h1}"));
@@ -498,7 +488,7 @@ async fn each_revision_stores_its_template_until_pruned() {
         .delete("shop", &DeleteParams::background())
         .await
         .unwrap();
-    wait_until(T, "the stored templates to be collected", || async {
+    wait_until(WAIT, "the stored templates to be collected", || async {
         let left = Api::<ControllerRevision>::namespaced(client.clone(), &ns)
             .list(&ListParams::default().labels(&format!("{LABEL_PLAN}=shop")))
             .await

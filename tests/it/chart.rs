@@ -8,15 +8,7 @@
 //! `. .e2e-run/chart/env`, or `make test`), and helm and kubectl from
 //! `make tools` (on PATH, or in ~/.cache/releaseplan).
 
-// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::pedantic
-)]
-
-mod support;
+use crate::support;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use k8s_openapi::api::authorization::v1::{
@@ -39,9 +31,8 @@ use support::fixtures::{plan, web};
 use support::operator::Operator;
 use support::plans::{by_image, create, revisions, set_components, wait_phase};
 use support::tools::{helm_bin, kubectl_bin, output, pinned_version, run};
-use support::{cluster, crd, plans, wait_until};
+use support::{WAIT, cluster, crd, plans, wait_until};
 
-const T: Duration = Duration::from_secs(90);
 /// Field manager of the tests' server-side applies of the rendered chart.
 const MANAGER: &str = "releaseplan-chart-tests";
 
@@ -1274,7 +1265,7 @@ async fn namespace_users_read_and_promote_plans_through_the_built_in_roles() {
     }
     // The aggregation controller copies the rules into edit and view.
     wait_until(
-        T,
+        WAIT,
         "edit and view to include the chart's ReleasePlan rules",
         || async {
             (user_may(&client, &editor, "patch", "releaseplans", &apps).await
@@ -1329,7 +1320,7 @@ async fn namespace_users_read_and_promote_plans_through_the_built_in_roles() {
 /// Waits until the plan is Stable with its generation observed; fails at
 /// once, with the log lines, when the operator was refused a request.
 async fn wait_stable(client: &Client, op: &Operator, ns: &str, name: &str) {
-    wait_until(T, &format!("plan {ns}/{name} to be Stable"), || {
+    wait_until(WAIT, &format!("plan {ns}/{name} to be Stable"), || {
         let log = op.log_text();
         let refused: Vec<&str> = log
             .lines()
@@ -1382,7 +1373,7 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
         .start()
         .await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), &i.namespace);
-    wait_until(T, "the operator to hold the lease", || async {
+    wait_until(WAIT, "the operator to hold the lease", || async {
         let lease = leases.get_opt("releaseplan-leader").await.ok()??;
         (lease.spec?.holder_identity? == pod_name).then_some(())
     })
@@ -1448,7 +1439,7 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
     )
     .await;
     wait_stable(&client, &op, &apps, "shop").await;
-    let done = wait_phase(&client, &apps, "shop", Phase::Stable, T).await;
+    let done = wait_phase(&client, &apps, "shop", Phase::Stable, WAIT).await;
     assert!(
         done.metadata
             .finalizers
@@ -1465,9 +1456,11 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
     };
     let first = format!("shop-web-{}", hash(&done));
     let stored: Api<ControllerRevision> = Api::namespaced(client.clone(), &apps);
-    wait_until(T, "the first revision's template to be stored", || async {
-        stored.get_opt(&first).await.ok()?.map(|_| ())
-    })
+    wait_until(
+        WAIT,
+        "the first revision's template to be stored",
+        || async { stored.get_opt(&first).await.ok()?.map(|_| ()) },
+    )
     .await;
     set_components(&client, &apps, "shop", web("shop:2")).await;
     wait_stable(&client, &op, &apps, "shop").await;
@@ -1477,7 +1470,7 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
     // canary Service; it returns to the stable one once that one selects the
     // new revision and the change has drained (traffic.drainSeconds).
     let routes = Api::<releaseplan::api::gateway::HTTPRoute>::namespaced(client.clone(), &apps);
-    wait_until(T, "the route back on the stable Service", || async {
+    wait_until(WAIT, "the route back on the stable Service", || async {
         let route = routes.get_opt("shop-web").await.ok()??;
         let weights: Vec<(String, Option<i32>)> = route.spec.rules[0]
             .backend_refs
@@ -1499,10 +1492,10 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
     );
     let second = format!(
         "shop-web-{}",
-        hash(&wait_phase(&client, &apps, "shop", Phase::Stable, T).await)
+        hash(&wait_phase(&client, &apps, "shop", Phase::Stable, WAIT).await)
     );
     wait_until(
-        T,
+        WAIT,
         "the first revision pruned with its stored template, the second stored",
         || async {
             let revs = revisions(&client, &apps, "shop").await;
@@ -1530,7 +1523,7 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
         .delete("shop", &kube::api::DeleteParams::default())
         .await
         .expect("delete the plan");
-    wait_until(T, "the deleted plan to be gone", || async {
+    wait_until(WAIT, "the deleted plan to be gone", || async {
         plans::get(&client, &apps, "shop")
             .await
             .is_none()
