@@ -6,7 +6,8 @@
 //! and still runs under the current operator. This file holds one test on
 //! purpose: it installs an older CRD on the cluster every other test uses,
 //! and cargo runs test binaries one at a time; the current CRD is put back
-//! whatever the test's outcome.
+//! whatever the test's outcome. (Its own binary, as tests/apiserver_restart.rs:
+//! only separate binaries never run beside each other.)
 
 // Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
 #![allow(
@@ -16,6 +17,7 @@
     clippy::pedantic
 )]
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use axum::Router;
@@ -31,13 +33,10 @@ use releaseplan::api::{Phase, ReleasePlan, Verdict};
 use serde_json::{Value, json};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use support::fixtures::web;
 use support::operator::Operator;
 use support::servers::{Prometheus, serve};
-use support::{Harness, crd, plans, wait_until};
-
-const T: Duration = Duration::from_secs(180);
+use support::{Harness, JOB_WAIT, crd, plans, wait_until};
 
 /// The CRD of the release before `health.gates`.
 fn crd_before_gates() -> CustomResourceDefinition {
@@ -131,7 +130,7 @@ async fn upgrade(h: &Harness) {
         "the upgrade changed spec.health"
     );
     let _op = Operator::start(ns, &[]).await;
-    let p = plans::wait_phase(client, ns, "shop", Phase::Stable, T).await;
+    let p = plans::wait_phase(client, ns, "shop", Phase::Stable, JOB_WAIT).await;
     assert!(p.status.unwrap().stable_revision.is_some());
 
     // A rollout after the upgrade runs each gate; a write of the plan by a
@@ -160,17 +159,22 @@ fn assert_gates_intact(stored: &Value, written: &Value) {
 /// Waits until the four gates read Passed in status at the plan's pause
 /// step (the rollout holds there).
 async fn wait_four_passed(client: &Client, ns: &str, what: &str) {
-    wait_until(T, &format!("four gates Passed in {what}"), || async {
-        let p = plans::get(client, ns, "shop").await?;
-        let s = p.status?;
-        let mut passed: Vec<&str> = s
-            .gates
-            .iter()
-            .filter(|g| g.verdict == Verdict::Passed)
-            .map(|g| g.name.as_str())
-            .collect();
-        passed.sort_unstable();
-        (s.current_step == 1 && passed == ["errors", "hook", "shared", "smoke-job"]).then_some(())
-    })
+    wait_until(
+        JOB_WAIT,
+        &format!("four gates Passed in {what}"),
+        || async {
+            let p = plans::get(client, ns, "shop").await?;
+            let s = p.status?;
+            let mut passed: Vec<&str> = s
+                .gates
+                .iter()
+                .filter(|g| g.verdict == Verdict::Passed)
+                .map(|g| g.name.as_str())
+                .collect();
+            passed.sort_unstable();
+            (s.current_step == 1 && passed == ["errors", "hook", "shared", "smoke-job"])
+                .then_some(())
+        },
+    )
     .await;
 }

@@ -1,7 +1,7 @@
 -- Argo CD health check for releaseplan.io/ReleasePlan.
 -- Install it in argocd-cm under
 --   resource.customizations.health.releaseplan.io_ReleasePlan
--- (see the README). tests/consumers.rs runs this file in gopher-lua, the way
+-- (see the README). tests/it/consumers.rs runs this file in gopher-lua, the way
 -- Argo CD does, against live plans in every state. It uses only the base
 -- library: Argo CD does not open the string library by default.
 local hs = {}

@@ -200,7 +200,7 @@ impl Metrics {
         let failures = Family::<ErrorLabel, Counter>::default();
         // Reconciles never wait on the network: one that only reads caches
         // and decides takes well under a millisecond (a third of them in a
-        // debug build's rollout, tests/controller.rs), one that writes takes
+        // debug build's rollout, tests/it/controller.rs), one that writes takes
         // a few API round trips (~10-50 ms), and the 1s bucket is the line a
         // healthy one never crosses.
         let duration = Histogram::new([
@@ -211,7 +211,7 @@ impl Metrics {
         let rollouts = Family::<OutcomeLabel, Counter>::default();
         // Every outcome's series exists from the start, at 0: a counter born
         // at 1 is invisible to increase(), and the first rollback would not
-        // alert (integrations/prometheus/alerts.yaml, tests/alerts.rs).
+        // alert (integrations/prometheus/alerts.yaml, tests/it/alerts.rs).
         for outcome in Outcome::ALL {
             let _ = rollouts.get_or_create(&OutcomeLabel {
                 outcome: outcome.as_str().into(),

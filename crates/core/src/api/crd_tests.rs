@@ -1,6 +1,6 @@
 //! Checks of the generated CRD: what `kubectl get rp` shows, the status
 //! subresource, and that the checked-in `crds/releaseplan.yaml` is current.
-//! (tests/admission.rs proves the rules against a real API server.)
+//! (tests/it/admission.rs proves the rules against a real API server.)
 
 use super::{MAX_CONTAINERS, MAX_TEMPLATE_LABELS, crd};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
