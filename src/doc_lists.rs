@@ -641,19 +641,19 @@ fn defaults_named_beside_operator_flags_are_the_code_defaults() {
 #[test]
 fn operations_values_table_defaults_are_the_charts() {
     let doc = read("docs/operations.md");
-    let values: serde_yaml::Value =
-        serde_yaml::from_str(&read("charts/releaseplan/values.yaml")).unwrap();
+    let values: yaml_serde::Value =
+        yaml_serde::from_str(&read("charts/releaseplan/values.yaml")).unwrap();
     let lookup = |path: &str| {
         path.split('.')
             .try_fold(&values, |v, key| v.get(key))
             .unwrap_or_else(|| panic!("docs/operations.md names value {path}, not in values.yaml"))
     };
-    let render = |v: &serde_yaml::Value| match v {
-        serde_yaml::Value::String(s) if s.is_empty() => "\"\"".to_string(),
-        serde_yaml::Value::String(s) => s.clone(),
-        serde_yaml::Value::Sequence(s) if s.is_empty() => "[]".to_string(),
-        serde_yaml::Value::Mapping(m) if m.is_empty() => "{}".to_string(),
-        other => serde_yaml::to_string(other).unwrap().trim().to_string(),
+    let render = |v: &yaml_serde::Value| match v {
+        yaml_serde::Value::String(s) if s.is_empty() => "\"\"".to_string(),
+        yaml_serde::Value::String(s) => s.clone(),
+        yaml_serde::Value::Sequence(s) if s.is_empty() => "[]".to_string(),
+        yaml_serde::Value::Mapping(m) if m.is_empty() => "{}".to_string(),
+        other => yaml_serde::to_string(other).unwrap().trim().to_string(),
     };
     let mut checked = 0;
     for row in rows(section(&doc, "## Values")) {
@@ -969,7 +969,7 @@ fn request_timeout_default_is_kubes_as_documented() {
 
 /// The printer columns of the checked-in CRD: (name, JSON path without the dot).
 fn printer_columns() -> Vec<(String, String)> {
-    let crd: serde_yaml::Value = serde_yaml::from_str(&read("crds/releaseplan.yaml")).unwrap();
+    let crd: yaml_serde::Value = yaml_serde::from_str(&read("crds/releaseplan.yaml")).unwrap();
     crd["spec"]["versions"][0]["additionalPrinterColumns"]
         .as_sequence()
         .expect("crds/releaseplan.yaml has additionalPrinterColumns")
@@ -1030,7 +1030,7 @@ fn crd_is_still_too_large_for_client_side_apply() {
     // docs/operations.md, docs/api.md and the chart README tell users to
     // apply it server-side because client-side apply would store it, as
     // compact JSON, in an annotation limited to 256 KiB.
-    let crd: serde_json::Value = serde_yaml::from_str(&read("crds/releaseplan.yaml")).unwrap();
+    let crd: serde_json::Value = yaml_serde::from_str(&read("crds/releaseplan.yaml")).unwrap();
     let json = serde_json::to_string(&crd).unwrap();
     assert!(
         json.len() > 256 * 1024,
@@ -1110,7 +1110,7 @@ fn spec_field_paths() -> BTreeSet<String> {
             }
         }
     }
-    let crd: serde_json::Value = serde_yaml::from_str(&read("crds/releaseplan.yaml")).unwrap();
+    let crd: serde_json::Value = yaml_serde::from_str(&read("crds/releaseplan.yaml")).unwrap();
     let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
     let mut out = BTreeSet::new();
     walk("spec", spec, &mut out);

@@ -43,7 +43,7 @@ fn crd_before_gates() -> CustomResourceDefinition {
     let path =
         support::cluster::repo_root().join("tests/fixtures/releaseplan-crd-before-gates.yaml");
     let text = std::fs::read_to_string(&path).expect("the fixture CRD");
-    serde_yaml::from_str(&text).expect("a CRD")
+    yaml_serde::from_str(&text).expect("a CRD")
 }
 
 type Calls = Arc<Mutex<Vec<String>>>;

@@ -292,7 +292,7 @@ fn read_documents(path: &std::path::Path) -> Result<Vec<serde_json::Value>, CliE
     }
     .map_err(|e| file_error(e.to_string()))?;
     let mut docs = Vec::new();
-    for de in serde_yaml::Deserializer::from_str(&text) {
+    for de in yaml_serde::Deserializer::from_str(&text) {
         let doc = serde_json::Value::deserialize(de).map_err(|e| file_error(e.to_string()))?;
         if !doc.is_null() {
             docs.push(doc);

@@ -33,7 +33,7 @@ pub fn to_text<T: Serialize>(doc: &T, format: Format, compact: bool) -> String {
     let text = match format {
         Format::Json if compact => serde_json::to_string(doc).map_err(|e| e.to_string()),
         Format::Json => serde_json::to_string_pretty(doc).map_err(|e| e.to_string()),
-        Format::Yaml => serde_yaml::to_string(doc).map_err(|e| e.to_string()),
+        Format::Yaml => yaml_serde::to_string(doc).map_err(|e| e.to_string()),
     };
     match text {
         Ok(t) if t.ends_with('\n') => t,

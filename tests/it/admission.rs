@@ -148,7 +148,7 @@ fn example(file: &str) -> Value {
     let path = repo_root().join("examples").join(file);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{} is not YAML: {e}", path.display()))
+    yaml_serde::from_str(&text).unwrap_or_else(|e| panic!("{} is not YAML: {e}", path.display()))
 }
 
 fn plans(client: &Client, ns: &str) -> Api<DynamicObject> {

@@ -102,7 +102,7 @@ fn render(release: &str, namespace: &str, sets: &[&str]) -> Vec<Value> {
 }
 
 fn parse_docs(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
+    yaml_serde::Deserializer::from_str(text)
         .map(|d| {
             serde::Deserialize::deserialize(d)
                 .unwrap_or_else(|e| panic!("the chart renders invalid YAML: {e}"))
@@ -291,9 +291,9 @@ fn the_charts_crd_is_the_checked_in_crd() {
 }
 
 /// Key paths of values.yaml down to leaves (and empty maps), e.g. `image.tag`.
-fn value_paths(prefix: &str, v: &serde_yaml::Value, out: &mut Vec<String>) {
+fn value_paths(prefix: &str, v: &yaml_serde::Value, out: &mut Vec<String>) {
     match v {
-        serde_yaml::Value::Mapping(m) if !m.is_empty() => {
+        yaml_serde::Value::Mapping(m) if !m.is_empty() => {
             for (k, child) in m {
                 let k = k.as_str().expect("string keys in values.yaml");
                 let path = if prefix.is_empty() {
@@ -313,7 +313,7 @@ fn every_value_is_documented_in_the_readme_and_values_yaml() {
     let dir = chart_dir();
     let text = std::fs::read_to_string(dir.join("values.yaml")).expect("values.yaml");
     let readme = std::fs::read_to_string(dir.join("README.md")).expect("README.md");
-    let values: serde_yaml::Value = serde_yaml::from_str(&text).expect("values.yaml is YAML");
+    let values: yaml_serde::Value = yaml_serde::from_str(&text).expect("values.yaml is YAML");
     let mut paths = Vec::new();
     value_paths("", &values, &mut paths);
     assert!(paths.len() > 30, "{paths:?}");
@@ -855,7 +855,7 @@ fn kube_version_is_what_the_crds_validation_rules_need() {
         !crd.contains("optionalOldSelf") && !crd.contains("messageExpression"),
         "a newer CEL feature: revisit kubeVersion in Chart.yaml and the README"
     );
-    let chart: serde_yaml::Value = serde_yaml::from_str(
+    let chart: yaml_serde::Value = yaml_serde::from_str(
         &std::fs::read_to_string(chart_dir().join("Chart.yaml")).expect("Chart.yaml"),
     )
     .expect("Chart.yaml is YAML");

@@ -50,7 +50,7 @@ fn render(namespace: &str, sets: &[&str]) -> Vec<Value> {
         args.extend(["--set", s]);
     }
     let text = run(&helm_bin(), &args, None);
-    serde_yaml::Deserializer::from_str(&text)
+    yaml_serde::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).expect("the chart renders YAML"))
         .filter(|v: &Value| !v.is_null())
         .collect()
@@ -169,14 +169,14 @@ fn the_prometheus_rule_carries_the_alerts_for_the_release_and_passes_promtool() 
             r#"job="rp-releaseplan-metrics""#,
         );
     assert_ne!(expected, read("integrations/prometheus/alerts.yaml"));
-    let expected: Value = serde_yaml::from_str(&expected).unwrap();
+    let expected: Value = yaml_serde::from_str(&expected).unwrap();
     assert_eq!(rule["spec"], expected);
     let text = serde_json::to_string(&rule["spec"]).unwrap();
     assert!(!text.contains("releaseplan-system") && !text.contains("releaseplan-leader"));
     // promtool parses every expression and template of the rendered rules.
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("rules.yaml");
-    std::fs::write(&file, serde_yaml::to_string(&rule["spec"]).unwrap()).unwrap();
+    std::fs::write(&file, yaml_serde::to_string(&rule["spec"]).unwrap()).unwrap();
     let out = output(
         std::path::Path::new("promtool"),
         &["check", "rules", file.to_str().unwrap()],
@@ -431,7 +431,7 @@ async fn the_api_server_accepts_the_monitoring_objects_against_the_prometheus_op
     assert_eq!(monitoring.len(), 3);
     let manifest: String = monitoring
         .iter()
-        .map(|o| format!("---\n{}", serde_yaml::to_string(o).unwrap()))
+        .map(|o| format!("---\n{}", yaml_serde::to_string(o).unwrap()))
         .collect();
     // Strict field validation: an unknown or misplaced field is an error,
     // not a warning, as the schema of the real CRDs has it.
@@ -471,7 +471,7 @@ async fn the_api_server_accepts_the_monitoring_objects_against_the_prometheus_op
             "-f",
             "-",
         ],
-        Some(&serde_yaml::to_string(&bad).unwrap()),
+        Some(&yaml_serde::to_string(&bad).unwrap()),
     );
     assert!(!out.status.success(), "an unknown rule field was accepted");
     assert!(

@@ -140,14 +140,14 @@ async fn get_wait_history_and_errors() {
     // The namespace of the kubeconfig context is the default.
     let kubeconfig = std::env::var("KUBECONFIG").expect("KUBECONFIG");
     let mut config: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(&kubeconfig).expect("kubeconfig"))
+        yaml_serde::from_str(&std::fs::read_to_string(&kubeconfig).expect("kubeconfig"))
             .expect("kubeconfig yaml");
     for c in config["contexts"].as_array_mut().expect("contexts") {
         c["context"]["namespace"] = json!(ns);
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("kubeconfig");
-    std::fs::write(&path, serde_yaml::to_string(&config).expect("yaml")).expect("write");
+    std::fs::write(&path, yaml_serde::to_string(&config).expect("yaml")).expect("write");
     let path = path.to_string_lossy().into_owned();
     let out = rp(&["get", "shop", "--kubeconfig", &path]).await;
     assert_eq!(out.code, 0, "{}", out.show());
@@ -176,7 +176,7 @@ async fn get_wait_history_and_errors() {
         c["cluster"]["server"] = json!(format!("https://127.0.0.1:{port}"));
     }
     let dead_path = dir.path().join("dead");
-    std::fs::write(&dead_path, serde_yaml::to_string(&dead).expect("yaml")).expect("write");
+    std::fs::write(&dead_path, yaml_serde::to_string(&dead).expect("yaml")).expect("write");
     let dead_path = dead_path.to_string_lossy().into_owned();
     let out = rp(&[
         "wait",
@@ -807,7 +807,7 @@ async fn list_restart_and_documents_for_scripts() {
     assert_eq!(doc["items"][1]["components"][0]["revisions"], Value::Null);
     let out = rp_in(&ns, &["get", "shop", "-o", "yaml"]).await;
     assert_eq!(out.code, 0, "{}", out.show());
-    let doc: Value = serde_yaml::from_str(&out.stdout).expect("YAML");
+    let doc: Value = yaml_serde::from_str(&out.stdout).expect("YAML");
     assert_eq!(doc["apiVersion"], "plugin.releaseplan.io/v1");
     assert_eq!(doc["kind"], "Plan");
     assert_eq!(doc["namespace"], ns.as_str());
@@ -948,13 +948,13 @@ fn file_in(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
 fn dead_kubeconfig(dir: &tempfile::TempDir) -> String {
     let kubeconfig = std::env::var("KUBECONFIG").expect("KUBECONFIG");
     let mut config: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(&kubeconfig).expect("kubeconfig"))
+        yaml_serde::from_str(&std::fs::read_to_string(&kubeconfig).expect("kubeconfig"))
             .expect("kubeconfig yaml");
     let port = support::operator::free_port();
     for c in config["clusters"].as_array_mut().expect("clusters") {
         c["cluster"]["server"] = json!(format!("https://127.0.0.1:{port}"));
     }
-    file_in(dir, "dead", &serde_yaml::to_string(&config).expect("yaml"))
+    file_in(dir, "dead", &yaml_serde::to_string(&config).expect("yaml"))
 }
 
 #[tokio::test]
@@ -1173,7 +1173,7 @@ async fn kubectl_global_flags_reach_the_api_server() {
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = std::env::var("KUBECONFIG").expect("KUBECONFIG");
     let config: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(&kubeconfig).expect("kubeconfig"))
+        yaml_serde::from_str(&std::fs::read_to_string(&kubeconfig).expect("kubeconfig"))
             .expect("kubeconfig yaml");
     let cluster = &config["clusters"][0]["cluster"];
     let server = cluster["server"].as_str().expect("server").to_string();

@@ -583,7 +583,7 @@ async fn accepts_templates_plans_using_them_and_the_example() {
     // examples/gate-templates.yaml: templates and a plan using them.
     let text = std::fs::read_to_string(repo_root().join("examples/gate-templates.yaml")).unwrap();
     let mut cleanup = vec![cluster_name, load_name];
-    for doc in serde_yaml::Deserializer::from_str(&text) {
+    for doc in yaml_serde::Deserializer::from_str(&text) {
         use serde::Deserialize;
         let mut v = Value::deserialize(doc).unwrap();
         let kind = v["kind"].as_str().unwrap().to_string();

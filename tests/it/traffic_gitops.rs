@@ -159,7 +159,7 @@ async fn routed_rollout_owns_services_and_route_and_gitops_reapply_does_not_move
         .patch("shop", &gitops, &Patch::Apply(manifest("shop:2")))
         .await
         .unwrap();
-    let yaml = serde_yaml::to_string(&manifest("shop:2")).unwrap();
+    let yaml = yaml_serde::to_string(&manifest("shop:2")).unwrap();
     run(&kubectl_bin(), &["apply", "-f", "-"], Some(&yaml));
     // A route label of another manager, and a weight edited by hand.
     let routes = Api::<kube::api::DynamicObject>::namespaced_with(

@@ -25,7 +25,7 @@ pub fn checked_in() -> CustomResourceDefinition {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/releaseplan.yaml");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}; run `make crds`", path.display()));
-    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{} is not a CRD: {e}", path.display()))
+    yaml_serde::from_str(&text).unwrap_or_else(|e| panic!("{} is not a CRD: {e}", path.display()))
 }
 
 /// The GateTemplate and ClusterGateTemplate CRDs as checked in
@@ -34,7 +34,7 @@ pub fn checked_in_templates() -> Vec<CustomResourceDefinition> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/gatetemplates.yaml");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}; run `make crds`", path.display()));
-    serde_yaml::Deserializer::from_str(&text)
+    yaml_serde::Deserializer::from_str(&text)
         .map(|doc| {
             use serde::Deserialize;
             CustomResourceDefinition::deserialize(doc)
@@ -151,11 +151,11 @@ fn crds_in(files: &[std::path::PathBuf]) -> Vec<CustomResourceDefinition> {
     let mut all = Vec::new();
     for path in files {
         let text = std::fs::read_to_string(path).expect("CRD file");
-        for doc in serde_yaml::Deserializer::from_str(&text) {
+        for doc in yaml_serde::Deserializer::from_str(&text) {
             use serde::Deserialize;
-            let value = serde_yaml::Value::deserialize(doc).expect("YAML");
+            let value = yaml_serde::Value::deserialize(doc).expect("YAML");
             if value.get("kind").and_then(|k| k.as_str()) == Some("CustomResourceDefinition") {
-                all.push(serde_yaml::from_value(value).expect("a CRD"));
+                all.push(yaml_serde::from_value(value).expect("a CRD"));
             }
         }
     }
