@@ -62,6 +62,8 @@ pub const ANNOTATION_REQUEST: &str = "releaseplan.io/request";
 
 /// Default deadline for a step's pods to become ready.
 pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i32 = 600;
+/// Default seconds a blue-green plan keeps the old revision after promotion.
+pub const DEFAULT_SCALE_DOWN_DELAY_SECONDS: i32 = 30;
 /// Default number of container restarts tolerated on new-revision pods.
 pub const DEFAULT_MAX_RESTARTS: i32 = 3;
 /// Default number of old revision Deployments kept at zero replicas.

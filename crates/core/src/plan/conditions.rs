@@ -9,7 +9,7 @@ use super::SpecError;
 use super::machine::Facts;
 use super::reasons::ConditionReason as R;
 use super::{Refusal, Target};
-use crate::api::{Phase, ReleasePlanStatus, time};
+use crate::api::{DEFAULT_PROGRESS_DEADLINE_SECONDS, Phase, ReleasePlanStatus, time};
 use crate::gates::template::ProblemKind;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use std::time::Duration;
@@ -299,9 +299,10 @@ fn indefinite_pause(obs: &Observation, s: &ReleasePlanStatus) -> bool {
 }
 
 fn facts_deadline(obs: &Observation) -> Duration {
-    obs.target
-        .as_ref()
-        .map_or(Duration::from_secs(600), |t| t.progress_deadline)
+    obs.target.as_ref().map_or(
+        Duration::from_secs(DEFAULT_PROGRESS_DEADLINE_SECONDS.unsigned_abs().into()),
+        |t| t.progress_deadline,
+    )
 }
 
 /// What a refused Deployment write says in conditions, messages and events.

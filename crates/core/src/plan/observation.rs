@@ -4,8 +4,8 @@
 
 use super::steps::{CurrentStep, Step};
 use super::{InvalidRequest, Request, SpecError, spec, traffic};
-use crate::api::GateStatus;
 use crate::api::template::ResolvedGate;
+use crate::api::{DEFAULT_SCALE_DOWN_DELAY_SECONDS, GateStatus};
 use crate::api::{LABEL_COMPONENT, LABEL_REVISION, ReleasePlanSpec, ReleasePlanStatus, revision};
 use crate::gates::GateSpec;
 use crate::gates::job::{JobGateSpec, JobObs};
@@ -88,15 +88,15 @@ impl Target {
             components,
             revision,
             steps,
-            progress_deadline: Duration::from_secs(
-                u64::try_from(spec.progress_deadline_seconds()).unwrap_or(600),
-            ),
+            progress_deadline: seconds(spec.progress_deadline_seconds()),
             automatic_rollback: spec.rollback.automatic,
             paused: spec.paused,
             revision_history_limit: spec.revision_history_limit(),
             blue_green: spec.strategy.blue_green.as_ref().map(|b| {
-                Duration::from_secs(
-                    u64::try_from(b.scale_down_delay_seconds.unwrap_or(30)).unwrap_or(30),
+                seconds(
+                    b.scale_down_delay_seconds
+                        .unwrap_or(DEFAULT_SCALE_DOWN_DELAY_SECONDS)
+                        .into(),
                 )
             }),
             gates,
@@ -287,4 +287,10 @@ pub struct Observation {
     pub refusal: Option<Refusal>,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
+}
+
+/// A count of seconds from the spec as a duration (the CRD keeps it at or
+/// above 0; anything below reads as 0).
+fn seconds(n: i64) -> Duration {
+    Duration::from_secs(u64::try_from(n).unwrap_or(0))
 }
