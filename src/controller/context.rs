@@ -8,7 +8,7 @@ use super::memory::Memory;
 use super::queue::Queue;
 use super::{memory, templates, trim};
 use crate::api::ReleasePlan;
-use crate::api::cached::{CachedDeployment, CachedPlan, CachedPod, CachedRevision, Labelled};
+use crate::api::cached::{CachedDeployment, CachedPlan, CachedPod, CachedRevision};
 use crate::ops::liveness::Liveness;
 use crate::ops::metrics::Metrics;
 use crate::ops::shard::Shard;
@@ -16,7 +16,7 @@ use crate::plan::Refusal;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::warn;
@@ -187,25 +187,6 @@ pub(crate) fn key_of(cached: &CachedPlan) -> ObjectRef<ReleasePlan> {
 /// The key of a plan in the plan cache (and the controller's queue).
 pub(crate) fn cached_key(key: &ObjectRef<ReleasePlan>) -> ObjectRef<CachedPlan> {
     ObjectRef::new(&key.name).within(key.namespace.as_deref().unwrap_or_default())
-}
-
-/// The cached objects of one plan: labelled with its name, and ours or
-/// orphaned (no controller): a plan deleted with orphan propagation leaves its
-/// objects without owner, and a plan of the same name adopts them.
-pub(crate) fn plan_objects<K: Resource + Labelled>(
-    cache: &PlanCache<K>,
-    ns: &str,
-    plan: &str,
-    uid: &str,
-) -> Vec<Arc<K>> {
-    cache
-        .of_plan(ns, plan)
-        .into_iter()
-        .filter(|o| {
-            let refs = o.owner_references();
-            refs.iter().any(|r| r.uid == uid) || !refs.iter().any(|r| r.controller == Some(true))
-        })
-        .collect()
 }
 
 /// A plan's key in the metrics: `namespace/name`.

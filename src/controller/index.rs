@@ -11,8 +11,8 @@
 
 use crate::api::LABEL_PLAN;
 use crate::api::cached::Labelled;
-use kube::Resource;
 use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -221,6 +221,25 @@ impl<K: Resource + Labelled + Clone> PlanCacheWriter<K> {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// The cached objects of one plan: labelled with its name, and ours or
+/// orphaned (no controller): a plan deleted with orphan propagation leaves its
+/// objects without owner, and a plan of the same name adopts them.
+pub(crate) fn plan_objects<K: Resource + Labelled>(
+    cache: &PlanCache<K>,
+    ns: &str,
+    plan: &str,
+    uid: &str,
+) -> Vec<Arc<K>> {
+    cache
+        .of_plan(ns, plan)
+        .into_iter()
+        .filter(|o| {
+            let refs = o.owner_references();
+            refs.iter().any(|r| r.uid == uid) || !refs.iter().any(|r| r.controller == Some(true))
+        })
+        .collect()
 }
 
 #[cfg(test)]

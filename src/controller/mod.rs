@@ -21,10 +21,12 @@ pub mod index;
 pub mod jobs;
 mod memory;
 pub mod observe;
+mod owned;
 pub mod queue;
 #[cfg(test)]
 mod reconcile_tests;
 pub mod router;
+mod run;
 mod sweep;
 pub mod templates;
 pub mod traffic;
@@ -37,8 +39,9 @@ pub use context::{Context, Settings, backoff_delay};
 pub(crate) use context::{cached_key, key_of};
 pub use error::{Error, StartError};
 pub(crate) use error::{is_not_found, is_transport, namespace_terminating};
+pub use run::run;
 pub use watches::Watched;
-pub use watches::{check_crd, run, watch_backoff};
+pub use watches::{check_crd, watch_backoff};
 pub(crate) use watches::{ok_only, scoped, watched};
 
 use crate::api::ReleasePlan;

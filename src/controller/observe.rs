@@ -1,8 +1,9 @@
 //! From cluster objects to the pure core's observation: small pure helpers.
 
-use super::context::{Context, plan_objects};
+use super::context::Context;
 use super::error::Error;
 use super::gates::GateWork;
+use super::index::plan_objects;
 use crate::api::ANNOTATION_REQUEST;
 use crate::api::cached::{CachedDeployment, CachedRevision};
 use crate::api::{LABEL_REVISION, Phase, ReleasePlan, ReleasePlanStatus};

@@ -7,19 +7,19 @@
 //! route"): it creates them with the plan as controller owner and refuses to
 //! take over an object of the same name that someone else made.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Resource, ResourceExt};
-use tracing::{info, warn};
+use kube::ResourceExt;
+use kube::api::Api;
+use tracing::warn;
 
-use super::deployment::{MANAGED_BY, is_subset, revision_labels};
+use super::deployment::revision_labels;
+use super::owned::{labels, meta, write};
 use super::router::{Dispatch as _, Routes};
-use super::{Acted, Context, FIELD_MANAGER, failed};
-use crate::api::{LABEL_COMPONENT, LABEL_PLAN, LABEL_REVISION, LABEL_ROLE, ReleasePlan, Traffic};
+use super::{Acted, Context};
+use crate::api::{LABEL_REVISION, LABEL_ROLE, ReleasePlan, Traffic};
 use crate::plan::Target;
 use crate::plan::traffic::{TrafficIntent, TrafficObs};
 
@@ -79,24 +79,6 @@ pub(crate) fn observe(
         .collect()
 }
 
-pub(super) fn labels(plan: &str, component: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (LABEL_PLAN.to_string(), plan.to_string()),
-        (LABEL_COMPONENT.to_string(), component.to_string()),
-        (MANAGED_BY.to_string(), "releaseplan".to_string()),
-    ])
-}
-
-pub(super) fn meta(plan: &ReleasePlan, name: &str, labels: BTreeMap<String, String>) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.to_string()),
-        namespace: plan.metadata.namespace.clone(),
-        labels: Some(labels),
-        owner_references: plan.controller_owner_ref(&()).map(|o| vec![o]),
-        ..ObjectMeta::default()
-    }
-}
-
 /// The Service of `role` for an intent.
 pub fn build_service(
     plan: &ReleasePlan,
@@ -131,72 +113,6 @@ pub fn build_service(
             ..ServiceSpec::default()
         }),
         status: None,
-    }
-}
-
-/// Whether an observed object already has every field of the desired one.
-fn up_to_date<K: serde::Serialize>(desired: &K, observed: &K) -> bool {
-    match (
-        serde_json::to_value(desired),
-        serde_json::to_value(observed),
-    ) {
-        (Ok(d), Ok(o)) => is_subset(&d, &o),
-        _ => false,
-    }
-}
-
-/// Writes one object: applied when cached (ours), created when not, so an
-/// object of the same name made by someone else is refused, never taken over.
-pub(super) async fn write<K>(
-    api: &Api<K>,
-    kind: &'static str,
-    desired: &K,
-    cached: Option<&Arc<K>>,
-    uid: &str,
-) -> Result<bool, Acted>
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::Serialize
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    let name = desired.meta().name.clone().unwrap_or_default();
-    if let Some(o) = cached {
-        if up_to_date(desired, o.as_ref()) {
-            return Ok(false);
-        }
-        info!(kind, name = %name, "applying");
-        return api
-            .patch(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(desired),
-            )
-            .await
-            .map(|_| true)
-            .map_err(|e| failed(kind, &name, &e));
-    }
-    info!(kind, name = %name, "creating");
-    match api.create(&PostParams::default(), desired).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            // Ours but not cached yet, or someone else's.
-            let existing = api.get(&name).await.map_err(|e| failed(kind, &name, &e))?;
-            if existing.owner_references().iter().any(|r| r.uid == uid) {
-                Ok(false)
-            } else {
-                Err(Acted::Refused(crate::plan::Refusal {
-                    kind,
-                    name: name.clone(),
-                    code: 409,
-                    message: format!(
-                        "a {kind} of that name exists and is not owned by this ReleasePlan; rename or delete it, or name another in spec.components[].traffic"
-                    ),
-                }))
-            }
-        }
-        Err(e) => Err(failed(kind, &name, &e)),
     }
 }
 
@@ -249,7 +165,7 @@ pub(super) async fn act(
         let Some(router) = ctx.routes.get(kind) else {
             continue;
         };
-        match router.write(ctx, plan, intent, spec).await {
+        match router.write(&ctx.client, plan, intent, spec).await {
             Ok(true) => ctx.metrics.write("apply"),
             Ok(false) => {}
             Err(a) => {

@@ -1,33 +1,21 @@
-//! The wiring: one watch per kind into its cache, the plan stream, the
-//! shard filters and the watch backoff, and the kube-runtime `Controller`
-//! that runs the reconciles.
+//! How a kind is watched: into its cache, trimmed, filtered by shard, with
+//! the watch backoff, each result reported to the liveness check, and the
+//! plan an owned object wakes. `run` wires these together.
 
-use super::context::{Context, Settings, cached_key};
-use super::error::{Error, StartError, is_not_found};
-use super::events::Events;
-use super::gates::GateRunner;
+use super::error::{StartError, is_not_found};
 use super::index::PlanCache;
-use super::memory::Memory;
-use super::queue::Queue;
-use super::{error_policy, reconcile};
-use super::{sweep, templates, trim};
-use crate::api::cached::{CachedDeployment, CachedPlan, CachedPod, CachedRevision, Labelled};
+use crate::api::cached::{CachedPlan, Labelled};
 use crate::api::{LABEL_PLAN, ReleasePlan};
 use crate::ops::liveness::Liveness;
-use crate::ops::metrics::{ErrorLabel, Metrics};
 use crate::ops::shard::Shard;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Service;
 use kube::api::ListParams;
-use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::events::Reporter;
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, Resource};
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::{info, warn};
+use tracing::warn;
 
 /// Checks that the CRD is installed and the API reachable. With a watched
 /// namespace the list is in that namespace, so a Role there is enough.
@@ -76,187 +64,6 @@ pub fn watch_backoff() -> watcher::ExponentialBackoff {
         .into()
 }
 
-/// Runs the controller until `shutdown` resolves; in-flight reconciles finish first.
-// The whole wiring in one place: each watch, its cache and the plan it wakes, in the order they start.
-#[allow(clippy::too_many_lines)]
-pub async fn run(
-    client: Client,
-    settings: Settings,
-    metrics: Arc<Metrics>,
-    liveness: Arc<Liveness>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
-    let ns = settings.namespace.as_deref();
-    let (plan_store, plan_writer) = reflector::store::<CachedPlan>();
-    let plans_listed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    // The most recent list, in pages of 500: a list "of any version" is
-    // served from the API server's cache, which ignores `limit`, so a start
-    // read every plan in one response (managedFields included) and decoded
-    // it whole before the trim; and it may be older than what the previous
-    // leader wrote.
-    let plan_stream = watcher(scoped(&client, ns), watcher::Config::default())
-        .backoff(watch_backoff())
-        .inspect(watched::<CachedPlan, _>(&liveness))
-        // Plans of other shards are neither cached nor reconciled.
-        .try_filter({
-            let shard = settings.shard;
-            move |event| std::future::ready(shard.is_none_or(|s| plan_in_shard(s, event)))
-        })
-        .modify(trim::plan)
-        .reflect(plan_writer)
-        // The plan cache holds its first list (the sweep waits for it: the
-        // store's own `wait_until_ready` wakes only its last waiter, the
-        // Controller's).
-        .inspect({
-            let listed = Arc::clone(&plans_listed);
-            move |e| {
-                if matches!(e, Ok(watcher::Event::InitDone)) {
-                    listed.store(true, std::sync::atomic::Ordering::Release);
-                }
-            }
-        })
-        .applied_objects()
-        .filter_map(ok_only);
-    for kind in Error::KINDS {
-        let _ = metrics
-            .failures
-            .get_or_create(&ErrorLabel { error: kind.into() });
-    }
-    let queue = Arc::new(Queue::new(Arc::clone(&metrics)));
-    let plan_stream = {
-        let queue = Arc::clone(&queue);
-        plan_stream.inspect(move |p: &Result<CachedPlan, _>| {
-            if let Ok(p) = p {
-                queue.changed(p.metadata.namespace.as_deref(), &p.name_any());
-            }
-        })
-    };
-    // The plan an owned object's change wakes, noted as waiting.
-    let wakes = |queue: &Arc<Queue>| {
-        let queue = Arc::clone(queue);
-        move |plan: Option<ObjectRef<ReleasePlan>>| {
-            let r = plan?;
-            queue.changed(r.namespace.as_deref(), &r.name);
-            Some(cached_key(&r))
-        }
-    };
-    let owned = OwnedWatches {
-        client: &client,
-        namespace: ns,
-        shard: settings.shard,
-        liveness: &liveness,
-    };
-    let (deployments, deploy_stream) = owned.watch(trim::deployment);
-    let (pods, pod_stream) = owned.watch(trim::pod);
-    let (jobs, job_stream) = owned.watch(trim::job);
-    let (services, service_stream) = owned.watch(trim::service);
-    // Routes only of the routers the cluster serves.
-    let (routes, route_wakes) = super::router::watch(&owned, &settings.routers);
-    // Only ours (StatefulSets and DaemonSets keep theirs too): by the plan label.
-    // A `CachedRevision` decodes only what is kept: nothing to trim.
-    let (templates, template_stream) = owned.watch(|_: &mut CachedRevision| {});
-    let reporter = Reporter {
-        controller: "releaseplan".into(),
-        instance: settings.instance.clone(),
-    };
-    let (wake_tx, wake_rx) = futures::channel::mpsc::unbounded();
-    let gates = GateRunner::new(
-        settings.gate_http.clone(),
-        crate::gates::access::CredentialReader::new(
-            client.clone(),
-            settings.gate_credentials_namespace.clone(),
-        ),
-        Arc::clone(&metrics),
-        wake_tx,
-        plan_store.clone(),
-    );
-    let (gate_templates, template_wake) =
-        templates::watch(&client, ns, &liveness, plan_store.clone());
-    let (events, publisher) = Events::start(client.clone(), reporter, Arc::clone(&metrics));
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        deployments,
-        templates,
-        pods,
-        jobs,
-        services,
-        routes,
-        events,
-        metrics,
-        gates,
-        gate_templates,
-        liveness,
-        queue: Arc::clone(&queue),
-        memory: Memory::default(),
-    });
-    let sweeper = tokio::spawn(sweep::run(
-        Arc::clone(&ctx),
-        plan_store.clone(),
-        plans_listed,
-    ));
-    Controller::for_stream(plan_stream, plan_store)
-        // Deployments and pods reach their plan through the plan label rather than
-        // owner references, so a Deployment orphaned during deletion still does.
-        .watches_stream(deploy_stream, {
-            let wake = wakes(&queue);
-            move |d: CachedDeployment| wake(plan_of(&d))
-        })
-        .watches_stream(pod_stream, {
-            let wake = wakes(&queue);
-            move |pod: CachedPod| wake(plan_of(&pod))
-        })
-        // A Job gate's Job that finishes (or appears, or goes) wakes its plan.
-        .watches_stream(job_stream, {
-            let wake = wakes(&queue);
-            move |j: Job| wake(plan_of(&j))
-        })
-        // A Service or route that changes (drift, or our own write landing) wakes its plan.
-        .watches_stream(service_stream, {
-            let wake = wakes(&queue);
-            move |svc: Service| wake(plan_of(&svc))
-        })
-        .reconcile_on({
-            let wake = wakes(&queue);
-            route_wakes.filter_map(move |r| futures::future::ready(wake(Some(r))))
-        })
-        // A stored template that appears (the cache filling) or goes wakes its plan.
-        .watches_stream(template_stream, {
-            let wake = wakes(&queue);
-            move |cr: CachedRevision| wake(plan_of(&cr))
-        })
-        // A gate result wakes its plan; reconciles never wait for one.
-        .reconcile_on({
-            let wake = wakes(&queue);
-            wake_rx.filter_map(move |r| futures::future::ready(wake(Some(r))))
-        })
-        // A template that appears, changes or goes wakes the plans that use it.
-        .reconcile_on({
-            let wake = wakes(&queue);
-            template_wake.filter_map(move |r| futures::future::ready(wake(Some(r))))
-        })
-        .trigger_backoff(watch_backoff())
-        .with_config(ControllerConfig::default().concurrency(settings.concurrency))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|res| {
-            if let Err(kube::runtime::controller::Error::ObjectNotFound(r)) = &res {
-                // Woken after its deletion: no reconcile will end its wait.
-                queue.forget(r.namespace.as_deref(), &r.name);
-            }
-            async move {
-                if let Err(e) = res {
-                    tracing::debug!(error = %e, "controller event");
-                }
-            }
-        })
-        .await;
-    sweeper.abort();
-    let _ = sweeper.await;
-    // The controller and its context are gone: the Event queue is closed.
-    publisher.flush().await;
-    info!("controller stopped");
-}
-
 /// An Api in the watched namespace, or across all of them.
 pub(crate) fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
@@ -293,10 +100,14 @@ impl<K> Watched for K where
 
 /// What every watch of the objects made for plans shares.
 pub(crate) struct OwnedWatches<'a> {
-    client: &'a Client,
-    namespace: Option<&'a str>,
-    shard: Option<Shard>,
-    liveness: &'a Arc<Liveness>,
+    /// The operator's client.
+    pub(crate) client: &'a Client,
+    /// The watched namespace, `None` for all.
+    pub(crate) namespace: Option<&'a str>,
+    /// This replica's shard, if sharded.
+    pub(crate) shard: Option<Shard>,
+    /// Where each watch reports its results.
+    pub(crate) liveness: &'a Arc<Liveness>,
 }
 
 impl OwnedWatches<'_> {

@@ -31,8 +31,8 @@ use kube::{Resource, ResourceExt};
 use tracing::warn;
 
 use super::index::PlanCache;
-use super::traffic::{labels, meta, write};
-use super::{Acted, Context, Watched};
+use super::owned::{labels, meta, write};
+use super::{Acted, Watched};
 use crate::api::cached::Labelled;
 use crate::api::{ReleasePlan, RouterKind, Traffic};
 use crate::plan::traffic::{Names, RouteObs, TrafficIntent};
@@ -171,7 +171,7 @@ pub(crate) trait RouteCache: Send + Sync {
     /// `Ok(true)` when written.
     fn write<'a>(
         &'a self,
-        ctx: &'a Context,
+        client: &'a kube::Client,
         plan: &'a ReleasePlan,
         intent: &'a TrafficIntent,
         spec: &'a Traffic,
@@ -188,7 +188,7 @@ impl<R> Cached<R> {
     where
         R: Router,
     {
-        super::context::plan_objects(&self.cache, ns, plan, uid)
+        super::index::plan_objects(&self.cache, ns, plan, uid)
             .into_iter()
             .find(|r| r.name_any() == name)
     }
@@ -218,7 +218,7 @@ impl<R: Router> RouteCache for Cached<R> {
 
     fn write<'a>(
         &'a self,
-        ctx: &'a Context,
+        client: &'a kube::Client,
         plan: &'a ReleasePlan,
         intent: &'a TrafficIntent,
         spec: &'a Traffic,
@@ -252,7 +252,7 @@ impl<R: Router> RouteCache for Cached<R> {
                 // Nothing is created while the plan is deleted.
                 return Ok(false);
             }
-            let api: Api<R> = Api::namespaced(ctx.client.clone(), &ns);
+            let api: Api<R> = Api::namespaced(client.clone(), &ns);
             write(&api, R::KIND, &desired, cached.as_ref(), &uid).await
         })
     }

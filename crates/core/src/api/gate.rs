@@ -8,7 +8,7 @@
 //! [`Health::entries`] reads them as gates after `gates`; past this module
 //! nothing knows there were two shapes.
 
-use super::kind_gates::{JobGate, PrometheusGate, WebhookGate};
+use super::kind_gates::{JobGate, PrometheusGate, THRESHOLD_RULE, WebhookGate};
 use super::template::{GateTemplateRef, TemplateKind, TemplateRef};
 use super::{DURATION_RULE, access};
 use kube::KubeSchema;
@@ -230,10 +230,6 @@ pub struct PrometheusCheck {
     #[schemars(range(min = 1, max = 300))]
     pub timeout_seconds: Option<i32>,
 }
-
-/// CEL on a threshold: an operator and a number.
-pub(super) const THRESHOLD_RULE: &str =
-    "self.matches('^\\\\s*(<|<=|>|>=|==|!=)\\\\s*-?[0-9]+(\\\\.[0-9]+)?([eE][-+]?[0-9]+)?\\\\s*$')";
 
 /// A webhook gate's call.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]

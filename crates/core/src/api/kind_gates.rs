@@ -3,10 +3,13 @@
 //! `webhooks` and `jobs` lists, and the gate a GateTemplate holds. They are
 //! also the shape each kind's parser reads ([`super::GateEntry`]).
 
-use super::gate::THRESHOLD_RULE;
 use super::{DURATION_RULE, IMAGE_PATTERN, access};
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
+
+/// CEL on a threshold: an operator and a number.
+pub(super) const THRESHOLD_RULE: &str =
+    "self.matches('^\\\\s*(<|<=|>|>=|==|!=)\\\\s*-?[0-9]+(\\\\.[0-9]+)?([eE][-+]?[0-9]+)?\\\\s*$')";
 
 /// A gate of the deprecated `health.prometheus` list, and the `prometheus` of a
 /// gate template: a PromQL query evaluated at an interval.

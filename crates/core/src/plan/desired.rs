@@ -6,6 +6,7 @@
 //! revision that is neither current nor stable is scaled to zero only once
 //! the revisions that stay cover the full count with ready pods.
 
+use super::replicas::canary_replicas;
 use super::traffic;
 use super::{
     DeploymentIntent, Observation, RevisionObs, Target, TemplateSource, revisions_of, weight_at,
@@ -13,14 +14,6 @@ use super::{
 use crate::api::{ComponentStatus, Phase, ReleasePlanStatus, revision::deployment_name};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use std::collections::{BTreeMap, BTreeSet};
-
-/// Replicas of the new revision at a weight: rounded up, so any weight above
-/// zero moves at least one pod.
-pub fn canary_replicas(replicas: i32, weight: i32) -> i32 {
-    let r = i64::from(replicas.max(0));
-    let w = i64::from(weight.clamp(0, 100));
-    i32::try_from((r * w + 99) / 100).unwrap_or(replicas)
-}
 
 fn ready(revs: &BTreeMap<&str, &RevisionObs>, hash: &str) -> i32 {
     revs.get(hash).map_or(0, |r| r.ready.max(0))

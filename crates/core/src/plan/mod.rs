@@ -17,8 +17,10 @@ pub mod desired;
 pub mod machine;
 pub mod observation;
 pub mod reasons;
+pub mod replicas;
 pub mod request;
 pub mod spec;
+pub mod spec_error;
 pub mod steps;
 pub mod traffic;
 
@@ -28,7 +30,7 @@ pub use observation::{
 };
 pub use reasons::EventReason;
 pub use request::{Action, InvalidRequest, NotApplicable, Request};
-pub use spec::SpecError;
+pub use spec_error::SpecError;
 
 use crate::gates::job::{self as jobs, JobIntents};
 use crate::gates::template::{ProblemKind, TemplateProblem};

@@ -6,39 +6,15 @@
 
 use super::steps::{Step, strategy_steps};
 use crate::api::{Component, GateAt, GateEntry, ReleasePlanSpec};
+use crate::gates::GateSpec;
 use crate::gates::job::JobGateSpec;
-use crate::gates::{GateSpec, GateSpecError};
 use k8s_openapi::api::core::v1::Container;
 use std::collections::BTreeMap;
 
-/// A spec the operator cannot act on.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct SpecError {
-    /// JSON path of the offending field, e.g. `spec.strategy.steps[1].pause.duration`.
-    pub field: String,
-    /// What is wrong with it.
-    pub message: String,
-}
-
-impl SpecError {
-    /// An error of the field at `field`.
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> SpecError {
-        SpecError {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
+pub use super::spec_error::SpecError;
 
 fn err(field: impl Into<String>, message: impl Into<String>) -> SpecError {
     SpecError::new(field, message)
-}
-
-impl From<GateSpecError> for SpecError {
-    fn from(e: GateSpecError) -> Self {
-        SpecError::new(e.field, e.message)
-    }
 }
 
 /// A spec's steps and gates, parsed: what the state machine and the gate

@@ -5,7 +5,7 @@
 //! saying when the step is done and what it waits for; the machine, the
 //! requeue and the status message ask `CurrentStep` and need no change.
 
-use super::spec::SpecError;
+use super::spec_error::SpecError;
 use crate::api::time::parse_duration;
 use std::time::Duration;
 

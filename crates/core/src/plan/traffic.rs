@@ -15,7 +15,7 @@
 //!   revision before the route leaves the canary Service;
 //! - weights always sum to 100.
 
-use super::desired::canary_replicas;
+use super::replicas::canary_replicas;
 use super::steps::{CanaryScale, Step, in_force};
 use super::{ByHash, Observation, Target, revisions_of, weight_at};
 use crate::api::{ComponentStatus, Phase, ReleasePlanStatus, RouterKind};
