@@ -11,6 +11,11 @@
 # (--web.config.file: TLS, basic auth): the URL is https:// when the file has a
 # tls_server_config, and RP_PROMETHEUS_CURL_ARGS (e.g. "--cacert ca.pem -u
 # user:password") lets the readiness check through.
+# RP_PROMETHEUS_TARGET_LABELS="k=v,k=v" adds target labels to the scrape and
+# RP_PROMETHEUS_HONOR_LABELS=true|false sets honor_labels: together they
+# scrape as the prometheus-operator does for a ServiceMonitor (target labels
+# namespace, service, job, endpoint from the Service; honor_labels from the
+# endpoint's honorLabels).
 set -euo pipefail
 # shellcheck source=e2e/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -58,6 +63,17 @@ start() {
   [ -f "$DIR/pids" ] && stop
   rm -rf "$DIR"
   mkdir -p "$DIR/data" "$DIR/logs"
+  local honor="${RP_PROMETHEUS_HONOR_LABELS:-false}" labels="" pair pairs=()
+  [[ "$honor" =~ ^(true|false)$ ]] || die "RP_PROMETHEUS_HONOR_LABELS must be true or false, got '$honor'"
+  if [ -n "${RP_PROMETHEUS_TARGET_LABELS:-}" ]; then
+    labels=$'\n        labels:'
+    IFS=',' read -r -a pairs <<<"$RP_PROMETHEUS_TARGET_LABELS"
+    for pair in "${pairs[@]}"; do
+      [[ "$pair" =~ ^([a-zA-Z_][a-zA-Z0-9_]*)=([-a-zA-Z0-9_.:/]*)$ ]] ||
+        die "RP_PROMETHEUS_TARGET_LABELS: '$pair' is not name=value"
+      labels+=$'\n'"          ${BASH_REMATCH[1]}: '${BASH_REMATCH[2]}'"
+    done
+  fi
   cat >"$DIR/prometheus.yml" <<EOF
 global:
   scrape_interval: 1s
@@ -65,8 +81,9 @@ global:
   evaluation_interval: 1s
 scrape_configs:
   - job_name: target
+    honor_labels: $honor
     static_configs:
-      - targets: ['$target']
+      - targets: ['$target']$labels
 EOF
 
   local web=() scheme=http curl_args=()

@@ -298,7 +298,27 @@ async fn every_dashboard_query_runs_on_a_real_prometheus_scraping_the_operator()
     wait_phase(&client, &ns, "cart", Phase::RolledBack, WAIT).await;
 
     let target: SocketAddr = format!("127.0.0.1:{}", op.port).parse().unwrap();
-    let prom = Prometheus::start(target);
+    // Scraped as the chart's ServiceMonitor has the prometheus-operator
+    // scrape it: the target carries the operator's namespace, which must not
+    // replace the plans' own `namespace` label (the alerts and the
+    // dashboard group plans by it).
+    let objs = render("releaseplan-system", &["serviceMonitor.enabled=true"]);
+    let monitor = of_kind(&objs, "ServiceMonitor");
+    let service = objs
+        .iter()
+        .find(|o| o["kind"] == "Service" && o["spec"]["ports"][0]["name"] == "http-metrics")
+        .expect("the metrics Service");
+    let service = service["metadata"]["name"].as_str().unwrap();
+    let prom = Prometheus::start_as_service_monitor(
+        target,
+        &monitor["spec"]["endpoints"][0],
+        &[
+            ("namespace", "releaseplan-system"),
+            ("service", service),
+            ("job", service),
+            ("endpoint", "http-metrics"),
+        ],
+    );
     // Enough scrapes (one a second) for rate() over the 30s the test gives
     // Grafana's $__rate_interval.
     wait_until(
@@ -375,6 +395,13 @@ async fn every_dashboard_query_runs_on_a_real_prometheus_scraping_the_operator()
             .any(|v| v == &Value::String(ns.clone())),
         "{values}"
     );
+    // The plans keep their namespace (no `exported_namespace`), and what
+    // has no namespace of its own gets the operator's.
+    let plan = query(&prom.url, &format!("releaseplan_plan_info{{plan=\"shop\", namespace=\"{ns}\"}}")).await;
+    assert_eq!(plan.len(), 1, "{plan:?}");
+    assert!(plan[0]["metric"].get("exported_namespace").is_none(), "{plan:?}");
+    let up = query(&prom.url, "up").await;
+    assert_eq!(up[0]["metric"]["namespace"], "releaseplan-system", "{up:?}");
 }
 
 #[tokio::test]

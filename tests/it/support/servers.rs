@@ -46,6 +46,26 @@ impl Prometheus {
         )
     }
 
+    /// [`Prometheus::start`] scraping as the prometheus-operator does for
+    /// a ServiceMonitor `endpoint` (as rendered): its `honorLabels`, and the
+    /// target labels the operator's relabelling adds from the Service
+    /// (`labels`: namespace, service, job, endpoint).
+    pub fn start_as_service_monitor(
+        target: SocketAddr,
+        endpoint: &serde_json::Value,
+        labels: &[(&str, &str)],
+    ) -> Prometheus {
+        let honor = endpoint["honorLabels"].as_bool().unwrap_or(false).to_string();
+        let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        Prometheus::start_with(
+            target,
+            &[
+                ("RP_PROMETHEUS_HONOR_LABELS", honor.as_str()),
+                ("RP_PROMETHEUS_TARGET_LABELS", labels.join(",").as_str()),
+            ],
+        )
+    }
+
     fn start_with(target: SocketAddr, envs: &[(&str, &str)]) -> Prometheus {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let name = format!(
