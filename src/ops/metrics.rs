@@ -74,6 +74,13 @@ pub struct RequestLabel {
     pub code: String,
 }
 
+/// Label set of the build: the operator's version.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabel {
+    /// The version the binary was built as (its package version).
+    pub version: String,
+}
+
 /// Label set with the resource of a cache (`deployments`, `pods`...).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabel {
@@ -337,6 +344,19 @@ impl Metrics {
             "plan_memory_entries",
             "ReleasePlans the controller keeps in-memory state for between reconciles (sampled every few seconds)",
             plan_memory_entries.clone(),
+        );
+        // 1, labelled with the version: which build runs where, and a join
+        // key for dashboards (`* on() group_left(version)`).
+        let build_info = Family::<BuildLabel, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabel {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            })
+            .set(1);
+        registry.register(
+            "build_info",
+            "1, labelled with the version of the running operator",
+            build_info,
         );
         let phase_gauges = Phase::ALL.map(|p| {
             plans
@@ -616,6 +636,16 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_build_is_exported_with_its_version() {
+        let text = Metrics::new().render();
+        let line = format!(
+            "releaseplan_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(text.contains(&line), "{line} missing:\n{text}");
     }
 
     #[test]
