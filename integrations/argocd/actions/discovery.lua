@@ -1,7 +1,7 @@
 -- Argo CD resource action discovery for releaseplan.io/ReleasePlan: every
 -- action of `kubectl releaseplan`, greyed out where the operator would
 -- ignore it. The rule is the operator's own (Action::applies_in in
--- src/plan/request.rs): tests/it/consumers.rs checks on live plans that both
+-- crates/core/src/plan/request.rs): tests/it/consumers.rs checks on live plans that both
 -- agree. Base library only, as Argo CD runs it.
 local actions = {}
 local phase = ""
