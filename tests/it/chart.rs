@@ -171,7 +171,7 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
         ("", "pods", &["list", "watch"]),
         ("", "services", &["create", "get", "list", "patch", "watch"]),
         ("batch", "jobs", &["create", "delete", "list", "watch"]),
-        ("events.k8s.io", "events", &["create", "patch"]),
+        ("events.k8s.io", "events", &["create"]),
     ]
     .iter()
     .map(|(g, r, v)| {
@@ -1168,6 +1168,8 @@ async fn the_service_account_cannot_read_secrets() {
             "{verb} {resource}"
         );
     }
+    // Events are created, never patched.
+    assert!(!may(c, "patch", "events.k8s.io", "events", Some(&apps)).await);
     // Templates are read, never written.
     assert!(may(c, "watch", "releaseplan.io", "clustergatetemplates", None).await);
     assert!(!may(c, "patch", "releaseplan.io", "gatetemplates", Some(&apps)).await);

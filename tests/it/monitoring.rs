@@ -397,9 +397,16 @@ async fn every_dashboard_query_runs_on_a_real_prometheus_scraping_the_operator()
     );
     // The plans keep their namespace (no `exported_namespace`), and what
     // has no namespace of its own gets the operator's.
-    let plan = query(&prom.url, &format!("releaseplan_plan_info{{plan=\"shop\", namespace=\"{ns}\"}}")).await;
+    let plan = query(
+        &prom.url,
+        &format!("releaseplan_plan_info{{plan=\"shop\", namespace=\"{ns}\"}}"),
+    )
+    .await;
     assert_eq!(plan.len(), 1, "{plan:?}");
-    assert!(plan[0]["metric"].get("exported_namespace").is_none(), "{plan:?}");
+    assert!(
+        plan[0]["metric"].get("exported_namespace").is_none(),
+        "{plan:?}"
+    );
     let up = query(&prom.url, "up").await;
     assert_eq!(up[0]["metric"]["namespace"], "releaseplan-system", "{up:?}");
 }

@@ -138,10 +138,11 @@ true
 - apiGroups: ["traefik.io"]
   resources: ["ingressroutes"]
   verbs: ["get", "list", "watch", "create", "patch"]
-# Events are created, and patched when one repeats (a series).
+# Events are created, never patched: a repeat is a new Event, not a series
+# (src/controller/events.rs).
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create"]
 {{- end }}
 
 {{- define "releaseplan.clusterTemplateRules" -}}

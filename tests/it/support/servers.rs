@@ -55,7 +55,10 @@ impl Prometheus {
         endpoint: &serde_json::Value,
         labels: &[(&str, &str)],
     ) -> Prometheus {
-        let honor = endpoint["honorLabels"].as_bool().unwrap_or(false).to_string();
+        let honor = endpoint["honorLabels"]
+            .as_bool()
+            .unwrap_or(false)
+            .to_string();
         let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         Prometheus::start_with(
             target,
