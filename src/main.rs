@@ -36,7 +36,7 @@ struct Args {
     #[arg(long, env = "RELEASEPLAN_BURST", default_value_t = 400)]
     burst: u32,
     /// Address of the /metrics, /healthz and /readyz server.
-    #[arg(long, env = "RELEASEPLAN_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    #[arg(long, env = "RELEASEPLAN_METRICS_ADDR", default_value = "[::]:8080")]
     metrics_addr: SocketAddr,
     /// Log as JSON lines instead of text.
     #[arg(long, env = "RELEASEPLAN_LOG_JSON")]

@@ -64,15 +64,67 @@ pub fn router(health: Health) -> Router {
         .with_state(health)
 }
 
+/// Binds `addr`. The IPv6 wildcard `[::]` (the default) is bound dual-stack,
+/// whatever the host's `bindv6only`, so probes and scrapes reach the pod
+/// over IPv4 and IPv6 alike (an IPv6-only cluster cannot reach `0.0.0.0`);
+/// on a host without IPv6 it falls back to `0.0.0.0` on the same port.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    if addr.ip() != std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED) {
+        return tokio::net::TcpListener::bind(addr).await;
+    }
+    match dual_stack(addr) {
+        Ok(listener) => Ok(listener),
+        Err(e) => {
+            let v4 = SocketAddr::from(([0, 0, 0, 0], addr.port()));
+            tracing::info!(error = %e, %v4, "no IPv6 socket: listening on IPv4 only");
+            tokio::net::TcpListener::bind(v4).await
+        }
+    }
+}
+
+/// A listener on `[::]:port` that also accepts IPv4 (mapped) connections.
+fn dual_stack(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_only_v6(false)?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    socket.set_nonblocking(true)?;
+    tokio::net::TcpListener::from_std(socket.into())
+}
+
 /// Binds the address and serves until `shutdown` completes.
 pub async fn serve(
     addr: SocketAddr,
     health: Health,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = bind(addr).await?;
+    let addr = listener.local_addr().unwrap_or(addr);
     tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
     axum::serve(listener, router(health))
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn the_ipv6_wildcard_serves_ipv4_and_ipv6() {
+        let listener = super::bind("[::]:0".parse().unwrap()).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert!(listener.local_addr().unwrap().is_ipv6());
+        let accept = tokio::spawn(async move {
+            for _ in 0..2 {
+                listener.accept().await.unwrap();
+            }
+        });
+        for host in ["127.0.0.1", "[::1]"] {
+            tokio::net::TcpStream::connect(format!("{host}:{port}"))
+                .await
+                .unwrap_or_else(|e| panic!("{host}:{port}: {e}"));
+        }
+        accept.await.unwrap();
+    }
 }

@@ -454,7 +454,7 @@ fn default_values_render_least_privilege_rbac_and_a_restricted_deployment() {
     for want in [
         "--leader-election",
         "--lease-namespace=$(POD_NAMESPACE)",
-        "--metrics-addr=0.0.0.0:8080",
+        "--metrics-addr=[::]:8080",
         "--log-json",
         "--concurrency=32",
         "--qps=200",
