@@ -135,7 +135,7 @@ async fn a_template_gate_runs_with_its_args_and_keeps_its_content_for_the_step()
     assert_eq!(recorded[0].name, "smoke-checkout");
     assert_eq!(recorded[0].step, 1);
     assert_eq!(recorded[0].template_generation, Some(1));
-    let url = &recorded[0].template.webhook.as_ref().unwrap().url;
+    let url = &recorded[0].template.webhook.as_ref().unwrap().check.url;
     assert!(url.contains("/v1/"), "{url}");
 
     // Edit the template mid-step: the running gate is unchanged.

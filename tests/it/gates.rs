@@ -16,7 +16,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use chrono::Utc;
 
-use releaseplan::api::{GateStatus, Phase, PrometheusGate, Verdict, WebhookGate};
+use releaseplan::api::{
+    GateStatus, Phase, PrometheusCheck, PrometheusGate, Verdict, WebhookCheck, WebhookGate,
+};
 use releaseplan::gates::outbound::{GateHttp, OutboundPolicy, parse_cidr};
 use releaseplan::gates::prometheus::{self, PrometheusSpec, TemplateVars};
 use releaseplan::gates::webhook::{self, WebhookBody, WebhookSpec};
@@ -68,10 +70,13 @@ const ERROR_RATIO: &str = r#"sum(rate(app_errors_total{revision="{{revision}}"}[
 fn gate(address: &str, query: &str, threshold: &str) -> PrometheusGate {
     PrometheusGate {
         name: "error-rate".into(),
-        address: address.into(),
-        query: query.into(),
-        threshold: threshold.into(),
-        timeout_seconds: Some(5),
+        check: PrometheusCheck {
+            address: address.into(),
+            query: query.into(),
+            threshold: threshold.into(),
+            timeout_seconds: Some(5),
+            ..Default::default()
+        },
         ..Default::default()
     }
 }
@@ -153,10 +158,8 @@ async fn prometheus_gates_against_a_real_prometheus() {
     assert_eq!(runs[0].1.value.as_deref(), Some("0.01"));
 
     // High error rate: fails, at the third failure with failureLimit 2.
-    let bad = PrometheusGate {
-        failure_limit: Some(2),
-        ..gate(&prom.url, ERROR_RATIO, "< 0.05")
-    };
+    let mut bad = gate(&prom.url, ERROR_RATIO, "< 0.05");
+    bad.check.failure_limit = Some(2);
     let runs = evaluate_n(&http, &bad, &vars("bad"), 3).await;
     for (result, _) in &runs {
         match result {
@@ -184,10 +187,8 @@ async fn prometheus_gates_against_a_real_prometheus() {
 
     // No data for a revision that does not exist: inconclusive, then failed
     // once over inconclusiveLimit.
-    let nodata = PrometheusGate {
-        inconclusive_limit: Some(1),
-        ..good.clone()
-    };
+    let mut nodata = good.clone();
+    nodata.check.inconclusive_limit = Some(1);
     let runs = evaluate_n(&http, &nodata, &vars("nope"), 2).await;
     for (result, _) in &runs {
         match result {
@@ -309,10 +310,8 @@ async fn prometheus_errors_and_timeouts_are_errors() {
         other => panic!("a body that is not JSON should be an error: {other:?}"),
     }
 
-    let g = PrometheusGate {
-        timeout_seconds: Some(1),
-        ..gate(&format!("http://{addr}/slow"), "up", "< 1")
-    };
+    let mut g = gate(&format!("http://{addr}/slow"), "up", "< 1");
+    g.check.timeout_seconds = Some(1);
     let started = Instant::now();
     match evaluate(&http, &g, &vars("")).await {
         GateResult::Error { reason } => {
@@ -378,9 +377,11 @@ async fn hook_server() -> (std::net::SocketAddr, Arc<Hooks>) {
 fn hook(url: String, retries: i32, timeout_seconds: i32) -> WebhookGate {
     WebhookGate {
         name: "smoke-test".into(),
-        url,
-        timeout_seconds: Some(timeout_seconds),
-        retries: Some(retries),
+        check: WebhookCheck {
+            url,
+            timeout_seconds: Some(timeout_seconds),
+            retries: Some(retries),
+        },
         ..WebhookGate::default()
     }
 }

@@ -8,9 +8,11 @@
 //! [`Health::entries`] reads them as gates after `gates`; past this module
 //! nothing knows there were two shapes.
 
-use super::kind_gates::{JobGate, PrometheusGate, THRESHOLD_RULE, WebhookGate};
+use super::access;
+use super::kind_gates::{
+    JobCheck, JobGate, PrometheusCheck, PrometheusGate, WebhookCheck, WebhookGate,
+};
 use super::template::{GateTemplateRef, TemplateKind, TemplateRef};
-use super::{DURATION_RULE, access};
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -187,90 +189,6 @@ pub struct Gate {
     pub template: Option<TemplateUse>,
 }
 
-/// A Prometheus gate's query and how it is judged.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct PrometheusCheck {
-    /// Base URL of the Prometheus HTTP API, e.g. `http://prometheus.monitoring:9090`.
-    #[x_kube(validation = Rule::new("self.matches('^https?://[^ ]+$')").message("prometheus address must be an http:// or https:// URL"))]
-    #[schemars(length(max = 512))]
-    pub address: String,
-
-    /// PromQL query returning one number. `{{plan}}`, `{{namespace}}`, `{{component}}` and
-    /// `{{revision}}` are replaced before it is sent.
-    #[schemars(length(min = 1, max = 4096))]
-    pub query: String,
-
-    /// Pass condition on the query's value: an operator and a number, e.g. `< 0.05`,
-    /// `>= 0.99`, `== 0`.
-    #[x_kube(validation = Rule::new(THRESHOLD_RULE).message("threshold must be an operator (<, <=, >, >=, ==, !=) followed by a number, e.g. '< 0.05'"))]
-    #[schemars(length(max = 64))]
-    pub threshold: String,
-
-    /// How often the query is evaluated. Default `30s`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new(DURATION_RULE).message("interval must be a duration such as 30s, 5m or 1h30m"))]
-    #[schemars(length(max = 32))]
-    pub interval: Option<String>,
-
-    /// Failed evaluations (value outside the threshold, or query error) tolerated before
-    /// the rollout fails: the gate fails at failureLimit + 1. Default 0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = 100))]
-    pub failure_limit: Option<i32>,
-
-    /// Inconclusive evaluations (no data, NaN, several series) tolerated before the
-    /// rollout fails. Default 3.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = 100))]
-    pub inconclusive_limit: Option<i32>,
-
-    /// Timeout of one query, in seconds. Default 10.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 300))]
-    pub timeout_seconds: Option<i32>,
-}
-
-/// A webhook gate's call.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct WebhookCheck {
-    /// URL the JSON body is POSTed to.
-    #[x_kube(validation = Rule::new("self.matches('^https?://[^ ]+$')").message("webhook url must be an http:// or https:// URL"))]
-    #[schemars(length(max = 1024))]
-    pub url: String,
-
-    /// Timeout of one call, in seconds. Default 10.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 60))]
-    pub timeout_seconds: Option<i32>,
-
-    /// Calls retried after a failure before the gate fails. Default 2.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = 10))]
-    pub retries: Option<i32>,
-}
-
-/// A Job gate's Job.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct JobCheck {
-    /// The Job to run, as in a CronJob's `jobTemplate`: `metadata` (labels,
-    /// annotations) and a batch/v1 `spec`. Its containers get the environment
-    /// variables RELEASEPLAN_PLAN, RELEASEPLAN_NAMESPACE, RELEASEPLAN_COMPONENT,
-    /// RELEASEPLAN_COMPONENT_REVISION, RELEASEPLAN_REVISION, RELEASEPLAN_ROLLOUT,
-    /// RELEASEPLAN_STEP and RELEASEPLAN_WEIGHT. `restartPolicy` defaults to Never and
-    /// `backoffLimit` to 0.
-    #[schemars(schema_with = "super::kind_gates::job_template_schema")]
-    pub template: serde_json::Value,
-
-    /// Seconds the Job may run before the gate fails (also the Job's
-    /// `activeDeadlineSeconds` unless the template sets a shorter one). Default 600.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 86400))]
-    pub timeout_seconds: Option<i32>,
-}
-
 /// The template a gate is made from, and its arguments.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(
@@ -379,13 +297,7 @@ impl Gate {
                 "prometheus",
                 GateEntry::Prometheus(PrometheusGate {
                     name,
-                    address: p.address.clone(),
-                    query: p.query.clone(),
-                    threshold: p.threshold.clone(),
-                    interval: p.interval.clone(),
-                    failure_limit: p.failure_limit,
-                    inconclusive_limit: p.inconclusive_limit,
-                    timeout_seconds: p.timeout_seconds,
+                    check: p.clone(),
                     auth: self.auth.clone(),
                     headers: self.headers.clone(),
                     tls: self.tls.clone(),
@@ -398,9 +310,7 @@ impl Gate {
                 "webhook",
                 GateEntry::Webhook(WebhookGate {
                     name,
-                    url: w.url.clone(),
-                    timeout_seconds: w.timeout_seconds,
-                    retries: w.retries,
+                    check: w.clone(),
                     auth: self.auth.clone(),
                     headers: self.headers.clone(),
                     tls: self.tls.clone(),
@@ -413,8 +323,7 @@ impl Gate {
                 "job",
                 GateEntry::Job(JobGate {
                     name,
-                    template: j.template.clone(),
-                    timeout_seconds: j.timeout_seconds,
+                    check: j.clone(),
                     component,
                 }),
             ));

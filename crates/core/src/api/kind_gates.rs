@@ -1,7 +1,8 @@
-//! Gates written kind by kind, with the name, component and access beside
-//! the kind's settings: the items of the deprecated `health.prometheus`,
-//! `webhooks` and `jobs` lists, and the gate a GateTemplate holds. They are
-//! also the shape each kind's parser reads ([`super::GateEntry`]).
+//! Each gate kind's own settings (`PrometheusCheck`, `WebhookCheck`,
+//! `JobCheck`), written once: under its key in `health.gates`, and
+//! flattened beside the name, component and access in the per-kind shapes
+//! (`PrometheusGate`, ...) of the deprecated lists and of gate templates,
+//! which are also what each kind's parser reads ([`super::GateEntry`]).
 
 use super::{DURATION_RULE, IMAGE_PATTERN, access};
 use kube::KubeSchema;
@@ -11,17 +12,10 @@ use serde::{Deserialize, Serialize};
 pub(super) const THRESHOLD_RULE: &str =
     "self.matches('^\\\\s*(<|<=|>|>=|==|!=)\\\\s*-?[0-9]+(\\\\.[0-9]+)?([eE][-+]?[0-9]+)?\\\\s*$')";
 
-/// A gate of the deprecated `health.prometheus` list, and the `prometheus` of a
-/// gate template: a PromQL query evaluated at an interval.
+/// A Prometheus gate's query and how it is judged.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-#[x_kube(validation = Rule::new(access::AUTH_HEADER_RULE).message(access::AUTH_HEADER_MESSAGE))]
 #[serde(rename_all = "camelCase")]
-pub struct PrometheusGate {
-    /// Name of the gate, shown in status, events and metrics.
-    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("gate name must be a DNS label"))]
-    #[schemars(length(min = 1, max = 40))]
-    pub name: String,
-
+pub struct PrometheusCheck {
     /// Base URL of the Prometheus HTTP API, e.g. `http://prometheus.monitoring:9090`.
     #[x_kube(validation = Rule::new("self.matches('^https?://[^ ]+$')").message("prometheus address must be an http:// or https:// URL"))]
     #[schemars(length(max = 512))]
@@ -60,6 +54,62 @@ pub struct PrometheusGate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 300))]
     pub timeout_seconds: Option<i32>,
+}
+
+/// A webhook gate's call.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookCheck {
+    /// URL the JSON body is POSTed to.
+    #[x_kube(validation = Rule::new("self.matches('^https?://[^ ]+$')").message("webhook url must be an http:// or https:// URL"))]
+    #[schemars(length(max = 1024))]
+    pub url: String,
+
+    /// Timeout of one call, in seconds. Default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 60))]
+    pub timeout_seconds: Option<i32>,
+
+    /// Calls retried after a failure before the gate fails. Default 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 10))]
+    pub retries: Option<i32>,
+}
+
+/// A Job gate's Job.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct JobCheck {
+    /// The Job to run, as in a CronJob's `jobTemplate`: `metadata` (labels,
+    /// annotations) and a batch/v1 `spec`. Its containers get the environment
+    /// variables RELEASEPLAN_PLAN, RELEASEPLAN_NAMESPACE, RELEASEPLAN_COMPONENT,
+    /// RELEASEPLAN_COMPONENT_REVISION, RELEASEPLAN_REVISION, RELEASEPLAN_ROLLOUT,
+    /// RELEASEPLAN_STEP and RELEASEPLAN_WEIGHT. `restartPolicy` defaults to Never and
+    /// `backoffLimit` to 0.
+    #[schemars(schema_with = "job_template_schema")]
+    pub template: serde_json::Value,
+
+    /// Seconds the Job may run before the gate fails (also the Job's
+    /// `activeDeadlineSeconds` unless the template sets a shorter one). Default 600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub timeout_seconds: Option<i32>,
+}
+
+/// A gate of the deprecated `health.prometheus` list, and the `prometheus` of a
+/// gate template: a PromQL query evaluated at an interval.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(validation = Rule::new(access::AUTH_HEADER_RULE).message(access::AUTH_HEADER_MESSAGE))]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusGate {
+    /// Name of the gate, shown in status, events and metrics.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("gate name must be a DNS label"))]
+    #[schemars(length(min = 1, max = 40))]
+    pub name: String,
+
+    /// The query and how it is judged.
+    #[serde(flatten)]
+    pub check: PrometheusCheck,
 
     /// Credentials sent with every call (bearer token or basic auth), read
     /// from Secrets in the operator's namespace.
@@ -93,20 +143,9 @@ pub struct WebhookGate {
     #[schemars(length(min = 1, max = 40))]
     pub name: String,
 
-    /// URL the JSON body is POSTed to.
-    #[x_kube(validation = Rule::new("self.matches('^https?://[^ ]+$')").message("webhook url must be an http:// or https:// URL"))]
-    #[schemars(length(max = 1024))]
-    pub url: String,
-
-    /// Timeout of one call, in seconds. Default 10.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 60))]
-    pub timeout_seconds: Option<i32>,
-
-    /// Calls retried after a failure before the gate fails. Default 2.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = 10))]
-    pub retries: Option<i32>,
+    /// The call.
+    #[serde(flatten)]
+    pub check: WebhookCheck,
 
     /// Credentials sent with every call (bearer token or basic auth), read
     /// from Secrets in the operator's namespace.
@@ -144,20 +183,9 @@ pub struct JobGate {
     #[schemars(length(min = 1, max = 40))]
     pub name: String,
 
-    /// The Job to run, as in a CronJob's `jobTemplate`: `metadata` (labels,
-    /// annotations) and a batch/v1 `spec`. Its containers get the environment
-    /// variables RELEASEPLAN_PLAN, RELEASEPLAN_NAMESPACE, RELEASEPLAN_COMPONENT,
-    /// RELEASEPLAN_COMPONENT_REVISION, RELEASEPLAN_REVISION, RELEASEPLAN_ROLLOUT,
-    /// RELEASEPLAN_STEP and RELEASEPLAN_WEIGHT. `restartPolicy` defaults to Never and
-    /// `backoffLimit` to 0.
-    #[schemars(schema_with = "job_template_schema")]
-    pub template: serde_json::Value,
-
-    /// Seconds the Job may run before the gate fails (also the Job's
-    /// `activeDeadlineSeconds` unless the template sets a shorter one). Default 600.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 86400))]
-    pub timeout_seconds: Option<i32>,
+    /// The Job and how long it may run.
+    #[serde(flatten)]
+    pub check: JobCheck,
 
     /// The component the gate judges: RELEASEPLAN_COMPONENT and
     /// RELEASEPLAN_COMPONENT_REVISION name it. Default: the first component that

@@ -31,12 +31,10 @@ use serde::{Deserialize, Serialize};
 /// `health.templates` list (`status.resolvedGates` holds one entry each).
 pub const MAX_TEMPLATE_GATES: u32 = gate::MAX_GATES + 8;
 
-pub use gate::{
-    Gate, GateAt, GateEntry, Health, JobCheck, NotOneKind, PrometheusCheck, TemplateUse,
-    WebhookCheck,
-};
+pub use gate::{Gate, GateAt, GateEntry, Health, NotOneKind, TemplateUse};
 pub use kind_gates::{
-    DEFAULT_JOB_TIMEOUT_SECONDS, JobGate, MAX_JOB_CONTAINERS, PrometheusGate, WebhookGate,
+    DEFAULT_JOB_TIMEOUT_SECONDS, JobCheck, JobGate, MAX_JOB_CONTAINERS, PrometheusCheck,
+    PrometheusGate, WebhookCheck, WebhookGate,
 };
 
 /// API group of the ReleasePlan resource.

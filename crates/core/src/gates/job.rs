@@ -40,7 +40,7 @@ pub struct JobGateSpec {
 impl JobGateSpec {
     /// Parses a gate of the spec; the error names the field under the gate.
     pub fn parse(g: &JobGate) -> Result<JobGateSpec, (String, String)> {
-        let template: JobTemplateSpec = serde_json::from_value(g.template.clone())
+        let template: JobTemplateSpec = serde_json::from_value(g.check.template.clone())
             .map_err(|e| ("template".to_string(), format!("not a Job template: {e}")))?;
         let Some(pod) = template
             .spec
@@ -68,6 +68,7 @@ impl JobGateSpec {
             ));
         }
         let secs = g
+            .check
             .timeout_seconds
             .unwrap_or(DEFAULT_JOB_TIMEOUT_SECONDS)
             .max(1);
@@ -477,7 +478,7 @@ pub fn build(plan: &ReleasePlan, intent: &JobIntent) -> Job {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::ComponentStatus;
+    use crate::api::{ComponentStatus, JobCheck};
     use chrono::TimeZone;
     use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
 
@@ -488,7 +489,8 @@ mod tests {
     fn gate(timeout: i32) -> JobGateSpec {
         JobGateSpec::parse(&JobGate {
             name: "smoke".into(),
-            template: serde_json::json!({
+            check: JobCheck {
+                template: serde_json::json!({
                 "metadata": {"labels": {"team": "qa", "releaseplan.io/plan": "forged"}},
                 "spec": {"template": {
                     "metadata": {"annotations": {"kwok.releaseplan.io/job-succeed-after": "1s"}},
@@ -496,7 +498,8 @@ mod tests {
                         "env": [{"name": "RELEASEPLAN_STEP", "value": "forged"}, {"name": "URL", "value": "x"}]}]}
                 }}
             }),
-            timeout_seconds: Some(timeout),
+                timeout_seconds: Some(timeout),
+            },
             component: None,
         })
         .unwrap()
@@ -534,8 +537,10 @@ mod tests {
         let bad = |template: serde_json::Value| {
             JobGateSpec::parse(&JobGate {
                 name: "g".into(),
-                template,
-                timeout_seconds: None,
+                check: JobCheck {
+                    template,
+                    timeout_seconds: None,
+                },
                 component: None,
             })
             .unwrap_err()

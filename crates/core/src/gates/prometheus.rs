@@ -62,27 +62,33 @@ impl PrometheusSpec {
     /// the gate, on an unparsable interval or threshold (the CRD's rules
     /// normally reject those first).
     pub fn parse(gate: &PrometheusGate) -> Result<PrometheusSpec, (&'static str, String)> {
-        let interval = match gate.interval.as_deref() {
+        let interval = match gate.check.interval.as_deref() {
             Some(s) => parse_duration(s).map_err(|m| ("interval", m))?,
             None => DEFAULT_INTERVAL,
         };
         let threshold = gate
+            .check
             .threshold
             .parse::<Threshold>()
             .map_err(|e| ("threshold", e.to_string()))?;
         Ok(PrometheusSpec {
             name: gate.name.clone(),
-            address: gate.address.clone(),
-            query: gate.query.clone(),
+            address: gate.check.address.clone(),
+            query: gate.check.query.clone(),
             threshold,
             // A zero interval would re-evaluate on every reconcile; one second is the floor.
             interval: interval.max(Duration::from_secs(1)),
-            failure_limit: gate.failure_limit.unwrap_or(DEFAULT_FAILURE_LIMIT).max(0),
+            failure_limit: gate
+                .check
+                .failure_limit
+                .unwrap_or(DEFAULT_FAILURE_LIMIT)
+                .max(0),
             inconclusive_limit: gate
+                .check
                 .inconclusive_limit
                 .unwrap_or(DEFAULT_INCONCLUSIVE_LIMIT)
                 .max(0),
-            timeout: timeout_of(gate.timeout_seconds),
+            timeout: timeout_of(gate.check.timeout_seconds),
             access: Access::of(gate.auth.as_ref(), &gate.headers, gate.tls.as_ref()),
         })
     }
@@ -293,6 +299,7 @@ pub fn error_of(body: &Value, detail: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::PrometheusCheck;
     use serde_json::json;
 
     fn lt(bound: f64) -> Threshold {
@@ -411,9 +418,12 @@ mod tests {
     fn applies_defaults() {
         let gate = PrometheusGate {
             name: "errors".into(),
-            address: "http://p:9090".into(),
-            query: "up".into(),
-            threshold: ">= 1".into(),
+            check: PrometheusCheck {
+                address: "http://p:9090".into(),
+                query: "up".into(),
+                threshold: ">= 1".into(),
+                ..Default::default()
+            },
             ..Default::default()
         };
         let s = PrometheusSpec::parse(&gate).unwrap();
@@ -421,26 +431,20 @@ mod tests {
         assert_eq!(s.interval, Duration::from_secs(30));
         assert_eq!((s.failure_limit, s.inconclusive_limit), (0, 3));
         assert_eq!(s.timeout, Duration::from_secs(10));
-        let gate = PrometheusGate {
-            interval: Some("1m30s".into()),
-            failure_limit: Some(2),
-            inconclusive_limit: Some(0),
-            timeout_seconds: Some(3),
-            ..gate
-        };
+        let mut gate = gate;
+        gate.check.interval = Some("1m30s".into());
+        gate.check.failure_limit = Some(2);
+        gate.check.inconclusive_limit = Some(0);
+        gate.check.timeout_seconds = Some(3);
         let s = PrometheusSpec::parse(&gate).unwrap();
         assert_eq!(s.interval, Duration::from_secs(90));
         assert_eq!((s.failure_limit, s.inconclusive_limit), (2, 0));
         assert_eq!(s.timeout, Duration::from_secs(3));
-        let bad = PrometheusGate {
-            threshold: "0.05".into(),
-            ..gate.clone()
-        };
+        let mut bad = gate.clone();
+        bad.check.threshold = "0.05".into();
         assert_eq!(PrometheusSpec::parse(&bad).unwrap_err().0, "threshold");
-        let bad = PrometheusGate {
-            interval: Some("soon".into()),
-            ..gate
-        };
+        let mut bad = gate;
+        bad.check.interval = Some("soon".into());
         assert_eq!(PrometheusSpec::parse(&bad).unwrap_err().0, "interval");
         assert_eq!(timeout_of(Some(0)), Duration::from_secs(1));
     }

@@ -183,12 +183,12 @@ pub fn instantiate(r: &GateTemplateRef, t: &GateTemplateSpec) -> Result<Template
             let mut g = p.clone();
             g.name.clone_from(&r.name);
             g.component.clone_from(&r.component);
-            g.query =
-                substitute(&g.query, &values).map_err(|e| format!("prometheus.query: {e}"))?;
-            g.address =
-                substitute(&g.address, &values).map_err(|e| format!("prometheus.address: {e}"))?;
-            check_url("prometheus.address", &g.address, 512)?;
-            if g.query.is_empty() || g.query.chars().count() > 4096 {
+            g.check.query = substitute(&g.check.query, &values)
+                .map_err(|e| format!("prometheus.query: {e}"))?;
+            g.check.address = substitute(&g.check.address, &values)
+                .map_err(|e| format!("prometheus.address: {e}"))?;
+            check_url("prometheus.address", &g.check.address, 512)?;
+            if g.check.query.is_empty() || g.check.query.chars().count() > 4096 {
                 return Err(
                     "prometheus.query: must hold 1 to 4096 characters once its arguments are in"
                         .into(),
@@ -202,8 +202,9 @@ pub fn instantiate(r: &GateTemplateRef, t: &GateTemplateSpec) -> Result<Template
             let mut g = w.clone();
             g.name.clone_from(&r.name);
             g.component.clone_from(&r.component);
-            g.url = substitute(&g.url, &values).map_err(|e| format!("webhook.url: {e}"))?;
-            check_url("webhook.url", &g.url, 1024)?;
+            g.check.url =
+                substitute(&g.check.url, &values).map_err(|e| format!("webhook.url: {e}"))?;
+            check_url("webhook.url", &g.check.url, 1024)?;
             Ok(TemplateGate::Runner(GateSpec::Webhook(
                 webhook::WebhookSpec::parse(&g),
             )))
@@ -212,7 +213,7 @@ pub fn instantiate(r: &GateTemplateRef, t: &GateTemplateSpec) -> Result<Template
             let mut g = j.clone();
             g.name.clone_from(&r.name);
             g.component.clone_from(&r.component);
-            g.template = substitute_job(&g.template, &values)?;
+            g.check.template = substitute_job(&g.check.template, &values)?;
             JobGateSpec::parse(&g)
                 .map(TemplateGate::Job)
                 .map_err(|(field, message)| format!("job.{field}: {message}"))
@@ -387,7 +388,9 @@ pub fn substitute(text: &str, values: &BTreeMap<&str, &str>) -> Result<String, S
 mod tests {
     use super::*;
     use crate::api::template::{Parameter, TemplateRef};
-    use crate::api::{JobGate, PrometheusGate, WebhookGate};
+    use crate::api::{
+        JobCheck, JobGate, PrometheusCheck, PrometheusGate, WebhookCheck, WebhookGate,
+    };
     use serde_json::json;
 
     fn hook_template(url: &str, params: &[(&str, Option<&str>)]) -> GateTemplateSpec {
@@ -402,7 +405,10 @@ mod tests {
                 .collect(),
             webhook: Some(WebhookGate {
                 name: "template-name".into(),
-                url: url.into(),
+                check: WebhookCheck {
+                    url: url.into(),
+                    ..Default::default()
+                },
                 ..Default::default()
             }),
             prometheus: None,
@@ -611,9 +617,12 @@ mod tests {
             }],
             prometheus: Some(PrometheusGate {
                 name: "x".into(),
-                address: "http://127.0.0.1:9090".into(),
-                query: r#"up{job="{{args.job}}",rev="{{revision}}"}"#.into(),
-                threshold: "> 0".into(),
+                check: PrometheusCheck {
+                    address: "http://127.0.0.1:9090".into(),
+                    query: r#"up{job="{{args.job}}",rev="{{revision}}"}"#.into(),
+                    threshold: "> 0".into(),
+                    ..Default::default()
+                },
                 ..Default::default()
             }),
             webhook: None,
@@ -628,7 +637,7 @@ mod tests {
         assert_eq!(p.query, r#"up{job="api",rev="{{revision}}"}"#);
         assert_eq!(p.name, "up");
         let mut bad = spec.clone();
-        bad.prometheus.as_mut().unwrap().threshold = "about 3".into();
+        bad.prometheus.as_mut().unwrap().check.threshold = "about 3".into();
         assert!(
             instantiate(&r, &bad)
                 .unwrap_err()
@@ -656,8 +665,10 @@ mod tests {
                 .collect(),
             job: Some(JobGate {
                 name: "template-name".into(),
-                template,
-                timeout_seconds: Some(90),
+                check: JobCheck {
+                    template,
+                    timeout_seconds: Some(90),
+                },
                 component: None,
             }),
             ..Default::default()

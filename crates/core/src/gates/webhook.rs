@@ -47,9 +47,10 @@ impl WebhookSpec {
     pub fn parse(gate: &WebhookGate) -> WebhookSpec {
         WebhookSpec {
             name: gate.name.clone(),
-            url: gate.url.clone(),
-            timeout: timeout_of(gate.timeout_seconds),
+            url: gate.check.url.clone(),
+            timeout: timeout_of(gate.check.timeout_seconds),
             retries: gate
+                .check
                 .retries
                 .unwrap_or(DEFAULT_RETRIES)
                 .clamp(0, MAX_RETRIES),

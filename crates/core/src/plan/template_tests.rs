@@ -7,7 +7,7 @@ use crate::api::ReleasePlanSpec;
 use crate::api::template::{
     GateTemplateRef, GateTemplateSpec, Parameter, TemplateKind, TemplateRef,
 };
-use crate::api::{Component, JobGate, WebhookGate};
+use crate::api::{Component, JobCheck, JobGate, WebhookCheck, WebhookGate};
 use crate::gates::job::{JobObs, JobState};
 use crate::gates::template::{ObservedTemplate, resolve};
 use chrono::TimeZone;
@@ -51,7 +51,10 @@ fn template(url: &str) -> ObservedTemplate {
             }],
             webhook: Some(WebhookGate {
                 name: "smoke".into(),
-                url: url.into(),
+                check: WebhookCheck {
+                    url: url.into(),
+                    ..Default::default()
+                },
                 ..Default::default()
             }),
             prometheus: None,
@@ -295,9 +298,11 @@ fn job_template() -> ObservedTemplate {
             }],
             job: Some(JobGate {
                 name: "x".into(),
-                template: json!({"spec": {"template": {"spec": {"containers": [
-                    {"name": "t", "image": "smoke:{{args.suite}}"}]}}}}),
-                timeout_seconds: Some(60),
+                check: JobCheck {
+                    template: json!({"spec": {"template": {"spec": {"containers": [
+                        {"name": "t", "image": "smoke:{{args.suite}}"}]}}}}),
+                    timeout_seconds: Some(60),
+                },
                 component: None,
             }),
             ..Default::default()
@@ -368,8 +373,10 @@ fn a_job_gate_component_must_be_a_component_of_the_plan() {
     spec.health.templates.clear();
     spec.health.jobs = vec![JobGate {
         name: "smoke".into(),
-        template: json!({"spec": {"template": {"spec": {"containers": [{"name": "t", "image": "i"}]}}}}),
-        timeout_seconds: None,
+        check: JobCheck {
+            template: json!({"spec": {"template": {"spec": {"containers": [{"name": "t", "image": "i"}]}}}}),
+            timeout_seconds: None,
+        },
         component: Some("db".into()),
     }];
     let e = Target::from_spec(&spec).unwrap_err();

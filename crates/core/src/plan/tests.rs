@@ -1571,15 +1571,17 @@ fn only_the_current_steps_gates_of_the_spec_count() {
 
 mod job_gates {
     use super::*;
-    use crate::api::JobGate;
+    use crate::api::{JobCheck, JobGate};
     use crate::gates::job::JobState;
 
     fn job_spec(timeout: i32) -> ReleasePlanSpec {
         let mut s = spec(vec![component("web", "v1", 4)], vec![weight(50)]);
         s.health.jobs = vec![JobGate {
             name: "smoke".into(),
-            template: json!({"spec": {"template": {"spec": {"containers": [{"name": "t", "image": "curl"}]}}}}),
-            timeout_seconds: Some(timeout),
+            check: JobCheck {
+                template: json!({"spec": {"template": {"spec": {"containers": [{"name": "t", "image": "curl"}]}}}}),
+                timeout_seconds: Some(timeout),
+            },
             component: None,
         }];
         s
