@@ -238,23 +238,24 @@ impl Reads<'_> {
                 kube::Error::Api(s) => unreadable(format!("HTTP {}", s.code)),
                 _ => unreadable("the API server could not be reached".into()),
             })?;
+        let unavailable = || AccessError::Unavailable {
+            kind,
+            namespace: ns.clone(),
+            name: name.to_string(),
+            plan_namespace: self.plan_namespace.to_string(),
+        };
+        // Missing and not shared answer alike: no oracle of the names in the
+        // operator's namespace (the operator's own log tells them apart).
         let Some(obj) = got else {
-            return Err(AccessError::NotFound {
-                kind,
-                namespace: ns.clone(),
-                name: name.to_string(),
-            });
+            tracing::debug!(%kind, %name, "gate credentials: no such object");
+            return Err(unavailable());
         };
         if !shared_with(
             obj.annotations().get(ANNOTATION_GATE_NAMESPACES),
             self.plan_namespace,
         ) {
-            return Err(AccessError::NotShared {
-                kind,
-                namespace: ns.clone(),
-                name: name.to_string(),
-                plan_namespace: self.plan_namespace.to_string(),
-            });
+            tracing::debug!(%kind, %name, plan_namespace = self.plan_namespace, "gate credentials: not shared");
+            return Err(unavailable());
         }
         Ok(obj)
     }

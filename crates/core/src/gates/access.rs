@@ -168,18 +168,6 @@ impl std::fmt::Display for Kind {
 /// and keys, never values.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AccessError {
-    /// The object does not exist.
-    #[error(
-        "{kind} {namespace}/{name} not found (gate credentials and CA bundles are read from the operator's namespace {namespace})"
-    )]
-    NotFound {
-        /// Secret or ConfigMap.
-        kind: Kind,
-        /// The operator's namespace.
-        namespace: String,
-        /// Name of the object.
-        name: String,
-    },
     /// The object has no such key.
     #[error("{kind} {namespace}/{name} has no key {key:?}")]
     NoKey {
@@ -192,11 +180,13 @@ pub enum AccessError {
         /// The missing key.
         key: String,
     },
-    /// The object does not share itself with the plan's namespace.
+    /// The object does not exist, or does not share itself with the plan's
+    /// namespace: one answer for both, so a plan author cannot learn which
+    /// names exist in the operator's namespace.
     #[error(
-        "{kind} {namespace}/{name} is not shared with namespace {plan_namespace}: its annotation {ANNOTATION_GATE_NAMESPACES} must list {plan_namespace} (or be \"*\")"
+        "{kind} {namespace}/{name} is not available to namespace {plan_namespace}: it must exist in the operator's namespace {namespace} and its annotation {ANNOTATION_GATE_NAMESPACES} must list {plan_namespace} (or be \"*\")"
     )]
-    NotShared {
+    Unavailable {
         /// Secret or ConfigMap.
         kind: Kind,
         /// The operator's namespace.
@@ -325,15 +315,15 @@ mod tests {
             key: "token".into(),
         };
         assert_eq!(e.to_string(), "Secret rp-system/prom has no key \"token\"");
-        let e = AccessError::NotShared {
+        let e = AccessError::Unavailable {
             kind: Kind::ConfigMap,
             namespace: "rp-system".into(),
             name: "ca".into(),
             plan_namespace: "shop".into(),
         };
-        assert!(
-            e.to_string()
-                .contains("releaseplan.io/gate-namespaces must list shop")
+        assert_eq!(
+            e.to_string(),
+            "ConfigMap rp-system/ca is not available to namespace shop: it must exist in the operator's namespace rp-system and its annotation releaseplan.io/gate-namespaces must list shop (or be \"*\")"
         );
     }
 
