@@ -68,7 +68,12 @@ pub struct Target {
 impl Target {
     /// Validates a spec and computes its revisions.
     pub fn from_spec(spec: &ReleasePlanSpec) -> Result<Self, SpecError> {
-        let spec::Checked { steps, gates, jobs } = spec::check_spec(spec)?;
+        let spec::Checked {
+            steps,
+            gates,
+            jobs,
+            gate_components,
+        } = spec::check_spec(spec)?;
         let components: Vec<TargetComponent> = spec
             .components
             .iter()
@@ -101,7 +106,7 @@ impl Target {
             }),
             gates,
             jobs,
-            gate_components: spec::gate_components(spec),
+            gate_components,
             template_gates: Vec::new(),
             template_problems: Vec::new(),
         })

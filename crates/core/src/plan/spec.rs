@@ -27,6 +27,8 @@ pub struct Checked {
     pub gates: Vec<GateSpec>,
     /// The Job gates.
     pub jobs: Vec<JobGateSpec>,
+    /// The component each gate that names one judges, by gate name.
+    pub gate_components: BTreeMap<String, String>,
 }
 
 /// Validates what the state machine relies on and parses steps, thresholds
@@ -75,12 +77,20 @@ pub fn check_spec(spec: &ReleasePlanSpec) -> Result<Checked, SpecError> {
             );
         }
     }
-    Ok(Checked { steps, gates, jobs })
+    Ok(Checked {
+        steps,
+        gates,
+        jobs,
+        gate_components: components_of(&entries),
+    })
 }
 
 /// The component each gate that names one judges, by gate name.
 pub fn gate_components(spec: &ReleasePlanSpec) -> BTreeMap<String, String> {
-    let entries = spec.health.entries().unwrap_or_default();
+    components_of(&spec.health.entries().unwrap_or_default())
+}
+
+fn components_of(entries: &[GateAt]) -> BTreeMap<String, String> {
     entries
         .iter()
         .filter_map(|at| Some((at.name().to_string(), at.component()?.to_string())))
