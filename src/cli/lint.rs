@@ -256,17 +256,7 @@ pub fn check_document(doc: &Value) -> Verdict {
 /// What a valid plan should still change, printed under its verdict without
 /// failing it: gates written in the deprecated per-kind lists.
 pub fn notes(plan: &ReleasePlan) -> Vec<String> {
-    let h = &plan.spec.health;
-    let lists: Vec<&str> = [
-        ("prometheus", h.prometheus.is_empty()),
-        ("webhooks", h.webhooks.is_empty()),
-        ("jobs", h.jobs.is_empty()),
-        ("templates", h.templates.is_empty()),
-    ]
-    .into_iter()
-    .filter(|(_, empty)| !empty)
-    .map(|(list, _)| list)
-    .collect();
+    let lists = plan.spec.health.deprecated_lists();
     if lists.is_empty() {
         return Vec::new();
     }

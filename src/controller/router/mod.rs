@@ -14,7 +14,7 @@
 //! Adding a router: a module here implementing [`Router`] (its object type
 //! beside it, or in `api`), its settings in `api::Traffic` with a
 //! [`RouterKind`] variant and its arm in `Traffic::router`, its arm in
-//! [`RouterKind::visit`], and its RBAC rule in the chart.
+//! [`Dispatch::visit`], and its RBAC rule in the chart.
 
 pub mod gateway;
 pub mod traefik;

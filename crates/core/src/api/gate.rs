@@ -142,7 +142,7 @@ pub const MAX_GATES: u32 = 16;
 pub struct Gate {
     /// Name of the gate, shown in status, events and metrics (and part of a Job
     /// gate's Job name). Unique in the plan.
-    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("gate name must be a DNS label"))]
+    #[x_kube(validation = Rule::new(super::GATE_NAME_RULE).message("gate name must be a DNS label"))]
     #[schemars(length(min = 1, max = 40))]
     pub name: String,
 
@@ -398,24 +398,34 @@ impl Health {
         Ok(out)
     }
 
-    /// The plan's gates made from templates, in spec order (none when a gate
-    /// holds no kind or several: the plan is stalled then).
+    /// The plan's gates made from templates, in spec order: only those are
+    /// converted (this runs in every reconcile's observation, and for every
+    /// plan when a template changes). A gate of several kinds is left out:
+    /// the plan is stalled on it anyway.
     pub fn template_refs(&self) -> Vec<GateTemplateRef> {
-        self.entries()
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|at| match at.entry {
+        let in_gates = self
+            .gates
+            .iter()
+            .filter(|g| g.template.is_some())
+            .filter_map(|g| match g.entry()?.1 {
                 GateEntry::Template(r) => Some(r),
                 _ => None,
-            })
-            .collect()
+            });
+        in_gates.chain(self.templates.iter().cloned()).collect()
     }
 
-    /// Whether the plan uses a deprecated gate list (the plugin's `lint` says so).
-    pub fn uses_deprecated_lists(&self) -> bool {
-        !(self.prometheus.is_empty()
-            && self.webhooks.is_empty()
-            && self.jobs.is_empty()
-            && self.templates.is_empty())
+    /// The deprecated lists this plan writes gates in (the plugin's `lint`
+    /// names them), in the order they are read.
+    pub fn deprecated_lists(&self) -> Vec<&'static str> {
+        [
+            ("prometheus", self.prometheus.is_empty()),
+            ("webhooks", self.webhooks.is_empty()),
+            ("jobs", self.jobs.is_empty()),
+            ("templates", self.templates.is_empty()),
+        ]
+        .into_iter()
+        .filter(|(_, empty)| !empty)
+        .map(|(list, _)| list)
+        .collect()
     }
 }

@@ -103,7 +103,7 @@ pub struct JobCheck {
 #[serde(rename_all = "camelCase")]
 pub struct PrometheusGate {
     /// Name of the gate, shown in status, events and metrics.
-    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("gate name must be a DNS label"))]
+    #[x_kube(validation = Rule::new(super::GATE_NAME_RULE).message("gate name must be a DNS label"))]
     #[schemars(length(min = 1, max = 40))]
     pub name: String,
 
@@ -139,7 +139,7 @@ pub struct PrometheusGate {
 #[serde(rename_all = "camelCase")]
 pub struct WebhookGate {
     /// Name of the gate, shown in status, events and metrics.
-    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("gate name must be a DNS label"))]
+    #[x_kube(validation = Rule::new(super::GATE_NAME_RULE).message("gate name must be a DNS label"))]
     #[schemars(length(min = 1, max = 40))]
     pub name: String,
 
@@ -179,7 +179,7 @@ pub const DEFAULT_JOB_TIMEOUT_SECONDS: i32 = 600;
 #[serde(rename_all = "camelCase")]
 pub struct JobGate {
     /// Name of the gate, shown in status, events and metrics, and part of the Job's name.
-    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("gate name must be a DNS label"))]
+    #[x_kube(validation = Rule::new(super::GATE_NAME_RULE).message("gate name must be a DNS label"))]
     #[schemars(length(min = 1, max = 40))]
     pub name: String,
 

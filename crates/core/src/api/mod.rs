@@ -67,6 +67,10 @@ pub const DEFAULT_MAX_RESTARTS: i32 = 3;
 /// Default number of old revision Deployments kept at zero replicas.
 pub const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 3;
 
+/// CEL on a gate's name: a DNS label (it is part of a Job gate's Job name
+/// and a metric label), the same in every place a gate is named.
+const GATE_NAME_RULE: &str = "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')";
+
 /// Duration pattern (Go style, e.g. `30s`, `5m`, `1h30m`) checked by CEL.
 const DURATION_RULE: &str = "self.matches('^([0-9]{1,7}(\\\\.[0-9]+)?(ms|s|m|h))+$')";
 

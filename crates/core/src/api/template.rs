@@ -208,7 +208,7 @@ pub struct TemplateRef {
 pub struct GateTemplateRef {
     /// Name of the gate in this plan, shown in status, events and metrics; unique among
     /// the plan's gates.
-    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("gate name must be a DNS label"))]
+    #[x_kube(validation = Rule::new(super::GATE_NAME_RULE).message("gate name must be a DNS label"))]
     #[schemars(length(min = 1, max = 40))]
     pub name: String,
 

@@ -430,7 +430,11 @@ mod tests {
         assert_eq!(gate_components(&old), gate_components(&new));
         assert_eq!(old.health.template_refs(), new.health.template_refs());
         assert_eq!(new.health.template_refs().len(), 1);
-        assert!(old.health.uses_deprecated_lists() && !new.health.uses_deprecated_lists());
+        assert_eq!(
+            old.health.deprecated_lists(),
+            ["prometheus", "webhooks", "jobs", "templates"]
+        );
+        assert!(new.health.deprecated_lists().is_empty());
     }
 
     #[test]
