@@ -66,7 +66,7 @@ export PATH="$BIN:$PATH"
 LOGS="$RUN/logs"
 
 say "installing the CRDs: ReleasePlan, gate templates, and the Gateway API (v$GATEWAY_API_VERSION)"
-kubectl apply --server-side -f crds/releaseplan.yaml -f crds/gatetemplates.yaml >/dev/null
+kubectl apply --server-side -f crds/releaseplan.yaml -f crds/gatetemplates.yaml -f crds/componentscales.yaml >/dev/null
 for f in "$GATEWAY_CRDS"/*.yaml; do kubectl apply --server-side -f "$f" >/dev/null; done
 kubectl wait --for condition=Established --timeout 60s crd/releaseplans.releaseplan.io \
   crd/gatetemplates.releaseplan.io crd/clustergatetemplates.releaseplan.io \

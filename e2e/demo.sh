@@ -36,7 +36,7 @@ e2e/cluster-up.sh "$NAME"
 export PATH="$BIN:$PATH"   # kubectl finds kubectl-releaseplan as `kubectl releaseplan`
 
 say "installing the CRDs (ReleasePlan, GateTemplate, ClusterGateTemplate)"
-kubectl apply --server-side -f crds/releaseplan.yaml -f crds/gatetemplates.yaml
+kubectl apply --server-side -f crds/releaseplan.yaml -f crds/gatetemplates.yaml -f crds/componentscales.yaml
 for _ in $(seq 120); do
   est=$(kubectl get crd releaseplans.releaseplan.io \
     -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null || true)

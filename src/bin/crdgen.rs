@@ -1,6 +1,7 @@
 //! Prints the operator's CRDs as YAML: the ReleasePlan CRD (`make crds`
 //! writes it to crds/releaseplan.yaml), or with the argument `templates` the
-//! GateTemplate and ClusterGateTemplate CRDs (crds/gatetemplates.yaml).
+//! GateTemplate and ClusterGateTemplate CRDs (crds/gatetemplates.yaml), or with
+//! `scales` the ComponentScale CRD (crds/componentscales.yaml).
 
 use releaseplan::api::template;
 
@@ -13,8 +14,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             yaml_serde::to_string(&template::gate_template_crd())?,
             yaml_serde::to_string(&template::cluster_gate_template_crd())?
         ),
+        Some("scales") => print!(
+            "{}",
+            yaml_serde::to_string(&releaseplan::api::scale::component_scale_crd())?
+        ),
         Some(other) => {
-            return Err(format!("unknown argument {other:?}: expected none or `templates`").into());
+            return Err(format!(
+                "unknown argument {other:?}: expected none, `templates` or `scales`"
+            )
+            .into());
         }
     }
     Ok(())

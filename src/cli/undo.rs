@@ -113,28 +113,30 @@ pub fn build_undo(
                 limit: plan.spec.revision_history_limit(),
             })?;
         let template = controller_revision::template(cr, hash).map_err(UndoError::Unusable)?;
-        let replicas = plan
-            .spec
-            .components
-            .iter()
-            .find(|c| &c.name == name)
-            .map(|c| c.replicas)
-            .or_else(|| {
-                status
-                    .components
-                    .iter()
-                    .find(|c| &c.name == name)
-                    .map(|c| c.replicas)
-            })
-            .unwrap_or_else(|| {
-                notes.push(format!(
-                    "component {name} is no longer in the spec or status: replicas set to 1, adjust it"
-                ));
-                1
-            });
-        let mut c = Map::new();
-        c.insert("name".into(), json!(name));
-        c.insert("replicas".into(), json!(replicas));
+        // A component the spec still has keeps its other fields (traffic,
+        // autoscaling, replicas): only the template goes back.
+        let current = plan.spec.components.iter().find(|c| &c.name == name);
+        let mut c = if let Some(Ok(Value::Object(c))) = current.map(serde_json::to_value) {
+            c
+        } else {
+            let replicas = status
+                .components
+                .iter()
+                .find(|c| &c.name == name)
+                .map_or_else(
+                    || {
+                        notes.push(format!(
+                            "component {name} is no longer in the spec or status: replicas set to 1, adjust it"
+                        ));
+                        1
+                    },
+                    |c| c.replicas,
+                );
+            let mut c = Map::new();
+            c.insert("name".into(), json!(name));
+            c.insert("replicas".into(), json!(replicas));
+            c
+        };
         // Serializing a k8s-openapi type cannot fail.
         c.insert(
             "template".into(),

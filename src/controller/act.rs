@@ -107,6 +107,12 @@ pub(crate) async fn run(
         Acted::Done => super::traffic::act(ctx, plan, ns, &seen.services, &decision.traffic).await,
         other => other,
     };
+    let acted = match acted {
+        Acted::Done => {
+            super::autoscale::act(ctx, plan, ns, (&seen.scales, &seen.hpas), &decision.scales).await
+        }
+        other => other,
+    };
     match acted {
         Acted::Done => Outcome {
             refusal: None,

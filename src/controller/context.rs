@@ -7,12 +7,14 @@ use super::index::PlanCache;
 use super::memory::Memory;
 use super::queue::Queue;
 use super::{memory, templates, trim};
+use crate::api::ComponentScale;
 use crate::api::ReleasePlan;
 use crate::api::cached::{CachedDeployment, CachedPlan, CachedPod, CachedRevision};
 use crate::ops::liveness::Liveness;
 use crate::ops::metrics::Metrics;
 use crate::ops::shard::Shard;
 use crate::plan::Refusal;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::ObjectRef;
@@ -56,6 +58,10 @@ pub struct Context {
     pub jobs: PlanCache<Job>,
     /// Cache of the stable and canary Services, by plan.
     pub services: PlanCache<Service>,
+    /// Cache of the ComponentScales of autoscaled components, by plan.
+    pub scales: PlanCache<ComponentScale>,
+    /// Cache of the HPAs the plans own, by plan.
+    pub hpas: PlanCache<HorizontalPodAutoscaler>,
     /// Caches of the routes of every router, by plan (empty for a router the
     /// cluster does not serve: a route write then fails and status says so).
     pub routes: super::router::Routes,
@@ -147,6 +153,8 @@ impl Context {
             && self.pods.synced()
             && self.jobs.synced()
             && self.services.synced()
+            && self.scales.synced()
+            && self.hpas.synced()
             && self.routes.synced()
     }
 

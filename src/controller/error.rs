@@ -114,6 +114,11 @@ pub enum StartError {
         "the GateTemplate and ClusterGateTemplate CRDs (gatetemplates.releaseplan.io, clustergatetemplates.releaseplan.io) are not installed: run `kubectl apply --server-side -f crds/gatetemplates.yaml`"
     )]
     TemplateCrdMissing,
+    /// The ComponentScale CRD is not installed.
+    #[error(
+        "the ComponentScale CRD (componentscales.releaseplan.io) is not installed: run `kubectl apply --server-side -f crds/componentscales.yaml`"
+    )]
+    ScaleCrdMissing,
     /// The API server could not be reached.
     #[error("cannot reach the Kubernetes API: {0}")]
     Kube(#[from] kube::Error),

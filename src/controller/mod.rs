@@ -11,6 +11,7 @@
 //! [`context`] is what the reconciles share; [`error`] names what can fail.
 
 mod act;
+mod autoscale;
 mod context;
 pub use releaseplan_core::objects::{controller_revision, deployment};
 mod error;

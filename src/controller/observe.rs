@@ -6,10 +6,11 @@ use super::gates::GateWork;
 use super::index::plan_objects;
 use crate::api::ANNOTATION_REQUEST;
 use crate::api::cached::{CachedDeployment, CachedRevision};
-use crate::api::{LABEL_REVISION, Phase, ReleasePlan, ReleasePlanStatus};
+use crate::api::{ComponentScale, LABEL_REVISION, Phase, ReleasePlan, ReleasePlanStatus};
 use crate::plan::{InvalidRequest, Request};
 use crate::plan::{Observation, PodFailure, Target};
 use chrono::Utc;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{PodTemplateSpec, Service};
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
@@ -66,6 +67,10 @@ pub(crate) struct Seen {
     pub stored: Vec<Arc<CachedRevision>>,
     /// The stable and canary Services.
     pub services: Vec<Arc<Service>>,
+    /// The ComponentScales of autoscaled components.
+    pub scales: Vec<Arc<ComponentScale>>,
+    /// The HPAs the plan owns.
+    pub hpas: Vec<Arc<HorizontalPodAutoscaler>>,
 }
 
 /// Observes the plan: its Deployments, pods, Jobs, Services and routes and
@@ -106,6 +111,10 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         .as_ref()
         .map(|t| super::traffic::observe((&ns, &name, &uid), t, &services, &ctx.routes))
         .unwrap_or_default();
+    let scales = plan_objects(&ctx.scales, &ns, &name, &uid);
+    let hpas = plan_objects(&ctx.hpas, &ns, &name, &uid);
+    let scale_obs = super::autoscale::observe(&scales, &hpas);
+    let target = target.map(|t| t.with_scales(&scale_obs));
     let obs = Observation {
         plan: name.clone(),
         now: Utc::now(),
@@ -117,6 +126,7 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         gates,
         jobs: observe_jobs(ctx, &key, &ns, &name, &uid),
         traffic,
+        scales: scale_obs,
         request,
         invalid_request,
         refusal: ctx.memory.read(&key, |m| m.refusal.clone()).flatten(),
@@ -136,6 +146,8 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         owned,
         stored,
         services,
+        scales,
+        hpas,
     })
 }
 

@@ -90,9 +90,15 @@ where
                     kind,
                     name: name.clone(),
                     code: 409,
-                    message: format!(
-                        "a {kind} of that name exists and is not owned by this ReleasePlan; rename or delete it, or name another in spec.components[].traffic"
-                    ),
+                    message: if kind == "Service" {
+                        format!(
+                            "a {kind} of that name exists and is not owned by this ReleasePlan; rename or delete it, or name another in spec.components[].traffic"
+                        )
+                    } else {
+                        format!(
+                            "a {kind} of that name exists and is not owned by this ReleasePlan; rename or delete it"
+                        )
+                    },
                 }))
             }
         }

@@ -134,6 +134,8 @@ fn context(client: Client) -> Arc<Context> {
         pods: PlanCache::empty(),
         jobs: PlanCache::empty(),
         services: PlanCache::empty(),
+        scales: PlanCache::empty(),
+        hpas: PlanCache::empty(),
         routes: crate::controller::router::Routes::empty(),
         events,
         queue: Arc::new(Queue::new(Arc::clone(&metrics))),

@@ -15,11 +15,12 @@ use super::watches::{
 };
 use super::{error_policy, reconcile};
 use super::{sweep, templates, trim};
-use crate::api::ReleasePlan;
 use crate::api::cached::{CachedDeployment, CachedPlan, CachedPod, CachedRevision};
+use crate::api::{ComponentScale, ReleasePlan};
 use crate::ops::liveness::Liveness;
 use crate::ops::metrics::{ErrorLabel, Metrics};
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
@@ -104,6 +105,8 @@ pub async fn run(
     let (pods, pod_stream) = owned.watch(trim::pod);
     let (jobs, job_stream) = owned.watch(trim::job);
     let (services, service_stream) = owned.watch(trim::service);
+    let (scales, scale_stream) = owned.watch(trim::scale);
+    let (hpas, hpa_stream) = owned.watch(trim::hpa);
     // Routes only of the routers the cluster serves.
     let (routes, route_wakes) = super::router::watch(&owned, &settings.routers);
     // Only ours (StatefulSets and DaemonSets keep theirs too): by the plan label.
@@ -134,6 +137,8 @@ pub async fn run(
         pods,
         jobs,
         services,
+        scales,
+        hpas,
         routes,
         events,
         metrics,
@@ -168,6 +173,16 @@ pub async fn run(
         .watches_stream(service_stream, {
             let wake = wakes(&queue);
             move |svc: Service| wake(plan_of(&svc))
+        })
+        // A ComponentScale the autoscaler writes (or our own write landing),
+        // and an HPA that changes, wake the plan.
+        .watches_stream(scale_stream, {
+            let wake = wakes(&queue);
+            move |s: ComponentScale| wake(plan_of(&s))
+        })
+        .watches_stream(hpa_stream, {
+            let wake = wakes(&queue);
+            move |h: HorizontalPodAutoscaler| wake(plan_of(&h))
         })
         .reconcile_on({
             let wake = wakes(&queue);

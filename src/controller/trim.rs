@@ -67,6 +67,23 @@ pub fn job(j: &mut Job) {
     });
 }
 
+/// A ComponentScale as cached: its spec (the autoscaler's replicas) and
+/// status (what the operator last wrote), without managed fields.
+pub fn scale(s: &mut crate::api::ComponentScale) {
+    s.managed_fields_mut().clear();
+    s.annotations_mut().clear();
+}
+
+/// An HPA as cached: its spec (compared before a write) and its conditions
+/// (status says why it cannot scale), without managed fields.
+pub fn hpa(h: &mut k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler) {
+    h.managed_fields_mut().clear();
+    h.annotations_mut().clear();
+    if let Some(s) = h.status.as_mut() {
+        s.current_metrics = None;
+    }
+}
+
 /// A Service keeps its metadata and spec (the selector is read, the spec
 /// compared); managedFields, annotations and status are never read.
 pub fn service(s: &mut Service) {

@@ -36,8 +36,14 @@ pub async fn check_crd(client: &Client, namespace: Option<&str>) -> Result<(), S
     let one = ListParams::default().limit(1);
     let (t, c) = futures::join!(templates.list(&one), cluster.list(&one));
     match t.map(drop).and(c.map(drop)) {
-        Ok(()) => Ok(()),
-        Err(e) if is_not_found(&e) => Err(StartError::TemplateCrdMissing),
+        Ok(()) => {}
+        Err(e) if is_not_found(&e) => return Err(StartError::TemplateCrdMissing),
+        Err(e) => return Err(StartError::Kube(e)),
+    }
+    let scales: Api<crate::api::ComponentScale> = scoped(client, namespace);
+    match scales.list(&one).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Err(StartError::ScaleCrdMissing),
         Err(e) => Err(StartError::Kube(e)),
     }
 }

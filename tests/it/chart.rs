@@ -172,6 +172,17 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
         ("", "services", &["create", "get", "list", "patch", "watch"]),
         ("batch", "jobs", &["create", "delete", "list", "watch"]),
         ("events.k8s.io", "events", &["create"]),
+        (
+            "releaseplan.io",
+            "componentscales",
+            &["create", "delete", "get", "list", "watch"],
+        ),
+        ("releaseplan.io", "componentscales/status", &["patch"]),
+        (
+            "autoscaling",
+            "horizontalpodautoscalers",
+            &["create", "delete", "get", "list", "patch", "watch"],
+        ),
     ]
     .iter()
     .map(|(g, r, v)| {
@@ -277,7 +288,11 @@ fn lease_rules() -> Vec<(String, String, Vec<String>)> {
 #[test]
 fn the_charts_crd_is_the_checked_in_crd() {
     let root = cluster::repo_root();
-    for file in ["releaseplan.yaml", "gatetemplates.yaml"] {
+    for file in [
+        "releaseplan.yaml",
+        "gatetemplates.yaml",
+        "componentscales.yaml",
+    ] {
         let checked_in = std::fs::read(root.join("crds").join(file))
             .unwrap_or_else(|e| panic!("cannot read crds/{file}: {e}"));
         let copy = std::fs::read(root.join("charts/releaseplan/crds").join(file))

@@ -138,6 +138,24 @@ true
 - apiGroups: ["traefik.io"]
   resources: ["ingressroutes"]
   verbs: ["get", "list", "watch", "create", "patch"]
+# The ComponentScale of each autoscaled component: cached (list, watch),
+# created once (create; its replicas then belong to the autoscaler), its
+# status written with a merge patch (componentscales/status patch), read one
+# by one (get) only when a create finds the name taken, deleted when the
+# component stops being autoscaled.
+- apiGroups: ["releaseplan.io"]
+  resources: ["componentscales"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+- apiGroups: ["releaseplan.io"]
+  resources: ["componentscales/status"]
+  verbs: ["patch"]
+# The HPA the operator owns for a component with autoscaling.maxReplicas:
+# cached (list, watch), created, written with server-side apply (patch),
+# read one by one (get) only when a create finds the name taken, deleted
+# when the spec no longer asks for it.
+- apiGroups: ["autoscaling"]
+  resources: ["horizontalpodautoscalers"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Events are created, never patched: a repeat is a new Event, not a series
 # (src/controller/events.rs).
 - apiGroups: ["events.k8s.io"]

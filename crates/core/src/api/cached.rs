@@ -175,6 +175,8 @@ labelled_by_meta!(
     k8s_openapi::api::apps::v1::Deployment,
     k8s_openapi::api::batch::v1::Job,
     k8s_openapi::api::core::v1::Service,
+    k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler,
+    super::scale::ComponentScale,
     super::gateway::HTTPRoute,
     super::traefik::IngressRoute
 );

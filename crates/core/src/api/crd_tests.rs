@@ -123,8 +123,18 @@ fn carries_the_cel_rules_and_bounds() {
     let component = schema_at(spec, &["components", "[]"]);
     assert_eq!(
         rules(component).len(),
-        4,
-        "containers, reserved labels, unique container and init container names"
+        5,
+        "replicas or autoscaling, containers, reserved labels, unique container and init container names"
+    );
+    assert_eq!(
+        component.required,
+        Some(vec!["name".to_string(), "template".to_string()]),
+        "replicas is optional (required by a rule unless autoscaling is set)"
+    );
+    assert_eq!(
+        rules(schema_at(component, &["autoscaling"])).len(),
+        2,
+        "min and metrics need max, min <= max"
     );
     assert_eq!(rules(schema_at(component, &["name"])).len(), 1);
     let labels = schema_at(component, &["template", "metadata", "labels"]);
@@ -279,7 +289,13 @@ fn api_docs_show_the_full_example_and_every_field() {
     let crd = crd();
     let mut names = Vec::new();
     let schema = root_schema(&crd);
-    property_names(schema_at(schema, &["spec"]), &["template"], &mut names);
+    // Kubernetes' own types (a pod template, an HPA's metrics and behavior)
+    // are documented by Kubernetes.
+    property_names(
+        schema_at(schema, &["spec"]),
+        &["template", "metrics", "behavior"],
+        &mut names,
+    );
     property_names(schema_at(schema, &["status"]), &["conditions"], &mut names);
     let missing: Vec<&String> = names
         .iter()

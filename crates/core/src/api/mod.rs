@@ -12,6 +12,7 @@ pub mod gate;
 pub mod gateway;
 pub mod kind_gates;
 pub mod revision;
+pub mod scale;
 pub mod template;
 pub mod time;
 pub mod traefik;
@@ -36,6 +37,7 @@ pub use kind_gates::{
     DEFAULT_JOB_TIMEOUT_SECONDS, JobCheck, JobGate, MAX_JOB_CONTAINERS, PrometheusCheck,
     PrometheusGate, WebhookCheck, WebhookGate,
 };
+pub use scale::{Autoscaling, ComponentScale, ComponentScaleSpec, ComponentScaleStatus};
 
 /// API group of the ReleasePlan resource.
 pub const GROUP: &str = "releaseplan.io";
@@ -175,6 +177,7 @@ pub struct ReleasePlanSpec {
 /// One workload of the plan: a Deployment per revision of its template.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(
+    validation = Rule::new("has(self.replicas) || has(self.autoscaling)").message("replicas is required unless autoscaling is set").field_path(".replicas"),
     validation = Rule::new("size(self.template.spec.containers) >= 1").message("template.spec.containers must hold at least one container").field_path(".template.spec.containers"),
     validation = Rule::new("!has(self.template.metadata) || !has(self.template.metadata.labels) || self.template.metadata.labels.all(k, !k.startsWith('releaseplan.io/'))").message("template.metadata.labels must not use the reserved prefix releaseplan.io/").field_path(".template.metadata.labels"),
     validation = Rule::new("self.template.spec.containers.all(c, self.template.spec.containers.exists_one(d, d.name == c.name))").message("template.spec.containers: container names must be unique").field_path(".template.spec.containers"),
@@ -188,9 +191,18 @@ pub struct Component {
     pub name: String,
 
     /// Number of pods the component runs once released. Capacity never drops below it
-    /// during a rollout or a rollback.
+    /// during a rollout or a rollback. Required unless `autoscaling` is set; with
+    /// `autoscaling`, the count the component starts at before its autoscaler first
+    /// sets one (default `autoscaling.minReplicas`, else 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 10000))]
-    pub replicas: i32,
+    pub replicas: Option<i32>,
+
+    /// Autoscaling: an HPA (owned by the operator when `maxReplicas` is set) or KEDA
+    /// sets the component's replicas through its ComponentScale `<plan>-<component>`,
+    /// and every step splits that total.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<Autoscaling>,
 
     /// The pod template of the component. A change to it starts a new revision.
     #[schemars(schema_with = "pod_template_schema")]
@@ -201,6 +213,17 @@ pub struct Component {
     /// Service, and with `gatewayAPI` an HTTPRoute whose weights follow the steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traffic: Option<Traffic>,
+}
+
+impl Component {
+    /// The replicas the spec asks for: `replicas`, or for an autoscaled component
+    /// the count it starts at (its autoscaler's count replaces it once observed).
+    pub fn spec_replicas(&self) -> i32 {
+        match &self.autoscaling {
+            Some(a) => a.initial(self.replicas),
+            None => self.replicas.unwrap_or(0),
+        }
+    }
 }
 
 /// Traffic routing of one component: Services the operator owns, and optionally an
@@ -877,6 +900,28 @@ pub struct ComponentStatus {
     /// Ready pods of the stable revision.
     #[serde(default)]
     pub stable_ready: i32,
+    /// Autoscaling of the component, when it is autoscaled: `replicas` is then the
+    /// autoscaler's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<ComponentAutoscaling>,
+}
+
+/// The autoscaling of one component, as observed.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentAutoscaling {
+    /// The ComponentScale its autoscaler writes (`kubectl get componentscale`).
+    pub scale: String,
+    /// The HPA the operator owns for it, once it exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hpa: Option<String>,
+    /// The spec asks the operator for an HPA (`autoscaling.maxReplicas` is set).
+    #[serde(default)]
+    pub owns_hpa: bool,
+    /// Why the owned HPA cannot scale as its metrics ask (its AbleToScale or
+    /// ScalingLimited condition), when it cannot: it may explain a rollout that waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 impl ReleasePlanStatus {

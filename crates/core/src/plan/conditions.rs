@@ -186,6 +186,8 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
             true,
             if r.is_traffic() {
                 R::TrafficRefused
+            } else if r.is_autoscaling() {
+                R::AutoscalerRefused
             } else {
                 R::DeploymentRefused
             },

@@ -348,6 +348,7 @@ pub fn component_status(
                 current_ready: ready_of(&c.current_hash),
                 stable_replicas: want_of(&c.stable_hash),
                 stable_ready: ready_of(&c.stable_hash),
+                autoscaling: super::autoscale::component_autoscaling(obs, target, &c.name),
             }
         })
         .collect()

@@ -12,6 +12,7 @@
 //! derived afterwards from the machine's cause, never from entry actions,
 //! which would re-run on every reconcile.
 
+pub mod autoscale;
 pub mod conditions;
 pub mod desired;
 pub mod machine;
@@ -24,6 +25,7 @@ pub mod spec_error;
 pub mod steps;
 pub mod traffic;
 
+pub use autoscale::ScaleObs;
 pub use observation::{
     Observation, PodFailure, Refusal, RevisionObs, Target, TargetComponent, revision_from,
     revision_of,
@@ -105,6 +107,9 @@ pub struct Decision {
     pub jobs: JobIntents,
     /// Services and routes of components with traffic settings.
     pub traffic: Vec<traffic::TrafficIntent>,
+    /// ComponentScales and owned HPAs of autoscaled components (empty when the
+    /// spec cannot be acted on: nothing is deleted then).
+    pub scales: Vec<autoscale::ScaleIntent>,
     /// Events to record.
     pub events: Vec<EventIntent>,
     /// Look again after this long even if nothing changes.
@@ -140,6 +145,7 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
     let (deployments, delete) = desired::intents(obs, target, &status, templates);
     status.components = desired::component_status(obs, target, &status, &deployments);
     let traffic = traffic::intents(obs, target, &status);
+    let scales = autoscale::intents(obs, target, &status);
     status.traffic_weight = traffic::weight(&traffic, &status);
     if let Some(at) = traffic::changed_at(obs, target, &status, &traffic) {
         status.traffic_changed_at = Some(at);
@@ -202,6 +208,7 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
         delete,
         jobs,
         traffic,
+        scales,
         events,
         requeue_after,
         finalize,
@@ -320,6 +327,8 @@ fn refusal_event(obs: &Observation) -> Option<EventIntent> {
             EventReason::ApiUnavailable
         } else if r.is_traffic() {
             EventReason::TrafficRefused
+        } else if r.is_autoscaling() {
+            EventReason::AutoscalerRefused
         } else {
             EventReason::DeploymentRefused
         },
@@ -348,6 +357,7 @@ fn invalid_spec(obs: &Observation, e: &SpecError) -> Decision {
         jobs: JobIntents::default(),
         // Services and routes stay as they are.
         traffic: Vec::new(),
+        scales: Vec::new(),
         events,
         requeue_after: None,
         // A plan whose spec is broken holds no rollout worth protecting.

@@ -2,10 +2,11 @@
 //! observation of the cluster (revision Deployments, pod failures, gate
 //! verdicts, the time, a pending request), as the controller read them.
 
+use super::autoscale::ScaleObs;
 use super::steps::{CurrentStep, Step};
 use super::{InvalidRequest, Request, SpecError, spec, traffic};
 use crate::api::template::ResolvedGate;
-use crate::api::{DEFAULT_SCALE_DOWN_DELAY_SECONDS, GateStatus};
+use crate::api::{Autoscaling, DEFAULT_SCALE_DOWN_DELAY_SECONDS, GateStatus};
 use crate::api::{LABEL_COMPONENT, LABEL_REVISION, ReleasePlanSpec, ReleasePlanStatus, revision};
 use crate::gates::GateSpec;
 use crate::gates::job::{JobGateSpec, JobObs};
@@ -24,10 +25,16 @@ pub struct TargetComponent {
     pub name: String,
     /// Template hash of the spec's template.
     pub hash: String,
-    /// Replicas wanted.
+    /// Replicas wanted: the spec's, or for an autoscaled component its
+    /// ComponentScale's once observed ([`Target::with_scales`]).
     pub replicas: i32,
+    /// Replicas the spec asks for (for an autoscaled component, what it
+    /// starts at).
+    pub spec_replicas: i32,
     /// Traffic routing (`traffic`), when set.
     pub traffic: Option<traffic::TrafficTarget>,
+    /// Autoscaling (`autoscaling`), when set.
+    pub autoscaling: Option<Autoscaling>,
 }
 
 /// The spec, validated and digested into what the machine needs.
@@ -80,8 +87,10 @@ impl Target {
             .map(|c| TargetComponent {
                 name: c.name.clone(),
                 hash: revision::template_hash(&c.template),
-                replicas: c.replicas,
+                replicas: c.spec_replicas(),
+                spec_replicas: c.spec_replicas(),
                 traffic: c.traffic.as_ref().map(traffic::TrafficTarget::of),
+                autoscaling: c.autoscaling.clone(),
             })
             .collect();
         let revision = revision::plan_revision(
@@ -126,6 +135,26 @@ impl Target {
             self.template_gates.push(g.record);
         }
         self.template_problems = resolution.problems;
+        self
+    }
+
+    /// Takes the replicas of each autoscaled component from its ComponentScale,
+    /// as observed: the autoscaler's count replaces the spec's (a component
+    /// whose ComponentScale is not there yet keeps the count it starts at).
+    #[must_use]
+    pub fn with_scales(mut self, scales: &[ScaleObs]) -> Target {
+        for c in &mut self.components {
+            if c.autoscaling.is_none() {
+                continue;
+            }
+            if let Some(r) = scales
+                .iter()
+                .find(|s| s.component == c.name)
+                .and_then(|s| s.replicas)
+            {
+                c.replicas = r.clamp(0, MAX_REPLICAS);
+            }
+        }
         self
     }
 
@@ -238,9 +267,17 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    /// Whether the object is a Service or route (not a Deployment).
+    /// Whether the object is a Service or route.
     pub fn is_traffic(&self) -> bool {
-        self.kind != "Deployment"
+        !matches!(
+            self.kind,
+            "Deployment" | "ComponentScale" | "HorizontalPodAutoscaler"
+        )
+    }
+
+    /// Whether the object is a ComponentScale or an owned HPA.
+    pub fn is_autoscaling(&self) -> bool {
+        matches!(self.kind, "ComponentScale" | "HorizontalPodAutoscaler")
     }
 
     /// A refusal that no retry can fix: the object itself is invalid
@@ -284,6 +321,9 @@ pub struct Observation {
     pub jobs: Vec<JobObs>,
     /// The Services and routes of components with traffic settings.
     pub traffic: Vec<traffic::TrafficObs>,
+    /// The ComponentScales and owned HPAs of autoscaled components (their
+    /// replicas are already in the target: [`Target::with_scales`]).
+    pub scales: Vec<ScaleObs>,
     /// A request not yet acknowledged.
     pub request: Option<Request>,
     /// A request annotation not yet acknowledged that is not a valid request.
@@ -293,6 +333,10 @@ pub struct Observation {
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
 }
+
+/// Most replicas of a component, as the CRD bounds `replicas`: a scale
+/// written past it (the `/scale` subresource is not validated) counts as this.
+pub const MAX_REPLICAS: i32 = 10_000;
 
 /// A count of seconds from the spec as a duration (the CRD keeps it at or
 /// above 0; anything below reads as 0).

@@ -68,6 +68,9 @@ reasons! {
         /// The API server refused a write of a Service or HTTPRoute (or one
         /// of that name belongs to someone else).
         TrafficRefused,
+        /// The API server refused a write of a ComponentScale or an owned
+        /// HPA (or one of that name belongs to someone else).
+        AutoscalerRefused,
         /// A reconcile failed (rate-limited).
         ReconcileError,
         /// A gate's verdict became Passed.
@@ -122,6 +125,8 @@ reasons! {
         ApiUnavailable,
         /// The API server refused a Service or HTTPRoute write for good.
         TrafficRefused,
+        /// The API server refused a ComponentScale or HPA write for good.
+        AutoscalerRefused,
         /// A Service or HTTPRoute write failed and is retried.
         TrafficWriteFailed,
         /// The stable revision is not ready long after the rollback began.

@@ -44,11 +44,20 @@ pub fn check_spec(spec: &ReleasePlanSpec) -> Result<Checked, SpecError> {
                 format!("duplicate component name {:?}", c.name),
             ));
         }
-        if c.replicas < 0 {
-            return Err(err(
-                format!("spec.components[{i}].replicas"),
-                "must not be negative",
-            ));
+        match (c.replicas, &c.autoscaling) {
+            (Some(r), _) if r < 0 => {
+                return Err(err(
+                    format!("spec.components[{i}].replicas"),
+                    "must not be negative",
+                ));
+            }
+            (None, None) => {
+                return Err(err(
+                    format!("spec.components[{i}].replicas"),
+                    "is required unless autoscaling is set",
+                ));
+            }
+            _ => {}
         }
         check_template(i, c)?;
     }

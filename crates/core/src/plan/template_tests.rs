@@ -18,12 +18,13 @@ fn spec() -> ReleasePlanSpec {
     let mut spec = ReleasePlanSpec {
         components: vec![Component {
             name: "web".into(),
-            replicas: 1,
+            replicas: Some(1),
             template: serde_json::from_value(json!({
                 "spec": {"containers": [{"name": "app", "image": "shop:1"}]}
             }))
             .unwrap(),
             traffic: None,
+            autoscaling: None,
         }],
         ..Default::default()
     };
@@ -117,6 +118,7 @@ fn observe(
         gates,
         jobs: Vec::new(),
         traffic: Vec::new(),
+        scales: Vec::new(),
         request: None,
         invalid_request: None,
         refusal: None,

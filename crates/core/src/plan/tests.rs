@@ -2,6 +2,7 @@
 //! pods become ready when told, a clock that only moves when told, and the
 //! decision applied as the controller would apply it.
 
+use super::autoscale::{AutoscalerIntent, ScaleState};
 use super::*;
 use crate::api::revision;
 use crate::api::{Component, Pause, ReleasePlanSpec, Step, Strategy as ApiStrategy};
@@ -23,9 +24,10 @@ fn template(image: &str) -> PodTemplateSpec {
 fn component(name: &str, image: &str, replicas: i32) -> Component {
     Component {
         name: name.into(),
-        replicas,
+        replicas: Some(replicas),
         template: template(image),
         traffic: None,
+        autoscaling: None,
     }
 }
 
@@ -93,6 +95,10 @@ struct Sim {
     pending_traffic: Vec<traffic::TrafficIntent>,
     /// Traffic writes show only at `sync_traffic` (a lagging cache).
     traffic_lag: bool,
+    /// ComponentScales' replicas (the autoscaler's), by component.
+    scales: BTreeMap<String, i32>,
+    /// Owned HPAs' specs, by component.
+    hpas: BTreeMap<String, crate::api::Autoscaling>,
 }
 
 impl Sim {
@@ -116,6 +122,39 @@ impl Sim {
             traffic: BTreeMap::new(),
             pending_traffic: Vec::new(),
             traffic_lag: false,
+            scales: BTreeMap::new(),
+            hpas: BTreeMap::new(),
+        }
+    }
+
+    /// The autoscaling objects as the cluster shows them.
+    fn scale_obs(&self) -> Vec<ScaleObs> {
+        let names: BTreeSet<&String> = self.scales.keys().chain(self.hpas.keys()).collect();
+        names
+            .into_iter()
+            .map(|c| ScaleObs {
+                component: c.clone(),
+                replicas: self.scales.get(c).copied(),
+                hpa: self.hpas.contains_key(c),
+                hpa_message: None,
+            })
+            .collect()
+    }
+
+    /// The replicas the decision works with for a component: the spec's, or
+    /// its autoscaler's.
+    fn wanted(&self, component: &str) -> Option<i32> {
+        Target::from_spec(&self.spec)
+            .ok()?
+            .with_scales(&self.scale_obs())
+            .component(component)
+            .map(|c| c.replicas)
+    }
+
+    /// The autoscaler sets a component's total.
+    fn autoscale(&mut self, component: &str, replicas: i32) {
+        if let Some(r) = self.scales.get_mut(component) {
+            *r = replicas;
         }
     }
 
@@ -179,13 +218,14 @@ impl Sim {
             plan: "shop".into(),
             now: self.now,
             generation: self.generation,
-            target: Target::from_spec(&self.spec),
+            target: Target::from_spec(&self.spec).map(|t| t.with_scales(&self.scale_obs())),
             status: self.status.clone(),
             revisions,
             pod_failures,
             gates,
             jobs: self.jobs.clone(),
             traffic: self.traffic.values().cloned().collect(),
+            scales: self.scale_obs(),
             request: self.request.clone(),
             invalid_request: None,
             refusal: None,
@@ -259,6 +299,32 @@ impl Sim {
         }
         if !self.traffic_lag {
             self.sync_traffic();
+        }
+        for s in &d.scales {
+            match s.scale {
+                ScaleState::Keep { initial, .. } => {
+                    if !self.deleting {
+                        self.scales.entry(s.component.clone()).or_insert(initial);
+                    }
+                }
+                ScaleState::Delete => {
+                    self.scales.remove(&s.component);
+                }
+            }
+            match &s.autoscaler {
+                AutoscalerIntent::Apply(a) => {
+                    self.hpas.insert(s.component.clone(), a.clone());
+                }
+                AutoscalerIntent::CreateOnly(a) => {
+                    self.hpas
+                        .entry(s.component.clone())
+                        .or_insert_with(|| a.clone());
+                }
+                AutoscalerIntent::Keep => {}
+                AutoscalerIntent::Delete => {
+                    self.hpas.remove(&s.component);
+                }
+            }
         }
         self.events.extend(d.events.iter().cloned());
         if d.finalize {
@@ -1127,7 +1193,7 @@ fn pruning_keeps_the_most_recently_used_revisions_even_within_one_second() {
 fn replicas_change_alone_does_not_start_a_rollout() {
     let mut sim = stable_sim(canary_spec());
     let h = sim.hash_of("web");
-    sim.spec.components[0].replicas = 4;
+    sim.spec.components[0].replicas = Some(4);
     sim.generation += 1;
     sim.settle();
     assert_eq!(sim.status.phase, Phase::Stable);
@@ -1150,6 +1216,8 @@ enum Op {
     Ask(u8),
     Delete,
     Replicas(usize, i32),
+    /// The autoscaler writes a component's ComponentScale.
+    Autoscale(usize, i32),
     SyncTraffic,
 }
 
@@ -1166,6 +1234,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0usize..2, 0i32..7).prop_map(|(c, r)| Op::Replicas(c, r)),
         1 => Just(Op::Delete),
         3 => Just(Op::SyncTraffic),
+        2 => (0usize..2, 0i32..12).prop_map(|(c, r)| Op::Autoscale(c, r)),
     ]
 }
 
@@ -1360,9 +1429,10 @@ fn run_history(spec: ReleasePlanSpec, ops: Vec<Op>, lag: bool) -> Result<(), Tes
                 ][usize::from(a)],
             ),
             Op::Replicas(c, r) => {
-                sim.spec.components[c].replicas = r;
+                sim.spec.components[c].replicas = Some(r);
                 sim.generation += 1;
             }
+            Op::Autoscale(c, r) => sim.autoscale(names[c], r),
             Op::Delete => sim.deleting = true,
             Op::SyncTraffic => sim.sync_traffic(),
         }
@@ -1385,12 +1455,7 @@ fn run_history(spec: ReleasePlanSpec, ops: Vec<Op>, lag: bool) -> Result<(), Tes
         Phase::RolledBack => {
             // Every failed rollout ends with all components on stable at full replicas.
             for c in &sim.status.components {
-                let r = sim
-                    .spec
-                    .components
-                    .iter()
-                    .find(|s| s.name == c.name)
-                    .map_or(c.replicas, |s| s.replicas);
+                let r = sim.wanted(&c.name).unwrap_or(c.replicas);
                 for dep in sim.deployments.values().filter(|x| x.component == c.name) {
                     if Some(&dep.hash) == c.stable_hash.as_ref() {
                         prop_assert_eq!(dep.replicas, r, "stable of {} not at full", c.name);
@@ -1407,7 +1472,10 @@ fn run_history(spec: ReleasePlanSpec, ops: Vec<Op>, lag: bool) -> Result<(), Tes
         }
         Phase::Stable => {
             for c in &sim.spec.components {
-                prop_assert_eq!(sim.at(&c.name, &sim.hash_of(&c.name)), c.replicas);
+                prop_assert_eq!(
+                    Some(sim.at(&c.name, &sim.hash_of(&c.name))),
+                    sim.wanted(&c.name)
+                );
             }
         }
         _ => {}
@@ -1530,6 +1598,7 @@ proptest! {
             gates: vec![],
             jobs: vec![],
             traffic: Vec::new(),
+            scales: Vec::new(),
             request: None,
             invalid_request: None,
             refusal: None,
@@ -2194,3 +2263,6 @@ fn a_traffic_write_that_does_not_show_is_not_stamped_at_every_reconcile() {
     }
     assert_eq!(sim.status.traffic_changed_at, stamped);
 }
+
+#[path = "autoscale_tests.rs"]
+mod autoscale;

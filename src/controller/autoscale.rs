@@ -1,0 +1,185 @@
+//! ComponentScales and owned HPAs of autoscaled components: read from the
+//! caches for the core, written as the core's intents say.
+//!
+//! A ComponentScale's `spec.replicas` belongs to its autoscaler: the operator
+//! sets it once, when it creates the object, and afterwards writes only its
+//! status (the pods of every revision and their selector), through the
+//! status subresource. An object of the same name made by someone else is
+//! refused, never taken over.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use tracing::{info, warn};
+
+use super::owned::{labels, meta, write};
+use super::{Acted, Context, failed, is_not_found};
+use crate::api::scale::ComponentScale;
+use crate::api::{LABEL_COMPONENT, ReleasePlan};
+use crate::objects::autoscaling;
+use crate::plan::autoscale::{AutoscalerIntent, ScaleIntent, ScaleObs, ScaleState, hpa_message};
+
+/// The component a cached object was made for.
+fn component_of<K: kube::Resource>(o: &K) -> Option<&str> {
+    o.meta()
+        .labels
+        .as_ref()?
+        .get(LABEL_COMPONENT)
+        .map(String::as_str)
+}
+
+/// The autoscaling objects of a plan, as cached, by component.
+pub(crate) fn observe(
+    scales: &[Arc<ComponentScale>],
+    hpas: &[Arc<HorizontalPodAutoscaler>],
+) -> Vec<ScaleObs> {
+    let mut seen: BTreeMap<&str, ScaleObs> = BTreeMap::new();
+    let entry = |component: &str| ScaleObs {
+        component: component.to_string(),
+        ..ScaleObs::default()
+    };
+    for s in scales {
+        if let Some(c) = component_of(s.as_ref()) {
+            seen.entry(c).or_insert_with(|| entry(c)).replicas = Some(s.spec.replicas);
+        }
+    }
+    for h in hpas {
+        if let Some(c) = component_of(h.as_ref()) {
+            let e = seen.entry(c).or_insert_with(|| entry(c));
+            e.hpa = true;
+            e.hpa_message = h
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_deref())
+                .and_then(hpa_message);
+        }
+    }
+    seen.into_values().collect()
+}
+
+/// Writes the ComponentScales and HPAs that differ from the intents; the
+/// first failure ends the pass.
+pub(super) async fn act(
+    ctx: &Context,
+    plan: &ReleasePlan,
+    ns: &str,
+    (scales, hpas): (&[Arc<ComponentScale>], &[Arc<HorizontalPodAutoscaler>]),
+    intents: &[ScaleIntent],
+) -> Acted {
+    // While the plan is deleted nothing is created (the namespace may be
+    // terminating); the garbage collector removes what it owns.
+    let deleting = plan.metadata.deletion_timestamp.is_some();
+    let uid = plan.uid().unwrap_or_default();
+    let plan_name = plan.name_any();
+    let scale_api: Api<ComponentScale> = Api::namespaced(ctx.client.clone(), ns);
+    let hpa_api: Api<HorizontalPodAutoscaler> = Api::namespaced(ctx.client.clone(), ns);
+    for intent in intents {
+        let cached_scale = scales.iter().find(|s| s.name_any() == intent.name);
+        match &intent.scale {
+            ScaleState::Keep {
+                initial,
+                pods,
+                ready,
+            } => {
+                let status =
+                    autoscaling::scale_status(&plan_name, &intent.component, *pods, *ready);
+                match cached_scale {
+                    None if deleting => {}
+                    None => {
+                        let desired = autoscaling::scale(
+                            meta(plan, &intent.name, labels(&plan_name, &intent.component)),
+                            *initial,
+                        );
+                        match write(&scale_api, "ComponentScale", &desired, None, &uid).await {
+                            Ok(true) => ctx.metrics.write("apply"),
+                            Ok(false) => {}
+                            Err(a) => return a,
+                        }
+                    }
+                    Some(s) if s.status.as_ref() != Some(&status) => {
+                        let patch = serde_json::json!({ "status": status });
+                        match scale_api
+                            .patch_status(
+                                &intent.name,
+                                &PatchParams::default(),
+                                &Patch::Merge(&patch),
+                            )
+                            .await
+                        {
+                            Ok(_) => ctx.metrics.write("apply"),
+                            Err(e) if is_not_found(&e) => {}
+                            Err(e) => {
+                                warn!(scale = %intent.name, error = %e, "ComponentScale status write failed");
+                                return failed("ComponentScale", &intent.name, &e);
+                            }
+                        }
+                    }
+                    Some(_) => {}
+                }
+            }
+            ScaleState::Delete => {
+                if cached_scale.is_some()
+                    && let Err(a) = delete(ctx, &scale_api, "ComponentScale", &intent.name).await
+                {
+                    return a;
+                }
+            }
+        }
+        let cached_hpa = hpas.iter().find(|h| h.name_any() == intent.name);
+        let spec = match &intent.autoscaler {
+            AutoscalerIntent::Apply(spec) => Some(spec),
+            AutoscalerIntent::CreateOnly(spec) if cached_hpa.is_none() => Some(spec),
+            AutoscalerIntent::CreateOnly(_) | AutoscalerIntent::Keep => None,
+            AutoscalerIntent::Delete => {
+                if cached_hpa.is_some()
+                    && let Err(a) =
+                        delete(ctx, &hpa_api, "HorizontalPodAutoscaler", &intent.name).await
+                {
+                    return a;
+                }
+                None
+            }
+        };
+        let Some(spec) = spec else { continue };
+        if deleting && cached_hpa.is_none() {
+            continue;
+        }
+        let desired = autoscaling::hpa(
+            meta(plan, &intent.name, labels(&plan_name, &intent.component)),
+            spec,
+        );
+        match write(
+            &hpa_api,
+            "HorizontalPodAutoscaler",
+            &desired,
+            cached_hpa,
+            &uid,
+        )
+        .await
+        {
+            Ok(true) => ctx.metrics.write("apply"),
+            Ok(false) => {}
+            Err(a) => return a,
+        }
+    }
+    Acted::Done
+}
+
+/// Deletes one object the plan owns; gone already is done.
+async fn delete<K>(ctx: &Context, api: &Api<K>, kind: &'static str, name: &str) -> Result<(), Acted>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    info!(kind, name, "deleting");
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => {
+            ctx.metrics.write("delete");
+            Ok(())
+        }
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(failed(kind, name, &e)),
+    }
+}
