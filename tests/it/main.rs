@@ -25,6 +25,7 @@ mod support;
 
 mod admission;
 mod alerts;
+mod autoscaling;
 mod chart;
 mod cluster;
 mod consumers;
