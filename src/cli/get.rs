@@ -128,7 +128,7 @@ fn component_nodes(status: &ReleasePlanStatus, deployments: &[Deployment]) -> Ve
                     )));
                 }
             }
-            let text = match cs {
+            let mut text = match cs {
                 Some(c) if current.is_some() && current == stable => format!(
                     "{name}  replicas {}  ({}/{} ready)",
                     c.replicas, c.current_ready, c.current_replicas
@@ -143,6 +143,9 @@ fn component_nodes(status: &ReleasePlanStatus, deployments: &[Deployment]) -> Ve
                 ),
                 None => format!("{name}  (not in status)"),
             };
+            if let Some(a) = cs.and_then(|c| c.autoscaling.as_ref()) {
+                text.push_str(&autoscaling_text(a));
+            }
             Node { text, children }
         })
         .collect()
@@ -331,11 +334,51 @@ pub(super) async fn run(
     }
 }
 
+/// How a component is autoscaled, after its replicas: by whom, and why its
+/// HPA cannot scale as asked when it cannot.
+fn autoscaling_text(a: &crate::api::ComponentAutoscaling) -> String {
+    let by = match (&a.hpa, a.owns_hpa) {
+        (Some(hpa), _) => format!("hpa/{hpa}"),
+        (None, true) => "hpa (not created yet)".to_string(),
+        (None, false) => format!("componentscale/{}", a.scale),
+    };
+    match &a.message {
+        Some(m) => format!("  autoscaled by {by}: {m}"),
+        None => format!("  autoscaled by {by}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cli::fixtures::{deployment, plan, plan_json};
     use serde_json::json;
+
+    #[test]
+    fn autoscaled_components_say_by_whom_and_why_they_cannot_scale() {
+        let mut a = crate::api::ComponentAutoscaling {
+            scale: "shop-web".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            autoscaling_text(&a),
+            "  autoscaled by componentscale/shop-web"
+        );
+        a.owns_hpa = true;
+        assert_eq!(
+            autoscaling_text(&a),
+            "  autoscaled by hpa (not created yet)"
+        );
+        a.hpa = Some("shop-web".into());
+        a.message = Some(
+            "TooManyReplicas: the desired replica count is more than the maximum replica count"
+                .into(),
+        );
+        assert_eq!(
+            autoscaling_text(&a),
+            "  autoscaled by hpa/shop-web: TooManyReplicas: the desired replica count is more than the maximum replica count"
+        );
+    }
 
     #[test]
     fn tree_shows_plan_components_gates_conditions() {

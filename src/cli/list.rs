@@ -17,12 +17,34 @@ use std::io::Write;
 /// The header of the `list` table (with `NAMESPACE` first for `-A`).
 pub fn list_header(all: bool) -> Vec<String> {
     let mut h = vec![
-        "NAME", "PHASE", "STEP", "WEIGHT", "STABLE", "CURRENT", "AGE", "FAILED",
+        "NAME", "PHASE", "STEP", "WEIGHT", "STABLE", "CURRENT", "READY", "AGE", "FAILED",
     ];
     if all {
         h.insert(0, "NAMESPACE");
     }
     h.into_iter().map(str::to_string).collect()
+}
+
+/// Ready pods over wanted replicas of each component (both revisions while
+/// it changes), `*` marking an autoscaled one (its replicas are its
+/// autoscaler's): `web 6/6*, api 2/2`.
+pub fn ready_text(components: &[crate::api::ComponentStatus]) -> String {
+    if components.is_empty() {
+        return "-".to_string();
+    }
+    components
+        .iter()
+        .map(|c| {
+            let ready = if c.is_changing() {
+                c.current_ready + c.stable_ready
+            } else {
+                c.current_ready
+            };
+            let auto = if c.autoscaling.is_some() { "*" } else { "" };
+            format!("{} {ready}/{}{auto}", c.name, c.replicas)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// One row of the `list` table. `FAILED` names the failing gate and reason of a
@@ -49,6 +71,7 @@ pub fn list_row(plan: &ReleasePlan, all: bool, now: DateTime<Utc>) -> Vec<String
         format!("{}%", s.weight),
         s.stable_revision.clone().unwrap_or_else(dash),
         s.current_revision.clone().unwrap_or_else(dash),
+        ready_text(&s.components),
         age,
         failed,
     ];
@@ -206,11 +229,27 @@ mod tests {
                 "25%",
                 "x8r2kq7b4m",
                 "tn5wd9cz2h",
+                "web 4/4, worker 2/2",
                 "1h30m0s",
                 "error-rate (ThresholdExceeded)"
             ]
         );
-        assert_eq!(list_row(&plan(), false, now)[7], "-");
+        assert_eq!(list_row(&plan(), false, now)[8], "-");
         assert_eq!(list_header(true)[0], "NAMESPACE");
+    }
+
+    #[test]
+    fn ready_counts_both_revisions_of_a_changing_component_and_marks_autoscaled_ones() {
+        let mut j = plan_json();
+        j["status"]["components"][0]["currentReady"] = json!(0);
+        j["status"]["components"][1]["autoscaling"] = json!({"scale": "shop-worker"});
+        j["status"]["components"][1]["replicas"] = json!(7);
+        j["status"]["components"][1]["currentReady"] = json!(5);
+        let p: ReleasePlan = serde_json::from_value(j).unwrap();
+        assert_eq!(
+            ready_text(&p.status.unwrap().components),
+            "web 3/4, worker 5/7*"
+        );
+        assert_eq!(ready_text(&[]), "-");
     }
 }

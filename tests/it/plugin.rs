@@ -764,9 +764,11 @@ async fn list_restart_and_documents_for_scripts() {
     assert_eq!(out.code, 0, "{}\n{}", out.show(), op.log_text());
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert_eq!(lines.len(), 3, "{}", out.show());
-    assert!(
-        lines[0]
-            .starts_with("NAME  PHASE       STEP      WEIGHT  STABLE      CURRENT     AGE  FAILED"),
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        [
+            "NAME", "PHASE", "STEP", "WEIGHT", "STABLE", "CURRENT", "READY", "AGE", "FAILED"
+        ],
         "{}",
         out.show()
     );
