@@ -113,6 +113,9 @@ pub struct ComponentView {
     pub stable_ready: i32,
     /// The revision Deployments (`get` only; `null` in `list`).
     pub revisions: Option<Vec<RevisionView>>,
+    /// An autoscaled component's autoscaling, as in status (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<crate::api::ComponentAutoscaling>,
 }
 
 /// One condition.
@@ -234,6 +237,7 @@ pub fn plan_view(plan: &ReleasePlan, deployments: Option<&[Deployment]>) -> Plan
                 stable_replicas: c.stable_replicas,
                 stable_ready: c.stable_ready,
                 revisions,
+                autoscaling: c.autoscaling.clone(),
             }
         })
         .collect();

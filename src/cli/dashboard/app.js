@@ -59,7 +59,8 @@ function revisions(r) {
     const same = c.stableHash === c.currentHash;
     const rev = same ? esc(c.currentHash || "-") : `${esc(c.stableHash || "-")} → <b>${esc(c.currentHash || "-")}</b>`;
     const ready = same ? `${c.currentReady}/${c.replicas}` : `${c.stableReady}/${c.stableReplicas} · ${c.currentReady}/${c.currentReplicas}`;
-    return `<div>${esc(c.name)} <span class="mono">${rev}</span> <span class="st">${ready} ready</span></div>`;
+    const auto = c.autoscaling ? ` <span class="st" title="autoscaled: replicas set by ${esc(c.autoscaling.hpa ? "hpa/" + c.autoscaling.hpa : "componentscale/" + c.autoscaling.scale)}">(autoscaled)</span>` : "";
+    return `<div>${esc(c.name)} <span class="mono">${rev}</span> <span class="st">${ready} ready</span>${auto}</div>`;
   }).join("") || "-";
 }
 function gates(r) {
@@ -222,7 +223,8 @@ function drawPlan(msg) {
     const note = {cur: "current, " + since(r.stepStartedAt), done: "done", fail: "failed here", todo: ""}[st];
     return `<li class="${st}">${k + 1}. ${s.kind === "weight" ? "weight " : ""}${esc(s.label)} <span class="st">${note}</span></li>`;
   }).join("");
-  const comps = r.components.map((c) => `<h4>${esc(c.name)} <span class="st">${c.replicas} replicas</span></h4>` + table(["Deployment", "hash", "ready / wanted", "role", "images"],
+  const autoText = (a) => a ? ` · autoscaled by ${esc(a.hpa ? "hpa/" + a.hpa : "componentscale/" + a.scale)}${a.message ? ": " + esc(a.message) : ""}` : "";
+  const comps = r.components.map((c) => `<h4>${esc(c.name)} <span class="st">${c.replicas} replicas${autoText(c.autoscaling)}</span></h4>` + table(["Deployment", "hash", "ready / wanted", "role", "images"],
     (c.revisions || []).map((v) => `<tr><td class="mono">${esc(v.deployment)}</td><td class="mono">${esc(v.hash)}</td><td>${v.ready}/${v.replicas}</td><td>${esc(v.role)}</td><td class="mono">${esc(v.images.join(", "))}</td></tr>`))).join("");
   const gateRows = r.gates.map((g) => `<tr><td>${esc(g.name)}</td><td class="g-${esc(g.verdict)}">${esc(g.verdict)}</td><td>${esc(g.value ?? "-")}</td><td>${g.failures}</td><td>${chart(d.gateSeries[g.name] || [])}</td></tr>`);
   const hist = d.history.items.slice().reverse().map((h) => `<tr><td>${h.number}</td><td class="mono">${esc(h.revision)}</td><td class="${h.outcome === "RolledBack" ? "fail" : ""}">${esc(h.outcome)}</td><td>${since(h.startedAt)} ago</td><td>${dur(h.startedAt, h.finishedAt)}</td><td>${esc(h.reason || "")}</td></tr>`);
