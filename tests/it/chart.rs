@@ -27,7 +27,7 @@ use releaseplan::controller::router::Dispatch as _;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::Duration;
-use support::fixtures::{plan, web};
+use support::fixtures::{plan, template, web};
 use support::operator::Operator;
 use support::plans::{by_image, create, revisions, set_components, wait_phase};
 use support::tools::{helm_bin, kubectl_bin, output, pinned_version, run};
@@ -803,6 +803,16 @@ fn aggregated_cluster_roles_let_namespace_users_read_and_promote_plans() {
             ),
             (
                 "releaseplan.io".to_string(),
+                "componentscales".to_string(),
+                all(&["get", "list", "watch"])
+            ),
+            (
+                "releaseplan.io".to_string(),
+                "componentscales/scale".to_string(),
+                all(&["get", "list", "watch"])
+            ),
+            (
+                "releaseplan.io".to_string(),
                 "gatetemplates".to_string(),
                 all(&["get", "list", "watch"])
             ),
@@ -825,6 +835,11 @@ fn aggregated_cluster_roles_let_namespace_users_read_and_promote_plans() {
     assert_eq!(
         rules(edit),
         vec![
+            (
+                "releaseplan.io".to_string(),
+                "componentscales/scale".to_string(),
+                all(&["patch", "update"])
+            ),
             (
                 "releaseplan.io".to_string(),
                 "gatetemplates".to_string(),
@@ -1236,6 +1251,11 @@ async fn the_service_account_cannot_read_secrets() {
 
 /// Whether `user` may do `verb` on `resource` in `ns` (SubjectAccessReview).
 async fn user_may(client: &Client, user: &str, verb: &str, resource: &str, ns: &str) -> bool {
+    // `componentscales/scale`: a resource and its subresource.
+    let (resource, subresource) = match resource.split_once('/') {
+        Some((r, s)) => (r, Some(s.to_string())),
+        None => (resource, None),
+    };
     let review = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: Some(user.into()),
@@ -1243,6 +1263,7 @@ async fn user_may(client: &Client, user: &str, verb: &str, resource: &str, ns: &
                 verb: Some(verb.into()),
                 group: Some("releaseplan.io".into()),
                 resource: Some(resource.into()),
+                subresource,
                 namespace: Some(ns.into()),
                 ..ResourceAttributes::default()
             }),
@@ -1326,6 +1347,18 @@ async fn namespace_users_read_and_promote_plans_through_the_built_in_roles() {
     }
     assert!(user_may(&client, &viewer, "list", "gatetemplates", &apps).await);
     assert!(!user_may(&client, &viewer, "create", "gatetemplates", &apps).await);
+    // ComponentScales: `kubectl scale` for editors, reading for viewers; the
+    // object itself belongs to its plan.
+    for verb in ["patch", "update"] {
+        assert!(
+            user_may(&client, &editor, verb, "componentscales/scale", &apps).await,
+            "edit: {verb} componentscales/scale"
+        );
+        assert!(!user_may(&client, &editor, verb, "componentscales", &apps).await);
+    }
+    assert!(user_may(&client, &viewer, "get", "componentscales/scale", &apps).await);
+    assert!(user_may(&client, &viewer, "list", "componentscales", &apps).await);
+    assert!(!user_may(&client, &viewer, "update", "componentscales/scale", &apps).await);
     for verb in ["create", "patch", "delete"] {
         assert!(
             !user_may(&client, &editor, verb, "clustergatetemplates", &apps).await,
@@ -1439,10 +1472,14 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
     let steps = json!([{"setWeight": 50}, {"pause": {"duration": "1s"}}]);
     // Routed: the Services and the HTTPRoute are written with the chart's
     // rules too (a missing verb holds the rollout at its first step).
+    // And an autoscaled component: its ComponentScale and HPA are written
+    // with the chart's rules too.
     let web = |image: &str| {
         let mut c = web(image, 2);
         c["traffic"] = json!({"port": 80, "gatewayAPI": {"parentRefs": [{"name": "gw"}]}});
-        json!([c])
+        let worker = json!({"name": "worker", "template": template("worker:1"),
+            "autoscaling": {"minReplicas": 1, "maxReplicas": 3}});
+        json!([c, worker])
     };
     // No old revision kept: the first one is pruned, its stored template too.
     create(
@@ -1477,6 +1514,24 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
         WAIT,
         "the first revision's template to be stored",
         || async { stored.get_opt(&first).await.ok()?.map(|_| ()) },
+    )
+    .await;
+    let scales = Api::<releaseplan::api::ComponentScale>::namespaced(client.clone(), &apps);
+    wait_until(
+        WAIT,
+        "the worker's ComponentScale status and HPA",
+        || async {
+            let s = scales.get_opt("shop-worker").await.ok()??;
+            let hpa =
+                Api::<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>::namespaced(
+                    client.clone(),
+                    &apps,
+                )
+                .get_opt("shop-worker")
+                .await
+                .ok()??;
+            (s.status?.ready_replicas == 1 && hpa.spec.max_replicas == 3).then_some(())
+        },
     )
     .await;
     set_components(&client, &apps, "shop", web("shop:2")).await;
