@@ -294,6 +294,26 @@ mod tests {
     }
 
     #[test]
+    fn undo_brings_back_only_the_template_of_a_component_the_spec_still_has() {
+        // Autoscaling, traffic and an absent `replicas` stay as the spec has them.
+        let (web1, h1) = stored("web", &web_template("web:1"));
+        let mut v = plan_json();
+        v["spec"]["components"][0] = json!({"name": "web", "template": web_template("web:2"),
+            "autoscaling": {"minReplicas": 2, "maxReplicas": 9},
+            "traffic": {"port": 80}});
+        v["status"]["history"] = json!([entry(1, "rev1", "Promoted", &[format!("web={h1}")])]);
+        v["status"]["currentRevision"] = json!("rev2");
+        let p: ReleasePlan = serde_json::from_value(v).unwrap();
+        let undo = build_undo(&p, &[web1], Some(1)).unwrap();
+        assert_eq!(
+            undo.patch["spec"]["components"][0],
+            json!({"name": "web", "template": web_template("web:1"),
+                "autoscaling": {"minReplicas": 2, "maxReplicas": 9},
+                "traffic": {"port": 80}})
+        );
+    }
+
+    #[test]
     fn defaults_the_user_wrote_are_kept_as_written() {
         // Values equal to the API server's defaults, written in the spec: the
         // stored template is the spec's, so they come back, and the hash matches.
