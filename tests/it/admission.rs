@@ -550,7 +550,10 @@ fn invalid_cases() -> Vec<Case> {
         ),
         case(
             "replicas-missing",
-            &["spec.components[0].replicas: Required value"],
+            &[
+                "spec.components[0].replicas",
+                "replicas is required unless autoscaling is set",
+            ],
             |p| {
                 component(p)
                     .as_object_mut()
