@@ -125,12 +125,14 @@ bench-compare:
 
 .PHONY: demo
 ## demo: local cluster + operator; a two-component plan rolled out, then a broken version rolled back;
-## then a weighted canary with real requests through Traefik (a live count per revision), rolled back
+## then a weighted canary with real requests through Traefik (a live count per revision), rolled back;
+## then an HPA scaling a component from 2 to 6 in the middle of a paused canary, the split printed each second
 demo:
 	e2e/ensure-deps.sh demo
 	e2e/build-control-plane.sh traefik
 	e2e/demo.sh
 	e2e/demo-traffic.sh
+	e2e/demo-autoscale.sh
 
 .PHONY: chart-crd chart-lint
 

@@ -221,6 +221,7 @@ async fn accepts_minimal_and_full_plans_and_the_example() {
         "job-gate.yaml",
         "traffic-canary.yaml",
         "blue-green.yaml",
+        "autoscaled.yaml",
     ] {
         let mut ex = example(file);
         ex["metadata"]["namespace"] = json!(ns);

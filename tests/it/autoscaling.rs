@@ -249,3 +249,206 @@ async fn replicas_or_autoscaling_is_required_at_admission() {
         "{m}"
     );
 }
+
+/// A pod template running `image` whose container requests 100m of CPU: the
+/// HPA's utilization is the simulated usage over that request.
+fn cpu_template(image: &str) -> Value {
+    let mut t = template(image);
+    t["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "100m"}});
+    t
+}
+
+/// An owned HPA between `min` and `max` at 50% CPU, scaling at once both ways.
+fn hpa(min: i32, max: i32) -> Value {
+    json!({
+        "minReplicas": min,
+        "maxReplicas": max,
+        "metrics": [{"type": "Resource", "resource": {"name": "cpu",
+            "target": {"type": "Utilization", "averageUtilization": 50}}}],
+        "behavior": {
+            "scaleUp": {"stabilizationWindowSeconds": 0,
+                "policies": [{"type": "Percent", "value": 100, "periodSeconds": 1}]},
+            "scaleDown": {"stabilizationWindowSeconds": 0,
+                "policies": [{"type": "Percent", "value": 100, "periodSeconds": 1}]}
+        }
+    })
+}
+
+fn web_hpa(image: &str, autoscaling: Value) -> Value {
+    json!({"name": "web", "template": cpu_template(image), "autoscaling": autoscaling})
+}
+
+fn web_hpa_faulty(image: &str, fault: &str, autoscaling: Value) -> Value {
+    let mut c = web_hpa(image, autoscaling);
+    c["template"]["metadata"]["annotations"] = json!({"kwok.releaseplan.io/fault": fault});
+    c
+}
+
+/// The owned HPA of `shop-web`, once it exists.
+async fn owned_hpa(client: &kube::Client, ns: &str) -> HorizontalPodAutoscaler {
+    wait_until(WAIT, "the owned HPA", || async {
+        Api::<HorizontalPodAutoscaler>::namespaced(client.clone(), ns)
+            .get_opt("shop-web")
+            .await
+            .ok()?
+    })
+    .await
+}
+
+/// The real HPA controller, over real resource metrics, scales a canary
+/// paused at 50%: both revisions grow and the split holds; the plan says
+/// why the HPA stops at its maximum; promotion keeps its 6; after the load
+/// goes it scales the promoted revision down.
+#[tokio::test]
+async fn an_hpa_scales_a_paused_canary_and_promotion_keeps_its_count() {
+    let Harness { client, ns } = Harness::new("scale-hpa").await;
+    let _op = Operator::start(&ns, &[]).await;
+    // 10m of 100m: 10%, below the 50% target: the HPA holds its minimum.
+    support::metrics::set_cpu_usage(&client, &ns, 10).await;
+    let steps = json!([{"setWeight": 50}, {"pause": {}}]);
+    create_stable(
+        &client,
+        &ns,
+        "shop",
+        json!({"components": [web_hpa("shop:1", hpa(2, 6))], "strategy": {"steps": steps}}),
+    )
+    .await;
+    let h = owned_hpa(&client, &ns).await;
+    assert_eq!(h.spec.scale_target_ref.kind, "ComponentScale");
+    assert_eq!(h.spec.scale_target_ref.name, "shop-web");
+    assert_eq!((h.spec.min_replicas, h.spec.max_replicas), (Some(2), 6));
+    wait_split(
+        &client,
+        &ns,
+        "shop",
+        &[("shop:1", (2, 2))],
+        "the minimum, 2",
+    )
+    .await;
+
+    set_components(&client, &ns, "shop", json!([web_hpa("shop:2", hpa(2, 6))])).await;
+    wait_split(
+        &client,
+        &ns,
+        "shop",
+        &[("shop:2", (1, 1)), ("shop:1", (1, 1))],
+        "the canary at 50% of 2",
+    )
+    .await;
+    // Load: 100m of 100m is 200% of the target; the HPA goes to its maximum.
+    support::metrics::set_cpu_usage(&client, &ns, 100).await;
+    wait_split(
+        &client,
+        &ns,
+        "shop",
+        &[("shop:2", (3, 3)), ("shop:1", (3, 3))],
+        "the HPA's 6, split 3 and 3 in the paused canary",
+    )
+    .await;
+    let p = wait_until(WAIT, "status to say the HPA is at its maximum", || async {
+        let p = plans::get(&client, &ns, "shop").await?;
+        let s = p.status.clone()?;
+        let c = s.components.iter().find(|c| c.name == "web")?;
+        let a = c.autoscaling.as_ref()?;
+        (c.replicas == 6 && a.message.as_deref()?.contains("TooManyReplicas")).then_some(p)
+    })
+    .await;
+    let s = p.status.unwrap();
+    assert_eq!(s.phase, Phase::RollingOut, "still paused: {:?}", s.message);
+    assert_eq!(s.current_step, 1);
+    assert_eq!(
+        s.components[0].autoscaling.as_ref().unwrap().hpa.as_deref(),
+        Some("shop-web")
+    );
+
+    // Promotion at the autoscaled count keeps it.
+    plans::request(&client, &ns, "shop", "promote").await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
+    wait_split(
+        &client,
+        &ns,
+        "shop",
+        &[("shop:2", (6, 6)), ("shop:1", (0, 0))],
+        "6 on the promoted revision",
+    )
+    .await;
+    // The load goes: the HPA scales the settled component down.
+    support::metrics::set_cpu_usage(&client, &ns, 10).await;
+    wait_split(
+        &client,
+        &ns,
+        "shop",
+        &[("shop:2", (2, 2))],
+        "back to the minimum",
+    )
+    .await;
+}
+
+/// An HPA change released with a revision that fails goes back with it: the
+/// HPA keeps its old maximum, the rollback keeps the autoscaled count, and
+/// the HPA goes on scaling the rolled-back plan.
+#[tokio::test]
+async fn an_hpa_change_is_rolled_back_with_its_failing_revision() {
+    let Harness { client, ns } = Harness::new("scale-back").await;
+    let _op = Operator::start(&ns, &[]).await;
+    support::metrics::set_cpu_usage(&client, &ns, 100).await;
+    let steps = json!([{"setWeight": 50}, {"pause": {"duration": "5s"}}]);
+    create_stable(
+        &client,
+        &ns,
+        "shop",
+        json!({"components": [web_hpa("shop:1", hpa(2, 3))], "strategy": {"steps": steps}}),
+    )
+    .await;
+    wait_split(
+        &client,
+        &ns,
+        "shop",
+        &[("shop:1", (3, 3))],
+        "the maximum, 3",
+    )
+    .await;
+
+    // A crash-looping image and a higher maximum, in one change.
+    set_components(
+        &client,
+        &ns,
+        "shop",
+        json!([web_hpa_faulty("shop:2", "crash-loop", hpa(2, 5))]),
+    )
+    .await;
+    let p = wait_phase(&client, &ns, "shop", Phase::RolledBack, WAIT).await;
+    assert_eq!(p.status.unwrap().components[0].replicas, 3);
+    let h = owned_hpa(&client, &ns).await;
+    assert_eq!(
+        h.spec.max_replicas, 3,
+        "the HPA went back with the revision"
+    );
+    wait_split(
+        &client,
+        &ns,
+        "shop",
+        &[("shop:1", (3, 3)), ("shop:2", (0, 0))],
+        "the stable revision at the autoscaled 3",
+    )
+    .await;
+    // Still under load, it never went past the old maximum.
+    let scale = Api::<ComponentScale>::namespaced(client.clone(), &ns)
+        .get("shop-web")
+        .await
+        .unwrap();
+    assert_eq!(scale.spec.replicas, 3);
+
+    // Scaling goes on while rolled back: the load goes, the stable revision shrinks.
+    support::metrics::set_cpu_usage(&client, &ns, 10).await;
+    wait_split(
+        &client,
+        &ns,
+        "shop",
+        &[("shop:1", (2, 2))],
+        "the minimum while rolled back",
+    )
+    .await;
+    let p = plans::get(&client, &ns, "shop").await.unwrap();
+    assert_eq!(p.status.unwrap().phase, Phase::RolledBack);
+}
