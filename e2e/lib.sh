@@ -95,3 +95,11 @@ api_get() {
   curl -sf --cacert "$1/pki/ca.crt" --cert "$1/pki/admin.crt" --key "$1/pki/admin.key" "$2$3"
 }
 
+# api_create DIR URL PATH FILE: POSTs the one YAML object of FILE to URL/PATH
+# as the cluster's admin; succeeds when it is created or already exists.
+api_create() {
+  local code
+  code=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$1/pki/ca.crt" --cert "$1/pki/admin.crt" \
+    --key "$1/pki/admin.key" -X POST -H 'Content-Type: application/yaml' --data-binary "@$4" "$2$3")
+  [ "$code" = 201 ] || [ "$code" = 409 ]
+}
