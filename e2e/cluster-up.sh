@@ -387,6 +387,20 @@ launch kube-apiserver "$K8S_BIN/kube-apiserver" \
 wait_for "kube-apiserver /readyz" 90 kube-apiserver api_get "$DIR" "$API_URL" /readyz
 api_ready_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
 
+# The HPA controller, tuned so that tests see it act within seconds: it syncs
+# every 2s (default 15s). In a pod's first cpu-initialization-period (default
+# 5m) it drops a CPU sample taken less than one metric window after the pod
+# became Ready, and counts the pod as using nothing on a scale up; after
+# that, the initial-readiness-delay (default 30s) decides whether a not
+# Ready pod ever was: kwok pods are Ready at once, so with 1s each their
+# first metrics count. An HPA without spec.behavior scales down 1s after a
+# lower recommendation (downscale-stabilization, default 5m); tests set
+# behavior on their HPAs anyway. Metrics still change only every 10s
+# (metrics-server's least --metric-resolution).
+KCM_HPA=(--horizontal-pod-autoscaler-sync-period 2s
+  --horizontal-pod-autoscaler-cpu-initialization-period 1s
+  --horizontal-pod-autoscaler-initial-readiness-delay 1s
+  --horizontal-pod-autoscaler-downscale-stabilization 1s)
 launch kube-controller-manager "$K8S_BIN/kube-controller-manager" \
   --kubeconfig "$PKI/kube-controller-manager.kubeconfig" \
   --authentication-kubeconfig "$PKI/kube-controller-manager.kubeconfig" \
@@ -396,7 +410,7 @@ launch kube-controller-manager "$K8S_BIN/kube-controller-manager" \
   --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
   --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
   --cluster-name "$NAME" --service-cluster-ip-range "$SERVICE_CIDR" \
-  --profiling=false --v 1 ${KCM_EXTRA[@]+"${KCM_EXTRA[@]}"}
+  "${KCM_HPA[@]}" --profiling=false --v 1 ${KCM_EXTRA[@]+"${KCM_EXTRA[@]}"}
 
 launch kube-scheduler "$K8S_BIN/kube-scheduler" \
   --kubeconfig "$PKI/kube-scheduler.kubeconfig" \
