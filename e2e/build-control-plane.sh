@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-# kwok, helm, rp-health (the consumers' health checks, e2e/health) and Traefik
+# kwok, metrics-server, helm, rp-health (the consumers' health checks, e2e/health) and Traefik
 # (the traffic tests' Gateway) from Go modules into $RP_CACHE, keyed by
 # version, and fetches the CRDs the tests install (prometheus-operator's, the
 # Gateway API's); on request (not in "all"), Argo Rollouts for
@@ -89,16 +89,43 @@ MOD
 }
 
 build_kwok() {
-  [ -x "$KWOK_BIN/kwok" ] && { log "kwok v$KWOK_VERSION cached"; return; }
-  log "building kwok v$KWOK_VERSION"
-  mkdir -p "$KWOK_BIN"
-  (cd /tmp && GOFLAGS=-buildvcs=false GOBIN="$KWOK_BIN" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION")
-  # The stage definitions ship in the module; keep a copy beside the binary.
+  if [ -x "$KWOK_BIN/kwok" ] && [ -d "$KWOK_BIN/../stage" ] &&
+    [ -f "$KWOK_BIN/../metrics/resource/metrics-resource.yaml" ] &&
+    [ -f "$KWOK_CRDS/kwok.x-k8s.io_clusterresourceusages.yaml" ]; then
+    log "kwok v$KWOK_VERSION cached"; return
+  fi
+  if [ ! -x "$KWOK_BIN/kwok" ]; then
+    log "building kwok v$KWOK_VERSION"
+    mkdir -p "$KWOK_BIN"
+    (cd /tmp && GOFLAGS=-buildvcs=false GOBIN="$KWOK_BIN" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION")
+  fi
+  # The stage definitions, the Metric of a kubelet's /metrics/resource and the
+  # CRDs (cluster-up installs the ClusterResourceUsage one) ship in the
+  # module; keep a copy beside the binary.
   local moddir
-  moddir=$(cd /tmp && go mod download -json "sigs.k8s.io/kwok@v$KWOK_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-  mkdir -p "$KWOK_BIN/../stage"
+  moddir=$(module_dir "sigs.k8s.io/kwok@v$KWOK_VERSION")
+  [ -d "$moddir" ] || die "go mod download sigs.k8s.io/kwok@v$KWOK_VERSION gave no module directory"
+  mkdir -p "$KWOK_BIN/../stage" "$KWOK_BIN/../metrics" "$KWOK_CRDS"
   cp -r "$moddir/kustomize/stage/." "$KWOK_BIN/../stage/"
-  chmod -R u+w "$KWOK_BIN/../stage"
+  cp -r "$moddir/kustomize/metrics/." "$KWOK_BIN/../metrics/"
+  cp "$moddir"/kustomize/crd/bases/kwok.x-k8s.io_*.yaml "$KWOK_CRDS/"
+  chmod -R u+w "$KWOK_BIN/../stage" "$KWOK_BIN/../metrics" "$KWOK_CRDS"
+  log "kwok v$KWOK_VERSION stages, metrics and CRDs copied from its module"
+}
+
+# metrics-server, the resource metrics API behind the aggregator
+# (e2e/cluster-up.sh starts it on every cluster): `go install` of its command
+# at the pinned version, so with the dependency versions of its own go.mod,
+# version stamped as its Makefile does. Cold: see docs/control-plane.md.
+build_metrics_server() {
+  [ -x "$METRICS_SERVER_BIN/metrics-server" ] && { log "metrics-server v$METRICS_SERVER_VERSION cached"; return; }
+  log "building metrics-server v$METRICS_SERVER_VERSION"
+  mkdir -p "$METRICS_SERVER_BIN"
+  local v=k8s.io/client-go/pkg/version
+  (cd /tmp && GOFLAGS=-buildvcs=false GOBIN="$METRICS_SERVER_BIN" go install -trimpath \
+    -ldflags "-s -w -X $v.gitVersion=v$METRICS_SERVER_VERSION -X $v.buildDate=1970-01-01T00:00:00Z" \
+    "sigs.k8s.io/metrics-server/cmd/metrics-server@v$METRICS_SERVER_VERSION")
+  log "metrics-server built: $("$METRICS_SERVER_BIN/metrics-server" --version 2>&1 | head -1)"
 }
 
 build_helm() {
@@ -265,13 +292,14 @@ GO
 
 start=$(date +%s)
 case "${1:-all}" in
-  all) build_etcd; build_kwok; build_helm; build_k8s; build_consumers; build_monitoring_crds
-    build_traefik; build_gateway_crds; build_traefik_crds ;;
+  all) build_etcd; build_kwok; build_metrics_server; build_helm; build_k8s; build_consumers
+    build_monitoring_crds; build_traefik; build_gateway_crds; build_traefik_crds ;;
   k8s) build_k8s ;; etcd) build_etcd ;; kwok) build_kwok ;; helm) build_helm ;;
+  metrics-server) build_metrics_server ;;
   consumers) build_consumers ;;
   monitoring-crds) build_monitoring_crds ;;
   traefik) build_traefik; build_gateway_crds; build_traefik_crds ;;
   argo-rollouts) build_argo_rollouts ;;
-  *) die "usage: $0 [all|k8s|etcd|kwok|helm|consumers|monitoring-crds|traefik|argo-rollouts]" ;;
+  *) die "usage: $0 [all|k8s|etcd|kwok|metrics-server|helm|consumers|monitoring-crds|traefik|argo-rollouts]" ;;
 esac
 log "control plane binaries ready in $(( $(date +%s) - start ))s"

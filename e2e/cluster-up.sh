@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Starts a local control plane on 127.0.0.1: etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler and kwok with 3 fake nodes.
+# kube-controller-manager, kube-scheduler, kwok with 3 fake nodes, and
+# metrics-server (the metrics.k8s.io API, from kwok's simulated resource
+# usage: tests/it/support/metrics.rs sets it).
 #   e2e/cluster-up.sh NAME      (state in ${RP_RUN_DIR:-<repo>/.e2e-run}/NAME)
 # Options for scale benchmarks (environment; unset = the defaults the tests use):
 #   RP_NODES, RP_NODE_PODS     fake nodes (3) and pods each can hold (500)
@@ -52,7 +54,7 @@ KCM_EXTRA=() SCHED_EXTRA=() API_EXTRA=()
 [ -z "${RP_SCHED_BURST:-}" ] || SCHED_EXTRA+=(--kube-api-burst "$RP_SCHED_BURST")
 
 for b in "$ETCD_BIN/etcd" "$K8S_BIN/kube-apiserver" "$K8S_BIN/kube-controller-manager" \
-  "$K8S_BIN/kube-scheduler" "$K8S_BIN/kubectl" "$KWOK_BIN/kwok"; do
+  "$K8S_BIN/kube-scheduler" "$K8S_BIN/kubectl" "$KWOK_BIN/kwok" "$METRICS_SERVER_BIN/metrics-server"; do
   [ -x "$b" ] || die "$b is missing: run 'make tools' (e2e/build-control-plane.sh)"
 done
 command -v openssl >/dev/null || die "openssl is not installed"
@@ -61,7 +63,7 @@ command -v curl >/dev/null || die "curl is not installed"
 [ -e "$DIR/pids" ] && "$E2E_DIR/cluster-down.sh" "$NAME"
 start_ns=$(date +%s%N)
 rm -rf "$DIR"
-mkdir -p "$DIR/logs" "$DIR/pki" "$DIR/etcd-data" "$DIR/kwok"
+mkdir -p "$DIR/logs" "$DIR/pki" "$DIR/etcd-data" "$DIR/kwok" "$DIR/metrics"
 chmod 700 "$DIR/pki" "$DIR/etcd-data"
 
 # From here on, any failure (a wait that times out, a component that exits, a
@@ -109,8 +111,9 @@ pick_port() {
   used+=" $p "
   printf -v "$1" '%s' "$p"
 }
-for v in ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT SCHED_PORT KWOK_PORT; do pick_port "$v"; done
-printf '%s\n' "$ETCD_PORT" "$ETCD_PEER_PORT" "$API_PORT" "$KCM_PORT" "$SCHED_PORT" "$KWOK_PORT" >"$DIR/ports"
+for v in ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT SCHED_PORT KWOK_PORT METRICS_PORT; do pick_port "$v"; done
+printf '%s\n' "$ETCD_PORT" "$ETCD_PEER_PORT" "$API_PORT" "$KCM_PORT" "$SCHED_PORT" "$KWOK_PORT" \
+  "$METRICS_PORT" >"$DIR/ports"
 flock -u 9
 exec 9>&-
 
@@ -136,6 +139,16 @@ subjectAltName = IP:127.0.0.1,IP:$KUBERNETES_SERVICE_IP,DNS:localhost,DNS:kubern
 basicConstraints = critical,CA:FALSE
 keyUsage = critical,digitalSignature,keyEncipherment
 extendedKeyUsage = clientAuth
+[loopback]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = IP:127.0.0.1,DNS:localhost
+[metrics_server]
+basicConstraints = critical,CA:FALSE
+keyUsage = critical,digitalSignature,keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = IP:127.0.0.1,DNS:localhost,DNS:metrics-server.kube-system.svc
 CNF
 newkey() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$PKI/$1.key" 2>/dev/null; }
 # cert NAME SUBJECT EXTENSIONS: a key and a cert signed by the CA.
@@ -156,6 +169,15 @@ cert admin "/O=system:masters/CN=releaseplan-admin" client
 cert kube-controller-manager "/O=system:masters/CN=system:kube-controller-manager" client
 cert kube-scheduler "/CN=system:kube-scheduler" client
 cert kwok "/O=system:masters/CN=kwok" client
+# kwok serves the nodes' kubelet endpoint (the simulated /metrics/resource)
+# over TLS with this cert, checked by metrics-server against the CA; plain
+# HTTP (its /healthz) still answers on the same port.
+cert kwok-serving "/CN=kwok" loopback
+# metrics-server: a client cert for the API server, and a serving cert for
+# the aggregator, which checks it against the APIService's caBundle under
+# the Service's name metrics-server.kube-system.svc.
+cert metrics-server "/O=system:masters/CN=metrics-server" client
+cert metrics-server-serving "/CN=metrics-server" metrics_server
 cert front-proxy-client "/CN=front-proxy-client" client
 newkey sa
 openssl pkey -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub"
@@ -202,7 +224,7 @@ current-context: $NAME
 YAML
 }
 kubeconfig "$DIR/kubeconfig" admin
-for c in kube-controller-manager kube-scheduler kwok ${AUDIT_USER:+"$AUDIT_USER"}; do
+for c in kube-controller-manager kube-scheduler kwok metrics-server ${AUDIT_USER:+"$AUDIT_USER"}; do
   kubeconfig "$PKI/$c.kubeconfig" "$c"
 done
 
@@ -218,6 +240,7 @@ export RP_ETCD_PEER_PORT=$ETCD_PEER_PORT
 export RP_KCM_PORT=$KCM_PORT
 export RP_SCHEDULER_PORT=$SCHED_PORT
 export RP_KWOK_PORT=$KWOK_PORT
+export RP_METRICS_SERVER_PORT=$METRICS_PORT
 export RP_SERVICE_CIDR=$SERVICE_CIDR
 export RP_POD_CIDR=$POD_CIDR
 export RP_HEALTH=$RP_HEALTH_BIN/rp-health
@@ -263,11 +286,56 @@ JOB_KEYS="kwok.releaseplan.io/job-succeed-after kwok.releaseplan.io/job-fail-aft
     echo "---"; exclude "$STAGE_SRC/$f" "$keys"
   done
   for f in "$E2E_DIR"/kwok/*.yaml; do echo "---"; cat "$f"; done
+  # kwok's Metric of the module (kustomize/metrics/resource): a kubelet's
+  # /metrics/resource for each node at /metrics/nodes/NODE/metrics/resource,
+  # from the usage that the ClusterResourceUsage objects give the pods.
+  [ -f "$KWOK_BIN/../metrics/resource/metrics-resource.yaml" ] ||
+    die "kwok's metrics-resource.yaml is missing: run 'make tools'"
+  echo "---"; cat "$KWOK_BIN/../metrics/resource/metrics-resource.yaml"
 } >"$DIR/kwok/stages.yaml"
 [ "$(grep -c 'kwok.releaseplan.io/fault"' "$DIR/kwok/stages.yaml")" -ge 2 ] ||
   die "could not add the fault exclusion to the upstream pod stages (layout changed?)"
 [ "$(grep -c 'kwok.releaseplan.io/job-succeed-after"' "$DIR/kwok/stages.yaml")" -ge 2 ] ||
   die "could not add the Job exclusion to the upstream pod-complete stage (layout changed?)"
+
+# ---------------------------------------------------------------- metrics
+# The resource metrics pipeline: kwok serves each node's simulated kubelet
+# /metrics/resource (the Metric above) from the usage of the
+# ClusterResourceUsage objects (kwok.x-k8s.io/v1alpha1, cluster-scoped, read
+# from the API: --enable-crds), which tests write per namespace
+# (tests/it/support/metrics.rs); metrics-server scrapes it and serves
+# metrics.k8s.io through the aggregator, for the HPA controller and
+# `kubectl top`. The nodes' InternalIP is 127.0.0.1 and their kubelet port
+# kwok's (--node-ip, --node-port), so metrics-server reaches kwok on loopback.
+sed '1{/^---$/d}' "$KWOK_CRDS/kwok.x-k8s.io_clusterresourceusages.yaml" >"$DIR/metrics/kwok-crd.yaml"
+# The aggregator reaches metrics-server through a Service of type
+# ExternalName 127.0.0.1: without --enable-aggregator-routing (the default)
+# it sends to externalName:port of the APIService, and checks the serving
+# cert for metrics-server.kube-system.svc. A ClusterIP Service cannot work
+# here (nothing serves on its ClusterIP), nor a selectorless one with a
+# manual EndpointSlice (the API server refuses loopback endpoint addresses;
+# and with --enable-aggregator-routing the aggregator refuses ExternalName).
+cat >"$DIR/metrics/service.yaml" <<YAML
+apiVersion: v1
+kind: Service
+metadata: {name: metrics-server, namespace: kube-system}
+spec:
+  type: ExternalName
+  externalName: 127.0.0.1
+  ports: [{name: https, port: $METRICS_PORT, protocol: TCP}]
+YAML
+cat >"$DIR/metrics/apiservice.yaml" <<YAML
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {name: v1beta1.metrics.k8s.io}
+spec:
+  group: metrics.k8s.io
+  version: v1beta1
+  groupPriorityMinimum: 100
+  versionPriority: 100
+  service: {name: metrics-server, namespace: kube-system, port: $METRICS_PORT}
+  caBundle: $(b64 "$PKI/ca.crt")
+YAML
 
 # ---------------------------------------------------------------- processes
 # Components are started through lib.sh (own process group, command recorded
@@ -319,6 +387,20 @@ launch kube-apiserver "$K8S_BIN/kube-apiserver" \
 wait_for "kube-apiserver /readyz" 90 kube-apiserver api_get "$DIR" "$API_URL" /readyz
 api_ready_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
 
+# The HPA controller, tuned so that tests see it act within seconds: it syncs
+# every 2s (default 15s). In a pod's first cpu-initialization-period (default
+# 5m) it drops a CPU sample taken less than one metric window after the pod
+# became Ready, and counts the pod as using nothing on a scale up; after
+# that, the initial-readiness-delay (default 30s) decides whether a not
+# Ready pod ever was: kwok pods are Ready at once, so with 1s each their
+# first metrics count. An HPA without spec.behavior scales down 1s after a
+# lower recommendation (downscale-stabilization, default 5m); tests set
+# behavior on their HPAs anyway. Metrics still change only every 10s
+# (metrics-server's least --metric-resolution).
+KCM_HPA=(--horizontal-pod-autoscaler-sync-period 2s
+  --horizontal-pod-autoscaler-cpu-initialization-period 1s
+  --horizontal-pod-autoscaler-initial-readiness-delay 1s
+  --horizontal-pod-autoscaler-downscale-stabilization 1s)
 launch kube-controller-manager "$K8S_BIN/kube-controller-manager" \
   --kubeconfig "$PKI/kube-controller-manager.kubeconfig" \
   --authentication-kubeconfig "$PKI/kube-controller-manager.kubeconfig" \
@@ -328,7 +410,7 @@ launch kube-controller-manager "$K8S_BIN/kube-controller-manager" \
   --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
   --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
   --cluster-name "$NAME" --service-cluster-ip-range "$SERVICE_CIDR" \
-  --profiling=false --v 1 ${KCM_EXTRA[@]+"${KCM_EXTRA[@]}"}
+  "${KCM_HPA[@]}" --profiling=false --v 1 ${KCM_EXTRA[@]+"${KCM_EXTRA[@]}"}
 
 launch kube-scheduler "$K8S_BIN/kube-scheduler" \
   --kubeconfig "$PKI/kube-scheduler.kubeconfig" \
@@ -337,9 +419,35 @@ launch kube-scheduler "$K8S_BIN/kube-scheduler" \
   --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --cert-dir "$DIR/pki/scheduler" \
   --leader-elect=false --profiling=false --v 1 ${SCHED_EXTRA[@]+"${SCHED_EXTRA[@]}"}
 
+# Before kwok starts (the controller manager and the scheduler start
+# meanwhile), so that its watch of ClusterResourceUsages finds the resource
+# (it would retry otherwise, with back-off).
+wait_for "kwok's ClusterResourceUsage CRD created" 30 kube-apiserver \
+  api_create "$DIR" "$API_URL" /apis/apiextensions.k8s.io/v1/customresourcedefinitions "$DIR/metrics/kwok-crd.yaml"
+
 launch kwok "$KWOK_BIN/kwok" --kubeconfig "$PKI/kwok.kubeconfig" --config "$DIR/kwok/stages.yaml" \
   --manage-all-nodes --cidr "$POD_CIDR" --node-lease-duration-seconds 40 \
-  --server-address "127.0.0.1:$KWOK_PORT"
+  --server-address "127.0.0.1:$KWOK_PORT" --node-ip 127.0.0.1 --node-port "$KWOK_PORT" \
+  --tls-cert-file "$PKI/kwok-serving.crt" --tls-private-key-file "$PKI/kwok-serving.key" \
+  --enable-crds ClusterResourceUsage
+
+# metrics-server: scrapes every node's kubelet endpoint from its status (kwok,
+# above) at the path of its metrics.k8s.io/resource-metrics-path annotation,
+# every 10s (the least it takes), and serves metrics.k8s.io to the
+# aggregator. It authenticates the aggregator's requests with the
+# requestheader settings the API server publishes (configmap
+# kube-system/extension-apiserver-authentication) and authorizes them with
+# SubjectAccessReviews. Default log level: at --v 1 it logs every pod
+# without usage at every scrape.
+launch metrics-server "$METRICS_SERVER_BIN/metrics-server" \
+  --kubeconfig "$PKI/metrics-server.kubeconfig" \
+  --authentication-kubeconfig "$PKI/metrics-server.kubeconfig" \
+  --authorization-kubeconfig "$PKI/metrics-server.kubeconfig" \
+  --bind-address 127.0.0.1 --secure-port "$METRICS_PORT" \
+  --tls-cert-file "$PKI/metrics-server-serving.crt" --tls-private-key-file "$PKI/metrics-server-serving.key" \
+  --kubelet-preferred-address-types InternalIP --kubelet-use-node-status-port \
+  --kubelet-certificate-authority "$PKI/ca.crt" \
+  --metric-resolution 10s --kubelet-request-timeout 5s --profiling=false
 
 # Fake nodes: kwok manages every node; capacity for NODE_PODS pods each.
 for i in $(seq 1 "$NODES"); do
@@ -352,6 +460,7 @@ metadata:
   annotations:
     kwok.x-k8s.io/node: fake
     node.alpha.kubernetes.io/ttl: "0"
+    metrics.k8s.io/resource-metrics-path: /metrics/nodes/kwok-node-$i/metrics/resource
   labels:
     kubernetes.io/hostname: kwok-node-$i
     kubernetes.io/os: linux
@@ -363,6 +472,11 @@ status:
 YAML
 done >"$DIR/kwok/nodes.yaml"
 wait_for "fake nodes created" 30 kwok kubectl apply -f "$DIR/kwok/nodes.yaml"
+# While the controllers start: metrics.k8s.io registered with the aggregator.
+wait_for "the metrics.k8s.io Service" 30 kube-apiserver \
+  api_create "$DIR" "$API_URL" /api/v1/namespaces/kube-system/services "$DIR/metrics/service.yaml"
+wait_for "the metrics.k8s.io APIService" 30 kube-apiserver \
+  api_create "$DIR" "$API_URL" /apis/apiregistration.k8s.io/v1/apiservices "$DIR/metrics/apiservice.yaml"
 
 nodes_ready() {
   [ "$(kubectl get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' |
@@ -372,8 +486,12 @@ wait_for "default service account" 60 kube-controller-manager \
   api_get "$DIR" "$API_URL" /api/v1/namespaces/default/serviceaccounts/default
 wait_for "kube-controller-manager /healthz" 30 kube-controller-manager curl -sfk "https://127.0.0.1:$KCM_PORT/healthz"
 wait_for "kube-scheduler /healthz" 30 kube-scheduler curl -sfk "https://127.0.0.1:$SCHED_PORT/healthz"
-wait_for "kwok /healthz" 30 kwok curl -sf "http://127.0.0.1:$KWOK_PORT/healthz"
+# Over TLS, as metrics-server reaches it (plain HTTP answers on the same port).
+wait_for "kwok /healthz" 30 kwok curl -sf --cacert "$PKI/ca.crt" "https://127.0.0.1:$KWOK_PORT/healthz"
 wait_for "$NODES ready nodes" 60 kwok nodes_ready
+# Through the aggregator: the APIService is Available and metrics-server answers.
+wait_for "metrics.k8s.io (metrics-server through the aggregator)" 60 metrics-server \
+  api_get "$DIR" "$API_URL" /apis/metrics.k8s.io/v1beta1/pods
 
 trap - EXIT INT TERM
 total_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))

@@ -7,6 +7,9 @@ RP_CACHE="${RP_CACHE:-$HOME/.cache/releaseplan}"
 K8S_BIN="$RP_CACHE/k8s-v$K8S_VERSION/bin"
 ETCD_BIN="$RP_CACHE/etcd-v$ETCD_VERSION/bin"
 KWOK_BIN="$RP_CACHE/kwok-v$KWOK_VERSION/bin"
+# The CRDs of kwok's ClusterResourceUsage (and the other kinds), copied from its module.
+KWOK_CRDS="$RP_CACHE/kwok-v$KWOK_VERSION/crd"
+METRICS_SERVER_BIN="$RP_CACHE/metrics-server-v$METRICS_SERVER_VERSION/bin"
 HELM_BIN="$RP_CACHE/helm-v$HELM_VERSION/bin"
 RP_HEALTH_BIN="$RP_CACHE/rp-health-v$RP_HEALTH_VERSION/bin"
 ARGO_BIN="$RP_CACHE/argo-rollouts-v$ARGO_ROLLOUTS_VERSION/bin"
@@ -14,7 +17,7 @@ TRAEFIK_BIN="$RP_CACHE/traefik-v$TRAEFIK_VERSION/bin"
 GATEWAY_CRDS="$RP_CACHE/gateway-api-crds-v$GATEWAY_API_VERSION"
 TRAEFIK_CRDS="$RP_CACHE/traefik-crds-v$TRAEFIK_VERSION"
 MONITORING_CRDS="$RP_CACHE/prometheus-operator-crds-v$PROMETHEUS_OPERATOR_VERSION"
-RP_TOOLS_PATH="$K8S_BIN:$ETCD_BIN:$KWOK_BIN:$HELM_BIN:$RP_HEALTH_BIN"
+RP_TOOLS_PATH="$K8S_BIN:$ETCD_BIN:$KWOK_BIN:$METRICS_SERVER_BIN:$HELM_BIN:$RP_HEALTH_BIN"
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 REPO_ROOT="$(cd "$E2E_DIR/.." && pwd)"
@@ -90,4 +93,13 @@ component_pid() { awk -v c="$2" '$1 == c { print $2; exit }' "$1/pids" 2>/dev/nu
 # api_get DIR URL PATH: GET URL/PATH as the cluster's admin (client cert).
 api_get() {
   curl -sf --cacert "$1/pki/ca.crt" --cert "$1/pki/admin.crt" --key "$1/pki/admin.key" "$2$3"
+}
+
+# api_create DIR URL PATH FILE: POSTs the one YAML object of FILE to URL/PATH
+# as the cluster's admin; succeeds when it is created or already exists.
+api_create() {
+  local code
+  code=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$1/pki/ca.crt" --cert "$1/pki/admin.crt" \
+    --key "$1/pki/admin.key" -X POST -H 'Content-Type: application/yaml' --data-binary "@$4" "$2$3")
+  [ "$code" = 201 ] || [ "$code" = 409 ]
 }
