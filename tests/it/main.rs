@@ -39,6 +39,7 @@ mod gated_rollout;
 mod gates;
 mod job_gates;
 mod leader;
+mod metrics_pipeline;
 mod monitoring;
 mod plugin;
 mod rollback;

@@ -10,7 +10,7 @@ use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
-use super::wait_until;
+use super::{metrics, wait_until};
 
 /// A client for the test cluster named by `KUBECONFIG`. Refuses a cluster
 /// that is not on this machine, since tests create and break things.
@@ -38,6 +38,9 @@ pub async fn client() -> Client {
 
 /// Creates a fresh namespace `<prefix>-<unique suffix>` and returns its name,
 /// once its `default` service account exists (pods can be created in it).
+/// Its pods have a simulated CPU usage of
+/// [`metrics::DEFAULT_CPU_MILLICORES`](super::metrics::DEFAULT_CPU_MILLICORES)
+/// each, which [`super::metrics::set_cpu_usage`] changes.
 pub async fn test_namespace(client: &Client, prefix: &str) -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     let nanos = SystemTime::now()
@@ -62,6 +65,15 @@ pub async fn test_namespace(client: &Client, prefix: &str) -> String {
         .create(&PostParams::default(), &namespace)
         .await
         .unwrap_or_else(|e| panic!("cannot create namespace {name}: {e}"));
+    // Every pod has a usage, so metrics-server reports every pod, and kwok
+    // logs no "no resource usage found" for each pod at every scrape. A
+    // cluster started before the metrics pipeline has no such resource (404):
+    // only the metrics tests need it.
+    match metrics::apply_usage(client, &name, metrics::DEFAULT_CPU_MILLICORES).await {
+        Ok(()) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => panic!("cannot set the CPU usage of namespace {name}: {e}"),
+    }
 
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
     wait_until(

@@ -10,7 +10,9 @@
 //! - [`fixtures`]: templates, components, plans; [`plans`]: the plans on the
 //!   cluster; [`cluster`]: client and namespaces; [`crd`]: the CRD install;
 //!   [`servers`]: a real Prometheus and local HTTP servers; [`traffic`]: a
-//!   Gateway, Traefik and a backend emulator, for real HTTP requests.
+//!   Gateway, Traefik and a backend emulator, for real HTTP requests;
+//!   [`metrics`]: the simulated CPU usage of a namespace's pods, which
+//!   metrics-server reports and the HPA controller scales on.
 //!
 //! The cluster is the one of `make test` (KUBECONFIG); see docs/control-plane.md.
 
@@ -25,6 +27,7 @@ pub mod cluster;
 pub mod crd;
 pub mod faults;
 pub mod fixtures;
+pub mod metrics;
 pub mod operator;
 pub mod plans;
 pub mod servers;
