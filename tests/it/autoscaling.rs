@@ -59,8 +59,8 @@ fn fixed(name: &str, image: &str, replicas: i32) -> Value {
     json!({"name": name, "replicas": replicas, "template": template(image)})
 }
 
-/// KEDA and `kubectl scale` write `/scale`: a paused canary grows on both
-/// revisions with the split kept, the fixed component beside it is left
+/// KEDA and `kubectl scale` write `/scale`: a paused canary grows to 7 on
+/// both revisions with the split kept, the fixed component beside it is left
 /// alone, promotion keeps the count, and status and the ComponentScale say
 /// what runs.
 #[tokio::test]
@@ -129,30 +129,31 @@ async fn scale_writes_by_a_plain_client_resize_a_paused_canary() {
         "the canary at 50% of 2",
     )
     .await;
-    // Load: the autoscaler asks for 6, in the middle of the paused canary.
-    scale_to(&client, &ns, "shop-web", 6).await;
+    // Load: the autoscaler asks for 7, in the middle of the paused canary:
+    // the new revision gets ceil(7 * 50%) = 4, the stable one the other 3.
+    scale_to(&client, &ns, "shop-web", 7).await;
     wait_split(
         &client,
         &ns,
         "shop",
-        &[("shop:2", (3, 3)), ("shop:1", (3, 3)), ("api:1", (2, 2))],
-        "both revisions at 3 of 6, the fixed component untouched",
+        &[("shop:2", (4, 4)), ("shop:1", (3, 3)), ("api:1", (2, 2))],
+        "4 and 3 of 7, the fixed component untouched",
     )
     .await;
     let p: ReleasePlan = plans::get(&client, &ns, "shop").await.unwrap();
     let s = p.status.unwrap();
     assert_eq!(s.phase, Phase::RollingOut, "still paused: {:?}", s.message);
     let web_status = s.components.iter().find(|c| c.name == "web").unwrap();
-    assert_eq!(web_status.replicas, 6);
+    assert_eq!(web_status.replicas, 7);
     let a = web_status.autoscaling.as_ref().unwrap();
     assert_eq!(
         (a.scale.as_str(), a.hpa.as_deref(), a.owns_hpa),
         ("shop-web", None, false)
     );
-    wait_until(WAIT, "the ComponentScale to count 6 pods", || async {
+    wait_until(WAIT, "the ComponentScale to count 7 pods", || async {
         let s = scales.get_opt("shop-web").await.ok()??;
         let st = s.status?;
-        (st.replicas == 6 && st.ready_replicas == 6).then_some(())
+        (st.replicas == 7 && st.ready_replicas == 7).then_some(())
     })
     .await;
 
@@ -163,8 +164,8 @@ async fn scale_writes_by_a_plain_client_resize_a_paused_canary() {
         &client,
         &ns,
         "shop",
-        &[("shop:2", (6, 6)), ("shop:1", (0, 0))],
-        "the new revision at 6 after promotion",
+        &[("shop:2", (7, 7)), ("shop:1", (0, 0))],
+        "the new revision at 7 after promotion",
     )
     .await;
     // Scaling down a settled component: no rollout, the revision follows.
