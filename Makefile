@@ -15,7 +15,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/releaseplan/cargo-target
 # Debian packages, or fails at once with the command to run. It is a recipe
 # line rather than a prerequisite so that it also comes first under make -j.
 
-## tools: build (or reuse) the pinned etcd, kubernetes, kwok, helm, rp-health and Traefik
+## tools: build (or reuse) the pinned etcd, kubernetes, kwok, metrics-server, helm, rp-health and Traefik
 ## binaries, and fetch the prometheus-operator and Gateway API CRDs
 tools:
 	e2e/build-control-plane.sh all

@@ -20,7 +20,7 @@ rm -f "$RUN_ROOT/$NAME-up.log"
 # shellcheck source=/dev/null
 . "$DIR/env"
 
-echo "warm start: /readyz after ${readyz_ms}ms, cluster ready (controllers, 3 nodes, default SA) after ${up_ms}ms"
+echo "warm start: /readyz after ${readyz_ms}ms, cluster ready (controllers, 3 nodes, default SA, metrics.k8s.io) after ${up_ms}ms"
 echo "RSS after start (VmRSS):"
 total=0
 while read -r comp pid; do
