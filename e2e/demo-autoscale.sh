@@ -10,8 +10,8 @@ cd "$(dirname "$0")/.."
 # shellcheck source=e2e/lib.sh
 . e2e/lib.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/releaseplan/cargo-target}"
-NAME="${DEMO_CLUSTER:-demo-autoscale}"
-RUN="${RP_RUN_DIR:-$PWD/.e2e-run}/$NAME"
+NAME="${DEMO_CLUSTER:-demo}-autoscale"
+RUN="$(cluster_dir "$NAME")"
 
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
