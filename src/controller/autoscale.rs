@@ -7,7 +7,7 @@
 //! status subresource. An object of the same name made by someone else is
 //! refused, never taken over.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
@@ -15,6 +15,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use tracing::{info, warn};
 
+use super::index::PlanCache;
 use super::owned::{labels, meta, write};
 use super::{Acted, Context, failed, is_not_found};
 use crate::api::scale::ComponentScale;
@@ -181,5 +182,90 @@ where
         }
         Err(e) if is_not_found(&e) => Ok(()),
         Err(e) => Err(failed(kind, name, &e)),
+    }
+}
+
+/// What of an HPA its plan reads: its spec (compared before a write) and why
+/// it cannot scale. Its status changes at each sync of the HPA controller
+/// (metric values, times); those changes need no reconcile.
+fn read_of(h: &HorizontalPodAutoscaler) -> (String, Option<String>) {
+    (
+        serde_json::to_string(&h.spec).unwrap_or_default(),
+        h.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref())
+            .and_then(hpa_message),
+    )
+}
+
+/// Whether an HPA's watch event should wake its plan: when what the plan
+/// reads of it changed, or it is gone from the cache (deleted: the plan may
+/// recreate it). `cache` is the cache the watch fills before this runs.
+pub(crate) fn hpa_changed(
+    cache: PlanCache<HorizontalPodAutoscaler>,
+) -> impl FnMut(&HorizontalPodAutoscaler) -> bool + Send + 'static {
+    let mut seen: HashMap<(String, String), (String, Option<String>)> = HashMap::new();
+    move |h| {
+        let key = (h.namespace().unwrap_or_default(), h.name_any());
+        if cache.get(&key.0, &key.1).is_none() {
+            seen.remove(&key);
+            return true;
+        }
+        let read = read_of(h);
+        seen.insert(key, read.clone()).as_ref() != Some(&read)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::autoscaling::v2::{
+        HorizontalPodAutoscalerCondition, HorizontalPodAutoscalerStatus,
+    };
+    use kube::runtime::watcher;
+
+    fn hpa(max: i32, current: i32, limited: bool) -> HorizontalPodAutoscaler {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "shop-web", "namespace": "ns",
+                "labels": {"releaseplan.io/plan": "shop", "releaseplan.io/component": "web"}},
+            "spec": {"maxReplicas": max,
+                "scaleTargetRef": {"kind": "ComponentScale", "name": "shop-web"}},
+            "status": {"currentReplicas": current, "desiredReplicas": current}
+        }))
+        .map(|mut h: HorizontalPodAutoscaler| {
+            if limited {
+                h.status = Some(HorizontalPodAutoscalerStatus {
+                    conditions: Some(vec![HorizontalPodAutoscalerCondition {
+                        type_: "ScalingLimited".into(),
+                        status: "True".into(),
+                        reason: Some("TooManyReplicas".into()),
+                        ..Default::default()
+                    }]),
+                    ..h.status.unwrap_or_default()
+                });
+            }
+            h
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn an_hpa_wakes_its_plan_only_when_what_the_plan_reads_changes() {
+        let cache = PlanCache::default();
+        let mut writer = cache.writer();
+        let mut changed = hpa_changed(cache.clone());
+        let mut see = |h: HorizontalPodAutoscaler| {
+            writer.apply(&watcher::Event::Apply(h.clone()));
+            changed(&h)
+        };
+        assert!(see(hpa(5, 2, false)), "first seen");
+        assert!(!see(hpa(5, 3, false)), "a status sync alone");
+        assert!(see(hpa(5, 3, true)), "now limited");
+        assert!(see(hpa(6, 3, true)), "its spec changed");
+        assert!(!see(hpa(6, 4, true)));
+        // Deleted: gone from the cache, the plan is woken.
+        let h = hpa(6, 4, true);
+        writer.apply(&watcher::Event::Delete(h.clone()));
+        assert!(changed(&h));
     }
 }

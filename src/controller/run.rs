@@ -107,6 +107,12 @@ pub async fn run(
     let (services, service_stream) = owned.watch(trim::service);
     let (scales, scale_stream) = owned.watch(trim::scale);
     let (hpas, hpa_stream) = owned.watch(trim::hpa);
+    // The HPA controller writes status at every sync: only what the plan
+    // reads wakes it.
+    let hpa_stream = hpa_stream.filter({
+        let mut changed = super::autoscale::hpa_changed(hpas.clone());
+        move |r| std::future::ready(r.as_ref().map_or(true, &mut changed))
+    });
     // Routes only of the routers the cluster serves.
     let (routes, route_wakes) = super::router::watch(&owned, &settings.routers);
     // Only ours (StatefulSets and DaemonSets keep theirs too): by the plan label.
