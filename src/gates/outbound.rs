@@ -47,13 +47,16 @@ pub enum AddressClass {
 
 /// Instance metadata services that are not link-local (and the link-local
 /// ones, named for clearer messages).
-const METADATA_V4: [Ipv4Addr; 3] = [
+const METADATA_V4: [Ipv4Addr; 4] = [
     // AWS, GCP, Azure, OpenStack, DigitalOcean...
     Ipv4Addr::new(169, 254, 169, 254),
     // AWS ECS task metadata and credentials.
     Ipv4Addr::new(169, 254, 170, 2),
     // Alibaba Cloud (not link-local).
     Ipv4Addr::new(100, 100, 100, 200),
+    // Azure's WireServer (not link-local): the VM agent's channel, which
+    // hands out extension settings and certificates.
+    Ipv4Addr::new(168, 63, 129, 16),
 ];
 /// AWS's IPv6 instance metadata address, fd00:ec2::254.
 const METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
@@ -544,6 +547,8 @@ mod tests {
             "169.254.169.254",
             "169.254.170.2",
             "100.100.100.200",
+            "168.63.129.16",
+            "::ffff:168.63.129.16",
             "fd00:ec2::254",
             "::ffff:169.254.169.254",
             "64:ff9b::a9fe:a9fe",
@@ -706,6 +711,17 @@ mod tests {
             redact("http://127.0.0.1:1/hook?k=v"),
             "http://127.0.0.1:1/hook"
         );
+        // Path tokens: the first segment only.
+        assert_eq!(
+            redact("https://hooks.slack.com/services/T0001/B0002/XXXXsecretXXXX"),
+            "https://hooks.slack.com/services/…"
+        );
+        assert_eq!(
+            redact("http://127.0.0.1:9090/api/v1/query?query=up"),
+            "http://127.0.0.1:9090/api/…"
+        );
+        assert_eq!(redact("http://h/hook/"), "http://h/hook/");
+        assert_eq!(redact("http://h/"), "http://h/");
         assert_eq!(redact("not a url?token=x"), "not a url");
         assert_eq!(redact("weird://u:p@host?x"), "weird://host");
         assert_eq!(redact("://u:p@h/p#x"), "h/p");

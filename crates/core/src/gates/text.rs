@@ -6,8 +6,11 @@ use url::Url;
 /// Longest redacted URL repeated in a message.
 pub const MAX_URL_CHARS: usize = 200;
 
-/// A URL safe to repeat in status, Events and logs: without userinfo, query
-/// and fragment (where tokens live), and at most 200 characters.
+/// A URL safe to repeat in status, Events and logs: scheme, host and port,
+/// and the first path segment, nothing else. Tokens live in userinfo, query
+/// and fragment, and in paths too (a Slack-style webhook is
+/// `/services/T000/B000/XXXX`): a path of more segments keeps the first and
+/// ends in `/…`. At most 200 characters.
 pub fn redact(url: &str) -> String {
     let out = if let Ok(mut u) = Url::parse(url.trim()) {
         // Both fail only for URLs without a host, which have no userinfo.
@@ -15,7 +18,11 @@ pub fn redact(url: &str) -> String {
         let _ = u.set_password(None);
         u.set_query(None);
         u.set_fragment(None);
-        u.to_string()
+        let mut segments = u.path_segments().into_iter().flatten();
+        match (segments.next(), segments.any(|s| !s.is_empty())) {
+            (Some(first), true) => format!("{}/{first}/…", &u[..url::Position::BeforePath]),
+            _ => u.to_string(),
+        }
     } else {
         // Not a URL: keep what is before `?` and `#`, drop anything up to an `@`.
         let head = url.split(['?', '#']).next().unwrap_or_default();
