@@ -572,3 +572,95 @@ async fn a_failing_job_template_gate_rolls_back() {
         .await
         .unwrap();
 }
+
+/// A tenant cannot get a privileged or host-network pod through the
+/// operator: a plan's Job gate past the baseline Pod Security Standard is an
+/// invalid spec naming the field, a namespaced GateTemplate's is an invalid
+/// template, and neither ever becomes a Job; a ClusterGateTemplate, which a
+/// cluster administrator writes, still runs its Job as written.
+#[tokio::test]
+async fn a_tenants_job_gate_pod_meets_the_baseline_pod_security_standard() {
+    let (Harness { client, ns }, _op) = Harness::with_operator("job-pss").await;
+    let mut gate = smoke("succeed", "1s", 120);
+    gate["template"]["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
+        json!({"privileged": true});
+    create(&client, &ns, &plan("shop", spec("shop:1", gate))).await;
+    let p = wait_until(JOB_WAIT, "the plan to be an invalid spec", || async {
+        let p = plans::get(&client, &ns, "shop").await?;
+        let (status, reason, message) = plans::condition(&p, "Stalled")?;
+        (status == "True" && reason == "InvalidSpec").then_some(message)
+    })
+    .await;
+    assert!(
+        p.contains("spec.health.gates[0].job.template.spec.template.spec.containers[0].securityContext.privileged: a privileged container is not allowed in a Job gate's pod"),
+        "{p}"
+    );
+
+    // The same through a namespaced GateTemplate, with the host's network.
+    let mut tenant = job_template("GateTemplate", "tenant-smoke", "succeed");
+    tenant["spec"]["job"]["template"]["spec"]["template"]["spec"]["hostNetwork"] = json!(true);
+    let mut admin = job_template(
+        "ClusterGateTemplate",
+        &format!("{ns}-admin-smoke"),
+        "succeed",
+    );
+    admin["spec"]["job"]["template"]["spec"]["template"]["spec"]["hostNetwork"] = json!(true);
+    let tenant: GateTemplate = serde_json::from_value(tenant).unwrap();
+    let admin: ClusterGateTemplate = serde_json::from_value(admin).unwrap();
+    Api::<GateTemplate>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &tenant)
+        .await
+        .unwrap();
+    Api::<ClusterGateTemplate>::all(client.clone())
+        .create(&PostParams::default(), &admin)
+        .await
+        .unwrap();
+    let reference = |kind: &str, name: &str| {
+        json!({"name": "smoke", "templateRef": {"kind": kind, "name": name},
+            "args": {"suite": "smoke"}})
+    };
+    let admin_ref = reference("ClusterGateTemplate", &format!("{ns}-admin-smoke"));
+    create(
+        &client,
+        &ns,
+        &plan("cart", template_spec("cart:1", admin_ref.clone())),
+    )
+    .await;
+    wait_phase(&client, &ns, "cart", Phase::Stable, JOB_WAIT).await;
+    plans::patch_spec(
+        &client,
+        &ns,
+        "cart",
+        template_spec("cart:2", reference("GateTemplate", "tenant-smoke")),
+    )
+    .await;
+    let message = wait_until(JOB_WAIT, "the tenant's template to be refused", || async {
+        let p = plans::get(&client, &ns, "cart").await?;
+        let (status, reason, message) = plans::condition(&p, "Stalled")?;
+        (status == "True" && reason == "GateTemplateInvalid").then_some(message)
+    })
+    .await;
+    assert!(
+        message.contains("job.template.spec.template.spec.hostNetwork: the node's network namespace is not allowed in a Job gate's pod"),
+        "{message}"
+    );
+    let cart_jobs = jobs(&client, &ns, "cart").await;
+    assert!(
+        jobs(&client, &ns, "shop").await.is_empty() && cart_jobs.iter().all(|j| j.0 != "2"),
+        "no Job was created for the tenant's gates: {cart_jobs:?}"
+    );
+
+    // The administrator's template runs its Job.
+    plans::patch_spec(&client, &ns, "cart", template_spec("cart:3", admin_ref)).await;
+    let p = settled(&client, &ns, "cart").await;
+    assert_eq!(p.status.unwrap().phase, Phase::Stable);
+    assert!(
+        jobs(&client, &ns, "cart").await.iter().any(|j| j.0 == "3"),
+        "the admin's Job ran: {:?}",
+        jobs(&client, &ns, "cart").await
+    );
+    Api::<ClusterGateTemplate>::all(client.clone())
+        .delete(&format!("{ns}-admin-smoke"), &DeleteParams::default())
+        .await
+        .unwrap();
+}

@@ -38,6 +38,13 @@ pub struct JobGateSpec {
 }
 
 impl JobGateSpec {
+    /// What the baseline Pod Security Standard refuses in the Job's pod (the
+    /// path below the pod spec, and why); `None` when it meets it.
+    pub fn pod_security(&self) -> Option<(String, String)> {
+        let pod = self.template.spec.as_ref()?.template.spec.as_ref()?;
+        super::pod_security::baseline(pod)
+    }
+
     /// Parses a gate of the spec; the error names the field under the gate.
     pub fn parse(g: &JobGate) -> Result<JobGateSpec, (String, String)> {
         let template: JobTemplateSpec = serde_json::from_value(g.check.template.clone())

@@ -11,6 +11,7 @@
 
 pub mod access;
 pub mod job;
+pub mod pod_security;
 pub mod pods;
 pub mod prometheus;
 pub mod template;

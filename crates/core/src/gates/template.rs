@@ -126,7 +126,21 @@ pub fn resolve(
             });
             continue;
         };
-        match instantiate(r, content) {
+        // A namespaced GateTemplate is a tenant's, as the plan is: its Job's
+        // pod meets the baseline Pod Security Standard.
+        let instantiated = instantiate(r, content).and_then(|gate| match &gate {
+            TemplateGate::Job(j) if r.template_ref.kind == TemplateKind::GateTemplate => {
+                match j.pod_security() {
+                    Some((field, why)) => Err(format!(
+                        "job.template.spec.template.spec.{field}: {}",
+                        super::pod_security::refusal(&why)
+                    )),
+                    None => Ok(gate),
+                }
+            }
+            _ => Ok(gate),
+        });
+        match instantiated {
             Ok(gate) => out.gates.push(ResolvedTemplateGate {
                 gate,
                 record: ResolvedGate {
@@ -740,6 +754,41 @@ mod tests {
         status.resolved_gates = vec![record.clone()];
         let again = resolve(&[r], &status, &[]);
         assert_eq!(again.gates, res.gates);
+    }
+
+    #[test]
+    fn a_tenants_job_template_meets_the_baseline_pod_security_an_administrators_need_not() {
+        let mut t = load_test();
+        t["spec"]["template"]["spec"]["hostNetwork"] = json!(true);
+        let observed = |kind| ObservedTemplate {
+            kind,
+            name: "load".into(),
+            generation: Some(1),
+            spec: job_template(t.clone()),
+        };
+        let mut r = reference("load", "load", &[("target", "web"), ("tag", "1")]);
+        r.template_ref.kind = TemplateKind::GateTemplate;
+        let res = resolve(
+            std::slice::from_ref(&r),
+            &rolling(3, 1),
+            &[observed(TemplateKind::GateTemplate)],
+        );
+        assert!(res.gates.is_empty());
+        assert_eq!(res.problems[0].kind, ProblemKind::Invalid);
+        assert!(
+            res.problems[0]
+                .message
+                .contains("job.template.spec.template.spec.hostNetwork: the node's network namespace is not allowed in a Job gate's pod"),
+            "{}",
+            res.problems[0].message
+        );
+        r.template_ref.kind = TemplateKind::ClusterGateTemplate;
+        let res = resolve(
+            &[r],
+            &rolling(3, 1),
+            &[observed(TemplateKind::ClusterGateTemplate)],
+        );
+        assert!(res.problems.is_empty(), "{:?}", res.problems);
     }
 
     #[test]

@@ -81,9 +81,16 @@ pub fn check_spec(spec: &ReleasePlanSpec) -> Result<Checked, SpecError> {
     let mut jobs = Vec::new();
     for at in &entries {
         if let GateEntry::Job(g) = &at.entry {
-            jobs.push(
-                JobGateSpec::parse(g).map_err(|(field, message)| err(at.field(&field), message))?,
-            );
+            let job =
+                JobGateSpec::parse(g).map_err(|(field, message)| err(at.field(&field), message))?;
+            if let Some((field, why)) = job.pod_security() {
+                let field = format!("template.spec.template.spec.{field}");
+                return Err(err(
+                    at.field(&field),
+                    crate::gates::pod_security::refusal(&why),
+                ));
+            }
+            jobs.push(job);
         }
     }
     Ok(Checked {

@@ -1656,6 +1656,18 @@ mod job_gates {
         s
     }
 
+    #[test]
+    fn a_job_gate_pod_past_the_baseline_pod_security_is_an_invalid_spec() {
+        let mut s = job_spec(60);
+        s.health.jobs[0].check.template["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
+            json!({"privileged": true});
+        let e = Target::from_spec(&s).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "spec.health.jobs[0].template.spec.template.spec.containers[0].securityContext.privileged: a privileged container is not allowed in a Job gate's pod: plans' and GateTemplates' Job gates run at the baseline Pod Security Standard; a ClusterGateTemplate, which cluster administrators write, may run such a pod"
+        );
+    }
+
     /// Finishes every running Job with `state`.
     fn finish(sim: &mut Sim, state: &JobState) {
         for j in &mut sim.jobs {
