@@ -18,19 +18,11 @@ use tracing::{info, warn};
 use super::index::PlanCache;
 use super::owned::{labels, meta, write};
 use super::{Acted, Context, failed, is_not_found};
+use crate::api::cached::Labelled as _;
 use crate::api::scale::ComponentScale;
 use crate::api::{LABEL_COMPONENT, ReleasePlan};
 use crate::objects::autoscaling;
 use crate::plan::autoscale::{AutoscalerIntent, ScaleIntent, ScaleObs, ScaleState, hpa_message};
-
-/// The component a cached object was made for.
-fn component_of<K: kube::Resource>(o: &K) -> Option<&str> {
-    o.meta()
-        .labels
-        .as_ref()?
-        .get(LABEL_COMPONENT)
-        .map(String::as_str)
-}
 
 /// The autoscaling objects of a plan, as cached, by component.
 pub(crate) fn observe(
@@ -43,12 +35,12 @@ pub(crate) fn observe(
         ..ScaleObs::default()
     };
     for s in scales {
-        if let Some(c) = component_of(s.as_ref()) {
+        if let Some(c) = s.label(LABEL_COMPONENT) {
             seen.entry(c).or_insert_with(|| entry(c)).replicas = Some(s.spec.replicas);
         }
     }
     for h in hpas {
-        if let Some(c) = component_of(h.as_ref()) {
+        if let Some(c) = h.label(LABEL_COMPONENT) {
             let e = seen.entry(c).or_insert_with(|| entry(c));
             e.hpa = true;
             e.hpa_message = h
