@@ -88,6 +88,11 @@ struct Args {
     /// else `default`).
     #[arg(long, env = "RELEASEPLAN_GATE_CREDENTIALS_NAMESPACE")]
     gate_credentials_namespace: Option<String>,
+    /// Version the ConfigMaps and Secrets pod templates reference with each
+    /// revision (needs list and watch on them); false reads every reference
+    /// live, as a plain Deployment does.
+    #[arg(long, env = "RELEASEPLAN_CONFIG_VERSIONING", default_value_t = true, action = clap::ArgAction::Set)]
+    config_versioning: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -246,6 +251,7 @@ async fn run(args: Args) -> Result<(), MainError> {
             .clone()
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
             .unwrap_or_else(|| "default".into()),
+        config_versioning: args.config_versioning,
         shard: None,
     };
     if args.leader_election {

@@ -74,6 +74,8 @@ pub(crate) struct Outcome {
     recorded: Result<(), Error>,
     /// Pruning the templates of deleted revisions.
     pruned: Result<(), Error>,
+    /// Copying and pruning config.
+    config: Result<(), Error>,
 }
 
 impl Outcome {
@@ -82,7 +84,7 @@ impl Outcome {
         if let Some(r) = &self.refusal {
             return Err(of_refusal(r));
         }
-        self.recorded.and(self.pruned)
+        self.config.and(self.recorded).and(self.pruned)
     }
 }
 
@@ -98,12 +100,22 @@ pub(crate) async fn run(
     decision: &Decision,
 ) -> Outcome {
     let ns = &seen.ns;
+    // Config first: a revision's Deployment is created only once the copies
+    // its pods read exist.
+    let (waiting, config) = match &seen.obs.target {
+        Ok(t) => {
+            let carried_by = super::config::carried_by(t);
+            super::config::act(ctx, plan, ns, &decision.config, &carried_by).await
+        }
+        Err(_) => (std::collections::BTreeSet::default(), Ok(())),
+    };
     let recorded = if seen.obs.deleting {
         Ok(())
     } else {
         store_templates(ctx, plan, ns, decision).await
     };
-    let acted = match deployments(ctx, plan, ns, &seen.owned, &seen.stored, decision).await {
+    let written = (&seen.owned[..], &seen.stored[..]);
+    let acted = match deployments(ctx, plan, ns, written, &waiting, decision).await {
         Acted::Done => super::traffic::act(ctx, plan, ns, &seen.services, &decision.traffic).await,
         other => other,
     };
@@ -119,18 +131,21 @@ pub(crate) async fn run(
             namespace_terminating: false,
             recorded,
             pruned: prune_templates(ctx, ns, &seen.owned, &seen.stored, decision).await,
+            config,
         },
         Acted::Refused(r) => Outcome {
             refusal: Some(r),
             namespace_terminating: false,
             recorded,
             pruned: Ok(()),
+            config,
         },
         Acted::NamespaceTerminating => Outcome {
             refusal: None,
             namespace_terminating: true,
             recorded: Ok(()),
             pruned: Ok(()),
+            config: Ok(()),
         },
     }
 }
@@ -155,13 +170,15 @@ pub(crate) async fn jobs(
     done
 }
 
-/// Applies the Deployment intents and deletions that differ from the cluster.
+/// Applies the Deployment intents and deletions that differ from the cluster;
+/// a new Deployment of a component in `waiting` (its config copies are not
+/// there yet) is not created.
 pub(crate) async fn deployments(
     ctx: &Context,
     plan: &ReleasePlan,
     ns: &str,
-    owned: &[Arc<CachedDeployment>],
-    stored: &[Arc<CachedRevision>],
+    (owned, stored): (&[Arc<CachedDeployment>], &[Arc<CachedRevision>]),
+    waiting: &std::collections::BTreeSet<String>,
     decision: &Decision,
 ) -> Acted {
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
@@ -192,6 +209,9 @@ pub(crate) async fn deployments(
                     Err(e) => return failed_write(&intent.name, &e),
                 }
             }
+            continue;
+        }
+        if observed.is_none() && waiting.contains(&intent.component) {
             continue;
         }
         let template = match (&intent.template, observed) {

@@ -42,6 +42,8 @@ pub struct Settings {
     pub gate_credentials_namespace: String,
     /// The shard this process serves; all plans when None.
     pub shard: Option<Shard>,
+    /// Version referenced ConfigMaps and Secrets with each revision.
+    pub config_versioning: bool,
 }
 
 /// Shared state of all reconciles.
@@ -73,6 +75,8 @@ pub struct Context {
     pub gates: Arc<GateRunner>,
     /// Caches of the GateTemplates and ClusterGateTemplates plans refer to.
     pub gate_templates: templates::TemplateCaches,
+    /// Caches of ConfigMaps and Secrets (digests only) and the plans' copies.
+    pub config: super::config::ConfigCaches,
     /// What `/healthz` reads.
     pub liveness: Arc<Liveness>,
     /// Plans waiting for their reconcile (metrics only).
@@ -156,6 +160,7 @@ impl Context {
             && self.scales.synced()
             && self.hpas.synced()
             && self.routes.synced()
+            && self.config.synced()
     }
 
     /// Drops everything kept about a plan whose deletion proceeds.

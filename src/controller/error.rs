@@ -55,6 +55,17 @@ pub enum Error {
         /// The API server's answer.
         source: kube::Error,
     },
+    /// A copy of a ConfigMap or Secret could not be written or deleted. The
+    /// revision that reads it waits (its Deployment is not created); the
+    /// reconcile is retried with backoff. The message names the copy, never
+    /// its content.
+    #[error("{name} (a copy of config released with the plan) could not be written: {source}")]
+    Config {
+        /// Kind and name of the copy.
+        name: String,
+        /// The API server's answer.
+        source: kube::Error,
+    },
     /// The reconcile panicked (a bug, ours or a dependency's). Caught so
     /// that one plan cannot take the process and every other plan down; it
     /// is retried with backoff and reported like any failure.
@@ -65,7 +76,7 @@ pub enum Error {
 impl Error {
     /// Every [`Error::kind`]: the failures metric exports each at 0 from the
     /// start, so `rate()` and `increase()` see the first failure of a kind.
-    pub const KINDS: [&'static str; 11] = [
+    pub const KINDS: [&'static str; 12] = [
         "api",
         "transport",
         "unavailable",
@@ -76,6 +87,7 @@ impl Error {
         "refused",
         "template",
         "job",
+        "config",
         "panic",
     ];
 
@@ -96,6 +108,7 @@ impl Error {
             Error::Refused(_) => "refused",
             Error::Template { .. } => "template",
             Error::Job { .. } => "job",
+            Error::Config { .. } => "config",
             Error::Panic(_) => "panic",
         }
     }
@@ -193,6 +206,10 @@ mod tests {
             },
             Error::Job {
                 name: "j".into(),
+                source: kube::Error::LinesCodecMaxLineLengthExceeded,
+            },
+            Error::Config {
+                name: "ConfigMap c".into(),
                 source: kube::Error::LinesCodecMaxLineLengthExceeded,
             },
             Error::Panic("boom".into()),

@@ -12,6 +12,7 @@
 
 mod act;
 mod autoscale;
+pub mod config;
 mod context;
 pub use releaseplan_core::objects::{controller_revision, deployment};
 mod error;

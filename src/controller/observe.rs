@@ -114,7 +114,18 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
     let scales = plan_objects(&ctx.scales, &ns, &name, &uid);
     let hpas = plan_objects(&ctx.hpas, &ns, &name, &uid);
     let scale_obs = super::autoscale::observe(&scales, &hpas);
-    let target = target.map(|t| t.with_scales(&scale_obs));
+    let config = super::config::observe(ctx, plan, &ns, &owned, &stored);
+    // The template each component's revision runs: the spec's, its config
+    // references pointed at their copies.
+    let (target, templates) = match target {
+        Ok(t) => {
+            let (t, templates) = t
+                .with_scales(&scale_obs)
+                .with_config(&name, &plan.spec, &status, &config);
+            (Ok(t), templates)
+        }
+        Err(e) => (Err(e), BTreeMap::new()),
+    };
     let obs = Observation {
         plan: name.clone(),
         now: Utc::now(),
@@ -127,17 +138,12 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         jobs: observe_jobs(ctx, &key, &ns, &name, &uid),
         traffic,
         scales: scale_obs,
+        config,
         request,
         invalid_request,
         refusal: ctx.memory.read(&key, |m| m.refusal.clone()).flatten(),
         deleting: plan.metadata.deletion_timestamp.is_some(),
     };
-    let templates = plan
-        .spec
-        .components
-        .iter()
-        .map(|c| (c.name.clone(), c.template.clone()))
-        .collect();
     Ok(Seen {
         key,
         ns,

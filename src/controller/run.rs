@@ -135,6 +135,15 @@ pub async fn run(
     );
     let (gate_templates, template_wake) =
         templates::watch(&client, ns, &liveness, plan_store.clone());
+    let (config, config_wake) = if settings.config_versioning {
+        let (caches, wakes) = super::config::watch(&client, ns, &liveness, plan_store.clone());
+        (caches, wakes.boxed())
+    } else {
+        (
+            super::config::ConfigCaches::empty(),
+            futures::stream::empty().boxed(),
+        )
+    };
     let (events, publisher) = Events::start(client.clone(), reporter, Arc::clone(&metrics));
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -150,6 +159,7 @@ pub async fn run(
         metrics,
         gates,
         gate_templates,
+        config,
         liveness,
         queue: Arc::clone(&queue),
         memory: Memory::default(),
@@ -208,6 +218,12 @@ pub async fn run(
         .reconcile_on({
             let wake = wakes(&queue);
             template_wake.filter_map(move |r| futures::future::ready(wake(Some(r))))
+        })
+        // A ConfigMap or Secret that changes wakes the plans that read it (a
+        // new revision), and a copy that appears or goes wakes its plan.
+        .reconcile_on({
+            let wake = wakes(&queue);
+            config_wake.filter_map(move |r| futures::future::ready(wake(Some(r))))
         })
         .trigger_backoff(watch_backoff())
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))

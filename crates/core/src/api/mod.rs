@@ -8,6 +8,7 @@
 
 pub mod access;
 pub mod cached;
+pub mod config;
 pub mod gate;
 pub mod gateway;
 pub mod kind_gates;
@@ -213,6 +214,14 @@ pub struct Component {
     /// Service, and with `gatewayAPI` an HTTPRoute whose weights follow the steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traffic: Option<Traffic>,
+
+    /// How the ConfigMaps and Secrets the template references are released. By default
+    /// each is versioned with the revision: a content change starts a rollout, and each
+    /// revision's pods read an immutable copy `<name>-<hash>` the operator owns, so a
+    /// rollback or `undo` returns to the revision's config. `live` lists references
+    /// read live instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<config::ComponentConfig>,
 }
 
 impl Component {
@@ -904,6 +913,10 @@ pub struct ComponentStatus {
     /// autoscaler's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<ComponentAutoscaling>,
+    /// The ConfigMaps and Secrets the spec's revision reads: names, content digests and
+    /// the immutable copies its pods read (never a value).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub config: Vec<config::CarriedConfig>,
 }
 
 /// The autoscaling of one component, as observed.

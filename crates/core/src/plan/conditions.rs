@@ -90,6 +90,40 @@ pub fn invalid_spec(obs: &Observation, e: &SpecError) -> Vec<Condition> {
     )
 }
 
+/// Conditions of a plan held because config it references is missing: not
+/// ready and not stalled (it goes on by itself when the object appears, as
+/// when a GitOps tool applies the plan before its ConfigMap).
+pub fn config_missing(obs: &Observation, msg: &str) -> Vec<Condition> {
+    let was = |t: &str| {
+        obs.status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == t && c.status == "True")
+    };
+    let rolling_back = was(ROLLBACK_IN_PROGRESS);
+    finish(
+        obs,
+        Some(obs.generation),
+        vec![
+            cond(READY, false, R::ConfigMissing, msg.to_string()),
+            cond(RECONCILING, true, R::ConfigMissing, msg.to_string()),
+            cond(STALLED, false, R::ConfigMissing, "waiting for config"),
+            cond(PROGRESSING, true, R::ConfigMissing, msg.to_string()),
+            cond(
+                ROLLBACK_IN_PROGRESS,
+                rolling_back,
+                R::ConfigMissing,
+                if rolling_back {
+                    "rollback held until the config exists"
+                } else {
+                    "no rollback"
+                },
+            ),
+            cond(PAUSED, false, R::ConfigMissing, "not paused"),
+        ],
+    )
+}
+
 /// Conditions for the next status.
 // One condition after another, each a match over the same facts: split, they would each repeat the facts.
 #[allow(clippy::too_many_lines)]

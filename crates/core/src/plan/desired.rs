@@ -349,6 +349,11 @@ pub fn component_status(
                 stable_replicas: want_of(&c.stable_hash),
                 stable_ready: ready_of(&c.stable_hash),
                 autoscaling: super::autoscale::component_autoscaling(obs, target, &c.name),
+                // What the spec's revision reads; a component the spec no
+                // longer has keeps what it recorded.
+                config: target
+                    .component(&c.name)
+                    .map_or_else(|| c.config.clone(), |t| t.config.clone()),
             }
         })
         .collect()

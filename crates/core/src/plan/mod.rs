@@ -14,6 +14,7 @@
 
 pub mod autoscale;
 pub mod conditions;
+pub mod config;
 pub mod desired;
 pub mod machine;
 pub mod observation;
@@ -110,6 +111,9 @@ pub struct Decision {
     /// ComponentScales and owned HPAs of autoscaled components (empty when the
     /// spec cannot be acted on: nothing is deleted then).
     pub scales: Vec<autoscale::ScaleIntent>,
+    /// Copies of ConfigMaps and Secrets to create (before the Deployments
+    /// that read them) and to delete.
+    pub config: config::ConfigIntents,
     /// Events to record.
     pub events: Vec<EventIntent>,
     /// Look again after this long even if nothing changes.
@@ -139,11 +143,17 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
         Ok(t) => t,
         Err(e) => return invalid_spec(obs, e),
     };
+    if !target.config_missing.is_empty() {
+        return held_for_config(obs, target);
+    }
     let facts = machine::Facts::gather(obs, target);
     let (phase, cause) = machine::run(obs.status.phase, &facts);
     let mut status = apply_cause(obs, target, &facts, phase, &cause);
     let (deployments, delete) = desired::intents(obs, target, &status, templates);
     status.components = desired::component_status(obs, target, &status, &deployments);
+    let carried: Vec<&crate::api::config::CarriedConfig> =
+        target.components.iter().flat_map(|c| &c.config).collect();
+    let config = config::intents(&obs.config, &carried, status.phase, obs.deleting);
     let traffic = traffic::intents(obs, target, &status);
     let scales = autoscale::intents(obs, target, &status);
     status.traffic_weight = traffic::weight(&traffic, &status);
@@ -209,10 +219,49 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
         jobs,
         traffic,
         scales,
+        config,
         events,
         requeue_after,
         finalize,
         transition: cause,
+    }
+}
+
+/// A referenced ConfigMap or Secret does not exist: nothing is created or
+/// scaled (a revision whose pods cannot start is never rolled out), status
+/// names what is missing, and the watch of ConfigMaps and Secrets brings the
+/// plan back when it appears.
+fn held_for_config(obs: &Observation, target: &Target) -> Decision {
+    let missing: Vec<String> = target
+        .config_missing
+        .iter()
+        .map(|(component, (kind, name))| {
+            format!("{kind} {name:?} (referenced by component {component:?})")
+        })
+        .collect();
+    let msg = format!(
+        "waiting for {} to exist: the plan holds until then",
+        missing.join(", ")
+    );
+    let mut status = obs.status.clone();
+    status.observed_generation = Some(obs.generation);
+    status.message = Some(msg.clone());
+    status.conditions = conditions::config_missing(obs, &msg);
+    let mut events = Vec::new();
+    if obs.status.message.as_deref() != Some(msg.as_str()) {
+        events.push(EventIntent {
+            type_: EventType::Warning,
+            reason: EventReason::ConfigMissing,
+            message: msg,
+        });
+    }
+    events.extend(invalid_request(obs, &mut status));
+    Decision {
+        status,
+        events,
+        // Nothing the plan runs depends on an object that never existed.
+        finalize: obs.deleting,
+        ..Decision::default()
     }
 }
 
@@ -358,6 +407,7 @@ fn invalid_spec(obs: &Observation, e: &SpecError) -> Decision {
         // Services and routes stay as they are.
         traffic: Vec::new(),
         scales: Vec::new(),
+        config: config::ConfigIntents::default(),
         events,
         requeue_after: None,
         // A plan whose spec is broken holds no rollout worth protecting.

@@ -3,8 +3,10 @@
 //! verdicts, the time, a pending request), as the controller read them.
 
 use super::autoscale::ScaleObs;
+use super::config;
 use super::steps::{CurrentStep, Step};
 use super::{InvalidRequest, Request, SpecError, spec, traffic};
+use crate::api::config::CarriedConfig;
 use crate::api::template::ResolvedGate;
 use crate::api::{Autoscaling, DEFAULT_SCALE_DOWN_DELAY_SECONDS, GateStatus};
 use crate::api::{LABEL_COMPONENT, LABEL_REVISION, ReleasePlanSpec, ReleasePlanStatus, revision};
@@ -14,6 +16,7 @@ use crate::gates::template::TemplateProblem;
 use crate::gates::template::{Resolution, TemplateGate};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -35,6 +38,8 @@ pub struct TargetComponent {
     pub traffic: Option<traffic::TrafficTarget>,
     /// Autoscaling (`autoscaling`), when set.
     pub autoscaling: Option<Autoscaling>,
+    /// The ConfigMaps and Secrets the revision reads ([`Target::with_config`]).
+    pub config: Vec<CarriedConfig>,
 }
 
 /// The spec, validated and digested into what the machine needs.
@@ -70,6 +75,9 @@ pub struct Target {
     pub template_gates: Vec<ResolvedGate>,
     /// Template gates that cannot run: they hold the step, and the plan is Stalled.
     pub template_problems: Vec<TemplateProblem>,
+    /// Referenced ConfigMaps and Secrets that do not exist, by component: the
+    /// plan holds until they do.
+    pub config_missing: Vec<(String, config::ConfigRef)>,
 }
 
 impl Target {
@@ -91,6 +99,7 @@ impl Target {
                 spec_replicas: c.spec_replicas(),
                 traffic: c.traffic.as_ref().map(traffic::TrafficTarget::of),
                 autoscaling: c.autoscaling.clone(),
+                config: Vec::new(),
             })
             .collect();
         let revision = revision::plan_revision(
@@ -118,7 +127,61 @@ impl Target {
             gate_components,
             template_gates: Vec::new(),
             template_problems: Vec::new(),
+            config_missing: Vec::new(),
         })
+    }
+
+    /// Versions each component's config ([`config::version`]): a component
+    /// whose template references ConfigMaps or Secrets gets the hash of the
+    /// template pointed at their copies, so the content is part of the
+    /// revision. Returns the template each component's revision runs.
+    #[must_use]
+    pub fn with_config(
+        mut self,
+        plan: &str,
+        spec: &ReleasePlanSpec,
+        status: &ReleasePlanStatus,
+        seen: &config::ConfigObservation,
+    ) -> (Target, BTreeMap<String, PodTemplateSpec>) {
+        let mut templates = BTreeMap::new();
+        for (c, t) in spec.components.iter().zip(self.components.iter_mut()) {
+            let recorded = status.components.iter().find(|s| s.name == c.name);
+            let v = config::version(
+                plan,
+                c,
+                seen,
+                recorded.map_or(&[][..], |s| s.config.as_slice()),
+            );
+            self.config_missing
+                .extend(v.missing.iter().map(|m| (c.name.clone(), m.clone())));
+            match &v.template {
+                Some(rewritten) if !config::keeps_unversioned(recorded, &t.hash, &v) => {
+                    t.hash = revision::template_hash(rewritten);
+                    templates.insert(c.name.clone(), rewritten.clone());
+                    t.config = v.carried;
+                }
+                _ => {
+                    templates.insert(c.name.clone(), c.template.clone());
+                    // Read in place: nothing is copied for this revision.
+                    t.config = v
+                        .carried
+                        .into_iter()
+                        .map(|mut k| {
+                            if v.template.is_some() {
+                                k.copy = None;
+                            }
+                            k
+                        })
+                        .collect();
+                }
+            }
+        }
+        self.revision = revision::plan_revision(
+            self.components
+                .iter()
+                .map(|c| (c.name.as_str(), c.hash.as_str())),
+        );
+        (self, templates)
     }
 
     /// Adds the plan's template gates, resolved by
@@ -324,6 +387,9 @@ pub struct Observation {
     /// The ComponentScales and owned HPAs of autoscaled components (their
     /// replicas are already in the target: [`Target::with_scales`]).
     pub scales: Vec<ScaleObs>,
+    /// The referenced ConfigMaps and Secrets and the plan's copies (already
+    /// in the target: [`Target::with_config`]).
+    pub config: config::ConfigObservation,
     /// A request not yet acknowledged.
     pub request: Option<Request>,
     /// A request annotation not yet acknowledged that is not a valid request.

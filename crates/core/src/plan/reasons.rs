@@ -83,6 +83,9 @@ reasons! {
         GateTemplateNotFound,
         /// A template gate's template and arguments do not make a usable gate.
         GateTemplateInvalid,
+        /// A ConfigMap or Secret the template references does not exist: the
+        /// plan holds until it does.
+        ConfigMissing,
     }
 }
 
@@ -135,6 +138,8 @@ reasons! {
         GateTemplateNotFound,
         /// A template gate's template and arguments do not make a usable gate.
         GateTemplateInvalid,
+        /// A ConfigMap or Secret the template references does not exist.
+        ConfigMissing,
     }
 }
 

@@ -28,6 +28,7 @@ fn component(name: &str, image: &str, replicas: i32) -> Component {
         template: template(image),
         traffic: None,
         autoscaling: None,
+        config: None,
     }
 }
 
@@ -99,6 +100,10 @@ struct Sim {
     scales: BTreeMap<String, i32>,
     /// Owned HPAs' specs, by component.
     hpas: BTreeMap<String, crate::api::Autoscaling>,
+    /// ConfigMaps and Secrets of the namespace: the user's and the plan's copies.
+    config: BTreeMap<config::ConfigRef, config::ConfigObs>,
+    /// The config each revision Deployment's template reads, by hash.
+    revision_config: BTreeMap<String, BTreeSet<config::ConfigRef>>,
 }
 
 impl Sim {
@@ -124,6 +129,40 @@ impl Sim {
             traffic_lag: false,
             scales: BTreeMap::new(),
             hpas: BTreeMap::new(),
+            config: BTreeMap::new(),
+            revision_config: BTreeMap::new(),
+        }
+    }
+
+    /// The config as the controller observes it: every object, and the
+    /// copies the kept Deployments read.
+    fn config_obs(&self) -> config::ConfigObservation {
+        config::ConfigObservation {
+            objects: self.config.clone(),
+            in_use: self
+                .deployments
+                .values()
+                .filter_map(|d| self.revision_config.get(&d.hash))
+                .flatten()
+                .cloned()
+                .collect(),
+            disabled: false,
+        }
+    }
+
+    /// The target and templates as the controller builds them.
+    fn target(&self) -> (Result<Target, SpecError>, BTreeMap<String, PodTemplateSpec>) {
+        match Target::from_spec(&self.spec) {
+            Ok(t) => {
+                let (t, templates) = t.with_scales(&self.scale_obs()).with_config(
+                    "shop",
+                    &self.spec,
+                    &self.status,
+                    &self.config_obs(),
+                );
+                (Ok(t), templates)
+            }
+            Err(e) => (Err(e), BTreeMap::new()),
         }
     }
 
@@ -218,7 +257,7 @@ impl Sim {
             plan: "shop".into(),
             now: self.now,
             generation: self.generation,
-            target: Target::from_spec(&self.spec).map(|t| t.with_scales(&self.scale_obs())),
+            target: self.target().0,
             status: self.status.clone(),
             revisions,
             pod_failures,
@@ -226,6 +265,7 @@ impl Sim {
             jobs: self.jobs.clone(),
             traffic: self.traffic.values().cloned().collect(),
             scales: self.scale_obs(),
+            config: self.config_obs(),
             request: self.request.clone(),
             invalid_request: None,
             refusal: None,
@@ -234,11 +274,7 @@ impl Sim {
     }
 
     fn templates(&self) -> BTreeMap<String, PodTemplateSpec> {
-        self.spec
-            .components
-            .iter()
-            .map(|c| (c.name.clone(), c.template.clone()))
-            .collect()
+        self.target().1
     }
 
     /// One reconcile: decide, then apply as the controller does.
@@ -264,7 +300,9 @@ impl Sim {
                     dep.ready = dep.ready.min(i.replicas);
                 }
                 None => {
-                    if matches!(i.template, TemplateSource::Spec(_)) {
+                    if let TemplateSource::Spec(t) = &i.template {
+                        self.revision_config
+                            .insert(i.hash.clone(), config::references(t));
                         self.deployments.insert(
                             i.name.clone(),
                             SimDeployment {
@@ -326,6 +364,23 @@ impl Sim {
                 }
             }
         }
+        for c in &d.config.create {
+            let source = self.config.get(&(c.kind, c.source.clone())).cloned();
+            // The controller copies only a source that still has the content.
+            if source.is_some_and(|o| o.digest == c.digest) {
+                self.config.insert(
+                    (c.kind, c.name.clone()),
+                    config::ConfigObs {
+                        digest: c.digest.clone(),
+                        copy_of: Some(c.source.clone()),
+                        always_live: false,
+                    },
+                );
+            }
+        }
+        for k in &d.config.delete {
+            self.config.remove(k);
+        }
         self.events.extend(d.events.iter().cloned());
         if d.finalize {
             self.finalized = true;
@@ -375,13 +430,13 @@ impl Sim {
     }
 
     fn hash_of(&self, component: &str) -> String {
-        let c = self
-            .spec
-            .components
-            .iter()
-            .find(|c| c.name == component)
-            .unwrap();
-        revision::template_hash(&c.template)
+        self.target()
+            .0
+            .unwrap()
+            .component(component)
+            .unwrap()
+            .hash
+            .clone()
     }
 
     fn replicas(&self) -> BTreeMap<String, (i32, i32)> {
@@ -1599,6 +1654,7 @@ proptest! {
             jobs: vec![],
             traffic: Vec::new(),
             scales: Vec::new(),
+            config: Default::default(),
             request: None,
             invalid_request: None,
             refusal: None,
@@ -2278,3 +2334,6 @@ fn a_traffic_write_that_does_not_show_is_not_stamped_at_every_reconcile() {
 
 #[path = "autoscale_tests.rs"]
 mod autoscale;
+
+#[path = "config_tests.rs"]
+mod config_tests;
