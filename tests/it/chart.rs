@@ -149,6 +149,10 @@ fn rules(role: &Value) -> Vec<(String, String, Vec<String>)> {
     out
 }
 
+/// The verbs on ConfigMaps and Secrets of config versioning: cached
+/// (list, watch), a source read to copy it (get), copies created and pruned.
+const CONFIG_VERBS: &[&str] = &["create", "delete", "get", "list", "watch"];
+
 fn expected_rules() -> Vec<(String, String, Vec<String>)> {
     let mut want: Vec<(String, String, Vec<String>)> = [
         (
@@ -183,6 +187,9 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
             "horizontalpodautoscalers",
             &["create", "delete", "get", "list", "patch", "watch"],
         ),
+        // Config released with the code (`config.versioning`, the default).
+        ("", "configmaps", CONFIG_VERBS),
+        ("", "secrets", CONFIG_VERBS),
     ]
     .iter()
     .map(|(g, r, v)| {
@@ -432,10 +439,11 @@ fn default_values_render_least_privilege_rbac_and_a_restricted_deployment() {
             if std::ptr::eq(r, credentials) {
                 continue;
             }
-            assert!(
-                !["secrets", "configmaps"].contains(&resource.as_str()),
-                "{resource}"
-            );
+            // Config versioning's rule, and no other, names them: never
+            // update or patch (the user's objects are only read).
+            if ["secrets", "configmaps"].contains(&resource.as_str()) {
+                assert_eq!(verbs, CONFIG_VERBS, "{resource}");
+            }
         }
     }
     let sa = one(&objs, "ServiceAccount")["metadata"]["name"].clone();
@@ -580,6 +588,29 @@ fn watch_namespace_renders_roles_only_and_the_service_monitor_on_request() {
     assert_eq!(sm["spec"]["endpoints"][0]["port"], "http-metrics");
     assert_eq!(sm["spec"]["endpoints"][0]["path"], "/metrics");
 
+    // Without config versioning: no access to ConfigMaps and Secrets in the
+    // watched namespace, and the operator is told so.
+    let objs = render(
+        "rp",
+        "rp-system",
+        &["watchNamespace=apps", "config.versioning=false"],
+    );
+    let apps_role = of_kind(&objs, "Role")
+        .into_iter()
+        .find(|r| r["metadata"]["namespace"] == "apps")
+        .expect("a Role in apps");
+    let without: Vec<_> = expected_rules()
+        .into_iter()
+        .filter(|(g, r, _)| !(g.is_empty() && (r == "configmaps" || r == "secrets")))
+        .collect();
+    assert_eq!(rules(apps_role), without);
+    let args =
+        strings(&one(&objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert!(
+        args.iter().any(|a| a == "--config-versioning=false"),
+        "{args:?}"
+    );
+
     // Without leader election (one replica) there is no lease Role.
     let objs = render(
         "rp",
@@ -620,7 +651,11 @@ fn gate_credentials_can_be_limited_to_named_objects_or_turned_off() {
         };
         assert_eq!(rule["resourceNames"], want, "{rule}");
     }
-    let objs = render("rp", "rp-system", &["gates.credentials.enabled=false"]);
+    let objs = render(
+        "rp",
+        "rp-system",
+        &["gates.credentials.enabled=false", "config.versioning=false"],
+    );
     assert!(of_kind(&objs, "Role").iter().all(|r| {
         !r["metadata"]["name"]
             .as_str()
@@ -1106,9 +1141,10 @@ fn is_forbidden<T: std::fmt::Debug>(r: &Result<T, kube::Error>) -> bool {
     matches!(r, Err(kube::Error::Api(s)) if s.code == 403)
 }
 
-/// Secrets and ConfigMaps: `get` by name in the release namespace (gate
-/// credentials), nothing else anywhere: no list or watch, not even there,
-/// nothing in the watched namespace or any other, no list cluster-wide.
+/// Secrets and ConfigMaps with `config.versioning=false`: `get` by name in
+/// the release namespace (gate credentials), nothing else anywhere: no list
+/// or watch, not even there, nothing in the watched namespace or any other,
+/// no list cluster-wide.
 async fn assert_secrets_only_got_by_name_in_the_release_namespace(
     client: &Client,
     i: &Install,
@@ -1169,10 +1205,40 @@ async fn assert_secrets_only_got_by_name_in_the_release_namespace(
     );
 }
 
+/// Secrets and ConfigMaps with config versioning (the default), watching
+/// `apps` only: in `apps`, what copying config takes (list, watch, get,
+/// create, delete), never update or patch (the user's objects are only
+/// read); in any other namespace but the release one (gate credentials),
+/// nothing.
+async fn assert_config_access_only_in_the_watched_namespace(i: &Install, apps: &str) {
+    let c = &i.sa_client;
+    for ns in [apps, "default", "kube-system"] {
+        for verb in [
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ] {
+            for resource in ["secrets", "configmaps"] {
+                let allowed = ns == apps && CONFIG_VERBS.contains(&verb);
+                assert_eq!(
+                    may(c, verb, "", resource, Some(ns)).await,
+                    allowed,
+                    "{} may {verb} {resource} in {ns}: expected {allowed}",
+                    i.service_account
+                );
+            }
+        }
+    }
+    for resource in ["secrets", "configmaps"] {
+        assert!(
+            !may(c, "list", "", resource, None).await,
+            "list {resource} cluster-wide"
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_service_account_cannot_read_secrets() {
     let client = cluster::client().await;
-    let i = install(&client, "chart-rbac", &[]).await;
+    let i = install(&client, "chart-rbac", &["config.versioning=false"]).await;
     let apps = cluster::test_namespace(&client, "chart-rbac-apps").await;
     assert_secrets_only_got_by_name_in_the_release_namespace(&client, &i, &apps).await;
 
@@ -1403,7 +1469,9 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
     let set = format!("watchNamespace={apps}");
     let sets: &[&str] = if watch_namespace { &[&set] } else { &[] };
     let i = install(&client, prefix, sets).await;
-    assert_secrets_only_got_by_name_in_the_release_namespace(&client, &i, &apps).await;
+    if watch_namespace {
+        assert_config_access_only_in_the_watched_namespace(&i, &apps).await;
+    }
     if watch_namespace {
         // Namespaced RBAC: nothing in the other namespaces.
         let other = cluster::test_namespace(&client, &format!("{prefix}-other")).await;
@@ -1474,8 +1542,42 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
     // rules too (a missing verb holds the rollout at its first step).
     // And an autoscaled component: its ComponentScale and HPA are written
     // with the chart's rules too.
+    // And config released with the code: a ConfigMap and a Secret the
+    // template reads are copied per revision (get, create) from the caches
+    // (list, watch), and the first revision's copies are pruned with it
+    // (delete).
+    for (kind, body) in [
+        ("ConfigMap", json!({"data": {"GREETING": "hello"}})),
+        (
+            "Secret",
+            json!({"stringData": {"TOKEN": "chart-config-secret"}}),
+        ),
+    ] {
+        let mut obj =
+            json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": "shop-config"}});
+        obj.as_object_mut()
+            .expect("object")
+            .extend(body.as_object().expect("object").clone());
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &apps,
+            &kube::discovery::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                "", "v1", kind,
+            )),
+        );
+        api.patch(
+            "shop-config",
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(obj),
+        )
+        .await
+        .expect("create the config");
+    }
     let web = |image: &str| {
         let mut c = web(image, 2);
+        c["template"]["spec"]["containers"][0]["envFrom"] = json!([
+            {"configMapRef": {"name": "shop-config"}},
+            {"secretRef": {"name": "shop-config"}}]);
         c["traffic"] = json!({"port": 80, "gatewayAPI": {"parentRefs": [{"name": "gw"}]}});
         let worker = json!({"name": "worker", "template": template("worker:1"),
             "autoscaling": {"minReplicas": 1, "maxReplicas": 3}});
@@ -1574,6 +1676,59 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
             let first_gone = stored.get_opt(&first).await.ok()?.is_none();
             let second_kept = stored.get_opt(&second).await.ok()?.is_some();
             (first_gone && second_kept && !revs.contains_key(&first)).then_some(())
+        },
+    )
+    .await;
+    // Config: the template changed (not the config), so both revisions read
+    // the same copies; one ConfigMap and one Secret copy, named by content.
+    let by_plan = ListParams::default().labels("releaseplan.io/plan=shop");
+    let map_copies = Api::<ConfigMap>::namespaced(client.clone(), &apps)
+        .list(&by_plan)
+        .await
+        .expect("list copies");
+    let secret_copies = Api::<Secret>::namespaced(client.clone(), &apps)
+        .list(&by_plan)
+        .await
+        .expect("list copies");
+    assert_eq!(
+        (map_copies.items.len(), secret_copies.items.len()),
+        (1, 1),
+        "{}",
+        op.log_text()
+    );
+    assert_eq!(map_copies.items[0].immutable, Some(true));
+    // A config-only change is a release too; the copy only the pruned
+    // revision read goes with it.
+    Api::<ConfigMap>::namespaced(client.clone(), &apps)
+        .patch(
+            "shop-config",
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "shop-config"}, "data": {"GREETING": "bye"}})),
+        )
+        .await
+        .expect("change the config");
+    wait_until(
+        WAIT,
+        "the config change released and the old copy pruned",
+        || async {
+            let p = plans::get(&client, &apps, "shop").await?;
+            let third = format!("shop-web-{}", hash(&p));
+            if third == second || p.status.as_ref()?.phase != Phase::Stable {
+                return None;
+            }
+            let copies = Api::<ConfigMap>::namespaced(client.clone(), &apps)
+                .list(&by_plan)
+                .await
+                .ok()?;
+            (copies.items.len() == 1
+                && copies.items[0]
+                    .data
+                    .as_ref()?
+                    .get("GREETING")
+                    .map(String::as_str)
+                    == Some("bye"))
+            .then_some(())
         },
     )
     .await;

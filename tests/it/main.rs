@@ -28,6 +28,7 @@ mod alerts;
 mod autoscaling;
 mod chart;
 mod cluster;
+mod config;
 mod consumers;
 mod controller;
 mod dashboard;

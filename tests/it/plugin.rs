@@ -414,6 +414,108 @@ fn web_cpu(image: &str) -> Value {
     json!({"name": "web", "replicas": 2, "template": t})
 }
 
+/// `web` with 2 pods of `image`, reading ConfigMap `web-config` (envFrom).
+fn web_reading_config(image: &str) -> Value {
+    let mut t = template(image);
+    t["spec"]["containers"][0]["envFrom"] = json!([{"configMapRef": {"name": "web-config"}}]);
+    json!({"name": "web", "replicas": 2, "template": t})
+}
+
+async fn set_greeting(client: &Client, ns: &str, greeting: &str) {
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
+        .patch(
+            "web-config",
+            &kube::api::PatchParams::apply("plugin-tests").force(),
+            &kube::api::Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "web-config"}, "data": {"GREETING": greeting}})),
+        )
+        .await
+        .expect("apply the ConfigMap");
+}
+
+/// The GREETING the Deployment of revision `hash` reads, through its copy.
+async fn greeting_of(client: &Client, ns: &str, hash: &str) -> String {
+    let d = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get(&format!("shop-web-{hash}"))
+        .await
+        .expect("revision Deployment");
+    let copy = d
+        .spec
+        .and_then(|s| s.template.spec)
+        .expect("pod spec")
+        .containers[0]
+        .env_from
+        .clone()
+        .expect("envFrom")[0]
+        .config_map_ref
+        .clone()
+        .expect("configMapRef")
+        .name;
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
+        .get(&copy)
+        .await
+        .expect("copy")
+        .data
+        .and_then(|d| d.get("GREETING").cloned())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn undo_restores_the_config_of_the_older_revision() {
+    let (Harness { client, ns }, op) = Harness::with_operator("plugin-undo-config").await;
+    set_greeting(&client, &ns, "hello").await;
+    create(
+        &client,
+        &ns,
+        &plan(
+            "shop",
+            json!({"components": [web_reading_config("shop:1")]}),
+        ),
+    )
+    .await;
+    let first = wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
+    let rev1 = status_of(&first).current_revision.expect("revision");
+    // A config-only release.
+    set_greeting(&client, &ns, "bye").await;
+    let second = wait_until(WAIT, "the config change released", || async {
+        let p = get(&client, &ns, "shop").await?;
+        let s = status_of(&p);
+        (s.phase == Phase::Stable && s.current_revision.as_deref() != Some(rev1.as_str()))
+            .then_some(p)
+    })
+    .await;
+    let h2 = status_of(&second).components[0]
+        .current_hash
+        .clone()
+        .expect("hash");
+    assert_eq!(greeting_of(&client, &ns, &h2).await, "bye");
+
+    // Undo: the first revision comes back with its config, though the
+    // ConfigMap still says "bye" (git has not changed).
+    let out = rp_in(&ns, &["undo", "shop", "--apply"]).await;
+    assert_eq!(out.code, 0, "{}\n{}", out.show(), op.log_text());
+    let out = rp_in(&ns, &["wait", "shop", "--timeout", "90s"]).await;
+    assert_eq!(out.code, 0, "{}", out.show());
+    let p = get(&client, &ns, "shop").await.expect("plan");
+    assert_eq!(
+        status_of(&p).current_revision.as_deref(),
+        Some(rev1.as_str()),
+        "the very same revision"
+    );
+    let h1 = status_of(&p).components[0]
+        .current_hash
+        .clone()
+        .expect("hash");
+    assert_eq!(greeting_of(&client, &ns, &h1).await, "hello");
+    let carried = &status_of(&p).components[0].config;
+    assert!(
+        carried
+            .iter()
+            .any(|c| c.name == "web-config" && c.copy.is_some()),
+        "{carried:?}"
+    );
+}
+
 #[tokio::test]
 async fn undo_looks_up_the_stored_template_of_the_previous_revision() {
     let (Harness { client, ns }, op) = Harness::with_operator("plugin-undo").await;
