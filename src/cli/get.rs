@@ -49,12 +49,15 @@ fn draw(out: &mut String, nodes: &[Node], prefix: &str) {
 struct Rev {
     obs: RevisionObs,
     image: String,
+    /// The ConfigMaps and Secrets its pods read (its copies, when versioned).
+    config: String,
 }
 
 fn rev_of(d: &Deployment) -> Option<Rev> {
     let obs = revision_of(d)?;
     let image = images(d).join(",");
-    Some(Rev { obs, image })
+    let config = super::view::config_read(d).join(",");
+    Some(Rev { obs, image, config })
 }
 
 /// The components of the plan with their revision Deployments, in status order,
@@ -110,6 +113,7 @@ fn component_nodes(status: &ReleasePlanStatus, deployments: &[Deployment]) -> Ve
                         format!("{}/{} ready", r.obs.ready, r.obs.replicas),
                         role(&r.obs.hash).to_string(),
                         r.image.clone(),
+                        r.config.clone(),
                     ]
                 })
                 .collect();
@@ -145,6 +149,10 @@ fn component_nodes(status: &ReleasePlanStatus, deployments: &[Deployment]) -> Ve
             };
             if let Some(a) = cs.and_then(|c| c.autoscaling.as_ref()) {
                 text.push_str(&autoscaling_text(a));
+            }
+            if let Some(c) = cs.filter(|c| !c.config.is_empty()) {
+                let list: Vec<String> = c.config.iter().map(ToString::to_string).collect();
+                children.push(Node::leaf(format!("config: {}", list.join(", "))));
             }
             Node { text, children }
         })

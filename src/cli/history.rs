@@ -26,6 +26,7 @@ pub fn render_history(plan: &ReleasePlan, now: DateTime<Utc>) -> String {
         "FINISHED (UTC)".into(),
         "DURATION".into(),
         "REASON".into(),
+        "CONFIG".into(),
     ]];
     for h in &status.history {
         let duration = match (h.started_at, h.finished_at) {
@@ -40,6 +41,11 @@ pub fn render_history(plan: &ReleasePlan, now: DateTime<Utc>) -> String {
             time_text(h.finished_at),
             duration,
             h.reason.clone().unwrap_or_default(),
+            if h.config.is_empty() {
+                "-".into()
+            } else {
+                h.config.join(", ")
+            },
         ]);
     }
     if status.phase.is_active()
@@ -55,6 +61,23 @@ pub fn render_history(plan: &ReleasePlan, now: DateTime<Utc>) -> String {
                 .rollout_started_at
                 .map_or_else(|| "-".into(), |t| human_duration(now - t)),
             "in progress".into(),
+            {
+                let config: Vec<String> = status
+                    .components
+                    .iter()
+                    .flat_map(|c| {
+                        c.config
+                            .iter()
+                            .filter(|k| !k.live)
+                            .map(move |k| format!("{}: {k}", c.name))
+                    })
+                    .collect();
+                if config.is_empty() {
+                    "-".into()
+                } else {
+                    config.join(", ")
+                }
+            },
         ]);
     }
     if rows.len() == 1 {
@@ -102,13 +125,26 @@ mod tests {
             lines[1].contains("2025-01-01 10:00:00  2025-01-01 10:02:13  2m13s"),
             "{text}"
         );
-        assert!(lines[1].ends_with("all steps passed"), "{text}");
+        assert!(lines[1].ends_with("all steps passed  -"), "{text}");
         assert!(
             lines[2].starts_with("2       tn5wd9cz2h  (RollingOut)"),
             "{text}"
         );
         assert!(lines[2].contains("1m30s"), "{text}");
-        assert!(lines[2].ends_with("in progress"), "{text}");
+        assert!(lines[2].ends_with("in progress       -"), "{text}");
+
+        // The config each rollout released, by name and digest.
+        let mut with_config = plan();
+        let s = with_config.status.as_mut().unwrap();
+        s.history[0].config = vec!["web: configmap/web-config@k2x8f9q4zd".into()];
+        let text = render_history(&with_config, now);
+        assert!(
+            text.lines()
+                .nth(1)
+                .unwrap()
+                .ends_with("all steps passed  web: configmap/web-config@k2x8f9q4zd"),
+            "{text}"
+        );
 
         let mut empty = plan();
         let s = empty.status.as_mut().unwrap();

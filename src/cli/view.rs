@@ -89,6 +89,10 @@ pub struct RevisionView {
     pub role: String,
     /// The container images, in order.
     pub images: Vec<String>,
+    /// The ConfigMaps and Secrets its pods read (`configmap/NAME`): for a
+    /// versioned reference, the revision's own copy.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub config: Vec<String>,
 }
 
 /// One component of a plan.
@@ -116,6 +120,10 @@ pub struct ComponentView {
     /// An autoscaled component's autoscaling, as in status (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<crate::api::ComponentAutoscaling>,
+    /// The ConfigMaps and Secrets the spec's revision reads, as in status
+    /// (names and content digests, never values).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub config: Vec<crate::api::config::CarriedConfig>,
 }
 
 /// One condition.
@@ -179,6 +187,17 @@ pub struct PlanView {
 }
 
 /// The container images of a revision Deployment's pod template.
+/// The ConfigMaps and Secrets a Deployment's pods read, `kind/name`.
+pub(crate) fn config_read(d: &Deployment) -> Vec<String> {
+    d.spec
+        .as_ref()
+        .map(|s| crate::plan::config::references(&s.template))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(kind, name)| format!("{}/{name}", kind.short()))
+        .collect()
+}
+
 pub(crate) fn images(d: &Deployment) -> Vec<String> {
     d.spec
         .as_ref()
@@ -203,9 +222,9 @@ pub fn plan_view(plan: &ReleasePlan, deployments: Option<&[Deployment]>) -> Plan
             let revisions = deployments.map(|ds| {
                 let mut revs: Vec<RevisionView> = ds
                     .iter()
-                    .filter_map(|d| revision_of(d).map(|r| (r, images(d))))
-                    .filter(|(r, _)| r.component == c.name)
-                    .map(|(r, images)| {
+                    .filter_map(|d| revision_of(d).map(|r| (r, images(d), config_read(d))))
+                    .filter(|(r, _, _)| r.component == c.name)
+                    .map(|(r, images, config)| {
                         let current = c.current_hash.as_deref() == Some(r.hash.as_str());
                         let stable = c.stable_hash.as_deref() == Some(r.hash.as_str());
                         let role = match (current, stable) {
@@ -221,6 +240,7 @@ pub fn plan_view(plan: &ReleasePlan, deployments: Option<&[Deployment]>) -> Plan
                             ready: r.ready,
                             role: role.into(),
                             images,
+                            config,
                         }
                     })
                     .collect();
@@ -238,6 +258,7 @@ pub fn plan_view(plan: &ReleasePlan, deployments: Option<&[Deployment]>) -> Plan
                 stable_ready: c.stable_ready,
                 revisions,
                 autoscaling: c.autoscaling.clone(),
+                config: c.config.clone(),
             }
         })
         .collect();
@@ -325,7 +346,7 @@ pub struct HistoryView {
     pub namespace: String,
     /// Plan name.
     pub name: String,
-    /// `status.history` entries: number, revision, outcome, startedAt, finishedAt, reason, components.
+    /// `status.history` entries: number, revision, outcome, startedAt, finishedAt, reason, components, config.
     pub items: Vec<HistoryEntry>,
     /// The rollout in progress, `null` when none is.
     pub in_progress: Option<InProgress>,

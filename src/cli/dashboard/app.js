@@ -224,11 +224,11 @@ function drawPlan(msg) {
     return `<li class="${st}">${k + 1}. ${s.kind === "weight" ? "weight " : ""}${esc(s.label)} <span class="st">${note}</span></li>`;
   }).join("");
   const autoText = (a) => a ? ` · autoscaled by ${esc(a.hpa ? "hpa/" + a.hpa : "componentscale/" + a.scale)}${a.message ? ": " + esc(a.message) : ""}` : "";
-  const comps = r.components.map((c) => `<h4>${esc(c.name)} <span class="st">${c.replicas} replicas${autoText(c.autoscaling)}</span></h4>` + table(["Deployment", "hash", "ready / wanted", "role", "images"],
-    (c.revisions || []).map((v) => `<tr><td class="mono">${esc(v.deployment)}</td><td class="mono">${esc(v.hash)}</td><td>${v.ready}/${v.replicas}</td><td>${esc(v.role)}</td><td class="mono">${esc(v.images.join(", "))}</td></tr>`))).join("");
+  const comps = r.components.map((c) => `<h4>${esc(c.name)} <span class="st">${c.replicas} replicas${autoText(c.autoscaling)}</span></h4>` + table(["Deployment", "hash", "ready / wanted", "role", "images", "config read"],
+    (c.revisions || []).map((v) => `<tr><td class="mono">${esc(v.deployment)}</td><td class="mono">${esc(v.hash)}</td><td>${v.ready}/${v.replicas}</td><td>${esc(v.role)}</td><td class="mono">${esc(v.images.join(", "))}</td><td class="mono">${esc((v.config || []).join(", ") || "-")}</td></tr>`))).join("");
   const gateRows = r.gates.map((g) => `<tr><td>${esc(g.name)}</td><td class="g-${esc(g.verdict)}">${esc(g.verdict)}</td><td>${esc(g.value ?? "-")}</td><td>${g.failures}</td><td>${chart(d.gateSeries[g.name] || [])}</td></tr>`);
-  const hist = d.history.items.slice().reverse().map((h) => `<tr><td>${h.number}</td><td class="mono">${esc(h.revision)}</td><td class="${h.outcome === "RolledBack" ? "fail" : ""}">${esc(h.outcome)}</td><td>${since(h.startedAt)} ago</td><td>${dur(h.startedAt, h.finishedAt)}</td><td>${esc(h.reason || "")}</td></tr>`);
-  if (d.history.inProgress) { const p = d.history.inProgress; hist.unshift(`<tr><td>${p.number}</td><td class="mono">${esc(p.revision)}</td><td>${esc(p.phase)} (in progress)</td><td>${since(p.startedAt)} ago</td><td>-</td><td></td></tr>`); }
+  const hist = d.history.items.slice().reverse().map((h) => `<tr><td>${h.number}</td><td class="mono">${esc(h.revision)}</td><td class="${h.outcome === "RolledBack" ? "fail" : ""}">${esc(h.outcome)}</td><td>${since(h.startedAt)} ago</td><td>${dur(h.startedAt, h.finishedAt)}</td><td>${esc(h.reason || "")}</td><td class="mono">${esc((h.config || []).join(", ") || "-")}</td></tr>`);
+  if (d.history.inProgress) { const p = d.history.inProgress; hist.unshift(`<tr><td>${p.number}</td><td class="mono">${esc(p.revision)}</td><td>${esc(p.phase)} (in progress)</td><td>${since(p.startedAt)} ago</td><td>-</td><td></td><td></td></tr>`); }
   const events = d.events.map((e) => `<tr><td class="${e.type === "Warning" ? "fail" : ""}">${esc(e.type)}</td><td>${esc(e.reason)}</td><td>${esc(e.message)}</td><td>${e.count}</td><td>${since(e.last)} ago</td></tr>`);
   const conds = d.conditions.map((c) => `<tr><td>${esc(c.type)}</td><td>${esc(c.status)}</td><td>${esc(c.reason)}</td><td>${esc(c.message)}</td></tr>`);
   $("plan").innerHTML = `<p><a href="#/">← all plans</a></p>
@@ -239,7 +239,7 @@ function drawPlan(msg) {
 <h3>Steps</h3><ol class="timeline">${timeline || `<li>${r.step.text === "no steps" ? "no steps: straight to 100%" : esc(r.step.text)}</li>`}</ol>
 <h3>Components</h3>${comps}
 <h3>Gates of this step</h3>${table(["gate", "verdict", "value", "failures", "values seen"], gateRows)}
-<h3>Rollouts</h3>${table(["#", "revision", "outcome", "started", "took", "reason"], hist)}
+<h3>Rollouts</h3>${table(["#", "revision", "outcome", "started", "took", "reason", "config"], hist)}
 <h3>Events</h3>${table(["type", "reason", "message", "count", "last"], events)}
 <h3>Conditions</h3>${table(["type", "status", "reason", "message"], conds)}`;
   if (focused && $(focused)) $(focused).focus();

@@ -1015,6 +1015,10 @@ pub struct HistoryEntry {
     /// Template hash per component at that revision (`name=hash`).
     #[serde(default)]
     pub components: Vec<String>,
+    /// The versioned ConfigMaps and Secrets each component read at that
+    /// revision (`component: kind/name@digest`); never a value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub config: Vec<String>,
 }
 
 impl ReleasePlanSpec {

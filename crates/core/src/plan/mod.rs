@@ -660,6 +660,17 @@ fn push_history(
         .iter()
         .filter_map(|c| c.current_hash.as_ref().map(|h| format!("{}={h}", c.name)))
         .collect();
+    let config = obs
+        .status
+        .components
+        .iter()
+        .flat_map(|c| {
+            c.config
+                .iter()
+                .filter(|k| !k.live)
+                .map(move |k| format!("{}: {k}", c.name))
+        })
+        .collect();
     s.history.push(HistoryEntry {
         number: obs.status.rollout_count,
         revision: rev.to_string(),
@@ -668,6 +679,7 @@ fn push_history(
         finished_at: Some(obs.now),
         reason: Some(reason.to_string()),
         components,
+        config,
     });
     if s.history.len() > MAX_HISTORY {
         let extra = s.history.len() - MAX_HISTORY;
