@@ -351,3 +351,79 @@ async fn a_secret_value_never_reaches_status_events_or_logs() {
     }
     assert!(log.contains("config copied"), "the log says what it did");
 }
+
+#[tokio::test]
+async fn an_operator_upgrade_starts_no_rollout_for_plans_reading_config() {
+    let h = Harness::new("config-upgrade").await;
+    // The release before config versioning read every reference in place:
+    // as the operator does with versioning off.
+    let before = Operator::start(&h.ns, &["--config-versioning=false"]).await;
+    let first = stable_with_config(&h, template("shop:1")).await;
+    let (hash, _) = hashes(&first);
+    let dep = deployment(&h.client, &h.ns, &format!("shop-web-{hash}")).await;
+    assert_eq!(
+        reads(&dep),
+        ("web-config".to_string(), "web-db".to_string()),
+        "read in place"
+    );
+    let pods = |client: Client, ns: String| async move {
+        let mut uids: Vec<String> = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client, &ns)
+            .list(&ListParams::default().labels("releaseplan.io/plan=shop"))
+            .await
+            .expect("pods")
+            .items
+            .iter()
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
+        uids.sort();
+        uids
+    };
+    let uids = pods(h.client.clone(), h.ns.clone()).await;
+    drop(before);
+
+    // The upgrade: the plan's revision stays, its content is recorded.
+    let after = Operator::start(&h.ns, &[]).await;
+    let recorded = wait_until(WAIT, "the content recorded by the new operator", || async {
+        let p = plans::get(&h.client, &h.ns, "shop").await?;
+        let c = p.status.as_ref()?.components.first()?.clone();
+        c.config
+            .iter()
+            .any(|k| k.name == "web-config" && k.digest.is_some() && k.copy.is_none())
+            .then_some(p)
+    })
+    .await;
+    let s = recorded.status.as_ref().expect("status");
+    assert_eq!(s.phase, Phase::Stable);
+    assert_eq!(
+        hashes(&recorded).0,
+        hash,
+        "no new revision after the upgrade"
+    );
+    assert_eq!(
+        s.history.len(),
+        first.status.as_ref().expect("status").history.len()
+    );
+    assert_eq!(
+        pods(h.client.clone(), h.ns.clone()).await,
+        uids,
+        "no pod replaced"
+    );
+
+    // The first content change after the upgrade is released, with copies.
+    apply_config_map(&h.client, &h.ns, "web-config", json!({"GREETING": "bye"})).await;
+    let rolling = wait_phase(&h.client, &h.ns, "shop", Phase::RollingOut, WAIT).await;
+    let (new, stable) = hashes(&rolling);
+    assert_eq!(stable.as_deref(), Some(hash.as_str()));
+    let new_dep = wait_until(WAIT, "the new revision's Deployment", || async {
+        Api::<Deployment>::namespaced(h.client.clone(), &h.ns)
+            .get_opt(&format!("shop-web-{new}"))
+            .await
+            .ok()?
+    })
+    .await;
+    assert!(
+        reads(&new_dep).0.starts_with("web-config-"),
+        "{}",
+        after.log_text()
+    );
+}
