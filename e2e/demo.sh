@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The main demo (`make demo`): a local cluster, the operator, and a ReleasePlan
 # of two components that is rolled out step by step, then rolled out broken
-# and rolled back by the operator on its own. Stops everything it started.
+# and rolled back by the operator on its own; then a config-only release
+# that fails its smoke test and is rolled back, the pods back on their
+# revision's config. Stops everything it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=e2e/lib.sh
@@ -81,4 +83,83 @@ kubectl releaseplan history shop
 kubectl get events --field-selector involvedObject.name=shop --sort-by=.metadata.creationTimestamp \
   -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message | tail -n 12
 
-say "demo done: version 2.0 serves at full scale, 3.0 was rolled back without a human"
+# What each revision Deployment of plan $1 reads: its ConfigMap (the
+# revision's own copy) and the GREETING in it.
+show_config() {
+  kubectl get deploy -l "releaseplan.io/plan=$1" \
+    -o jsonpath='{range .items[*]}{.metadata.name} {.spec.replicas} {.spec.template.spec.containers[0].envFrom[0].configMapRef.name}{"\n"}{end}' |
+  while read -r dep replicas cm; do
+    greeting=$(kubectl get configmap "$cm" -o jsonpath='{.data.GREETING}')
+    printf '  %-34s replicas %s  reads configmap/%-24s GREETING=%s\n' "$dep" "$replicas" "$cm" "$greeting"
+  done
+}
+
+say "config released with the code: plan 'greeter' reads ConfigMap greeter-config (GREETING=hello)"
+kubectl apply --server-side -f - <<'YAML'
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: greeter-config}
+data: {GREETING: hello}
+---
+apiVersion: releaseplan.io/v1alpha1
+kind: ReleasePlan
+metadata: {name: greeter}
+spec:
+  components:
+    - name: web
+      replicas: 2
+      template:
+        metadata: {labels: {app: greeter}}
+        spec:
+          containers:
+            - name: web
+              image: registry.example/greeter:1.0
+              envFrom: [{configMapRef: {name: greeter-config}}]
+  strategy:
+    steps: [{setWeight: 50}, {pause: {duration: 2s}}]
+  health:
+    gates:
+      - name: smoke
+        job:
+          template:
+            spec:
+              template:
+                metadata:
+                  # kwok finishes the smoke test's pod: it passes after 1s.
+                  annotations: {kwok.releaseplan.io/job-succeed-after: 1s}
+                spec:
+                  containers: [{name: smoke, image: registry.example/smoke:1}]
+YAML
+kubectl releaseplan wait greeter --timeout 3m
+kubectl releaseplan get greeter
+echo "what the pods read: the operator's immutable copy, not greeter-config itself"
+show_config greeter
+
+say "a config-only release (GREETING=bonjour) whose smoke test fails: rolled back, config included"
+# The smoke test of this release fails (kwok fails its pod after 2s); the
+# plan's template does not change: only the ConfigMap does.
+kubectl patch rp greeter --type json -p '[{"op": "replace",
+  "path": "/spec/health/gates/0/job/template/spec/template/metadata/annotations",
+  "value": {"kwok.releaseplan.io/job-fail-after": "2s"}}]'
+kubectl create configmap greeter-config --from-literal=GREETING=bonjour \
+  --dry-run=client -o yaml | kubectl apply --server-side --force-conflicts -f -
+set +e
+kubectl releaseplan wait greeter --timeout 3m
+code=$?
+set -e
+if [ "$code" -ne 2 ]; then
+  echo "expected the config release to be rolled back (wait exit code 2), got $code" >&2
+  exit 1
+fi
+echo "kubectl releaseplan wait exited $code: rolled back, as expected"
+echo "greeter-config (as git wrote it) says: GREETING=$(kubectl get configmap greeter-config -o jsonpath='{.data.GREETING}')"
+echo "what the pods read after the rollback:"
+show_config greeter
+stable_reads=$(show_config greeter | awk '$3 != "0" {print $NF}')
+if [ "$stable_reads" != "GREETING=hello" ]; then
+  echo "expected the serving revision to read GREETING=hello, got: $stable_reads" >&2
+  exit 1
+fi
+kubectl releaseplan history greeter
+
+say "demo done: version 2.0 serves at full scale, 3.0 was rolled back without a human, and so was the bad config"

@@ -102,13 +102,18 @@ pub(crate) async fn run(
     let ns = &seen.ns;
     // Config first: a revision's Deployment is created only once the copies
     // its pods read exist.
-    let (waiting, config) = match &seen.obs.target {
+    let copied = match &seen.obs.target {
         Ok(t) => {
             let carried_by = super::config::carried_by(t);
             super::config::act(ctx, plan, ns, &decision.config, &carried_by).await
         }
-        Err(_) => (std::collections::BTreeSet::default(), Ok(())),
+        Err(_) => super::config::Copied {
+            waiting: std::collections::BTreeSet::default(),
+            refusal: None,
+            pruned: Ok(()),
+        },
     };
+    let (waiting, config) = (copied.waiting, copied.pruned);
     let recorded = if seen.obs.deleting {
         Ok(())
     } else {
@@ -124,6 +129,12 @@ pub(crate) async fn run(
             super::autoscale::act(ctx, plan, ns, (&seen.scales, &seen.hpas), &decision.scales).await
         }
         other => other,
+    };
+    // A refused copy is reported once the other writes went through (they
+    // do not depend on it: only its own revision's Deployment waits).
+    let acted = match (acted, copied.refusal) {
+        (Acted::Done, Some(r)) => Acted::Refused(r),
+        (acted, _) => acted,
     };
     match acted {
         Acted::Done => Outcome {

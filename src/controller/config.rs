@@ -175,7 +175,10 @@ where
     CachedConfig<K>: super::Watched + crate::api::cached::Labelled,
     K: crate::api::config::KindOf + Send + Sync + 'static,
 {
-    watcher(api, watcher::Config::default().any_semantic())
+    // The most recent list, in pages: a list "of any version" comes from the
+    // API server's cache, which ignores `limit`, and Secrets (Helm's release
+    // Secrets above all) can be many megabytes in one response.
+    watcher(api, watcher::Config::default())
         .backoff(watch_backoff())
         .inspect(watched::<CachedConfig<K>, _>(liveness))
         .modify(trim::<K>)
@@ -344,18 +347,29 @@ async fn read_source(
     Ok(value.map_or(Read::Gone, |v| Read::Copy(Box::new(v))))
 }
 
+/// What writing the config came to.
+pub(crate) struct Copied {
+    /// Components whose new revision must wait: a copy it reads is not in
+    /// the cache yet (its pods would not start); the copy's own watch event
+    /// wakes the plan.
+    pub waiting: BTreeSet<String>,
+    /// The first copy the API server refused or did not take (status and
+    /// an Event say so, as for a Deployment).
+    pub refusal: Option<crate::plan::Refusal>,
+    /// Pruning unused copies (a failure holds nothing: retried).
+    pub pruned: Result<(), Error>,
+}
+
 /// Creates the copies the decision names and deletes the unused ones.
-/// Returns the components whose new revision must wait (a copy it reads is
-/// not in the cache yet: its pods would not start; the copy's own watch
-/// event wakes the plan), and the first failed write.
 pub(crate) async fn act(
     ctx: &Context,
     plan: &ReleasePlan,
     ns: &str,
     intents: &ConfigIntents,
     carried_by: &BTreeMap<String, String>,
-) -> (BTreeSet<String>, Result<(), Error>) {
+) -> Copied {
     let mut waiting = BTreeSet::new();
+    let mut refusal = None;
     let mut first_error = None;
     for c in &intents.create {
         if let Some(component) = carried_by.get(&c.name) {
@@ -371,11 +385,9 @@ pub(crate) async fn act(
                 info!(plan = %plan.name_any(), kind = %c.kind, copy = %c.name, "config copied");
             }
             Ok(false) => {}
+            Err(e) if super::namespace_terminating(&e) => {}
             Err(e) => {
-                first_error.get_or_insert(Error::Config {
-                    name: format!("{} {}", c.kind, c.name),
-                    source: e,
-                });
+                refusal.get_or_insert_with(|| super::act::refusal_of(c.kind.as_str(), &c.name, &e));
             }
         }
     }
@@ -404,7 +416,11 @@ pub(crate) async fn act(
             }
         }
     }
-    (waiting, first_error.map_or(Ok(()), Err))
+    Copied {
+        waiting,
+        refusal,
+        pruned: first_error.map_or(Ok(()), Err),
+    }
 }
 
 async fn create(

@@ -8,7 +8,7 @@
 use super::SpecError;
 use super::machine::Facts;
 use super::reasons::ConditionReason as R;
-use super::{Refusal, Target};
+use super::{Refusal, RefusedKind, Target};
 use crate::api::{DEFAULT_PROGRESS_DEADLINE_SECONDS, Phase, ReleasePlanStatus, time};
 use crate::gates::template::ProblemKind;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -164,12 +164,11 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
         _ if obs.refusal.as_ref().is_some_and(|r| !r.is_permanent()) => cond(
             RECONCILING,
             true,
-            if obs.refusal.as_ref().is_some_and(Refusal::is_unavailable) {
-                R::ApiUnavailable
-            } else if obs.refusal.as_ref().is_some_and(Refusal::is_traffic) {
-                R::TrafficWriteFailed
-            } else {
-                R::DeploymentWriteFailed
+            match obs.refusal.as_ref() {
+                Some(r) if r.is_unavailable() => R::ApiUnavailable,
+                Some(r) if r.is_traffic() => R::TrafficWriteFailed,
+                Some(r) if r.refused_kind() == RefusedKind::Config => R::ConfigWriteFailed,
+                _ => R::DeploymentWriteFailed,
             },
             obs.refusal.as_ref().map(refusal_text).unwrap_or_default(),
         ),
@@ -218,12 +217,11 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
         cond(
             STALLED,
             true,
-            if r.is_traffic() {
-                R::TrafficRefused
-            } else if r.is_autoscaling() {
-                R::AutoscalerRefused
-            } else {
-                R::DeploymentRefused
+            match r.refused_kind() {
+                RefusedKind::Traffic => R::TrafficRefused,
+                RefusedKind::Autoscaler => R::AutoscalerRefused,
+                RefusedKind::Config => R::ConfigRefused,
+                RefusedKind::Deployment => R::DeploymentRefused,
             },
             format!("{}; change the spec", refusal_text(r)),
         )

@@ -28,8 +28,8 @@ pub mod traffic;
 
 pub use autoscale::ScaleObs;
 pub use observation::{
-    Observation, PodFailure, Refusal, RevisionObs, Target, TargetComponent, revision_from,
-    revision_of,
+    Observation, PodFailure, Refusal, RefusedKind, RevisionObs, Target, TargetComponent,
+    revision_from, revision_of,
 };
 pub use reasons::EventReason;
 pub use request::{Action, InvalidRequest, NotApplicable, Request};
@@ -374,12 +374,13 @@ fn refusal_event(obs: &Observation) -> Option<EventIntent> {
         type_: EventType::Warning,
         reason: if r.is_unavailable() {
             EventReason::ApiUnavailable
-        } else if r.is_traffic() {
-            EventReason::TrafficRefused
-        } else if r.is_autoscaling() {
-            EventReason::AutoscalerRefused
         } else {
-            EventReason::DeploymentRefused
+            match r.refused_kind() {
+                RefusedKind::Traffic => EventReason::TrafficRefused,
+                RefusedKind::Autoscaler => EventReason::AutoscalerRefused,
+                RefusedKind::Config => EventReason::ConfigRefused,
+                RefusedKind::Deployment => EventReason::DeploymentRefused,
+            }
         },
         message: conditions::refusal_text(r),
     })

@@ -329,18 +329,38 @@ pub struct Refusal {
     pub message: String,
 }
 
+/// What a refused write was of, as status and Events name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusedKind {
+    /// A revision Deployment.
+    Deployment,
+    /// A Service or a route.
+    Traffic,
+    /// A ComponentScale or an owned HPA.
+    Autoscaler,
+    /// A copy of a ConfigMap or Secret (config released with the code).
+    Config,
+}
+
 impl Refusal {
+    /// What the refused object is: the one place its kind is read.
+    pub fn refused_kind(&self) -> RefusedKind {
+        match self.kind {
+            "Deployment" => RefusedKind::Deployment,
+            "ComponentScale" | "HorizontalPodAutoscaler" => RefusedKind::Autoscaler,
+            "ConfigMap" | "Secret" => RefusedKind::Config,
+            _ => RefusedKind::Traffic,
+        }
+    }
+
     /// Whether the object is a Service or route.
     pub fn is_traffic(&self) -> bool {
-        !matches!(
-            self.kind,
-            "Deployment" | "ComponentScale" | "HorizontalPodAutoscaler"
-        )
+        self.refused_kind() == RefusedKind::Traffic
     }
 
     /// Whether the object is a ComponentScale or an owned HPA.
     pub fn is_autoscaling(&self) -> bool {
-        matches!(self.kind, "ComponentScale" | "HorizontalPodAutoscaler")
+        self.refused_kind() == RefusedKind::Autoscaler
     }
 
     /// A refusal that no retry can fix: the object itself is invalid

@@ -86,6 +86,9 @@ reasons! {
         /// A ConfigMap or Secret the template references does not exist: the
         /// plan holds until it does.
         ConfigMissing,
+        /// The API server refused (or did not take) the write of a copy of a
+        /// ConfigMap or Secret: the revision that reads it waits.
+        ConfigRefused,
     }
 }
 
@@ -140,6 +143,10 @@ reasons! {
         GateTemplateInvalid,
         /// A ConfigMap or Secret the template references does not exist.
         ConfigMissing,
+        /// The API server refused a copy of a ConfigMap or Secret for good.
+        ConfigRefused,
+        /// A copy of a ConfigMap or Secret could not be written, and is retried.
+        ConfigWriteFailed,
     }
 }
 
