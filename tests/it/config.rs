@@ -427,3 +427,91 @@ async fn an_operator_upgrade_starts_no_rollout_for_plans_reading_config() {
         after.log_text()
     );
 }
+
+#[tokio::test]
+async fn a_copy_the_quota_refuses_holds_only_its_revision_and_status_says_so() {
+    let h = Harness::new("config-quota").await;
+    let op = Operator::start(&h.ns, &[]).await;
+    let first = stable_with_config(&h, template("shop:1")).await;
+    let (old, _) = hashes(&first);
+    // No room for one more ConfigMap: a new copy is refused (403, quota).
+    let quotas =
+        Api::<k8s_openapi::api::core::v1::ResourceQuota>::namespaced(h.client.clone(), &h.ns);
+    let quota = |n: &str| {
+        json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "cm"},
+               "spec": {"hard": {"count/configmaps": n}}})
+    };
+    let used = Api::<ConfigMap>::namespaced(h.client.clone(), &h.ns)
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .len()
+        .to_string();
+    quotas
+        .patch(
+            "cm",
+            &PatchParams::apply(GITOPS).force(),
+            &Patch::Apply(quota(&used)),
+        )
+        .await
+        .expect("quota");
+    wait_until(WAIT, "the quota's usage counted", || async {
+        let q = quotas.get("cm").await.ok()?;
+        let used = q.status?.used?;
+        used.get("count/configmaps").map(|_| ())
+    })
+    .await;
+    apply_config_map(&h.client, &h.ns, "web-config", json!({"GREETING": "bye"})).await;
+    let refused = wait_until(WAIT, "the refused copy in status", || async {
+        let p = plans::get(&h.client, &h.ns, "shop").await?;
+        let (status, reason, message) = condition(&p, "Reconciling")?;
+        (status == "True" && reason == "ConfigWriteFailed").then_some((p, message))
+    })
+    .await;
+    assert!(refused.1.contains("ConfigMap web-config-"), "{}", refused.1);
+    assert!(refused.1.contains("exceeded quota"), "{}", refused.1);
+    // The stable revision keeps serving; the new one has no Deployment yet.
+    let (new, _) = hashes(&refused.0);
+    assert_ne!(new, old);
+    let stable = deployment(&h.client, &h.ns, &format!("shop-web-{old}")).await;
+    assert_eq!(stable.spec.as_ref().and_then(|s| s.replicas), Some(2));
+    let missing = Api::<Deployment>::namespaced(h.client.clone(), &h.ns)
+        .get_opt(&format!("shop-web-{new}"))
+        .await
+        .expect("get");
+    assert!(
+        missing.is_none(),
+        "a revision whose copy is missing is not created"
+    );
+    wait_until(WAIT, "a ConfigRefused Event", || async {
+        plan_events(&h.client, &h.ns, "shop")
+            .await
+            .iter()
+            .any(|e| e.0 == "ConfigRefused")
+            .then_some(())
+    })
+    .await;
+    // Room again: the release goes on by itself.
+    quotas
+        .patch(
+            "cm",
+            &PatchParams::apply(GITOPS).force(),
+            &Patch::Apply(quota("100")),
+        )
+        .await
+        .expect("quota");
+    wait_until(WAIT, "the new revision at its first step", || async {
+        let p = plans::get(&h.client, &h.ns, "shop").await?;
+        let s = p.status.as_ref()?;
+        (s.phase == Phase::RollingOut && s.components[0].current_ready == 1).then_some(())
+    })
+    .await;
+    let p = plans::get(&h.client, &h.ns, "shop").await.expect("plan");
+    assert_eq!(
+        condition(&p, "Reconciling").map(|c| c.1).as_deref(),
+        Some("RollingOut"),
+        "{}",
+        op.log_text()
+    );
+}
