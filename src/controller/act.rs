@@ -104,6 +104,10 @@ pub(crate) async fn run(
         store_templates(ctx, plan, ns, decision).await
     };
     let acted = match deployments(ctx, plan, ns, &seen.owned, &seen.stored, decision).await {
+        Acted::Done => super::adopt::act(ctx, plan, ns, &seen.obs.adopted, &decision.adopt).await,
+        other => other,
+    };
+    let acted = match acted {
         Acted::Done => super::traffic::act(ctx, plan, ns, &seen.services, &decision.traffic).await,
         other => other,
     };

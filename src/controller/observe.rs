@@ -127,6 +127,8 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         jobs: observe_jobs(ctx, &key, &ns, &name, &uid),
         traffic,
         scales: scale_obs,
+        // Read by `adopt::observe` (an adopted Deployment may not be cached yet).
+        adopted: Vec::new(),
         request,
         invalid_request,
         refusal: ctx.memory.read(&key, |m| m.refusal.clone()).flatten(),

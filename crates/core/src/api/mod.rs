@@ -7,6 +7,7 @@
 //! reconcile runs.
 
 pub mod access;
+pub mod adopt;
 pub mod cached;
 pub mod gate;
 pub mod gateway;
@@ -32,6 +33,7 @@ use serde::{Deserialize, Serialize};
 /// `health.templates` list (`status.resolvedGates` holds one entry each).
 pub const MAX_TEMPLATE_GATES: u32 = gate::MAX_GATES + 8;
 
+pub use adopt::{ANNOTATION_ADOPTED_REPLICAS, Adopt, AdoptedStatus};
 pub use gate::{Gate, GateAt, GateEntry, Health, NotOneKind, TemplateUse};
 pub use kind_gates::{
     DEFAULT_JOB_TIMEOUT_SECONDS, JobCheck, JobGate, MAX_JOB_CONTAINERS, PrometheusCheck,
@@ -213,6 +215,12 @@ pub struct Component {
     /// Service, and with `gatewayAPI` an HTTPRoute whose weights follow the steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traffic: Option<Traffic>,
+
+    /// A running Deployment (not the plan's) that the component's first revision takes
+    /// over from, with no gap and no double fleet: it is scaled down only as the first
+    /// revision's pods become ready, then held at 0; never deleted, never owned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopt: Option<Adopt>,
 }
 
 impl Component {
@@ -904,6 +912,9 @@ pub struct ComponentStatus {
     /// autoscaler's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<ComponentAutoscaling>,
+    /// The hand-over of the Deployment the component adopts (`adopt`), when it adopts one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopted: Option<AdoptedStatus>,
 }
 
 /// The autoscaling of one component, as observed.

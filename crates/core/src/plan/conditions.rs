@@ -73,6 +73,20 @@ fn finish(obs: &Observation, generation: Option<i64>, conds: Vec<Cond>) -> Vec<C
         .collect()
 }
 
+/// One condition, outside [`compute`]'s set (the `Adopted` condition of
+/// [`super::adopt`]), with the same lastTransitionTime rule.
+pub(super) fn one(
+    obs: &Observation,
+    generation: Option<i64>,
+    type_: &'static str,
+    status: bool,
+    reason: R,
+    message: String,
+) -> Condition {
+    let mut out = finish(obs, generation, vec![cond(type_, status, reason, message)]);
+    out.swap_remove(0)
+}
+
 /// Conditions of a plan whose spec cannot be acted on.
 pub fn invalid_spec(obs: &Observation, e: &SpecError) -> Vec<Condition> {
     let msg = format!("spec cannot be acted on: {e}");

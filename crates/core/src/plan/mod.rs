@@ -12,6 +12,7 @@
 //! derived afterwards from the machine's cause, never from entry actions,
 //! which would re-run on every reconcile.
 
+pub mod adopt;
 pub mod autoscale;
 pub mod conditions;
 pub mod desired;
@@ -110,6 +111,8 @@ pub struct Decision {
     /// ComponentScales and owned HPAs of autoscaled components (empty when the
     /// spec cannot be acted on: nothing is deleted then).
     pub scales: Vec<autoscale::ScaleIntent>,
+    /// Adopted Deployments to mark and scale (`adopt`).
+    pub adopt: Vec<adopt::AdoptIntent>,
     /// Events to record.
     pub events: Vec<EventIntent>,
     /// Look again after this long even if nothing changes.
@@ -144,6 +147,8 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
     let mut status = apply_cause(obs, target, &facts, phase, &cause);
     let (deployments, delete) = desired::intents(obs, target, &status, templates);
     status.components = desired::component_status(obs, target, &status, &deployments);
+    let adopt = adopt::intents(obs, target, &status);
+    adopt::record(obs, &mut status, &adopt);
     let traffic = traffic::intents(obs, target, &status);
     let scales = autoscale::intents(obs, target, &status);
     status.traffic_weight = traffic::weight(&traffic, &status);
@@ -185,6 +190,7 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
     }
     events.extend(invalid_request(obs, &mut status));
     events.extend(refusal_event(obs));
+    events.extend(adopt::events(obs, &status));
     status.message = Some(conditions::message(
         target,
         &status,
@@ -192,6 +198,7 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
         obs.refusal.as_ref(),
     ));
     status.conditions = conditions::compute(obs, &status, &facts);
+    status.conditions.extend(adopt::condition(obs, &status));
     let finalize = obs.deleting
         && (match phase {
             Phase::Pending | Phase::Stable | Phase::RolledBack => true,
@@ -209,6 +216,7 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
         jobs,
         traffic,
         scales,
+        adopt,
         events,
         requeue_after,
         finalize,
@@ -358,6 +366,7 @@ fn invalid_spec(obs: &Observation, e: &SpecError) -> Decision {
         // Services and routes stay as they are.
         traffic: Vec::new(),
         scales: Vec::new(),
+        adopt: Vec::new(),
         events,
         requeue_after: None,
         // A plan whose spec is broken holds no rollout worth protecting.

@@ -35,6 +35,8 @@ pub struct TargetComponent {
     pub traffic: Option<traffic::TrafficTarget>,
     /// Autoscaling (`autoscaling`), when set.
     pub autoscaling: Option<Autoscaling>,
+    /// The Deployment it adopts (`adopt.deployment`), when set.
+    pub adopt: Option<String>,
 }
 
 /// The spec, validated and digested into what the machine needs.
@@ -91,6 +93,7 @@ impl Target {
                 spec_replicas: c.spec_replicas(),
                 traffic: c.traffic.as_ref().map(traffic::TrafficTarget::of),
                 autoscaling: c.autoscaling.clone(),
+                adopt: c.adopt.as_ref().map(|a| a.deployment.clone()),
             })
             .collect();
         let revision = revision::plan_revision(
@@ -324,6 +327,8 @@ pub struct Observation {
     /// The ComponentScales and owned HPAs of autoscaled components (their
     /// replicas are already in the target: [`Target::with_scales`]).
     pub scales: Vec<ScaleObs>,
+    /// The Deployments components adopt (`adopt`), one per adopting component.
+    pub adopted: Vec<super::adopt::AdoptedObs>,
     /// A request not yet acknowledged.
     pub request: Option<Request>,
     /// A request annotation not yet acknowledged that is not a valid request.

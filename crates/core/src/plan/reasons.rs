@@ -83,6 +83,16 @@ reasons! {
         GateTemplateNotFound,
         /// A template gate's template and arguments do not make a usable gate.
         GateTemplateInvalid,
+        /// A component adopted a running Deployment (`adopt`): it is scaled down as
+        /// the first revision's pods become ready.
+        AdoptionStarted,
+        /// An adopted Deployment runs no pod: the component's own revision is stable.
+        HandedOver,
+        /// The Deployment a component adopts does not exist.
+        AdoptionTargetNotFound,
+        /// The Deployment a component adopts cannot be adopted (owned by a
+        /// controller, a plan's revision, or marked by another plan).
+        AdoptionRefused,
     }
 }
 
@@ -135,6 +145,15 @@ reasons! {
         GateTemplateNotFound,
         /// A template gate's template and arguments do not make a usable gate.
         GateTemplateInvalid,
+        /// `Adopted`: the adopted Deployment is scaled down as the first revision's
+        /// pods become ready (or held at 0 until it runs no pod).
+        HandingOver,
+        /// `Adopted`: every adopted Deployment runs no pod; delete them.
+        HandedOver,
+        /// `Adopted`: the Deployment a component adopts does not exist.
+        AdoptionTargetNotFound,
+        /// `Adopted`: the Deployment a component adopts cannot be adopted.
+        AdoptionRefused,
     }
 }
 

@@ -25,6 +25,7 @@ fn spec() -> ReleasePlanSpec {
             .unwrap(),
             traffic: None,
             autoscaling: None,
+            adopt: None,
         }],
         ..Default::default()
     };
@@ -119,6 +120,7 @@ fn observe(
         jobs: Vec::new(),
         traffic: Vec::new(),
         scales: Vec::new(),
+        adopted: Vec::new(),
         request: None,
         invalid_request: None,
         refusal: None,

@@ -28,6 +28,7 @@ fn component(name: &str, image: &str, replicas: i32) -> Component {
         template: template(image),
         traffic: None,
         autoscaling: None,
+        adopt: None,
     }
 }
 
@@ -99,6 +100,8 @@ struct Sim {
     scales: BTreeMap<String, i32>,
     /// Owned HPAs' specs, by component.
     hpas: BTreeMap<String, crate::api::Autoscaling>,
+    /// The Deployment component `web` adopts (`adopt`), as the cluster shows it.
+    adopted: Option<adopt::AdoptedObs>,
 }
 
 impl Sim {
@@ -124,6 +127,7 @@ impl Sim {
             traffic_lag: false,
             scales: BTreeMap::new(),
             hpas: BTreeMap::new(),
+            adopted: None,
         }
     }
 
@@ -226,6 +230,7 @@ impl Sim {
             jobs: self.jobs.clone(),
             traffic: self.traffic.values().cloned().collect(),
             scales: self.scale_obs(),
+            adopted: self.adopted.clone().into_iter().collect(),
             request: self.request.clone(),
             invalid_request: None,
             refusal: None,
@@ -326,6 +331,19 @@ impl Sim {
                 }
             }
         }
+        for i in &d.adopt {
+            if let Some(adopt::AdoptedObs {
+                state: adopt::AdoptedState::Found(f),
+                ..
+            }) = self.adopted.as_mut()
+            {
+                f.marked = true;
+                f.original = Some(i.original);
+                f.replicas = i.replicas;
+                f.ready = f.ready.min(i.replicas);
+                f.pods = f.pods.min(i.replicas);
+            }
+        }
         self.events.extend(d.events.iter().cloned());
         if d.finalize {
             self.finalized = true;
@@ -340,15 +358,23 @@ impl Sim {
                 d.ready = d.replicas;
             }
         }
+        if let Some(adopt::AdoptedObs {
+            state: adopt::AdoptedState::Found(f),
+            ..
+        }) = self.adopted.as_mut()
+        {
+            f.ready = f.replicas;
+            f.pods = f.replicas;
+        }
     }
 
     /// Reconciles with ready pods until nothing changes (or a bound is hit).
     fn settle(&mut self) {
         for _ in 0..50 {
-            let before = (self.status.clone(), self.replicas());
+            let before = (self.status.clone(), self.replicas(), self.adopted.clone());
             self.reconcile();
             self.pods_ready();
-            if (self.status.clone(), self.replicas()) == before {
+            if (self.status.clone(), self.replicas(), self.adopted.clone()) == before {
                 return;
             }
         }
@@ -1598,6 +1624,7 @@ proptest! {
             gates: vec![],
             jobs: vec![],
             traffic: Vec::new(),
+            adopted: Vec::new(),
             scales: Vec::new(),
             request: None,
             invalid_request: None,
@@ -2278,3 +2305,6 @@ fn a_traffic_write_that_does_not_show_is_not_stamped_at_every_reconcile() {
 
 #[path = "autoscale_tests.rs"]
 mod autoscale;
+
+#[path = "adopt_tests.rs"]
+mod adopt_tests;
