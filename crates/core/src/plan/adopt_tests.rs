@@ -243,3 +243,24 @@ fn a_plan_without_adoption_has_no_adopted_condition() {
     assert!(condition_reason(&sim, "Adopted").is_none());
     assert!(sim.status.components[0].adopted.is_none());
 }
+
+#[test]
+fn a_handed_over_deployment_deleted_by_its_owner_stays_done() {
+    let mut sim = adopting_sim();
+    sim.settle();
+    assert!(sim.status.components[0].adopted.as_ref().unwrap().done);
+    let before = sim.events.len();
+    // The user deletes it, as told.
+    sim.adopted.as_mut().unwrap().state = AdoptedState::Missing;
+    sim.settle();
+    assert!(sim.status.components[0].adopted.as_ref().unwrap().done);
+    assert_eq!(
+        condition_reason(&sim, "Adopted"),
+        Some(("True".into(), "HandedOver".into()))
+    );
+    assert_eq!(
+        sim.events.len(),
+        before,
+        "no Warning for a deletion we asked for"
+    );
+}
