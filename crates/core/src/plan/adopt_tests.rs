@@ -168,6 +168,19 @@ fn a_rolled_back_first_rollout_gives_the_adopted_deployment_its_capacity_back() 
     let f = adopted(&sim);
     assert_eq!((f.replicas, f.ready), (4, 4));
     assert!(!sim.status.components[0].adopted.as_ref().unwrap().done);
+    let stalled = sim
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Stalled")
+        .unwrap();
+    assert!(
+        stalled
+            .message
+            .contains("the adopted Deployment serves again"),
+        "{}",
+        stalled.message
+    );
 }
 
 #[test]

@@ -181,6 +181,15 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
             (Some(f), Some(_)) => {
                 format!("{f}; run `kubectl releaseplan retry` or change the spec")
             }
+            (Some(f), None)
+                if s.components
+                    .iter()
+                    .any(|c| c.adopted.as_ref().is_some_and(|a| a.message.is_none())) =>
+            {
+                format!(
+                    "{f}; first release failed and was scaled to zero, the adopted Deployment serves again; fix the spec or retry"
+                )
+            }
             (Some(f), None) => {
                 format!("{f}; first release failed and was scaled to zero; fix the spec or retry")
             }
