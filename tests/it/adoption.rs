@@ -11,12 +11,15 @@
 
 use crate::support;
 
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{ResourceQuota, Service};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use releaseplan::api::{ANNOTATION_ADOPTED_REPLICAS, LABEL_PLAN, Phase, ReleasePlan};
 use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::traffic::DataPlane;
 use support::{Harness, WAIT, fixtures, plans, wait_until};
@@ -99,9 +102,38 @@ async fn wait_handed_over(h: &Harness) -> ReleasePlan {
     .await
 }
 
+/// Every `spec.replicas` Deployment `name` is written with, in order, from a
+/// watch (so no write is missed), until the task is aborted.
+fn record_replicas(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> (Arc<Mutex<Vec<i32>>>, tokio::task::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let api = Api::<Deployment>::namespaced(client.clone(), ns);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let out = seen.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = watcher(api, config).applied_objects().boxed();
+        while let Some(Ok(d)) = stream.next().await {
+            let r = counts(&d).0;
+            let mut seen = out.lock().unwrap();
+            if seen.last() != Some(&r) {
+                seen.push(r);
+            }
+        }
+    });
+    (seen, task)
+}
+
 /// Hand-over under real traffic: 0 failed requests while a plan adopts the
 /// Deployment behind the user's Service; then a GitOps tool's forced apply
 /// of the old manifest (`replicas: 4`) is undone and the plan stays Stable.
+///
+/// A ResourceQuota of 5 pods makes the hand-over go one pod at a time, as on
+/// a full cluster (kwok makes every pod ready at once otherwise): the first
+/// revision gets its second pod only once the adopted Deployment gave one up
+/// for its first ready one, so the adopted Deployment must pass 3, 2 and 1.
 #[tokio::test]
 async fn adoption_hands_over_without_a_failed_request() {
     let h = Harness::new("adopt-traffic").await;
@@ -136,6 +168,16 @@ async fn adoption_hands_over_without_a_failed_request() {
         (counts(&d) == (4, 4, 4)).then_some(())
     })
     .await;
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "pods"},
+        "spec": {"hard": {"pods": "5"}}
+    }))
+    .unwrap();
+    Api::<ResourceQuota>::namespaced(h.client.clone(), &h.ns)
+        .create(&PostParams::default(), &quota)
+        .await
+        .unwrap();
+    let (trajectory, recorder) = record_replicas(&h.client, &h.ns, "web");
     dp.wait_for(
         "the user's Service to answer through the route",
         50,
@@ -160,6 +202,14 @@ async fn adoption_hands_over_without_a_failed_request() {
     )
     .await;
     let p = wait_handed_over(&h).await;
+    recorder.abort();
+    let trajectory = trajectory.lock().unwrap().clone();
+    println!("spec.replicas of the adopted Deployment, as written: {trajectory:?}");
+    assert_eq!(
+        trajectory,
+        [4, 3, 2, 1, 0],
+        "scaled down one pod at a time, as the first revision's pods became ready"
+    );
     let adopted = p.status.as_ref().unwrap().components[0]
         .adopted
         .clone()
