@@ -60,6 +60,12 @@ pub(crate) async fn observe(
                         )
                     }
                     Err(e) if is_not_found(&e) => AdoptedState::Missing,
+                    // RBAC of an older chart: said in status, not a reconcile
+                    // that fails (and holds the plan) forever.
+                    Err(kube::Error::Api(s)) if s.code == 403 => AdoptedState::Refused(format!(
+                        "the operator may not read it ({}); grant it get on deployments, as the chart does",
+                        s.message
+                    )),
                     Err(e) => return Err(Error::Kube(e)),
                 }
             }
