@@ -331,6 +331,7 @@ fn api_events_paragraph_names_exactly_the_event_reasons() {
 
 #[test]
 fn api_conditions_table_names_every_condition_reason_and_no_other() {
+    use crate::plan::adopt::ADOPTED;
     use crate::plan::conditions::{
         PAUSED, PROGRESSING, READY, RECONCILING, ROLLBACK_IN_PROGRESS, STALLED,
     };
@@ -354,6 +355,7 @@ fn api_conditions_table_names_every_condition_reason_and_no_other() {
         PROGRESSING,
         ROLLBACK_IN_PROGRESS,
         PAUSED,
+        ADOPTED,
     ];
     let known: BTreeSet<&str> = reasons
         .iter()

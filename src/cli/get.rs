@@ -154,6 +154,9 @@ fn component_nodes(status: &ReleasePlanStatus, deployments: &[Deployment]) -> Ve
                 let list: Vec<String> = c.config.iter().map(ToString::to_string).collect();
                 children.push(Node::leaf(format!("config: {}", list.join(", "))));
             }
+            if let Some(a) = cs.and_then(|c| c.adopted.as_ref()) {
+                children.push(Node::leaf(adopted_text(a)));
+            }
             Node { text, children }
         })
         .collect()
@@ -342,6 +345,21 @@ pub(super) async fn run(
     }
 }
 
+/// The hand-over of a component's adopted Deployment, under its revisions.
+fn adopted_text(a: &crate::api::AdoptedStatus) -> String {
+    let name = &a.deployment;
+    match (&a.message, a.done) {
+        (Some(m), _) => format!("adopts deployment/{name}: {m}"),
+        (None, true) => format!("adopted deployment/{name}  handed over: runs no pod; delete it"),
+        (None, false) => format!(
+            "adopted deployment/{name}  {}/{} ready  handing over (had {})",
+            a.ready,
+            a.replicas,
+            a.original_replicas.unwrap_or(a.replicas)
+        ),
+    }
+}
+
 /// How a component is autoscaled, after its replicas: by whom, and why its
 /// HPA cannot scale as asked when it cannot.
 fn autoscaling_text(a: &crate::api::ComponentAutoscaling) -> String {
@@ -385,6 +403,31 @@ mod tests {
         assert_eq!(
             autoscaling_text(&a),
             "  autoscaled by hpa/shop-web: TooManyReplicas: the desired replica count is more than the maximum replica count"
+        );
+    }
+
+    #[test]
+    fn adopted_deployments_say_how_far_the_hand_over_is() {
+        let mut a = crate::api::AdoptedStatus {
+            deployment: "web".into(),
+            replicas: 3,
+            ready: 3,
+            original_replicas: Some(4),
+            ..Default::default()
+        };
+        assert_eq!(
+            adopted_text(&a),
+            "adopted deployment/web  3/3 ready  handing over (had 4)"
+        );
+        a.done = true;
+        assert_eq!(
+            adopted_text(&a),
+            "adopted deployment/web  handed over: runs no pod; delete it"
+        );
+        a.message = Some("Deployment web not found".into());
+        assert_eq!(
+            adopted_text(&a),
+            "adopts deployment/web: Deployment web not found"
         );
     }
 

@@ -121,6 +121,10 @@ pub(crate) async fn run(
     };
     let written = (&seen.owned[..], &seen.stored[..]);
     let acted = match deployments(ctx, plan, ns, written, &waiting, decision).await {
+        Acted::Done => super::adopt::act(ctx, plan, ns, &seen.obs.adopted, &decision.adopt).await,
+        other => other,
+    };
+    let acted = match acted {
         Acted::Done => super::traffic::act(ctx, plan, ns, &seen.services, &decision.traffic).await,
         other => other,
     };

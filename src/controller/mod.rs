@@ -11,6 +11,7 @@
 //! [`context`] is what the reconciles share; [`error`] names what can fail.
 
 mod act;
+mod adopt;
 mod autoscale;
 pub mod config;
 mod context;
@@ -143,6 +144,7 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
     };
     write::confirm_unanswered(ctx, &plan);
     let mut seen = observe::observe(ctx, &plan)?;
+    seen.obs.adopted = adopt::observe(ctx, &plan, &seen.ns).await?;
     let mut decision = plan::decide(&seen.obs, &seen.templates);
     let acted = act::run(ctx, &plan, &seen, &decision).await;
     if acted.namespace_terminating {

@@ -139,6 +139,8 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         traffic,
         scales: scale_obs,
         config,
+        // Read by `adopt::observe` (an adopted Deployment may not be cached yet).
+        adopted: Vec::new(),
         request,
         invalid_request,
         refusal: ctx.memory.read(&key, |m| m.refusal.clone()).flatten(),

@@ -27,9 +27,13 @@ pub fn plan<K: Resource>(p: &mut K) {
 /// owner references), its spec as JSON text (the apply compares it with the
 /// desired one, and a revision whose template left the spec is re-applied
 /// from it) and the replica counts of its status, without managedFields;
-/// annotations and status conditions are never read.
+/// annotations (but an adopted Deployment's original replicas) and status
+/// conditions are never read.
 pub fn deployment(d: &mut CachedDeployment) {
-    d.annotations_mut().clear();
+    // But for the replicas an adopted Deployment had (`adopt`): applied again
+    // with every scale of it.
+    d.annotations_mut()
+        .retain(|k, _| k == crate::api::ANNOTATION_ADOPTED_REPLICAS);
     if let Some(s) = d.status.as_mut() {
         s.conditions = None;
     }

@@ -165,7 +165,8 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
         (
             "apps",
             "deployments",
-            &["create", "delete", "list", "patch", "watch"],
+            // get: a Deployment a component adopts, read by name until it is marked.
+            &["create", "delete", "get", "list", "patch", "watch"],
         ),
         (
             "apps",
@@ -1248,6 +1249,7 @@ async fn the_service_account_cannot_read_secrets() {
         ("watch", "releaseplan.io", "releaseplans"),
         ("update", "releaseplan.io", "releaseplans/status"),
         ("delete", "apps", "deployments"),
+        ("get", "apps", "deployments"),
         ("watch", "apps", "controllerrevisions"),
         ("create", "apps", "controllerrevisions"),
         ("patch", "apps", "controllerrevisions"),

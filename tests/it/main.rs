@@ -24,6 +24,7 @@
 mod support;
 
 mod admission;
+mod adoption;
 mod alerts;
 mod autoscaling;
 mod chart;

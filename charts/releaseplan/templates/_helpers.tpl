@@ -104,10 +104,11 @@ true
   verbs: ["update"]
 # Cached (list, watch), written with server-side apply (patch, and create
 # for a new one; a merge patch scales them while the plan is deleted),
-# deleted when pruned.
+# deleted when pruned; get: a Deployment a component adopts (spec.components[].adopt),
+# read by name until the apply of its label brings it into the cache.
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # The stored template of each revision: cached (list, watch), written with
 # server-side apply (patch, and create for a new one), pruned (delete).
 - apiGroups: ["apps"]

@@ -7,6 +7,7 @@
 //! reconcile runs.
 
 pub mod access;
+pub mod adopt;
 pub mod cached;
 pub mod config;
 pub mod gate;
@@ -33,6 +34,7 @@ use serde::{Deserialize, Serialize};
 /// `health.templates` list (`status.resolvedGates` holds one entry each).
 pub const MAX_TEMPLATE_GATES: u32 = gate::MAX_GATES + 8;
 
+pub use adopt::{ANNOTATION_ADOPTED_REPLICAS, Adopt, AdoptedStatus};
 pub use gate::{Gate, GateAt, GateEntry, Health, NotOneKind, TemplateUse};
 pub use kind_gates::{
     DEFAULT_JOB_TIMEOUT_SECONDS, JobCheck, JobGate, MAX_JOB_CONTAINERS, PrometheusCheck,
@@ -222,6 +224,11 @@ pub struct Component {
     /// read live instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<config::ComponentConfig>,
+    /// A running Deployment (not the plan's) that the component's first revision takes
+    /// over from, with no gap and no double fleet: it is scaled down only as the first
+    /// revision's pods become ready, then held at 0; never deleted, never owned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopt: Option<Adopt>,
 }
 
 impl Component {
@@ -917,6 +924,9 @@ pub struct ComponentStatus {
     /// the immutable copies its pods read (never a value).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub config: Vec<config::CarriedConfig>,
+    /// The hand-over of the Deployment the component adopts (`adopt`), when it adopts one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopted: Option<AdoptedStatus>,
 }
 
 /// The autoscaling of one component, as observed.

@@ -73,6 +73,20 @@ fn finish(obs: &Observation, generation: Option<i64>, conds: Vec<Cond>) -> Vec<C
         .collect()
 }
 
+/// One condition, outside [`compute`]'s set (the `Adopted` condition of
+/// [`super::adopt`]), with the same lastTransitionTime rule.
+pub(super) fn one(
+    obs: &Observation,
+    generation: Option<i64>,
+    type_: &'static str,
+    status: bool,
+    reason: R,
+    message: String,
+) -> Condition {
+    let mut out = finish(obs, generation, vec![cond(type_, status, reason, message)]);
+    out.swap_remove(0)
+}
+
 /// Conditions of a plan whose spec cannot be acted on.
 pub fn invalid_spec(obs: &Observation, e: &SpecError) -> Vec<Condition> {
     let msg = format!("spec cannot be acted on: {e}");
@@ -199,6 +213,15 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
         let text = match (&failure, &s.stable_revision) {
             (Some(f), Some(_)) => {
                 format!("{f}; run `kubectl releaseplan retry` or change the spec")
+            }
+            (Some(f), None)
+                if s.components
+                    .iter()
+                    .any(|c| c.adopted.as_ref().is_some_and(|a| a.message.is_none())) =>
+            {
+                format!(
+                    "{f}; first release failed and was scaled to zero, the adopted Deployment serves again; fix the spec or retry"
+                )
             }
             (Some(f), None) => {
                 format!("{f}; first release failed and was scaled to zero; fix the spec or retry")

@@ -160,7 +160,9 @@ pub fn intents(
         let r = replicas_of(target, c);
         let want = wanted(obs, target, status, c);
         // With nothing to keep (no stable revision to return to), nothing is protected.
-        let is_covered = want.is_empty() || covered(&revs, &want, r);
+        // An adopted Deployment is the stable capacity of a first rollout.
+        let is_covered =
+            (want.is_empty() && super::adopt::covers(obs, target, c)) || covered(&revs, &want, r);
         let in_spec = target.component(&c.name);
         for (hash, replicas) in &want {
             let template = match (in_spec, templates.get(&c.name)) {
@@ -315,6 +317,7 @@ pub fn rollback_complete(obs: &Observation, target: &Target, status: &ReleasePla
             .stable_hash
             .as_ref()
             .is_none_or(|st| revs.contains_key(st.as_str()) || r == 0)
+            && super::adopt::restored(obs, target, c)
     })
 }
 
@@ -354,6 +357,7 @@ pub fn component_status(
                 config: target
                     .component(&c.name)
                     .map_or_else(|| c.config.clone(), |t| t.config.clone()),
+                adopted: None,
             }
         })
         .collect()

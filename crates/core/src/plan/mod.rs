@@ -12,6 +12,7 @@
 //! derived afterwards from the machine's cause, never from entry actions,
 //! which would re-run on every reconcile.
 
+pub mod adopt;
 pub mod autoscale;
 pub mod conditions;
 pub mod config;
@@ -114,6 +115,8 @@ pub struct Decision {
     /// Copies of ConfigMaps and Secrets to create (before the Deployments
     /// that read them) and to delete.
     pub config: config::ConfigIntents,
+    /// Adopted Deployments to mark and scale (`adopt`).
+    pub adopt: Vec<adopt::AdoptIntent>,
     /// Events to record.
     pub events: Vec<EventIntent>,
     /// Look again after this long even if nothing changes.
@@ -154,6 +157,8 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
     let carried: Vec<&crate::api::config::CarriedConfig> =
         target.components.iter().flat_map(|c| &c.config).collect();
     let config = config::intents(&obs.config, &carried, status.phase, obs.deleting);
+    let adopt = adopt::intents(obs, target, &status);
+    adopt::record(obs, &mut status, &adopt);
     let traffic = traffic::intents(obs, target, &status);
     let scales = autoscale::intents(obs, target, &status);
     status.traffic_weight = traffic::weight(&traffic, &status);
@@ -195,6 +200,7 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
     }
     events.extend(invalid_request(obs, &mut status));
     events.extend(refusal_event(obs));
+    events.extend(adopt::events(obs, &status));
     status.message = Some(conditions::message(
         target,
         &status,
@@ -202,6 +208,7 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
         obs.refusal.as_ref(),
     ));
     status.conditions = conditions::compute(obs, &status, &facts);
+    status.conditions.extend(adopt::condition(obs, &status));
     let finalize = obs.deleting
         && (match phase {
             Phase::Pending | Phase::Stable | Phase::RolledBack => true,
@@ -220,6 +227,7 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
         traffic,
         scales,
         config,
+        adopt,
         events,
         requeue_after,
         finalize,
@@ -409,6 +417,7 @@ fn invalid_spec(obs: &Observation, e: &SpecError) -> Decision {
         traffic: Vec::new(),
         scales: Vec::new(),
         config: config::ConfigIntents::default(),
+        adopt: Vec::new(),
         events,
         requeue_after: None,
         // A plan whose spec is broken holds no rollout worth protecting.

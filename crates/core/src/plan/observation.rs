@@ -40,6 +40,8 @@ pub struct TargetComponent {
     pub autoscaling: Option<Autoscaling>,
     /// The ConfigMaps and Secrets the revision reads ([`Target::with_config`]).
     pub config: Vec<CarriedConfig>,
+    /// The Deployment it adopts (`adopt.deployment`), when set.
+    pub adopt: Option<String>,
 }
 
 /// The spec, validated and digested into what the machine needs.
@@ -100,6 +102,7 @@ impl Target {
                 traffic: c.traffic.as_ref().map(traffic::TrafficTarget::of),
                 autoscaling: c.autoscaling.clone(),
                 config: Vec::new(),
+                adopt: c.adopt.as_ref().map(|a| a.deployment.clone()),
             })
             .collect();
         let revision = revision::plan_revision(
@@ -410,6 +413,8 @@ pub struct Observation {
     /// The referenced ConfigMaps and Secrets and the plan's copies (already
     /// in the target: [`Target::with_config`]).
     pub config: config::ConfigObservation,
+    /// The Deployments components adopt (`adopt`), one per adopting component.
+    pub adopted: Vec<super::adopt::AdoptedObs>,
     /// A request not yet acknowledged.
     pub request: Option<Request>,
     /// A request annotation not yet acknowledged that is not a valid request.

@@ -89,6 +89,16 @@ reasons! {
         /// The API server refused (or did not take) the write of a copy of a
         /// ConfigMap or Secret: the revision that reads it waits.
         ConfigRefused,
+        /// A component adopted a running Deployment (`adopt`): it is scaled down as
+        /// the first revision's pods become ready.
+        AdoptionStarted,
+        /// An adopted Deployment runs no pod: the component's own revision is stable.
+        HandedOver,
+        /// The Deployment a component adopts does not exist.
+        AdoptionTargetNotFound,
+        /// The Deployment a component adopts cannot be adopted (owned by a
+        /// controller, a plan's revision, or marked by another plan).
+        AdoptionRefused,
     }
 }
 
@@ -147,6 +157,15 @@ reasons! {
         ConfigRefused,
         /// A copy of a ConfigMap or Secret could not be written, and is retried.
         ConfigWriteFailed,
+        /// `Adopted`: the adopted Deployment is scaled down as the first revision's
+        /// pods become ready (or held at 0 until it runs no pod).
+        HandingOver,
+        /// `Adopted`: every adopted Deployment runs no pod; delete them.
+        HandedOver,
+        /// `Adopted`: the Deployment a component adopts does not exist.
+        AdoptionTargetNotFound,
+        /// `Adopted`: the Deployment a component adopts cannot be adopted.
+        AdoptionRefused,
     }
 }
 

@@ -26,6 +26,7 @@ fn spec() -> ReleasePlanSpec {
             traffic: None,
             autoscaling: None,
             config: None,
+            adopt: None,
         }],
         ..Default::default()
     };
@@ -121,6 +122,7 @@ fn observe(
         traffic: Vec::new(),
         scales: Vec::new(),
         config: Default::default(),
+        adopted: Vec::new(),
         request: None,
         invalid_request: None,
         refusal: None,

@@ -29,6 +29,7 @@ fn component(name: &str, image: &str, replicas: i32) -> Component {
         traffic: None,
         autoscaling: None,
         config: None,
+        adopt: None,
     }
 }
 
@@ -104,6 +105,8 @@ struct Sim {
     config: BTreeMap<config::ConfigRef, config::ConfigObs>,
     /// The config each revision Deployment's template reads, by hash.
     revision_config: BTreeMap<String, BTreeSet<config::ConfigRef>>,
+    /// The Deployment component `web` adopts (`adopt`), as the cluster shows it.
+    adopted: Option<adopt::AdoptedObs>,
 }
 
 impl Sim {
@@ -131,6 +134,7 @@ impl Sim {
             hpas: BTreeMap::new(),
             config: BTreeMap::new(),
             revision_config: BTreeMap::new(),
+            adopted: None,
         }
     }
 
@@ -266,6 +270,7 @@ impl Sim {
             traffic: self.traffic.values().cloned().collect(),
             scales: self.scale_obs(),
             config: self.config_obs(),
+            adopted: self.adopted.clone().into_iter().collect(),
             request: self.request.clone(),
             invalid_request: None,
             refusal: None,
@@ -381,6 +386,19 @@ impl Sim {
         for k in &d.config.delete {
             self.config.remove(k);
         }
+        for i in &d.adopt {
+            if let Some(adopt::AdoptedObs {
+                state: adopt::AdoptedState::Found(f),
+                ..
+            }) = self.adopted.as_mut()
+            {
+                f.marked = true;
+                f.original = Some(i.original);
+                f.replicas = i.replicas;
+                f.ready = f.ready.min(i.replicas);
+                f.pods = f.pods.min(i.replicas);
+            }
+        }
         self.events.extend(d.events.iter().cloned());
         if d.finalize {
             self.finalized = true;
@@ -395,15 +413,23 @@ impl Sim {
                 d.ready = d.replicas;
             }
         }
+        if let Some(adopt::AdoptedObs {
+            state: adopt::AdoptedState::Found(f),
+            ..
+        }) = self.adopted.as_mut()
+        {
+            f.ready = f.replicas;
+            f.pods = f.replicas;
+        }
     }
 
     /// Reconciles with ready pods until nothing changes (or a bound is hit).
     fn settle(&mut self) {
         for _ in 0..50 {
-            let before = (self.status.clone(), self.replicas());
+            let before = (self.status.clone(), self.replicas(), self.adopted.clone());
             self.reconcile();
             self.pods_ready();
-            if (self.status.clone(), self.replicas()) == before {
+            if (self.status.clone(), self.replicas(), self.adopted.clone()) == before {
                 return;
             }
         }
@@ -1653,6 +1679,7 @@ proptest! {
             gates: vec![],
             jobs: vec![],
             traffic: Vec::new(),
+            adopted: Vec::new(),
             scales: Vec::new(),
             config: Default::default(),
             request: None,
@@ -2335,5 +2362,7 @@ fn a_traffic_write_that_does_not_show_is_not_stamped_at_every_reconcile() {
 #[path = "autoscale_tests.rs"]
 mod autoscale;
 
+#[path = "adopt_tests.rs"]
+mod adopt_tests;
 #[path = "config_tests.rs"]
 mod config_tests;
