@@ -206,6 +206,25 @@ revert it on its next sync.")]
         #[arg(long)]
         apply: bool,
     },
+    /// Print the ReleasePlan that takes a running Deployment over without a
+    /// restart of capacity (`spec.components[].adopt`), its template, replicas
+    /// and HPA included, as YAML to commit or to pipe into `kubectl apply`.
+    #[command(after_help = "\
+The Deployment is scaled down only as the plan's first revision's pods become
+ready, then held at 0 until you delete it (docs/operations.md, \"Adopting a
+running Deployment\"). An HPA that scales the Deployment becomes the plan's
+`autoscaling`; delete it when you apply the plan. Writes nothing.")]
+    Adopt {
+        /// The Deployment (`NAME` or `deployment/NAME`).
+        deployment: String,
+        /// Name of the plan (default: the Deployment's, as a DNS label).
+        #[arg(long)]
+        plan: Option<String>,
+        /// Name of the component (default: the Deployment's, as a DNS label of at most
+        /// 40 characters).
+        #[arg(long)]
+        component: Option<String>,
+    },
 }
 
 /// The `set` commands.

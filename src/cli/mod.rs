@@ -18,6 +18,7 @@
 //! (the `-o json|yaml` documents) and [`text`] (the short texts of a plan's
 //! state that several verbs print). This module only dispatches.
 
+pub mod adopt;
 pub mod args;
 pub mod complete;
 pub mod connect;
@@ -135,5 +136,10 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
             to_revision,
             apply,
         } => undo::run(&ctx, &name, to_revision, apply).await,
+        Command::Adopt {
+            deployment,
+            plan,
+            component,
+        } => adopt::run(&ctx, &deployment, plan.as_deref(), component.as_deref()).await,
     }
 }

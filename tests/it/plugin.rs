@@ -1420,3 +1420,70 @@ async fn kubectl_global_flags_reach_the_api_server() {
         out.show()
     );
 }
+
+#[tokio::test]
+async fn adopt_prints_the_plan_that_takes_a_deployment_and_its_hpa_over() {
+    let (Harness { client, ns }, op) = Harness::with_operator("plugin-adopt").await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "web:1"}]}}}
+    }))
+    .expect("a Deployment");
+    deployments
+        .create(&Default::default(), &d)
+        .await
+        .expect("create the Deployment");
+    let hpas = Api::<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler>::namespaced(
+        client.clone(),
+        &ns,
+    );
+    let hpa = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"minReplicas": 2, "maxReplicas": 5,
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}
+    }))
+    .expect("an HPA");
+    hpas.create(&Default::default(), &hpa)
+        .await
+        .expect("create the HPA");
+
+    let out = rp_in(&ns, &["adopt", "deployment/web"]).await;
+    assert_eq!(out.code, 0, "{}", out.show());
+    assert!(out.stderr.contains("delete hpa/web"), "{}", out.show());
+    let mut p: ReleasePlan = yaml_serde::from_str(&out.stdout).expect("a ReleasePlan");
+    let c = &p.spec.components[0];
+    assert_eq!(c.adopt.as_ref().map(|a| a.deployment.as_str()), Some("web"));
+    assert_eq!(c.replicas, Some(3));
+    assert_eq!(c.autoscaling.as_ref().and_then(|a| a.max_replicas), Some(5));
+    assert!(!out.stdout.contains("pod-template-hash"), "{}", out.show());
+
+    // Applied as printed (the HPA deleted, as told): the Deployment is handed over.
+    hpas.delete("web", &DeleteParams::default())
+        .await
+        .expect("delete the HPA");
+    p.metadata.namespace = None;
+    create(&client, &ns, &p).await;
+    wait_until(WAIT, "the hand-over", || async {
+        let p = get(&client, &ns, "web").await?;
+        let (status, reason, _) = plans::condition(&p, "Adopted")?;
+        (status == "True" && reason == "HandedOver").then_some(())
+    })
+    .await;
+    let old = deployments
+        .get("web")
+        .await
+        .expect("the adopted Deployment");
+    assert_eq!(
+        old.spec.and_then(|s| s.replicas),
+        Some(0),
+        "{}",
+        op.log_text()
+    );
+    // Adopted again: refused, it is a plan's now.
+    let out = rp_in(&ns, &["adopt", "web"]).await;
+    assert_eq!(out.code, 1, "{}", out.show());
+    assert!(out.stderr.contains("already a plan's"), "{}", out.show());
+}
