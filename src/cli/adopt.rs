@@ -11,6 +11,7 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
+use std::fmt::Write as _;
 
 /// Longest component name (the CRD's bound).
 const MAX_COMPONENT: usize = 40;
@@ -42,11 +43,9 @@ pub fn plan_for(
     plan: &str,
     component: &str,
 ) -> Value {
-    let mut template = d
-        .spec
-        .as_ref()
-        .map(|s| serde_json::to_value(&s.template).unwrap_or(Value::Null))
-        .unwrap_or(Value::Null);
+    let mut template = d.spec.as_ref().map_or(Value::Null, |s| {
+        serde_json::to_value(&s.template).unwrap_or(Value::Null)
+    });
     if let Some(meta) = template.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("creationTimestamp");
         if let Some(labels) = meta.get_mut("labels").and_then(Value::as_object_mut) {
@@ -92,16 +91,18 @@ fn next_steps(d: &str, hpa: Option<&str>, plan: &str) -> String {
          #  1. commit this plan; remove `replicas` from deployment/{d}'s manifest\n"
     );
     if let Some(h) = hpa {
-        out.push_str(&format!(
+        let _ = write!(
+            out,
             "#     and delete hpa/{h} in the same commit: the plan owns hpa/{plan}-<component>,\n\
              #     which scales every revision through the ComponentScale\n"
-        ));
+        );
     }
-    out.push_str(&format!(
+    let _ = write!(
+        out,
         "#  2. wait: kubectl releaseplan wait {plan} (the Deployment is scaled down as the\n\
          #     plan's pods become ready; condition Adopted=True HandedOver at the end)\n\
          #  3. delete deployment/{d} from git (it runs no pod any more)\n"
-    ));
+    );
     out
 }
 
