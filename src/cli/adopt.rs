@@ -156,7 +156,11 @@ pub(super) async fn run(
     print!("{yaml}");
     eprint!(
         "{}",
-        next_steps(name, hpa.as_ref().map(|h| h.name_any()).as_deref(), &plan)
+        next_steps(
+            name,
+            hpa.as_ref().map(ResourceExt::name_any).as_deref(),
+            &plan
+        )
     );
     Ok(0)
 }
