@@ -14,6 +14,15 @@ fn time_text(t: Option<DateTime<Utc>>) -> String {
     t.map_or_else(|| "-".into(), |t| t.format("%Y-%m-%d %H:%M:%S").to_string())
 }
 
+/// The CONFIG cell: what a rollout released, or `-`.
+fn config_text(config: &[String]) -> String {
+    if config.is_empty() {
+        "-".into()
+    } else {
+        config.join(", ")
+    }
+}
+
 /// The `history` table: finished rollouts oldest first, then the rollout in
 /// progress (if any) as of `now`.
 pub fn render_history(plan: &ReleasePlan, now: DateTime<Utc>) -> String {
@@ -41,11 +50,7 @@ pub fn render_history(plan: &ReleasePlan, now: DateTime<Utc>) -> String {
             time_text(h.finished_at),
             duration,
             h.reason.clone().unwrap_or_default(),
-            if h.config.is_empty() {
-                "-".into()
-            } else {
-                h.config.join(", ")
-            },
+            config_text(&h.config),
         ]);
     }
     if status.phase.is_active()
@@ -61,23 +66,7 @@ pub fn render_history(plan: &ReleasePlan, now: DateTime<Utc>) -> String {
                 .rollout_started_at
                 .map_or_else(|| "-".into(), |t| human_duration(now - t)),
             "in progress".into(),
-            {
-                let config: Vec<String> = status
-                    .components
-                    .iter()
-                    .flat_map(|c| {
-                        c.config
-                            .iter()
-                            .filter(|k| !k.live)
-                            .map(move |k| format!("{}: {k}", c.name))
-                    })
-                    .collect();
-                if config.is_empty() {
-                    "-".into()
-                } else {
-                    config.join(", ")
-                }
-            },
+            config_text(&crate::api::config::summary(&status.components)),
         ]);
     }
     if rows.len() == 1 {

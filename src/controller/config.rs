@@ -96,30 +96,20 @@ pub fn trim<K>(o: &mut CachedConfig<K>) {
     meta.generate_name = None;
 }
 
-/// The plans of `plans` whose templates read `kind`/`name` in `ns`: a scan
-/// of the namespace's plans whose spec text names it (changes to config are
-/// rare next to reconciles).
+/// The plans of `plans` whose templates read `kind`/`name` in `ns`.
 pub fn plans_reading(
     plans: &Store<CachedPlan>,
     kind: ConfigKind,
     ns: Option<&str>,
     name: &str,
 ) -> Vec<ObjectRef<ReleasePlan>> {
-    plans
-        .state()
-        .iter()
-        .filter(|p| {
-            p.namespace().as_deref() == ns
-                && p.spec_text().contains(name)
-                && p.decode().is_ok_and(|p| {
-                    p.spec
-                        .components
-                        .iter()
-                        .any(|c| references(&c.template).contains(&(kind, name.to_string())))
-                })
-        })
-        .map(|p| super::key_of(p))
-        .collect()
+    let key = (kind, name.to_string());
+    super::context::plans_naming(plans, Some(ns.unwrap_or_default()), name, |p| {
+        p.spec
+            .components
+            .iter()
+            .any(|c| references(&c.template).contains(&key))
+    })
 }
 
 /// Watches ConfigMaps and Secrets into their caches; the stream yields the

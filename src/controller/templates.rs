@@ -60,31 +60,26 @@ impl TemplateCaches {
 }
 
 /// The plans of `plans` that refer to the template `kind`/`name` (a
-/// GateTemplate only from its own namespace `ns`). A scan of the plan cache:
-/// template changes are rare, and it never misses a plan not reconciled yet.
+/// GateTemplate only from its own namespace `ns`; a ClusterGateTemplate from
+/// any).
 pub fn plans_referring(
     plans: &Store<CachedPlan>,
     kind: TemplateKind,
     ns: Option<&str>,
     name: &str,
 ) -> Vec<ObjectRef<ReleasePlan>> {
-    plans
-        .state()
-        .iter()
-        .filter(|p| {
-            (kind == TemplateKind::ClusterGateTemplate || p.namespace().as_deref() == ns)
-                // The text names the template before the spec is decoded.
-                && p.spec_text().contains(name)
-                && p.decode().is_ok_and(|p| {
-                    p.spec
-                        .health
-                        .template_refs()
-                        .iter()
-                        .any(|t| t.template_ref.kind == kind && t.template_ref.name == name)
-                })
-        })
-        .map(|p| super::key_of(p))
-        .collect()
+    let ns = if kind == TemplateKind::ClusterGateTemplate {
+        None
+    } else {
+        Some(ns.unwrap_or_default())
+    };
+    super::context::plans_naming(plans, ns, name, |p| {
+        p.spec
+            .health
+            .template_refs()
+            .iter()
+            .any(|t| t.template_ref.kind == kind && t.template_ref.name == name)
+    })
 }
 
 /// Watches both template kinds into their caches; the stream yields the plans

@@ -14,7 +14,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::KubeSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
 
 /// Annotation on a copy: the name of the ConfigMap or Secret it copies.
 pub const ANNOTATION_CONFIG_SOURCE: &str = "releaseplan.io/config-source";
@@ -307,10 +306,17 @@ pub fn digest_of_secret(s: &k8s_openapi::api::core::v1::Secret) -> String {
     )
 }
 
-/// Keys of a map, for messages (never values).
-pub fn keys<V>(m: &Option<BTreeMap<String, V>>) -> Vec<&str> {
-    m.iter()
-        .flat_map(|m| m.keys().map(String::as_str))
+/// The versioned config the components read, one `component: kind/name@digest`
+/// each (what `status.history[].config` records and `history` prints).
+pub fn summary(components: &[super::ComponentStatus]) -> Vec<String> {
+    components
+        .iter()
+        .flat_map(|c| {
+            c.config
+                .iter()
+                .filter(|k| !k.live)
+                .map(move |k| format!("{}: {k}", c.name))
+        })
         .collect()
 }
 

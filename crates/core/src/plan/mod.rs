@@ -670,17 +670,7 @@ fn push_history(
         .iter()
         .filter_map(|c| c.current_hash.as_ref().map(|h| format!("{}={h}", c.name)))
         .collect();
-    let config = obs
-        .status
-        .components
-        .iter()
-        .flat_map(|c| {
-            c.config
-                .iter()
-                .filter(|k| !k.live)
-                .map(move |k| format!("{}: {k}", c.name))
-        })
-        .collect();
+    let config = crate::api::config::summary(&obs.status.components);
     s.history.push(HistoryEntry {
         number: obs.status.rollout_count,
         revision: rev.to_string(),
