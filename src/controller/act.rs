@@ -5,7 +5,7 @@
 use super::FIELD_MANAGER;
 use super::context::Context;
 use super::controller_revision::Write;
-use super::error::{Error, is_not_found, namespace_terminating, of_refusal};
+use super::error::{Error, is_not_found, namespace_terminating, of_refusal, refusal_of};
 use super::observe::Seen;
 use super::{controller_revision, deployment, observe};
 use crate::api::ReleasePlan;
@@ -31,24 +31,6 @@ pub(crate) fn failed(kind: &'static str, name: &str, e: &kube::Error) -> Acted {
         Acted::NamespaceTerminating
     } else {
         Acted::Refused(refusal_of(kind, name, e))
-    }
-}
-
-/// The refusal a failed Deployment write becomes.
-pub(crate) fn refusal_of(kind: &'static str, name: &str, e: &kube::Error) -> Refusal {
-    match e {
-        kube::Error::Api(s) => Refusal {
-            kind,
-            name: name.to_string(),
-            code: s.code,
-            message: s.message.clone(),
-        },
-        other => Refusal {
-            kind,
-            name: name.to_string(),
-            code: 0,
-            message: other.to_string(),
-        },
     }
 }
 

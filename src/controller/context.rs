@@ -76,7 +76,7 @@ pub struct Context {
     /// Caches of the GateTemplates and ClusterGateTemplates plans refer to.
     pub gate_templates: templates::TemplateCaches,
     /// Caches of ConfigMaps and Secrets (digests only) and the plans' copies.
-    pub config: super::config::ConfigCaches,
+    pub config: super::config_cache::ConfigCaches,
     /// What `/healthz` reads.
     pub liveness: Arc<Liveness>,
     /// Plans waiting for their reconcile (metrics only).
@@ -195,29 +195,6 @@ pub fn backoff_delay(failures: u32) -> Duration {
 /// The key of a cached plan in the maps of the context.
 pub(crate) fn key_of(cached: &CachedPlan) -> ObjectRef<ReleasePlan> {
     ObjectRef::new(&cached.name_any()).within(&cached.namespace().unwrap_or_default())
-}
-
-/// The plans of `plans` whose spec names `name` and for which `uses` holds,
-/// in namespace `ns` (any namespace when `ns` is None): what an object's
-/// change wakes. A scan of the plan cache: such changes are rare next to
-/// reconciles, and it never misses a plan not reconciled yet; the spec text
-/// is searched before a spec is decoded.
-pub(crate) fn plans_naming(
-    plans: &kube::runtime::reflector::Store<CachedPlan>,
-    ns: Option<&str>,
-    name: &str,
-    uses: impl Fn(&ReleasePlan) -> bool,
-) -> Vec<ObjectRef<ReleasePlan>> {
-    plans
-        .state()
-        .iter()
-        .filter(|p| {
-            ns.is_none_or(|ns| p.namespace().as_deref() == Some(ns))
-                && p.spec_text().contains(name)
-                && p.decode().is_ok_and(|p| uses(&p))
-        })
-        .map(|p| key_of(p))
-        .collect()
 }
 
 /// The key of a plan in the plan cache (and the controller's queue).

@@ -150,6 +150,24 @@ pub(crate) fn of_refusal(r: &Refusal) -> Error {
     }
 }
 
+/// The refusal a failed write of an object of `kind` becomes.
+pub(crate) fn refusal_of(kind: &'static str, name: &str, e: &kube::Error) -> Refusal {
+    match e {
+        kube::Error::Api(s) => Refusal {
+            kind,
+            name: name.to_string(),
+            code: s.code,
+            message: s.message.clone(),
+        },
+        other => Refusal {
+            kind,
+            name: name.to_string(),
+            code: 0,
+            message: other.to_string(),
+        },
+    }
+}
+
 /// Whether a request failed on the way (connection refused or reset, TLS,
 /// timeout, a body cut short): no answer came, and the write may have landed.
 pub(crate) fn is_transport(e: &kube::Error) -> bool {

@@ -14,6 +14,7 @@ mod act;
 mod adopt;
 mod autoscale;
 pub mod config;
+pub mod config_cache;
 mod context;
 pub use releaseplan_core::objects::{controller_revision, deployment};
 mod error;

@@ -145,7 +145,7 @@ fn context(client: Client) -> Arc<Context> {
             namespaced,
             cluster,
         },
-        config: super::config::ConfigCaches::empty(),
+        config: super::config_cache::ConfigCaches::empty(),
         liveness: Liveness::new(Duration::from_secs(60)),
         memory: Memory::default(),
     })

@@ -136,11 +136,12 @@ pub async fn run(
     let (gate_templates, template_wake) =
         templates::watch(&client, ns, &liveness, plan_store.clone());
     let (config, config_wake) = if settings.config_versioning {
-        let (caches, wakes) = super::config::watch(&client, ns, &liveness, plan_store.clone());
+        let (caches, wakes) =
+            super::config_cache::watch(&client, ns, &liveness, plan_store.clone());
         (caches, wakes.boxed())
     } else {
         (
-            super::config::ConfigCaches::empty(),
+            super::config_cache::ConfigCaches::empty(),
             futures::stream::empty().boxed(),
         )
     };

@@ -73,7 +73,7 @@ pub fn plans_referring(
     } else {
         Some(ns.unwrap_or_default())
     };
-    super::context::plans_naming(plans, ns, name, |p| {
+    super::watches::plans_naming(plans, ns, name, |p| {
         p.spec
             .health
             .template_refs()

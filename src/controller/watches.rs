@@ -12,7 +12,7 @@ use futures::{StreamExt, TryStreamExt};
 use kube::api::ListParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
+use kube::{Api, Client, Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::warn;
@@ -207,4 +207,27 @@ pub(crate) fn watched<K: Resource<DynamicType = ()>, T>(
         }
         liveness.watch_result(&resource, r.is_ok());
     }
+}
+
+/// The plans of `plans` whose spec names `name` and for which `uses` holds,
+/// in namespace `ns` (any namespace when `ns` is None): what an object's
+/// change wakes. A scan of the plan cache: such changes are rare next to
+/// reconciles, and it never misses a plan not reconciled yet; the spec text
+/// is searched before a spec is decoded.
+pub(crate) fn plans_naming(
+    plans: &kube::runtime::reflector::Store<CachedPlan>,
+    ns: Option<&str>,
+    name: &str,
+    uses: impl Fn(&ReleasePlan) -> bool,
+) -> Vec<ObjectRef<ReleasePlan>> {
+    plans
+        .state()
+        .iter()
+        .filter(|p| {
+            ns.is_none_or(|ns| p.namespace().as_deref() == Some(ns))
+                && p.spec_text().contains(name)
+                && p.decode().is_ok_and(|p| uses(&p))
+        })
+        .map(|p| ObjectRef::new(&p.name_any()).within(&p.namespace().unwrap_or_default()))
+        .collect()
 }

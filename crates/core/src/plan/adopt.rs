@@ -22,7 +22,6 @@
 use super::reasons::{ConditionReason, EventReason};
 use super::{EventIntent, EventType, Observation, Target, revisions_of};
 use crate::api::{AdoptedStatus, ComponentStatus, Phase, ReleasePlanStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// Condition type: the hand-over of adopted Deployments (set only on plans
 /// whose components adopt one).
@@ -264,9 +263,12 @@ pub fn events(obs: &Observation, status: &ReleasePlanStatus) -> Vec<EventIntent>
     out
 }
 
-/// The `Adopted` condition, on plans whose components adopt a Deployment:
+/// What the `Adopted` condition says (status, reason, message), on plans whose components adopt a Deployment:
 /// the first problem, else whether every hand-over is done.
-pub fn condition(obs: &Observation, status: &ReleasePlanStatus) -> Option<Condition> {
+pub fn condition(
+    obs: &Observation,
+    status: &ReleasePlanStatus,
+) -> Option<(bool, ConditionReason, String)> {
     let records: Vec<(&str, &AdoptedStatus, &AdoptedState)> = status
         .components
         .iter()
@@ -323,14 +325,7 @@ pub fn condition(obs: &Observation, status: &ReleasePlanStatus) -> Option<Condit
             format!("handing over: {}", parts.join("; ")),
         )
     };
-    Some(super::conditions::one(
-        obs,
-        status.observed_generation,
-        ADOPTED,
-        ok,
-        reason,
-        message,
-    ))
+    Some((ok, reason, message))
 }
 
 /// Whether a component's adopted Deployment lets the first revision go (in

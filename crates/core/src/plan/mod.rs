@@ -208,7 +208,17 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
         obs.refusal.as_ref(),
     ));
     status.conditions = conditions::compute(obs, &status, &facts);
-    status.conditions.extend(adopt::condition(obs, &status));
+    let adopted = adopt::condition(obs, &status).map(|(ok, reason, message)| {
+        conditions::one(
+            obs,
+            status.observed_generation,
+            adopt::ADOPTED,
+            ok,
+            reason,
+            message,
+        )
+    });
+    status.conditions.extend(adopted);
     let finalize = obs.deleting
         && (match phase {
             Phase::Pending | Phase::Stable | Phase::RolledBack => true,
