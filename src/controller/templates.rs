@@ -42,6 +42,13 @@ impl TemplateCaches {
                     }
                     TemplateKind::ClusterGateTemplate => {
                         let t = self.cluster.get(&ObjectRef::new(name))?;
+                        // One the namespace may not use reads as missing.
+                        if !releaseplan_core::gates::access::cluster_template_admits(
+                            t.metadata.annotations.as_ref(),
+                            ns,
+                        ) {
+                            return None;
+                        }
                         (
                             t.metadata.generation,
                             GateTemplateSpec::from(t.spec.clone()),

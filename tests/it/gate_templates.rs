@@ -361,3 +361,70 @@ async fn a_per_component_gate_is_told_its_component_and_revision() {
     assert_eq!(told("/own"), ("worker".to_string(), worker_hash.clone()));
     assert_eq!(told("/tmpl/w"), ("worker".to_string(), worker_hash));
 }
+
+/// A ClusterGateTemplate annotated `releaseplan.io/gate-namespaces` is for
+/// those namespaces only: to any other it reads as missing (the same
+/// message, no content in its status, no call), and listing the namespace
+/// lets the rollout finish.
+#[tokio::test]
+async fn a_cluster_template_listing_other_namespaces_reads_as_missing() {
+    let (h, _op) = Harness::with_operator("tmpl-tenant").await;
+    let (addr, calls) = hooks().await;
+    let name = format!("admin-{}", h.ns);
+    let cluster: Api<ClusterGateTemplate> = Api::all(h.client.clone());
+    let mut t = hook_template(
+        "ClusterGateTemplate",
+        &name,
+        &format!("http://{addr}/{{{{args.suite}}}}/{{{{args.region}}}}"),
+    );
+    t["metadata"]["annotations"] =
+        json!({"releaseplan.io/gate-namespaces": "team-payments, team-search"});
+    cluster
+        .create(&PostParams::default(), &serde_json::from_value(t).unwrap())
+        .await
+        .unwrap();
+    let spec = json!({
+        "components": [web("shop:1", 1)],
+        "health": {"gates": [{
+            "name": "smoke",
+            "template": {"kind": "ClusterGateTemplate", "name": name,
+                         "args": {"suite": "cart", "region": "us"}}
+        }]}
+    });
+    create(&h.client, &h.ns, &plan("shop", spec)).await;
+    let message = wait_until(WAIT, "the template to read as missing", || async {
+        let p = plans::get(&h.client, &h.ns, "shop").await?;
+        let (status, reason, message) = condition(&p, "Stalled")?;
+        (status == "True" && reason == "GateTemplateNotFound").then_some(message)
+    })
+    .await;
+    assert!(
+        message.contains(&format!("gate smoke: ClusterGateTemplate {name} not found")),
+        "{message}"
+    );
+    let p = plans::get(&h.client, &h.ns, "shop").await.unwrap();
+    let status = serde_json::to_string(&p.status).unwrap();
+    assert!(
+        !status.contains(&addr.to_string()),
+        "the template's URL is in the tenant's status: {status}"
+    );
+    assert!(calls.lock().unwrap().is_empty());
+
+    // The administrator lists this namespace: the plan is woken and goes on.
+    cluster
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "releaseplan.io/gate-namespaces": format!("team-payments, {}", h.ns)}}})),
+        )
+        .await
+        .unwrap();
+    let p = wait_phase(&h.client, &h.ns, "shop", Phase::Stable, WAIT).await;
+    assert_eq!(condition(&p, "Ready").unwrap().0, "True");
+    assert!(paths(&calls).iter().any(|p| p == "/cart/us"));
+    cluster
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+}

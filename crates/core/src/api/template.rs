@@ -122,13 +122,14 @@ template_spec! {
 }
 
 template_spec! {
-    /// A reusable gate of the whole cluster: plans of every namespace refer to it by name.
+    /// A reusable gate of the whole cluster: plans of every namespace refer to it by name
+    /// (or of the namespaces its annotation `releaseplan.io/gate-namespaces` lists).
     #[kube(
         group = "releaseplan.io",
         version = "v1alpha1",
         kind = "ClusterGateTemplate",
         shortname = "cgt",
-        doc = "A ClusterGateTemplate holds one health gate with parameters; ReleasePlans of any namespace use it from spec.health.gates[].template.",
+        doc = "A ClusterGateTemplate holds one health gate with parameters; ReleasePlans of any namespace (or of those its annotation releaseplan.io/gate-namespaces lists) use it from spec.health.gates[].template.",
         printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
     )]
     ClusterGateTemplateSpec

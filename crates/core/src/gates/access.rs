@@ -291,9 +291,45 @@ pub fn shared_with(annotation: Option<&String>, namespace: &str) -> bool {
     })
 }
 
+/// Whether plans of `namespace` may use a ClusterGateTemplate with these
+/// annotations: without `releaseplan.io/gate-namespaces` every namespace may
+/// (what a cluster-wide template has always meant); with it, only those it
+/// lists. A template a namespace may not use is, to that namespace, a
+/// template that does not exist (no oracle of the names, and no copy of its
+/// content into that namespace's status).
+pub fn cluster_template_admits(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+    namespace: &str,
+) -> bool {
+    match annotations.and_then(|a| a.get(crate::api::access::ANNOTATION_GATE_NAMESPACES)) {
+        None => true,
+        Some(a) => shared_with(Some(a), namespace),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_template_is_for_every_namespace_unless_it_lists_them() {
+        use std::collections::BTreeMap;
+        assert!(cluster_template_admits(None, "team-a"));
+        let listed = BTreeMap::from([(
+            crate::api::access::ANNOTATION_GATE_NAMESPACES.to_string(),
+            "team-a, team-c".to_string(),
+        )]);
+        assert!(cluster_template_admits(Some(&listed), "team-a"));
+        assert!(!cluster_template_admits(Some(&listed), "team-b"));
+        let none = BTreeMap::from([(
+            crate::api::access::ANNOTATION_GATE_NAMESPACES.to_string(),
+            String::new(),
+        )]);
+        assert!(
+            !cluster_template_admits(Some(&none), "team-a"),
+            "listed: none"
+        );
+    }
 
     #[test]
     fn sharing_is_by_namespace_list_or_star() {
