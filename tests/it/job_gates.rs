@@ -375,7 +375,7 @@ fn job_template(kind: &str, name: &str, outcome: &str) -> Value {
         "kind": kind,
         "metadata": {"name": name},
         "spec": {
-            "parameters": [{"name": "suite"}, {"name": "tag", "default": "8"}],
+            "parameters": [{"name": "suite"}, {"name": "tag", "default": "8", "inImageOrCommand": true}],
             "job": {
                 "name": "ignored",
                 "timeoutSeconds": 120,

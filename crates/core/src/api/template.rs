@@ -42,6 +42,14 @@ pub struct Parameter {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256))]
     pub description: Option<String>,
+
+    /// In a ClusterGateTemplate, the parameter may be used in a Job gate's container
+    /// `image` or `command`: a plan that passes it then chooses the code that runs with
+    /// what the administrator gave the template's Job (its service account, volumes).
+    /// Default false: such a use holds the step (`GateTemplateInvalid`). GateTemplates,
+    /// written in the plan's own namespace, need no such declaration.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_image_or_command: bool,
 }
 
 /// A CEL rule: every `{{args.NAME}}` in the string field `$field` of the

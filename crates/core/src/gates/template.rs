@@ -227,7 +227,20 @@ pub fn instantiate(r: &GateTemplateRef, t: &GateTemplateSpec) -> Result<Template
             let mut g = j.clone();
             g.name.clone_from(&r.name);
             g.component.clone_from(&r.component);
-            g.check.template = substitute_job(&g.check.template, &values)?;
+            // A cluster template's Job runs with what its administrator gave
+            // it: a plan chooses its image or command only through the
+            // parameters that say so.
+            let code: BTreeMap<&str, &str> = values
+                .iter()
+                .filter(|(name, _)| {
+                    r.template_ref.kind != TemplateKind::ClusterGateTemplate
+                        || t.parameters
+                            .iter()
+                            .any(|p| p.name == **name && p.in_image_or_command)
+                })
+                .map(|(k, v)| (*k, *v))
+                .collect();
+            g.check.template = substitute_job(&g.check.template, &values, &code)?;
             JobGateSpec::parse(&g)
                 .map(TemplateGate::Job)
                 .map_err(|(field, message)| format!("job.{field}: {message}"))
@@ -246,7 +259,13 @@ const JOB_ARG_FIELDS: &str = "containers' and initContainers' image, command, ar
 /// A Job gate's template with `{{args.NAME}}` replaced in [`JOB_ARG_FIELDS`];
 /// a placeholder anywhere else is an error (it would reach the Job as
 /// written), and so is an image an argument left empty or with spaces.
-fn substitute_job(template: &Value, values: &BTreeMap<&str, &str>) -> Result<Value, String> {
+/// `code` are the values an image or a command may take (a cluster
+/// template's parameters that declare `inImageOrCommand`).
+fn substitute_job(
+    template: &Value,
+    values: &BTreeMap<&str, &str>,
+    code: &BTreeMap<&str, &str>,
+) -> Result<Value, String> {
     // Placeholders outside the fields, looked for before any argument is in
     // (an argument's value is not read as a placeholder).
     let mut rest = template.clone();
@@ -262,7 +281,17 @@ fn substitute_job(template: &Value, values: &BTreeMap<&str, &str>) -> Result<Val
     let mut out = template.clone();
     for_each_arg_field(&mut out, |v, at, is_image| {
         if let Value::String(s) = v {
-            *s = substitute(s, values).map_err(|e| format!("{at}: {e}"))?;
+            let sets_code = is_image || at.contains(".command[");
+            let allowed = if sets_code { code } else { values };
+            *s = substitute(s, allowed).map_err(|e| {
+                if sets_code && substitute(s, values).is_ok() {
+                    format!(
+                        "{at}: an argument sets the Job's image or command only through a parameter that declares inImageOrCommand: true (the Job runs with what the ClusterGateTemplate's administrator gave it)"
+                    )
+                } else {
+                    format!("{at}: {e}")
+                }
+            })?;
             if is_image && (s.is_empty() || s.contains(char::is_whitespace)) {
                 return Err(format!(
                     "{at}: {s:?} is not an image reference without spaces once its arguments are in"
@@ -415,6 +444,7 @@ mod tests {
                     name: (*n).into(),
                     default: d.map(Into::into),
                     description: None,
+                    in_image_or_command: false,
                 })
                 .collect(),
             webhook: Some(WebhookGate {
@@ -628,6 +658,7 @@ mod tests {
                 name: "job".into(),
                 default: Some("api".into()),
                 description: None,
+                in_image_or_command: false,
             }],
             prometheus: Some(PrometheusGate {
                 name: "x".into(),
@@ -675,6 +706,8 @@ mod tests {
                     name: (*n).into(),
                     default: (*n == "rps").then(|| "10".into()),
                     description: None,
+                    // An administrator's template that lets plans pick them.
+                    in_image_or_command: true,
                 })
                 .collect(),
             job: Some(JobGate {
@@ -701,6 +734,36 @@ mod tests {
                             {"name": "FROM", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}]
             }}}
         })
+    }
+
+    #[test]
+    fn a_cluster_templates_job_takes_an_image_or_command_only_from_declared_parameters() {
+        let mut r = reference("load", "load", &[("target", "web.shop"), ("tag", "1.2")]);
+        r.template_ref.kind = TemplateKind::ClusterGateTemplate;
+        let mut undeclared = job_template(load_test());
+        for p in &mut undeclared.parameters {
+            p.in_image_or_command = false;
+        }
+        let e = instantiate(&r, &undeclared).unwrap_err();
+        assert!(
+            e.starts_with("job.template.spec.template.spec.containers[0].image: an argument sets the Job's image or command only through a parameter that declares inImageOrCommand: true"),
+            "{e}"
+        );
+        // Declared: the image and the command take them; args and env
+        // values never needed it.
+        let mut t = job_template(load_test());
+        for p in &mut t.parameters {
+            p.in_image_or_command = p.name == "tag" || p.name == "target";
+        }
+        assert!(instantiate(&r, &t).is_ok());
+        for p in &mut t.parameters {
+            p.in_image_or_command = p.name == "tag";
+        }
+        let e = instantiate(&r, &t).unwrap_err();
+        assert!(e.contains("initContainers[0].command[2]"), "{e}");
+        // A namespace's own GateTemplate needs no declaration.
+        r.template_ref.kind = TemplateKind::GateTemplate;
+        assert!(instantiate(&r, &undeclared).is_ok());
     }
 
     #[test]
