@@ -1494,7 +1494,10 @@ async fn adopt_prints_the_plan_that_takes_a_deployment_and_its_hpa_over() {
 fn both_binaries_print_version_and_commit() {
     use releaseplan::build_info::VERSION_LINE;
     for (bin, name) in [
-        (env!("CARGO_BIN_EXE_kubectl-releaseplan"), "kubectl-releaseplan"),
+        (
+            env!("CARGO_BIN_EXE_kubectl-releaseplan"),
+            "kubectl-releaseplan",
+        ),
         (env!("CARGO_BIN_EXE_releaseplan"), "releaseplan"),
     ] {
         let out = std::process::Command::new(bin)
