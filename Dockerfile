@@ -1,12 +1,12 @@
 # syntax=docker/dockerfile:1
 # The releaseplan operator image: a static (musl) binary on distroless/static,
 # running as the nonroot user 65532. Build from the repository root:
-#   docker build -t releaseplan:0.1.0 \
-#     --build-arg VERSION=0.1.0 --build-arg REVISION="$(git rev-parse HEAD)" \
+#   docker build -t releaseplan:0.2.0 \
+#     --build-arg VERSION=0.2.0 --build-arg REVISION="$(git rev-parse HEAD)" \
 #     --build-arg CREATED="$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
 #     --build-arg SOURCE=https://git.example.com/releaseplan .
-# The context is an allow-list (.dockerignore): Cargo.toml, Cargo.lock, src/
-# and benches/ (a declared target cargo must find).
+# The context is an allow-list (.dockerignore): Cargo.toml, Cargo.lock, build.rs,
+# src/ and benches/ (a declared target cargo must find).
 #
 # Base images: BUILD_IMAGE and BASE_IMAGE are tags here, not digests: no
 # digest of them could be checked from this repository's machines (no
@@ -22,6 +22,10 @@ ARG BUILD_IMAGE=rust:1.95-alpine
 ARG BASE_IMAGE=gcr.io/distroless/static-debian12:nonroot
 
 FROM ${BUILD_IMAGE} AS build
+# The context has no .git: build.rs takes the commit that `--version` and
+# releaseplan_build_info show from RELEASEPLAN_COMMIT.
+ARG REVISION=unknown
+ENV RELEASEPLAN_COMMIT=${REVISION}
 # ring (rustls' crypto) compiles C: the musl headers and a C compiler.
 RUN apk add --no-cache musl-dev
 WORKDIR /src
@@ -38,7 +42,7 @@ FROM ${BASE_IMAGE}
 # build; SOURCE is the URL of the repository it was built from (the project
 # has no public home yet, so it is empty unless given).
 ARG BASE_IMAGE
-ARG VERSION=0.1.0
+ARG VERSION=0.2.0
 ARG REVISION=unknown
 ARG CREATED=unknown
 ARG SOURCE=

@@ -117,7 +117,8 @@ fn differences<'a, T: Ord + Clone + 'a>(
 /// lines of `/metrics`. A family with labels renders nothing before its first
 /// series, so each gets one here; the count of `register` calls in
 /// src/ops/metrics.rs makes sure that none was left out.
-fn metric_families() -> BTreeMap<String, String> {
+/// The rendered metrics with a series in every family that has labels.
+fn sample_metrics() -> String {
     use crate::ops::metrics::{
         ErrorLabel, FailedGateLabel, GateKindLabel, GateLabel, Metrics, RequestLabel,
         ResourceLabel, VerbLabel, WriteLabel,
@@ -156,7 +157,12 @@ fn metric_families() -> BTreeMap<String, String> {
         resource: "pods".into(),
     });
     m.set_phase("ns/p", Some(Phase::Stable));
-    let text = m.render();
+    m.render()
+}
+
+/// Every registered metric family, by name (counters with `_total`) -> type.
+fn metric_families() -> BTreeMap<String, String> {
+    let text = sample_metrics();
     let families: BTreeMap<String, String> = text
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
@@ -208,6 +214,49 @@ fn operations_metrics_table_lists_every_registered_metric_and_no_other() {
             &table[name][1], kind,
             "docs/operations.md: the type of {name}"
         );
+    }
+}
+
+/// The label names of each rendered family (histograms' `le` left out).
+fn metric_labels(text: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((name, rest)) = line.split_once('{') else {
+            continue;
+        };
+        let name = name
+            .trim_end_matches("_bucket")
+            .trim_end_matches("_count")
+            .trim_end_matches("_sum")
+            .to_string();
+        let labels = rest.split('}').next().unwrap_or_default();
+        let names = out.entry(name).or_default();
+        for pair in labels.split("\",").filter(|p| !p.is_empty()) {
+            let label = pair.split('=').next().unwrap().trim_start_matches(',');
+            if label != "le" {
+                names.insert(label.to_string());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn operations_metrics_table_names_every_label() {
+    let doc = read("docs/operations.md");
+    let table = metrics_table(&doc);
+    for (name, labels) in metric_labels(&sample_metrics()) {
+        let Some(row) = table.get(&name) else {
+            continue;
+        };
+        let named = backticked(&row[2]);
+        for label in &labels {
+            assert!(
+                named.contains(&label.as_str()),
+                "docs/operations.md: the labels of {name} do not name `{label}`: {}",
+                row[2]
+            );
+        }
     }
 }
 

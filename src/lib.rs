@@ -12,6 +12,7 @@
 #![cfg_attr(test, allow(clippy::pedantic))]
 
 pub use releaseplan_core::{api, objects, plan};
+pub mod build_info;
 pub mod cli;
 pub mod controller;
 // Lists in the docs checked against the code (docs that cannot drift).

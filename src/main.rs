@@ -20,7 +20,7 @@ use tokio::sync::watch;
 
 /// Releases workloads safely: canary steps, health gates, automatic rollback.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version = releaseplan::build_info::VERSION_LINE, about)]
 struct Args {
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "RELEASEPLAN_NAMESPACE")]

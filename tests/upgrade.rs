@@ -3,7 +3,9 @@
 //! stored under the CRD of the release before `gates`
 //! (tests/fixtures/releaseplan-crd-before-gates.yaml, the CRD of 6ffd4ff),
 //! the CRD is upgraded to the current one, and each gate is still stored
-//! and still runs under the current operator. This file holds one test on
+//! and still runs under the current operator; and a plan one field manager
+//! applied whole, when its lists were atomic, merges by key after the
+//! upgrade (a second manager adds a component). This file holds one test on
 //! purpose: it installs an older CRD on the cluster every other test uses,
 //! and cargo runs test binaries one at a time; the current CRD is put back
 //! whatever the test's outcome. (Its own binary, as tests/apiserver_restart.rs:
@@ -26,7 +28,7 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use futures::FutureExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DynamicObject, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use releaseplan::api::template::GateTemplate;
 use releaseplan::api::{Phase, ReleasePlan, Verdict};
@@ -122,8 +124,62 @@ async fn upgrade(h: &Harness) {
     let stored_before = raw.get("shop").await.unwrap().data["spec"]["health"].clone();
     assert_gates_intact(&stored_before, &health);
 
+    // A plan applied whole by one field manager (server-side) while its
+    // lists were atomic.
+    let owned = |components: Value| {
+        json!({
+            "apiVersion": ReleasePlan::api_version(&()), "kind": ReleasePlan::kind(&()),
+            "metadata": {"name": "owned"}, "spec": {"components": components}
+        })
+    };
+    let named = |name: &str, image: &str| {
+        json!({"name": name, "replicas": 1,
+               "template": {"spec": {"containers": [{"name": name, "image": image}]}}})
+    };
+    let apply = |manager: &'static str, obj: Value| {
+        let raw = raw.clone();
+        async move {
+            raw.patch("owned", &PatchParams::apply(manager), &Patch::Apply(obj))
+                .await
+                .unwrap_or_else(|e| panic!("{manager}'s apply: {e}"))
+        }
+    };
+    apply(
+        "gitops",
+        owned(json!([named("web", "web:1"), named("api", "api:1")])),
+    )
+    .await;
+
     // The upgrade: the current CRD, then the current operator.
     crd::install(client).await;
+
+    // Lists are map lists now (server-side apply merges components by name),
+    // and the entries the manager applied before are still its own: a second
+    // manager adds a component beside them, and the first one's later applies
+    // change and drop its own entries only.
+    let names = |obj: &DynamicObject| -> Vec<String> {
+        obj.data["spec"]["components"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let obj = apply("team", owned(json!([named("worker", "worker:1")]))).await;
+    assert_eq!(names(&obj), ["web", "api", "worker"]);
+    let obj = apply(
+        "gitops",
+        owned(json!([named("web", "web:2"), named("api", "api:1")])),
+    )
+    .await;
+    assert_eq!(names(&obj), ["web", "api", "worker"]);
+    let obj = apply("gitops", owned(json!([named("web", "web:2")]))).await;
+    assert_eq!(names(&obj), ["web", "worker"]);
+    assert_eq!(
+        obj.data["spec"]["components"][0]["template"]["spec"]["containers"][0]["image"],
+        "web:2"
+    );
+    raw.delete("owned", &DeleteParams::default()).await.unwrap();
     let stored_after = raw.get("shop").await.unwrap().data["spec"]["health"].clone();
     assert_eq!(
         stored_after, stored_before,

@@ -43,7 +43,7 @@ Exit codes of `lint`:
 #[command(
     name = "kubectl-releaseplan",
     bin_name = "kubectl releaseplan",
-    version,
+    version = crate::build_info::VERSION_LINE,
     about = "Inspect, wait for and steer ReleasePlan rollouts (kubectl plugin)",
     after_help = EXIT_CODES
 )]

@@ -74,11 +74,13 @@ pub struct RequestLabel {
     pub code: String,
 }
 
-/// Label set of the build: the operator's version.
+/// Label set of the build: the operator's version and commit.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabel {
     /// The version the binary was built as (its package version).
     pub version: String,
+    /// The git commit it was built from ([`crate::build_info::COMMIT`]).
+    pub commit: String,
 }
 
 /// Label set with the resource of a cache (`deployments`, `pods`...).
@@ -345,17 +347,18 @@ impl Metrics {
             "ReleasePlans the controller keeps in-memory state for between reconciles (sampled every few seconds)",
             plan_memory_entries.clone(),
         );
-        // 1, labelled with the version: which build runs where, and a join
-        // key for dashboards (`* on() group_left(version)`).
+        // 1, labelled with the version and commit: which build runs where,
+        // and a join key for dashboards (`* on() group_left(version)`).
         let build_info = Family::<BuildLabel, Gauge>::default();
         build_info
             .get_or_create(&BuildLabel {
-                version: env!("CARGO_PKG_VERSION").to_string(),
+                version: crate::build_info::VERSION.to_string(),
+                commit: crate::build_info::COMMIT.to_string(),
             })
             .set(1);
         registry.register(
             "build_info",
-            "1, labelled with the version of the running operator",
+            "1, labelled with the version and git commit of the running operator",
             build_info,
         );
         let phase_gauges = Phase::ALL.map(|p| {
@@ -639,11 +642,12 @@ mod tests {
     }
 
     #[test]
-    fn the_build_is_exported_with_its_version() {
+    fn the_build_is_exported_with_its_version_and_commit() {
         let text = Metrics::new().render();
         let line = format!(
-            "releaseplan_build_info{{version=\"{}\"}} 1",
-            env!("CARGO_PKG_VERSION")
+            "releaseplan_build_info{{version=\"{}\",commit=\"{}\"}} 1",
+            crate::build_info::VERSION,
+            crate::build_info::COMMIT
         );
         assert!(text.contains(&line), "{line} missing:\n{text}");
     }

@@ -1444,7 +1444,11 @@ fn invalid_cases() -> Vec<Case> {
         )),
         applied(case(
             "replicas-as-string-applied",
-            &[".spec.components[0].replicas", "expected numeric"],
+            // components is a map list: server-side apply names an entry by its key
+            &[
+                ".spec.components[name=\"web\"].replicas",
+                "expected numeric",
+            ],
             |p| component(p)["replicas"] = json!("two"),
         )),
     ]

@@ -801,7 +801,7 @@ fn the_image_needs_a_repository_and_takes_a_digest() {
         err.contains("image.repository is required: there is no published releaseplan image"),
         "{err}"
     );
-    assert_eq!(image(&[]), "registry.example.com/releaseplan:0.1.0");
+    assert_eq!(image(&[]), "registry.example.com/releaseplan:0.2.0");
     assert_eq!(
         image(&["image.tag=1.2.3"]),
         "registry.example.com/releaseplan:1.2.3"

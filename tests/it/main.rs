@@ -45,6 +45,7 @@ mod metrics_pipeline;
 mod monitoring;
 mod plugin;
 mod rollback;
+mod server_side_apply;
 mod shutdown;
 mod template_admission;
 mod traffic;

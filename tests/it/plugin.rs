@@ -1487,3 +1487,28 @@ async fn adopt_prints_the_plan_that_takes_a_deployment_and_its_hpa_over() {
     assert_eq!(out.code, 1, "{}", out.show());
     assert!(out.stderr.contains("already a plan's"), "{}", out.show());
 }
+
+/// `--version` of both binaries: `<name> <version> (<commit>)`, the commit
+/// from build.rs (the same constant the operator's build_info metric uses).
+#[test]
+fn both_binaries_print_version_and_commit() {
+    use releaseplan::build_info::VERSION_LINE;
+    for (bin, name) in [
+        (
+            env!("CARGO_BIN_EXE_kubectl-releaseplan"),
+            "kubectl-releaseplan",
+        ),
+        (env!("CARGO_BIN_EXE_releaseplan"), "releaseplan"),
+    ] {
+        let out = std::process::Command::new(bin)
+            .arg("--version")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{bin} --version: {out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim_end(),
+            format!("{name} {VERSION_LINE}")
+        );
+    }
+    assert!(VERSION_LINE.starts_with(concat!(env!("CARGO_PKG_VERSION"), " (")));
+}

@@ -375,3 +375,61 @@ fn template_kinds_share_the_gate_schemas_of_plans() {
         assert_eq!(rules(spec).len(), 7, "template rules");
     }
 }
+
+/// Every list in `s` (recursively) with `x-kubernetes-list-type: map`: path -> keys.
+fn map_lists(s: &JSONSchemaProps, path: &str, out: &mut Vec<(String, Vec<String>)>) {
+    if s.x_kubernetes_list_type.as_deref() == Some("map") {
+        let keys = s.x_kubernetes_list_map_keys.clone().unwrap_or_default();
+        // The API server refuses a map list whose keys the items do not require.
+        if let Some(JSONSchemaPropsOrArray::Schema(item)) = s.items.as_ref() {
+            let required = item.required.clone().unwrap_or_default();
+            for key in &keys {
+                assert!(
+                    required.contains(key),
+                    "{path}: map key {key} is not required"
+                );
+            }
+        } else {
+            panic!("{path}: a map list without an items schema");
+        }
+        out.push((path.to_string(), keys));
+    }
+    for (name, p) in s.properties.iter().flatten() {
+        map_lists(p, &format!("{path}.{name}"), out);
+    }
+    if let Some(JSONSchemaPropsOrArray::Schema(item)) = s.items.as_ref() {
+        map_lists(item, &format!("{path}[]"), out);
+    }
+}
+
+#[test]
+fn lists_with_a_unique_key_merge_under_server_side_apply() {
+    let crd = crd();
+    let mut lists = Vec::new();
+    map_lists(root_schema(&crd), "", &mut lists);
+    let got: Vec<String> = lists
+        .iter()
+        .map(|(path, keys)| format!("{path} by {}", keys.join(",")))
+        .collect();
+    let tpl = ".spec.components[].template.spec";
+    let mut want = vec![
+        ".spec.components by name".to_string(),
+        format!("{tpl}.containers by name"),
+        format!("{tpl}.containers[].env by name"),
+        format!("{tpl}.containers[].volumeMounts by mountPath"),
+        format!("{tpl}.initContainers by name"),
+        format!("{tpl}.initContainers[].env by name"),
+        format!("{tpl}.initContainers[].volumeMounts by mountPath"),
+        format!("{tpl}.volumes by name"),
+    ];
+    for list in ["gates", "jobs", "prometheus", "templates", "webhooks"] {
+        want.push(format!(".spec.health.{list} by name"));
+    }
+    let mut got_sorted = got.clone();
+    got_sorted.sort();
+    want.sort();
+    assert_eq!(got_sorted, want);
+    // Steps have no key: they stay atomic, replaced whole by their manager.
+    let steps = schema_at(root_schema(&crd), &["spec", "strategy", "steps"]);
+    assert_eq!(steps.x_kubernetes_list_type, None);
+}

@@ -104,26 +104,31 @@ pub struct Health {
     /// passes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_GATES))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub gates: Vec<Gate>,
 
     /// Deprecated: write these in `gates` with `prometheus`. Still read, after `gates`.
     #[serde(default)]
     #[schemars(length(max = 8))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub prometheus: Vec<PrometheusGate>,
 
     /// Deprecated: write these in `gates` with `webhook`. Still read, after `gates`.
     #[serde(default)]
     #[schemars(length(max = 8))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub webhooks: Vec<WebhookGate>,
 
     /// Deprecated: write these in `gates` with `job`. Still read, after `gates`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 4))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub jobs: Vec<JobGate>,
 
     /// Deprecated: write these in `gates` with `template`. Still read, after `gates`.
     #[serde(default)]
     #[schemars(length(max = 8))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub templates: Vec<GateTemplateRef>,
 }
 

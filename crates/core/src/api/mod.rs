@@ -150,6 +150,7 @@ pub struct ReleasePlanSpec {
     /// Workloads released as one unit: they roll forward together and roll back together.
     /// A component whose template did not change keeps running its stable revision.
     #[schemars(length(min = 1, max = 16))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub components: Vec<Component>,
 
     /// How a new revision goes live. Without steps the new revision goes to 100% at once
@@ -501,8 +502,21 @@ fn pod_template_schema(generator: &mut schemars::SchemaGenerator) -> schemars::S
     ) {
         obj.insert("maxItems".into(), 0.into());
     }
+    // Kubernetes' own list types (k8s.io/api core/v1), which k8s-openapi's
+    // schemas lack: under server-side apply two field managers each own their
+    // containers, volumes, env entries and mounts instead of replacing the
+    // whole list. Ports stay atomic: their key (containerPort, protocol) needs
+    // a default for protocol, which would change stored templates' hashes.
+    set_map_list(&mut schema, "/properties/spec/properties/volumes", "name");
     for list in ["containers", "initContainers"] {
         let list = format!("/properties/spec/properties/{list}");
+        set_map_list(&mut schema, &list, "name");
+        set_map_list(&mut schema, &format!("{list}/items/properties/env"), "name");
+        set_map_list(
+            &mut schema,
+            &format!("{list}/items/properties/volumeMounts"),
+            "mountPath",
+        );
         if let Some(obj) = object_at(&mut schema, &list) {
             obj.insert("maxItems".into(), MAX_CONTAINERS.into());
         }
@@ -531,6 +545,20 @@ fn pod_template_schema(generator: &mut schemars::SchemaGenerator) -> schemars::S
         }
     }
     schema
+}
+
+/// Marks the list at `pointer` a map list keyed by `key`
+/// (`x-kubernetes-list-type: map`): server-side apply merges its entries by
+/// key, and the API server refuses two entries with the same key. The key
+/// must be required in the items' schema.
+fn set_map_list(schema: &mut schemars::Schema, pointer: &str, key: &str) {
+    if let Some(obj) = object_at(schema, pointer) {
+        obj.insert("x-kubernetes-list-type".into(), "map".into());
+        obj.insert(
+            "x-kubernetes-list-map-keys".into(),
+            serde_json::json!([key]),
+        );
+    }
 }
 
 /// The JSON object at `pointer` in `schema`, if there is one.
