@@ -6,7 +6,7 @@
 #     --build-arg CREATED="$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
 #     --build-arg SOURCE=https://git.example.com/releaseplan .
 # The context is an allow-list (.dockerignore): Cargo.toml, Cargo.lock, build.rs,
-# src/ and benches/ (a declared target cargo must find).
+# src/, crates/ (the pure core) and benches/ (a declared target cargo must find).
 #
 # Base images: BUILD_IMAGE and BASE_IMAGE are tags here, not digests: no
 # digest of them could be checked from this repository's machines (no
