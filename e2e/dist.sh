@@ -54,7 +54,7 @@ CHART_VERSION=$(sed -n 's/^version: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/rel
 REVISION=$(git rev-parse HEAD)
 SOURCE_DATE_EPOCH=$(git log -1 --format=%ct HEAD)
 export SOURCE_DATE_EPOCH
-[ -n "$VERSION" ] && [ -n "$CHART_VERSION" ] || die "no version in Cargo.toml or charts/releaseplan/Chart.yaml"
+{ [ -n "$VERSION" ] && [ -n "$CHART_VERSION" ]; } || die "no version in Cargo.toml or charts/releaseplan/Chart.yaml"
 if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
   log "warning: uncommitted changes: the artifacts are not those of $REVISION"
 fi
@@ -111,13 +111,14 @@ digest=$(python3 e2e/oci-image.py "$OUT/oci" "$VERSION" "$REVISION" "$SOURCE_DAT
 log "image index $digest in $OUT/oci (tag $VERSION)"
 
 # -------------------------------------------------------------------- chart
-# helm package writes its tar entries' times from the clock and the files':
-# unpacked and packed again like the tarballs above (helm reads it the same).
+# helm package writes its tar entries' times from the clock: unpacked and
+# packed again like the tarballs above, files only as helm does (helm reads
+# it the same).
 "$HELM_BIN/helm" package charts/releaseplan --destination "$stage/chart" >/dev/null
 chart="releaseplan-$CHART_VERSION.tgz"
 mkdir -p "$stage/chart/x"
 tar -xzf "$stage/chart/$chart" -C "$stage/chart/x"
-(cd "$stage/chart/x" && find . -printf '%P\n' | sed '/^$/d' | LC_ALL=C sort) |
+(cd "$stage/chart/x" && find . -type f -printf '%P\n' | LC_ALL=C sort) |
   tar --create --file=- --directory="$stage/chart/x" --files-from=- --verbatim-files-from --no-recursion \
     --format=gnu --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner --mode=u=rwX,go=rX |
   gzip -n -9 >"$OUT/$chart"
