@@ -32,8 +32,10 @@ const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The directory `make dist` wrote.
 fn dist() -> PathBuf {
-    let dir = std::env::var_os("RP_DIST_DIR")
-        .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("dist"), PathBuf::from);
+    let dir = std::env::var_os("RP_DIST_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("dist"),
+        PathBuf::from,
+    );
     assert!(
         dir.join("SHA256SUMS").is_file(),
         "{} holds no SHA256SUMS: run make dist (or make test-release)",
@@ -43,7 +45,10 @@ fn dist() -> PathBuf {
 }
 
 fn sha256_hex(data: &[u8]) -> String {
-    Sha256::digest(data).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Runs a command; panics with its output when it fails.
@@ -63,7 +68,11 @@ fn run(cmd: &mut Command) -> Output {
 fn blob(dist: &Path, digest: &str) -> Vec<u8> {
     let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
     let data = std::fs::read(dist.join("oci/blobs/sha256").join(hex)).unwrap();
-    assert_eq!(sha256_hex(&data), hex, "blob {digest} does not match its digest");
+    assert_eq!(
+        sha256_hex(&data),
+        hex,
+        "blob {digest} does not match its digest"
+    );
     data
 }
 
@@ -75,9 +84,16 @@ fn json(data: &[u8]) -> Value {
 fn image_index(dist: &Path) -> (String, Value) {
     let top = json(&std::fs::read(dist.join("oci/index.json")).unwrap());
     let entries = top["manifests"].as_array().unwrap();
-    assert_eq!(entries.len(), 1, "index.json: one entry, the multi-arch index");
+    assert_eq!(
+        entries.len(),
+        1,
+        "index.json: one entry, the multi-arch index"
+    );
     let desc = &entries[0];
-    assert_eq!(desc["annotations"]["org.opencontainers.image.ref.name"], VERSION);
+    assert_eq!(
+        desc["annotations"]["org.opencontainers.image.ref.name"],
+        VERSION
+    );
     assert_eq!(desc["mediaType"], "application/vnd.oci.image.index.v1+json");
     let digest = desc["digest"].as_str().unwrap().to_string();
     let index = json(&blob(dist, &digest));
@@ -97,7 +113,11 @@ fn sha256sums_cover_every_artifact_and_a_signature_over_them_verifies() {
     let mut listed: Vec<String> = Vec::new();
     for line in sums.lines() {
         let (sum, name) = line.split_once("  ").expect("sha256sum lines: SUM  NAME");
-        assert_eq!(sha256_hex(&std::fs::read(dist.join(name)).unwrap()), sum, "{name}");
+        assert_eq!(
+            sha256_hex(&std::fs::read(dist.join(name)).unwrap()),
+            sum,
+            "{name}"
+        );
         listed.push(name.to_string());
     }
     for arch in ["amd64", "arm64"] {
@@ -109,14 +129,21 @@ fn sha256sums_cover_every_artifact_and_a_signature_over_them_verifies() {
     for name in ["releaseplan.yaml", "releaseplan.cdx.json", "oci/index.json"] {
         assert!(listed.iter().any(|l| l == name), "SHA256SUMS lacks {name}");
     }
-    assert!(listed.iter().any(|l| l.starts_with("releaseplan-") && l.ends_with(".tgz")));
+    assert!(
+        listed
+            .iter()
+            .any(|l| l.starts_with("releaseplan-") && l.ends_with(".tgz"))
+    );
 
     // The krew manifest names each plugin tarball with its sum.
     let krew = std::fs::read_to_string(dist.join("releaseplan.yaml")).unwrap();
     for arch in ["amd64", "arm64"] {
         let name = format!("kubectl-releaseplan_{VERSION}_linux_{arch}.tar.gz");
         let sum = sha256_hex(&std::fs::read(dist.join(&name)).unwrap());
-        assert!(krew.contains(&format!("/{name}\n      sha256: {sum}\n")), "krew manifest: {name}");
+        assert!(
+            krew.contains(&format!("/{name}\n      sha256: {sum}\n")),
+            "krew manifest: {name}"
+        );
     }
 
     // Signed with a key made here, as docs/releasing.md does with the
@@ -136,10 +163,22 @@ fn sha256sums_cover_every_artifact_and_a_signature_over_them_verifies() {
         .arg(&signed));
     let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
     let allowed = tmp.path().join("allowed_signers");
-    std::fs::write(&allowed, format!("releaseplan-release namespaces=\"file\" {public}")).unwrap();
+    std::fs::write(
+        &allowed,
+        format!("releaseplan-release namespaces=\"file\" {public}"),
+    )
+    .unwrap();
     let verify = |file: &Path, namespace: &str| {
         let mut child = Command::new("ssh-keygen")
-            .args(["-Y", "verify", "-I", "releaseplan-release", "-n", namespace, "-f"])
+            .args([
+                "-Y",
+                "verify",
+                "-I",
+                "releaseplan-release",
+                "-n",
+                namespace,
+                "-f",
+            ])
             .arg(&allowed)
             .arg("-s")
             .arg(tmp.path().join("SHA256SUMS.sig"))
@@ -148,7 +187,12 @@ fn sha256sums_cover_every_artifact_and_a_signature_over_them_verifies() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        child.stdin.take().unwrap().write_all(&std::fs::read(file).unwrap()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&std::fs::read(file).unwrap())
+            .unwrap();
         child.wait().unwrap().success()
     };
     assert!(verify(&signed, "file"), "the signature does not verify");
@@ -167,30 +211,46 @@ fn each_image_runs_the_tarballs_static_operator_as_65532_from_scratch() {
     let (_, index) = image_index(&dist);
     let mut arches = Vec::new();
     for desc in index["manifests"].as_array().unwrap() {
-        let arch = desc["platform"]["architecture"].as_str().unwrap().to_string();
+        let arch = desc["platform"]["architecture"]
+            .as_str()
+            .unwrap()
+            .to_string();
         assert_eq!(desc["platform"]["os"], "linux");
         let manifest = json(&blob(&dist, desc["digest"].as_str().unwrap()));
         let config = json(&blob(&dist, manifest["config"]["digest"].as_str().unwrap()));
         assert_eq!(config["architecture"], arch.as_str());
         assert_eq!(config["config"]["User"], "65532:65532");
-        assert_eq!(config["config"]["Entrypoint"], serde_json::json!(["/releaseplan"]));
+        assert_eq!(
+            config["config"]["Entrypoint"],
+            serde_json::json!(["/releaseplan"])
+        );
         let labels = &config["config"]["Labels"];
         assert_eq!(labels["org.opencontainers.image.version"], VERSION);
         assert_eq!(labels["org.opencontainers.image.title"], "releaseplan");
         assert_eq!(labels["org.opencontainers.image.licenses"], "Apache-2.0");
         for key in ["source", "revision", "created"] {
-            let value = labels[format!("org.opencontainers.image.{key}")].as_str().unwrap_or("");
+            let value = labels[format!("org.opencontainers.image.{key}")]
+                .as_str()
+                .unwrap_or("");
             assert!(!value.is_empty(), "label {key} is empty");
         }
         // From scratch: one layer, /releaseplan only, the tarball's binary.
         let layers = manifest["layers"].as_array().unwrap();
         assert_eq!(layers.len(), 1, "{arch}: one layer");
-        let layer = dist.join("oci/blobs/sha256").join(&layers[0]["digest"].as_str().unwrap()[7..]);
+        let layer = dist
+            .join("oci/blobs/sha256")
+            .join(&layers[0]["digest"].as_str().unwrap()[7..]);
         let listing = run(Command::new("tar").arg("-tzvf").arg(&layer)).stdout;
         let listing = String::from_utf8(listing).unwrap();
         assert_eq!(listing.lines().count(), 1, "{arch} layer: {listing}");
-        assert!(listing.starts_with("-rwxr-xr-x 0/0"), "{arch} layer: {listing}");
-        assert!(listing.trim_end().ends_with(" releaseplan"), "{arch} layer: {listing}");
+        assert!(
+            listing.starts_with("-rwxr-xr-x 0/0"),
+            "{arch} layer: {listing}"
+        );
+        assert!(
+            listing.trim_end().ends_with(" releaseplan"),
+            "{arch} layer: {listing}"
+        );
         let tarball = dist.join(format!("releaseplan_{VERSION}_linux_{arch}.tar.gz"));
         assert!(
             untar(&layer, "releaseplan") == untar(&tarball, "releaseplan"),
@@ -210,7 +270,11 @@ struct Registry {
 
 impl Registry {
     fn start(dir: &Path) -> Registry {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let addr = format!("127.0.0.1:{port}");
         let config = dir.join("registry.yml");
         std::fs::write(
@@ -245,7 +309,9 @@ impl Registry {
 
     /// GET /v2/ answers 200.
     fn answers(&self) -> bool {
-        let Ok(mut s) = TcpStream::connect(&self.addr) else { return false };
+        let Ok(mut s) = TcpStream::connect(&self.addr) else {
+            return false;
+        };
         let request = format!("GET /v2/ HTTP/1.0\r\nHost: {}\r\n\r\n", self.addr);
         let mut answer = String::new();
         s.write_all(request.as_bytes()).is_ok()
@@ -298,7 +364,11 @@ fn image_and_chart_pushed_to_a_loopback_registry_render_with_the_pushed_digest()
     // The image: every arch, digests kept (skopeo fails rather than
     // rewrite a manifest).
     let policy = tmp.path().join("policy.json");
-    std::fs::write(&policy, r#"{"default":[{"type":"insecureAcceptAnything"}]}"#).unwrap();
+    std::fs::write(
+        &policy,
+        r#"{"default":[{"type":"insecureAcceptAnything"}]}"#,
+    )
+    .unwrap();
     let digestfile = tmp.path().join("digest");
     let skopeo = || {
         let mut c = Command::new("skopeo");
@@ -306,21 +376,44 @@ fn image_and_chart_pushed_to_a_loopback_registry_render_with_the_pushed_digest()
         c
     };
     run(skopeo()
-        .args(["copy", "--all", "--preserve-digests", "--dest-tls-verify=false", "--digestfile"])
+        .args([
+            "copy",
+            "--all",
+            "--preserve-digests",
+            "--dest-tls-verify=false",
+            "--digestfile",
+        ])
         .arg(&digestfile)
         .arg(format!("oci:{}:{VERSION}", dist.join("oci").display()))
         .arg(format!("docker://{host}/releaseplan:{VERSION}")));
-    let pushed = std::fs::read_to_string(&digestfile).unwrap().trim().to_string();
-    assert_eq!(pushed, index_digest, "the registry's digest is not the layout's index");
+    let pushed = std::fs::read_to_string(&digestfile)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert_eq!(
+        pushed, index_digest,
+        "the registry's digest is not the layout's index"
+    );
     let raw = run(skopeo()
         .args(["inspect", "--raw", "--tls-verify=false"])
         .arg(format!("docker://{host}/releaseplan:{VERSION}")))
     .stdout;
-    assert_eq!(json(&raw), index, "the tag does not serve the layout's index");
+    assert_eq!(
+        json(&raw),
+        index,
+        "the tag does not serve the layout's index"
+    );
     for arch in ["amd64", "arm64"] {
         let seen = json(
             &run(skopeo()
-                .args(["inspect", "--tls-verify=false", "--override-os", "linux", "--override-arch", arch])
+                .args([
+                    "inspect",
+                    "--tls-verify=false",
+                    "--override-os",
+                    "linux",
+                    "--override-arch",
+                    arch,
+                ])
                 .arg(format!("docker://{host}/releaseplan@{pushed}")))
             .stdout,
         );
@@ -345,7 +438,14 @@ fn image_and_chart_pushed_to_a_loopback_registry_render_with_the_pushed_digest()
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|x| x == "tgz"))
         .expect("a chart .tgz in dist/");
-    let chart_version = chart.file_stem().unwrap().to_str().unwrap().strip_prefix("releaseplan-").unwrap().to_string();
+    let chart_version = chart
+        .file_stem()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .strip_prefix("releaseplan-")
+        .unwrap()
+        .to_string();
     run(helm()
         .arg("push")
         .arg(&chart)
@@ -354,7 +454,13 @@ fn image_and_chart_pushed_to_a_loopback_registry_render_with_the_pushed_digest()
     let rendered = run(helm()
         .args(["template", "rp"])
         .arg(format!("oci://{host}/charts/releaseplan"))
-        .args(["--version", &chart_version, "--plain-http", "--namespace", "releaseplan-system"])
+        .args([
+            "--version",
+            &chart_version,
+            "--plain-http",
+            "--namespace",
+            "releaseplan-system",
+        ])
         // helm template assumes Kubernetes 1.20, under the chart's kubeVersion.
         .arg(format!("--kube-version={}", pinned("K8S_VERSION")))
         .arg(format!("--set=image.repository={host}/releaseplan"))
@@ -363,11 +469,16 @@ fn image_and_chart_pushed_to_a_loopback_registry_render_with_the_pushed_digest()
     let rendered = String::from_utf8(rendered).unwrap();
     let mut images = Vec::new();
     for doc in rendered.split("\n---") {
-        let Ok(value) = yaml_serde::from_str::<Value>(doc) else { continue };
+        let Ok(value) = yaml_serde::from_str::<Value>(doc) else {
+            continue;
+        };
         if value["kind"] != "Deployment" {
             continue;
         }
-        for c in value["spec"]["template"]["spec"]["containers"].as_array().unwrap() {
+        for c in value["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap()
+        {
             images.push(c["image"].as_str().unwrap().to_string());
         }
     }
