@@ -180,7 +180,7 @@ shellcheck:
 	e2e/ensure-deps.sh lint
 	shellcheck -x e2e/*.sh .ci/run
 
-.PHONY: dist dist-check test-release
+.PHONY: dist dist-check test-release dist-run-image
 # Where make dist writes; dist-check's second build goes to $(DIST)-check.
 DIST ?= dist
 
@@ -209,3 +209,10 @@ test-release:
 	e2e/ensure-deps.sh release
 	@$(MAKE) --no-print-directory dist
 	RP_DIST_DIR=$(abspath $(DIST)) cargo test --test release -- --ignored
+
+## dist-run-image: the operator unpacked from $(DIST)/oci's amd64 image, run with leader
+## election against a fresh local cluster (dist, stopped after) until it holds its Lease
+dist-run-image:
+	e2e/ensure-deps.sh cluster
+	e2e/build-control-plane.sh all
+	e2e/dist-run-image.sh $(DIST)
