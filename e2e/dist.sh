@@ -85,8 +85,8 @@ tarball() {
   for f in "$@"; do cp "$f" "$dir/"; done
   chmod -R u=rwX,go=rX "$dir"
   (cd "$dir" && find . -type f -printf '%P\n' | LC_ALL=C sort) |
-    tar --create --file=- --directory="$dir" --files-from=- --verbatim-files-from \
-      --format=gnu --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner |
+    tar --create --file=- --format=gnu --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner \
+      --directory="$dir" --verbatim-files-from --files-from=- |
     gzip -n -9 >"$OUT/$name.tar.gz"
 }
 
@@ -119,8 +119,8 @@ chart="releaseplan-$CHART_VERSION.tgz"
 mkdir -p "$stage/chart/x"
 tar -xzf "$stage/chart/$chart" -C "$stage/chart/x"
 (cd "$stage/chart/x" && find . -type f -printf '%P\n' | LC_ALL=C sort) |
-  tar --create --file=- --directory="$stage/chart/x" --files-from=- --verbatim-files-from --no-recursion \
-    --format=gnu --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner --mode=u=rwX,go=rX |
+  tar --create --file=- --format=gnu --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner \
+    --mode=u=rwX,go=rX --directory="$stage/chart/x" --verbatim-files-from --files-from=- |
   gzip -n -9 >"$OUT/$chart"
 log "chart $chart"
 
