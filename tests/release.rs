@@ -307,7 +307,7 @@ impl Registry {
         registry
     }
 
-    /// GET /v2/ answers 200.
+    /// GET /v2/ answers 200 (Go answers an HTTP/1.0 request in HTTP/1.0).
     fn answers(&self) -> bool {
         let Ok(mut s) = TcpStream::connect(&self.addr) else {
             return false;
@@ -316,7 +316,7 @@ impl Registry {
         let mut answer = String::new();
         s.write_all(request.as_bytes()).is_ok()
             && s.read_to_string(&mut answer).is_ok()
-            && answer.starts_with("HTTP/1.1 200")
+            && answer.split_whitespace().nth(1) == Some("200")
     }
 }
 
