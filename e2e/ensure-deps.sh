@@ -8,6 +8,10 @@
 #            tests) and promtool (tests/it/alerts.rs), both of package prometheus,
 #            and chromium and chromedriver (tests/it/dashboard.rs)
 #   lint     what `make lint` needs: shellcheck
+#   dist     what `make dist` needs: python3 with venv (ziglang from PyPI),
+#            file (checks the binaries are static), ssh-keygen (signing)
+#   release  what `make test-release` needs: dist, plus docker-registry (a
+#            throwaway registry on 127.0.0.1) and skopeo (pushes the image)
 #   ci       what .ci/run needs: test and lint
 # A missing command's Debian package is installed with apt-get (one
 # `apt-get update` first): directly as root, else with `sudo -n` when sudo
@@ -18,10 +22,10 @@ set -euo pipefail
 # shellcheck source=e2e/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-usage() { die "usage: $0 SET...   (SET: cluster, demo, test, lint, ci)"; }
+usage() { die "usage: $0 SET...   (SET: cluster, demo, test, lint, ci, dist, release)"; }
 [ $# -gt 0 ] || usage
 for set in "$@"; do
-  case "$set" in cluster | demo | test | lint | ci) ;; *) usage ;; esac
+  case "$set" in cluster | demo | test | lint | ci | dist | release) ;; *) usage ;; esac
 done
 
 # needs SET: "command:debian-package" pairs of a set.
@@ -40,7 +44,19 @@ needs() {
       echo chromium:chromium chromedriver:chromium-driver
       ;;
     lint) echo shellcheck:shellcheck ;;
+    # venv: python3's venv module (with ensurepip), not a command; see have().
+    dist) echo python3:python3 venv:python3-venv file:file ssh-keygen:openssh-client ;;
+    release) needs dist; echo docker-registry:docker-registry skopeo:skopeo ;;
     ci) needs test; needs lint ;;
+  esac
+}
+
+# have CMD: CMD is on PATH; "venv" is python3's venv module with ensurepip
+# (Debian ships it apart, in python3-venv).
+have() {
+  case "$1" in
+    venv) python3 -c 'import ensurepip, venv' >/dev/null 2>&1 ;;
+    *) command -v "$1" >/dev/null 2>&1 ;;
   esac
 }
 
@@ -52,7 +68,7 @@ check() {
   for set in "$@"; do
     for pair in $(needs "$set"); do
       cmd=${pair%%:*} pkg=${pair#*:}
-      command -v "$cmd" >/dev/null 2>&1 && continue
+      have "$cmd" && continue
       MISSING_CMDS+=("$cmd")
       [[ " ${PKGS[*]} " == *" $pkg "* ]] || PKGS+=("$pkg")
     done

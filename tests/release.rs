@@ -1,0 +1,491 @@
+//! The release artifacts of `make dist` (e2e/dist.sh), checked as a user
+//! and a registry would see them: SHA256SUMS covers every file and a
+//! signature over it verifies (a key made for the test); the image layout
+//! holds the tarballs' operator binary under the expected config; and the
+//! image and the chart go through a real registry on 127.0.0.1 (Debian's
+//! docker-registry, pushed with skopeo and `helm push`), the chart rendered
+//! from there with the pushed digest.
+//!
+//! The tests are `#[ignore]`d: they need `make dist` first (slow) and the
+//! `release` packages of e2e/ensure-deps.sh. `make test-release` provides
+//! both and runs them; `make test` does not. RP_DIST_DIR names the
+//! artifacts' directory (default: dist/ of the checkout); HELM_BIN the helm
+//! binary (default: the one e2e/build-control-plane.sh builds).
+
+// Test code may unwrap, expect and panic (the lint policy of Cargo.toml).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::pedantic
+)]
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The directory `make dist` wrote.
+fn dist() -> PathBuf {
+    let dir = std::env::var_os("RP_DIST_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("dist"),
+        PathBuf::from,
+    );
+    assert!(
+        dir.join("SHA256SUMS").is_file(),
+        "{} holds no SHA256SUMS: run make dist (or make test-release)",
+        dir.display()
+    );
+    dir
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Runs a command; panics with its output when it fails.
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A blob of the OCI layout by its digest ("sha256:...").
+fn blob(dist: &Path, digest: &str) -> Vec<u8> {
+    let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
+    let data = std::fs::read(dist.join("oci/blobs/sha256").join(hex)).unwrap();
+    assert_eq!(
+        sha256_hex(&data),
+        hex,
+        "blob {digest} does not match its digest"
+    );
+    data
+}
+
+fn json(data: &[u8]) -> Value {
+    serde_json::from_slice(data).unwrap()
+}
+
+/// The image index the layout's index.json tags VERSION: (digest, index).
+fn image_index(dist: &Path) -> (String, Value) {
+    let top = json(&std::fs::read(dist.join("oci/index.json")).unwrap());
+    let entries = top["manifests"].as_array().unwrap();
+    assert_eq!(
+        entries.len(),
+        1,
+        "index.json: one entry, the multi-arch index"
+    );
+    let desc = &entries[0];
+    assert_eq!(
+        desc["annotations"]["org.opencontainers.image.ref.name"],
+        VERSION
+    );
+    assert_eq!(desc["mediaType"], "application/vnd.oci.image.index.v1+json");
+    let digest = desc["digest"].as_str().unwrap().to_string();
+    let index = json(&blob(dist, &digest));
+    (digest, index)
+}
+
+/// FILE of a .tar.gz (through tar, as a user would unpack it).
+fn untar(archive: &Path, file: &str) -> Vec<u8> {
+    run(Command::new("tar").arg("-xzOf").arg(archive).arg(file)).stdout
+}
+
+#[test]
+#[ignore = "needs make dist and the release packages: run make test-release"]
+fn sha256sums_cover_every_artifact_and_a_signature_over_them_verifies() {
+    let dist = dist();
+    let sums = std::fs::read_to_string(dist.join("SHA256SUMS")).unwrap();
+    let mut listed: Vec<String> = Vec::new();
+    for line in sums.lines() {
+        let (sum, name) = line.split_once("  ").expect("sha256sum lines: SUM  NAME");
+        assert_eq!(
+            sha256_hex(&std::fs::read(dist.join(name)).unwrap()),
+            sum,
+            "{name}"
+        );
+        listed.push(name.to_string());
+    }
+    for arch in ["amd64", "arm64"] {
+        for bin in ["releaseplan", "kubectl-releaseplan"] {
+            let name = format!("{bin}_{VERSION}_linux_{arch}.tar.gz");
+            assert!(listed.contains(&name), "SHA256SUMS lacks {name}");
+        }
+    }
+    for name in ["releaseplan.yaml", "releaseplan.cdx.json", "oci/index.json"] {
+        assert!(listed.iter().any(|l| l == name), "SHA256SUMS lacks {name}");
+    }
+    assert!(
+        listed
+            .iter()
+            .any(|l| l.starts_with("releaseplan-") && l.ends_with(".tgz"))
+    );
+
+    // The krew manifest names each plugin tarball with its sum.
+    let krew = std::fs::read_to_string(dist.join("releaseplan.yaml")).unwrap();
+    for arch in ["amd64", "arm64"] {
+        let name = format!("kubectl-releaseplan_{VERSION}_linux_{arch}.tar.gz");
+        let sum = sha256_hex(&std::fs::read(dist.join(&name)).unwrap());
+        assert!(
+            krew.contains(&format!("/{name}\n      sha256: {sum}\n")),
+            "krew manifest: {name}"
+        );
+    }
+
+    // Signed with a key made here, as docs/releasing.md does with the
+    // release key: ssh-keygen -Y sign -n file, verified against an
+    // allowed_signers line.
+    let tmp = tempfile::tempdir().unwrap();
+    let key = tmp.path().join("release-key");
+    run(Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "releaseplan-test"])
+        .arg("-f")
+        .arg(&key));
+    let signed = tmp.path().join("SHA256SUMS");
+    std::fs::copy(dist.join("SHA256SUMS"), &signed).unwrap();
+    run(Command::new("ssh-keygen")
+        .args(["-q", "-Y", "sign", "-n", "file", "-f"])
+        .arg(&key)
+        .arg(&signed));
+    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    let allowed = tmp.path().join("allowed_signers");
+    std::fs::write(
+        &allowed,
+        format!("releaseplan-release namespaces=\"file\" {public}"),
+    )
+    .unwrap();
+    let verify = |file: &Path, namespace: &str| {
+        let mut child = Command::new("ssh-keygen")
+            .args([
+                "-Y",
+                "verify",
+                "-I",
+                "releaseplan-release",
+                "-n",
+                namespace,
+                "-f",
+            ])
+            .arg(&allowed)
+            .arg("-s")
+            .arg(tmp.path().join("SHA256SUMS.sig"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&std::fs::read(file).unwrap())
+            .unwrap();
+        child.wait().unwrap().success()
+    };
+    assert!(verify(&signed, "file"), "the signature does not verify");
+    assert!(!verify(&signed, "git"), "verified in another namespace");
+    // One line of it changed: a file's sum dropped.
+    let tampered = tmp.path().join("tampered");
+    let first = sums.lines().next().unwrap();
+    std::fs::write(&tampered, sums.replacen(first, "", 1)).unwrap();
+    assert!(!verify(&tampered, "file"), "a changed SHA256SUMS verified");
+}
+
+#[test]
+#[ignore = "needs make dist and the release packages: run make test-release"]
+fn each_image_runs_the_tarballs_static_operator_as_65532_from_scratch() {
+    let dist = dist();
+    let (_, index) = image_index(&dist);
+    let mut arches = Vec::new();
+    for desc in index["manifests"].as_array().unwrap() {
+        let arch = desc["platform"]["architecture"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(desc["platform"]["os"], "linux");
+        let manifest = json(&blob(&dist, desc["digest"].as_str().unwrap()));
+        let config = json(&blob(&dist, manifest["config"]["digest"].as_str().unwrap()));
+        assert_eq!(config["architecture"], arch.as_str());
+        assert_eq!(config["config"]["User"], "65532:65532");
+        assert_eq!(
+            config["config"]["Entrypoint"],
+            serde_json::json!(["/releaseplan"])
+        );
+        let labels = &config["config"]["Labels"];
+        assert_eq!(labels["org.opencontainers.image.version"], VERSION);
+        assert_eq!(labels["org.opencontainers.image.title"], "releaseplan");
+        assert_eq!(labels["org.opencontainers.image.licenses"], "Apache-2.0");
+        for key in ["source", "revision", "created"] {
+            let value = labels[format!("org.opencontainers.image.{key}")]
+                .as_str()
+                .unwrap_or("");
+            assert!(!value.is_empty(), "label {key} is empty");
+        }
+        // From scratch: one layer, /releaseplan only, the tarball's binary.
+        let layers = manifest["layers"].as_array().unwrap();
+        assert_eq!(layers.len(), 1, "{arch}: one layer");
+        let layer = dist
+            .join("oci/blobs/sha256")
+            .join(&layers[0]["digest"].as_str().unwrap()[7..]);
+        let listing = run(Command::new("tar").arg("-tzvf").arg(&layer)).stdout;
+        let listing = String::from_utf8(listing).unwrap();
+        assert_eq!(listing.lines().count(), 1, "{arch} layer: {listing}");
+        assert!(
+            listing.starts_with("-rwxr-xr-x 0/0"),
+            "{arch} layer: {listing}"
+        );
+        assert!(
+            listing.trim_end().ends_with(" releaseplan"),
+            "{arch} layer: {listing}"
+        );
+        let tarball = dist.join(format!("releaseplan_{VERSION}_linux_{arch}.tar.gz"));
+        assert!(
+            untar(&layer, "releaseplan") == untar(&tarball, "releaseplan"),
+            "{arch}: the image's /releaseplan is not the tarball's"
+        );
+        arches.push(arch);
+    }
+    arches.sort();
+    assert_eq!(arches, ["amd64", "arm64"]);
+}
+
+/// A docker-registry on 127.0.0.1, killed when dropped.
+struct Registry {
+    child: Child,
+    addr: String,
+}
+
+impl Registry {
+    fn start(dir: &Path) -> Registry {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let config = dir.join("registry.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
+                 http:\n  addr: {addr}\n",
+                dir.join("storage").display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("registry.log")).unwrap())
+            .spawn()
+            .expect("docker-registry (Debian package docker-registry: e2e/ensure-deps.sh release)");
+        let registry = Registry { child, addr };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !registry.answers() {
+            assert!(
+                Instant::now() < deadline,
+                "docker-registry on {} did not answer in 30 s:\n{}",
+                registry.addr,
+                std::fs::read_to_string(dir.join("registry.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        registry
+    }
+
+    /// GET /v2/ answers 200 (Go answers an HTTP/1.0 request in HTTP/1.0).
+    fn answers(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(&self.addr) else {
+            return false;
+        };
+        let request = format!("GET /v2/ HTTP/1.0\r\nHost: {}\r\n\r\n", self.addr);
+        let mut answer = String::new();
+        s.write_all(request.as_bytes()).is_ok()
+            && s.read_to_string(&mut answer).is_ok()
+            && answer.split_whitespace().nth(1) == Some("200")
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A pinned version of e2e/versions.env (HELM_VERSION, K8S_VERSION).
+fn pinned(name: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let versions = std::fs::read_to_string(root.join("e2e/versions.env")).unwrap();
+    let prefix = format!("{name}=");
+    versions
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("{name} in e2e/versions.env"))
+        .to_string()
+}
+
+/// The helm binary e2e/build-control-plane.sh builds (or HELM_BIN).
+fn helm_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("HELM_BIN") {
+        return bin.into();
+    }
+    let version = pinned("HELM_VERSION");
+    let cache = std::env::var_os("RP_CACHE").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/releaseplan"),
+        PathBuf::from,
+    );
+    cache.join(format!("helm-v{version}/bin/helm"))
+}
+
+#[test]
+#[ignore = "needs make dist and the release packages: run make test-release"]
+fn image_and_chart_pushed_to_a_loopback_registry_render_with_the_pushed_digest() {
+    let dist = dist();
+    let (index_digest, index) = image_index(&dist);
+    let tmp = tempfile::tempdir().unwrap();
+    let registry = Registry::start(tmp.path());
+    let host = registry.addr.clone();
+
+    // The image: every arch, digests kept (skopeo fails rather than
+    // rewrite a manifest).
+    let policy = tmp.path().join("policy.json");
+    std::fs::write(
+        &policy,
+        r#"{"default":[{"type":"insecureAcceptAnything"}]}"#,
+    )
+    .unwrap();
+    let digestfile = tmp.path().join("digest");
+    let skopeo = || {
+        let mut c = Command::new("skopeo");
+        c.arg("--policy").arg(&policy).env("HOME", tmp.path());
+        c
+    };
+    run(skopeo()
+        .args([
+            "copy",
+            "--all",
+            "--preserve-digests",
+            "--dest-tls-verify=false",
+            "--digestfile",
+        ])
+        .arg(&digestfile)
+        .arg(format!("oci:{}:{VERSION}", dist.join("oci").display()))
+        .arg(format!("docker://{host}/releaseplan:{VERSION}")));
+    let pushed = std::fs::read_to_string(&digestfile)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert_eq!(
+        pushed, index_digest,
+        "the registry's digest is not the layout's index"
+    );
+    let raw = run(skopeo()
+        .args(["inspect", "--raw", "--tls-verify=false"])
+        .arg(format!("docker://{host}/releaseplan:{VERSION}")))
+    .stdout;
+    assert_eq!(
+        json(&raw),
+        index,
+        "the tag does not serve the layout's index"
+    );
+    for arch in ["amd64", "arm64"] {
+        let seen = json(
+            &run(skopeo()
+                .args([
+                    "inspect",
+                    "--tls-verify=false",
+                    "--override-os",
+                    "linux",
+                    "--override-arch",
+                    arch,
+                ])
+                .arg(format!("docker://{host}/releaseplan@{pushed}")))
+            .stdout,
+        );
+        assert_eq!(seen["Architecture"], arch);
+        assert_eq!(seen["Labels"]["org.opencontainers.image.version"], VERSION);
+    }
+
+    // The chart, as an OCI artifact, with helm's state in the temp dir.
+    let helm = || {
+        let mut c = Command::new(helm_bin());
+        for (var, sub) in [
+            ("HELM_CONFIG_HOME", "helm/config"),
+            ("HELM_CACHE_HOME", "helm/cache"),
+            ("HELM_DATA_HOME", "helm/data"),
+        ] {
+            c.env(var, tmp.path().join(sub));
+        }
+        c
+    };
+    let chart = std::fs::read_dir(&dist)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "tgz"))
+        .expect("a chart .tgz in dist/");
+    let chart_version = chart
+        .file_stem()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .strip_prefix("releaseplan-")
+        .unwrap()
+        .to_string();
+    run(helm()
+        .arg("push")
+        .arg(&chart)
+        .arg(format!("oci://{host}/charts"))
+        .arg("--plain-http"));
+    let rendered = run(helm()
+        .args(["template", "rp"])
+        .arg(format!("oci://{host}/charts/releaseplan"))
+        .args([
+            "--version",
+            &chart_version,
+            "--plain-http",
+            "--namespace",
+            "releaseplan-system",
+        ])
+        // helm template assumes Kubernetes 1.20, under the chart's kubeVersion.
+        .arg(format!("--kube-version={}", pinned("K8S_VERSION")))
+        .arg(format!("--set=image.repository={host}/releaseplan"))
+        .arg(format!("--set=image.digest={pushed}")))
+    .stdout;
+    let rendered = String::from_utf8(rendered).unwrap();
+    let mut images = Vec::new();
+    for doc in rendered.split("\n---") {
+        let Ok(value) = yaml_serde::from_str::<Value>(doc) else {
+            continue;
+        };
+        if value["kind"] != "Deployment" {
+            continue;
+        }
+        for c in value["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap()
+        {
+            images.push(c["image"].as_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(
+        images,
+        [format!("{host}/releaseplan@{pushed}")],
+        "the Deployment's images are not exactly the pushed digest"
+    );
+    drop(registry);
+}
