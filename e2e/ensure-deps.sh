@@ -45,17 +45,19 @@ needs() {
       ;;
     lint) echo shellcheck:shellcheck ;;
     # venv: python3's venv module (with ensurepip), not a command; see have().
-    dist) echo python3:python3 venv:python3-venv file:file ssh-keygen:openssh-client ;;
+    # cacerts: the CA bundle the image carries (e2e/oci-image.py).
+    dist) echo python3:python3 venv:python3-venv file:file ssh-keygen:openssh-client cacerts:ca-certificates ;;
     release) needs dist; echo docker-registry:docker-registry skopeo:skopeo ;;
     ci) needs test; needs lint ;;
   esac
 }
 
 # have CMD: CMD is on PATH; "venv" is python3's venv module with ensurepip
-# (Debian ships it apart, in python3-venv).
+# (Debian ships it apart, in python3-venv); "cacerts" the system CA bundle.
 have() {
   case "$1" in
     venv) python3 -c 'import ensurepip, venv' >/dev/null 2>&1 ;;
+    cacerts) [ -s /etc/ssl/certs/ca-certificates.crt ] ;;
     *) command -v "$1" >/dev/null 2>&1 ;;
   esac
 }

@@ -12,8 +12,12 @@ of index.json's only entry), so that
 `skopeo copy --all oci:OUT_DIR:VERSION docker://...` pushes all of them.
 
 There is no base image, hence no base digest to pin: the binary is static
-(musl) and needs no other file (it reaches the API server with the
-ServiceAccount's token and CA, mounted by Kubernetes).
+(musl) and needs one other file, the system's CA bundle at
+/etc/ssl/certs/ca-certificates.crt, copied from the building machine
+(Debian's ca-certificates; CA_BUNDLE overrides the path): gates calling
+HTTPS endpoints with public certificates verify them against it (the API
+server is reached with the ServiceAccount's token and CA, mounted by
+Kubernetes).
 
 Reproducible: the same binaries and arguments give the same bytes. Tar
 entries carry mtime EPOCH (SOURCE_DATE_EPOCH, the commit's time), owner 0
@@ -62,10 +66,26 @@ class Layout:
         return desc
 
 
-def layer_tar(binary, epoch):
-    """The uncompressed layer: /releaseplan only, normalised metadata."""
+def layer_tar(binary, ca_bundle, epoch):
+    """The uncompressed layer: the CA bundle and /releaseplan, normalised metadata."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for d in ["etc/", "etc/ssl/", "etc/ssl/certs/"]:
+            info = tarfile.TarInfo(d.rstrip("/"))
+            info.type = tarfile.DIRTYPE
+            info.mode = 0o755
+            info.mtime = epoch
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info)
+        info = tarfile.TarInfo("etc/ssl/certs/ca-certificates.crt")
+        info.size = os.path.getsize(ca_bundle)
+        info.mode = 0o644
+        info.mtime = epoch
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        with open(ca_bundle, "rb") as f:
+            tar.addfile(info, f)
         info = tarfile.TarInfo("releaseplan")
         info.size = os.path.getsize(binary)
         info.mode = 0o755
@@ -111,8 +131,11 @@ def main(argv):
         shutil.rmtree(out)
     layout = Layout(out)
     manifests = []
+    ca_bundle = os.environ.get("CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
+    if not os.path.isfile(ca_bundle):
+        sys.exit(f"oci-image: no CA bundle at {ca_bundle} (install ca-certificates, or set CA_BUNDLE)")
     for arch in sorted(binaries):
-        tar = layer_tar(binaries[arch], epoch)
+        tar = layer_tar(binaries[arch], ca_bundle, epoch)
         layer = layout.blob(gzipped(tar), MT_LAYER)
         config = {
             "architecture": ARCHES[arch],
@@ -125,7 +148,7 @@ def main(argv):
                 "Labels": labels,
             },
             "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(tar).hexdigest()]},
-            "history": [{"created": created, "created_by": "e2e/oci-image.py: /releaseplan (static binary)"}],
+            "history": [{"created": created, "created_by": "e2e/oci-image.py: /releaseplan (static binary) and /etc/ssl/certs/ca-certificates.crt"}],
         }
         manifest = {
             "schemaVersion": 2,

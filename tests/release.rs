@@ -234,7 +234,8 @@ fn each_image_runs_the_tarballs_static_operator_as_65532_from_scratch() {
                 .unwrap_or("");
             assert!(!value.is_empty(), "label {key} is empty");
         }
-        // From scratch: one layer, /releaseplan only, the tarball's binary.
+        // From scratch: one layer, the CA bundle gates verify HTTPS with,
+        // and /releaseplan, the tarball's binary.
         let layers = manifest["layers"].as_array().unwrap();
         assert_eq!(layers.len(), 1, "{arch}: one layer");
         let layer = dist
@@ -242,14 +243,29 @@ fn each_image_runs_the_tarballs_static_operator_as_65532_from_scratch() {
             .join(&layers[0]["digest"].as_str().unwrap()[7..]);
         let listing = run(Command::new("tar").arg("-tzvf").arg(&layer)).stdout;
         let listing = String::from_utf8(listing).unwrap();
-        assert_eq!(listing.lines().count(), 1, "{arch} layer: {listing}");
+        let names: Vec<&str> = listing
+            .lines()
+            .filter_map(|l| l.split_whitespace().last())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "etc/",
+                "etc/ssl/",
+                "etc/ssl/certs/",
+                "etc/ssl/certs/ca-certificates.crt",
+                "releaseplan"
+            ],
+            "{arch} layer: {listing}"
+        );
+        let binary = listing.lines().last().unwrap_or_default();
         assert!(
-            listing.starts_with("-rwxr-xr-x 0/0"),
+            binary.starts_with("-rwxr-xr-x 0/0"),
             "{arch} layer: {listing}"
         );
         assert!(
-            listing.trim_end().ends_with(" releaseplan"),
-            "{arch} layer: {listing}"
+            untar(&layer, "etc/ssl/certs/ca-certificates.crt").len() > 1000,
+            "{arch}: the CA bundle is empty"
         );
         let tarball = dist.join(format!("releaseplan_{VERSION}_linux_{arch}.tar.gz"));
         assert!(
