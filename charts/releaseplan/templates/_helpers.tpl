@@ -48,10 +48,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/*
 The operator image: <repository>@<digest> when image.digest is set, else
 <repository>:<tag or appVersion>. There is no published image, so the
-repository must be set (the image is built from the repository's Dockerfile).
+repository must be set (the image is built with `make dist` or the Dockerfile).
 */}}
 {{- define "releaseplan.image" -}}
-{{- $repo := required "image.repository is required: there is no published releaseplan image. Build it from the repository's Dockerfile, push it to your registry and set image.repository (e.g. --set image.repository=registry.example.com/releaseplan), with image.tag or image.digest" .Values.image.repository -}}
+{{- $repo := required "image.repository is required: there is no published releaseplan image. Build it with `make dist` (or the repository's Dockerfile), push it to your registry and set image.repository (e.g. --set image.repository=registry.example.com/releaseplan), with image.tag or image.digest" .Values.image.repository -}}
 {{- if .Values.image.digest -}}
 {{- printf "%s@%s" $repo .Values.image.digest -}}
 {{- else -}}
