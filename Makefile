@@ -161,6 +161,7 @@ lint:
 	@$(MAKE) --no-print-directory shellcheck crds-check chart-lint core-purity
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
+	cargo clippy --test release -- -D warnings
 
 ## core-purity: the pure core (crates/core) depends on no async runtime, Kubernetes
 ## client or HTTP client, so an I/O call there cannot compile; built alone (features
@@ -208,7 +209,7 @@ dist-check: dist
 test-release:
 	e2e/ensure-deps.sh release
 	@$(MAKE) --no-print-directory dist
-	RP_DIST_DIR=$(abspath $(DIST)) cargo test --test release -- --ignored
+	RP_DIST_DIR=$(abspath $(DIST)) cargo test --test release
 
 ## dist-run-image: the operator unpacked from $(DIST)/oci's amd64 image, run with leader
 ## election against a fresh local cluster (dist, stopped after) until it holds its Lease
