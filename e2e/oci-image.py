@@ -66,34 +66,30 @@ class Layout:
         return desc
 
 
+def entry(name, mode, epoch, kind=tarfile.REGTYPE, size=0):
+    """A tar header with normalised metadata: mtime EPOCH, owner 0, no names."""
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.size = size
+    info.mode = mode
+    info.mtime = epoch
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
 def layer_tar(binary, ca_bundle, epoch):
     """The uncompressed layer: the CA bundle and /releaseplan, normalised metadata."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for d in ["etc/", "etc/ssl/", "etc/ssl/certs/"]:
-            info = tarfile.TarInfo(d.rstrip("/"))
-            info.type = tarfile.DIRTYPE
-            info.mode = 0o755
-            info.mtime = epoch
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            tar.addfile(info)
-        info = tarfile.TarInfo("etc/ssl/certs/ca-certificates.crt")
-        info.size = os.path.getsize(ca_bundle)
-        info.mode = 0o644
-        info.mtime = epoch
-        info.uid = info.gid = 0
-        info.uname = info.gname = ""
-        with open(ca_bundle, "rb") as f:
-            tar.addfile(info, f)
-        info = tarfile.TarInfo("releaseplan")
-        info.size = os.path.getsize(binary)
-        info.mode = 0o755
-        info.mtime = epoch
-        info.uid = info.gid = 0
-        info.uname = info.gname = ""
-        with open(binary, "rb") as f:
-            tar.addfile(info, f)
+        for d in ["etc", "etc/ssl", "etc/ssl/certs"]:
+            tar.addfile(entry(d, 0o755, epoch, tarfile.DIRTYPE))
+        for name, path, mode in [
+            ("etc/ssl/certs/ca-certificates.crt", ca_bundle, 0o644),
+            ("releaseplan", binary, 0o755),
+        ]:
+            with open(path, "rb") as f:
+                tar.addfile(entry(name, mode, epoch, size=os.path.getsize(path)), f)
     return buf.getvalue()
 
 

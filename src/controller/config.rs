@@ -15,7 +15,7 @@ use crate::api::{LABEL_PLAN, ReleasePlan};
 use crate::plan::config::{ConfigIntents, ConfigObservation, CopyIntent, references};
 use k8s_openapi::api::core::v1::{ConfigMap, PodTemplateSpec, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -208,17 +208,10 @@ pub(crate) async fn act(
         }
     }
     for (kind, name) in &intents.delete {
-        let dp = DeleteParams::default();
-        let res = match kind {
-            ConfigKind::ConfigMap => Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
-                .delete(name, &dp)
-                .await
-                .map(|_| ()),
-            ConfigKind::Secret => Api::<Secret>::namespaced(ctx.client.clone(), ns)
-                .delete(name, &dp)
-                .await
-                .map(|_| ()),
-        };
+        let res = api(&ctx.client, ns, *kind)
+            .delete(name, &DeleteParams::default())
+            .await
+            .map(|_| ());
         match res {
             Ok(()) => {
                 info!(plan = %plan.name_any(), kind = %kind, copy = %name, "unused config copy deleted");
@@ -239,6 +232,16 @@ pub(crate) async fn act(
     }
 }
 
+/// ConfigMaps or Secrets of `ns`, untyped: a copy is created and deleted
+/// alike whatever its kind.
+fn api(client: &Client, ns: &str, kind: ConfigKind) -> Api<DynamicObject> {
+    let resource = match kind {
+        ConfigKind::ConfigMap => ApiResource::erase::<ConfigMap>(&()),
+        ConfigKind::Secret => ApiResource::erase::<Secret>(&()),
+    };
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
 async fn create(
     client: &Client,
     ns: &str,
@@ -249,26 +252,11 @@ async fn create(
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..PostParams::default()
     };
-    let res = match kind {
-        ConfigKind::ConfigMap => {
-            let obj: ConfigMap = serde_json::from_value(v).map_err(kube::Error::SerdeError)?;
-            Api::<ConfigMap>::namespaced(client.clone(), ns)
-                .create(&pp, &obj)
-                .await
-                .map(|_| ())
-        }
-        ConfigKind::Secret => {
-            let obj: Secret = serde_json::from_value(v).map_err(kube::Error::SerdeError)?;
-            Api::<Secret>::namespaced(client.clone(), ns)
-                .create(&pp, &obj)
-                .await
-                .map(|_| ())
-        }
-    };
-    match res {
+    let obj: DynamicObject = serde_json::from_value(v).map_err(kube::Error::SerdeError)?;
+    match api(client, ns, kind).create(&pp, &obj).await {
         // Named by its content: one that exists already has it.
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        other => other,
+        other => other.map(|_| ()),
     }
 }
 

@@ -55,11 +55,13 @@ pub enum Error {
         /// The API server's answer.
         source: kube::Error,
     },
-    /// A copy of a ConfigMap or Secret could not be written or deleted. The
-    /// revision that reads it waits (its Deployment is not created); the
-    /// reconcile is retried with backoff. The message names the copy, never
+    /// An unused copy of a ConfigMap or Secret could not be deleted: the
+    /// reconcile is retried with backoff. (A copy that could not be created
+    /// is a refusal, as for a Deployment.) The message names the copy, never
     /// its content.
-    #[error("{name} (a copy of config released with the plan) could not be written: {source}")]
+    #[error(
+        "{name} (an unused copy of config released with the plan) could not be deleted: {source}"
+    )]
     Config {
         /// Kind and name of the copy.
         name: String,

@@ -41,6 +41,7 @@ macro_rules! namespaced_resource {
         }
     };
 }
+pub(crate) use namespaced_resource;
 
 /// An object's labels as one packed text, `key\0value\0key\0value`.
 ///

@@ -248,36 +248,8 @@ impl<K> CachedConfig<K> {
     }
 }
 
-impl k8s_openapi::Resource for CachedConfigMap {
-    const API_VERSION: &'static str = "v1";
-    const GROUP: &'static str = "";
-    const KIND: &'static str = "ConfigMap";
-    const VERSION: &'static str = "v1";
-    const URL_PATH_SEGMENT: &'static str = "configmaps";
-    type Scope = k8s_openapi::NamespaceResourceScope;
-}
-
-impl k8s_openapi::Resource for CachedSecret {
-    const API_VERSION: &'static str = "v1";
-    const GROUP: &'static str = "";
-    const KIND: &'static str = "Secret";
-    const VERSION: &'static str = "v1";
-    const URL_PATH_SEGMENT: &'static str = "secrets";
-    type Scope = k8s_openapi::NamespaceResourceScope;
-}
-
-impl<K> k8s_openapi::Metadata for CachedConfig<K>
-where
-    CachedConfig<K>: k8s_openapi::Resource,
-{
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+super::cached::namespaced_resource!(CachedConfigMap, "v1", "", "ConfigMap", "v1", "configmaps");
+super::cached::namespaced_resource!(CachedSecret, "v1", "", "Secret", "v1", "secrets");
 
 impl<K> super::cached::Labelled for CachedConfig<K> {
     fn label(&self, key: &str) -> Option<&str> {

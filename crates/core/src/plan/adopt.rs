@@ -158,12 +158,7 @@ pub fn record(obs: &Observation, status: &mut ReleasePlanStatus, intents: &[Adop
             deployment: a.deployment.clone(),
             ..AdoptedStatus::default()
         };
-        let prev = obs
-            .status
-            .components
-            .iter()
-            .find(|p| p.name == c.name)
-            .and_then(|p| p.adopted.as_ref());
+        let prev = recorded(obs, &c.name);
         match &a.state {
             // Handed over, then deleted by its owner, as told: done it stays.
             AdoptedState::Missing
@@ -202,6 +197,15 @@ pub fn record(obs: &Observation, status: &mut ReleasePlanStatus, intents: &[Adop
     }
 }
 
+/// The hand-over of `component` as the persisted status records it.
+fn recorded<'a>(obs: &'a Observation, component: &str) -> Option<&'a AdoptedStatus> {
+    obs.status
+        .components
+        .iter()
+        .find(|p| p.name == component)
+        .and_then(|p| p.adopted.as_ref())
+}
+
 /// Events of the hand-over: a Deployment adopted, handed over, or not
 /// adoptable; each once, when the status record changes.
 pub fn events(obs: &Observation, status: &ReleasePlanStatus) -> Vec<EventIntent> {
@@ -213,12 +217,7 @@ pub fn events(obs: &Observation, status: &ReleasePlanStatus) -> Vec<EventIntent>
         ) else {
             continue;
         };
-        let prev = obs
-            .status
-            .components
-            .iter()
-            .find(|p| p.name == c.name)
-            .and_then(|p| p.adopted.as_ref());
+        let prev = recorded(obs, &c.name);
         let news = |e: &dyn Fn(&AdoptedStatus) -> bool| prev.is_none_or(|p| !e(p));
         match &a.state {
             AdoptedState::Missing | AdoptedState::Refused(_) => {
