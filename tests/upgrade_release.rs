@@ -56,8 +56,7 @@ fn previous_release() -> (String, PathBuf) {
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .filter_map(|l| l.split_once(' '))
-        .filter(|(_, c)| *c != "pending")
-        .next_back()
+        .rfind(|(_, c)| *c != "pending")
         .expect("releases.txt records no release with a commit");
     let cache = std::env::var_os("RP_CACHE").map_or_else(
         || PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/releaseplan"),
