@@ -205,13 +205,16 @@ dist-check: dist
 	  echo "dist-check: the two builds differ (diff above)" >&2; exit 1; \
 	fi
 
-## test-release: make dist, then tests/release.rs: SHA256SUMS signed and verified with a
-## throwaway key, and the image and the chart pushed to a registry on 127.0.0.1 and
-## the chart rendered from there with the pushed digest
+## test-release: make dist, then tests/release.rs against a fresh cluster: SHA256SUMS signed
+## and verified with a throwaway key, the image and the chart pushed to a registry on
+## 127.0.0.1 and the chart installed from there with the pushed digest, and krew's
+## validator installing the plugin from the manifest
 test-release:
-	e2e/ensure-deps.sh release
+	e2e/ensure-deps.sh cluster release
+	e2e/build-control-plane.sh all
+	e2e/build-control-plane.sh krew
 	@$(MAKE) --no-print-directory dist
-	RP_DIST_DIR=$(abspath $(DIST)) cargo test --test release
+	RP_DIST_DIR=$(abspath $(DIST)) e2e/with-cluster.sh release -- cargo test --test release
 
 ## dist-run-image: the operator unpacked from $(DIST)/oci's amd64 image, run with leader
 ## election against a fresh local cluster (dist, stopped after) until it holds its Lease

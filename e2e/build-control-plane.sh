@@ -290,6 +290,18 @@ GO
   log "argo-rollouts built: $("$ARGO_BIN/rollouts-controller" --version 2>/dev/null | head -1)"
 }
 
+# krew's own manifest validator (sigs.k8s.io/krew/cmd/validate-krew-manifest),
+# for tests/release.rs (make test-release), not in "all". Cold: about a
+# minute.
+build_krew() {
+  [ -x "$KREW_BIN/validate-krew-manifest" ] && { log "validate-krew-manifest v$KREW_VERSION cached"; return; }
+  log "building validate-krew-manifest v$KREW_VERSION"
+  mkdir -p "$KREW_BIN"
+  (cd /tmp && GOBIN="$KREW_BIN" go install -trimpath -ldflags "-s -w" \
+    "sigs.k8s.io/krew/cmd/validate-krew-manifest@v$KREW_VERSION")
+  log "validate-krew-manifest built"
+}
+
 start=$(date +%s)
 case "${1:-all}" in
   all) build_etcd; build_kwok; build_metrics_server; build_helm; build_k8s; build_consumers
@@ -300,6 +312,7 @@ case "${1:-all}" in
   monitoring-crds) build_monitoring_crds ;;
   traefik) build_traefik; build_gateway_crds; build_traefik_crds ;;
   argo-rollouts) build_argo_rollouts ;;
-  *) die "usage: $0 [all|k8s|etcd|kwok|metrics-server|helm|consumers|monitoring-crds|traefik|argo-rollouts]" ;;
+  krew) build_krew ;;
+  *) die "usage: $0 [all|k8s|etcd|kwok|metrics-server|helm|consumers|monitoring-crds|traefik|argo-rollouts|krew]" ;;
 esac
 log "control plane binaries ready in $(( $(date +%s) - start ))s"

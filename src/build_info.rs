@@ -98,6 +98,24 @@ mod tests {
             changelog.contains(&format!("\n## [{VERSION}]")),
             "CHANGELOG.md has no section ## [{VERSION}]"
         );
+        // The README's install commands name the artifacts of this version.
+        let readme = read("README.md");
+        let install = readme
+            .split("## Installing it in a cluster")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .expect("README.md: ## Installing it in a cluster");
+        let named: Vec<&str> = install
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '.'))
+            .filter(|w| semver(w).is_some())
+            .collect();
+        assert!(
+            !named.is_empty(),
+            "README.md's install section names no version"
+        );
+        for v in named {
+            assert_eq!(v, VERSION, "README.md's install section names version {v}");
+        }
     }
 
     /// Runs git in the repository; `None` when git cannot run there.

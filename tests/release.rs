@@ -4,7 +4,8 @@
 //! holds the tarballs' operator binary under the expected config; and the
 //! image and the chart go through a real registry on 127.0.0.1 (Debian's
 //! docker-registry, pushed with skopeo and `helm push`), the chart rendered
-//! from there with the pushed digest.
+//! and installed into the test cluster from there with the pushed digest;
+//! and krew's own validator installs the plugin from the manifest.
 //!
 //! They need `make dist` first (slow) and the `release` packages of
 //! e2e/ensure-deps.sh: `make test-release` provides both and runs them;
@@ -501,5 +502,117 @@ fn image_and_chart_pushed_to_a_loopback_registry_render_with_the_pushed_digest()
         [format!("{host}/releaseplan@{pushed}")],
         "the Deployment's images are not exactly the pushed digest"
     );
+
+    // Installed from the registry into the test cluster (make test-release
+    // starts one): the Deployment the API server stores names the digest.
+    assert!(
+        std::env::var_os("KUBECONFIG").is_some(),
+        "no test cluster (KUBECONFIG unset): run make test-release"
+    );
+    let ns = format!("releaseplan-release-{}", std::process::id());
+    run(helm()
+        .args(["install", "rp"])
+        .arg(format!("oci://{host}/charts/releaseplan"))
+        .args([
+            "--version",
+            &chart_version,
+            "--plain-http",
+            "--namespace",
+            &ns,
+            "--create-namespace",
+        ])
+        .arg(format!("--set=image.repository={host}/releaseplan"))
+        .arg(format!("--set=image.digest={pushed}")));
+    let stored = json(
+        &run(Command::new("kubectl")
+            .args(["get", "deployments", "-o", "json", "-n"])
+            .arg(&ns))
+        .stdout,
+    );
+    let installed: Vec<&str> = stored["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|d| {
+            d["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .unwrap()
+        })
+        .map(|c| c["image"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        installed,
+        [format!("{host}/releaseplan@{pushed}")],
+        "the installed Deployment's images are not exactly the pushed digest"
+    );
+    run(helm().args(["uninstall", "rp", "--namespace"]).arg(&ns));
     drop(registry);
+}
+
+/// krew's own validator (built by `e2e/build-control-plane.sh krew`) accepts
+/// the manifest and installs the plugin from it on each platform, from
+/// dist/ served on 127.0.0.1 in place of the release's home.
+#[test]
+fn krews_validator_installs_the_plugin_from_the_manifest_on_each_platform() {
+    let dist = dist();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    drop(server);
+    let mut http = Command::new("python3")
+        .args(["-m", "http.server", "--bind", "127.0.0.1", "--directory"])
+        .arg(&dist)
+        .arg(port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 -m http.server");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "http.server on {port} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let manifest = std::fs::read_to_string(dist.join("releaseplan.yaml")).unwrap();
+    let mut uris = 0;
+    let local: String = manifest
+        .lines()
+        .map(|l| match l.split_once("uri: ") {
+            Some((indent, uri)) => {
+                uris += 1;
+                let file = uri.rsplit('/').next().unwrap();
+                format!("{indent}uri: http://127.0.0.1:{port}/{file}\n")
+            }
+            None => format!("{l}\n"),
+        })
+        .collect();
+    assert_eq!(uris, 2, "one uri per platform:\n{manifest}");
+    // The validator wants the file named after the plugin.
+    let path = tmp.path().join("releaseplan.yaml");
+    std::fs::write(&path, local).unwrap();
+    let version = pinned("KREW_VERSION");
+    let cache = std::env::var_os("RP_CACHE").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/releaseplan"),
+        PathBuf::from,
+    );
+    let validator = cache.join(format!("krew-v{version}/bin/validate-krew-manifest"));
+    let out = run(Command::new(&validator)
+        .arg("-manifest")
+        .arg(&path)
+        .env("HOME", tmp.path()));
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = http.kill();
+    let _ = http.wait();
+    for arch in ["amd64", "arm64"] {
+        assert!(
+            said.contains(&format!("linux/{arch}")),
+            "the validator did not install for linux/{arch}:\n{said}"
+        );
+    }
 }
