@@ -31,12 +31,12 @@ cluster-down:
 	e2e/cluster-down.sh $(NAME)
 
 ## test: run all cargo tests against a fresh cluster $(TEST_CLUSTER), stopped after
-## (set RP_KUBECONFIG to test against an already running cluster instead); builds the
-## previous release first (e2e/build-release.sh, cached) for tests/upgrade_release.rs
+## (set RP_KUBECONFIG to test against an already running cluster instead); builds each
+## earlier release first (e2e/build-release.sh all, cached) for tests/upgrade_release.rs
 test:
 	e2e/ensure-deps.sh test
 	e2e/build-control-plane.sh all
-	e2e/build-release.sh >/dev/null
+	e2e/build-release.sh all >/dev/null
 	e2e/with-cluster.sh $(TEST_CLUSTER) -- cargo test --all-targets
 
 .PHONY: crds crds-check

@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
-# Builds the operator of an earlier release from the commit releases.txt
-# records for it, for the upgrade test (tests/upgrade_release.rs):
-#   e2e/build-release.sh [VERSION]
+# Builds the operator of earlier releases from the commits releases.txt
+# records for them, for the upgrade test (tests/upgrade_release.rs):
+#   e2e/build-release.sh [VERSION|all]
 # VERSION defaults to the previous release: the last one releases.txt records
-# with a commit (not `pending`). The source is taken from this checkout's git
-# history (`git archive`, so no work tree of it is touched) and built once
-# into $RP_CACHE/releases/VERSION-COMMIT/: `releaseplan` (the operator, a
-# debug build) and `crds/` (the CRDs that release installs). Its own cargo
-# target folder ($RP_CACHE/release-target) keeps the binary apart from the
-# current build's of the same name. A second run takes a second. Prints the
-# folder.
+# with a commit (not `pending`); `all` builds each recorded release. The
+# source is taken from this checkout's git history (`git archive`, so no work
+# tree of it is touched) and built once into
+# $RP_CACHE/releases/VERSION-COMMIT/: `releaseplan` (the operator, a debug
+# build) and `crds/` (the CRDs that release installs). Its own cargo target
+# folder ($RP_CACHE/release-target) keeps the binary apart from the current
+# build's of the same name. A second run takes a second. Prints each folder.
 set -euo pipefail
 # shellcheck source=e2e/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 releases="$REPO_ROOT/releases.txt"
 want="${1:-}"
+if [ "$want" = all ]; then
+  awk '!/^#/ && NF == 2 && $2 != "pending" { print $1 }' "$releases" | while read -r v; do
+    "$0" "$v"
+  done
+  exit 0
+fi
 line=$(awk -v want="$want" '
   /^#/ || NF == 0 { next }
   want == "" && $2 != "pending" { found = $0 }

@@ -1,7 +1,7 @@
-//! Upgrading from the previous release changes nothing that runs: the
-//! operator of the last release releases.txt records a commit for (built
-//! from that commit by e2e/build-release.sh, which `make test` runs) drives
-//! plans into each phase under that release's CRDs: Stable after a rollout,
+//! Upgrading from any earlier release changes nothing that runs: for each
+//! release releases.txt records a commit for, its operator (built from that
+//! commit by e2e/build-release.sh, which `make test` runs) drives plans into
+//! each phase under that release's CRDs: Stable after a rollout,
 //! RollingOut held at a pause, RolledBack by a failing gate, each with two
 //! components and a webhook gate. It is stopped, the current CRDs are
 //! applied and the current operator starts. Then no Deployment or
@@ -47,28 +47,35 @@ use support::fixtures::template;
 use support::servers::serve;
 use support::{Harness, WAIT, crd, plans, wait_until};
 
-/// The folder e2e/build-release.sh built the previous release into: the
-/// last release of releases.txt with a commit.
-fn previous_release() -> (String, PathBuf) {
+/// Each release releases.txt records a commit for, with the folder
+/// e2e/build-release.sh built it into.
+fn releases() -> Vec<(String, PathBuf)> {
     let root = support::cluster::repo_root();
     let text = std::fs::read_to_string(root.join("releases.txt")).expect("releases.txt");
-    let (version, commit) = text
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .filter_map(|l| l.split_once(' '))
-        .rfind(|(_, c)| *c != "pending")
-        .expect("releases.txt records no release with a commit");
     let cache = std::env::var_os("RP_CACHE").map_or_else(
         || PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/releaseplan"),
         PathBuf::from,
     );
-    let dir = cache.join("releases").join(format!("{version}-{commit}"));
+    let releases: Vec<(String, PathBuf)> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, commit)| *commit != "pending")
+        .map(|(version, commit)| {
+            let dir = cache.join("releases").join(format!("{version}-{commit}"));
+            assert!(
+                dir.join("releaseplan").is_file(),
+                "release {version} is not built in {}: run `e2e/build-release.sh all` (make test does)",
+                dir.display()
+            );
+            (version.to_string(), dir)
+        })
+        .collect();
     assert!(
-        dir.join("releaseplan").is_file(),
-        "release {version} is not built in {}: run `e2e/build-release.sh` (make test does)",
-        dir.display()
+        !releases.is_empty(),
+        "releases.txt records no release with a commit"
     );
-    (version.to_string(), dir)
+    releases
 }
 
 /// The CRDs the release installs (its crds/ folder).
@@ -107,18 +114,22 @@ async fn answer(State(calls): State<Calls>, uri: axum::http::Uri) -> StatusCode 
 }
 
 #[tokio::test]
-async fn plans_in_every_phase_keep_running_untouched_across_the_upgrade_from_the_previous_release()
-{
-    let (version, dir) = previous_release();
-    let h = Harness::new("upgrade-release").await;
-    crd::apply(&h.client, &release_crds(&dir)).await;
-    let outcome = AssertUnwindSafe(upgrade(&h, &version, &dir))
-        .catch_unwind()
-        .await;
-    // The current CRDs back for the binaries that run after this one.
-    crd::install(&h.client).await;
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic);
+async fn plans_in_every_phase_keep_running_untouched_across_the_upgrade_from_each_release() {
+    // One release after another, each in a namespace of its own, under its
+    // own CRDs.
+    for (version, dir) in releases() {
+        let h = Harness::new(&format!("upgrade-from-{}", version.replace('.', "-"))).await;
+        crd::apply(&h.client, &release_crds(&dir)).await;
+        let outcome = AssertUnwindSafe(upgrade(&h, &version, &dir))
+            .catch_unwind()
+            .await;
+        // The current CRDs back for the next release and the binaries that
+        // run after this one.
+        crd::install(&h.client).await;
+        if let Err(panic) = outcome {
+            eprintln!("the upgrade from release {version} failed");
+            std::panic::resume_unwind(panic);
+        }
     }
 }
 
@@ -152,12 +163,53 @@ fn webhooks(url: &str) -> Value {
 
 /// The state that must not move: each Deployment's uid and generation, the
 /// ControllerRevisions and pods by uid, and the Events.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 struct Running {
     deployments: BTreeMap<String, (String, i64)>,
     revisions: BTreeMap<String, String>,
     pods: BTreeMap<String, String>,
     events: BTreeMap<String, (String, i32)>,
+}
+
+impl Running {
+    /// What differs in `after`, one line per object.
+    fn moved_in(&self, after: &Running) -> Vec<String> {
+        fn diff<V: std::fmt::Debug + PartialEq>(
+            what: &str,
+            before: &BTreeMap<String, V>,
+            after: &BTreeMap<String, V>,
+            out: &mut Vec<String>,
+        ) {
+            for (name, v) in before {
+                match after.get(name) {
+                    None => out.push(format!("{what} {name} is gone")),
+                    Some(a) if a != v => out.push(format!("{what} {name}: {v:?} became {a:?}")),
+                    Some(_) => {}
+                }
+            }
+            for (name, a) in after {
+                if !before.contains_key(name) {
+                    out.push(format!("{what} {name} is new: {a:?}"));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        diff(
+            "Deployment",
+            &self.deployments,
+            &after.deployments,
+            &mut out,
+        );
+        diff(
+            "ControllerRevision",
+            &self.revisions,
+            &after.revisions,
+            &mut out,
+        );
+        diff("Pod", &self.pods, &after.pods, &mut out);
+        diff("Event", &self.events, &after.events, &mut out);
+        out
+    }
 }
 
 async fn running(client: &Client, ns: &str) -> Running {
@@ -384,9 +436,11 @@ async fn upgrade(h: &Harness, version: &str, dir: &std::path::Path) {
     .await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     let after = running(client, ns).await;
-    assert_eq!(
-        after, before,
-        "the upgrade moved running objects or published Events"
+    let moved = before.moved_in(&after);
+    assert!(
+        moved.is_empty(),
+        "the upgrade from release {version} moved running objects or published Events:\n{}",
+        moved.join("\n")
     );
     for (name, old_status) in &statuses {
         let mut diffs = Vec::new();
