@@ -45,6 +45,18 @@ if [ ! -x "$ZIGBUILD_ROOT/bin/cargo-zigbuild" ]; then
   CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/cargo-zigbuild" \
     nice cargo install --locked --quiet cargo-zigbuild --version "$CARGO_ZIGBUILD_VERSION" --root "$ZIGBUILD_ROOT"
 fi
+# The Rust standard library of each musl target (rustup's rust-std
+# component, from the same distribution server as the toolchain).
+missing=()
+for t in "${TARGETS[@]}"; do
+  rustc --print target-libdir --target "$t" 2>/dev/null | xargs -r test -d 2>/dev/null &&
+    compgen -G "$(rustc --print target-libdir --target "$t")/libcore-*" >/dev/null || missing+=("$t")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  command -v rustup >/dev/null || die "the Rust standard library for ${missing[*]} is missing and rustup is not here to add it"
+  log "adding the Rust targets ${missing[*]} (rustup target add)"
+  rustup target add "${missing[@]}"
+fi
 # cargo-zigbuild finds zig as `python3 -m ziglang` through the venv's python3.
 export PATH="$ZIG_VENV/bin:$ZIGBUILD_ROOT/bin:$PATH"
 
