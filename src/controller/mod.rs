@@ -25,6 +25,7 @@ pub mod index;
 pub mod jobs;
 mod memory;
 pub mod observe;
+pub mod policy;
 mod owned;
 pub mod queue;
 #[cfg(test)]

@@ -218,11 +218,22 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
 /// Reading ClusterGateTemplates: the operator's one cluster-wide rule when it
 /// watches one namespace.
 fn cluster_template_rules() -> Vec<(String, String, Vec<String>)> {
-    vec![(
-        "releaseplan.io".to_string(),
-        "clustergatetemplates".to_string(),
-        vec!["get".to_string(), "list".to_string(), "watch".to_string()],
-    )]
+    let read = || vec!["get".to_string(), "list".to_string(), "watch".to_string()];
+    let mut rules = vec![
+        (
+            "releaseplan.io".to_string(),
+            "clustergatetemplates".to_string(),
+            read(),
+        ),
+        ("releaseplan.io".to_string(), "gatepolicies".to_string(), read()),
+        (
+            String::new(),
+            "namespaces".to_string(),
+            vec!["list".to_string(), "watch".to_string()],
+        ),
+    ];
+    rules.sort();
+    rules
 }
 
 /// What the operator's ClusterRole holds when it watches every namespace.
@@ -300,6 +311,7 @@ fn the_charts_crd_is_the_checked_in_crd() {
         "releaseplan.yaml",
         "gatetemplates.yaml",
         "componentscales.yaml",
+        "gatepolicies.yaml",
     ] {
         let checked_in = std::fs::read(root.join("crds").join(file))
             .unwrap_or_else(|e| panic!("cannot read crds/{file}: {e}"));

@@ -12,6 +12,7 @@
 pub mod access;
 pub mod job;
 pub mod pod_security;
+pub mod policy;
 pub mod pods;
 pub mod prometheus;
 pub mod template;
