@@ -41,12 +41,12 @@ pub async fn evaluate(
     {
         return refused(r);
     }
-    let access = gate.access();
-    if let Some(h) = access
+    let settings = gate.access();
+    if let Some(h) = settings
         .headers
         .iter()
         .map(|h| h.name.as_str())
-        .chain(access.auth.as_ref().map(|_| "Authorization"))
+        .chain(settings.auth.as_ref().map(|_| "Authorization"))
         .find_map(|name| policy.admit_header(name).err())
     {
         return refused(h);
@@ -68,7 +68,7 @@ pub async fn evaluate(
         destination: destination.as_ref(),
         pinned: &pinned,
     };
-    let resolve = secrets.resolve(http, access, &ctx.vars.namespace, &bound);
+    let resolve = secrets.resolve(http, settings, &ctx.vars.namespace, &bound);
     let resolved = match tokio::time::timeout(access::READ_TIMEOUT, resolve).await {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {

@@ -126,8 +126,10 @@ pub struct CredentialBinding {
 #[serde(rename_all = "camelCase")]
 pub struct PinnedHeader {
     /// Header name, such as `X-Scope-OrgID`.
-    #[x_kube(validation = Rule::new("self.matches('^[-!#$%&*+.^_|~0-9A-Za-z]+$')").message("pinnedHeaders[].name must be an HTTP token"))]
-    #[x_kube(validation = Rule::new("!(self.lowerAscii() in ['host', 'content-length', 'content-type', 'transfer-encoding', 'connection', 'te', 'upgrade', 'accept'])").message("pinnedHeaders[].name: Host, Content-Length, Content-Type, Transfer-Encoding, Connection, TE, Upgrade and Accept are set by the operator"))]
+    #[x_kube(
+        validation = Rule::new("self.matches('^[-!#$%&*+.^_|~0-9A-Za-z]+$')").message("pinnedHeaders[].name must be an HTTP token"),
+        validation = Rule::new("!(self.lowerAscii() in ['host', 'content-length', 'content-type', 'transfer-encoding', 'connection', 'te', 'upgrade', 'accept'])").message("pinnedHeaders[].name: Host, Content-Length, Content-Type, Transfer-Encoding, Connection, TE, Upgrade and Accept are set by the operator")
+    )]
     #[schemars(length(min = 1, max = 128))]
     pub name: String,
 
