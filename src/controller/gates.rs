@@ -24,9 +24,9 @@
 //! evaluation is never counted twice and a gate is not called again before
 //! its interval has passed.
 
+use super::policy::PolicyCaches;
 use crate::api::cached::CachedPlan;
 use crate::api::{GateStatus, ReleasePlan, ReleasePlanStatus, Verdict};
-use super::policy::PolicyCaches;
 use crate::gates::access::CredentialReader;
 use crate::gates::outbound::GateHttp;
 use crate::gates::prometheus::TemplateVars;

@@ -25,8 +25,8 @@ pub mod index;
 pub mod jobs;
 mod memory;
 pub mod observe;
-pub mod policy;
 mod owned;
+pub mod policy;
 pub mod queue;
 #[cfg(test)]
 mod reconcile_tests;

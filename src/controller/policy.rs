@@ -14,14 +14,14 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::ListParams;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, metadata_watcher, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use super::{watch_backoff, watched};
 use crate::api::ReleasePlan;
 use crate::api::cached::CachedPlan;
 use crate::api::policy::GatePolicy;
-use crate::gates::policy::{Mode, NamespacePolicy, Named};
+use crate::gates::policy::{Mode, Named, NamespacePolicy};
 use crate::ops::liveness::Liveness;
 
 /// The cached policies and namespaces, and the operator's `--gate-policy` mode.
@@ -126,23 +126,26 @@ pub async fn watch(
         Some(ns) => watcher::Config::default().fields(&format!("metadata.name={ns}")),
         None => watcher::Config::default(),
     };
-    let namespace_stream = metadata_watcher(Api::<Namespace>::all(client.clone()), config.any_semantic())
-        .backoff(watch_backoff())
-        .inspect(watched::<Namespace, _>(liveness))
-        .modify(|n: &mut PartialObjectMeta<Namespace>| {
-            // Only the labels are read.
-            n.metadata.managed_fields = None;
-            n.metadata.annotations = None;
-        })
-        .reflect(namespace_writer)
-        .inspect({
-            let flag = Arc::clone(&namespaces_listed);
-            move |e| {
-                if matches!(e, Ok(watcher::Event::InitDone)) {
-                    flag.store(true, Ordering::Release);
-                }
+    let namespace_stream = watcher(
+        Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+        config.any_semantic(),
+    )
+    .backoff(watch_backoff())
+    .inspect(watched::<Namespace, _>(liveness))
+    .modify(|n: &mut PartialObjectMeta<Namespace>| {
+        // Only the labels are read.
+        n.metadata.managed_fields = None;
+        n.metadata.annotations = None;
+    })
+    .reflect(namespace_writer)
+    .inspect({
+        let flag = Arc::clone(&namespaces_listed);
+        move |e| {
+            if matches!(e, Ok(watcher::Event::InitDone)) {
+                flag.store(true, Ordering::Release);
             }
-        });
+        }
+    });
     // A policy that changes may allow or refuse any plan's calls and
     // routes: every plan is woken (policies are few and change rarely). A
     // namespace's labels: the plans of that namespace.
@@ -169,7 +172,10 @@ pub async fn watch(
             namespaces_listed,
         }),
     };
-    (caches, futures::stream::select(policy_wakes, namespace_wakes).boxed())
+    (
+        caches,
+        futures::stream::select(policy_wakes, namespace_wakes).boxed(),
+    )
 }
 
 /// The cached plans, of one namespace or of all.

@@ -311,8 +311,13 @@ impl Reads<'_> {
     async fn text(&mut self, r: &SecretKeyRef, why: &str) -> Result<String, AccessError> {
         let bytes = self.secret_bytes(r).await?;
         if let Some(d) = self.bound.destination {
-            let annotations = self.secrets.get(&r.name).and_then(|s| s.metadata.annotations.as_ref());
-            self.bound.policy.admit_credential(&r.name, annotations, d)?;
+            let annotations = self
+                .secrets
+                .get(&r.name)
+                .and_then(|s| s.metadata.annotations.as_ref());
+            self.bound
+                .policy
+                .admit_credential(&r.name, annotations, d)?;
         }
         let unusable = || AccessError::Unusable {
             kind: Kind::Secret,

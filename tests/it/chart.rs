@@ -225,7 +225,11 @@ fn cluster_template_rules() -> Vec<(String, String, Vec<String>)> {
             "clustergatetemplates".to_string(),
             read(),
         ),
-        ("releaseplan.io".to_string(), "gatepolicies".to_string(), read()),
+        (
+            "releaseplan.io".to_string(),
+            "gatepolicies".to_string(),
+            read(),
+        ),
         (
             String::new(),
             "namespaces".to_string(),
@@ -939,10 +943,16 @@ fn the_default_gate_policy_is_multi_tenant_and_one_value_makes_it_single_tenant(
     assert!(args(&objs).iter().any(|a| a == "--gate-policy=required"));
     let p = one(&objs, "GatePolicy");
     assert_eq!(p["metadata"]["name"], "rp-releaseplan-default");
-    assert!(p["spec"]["namespaceSelector"].is_null(), "every namespace: {p}");
+    assert!(
+        p["spec"]["namespaceSelector"].is_null(),
+        "every namespace: {p}"
+    );
     assert_eq!(p["spec"]["destinations"]["hosts"], json!([]));
     assert_eq!(p["spec"]["destinations"]["ownNamespaceServices"], false);
-    assert_eq!(p["spec"]["routes"], json!({"parentRefs": [], "entryPoints": []}));
+    assert_eq!(
+        p["spec"]["routes"],
+        json!({"parentRefs": [], "entryPoints": []})
+    );
     // The values fill it.
     let objs = render(
         "rp",
@@ -965,8 +975,14 @@ fn the_default_gate_policy_is_multi_tenant_and_one_value_makes_it_single_tenant(
         p["spec"]["credentials"],
         json!([{"secretName": "prom-token", "hosts": ["prometheus.monitoring.svc:9090"]}])
     );
-    assert_eq!(p["spec"]["routes"]["parentRefs"], json!([{"namespace": "infra"}]));
-    assert_eq!(p["spec"]["namespaceSelector"], json!({"matchLabels": {"team": "a"}}));
+    assert_eq!(
+        p["spec"]["routes"]["parentRefs"],
+        json!([{"namespace": "infra"}])
+    );
+    assert_eq!(
+        p["spec"]["namespaceSelector"],
+        json!({"matchLabels": {"team": "a"}})
+    );
     // One value: no policy, the operator's optional mode.
     let objs = render("rp", "rp-system", &["gatePolicy.singleTenant=true"]);
     assert!(of_kind(&objs, "GatePolicy").is_empty());
@@ -1062,7 +1078,9 @@ async fn install(client: &Client, prefix: &str, sets: &[&str]) -> Install {
     // namespaces labelled for this install (a test's `sets` may name others),
     // so the tests run beside this one are not governed by it.
     let own = format!("gatePolicy.namespaceSelector.matchLabels.rptenant={namespace}");
-    let sets: Vec<&str> = std::iter::once(own.as_str()).chain(sets.iter().copied()).collect();
+    let sets: Vec<&str> = std::iter::once(own.as_str())
+        .chain(sets.iter().copied())
+        .collect();
     let manifest = render_text(&release, &namespace, &sets, true);
     let applied = run(
         &kubectl_bin(),

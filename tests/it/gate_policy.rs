@@ -49,14 +49,21 @@ type Recorded = Arc<Mutex<Seen>>;
 async fn stand_in() -> (std::net::SocketAddr, Recorded) {
     let seen: Recorded = Arc::default();
     let app = Router::new()
-        .fallback(|State(seen): State<Recorded>, headers: HeaderMap| async move {
-            let h = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).map(String::from);
-            seen.lock()
-                .unwrap()
-                .requests
-                .push((h("x-scope-orgid"), h("authorization")));
-            StatusCode::OK
-        })
+        .fallback(
+            |State(seen): State<Recorded>, headers: HeaderMap| async move {
+                let h = |n: &str| {
+                    headers
+                        .get(n)
+                        .and_then(|v| v.to_str().ok())
+                        .map(String::from)
+                };
+                seen.lock()
+                    .unwrap()
+                    .requests
+                    .push((h("x-scope-orgid"), h("authorization")));
+                StatusCode::OK
+            },
+        )
         .with_state(seen.clone());
     (serve(app).await, seen)
 }
@@ -161,10 +168,15 @@ async fn gate_policies_are_checked_at_admission() {
     assert!(m.contains("spec.destinations.hosts[1]"), "{m}");
     let m = attempt(json!({"credentials": [{"secretName": "t", "hosts": ["http://x"]}]})).await;
     assert!(m.contains("spec.credentials[0].hosts[0]"), "{m}");
-    let m = attempt(json!({"pinnedHeaders": [{"name": "X-Scope-OrgID", "value": "a"},
-        {"name": "x-scope-orgid", "value": "b"}]}))
+    let m = attempt(
+        json!({"pinnedHeaders": [{"name": "X-Scope-OrgID", "value": "a"},
+        {"name": "x-scope-orgid", "value": "b"}]}),
+    )
     .await;
-    assert!(m.contains("pinnedHeaders: header names must be unique"), "{m}");
+    assert!(
+        m.contains("pinnedHeaders: header names must be unique"),
+        "{m}"
+    );
     let m = attempt(json!({"pinnedHeaders": [{"name": "Host", "value": "a"}]})).await;
     assert!(
         m.contains("spec.pinnedHeaders[0].name") && m.contains("set by the operator"),
@@ -203,7 +215,11 @@ async fn a_tenant_gate_reaches_only_what_its_policy_allows() {
     put_secret(&client, &ns, "mimir-token", "tok-5e1f", &ns).await;
     let op = h
         .operator()
-        .args(["--gate-policy=required", "--gate-credentials-namespace", &ns])
+        .args([
+            "--gate-policy=required",
+            "--gate-credentials-namespace",
+            &ns,
+        ])
         .start()
         .await;
 
@@ -261,7 +277,9 @@ async fn a_tenant_gate_reaches_only_what_its_policy_allows() {
         )
         .await;
         assert!(
-            m.contains(&format!("is not allowed for namespace {ns}: no spec.destinations of GatePolicy {policy}")),
+            m.contains(&format!(
+                "is not allowed for namespace {ns}: no spec.destinations of GatePolicy {policy}"
+            )),
             "{m}"
         );
     }
@@ -277,7 +295,11 @@ async fn a_tenant_gate_reaches_only_what_its_policy_allows() {
         )),
         "{m}"
     );
-    assert_eq!(count(&allowed_seen), before, "no request with the tenant's header");
+    assert_eq!(
+        count(&allowed_seen),
+        before,
+        "no request with the tenant's header"
+    );
 
     // The Secret bound to `allowed`, sent to `second` (a host the policy
     // allows, without credentials).
@@ -332,7 +354,10 @@ fn ctx(ns: &str) -> GateContext {
 async fn two_tenants_get_their_own_destinations_and_pins() {
     let h = Harness::new("gate-policy-a").await;
     let client = h.client.clone();
-    let (a, b) = (h.ns.clone(), cluster::test_namespace(&client, "gate-policy-b").await);
+    let (a, b) = (
+        h.ns.clone(),
+        cluster::test_namespace(&client, "gate-policy-b").await,
+    );
     let c = cluster::test_namespace(&client, "gate-policy-c").await;
     label(&client, &a, &a).await;
     label(&client, &b, &b).await;
@@ -378,14 +403,28 @@ async fn two_tenants_get_their_own_destinations_and_pins() {
     let pa = policy_of(a.clone(), 1).await;
     let pb = policy_of(b.clone(), 1).await;
     // Each tenant reaches its own service, with its own pinned tenant id.
-    assert_eq!(call(pa.clone(), a.clone(), svc_a.port()).await, GateResult::Pass { value: 200.0 });
-    assert_eq!(call(pb.clone(), b.clone(), svc_b.port()).await, GateResult::Pass { value: 200.0 });
-    assert_eq!(seen_a.lock().unwrap().requests[0].0.as_deref(), Some("team-a"));
-    assert_eq!(seen_b.lock().unwrap().requests[0].0.as_deref(), Some("team-b"));
+    assert_eq!(
+        call(pa.clone(), a.clone(), svc_a.port()).await,
+        GateResult::Pass { value: 200.0 }
+    );
+    assert_eq!(
+        call(pb.clone(), b.clone(), svc_b.port()).await,
+        GateResult::Pass { value: 200.0 }
+    );
+    assert_eq!(
+        seen_a.lock().unwrap().requests[0].0.as_deref(),
+        Some("team-a")
+    );
+    assert_eq!(
+        seen_b.lock().unwrap().requests[0].0.as_deref(),
+        Some("team-b")
+    );
     // Not the other's.
     match call(pa, a.clone(), svc_b.port()).await {
         GateResult::Error { reason } => assert!(
-            reason.contains(&format!("no spec.destinations of GatePolicy {a}-own admits it")),
+            reason.contains(&format!(
+                "no spec.destinations of GatePolicy {a}-own admits it"
+            )),
             "{reason}"
         ),
         other => panic!("{other:?}"),
@@ -423,7 +462,12 @@ async fn a_route_to_a_gateway_the_policy_does_not_allow_is_not_written() {
     let op = h.operator().args(["--gate-policy=required"]).start().await;
     let mut c = web("shop:1", 1);
     c["traffic"] = json!({"port": 8080, "gatewayAPI": {"parentRefs": [{"namespace": "infra", "name": "internal"}]}});
-    support::plans::create(&client, &ns, &support::fixtures::plan("shop", json!({"components": [c]}))).await;
+    support::plans::create(
+        &client,
+        &ns,
+        &support::fixtures::plan("shop", json!({"components": [c]})),
+    )
+    .await;
     let stalled = wait_until(WAIT, "the plan to report the refused route", || {
         let client = client.clone();
         let ns = ns.clone();
@@ -444,7 +488,15 @@ async fn a_route_to_a_gateway_the_policy_does_not_allow_is_not_written() {
         &ns,
         &kube::api::ApiResource::erase::<releaseplan::api::gateway::HTTPRoute>(&()),
     );
-    assert!(routes.list(&Default::default()).await.unwrap().items.is_empty(), "no HTTPRoute was written");
+    assert!(
+        routes
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no HTTPRoute was written"
+    );
 
     // The administrator allows that Gateway: the change wakes the plan.
     put_policy(

@@ -11,8 +11,8 @@
 //! nothing is allowed), else it keeps the operator-wide rules of earlier
 //! versions. The pure evaluation is `gates::policy`.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -52,7 +52,11 @@ fn host_patterns_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     kind = "GatePolicy",
     shortname = "gp",
     doc = "A GatePolicy says which hosts gates of the namespaces it selects may call, to which hosts shared gate credentials may be sent, which headers are pinned, and which Gateways or entry points routes may use. A namespace selected by any GatePolicy gets only what its policies allow.",
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GatePolicySpec {

@@ -12,8 +12,8 @@
 pub mod access;
 pub mod job;
 pub mod pod_security;
-pub mod policy;
 pub mod pods;
+pub mod policy;
 pub mod prometheus;
 pub mod template;
 pub mod text;

@@ -165,7 +165,9 @@ impl std::str::FromStr for HostPattern {
     type Err = String;
 
     fn from_str(s: &str) -> Result<HostPattern, String> {
-        let bad = || format!("{s:?} is not a host pattern (host, *.domain, address or CIDR, optional :port)");
+        let bad = || {
+            format!("{s:?} is not a host pattern (host, *.domain, address or CIDR, optional :port)")
+        };
         let s = s.trim();
         let (host, port) = if let Some(rest) = s.strip_prefix('[') {
             let (inside, after) = rest.split_once(']').ok_or_else(bad)?;
@@ -305,7 +307,10 @@ fn any_admits<'a>(patterns: impl IntoIterator<Item = &'a str>, d: &Destination) 
 
 /// Whether a label selector selects `labels`; `None` when it cannot be
 /// evaluated (an unknown operator, values where none belong).
-pub fn selects(selector: Option<&LabelSelector>, labels: &BTreeMap<String, String>) -> Option<bool> {
+pub fn selects(
+    selector: Option<&LabelSelector>,
+    labels: &BTreeMap<String, String>,
+) -> Option<bool> {
     let Some(s) = selector else {
         return Some(true);
     };
@@ -443,10 +448,9 @@ impl NamespacePolicy {
             return Ok(());
         }
         let bound = self.policies.iter().any(|p| {
-            p.spec
-                .credentials
-                .iter()
-                .any(|c| c.secret_name == secret && any_admits(c.hosts.iter().map(String::as_str), d))
+            p.spec.credentials.iter().any(|c| {
+                c.secret_name == secret && any_admits(c.hosts.iter().map(String::as_str), d)
+            })
         });
         if bound || (!self.governed && annotation.is_none()) {
             return Ok(());
@@ -455,7 +459,9 @@ impl NamespacePolicy {
             secret: secret.to_string(),
             host: d.to_string(),
             annotation: match annotation {
-                Some(a) => format!("its annotation {ANNOTATION_GATE_HOSTS} ({a}) does not admit it"),
+                Some(a) => {
+                    format!("its annotation {ANNOTATION_GATE_HOSTS} ({a}) does not admit it")
+                }
                 None => format!("it has no annotation {ANNOTATION_GATE_HOSTS}"),
             },
             policies: self.names(),
@@ -489,8 +495,7 @@ impl NamespacePolicy {
     /// Whether a plan's gate may set the header `name` (not when a policy pins it).
     pub fn admit_header(&self, name: &str) -> Result<(), PolicyRefusal> {
         for p in &self.policies {
-            if p
-                .spec
+            if p.spec
                 .pinned_headers
                 .iter()
                 .any(|h| h.name.eq_ignore_ascii_case(name))
@@ -604,7 +609,18 @@ mod tests {
         // A name pattern never admits an address, nor the reverse.
         assert!(!p("localhost").admits(&dest("http://127.0.0.1/")));
         assert!(!p("127.0.0.1").admits(&dest("http://localhost/")));
-        for bad in ["", "a.*.b", "*", "*.", "h:0", "h:x", "10.0.0.0/33", "a b", "[::1", "x/8"] {
+        for bad in [
+            "",
+            "a.*.b",
+            "*",
+            "*.",
+            "h:0",
+            "h:x",
+            "10.0.0.0/33",
+            "a b",
+            "[::1",
+            "x/8",
+        ] {
             assert!(bad.parse::<HostPattern>().is_err(), "{bad:?}");
         }
     }
@@ -625,143 +641,245 @@ mod tests {
             ]),
             ..LabelSelector::default()
         };
-        assert_eq!(selects(Some(&expr("In", Some(vec!["a".into()]))), &l), Some(true));
-        assert_eq!(selects(Some(&expr("NotIn", Some(vec!["a".into()]))), &l), Some(false));
+        assert_eq!(
+            selects(Some(&expr("In", Some(vec!["a".into()]))), &l),
+            Some(true)
+        );
+        assert_eq!(
+            selects(Some(&expr("NotIn", Some(vec!["a".into()]))), &l),
+            Some(false)
+        );
         assert_eq!(selects(Some(&expr("Exists", None)), &l), Some(true));
         assert_eq!(selects(Some(&expr("DoesNotExist", None)), &l), Some(false));
         assert_eq!(selects(Some(&expr("Bogus", None)), &l), None);
         assert_eq!(selects(Some(&expr("In", None)), &l), None);
-        let all = [policy("broken", GatePolicySpec {
-            namespace_selector: Some(expr("Bogus", None)),
-            destinations: Destinations { any_but_metadata: true, ..Default::default() },
-            ..Default::default()
-        })];
+        let all = [policy(
+            "broken",
+            GatePolicySpec {
+                namespace_selector: Some(expr("Bogus", None)),
+                destinations: Destinations {
+                    any_but_metadata: true,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )];
         let np = NamespacePolicy::select("a", &l, &all, Mode::Optional);
         assert!(np.governed, "an invalid selector governs");
         let e = np.admit_destination(&dest("http://x/")).unwrap_err();
-        assert!(e.to_string().contains("GatePolicy broken has a namespaceSelector that cannot be evaluated"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("GatePolicy broken has a namespaceSelector that cannot be evaluated"),
+            "{e}"
+        );
     }
 
     #[test]
     fn destinations_add_up_and_refusals_name_the_policies() {
         let all = [
-            policy("base", GatePolicySpec {
-                destinations: Destinations {
-                    hosts: vec!["prometheus.monitoring.svc:9090".into()],
+            policy(
+                "base",
+                GatePolicySpec {
+                    destinations: Destinations {
+                        hosts: vec!["prometheus.monitoring.svc:9090".into()],
+                        ..Default::default()
+                    },
                     ..Default::default()
                 },
-                ..Default::default()
-            }),
-            policy("team-a", GatePolicySpec {
-                namespace_selector: team("a"),
-                destinations: Destinations {
-                    own_namespace_services: true,
+            ),
+            policy(
+                "team-a",
+                GatePolicySpec {
+                    namespace_selector: team("a"),
+                    destinations: Destinations {
+                        own_namespace_services: true,
+                        ..Default::default()
+                    },
                     ..Default::default()
                 },
-                ..Default::default()
-            }),
+            ),
         ];
         let a = NamespacePolicy::select("shop-a", &labels("a"), &all, Mode::Optional);
         assert!(a.governed);
-        assert_eq!(a.admit_destination(&dest("http://prometheus.monitoring.svc:9090/")), Ok(()));
-        assert_eq!(a.admit_destination(&dest("http://web.shop-a.svc:8080/")), Ok(()));
-        assert_eq!(a.admit_destination(&dest("http://web.shop-a.svc.cluster.local/")), Ok(()));
-        let e = a.admit_destination(&dest("http://web.shop-b.svc:8080/")).unwrap_err();
+        assert_eq!(
+            a.admit_destination(&dest("http://prometheus.monitoring.svc:9090/")),
+            Ok(())
+        );
+        assert_eq!(
+            a.admit_destination(&dest("http://web.shop-a.svc:8080/")),
+            Ok(())
+        );
+        assert_eq!(
+            a.admit_destination(&dest("http://web.shop-a.svc.cluster.local/")),
+            Ok(())
+        );
+        let e = a
+            .admit_destination(&dest("http://web.shop-b.svc:8080/"))
+            .unwrap_err();
         assert_eq!(
             e.to_string(),
             "host web.shop-b.svc:8080 is not allowed for namespace shop-a: no spec.destinations of GatePolicy base, team-a admits it"
         );
-        let e = a.admit_destination(&dest("https://kubernetes.default.svc/")).unwrap_err();
+        let e = a
+            .admit_destination(&dest("https://kubernetes.default.svc/"))
+            .unwrap_err();
         assert!(matches!(e, PolicyRefusal::Destination { .. }));
         let b = NamespacePolicy::select("shop-b", &labels("b"), &all, Mode::Optional);
-        assert!(b.admit_destination(&dest("http://web.shop-b.svc/")).is_err());
+        assert!(
+            b.admit_destination(&dest("http://web.shop-b.svc/"))
+                .is_err()
+        );
         // Selected by nothing: open unless required.
         let none = NamespacePolicy::select("x", &labels("b"), &all[1..], Mode::Optional);
         assert!(!none.governed);
         assert_eq!(none.admit_destination(&dest("http://anything/")), Ok(()));
         let req = NamespacePolicy::select("x", &labels("b"), &all[1..], Mode::Required);
         assert_eq!(
-            req.admit_destination(&dest("http://anything/")).unwrap_err().to_string(),
+            req.admit_destination(&dest("http://anything/"))
+                .unwrap_err()
+                .to_string(),
             "namespace x is selected by no GatePolicy and the operator requires one (--gate-policy=required): a gate call to anything:80 is refused"
         );
-        let single = [policy("single-tenant", GatePolicySpec {
-            destinations: Destinations { any_but_metadata: true, ..Default::default() },
-            ..Default::default()
-        })];
+        let single = [policy(
+            "single-tenant",
+            GatePolicySpec {
+                destinations: Destinations {
+                    any_but_metadata: true,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )];
         let s = NamespacePolicy::select("x", &BTreeMap::new(), &single, Mode::Required);
         assert_eq!(s.admit_destination(&dest("http://10.1.2.3:9/")), Ok(()));
     }
 
     #[test]
     fn credentials_go_only_where_they_are_bound() {
-        let all = [policy("mimir", GatePolicySpec {
-            credentials: vec![CredentialBinding {
-                secret_name: "mimir-token".into(),
-                hosts: vec!["mimir.monitoring.svc".into()],
-            }],
-            destinations: Destinations { any_but_metadata: true, ..Default::default() },
-            ..Default::default()
-        })];
+        let all = [policy(
+            "mimir",
+            GatePolicySpec {
+                credentials: vec![CredentialBinding {
+                    secret_name: "mimir-token".into(),
+                    hosts: vec!["mimir.monitoring.svc".into()],
+                }],
+                destinations: Destinations {
+                    any_but_metadata: true,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )];
         let np = NamespacePolicy::select("a", &BTreeMap::new(), &all, Mode::Optional);
         let mimir = dest("http://mimir.monitoring.svc/");
         let evil = dest("http://evil.a.svc/");
         assert_eq!(np.admit_credential("mimir-token", None, &mimir), Ok(()));
         assert_eq!(
-            np.admit_credential("mimir-token", None, &evil).unwrap_err().to_string(),
+            np.admit_credential("mimir-token", None, &evil)
+                .unwrap_err()
+                .to_string(),
             "Secret mimir-token may not be sent to evil.a.svc:80: it has no annotation releaseplan.io/gate-hosts and no spec.credentials of GatePolicy mimir binds it to that host"
         );
-        let ann = BTreeMap::from([(ANNOTATION_GATE_HOSTS.to_string(), "hooks.example.com, 127.0.0.1:9".to_string())]);
-        assert_eq!(np.admit_credential("hook", Some(&ann), &dest("https://hooks.example.com/")), Ok(()));
-        assert_eq!(np.admit_credential("hook", Some(&ann), &dest("http://127.0.0.1:9/")), Ok(()));
-        assert!(np.admit_credential("hook", Some(&ann), &dest("http://127.0.0.1:10/")).is_err());
+        let ann = BTreeMap::from([(
+            ANNOTATION_GATE_HOSTS.to_string(),
+            "hooks.example.com, 127.0.0.1:9".to_string(),
+        )]);
+        assert_eq!(
+            np.admit_credential("hook", Some(&ann), &dest("https://hooks.example.com/")),
+            Ok(())
+        );
+        assert_eq!(
+            np.admit_credential("hook", Some(&ann), &dest("http://127.0.0.1:9/")),
+            Ok(())
+        );
+        assert!(
+            np.admit_credential("hook", Some(&ann), &dest("http://127.0.0.1:10/"))
+                .is_err()
+        );
         // Ungoverned: unbound Secrets as before, annotated ones only where they say.
         let open = NamespacePolicy::open("a");
         assert_eq!(open.admit_credential("any", None, &evil), Ok(()));
-        let e = open.admit_credential("hook", Some(&ann), &evil).unwrap_err();
-        assert!(e.to_string().contains("(hooks.example.com, 127.0.0.1:9) does not admit it"), "{e}");
+        let e = open
+            .admit_credential("hook", Some(&ann), &evil)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("(hooks.example.com, 127.0.0.1:9) does not admit it"),
+            "{e}"
+        );
     }
 
     #[test]
     fn pinned_headers_are_set_and_never_chosen_by_a_plan() {
-        let pin = |name: &str, value: &str| PinnedHeader { name: name.into(), value: value.into() };
+        let pin = |name: &str, value: &str| PinnedHeader {
+            name: name.into(),
+            value: value.into(),
+        };
         let all = [
-            policy("tenant-a", GatePolicySpec {
-                pinned_headers: vec![pin("X-Scope-OrgID", "team-a")],
-                ..Default::default()
-            }),
-            policy("z-same", GatePolicySpec {
-                pinned_headers: vec![pin("x-scope-orgid", "team-a")],
-                ..Default::default()
-            }),
+            policy(
+                "tenant-a",
+                GatePolicySpec {
+                    pinned_headers: vec![pin("X-Scope-OrgID", "team-a")],
+                    ..Default::default()
+                },
+            ),
+            policy(
+                "z-same",
+                GatePolicySpec {
+                    pinned_headers: vec![pin("x-scope-orgid", "team-a")],
+                    ..Default::default()
+                },
+            ),
         ];
         let np = NamespacePolicy::select("a", &BTreeMap::new(), &all, Mode::Optional);
-        assert_eq!(np.pinned_headers(), Ok(vec![("X-Scope-OrgID".into(), "team-a".into())]));
+        assert_eq!(
+            np.pinned_headers(),
+            Ok(vec![("X-Scope-OrgID".into(), "team-a".into())])
+        );
         assert_eq!(
             np.admit_header("x-scope-orgid").unwrap_err().to_string(),
             "header x-scope-orgid is pinned by GatePolicy tenant-a (spec.pinnedHeaders) for namespace a: a plan may not set it"
         );
         assert_eq!(np.admit_header("X-Other"), Ok(()));
-        let conflict = [all[0].clone(), policy("b", GatePolicySpec {
-            pinned_headers: vec![pin("X-Scope-OrgID", "team-b")],
-            ..Default::default()
-        })];
+        let conflict = [
+            all[0].clone(),
+            policy(
+                "b",
+                GatePolicySpec {
+                    pinned_headers: vec![pin("X-Scope-OrgID", "team-b")],
+                    ..Default::default()
+                },
+            ),
+        ];
         let np = NamespacePolicy::select("a", &BTreeMap::new(), &conflict, Mode::Optional);
-        assert!(matches!(np.pinned_headers(), Err(PolicyRefusal::PinConflict { .. })));
+        assert!(matches!(
+            np.pinned_headers(),
+            Err(PolicyRefusal::PinConflict { .. })
+        ));
     }
 
     #[test]
     fn routes_attach_only_where_allowed() {
-        let all = [policy("routes", GatePolicySpec {
-            routes: RoutePolicy {
-                parent_refs: vec![
-                    AllowedParent { namespace: Some("infra".into()), name: Some("public".into()) },
-                    AllowedParent { namespace: None, name: None },
-                ],
-                entry_points: vec!["web".into()],
-                any: false,
+        let all = [policy(
+            "routes",
+            GatePolicySpec {
+                routes: RoutePolicy {
+                    parent_refs: vec![
+                        AllowedParent {
+                            namespace: Some("infra".into()),
+                            name: Some("public".into()),
+                        },
+                        AllowedParent {
+                            namespace: None,
+                            name: None,
+                        },
+                    ],
+                    entry_points: vec!["web".into()],
+                    any: false,
+                },
+                ..Default::default()
             },
-            ..Default::default()
-        })];
+        )];
         let np = NamespacePolicy::select("a", &BTreeMap::new(), &all, Mode::Optional);
         let gw = |ns: Option<&str>, name: &str| ParentRef {
             name: name.into(),
@@ -772,11 +890,16 @@ mod tests {
         assert_eq!(np.admit_parent(&gw(None, "own")), Ok(()));
         assert_eq!(np.admit_parent(&gw(Some("a"), "own")), Ok(()));
         assert_eq!(
-            np.admit_parent(&gw(Some("infra"), "internal")).unwrap_err().to_string(),
+            np.admit_parent(&gw(Some("infra"), "internal"))
+                .unwrap_err()
+                .to_string(),
             "Gateway infra/internal is not allowed for routes of namespace a: no spec.routes of GatePolicy routes admits it"
         );
         assert_eq!(np.admit_entry_point("web"), Ok(()));
         assert!(np.admit_entry_point("admin").is_err());
-        assert_eq!(NamespacePolicy::open("a").admit_parent(&gw(Some("x"), "y")), Ok(()));
+        assert_eq!(
+            NamespacePolicy::open("a").admit_parent(&gw(Some("x"), "y")),
+            Ok(())
+        );
     }
 }
