@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use releaseplan::api::Phase;
-use releaseplan::api::policy::{GatePolicy, GatePolicySpec};
+use releaseplan::api::policy::GatePolicy;
 use releaseplan::gates::access::CredentialReader;
 use releaseplan::gates::policy::Mode;
 use releaseplan::gates::prometheus::TemplateVars;
