@@ -1910,9 +1910,11 @@ fn gate_outbound_values_become_flags() {
     let args_of = |objs: &[Value]| {
         strings(&one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"])
     };
-    // Defaults: no flag, the operator's defaults (link-local and metadata refused).
+    // Defaults: no flag but the gate policy's, the operator's defaults
+    // (link-local and metadata refused).
     let args = args_of(&render("rp", "rp-system", &[]));
-    assert!(!args.iter().any(|a| a.starts_with("--gate-")), "{args:?}");
+    let gate_flags: Vec<&String> = args.iter().filter(|a| a.starts_with("--gate-")).collect();
+    assert_eq!(gate_flags, ["--gate-policy=required"], "{args:?}");
     let args = args_of(&render(
         "rp",
         "rp-system",
