@@ -123,13 +123,14 @@ pub async fn run(
         instance: settings.instance.clone(),
     };
     let (wake_tx, wake_rx) = futures::channel::mpsc::unbounded();
-    let (policy, policy_wake) = super::policy::watch(
+    // Boxed: its start-up list would otherwise sit in this future's state.
+    let (policy, policy_wake) = Box::pin(super::policy::watch(
         &client,
         ns,
         settings.gate_policy,
         &liveness,
         plan_store.clone(),
-    )
+    ))
     .await;
     let gates = GateRunner::new(
         settings.gate_http.clone(),
