@@ -302,13 +302,14 @@ async fn run(args: Args) -> Result<(), MainError> {
                 }),
                 ..settings
             };
-            let ctrl = controller::run(
+            // Boxed: the controller's future is large (every watch's state).
+            let ctrl = Box::pin(controller::run(
                 client,
                 settings,
                 metrics,
                 liveness,
                 stopped(stop_rx.clone()),
-            );
+            ));
             tokio::select! {
                 () = ctrl => {},
                 r = leader::hold(&manager) => {
@@ -324,13 +325,13 @@ async fn run(args: Args) -> Result<(), MainError> {
         ready.store(true, Ordering::Relaxed);
         metrics.leader.set(1);
         metrics.shard.set(0);
-        controller::run(
+        Box::pin(controller::run(
             client,
             settings,
             metrics,
             liveness,
             stopped(stop_rx.clone()),
-        )
+        ))
         .await;
     }
     let _ = server.await;
