@@ -41,20 +41,21 @@ test:
 
 .PHONY: crds crds-check
 
-## crds: regenerate crds/releaseplan.yaml, crds/gatetemplates.yaml and crds/componentscales.yaml from the Rust types (crates/core/src/api), and the chart's copies
+## crds: regenerate crds/releaseplan.yaml, crds/gatetemplates.yaml, crds/componentscales.yaml and crds/gatepolicies.yaml from the Rust types (crates/core/src/api), and the chart's copies
 crds:
 	@tmp=$$(mktemp); trap 'rm -f "$$tmp"' EXIT; \
 	mkdir -p crds; \
 	cargo run --quiet --bin crdgen > "$$tmp"; cp "$$tmp" crds/releaseplan.yaml; \
 	cargo run --quiet --bin crdgen templates > "$$tmp"; cp "$$tmp" crds/gatetemplates.yaml; \
 	cargo run --quiet --bin crdgen scales > "$$tmp"; cp "$$tmp" crds/componentscales.yaml; \
-	echo "wrote crds/releaseplan.yaml crds/gatetemplates.yaml crds/componentscales.yaml"
+	cargo run --quiet --bin crdgen policies > "$$tmp"; cp "$$tmp" crds/gatepolicies.yaml; \
+	echo "wrote crds/releaseplan.yaml crds/gatetemplates.yaml crds/componentscales.yaml crds/gatepolicies.yaml"
 	@$(MAKE) --no-print-directory chart-crd
 
-## crds-check: fail when crds/releaseplan.yaml, crds/gatetemplates.yaml or crds/componentscales.yaml is not what crdgen prints now
+## crds-check: fail when crds/releaseplan.yaml, crds/gatetemplates.yaml, crds/componentscales.yaml or crds/gatepolicies.yaml is not what crdgen prints now
 crds-check:
 	@tmp=$$(mktemp); trap 'rm -f "$$tmp"' EXIT; \
-	for pair in releaseplan.yaml: gatetemplates.yaml:templates componentscales.yaml:scales; do \
+	for pair in releaseplan.yaml: gatetemplates.yaml:templates componentscales.yaml:scales gatepolicies.yaml:policies; do \
 	  file=$${pair%%:*}; arg=$${pair#*:}; \
 	  cargo run --quiet --bin crdgen $$arg > "$$tmp"; \
 	  if ! diff -u "crds/$$file" "$$tmp" | head -n 60; then \
@@ -143,11 +144,12 @@ chart-crd:
 	cp crds/releaseplan.yaml charts/releaseplan/crds/releaseplan.yaml
 	cp crds/gatetemplates.yaml charts/releaseplan/crds/gatetemplates.yaml
 	cp crds/componentscales.yaml charts/releaseplan/crds/componentscales.yaml
-	@echo "wrote charts/releaseplan/crds/releaseplan.yaml charts/releaseplan/crds/gatetemplates.yaml charts/releaseplan/crds/componentscales.yaml"
+	cp crds/gatepolicies.yaml charts/releaseplan/crds/gatepolicies.yaml
+	@echo "wrote charts/releaseplan/crds/releaseplan.yaml charts/releaseplan/crds/gatetemplates.yaml charts/releaseplan/crds/componentscales.yaml charts/releaseplan/crds/gatepolicies.yaml"
 
 ## chart-lint: helm lint the chart and check its CRD copy is current
 chart-lint: tools
-	@for f in releaseplan.yaml gatetemplates.yaml componentscales.yaml; do \
+	@for f in releaseplan.yaml gatetemplates.yaml componentscales.yaml gatepolicies.yaml; do \
 	  cmp -s "crds/$$f" "charts/releaseplan/crds/$$f" || { \
 	    echo "chart-lint: charts/releaseplan/crds/$$f differs from" \
 	      "crds/$$f; run 'make chart-crd' and commit it" >&2; exit 1; }; \

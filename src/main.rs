@@ -88,6 +88,12 @@ struct Args {
     /// else `default`).
     #[arg(long, env = "RELEASEPLAN_GATE_CREDENTIALS_NAMESPACE")]
     gate_credentials_namespace: Option<String>,
+    /// `required`: a namespace that no GatePolicy selects gets no gate call
+    /// and no route; `optional`: it keeps the operator-wide rules (a
+    /// namespace some GatePolicy selects gets only what its policies allow
+    /// either way).
+    #[arg(long, env = "RELEASEPLAN_GATE_POLICY", default_value = "optional")]
+    gate_policy: releaseplan::gates::policy::Mode,
     /// Version the ConfigMaps and Secrets pod templates reference with each
     /// revision (needs list and watch on them); false reads every reference
     /// live, as a plain Deployment does.
@@ -252,6 +258,7 @@ async fn run(args: Args) -> Result<(), MainError> {
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
             .unwrap_or_else(|| "default".into()),
         config_versioning: args.config_versioning,
+        gate_policy: args.gate_policy,
         shard: None,
     };
     if args.leader_election {
@@ -295,13 +302,14 @@ async fn run(args: Args) -> Result<(), MainError> {
                 }),
                 ..settings
             };
-            let ctrl = controller::run(
+            // Boxed: the controller's future is large (every watch's state).
+            let ctrl = Box::pin(controller::run(
                 client,
                 settings,
                 metrics,
                 liveness,
                 stopped(stop_rx.clone()),
-            );
+            ));
             tokio::select! {
                 () = ctrl => {},
                 r = leader::hold(&manager) => {
@@ -317,13 +325,13 @@ async fn run(args: Args) -> Result<(), MainError> {
         ready.store(true, Ordering::Relaxed);
         metrics.leader.set(1);
         metrics.shard.set(0);
-        controller::run(
+        Box::pin(controller::run(
             client,
             settings,
             metrics,
             liveness,
             stopped(stop_rx.clone()),
-        )
+        ))
         .await;
     }
     let _ = server.await;

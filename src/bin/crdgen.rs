@@ -1,7 +1,8 @@
 //! Prints the operator's CRDs as YAML: the ReleasePlan CRD (`make crds`
 //! writes it to crds/releaseplan.yaml), or with the argument `templates` the
 //! GateTemplate and ClusterGateTemplate CRDs (crds/gatetemplates.yaml), or with
-//! `scales` the ComponentScale CRD (crds/componentscales.yaml).
+//! `scales` the ComponentScale CRD (crds/componentscales.yaml), or with
+//! `policies` the GatePolicy CRD (crds/gatepolicies.yaml).
 
 use releaseplan::api::template;
 
@@ -18,9 +19,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "{}",
             yaml_serde::to_string(&releaseplan::api::scale::component_scale_crd())?
         ),
+        Some("policies") => print!(
+            "{}",
+            yaml_serde::to_string(&releaseplan::api::policy::gate_policy_crd())?
+        ),
         Some(other) => {
             return Err(format!(
-                "unknown argument {other:?}: expected none, `templates` or `scales`"
+                "unknown argument {other:?}: expected none, `templates`, `scales` or `policies`"
             )
             .into());
         }

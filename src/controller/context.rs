@@ -40,6 +40,9 @@ pub struct Settings {
     /// The namespace whose Secrets and ConfigMaps gates may reference (the
     /// operator's own).
     pub gate_credentials_namespace: String,
+    /// Whether a namespace no GatePolicy selects is refused every gate call
+    /// and route (`--gate-policy=required`) or keeps the operator-wide rules.
+    pub gate_policy: crate::gates::policy::Mode,
     /// The shard this process serves; all plans when None.
     pub shard: Option<Shard>,
     /// Version referenced ConfigMaps and Secrets with each revision.
@@ -73,6 +76,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Evaluates Prometheus and webhook gates beside the reconciles.
     pub gates: Arc<GateRunner>,
+    /// The GatePolicies and namespaces' labels, as cached.
+    pub policy: super::policy::PolicyCaches,
     /// Caches of the GateTemplates and ClusterGateTemplates plans refer to.
     pub gate_templates: templates::TemplateCaches,
     /// Caches of ConfigMaps and Secrets (digests only) and the plans' copies.
@@ -161,6 +166,7 @@ impl Context {
             && self.hpas.synced()
             && self.routes.synced()
             && self.config.synced()
+            && self.policy.synced()
     }
 
     /// Drops everything kept about a plan whose deletion proceeds.

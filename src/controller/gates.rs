@@ -24,6 +24,7 @@
 //! evaluation is never counted twice and a gate is not called again before
 //! its interval has passed.
 
+use super::policy::PolicyCaches;
 use crate::api::cached::CachedPlan;
 use crate::api::{GateStatus, ReleasePlan, ReleasePlanStatus, Verdict};
 use crate::gates::access::CredentialReader;
@@ -135,6 +136,7 @@ impl Drop for Running {
 pub struct GateRunner {
     http: GateHttp,
     secrets: CredentialReader,
+    policy: PolicyCaches,
     metrics: Arc<Metrics>,
     wake: UnboundedSender<ObjectRef<ReleasePlan>>,
     plans: Store<CachedPlan>,
@@ -147,6 +149,7 @@ impl GateRunner {
     pub fn new(
         http: GateHttp,
         secrets: CredentialReader,
+        policy: PolicyCaches,
         metrics: Arc<Metrics>,
         wake: UnboundedSender<ObjectRef<ReleasePlan>>,
         plans: Store<CachedPlan>,
@@ -155,6 +158,7 @@ impl GateRunner {
         Arc::new(GateRunner {
             http,
             secrets,
+            policy,
             metrics,
             wake,
             plans,
@@ -289,8 +293,14 @@ impl GateRunner {
                 reason: "no context for this gate (a bug)".into(),
             };
         };
+        // The policies as cached: read before any call, never fetched here.
+        let Some(policy) = self.policy.for_namespace(&ctx.vars.namespace) else {
+            return GateResult::Error {
+                reason: "gate policies not read yet: not called".into(),
+            };
+        };
         let started = Instant::now();
-        let evaluation = crate::gates::evaluate(gate, &self.http, &self.secrets, ctx);
+        let evaluation = crate::gates::evaluate(gate, &self.http, &self.secrets, &policy, ctx);
         let result = match tokio::time::timeout(bound, evaluation).await {
             Ok(r) => r,
             Err(_) => GateResult::Error {

@@ -26,6 +26,7 @@ pub mod jobs;
 mod memory;
 pub mod observe;
 mod owned;
+pub mod policy;
 pub mod queue;
 #[cfg(test)]
 mod reconcile_tests;

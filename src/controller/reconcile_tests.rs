@@ -116,6 +116,7 @@ fn context(client: Client) -> Arc<Context> {
     let gates = GateRunner::new(
         http,
         CredentialReader::new(client.clone(), "ops".into()),
+        crate::controller::policy::PolicyCaches::none(crate::gates::policy::Mode::Optional),
         Arc::clone(&metrics),
         wake,
         plans,
@@ -141,6 +142,7 @@ fn context(client: Client) -> Arc<Context> {
         queue: Arc::new(Queue::new(Arc::clone(&metrics))),
         metrics,
         gates,
+        policy: crate::controller::policy::PolicyCaches::none(crate::gates::policy::Mode::Optional),
         gate_templates: TemplateCaches {
             namespaced,
             cluster,

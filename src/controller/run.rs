@@ -123,12 +123,22 @@ pub async fn run(
         instance: settings.instance.clone(),
     };
     let (wake_tx, wake_rx) = futures::channel::mpsc::unbounded();
+    // Boxed: its start-up list would otherwise sit in this future's state.
+    let (policy, policy_wake) = Box::pin(super::policy::watch(
+        &client,
+        ns,
+        settings.gate_policy,
+        &liveness,
+        plan_store.clone(),
+    ))
+    .await;
     let gates = GateRunner::new(
         settings.gate_http.clone(),
         crate::gates::access::CredentialReader::new(
             client.clone(),
             settings.gate_credentials_namespace.clone(),
         ),
+        policy.clone(),
         Arc::clone(&metrics),
         wake_tx,
         plan_store.clone(),
@@ -159,6 +169,7 @@ pub async fn run(
         events,
         metrics,
         gates,
+        policy,
         gate_templates,
         config,
         liveness,
@@ -219,6 +230,11 @@ pub async fn run(
         .reconcile_on({
             let wake = wakes(&queue);
             template_wake.filter_map(move |r| futures::future::ready(wake(Some(r))))
+        })
+        // A GatePolicy that changes wakes every plan; a namespace's labels, its plans.
+        .reconcile_on({
+            let wake = wakes(&queue);
+            policy_wake.filter_map(move |r| futures::future::ready(wake(Some(r))))
         })
         // A ConfigMap or Secret that changes wakes the plans that read it (a
         // new revision), and a copy that appears or goes wakes its plan.

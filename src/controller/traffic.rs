@@ -165,6 +165,12 @@ pub(super) async fn act(
         let Some(router) = ctx.routes.get(kind) else {
             continue;
         };
+        if let Some(refusal) = route_refusal(ctx, ns, intent, spec)
+            && !deleting
+        {
+            warn!(route = ?intent.names.route, kind = kind.kind(), "route refused by the GatePolicy");
+            return Acted::Refused(refusal);
+        }
         match router.write(&ctx.client, plan, intent, spec).await {
             Ok(true) => ctx.metrics.write("apply"),
             Ok(false) => {}
@@ -175,4 +181,50 @@ pub(super) async fn act(
         }
     }
     Acted::Done
+}
+
+/// The administrator's GatePolicy on the intent's route: its Gateways
+/// (`parentRefs`) or Traefik entry points must be allowed for the
+/// namespace, else the route is not written (checked against the cached
+/// policies, before any request).
+fn route_refusal(
+    ctx: &Context,
+    ns: &str,
+    intent: &TrafficIntent,
+    spec: &crate::api::Traffic,
+) -> Option<crate::plan::Refusal> {
+    let name = intent.names.route.clone()?;
+    intent.route.as_ref()?;
+    let refused = |kind: &'static str, message: String| crate::plan::Refusal {
+        kind,
+        name: name.clone(),
+        code: crate::plan::Refusal::BY_POLICY,
+        message,
+    };
+    let Some(policy) = ctx.policy.for_namespace(ns) else {
+        // Unreachable while reconciles wait for the caches; refused, not open.
+        return Some(refused("HTTPRoute", "gate policies not read yet".into()));
+    };
+    if let Some(gw) = &spec.gateway_api {
+        for r in &gw.parent_refs {
+            if let Err(e) = policy.admit_parent(r) {
+                return Some(refused("HTTPRoute", e.to_string()));
+            }
+        }
+    }
+    if let Some(t) = &spec.traefik {
+        // No entry points: Traefik attaches the route to every one.
+        let every = ["every entry point (entryPoints is empty)".to_string()];
+        let eps = if t.entry_points.is_empty() {
+            &every[..]
+        } else {
+            &t.entry_points[..]
+        };
+        for ep in eps {
+            if let Err(e) = policy.admit_entry_point(ep) {
+                return Some(refused("IngressRoute", e.to_string()));
+            }
+        }
+    }
+    None
 }

@@ -18,6 +18,7 @@ use reqwest::header::{HeaderName, HeaderValue};
 
 use super::outbound::GateHttp;
 use crate::api::access::{ANNOTATION_GATE_NAMESPACES, CaBundleRef, GateAuth, SecretKeyRef};
+use crate::gates::policy::{Destination, NamespacePolicy};
 
 /// Credentials ready to be sent, and the client that trusts the gate's CA.
 /// No `Debug`: it holds secret values.
@@ -60,6 +61,19 @@ impl Resolved {
             None => request,
         }
     }
+}
+
+/// What the administrator's GatePolicy adds to one call: where it goes (a
+/// shared Secret is sent only to hosts it is bound to) and the headers it
+/// pins.
+pub struct Binding<'a> {
+    /// The policies of the plan's namespace.
+    pub policy: &'a NamespacePolicy,
+    /// The call's host and port (None: the URL has none and the call fails
+    /// before anything is sent).
+    pub destination: Option<&'a Destination>,
+    /// Headers set on every call, `(name, value)`.
+    pub pinned: &'a [(String, String)],
 }
 
 /// Reads the Secrets and ConfigMaps gates reference, in one namespace (the
@@ -105,18 +119,22 @@ impl CredentialReader {
     }
 
     /// Reads what `access` references for a plan of `plan_namespace` and
-    /// builds the request settings. Each object is read once per call.
+    /// builds the request settings, with the headers `bound` pins; a Secret
+    /// `bound` does not let go to the destination is an error. Each object
+    /// is read once per call.
     pub async fn resolve(
         &self,
         http: &GateHttp,
         access: &Access,
         plan_namespace: &str,
+        bound: &Binding<'_>,
     ) -> Result<Resolved, AccessError> {
-        if access.reads_nothing() && access.headers.is_empty() {
+        if access.reads_nothing() && access.headers.is_empty() && bound.pinned.is_empty() {
             return Ok(Resolved::none());
         }
         let mut read = Reads {
             reader: self,
+            bound,
             plan_namespace,
             secrets: HashMap::new(),
             config_maps: HashMap::new(),
@@ -175,6 +193,14 @@ impl CredentialReader {
             };
             headers.push((name, value));
         }
+        // Pinned last; a plan's gate cannot set them (refused before).
+        for (name, value) in bound.pinned {
+            let bad = || AccessError::BadHeader(name.clone());
+            headers.push((
+                HeaderName::from_bytes(name.as_bytes()).map_err(|_| bad())?,
+                HeaderValue::from_str(value).map_err(|_| bad())?,
+            ));
+        }
         let client = match &access.tls {
             Some(tls) => Some(read.ca(http, &tls.ca).await?),
             None => None,
@@ -190,6 +216,7 @@ impl CredentialReader {
 /// The objects read during one [`CredentialReader::resolve`].
 struct Reads<'a> {
     reader: &'a CredentialReader,
+    bound: &'a Binding<'a>,
     plan_namespace: &'a str,
     secrets: HashMap<String, Secret>,
     config_maps: HashMap<String, ConfigMap>,
@@ -279,9 +306,19 @@ impl Reads<'_> {
             })
     }
 
-    /// A Secret key as one line of text, surrounding whitespace dropped.
+    /// A Secret key as one line of text, surrounding whitespace dropped: a
+    /// value that is sent, so only to a destination the Secret is bound to.
     async fn text(&mut self, r: &SecretKeyRef, why: &str) -> Result<String, AccessError> {
         let bytes = self.secret_bytes(r).await?;
+        if let Some(d) = self.bound.destination {
+            let annotations = self
+                .secrets
+                .get(&r.name)
+                .and_then(|s| s.metadata.annotations.as_ref());
+            self.bound
+                .policy
+                .admit_credential(&r.name, annotations, d)?;
+        }
         let unusable = || AccessError::Unusable {
             kind: Kind::Secret,
             namespace: self.reader.namespace.clone(),

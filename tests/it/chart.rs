@@ -218,11 +218,26 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
 /// Reading ClusterGateTemplates: the operator's one cluster-wide rule when it
 /// watches one namespace.
 fn cluster_template_rules() -> Vec<(String, String, Vec<String>)> {
-    vec![(
-        "releaseplan.io".to_string(),
-        "clustergatetemplates".to_string(),
-        vec!["get".to_string(), "list".to_string(), "watch".to_string()],
-    )]
+    let read = || vec!["get".to_string(), "list".to_string(), "watch".to_string()];
+    let mut rules = vec![
+        (
+            "releaseplan.io".to_string(),
+            "clustergatetemplates".to_string(),
+            read(),
+        ),
+        (
+            "releaseplan.io".to_string(),
+            "gatepolicies".to_string(),
+            read(),
+        ),
+        (
+            String::new(),
+            "namespaces".to_string(),
+            vec!["list".to_string(), "watch".to_string()],
+        ),
+    ];
+    rules.sort();
+    rules
 }
 
 /// What the operator's ClusterRole holds when it watches every namespace.
@@ -300,6 +315,7 @@ fn the_charts_crd_is_the_checked_in_crd() {
         "releaseplan.yaml",
         "gatetemplates.yaml",
         "componentscales.yaml",
+        "gatepolicies.yaml",
     ] {
         let checked_in = std::fs::read(root.join("crds").join(file))
             .unwrap_or_else(|e| panic!("cannot read crds/{file}: {e}"));
@@ -397,6 +413,7 @@ fn default_values_render_least_privilege_rbac_and_a_restricted_deployment() {
             "ClusterRole",
             "ClusterRoleBinding",
             "Deployment",
+            "GatePolicy",
             "NetworkPolicy",
             "PodDisruptionBudget",
             "Role",
@@ -409,7 +426,10 @@ fn default_values_render_least_privilege_rbac_and_a_restricted_deployment() {
         "no CRD among the templates, no ServiceMonitor by default"
     );
     for o in &objs {
-        if kind_of(o) != "ClusterRole" && kind_of(o) != "ClusterRoleBinding" {
+        if !matches!(
+            kind_of(o),
+            "ClusterRole" | "ClusterRoleBinding" | "GatePolicy"
+        ) {
             assert_eq!(o["metadata"]["namespace"], "rp-system", "{o}");
         }
     }
@@ -476,6 +496,7 @@ fn default_values_render_least_privilege_rbac_and_a_restricted_deployment() {
     let c = &spec["containers"][0];
     let args = strings(&c["args"]);
     for want in [
+        "--gate-policy=required",
         "--leader-election",
         "--lease-namespace=$(POD_NAMESPACE)",
         "--metrics-addr=[::]:8080",
@@ -912,6 +933,66 @@ fn aggregated_cluster_roles_let_namespace_users_read_and_promote_plans() {
 }
 
 #[test]
+fn the_default_gate_policy_is_multi_tenant_and_one_value_makes_it_single_tenant() {
+    let args = |objs: &[Value]| {
+        strings(&one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"])
+    };
+    // Default: required, and one GatePolicy for every namespace that lists
+    // nothing (gates call nothing, routes attach nowhere).
+    let objs = render("rp", "rp-system", &[]);
+    assert!(args(&objs).iter().any(|a| a == "--gate-policy=required"));
+    let p = one(&objs, "GatePolicy");
+    assert_eq!(p["metadata"]["name"], "rp-releaseplan-default");
+    assert!(
+        p["spec"]["namespaceSelector"].is_null(),
+        "every namespace: {p}"
+    );
+    assert_eq!(p["spec"]["destinations"]["hosts"], json!([]));
+    assert_eq!(p["spec"]["destinations"]["ownNamespaceServices"], false);
+    assert_eq!(
+        p["spec"]["routes"],
+        json!({"parentRefs": [], "entryPoints": []})
+    );
+    // The values fill it.
+    let objs = render(
+        "rp",
+        "rp-system",
+        &[
+            "gatePolicy.hosts[0]=prometheus.monitoring.svc:9090",
+            "gatePolicy.ownNamespaceServices=true",
+            "gatePolicy.credentials[0].secretName=prom-token",
+            "gatePolicy.credentials[0].hosts[0]=prometheus.monitoring.svc:9090",
+            "gatePolicy.parentRefs[0].namespace=infra",
+            "gatePolicy.namespaceSelector.matchLabels.team=a",
+        ],
+    );
+    let p = one(&objs, "GatePolicy");
+    assert_eq!(
+        p["spec"]["destinations"],
+        json!({"hosts": ["prometheus.monitoring.svc:9090"], "ownNamespaceServices": true})
+    );
+    assert_eq!(
+        p["spec"]["credentials"],
+        json!([{"secretName": "prom-token", "hosts": ["prometheus.monitoring.svc:9090"]}])
+    );
+    assert_eq!(
+        p["spec"]["routes"]["parentRefs"],
+        json!([{"namespace": "infra"}])
+    );
+    assert_eq!(
+        p["spec"]["namespaceSelector"],
+        json!({"matchLabels": {"team": "a"}})
+    );
+    // One value: no policy, the operator's optional mode.
+    let objs = render("rp", "rp-system", &["gatePolicy.singleTenant=true"]);
+    assert!(of_kind(&objs, "GatePolicy").is_empty());
+    assert!(args(&objs).iter().any(|a| a == "--gate-policy=optional"));
+    // A host that is not a pattern is refused by the chart's schema.
+    let e = render_error(&["gatePolicy.hosts[0]=http://x"]);
+    assert!(e.contains("gatePolicy"), "{e}");
+}
+
+#[test]
 fn kube_version_is_what_the_crds_validation_rules_need() {
     // The CRD's x-kubernetes-validations carry fieldPath, which Kubernetes
     // accepts from 1.28 (isSorted and the string extensions are older).
@@ -993,7 +1074,14 @@ async fn install(client: &Client, prefix: &str, sets: &[&str]) -> Install {
         .expect("cannot label the namespace");
     // The namespace name is unique, so it keeps cluster-scoped names apart.
     let release = namespace.clone();
-    let manifest = render_text(&release, &namespace, sets, true);
+    // The chart's GatePolicy serves every namespace by default: here only
+    // namespaces labelled for this install (a test's `sets` may name others),
+    // so the tests run beside this one are not governed by it.
+    let own = format!("gatePolicy.namespaceSelector.matchLabels.rptenant={namespace}");
+    let sets: Vec<&str> = std::iter::once(own.as_str())
+        .chain(sets.iter().copied())
+        .collect();
+    let manifest = render_text(&release, &namespace, &sets, true);
     let applied = run(
         &kubectl_bin(),
         &[
@@ -1469,8 +1557,28 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
     let client = cluster::client().await;
     let apps = cluster::test_namespace(&client, &format!("{prefix}-apps")).await;
     let set = format!("watchNamespace={apps}");
-    let sets: &[&str] = if watch_namespace { &[&set] } else { &[] };
-    let i = install(&client, prefix, sets).await;
+    // The chart's GatePolicy for the apps namespace: the test's webhook on
+    // 127.0.0.1, its bearer Secret bound there, its Gateway in the namespace.
+    let tenant = format!("gatePolicy.namespaceSelector.matchLabels.rptenant={apps}");
+    let mut sets: Vec<&str> = vec![
+        &tenant,
+        "gatePolicy.hosts[0]=127.0.0.1",
+        "gatePolicy.credentials[0].secretName=hooks-token",
+        "gatePolicy.credentials[0].hosts[0]=127.0.0.1",
+        "gatePolicy.parentRefs[0].name=gw",
+    ];
+    if watch_namespace {
+        sets.push(&set);
+    }
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            &apps,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"rptenant": apps.clone()}}})),
+        )
+        .await
+        .expect("label the apps namespace");
+    let i = install(&client, prefix, &sets).await;
     if watch_namespace {
         assert_config_access_only_in_the_watched_namespace(&i, &apps).await;
     }
@@ -1486,6 +1594,7 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
     let pod_name = format!("{}-0", i.release);
     let kubeconfig = i.kubeconfig.to_str().expect("utf-8 path");
     let mut op = Operator::launcher(&apps)
+        .args(["--gate-policy=required"])
         .leader_election(&i.namespace)
         .env("KUBECONFIG", kubeconfig)
         .env("POD_NAME", &pod_name)
@@ -1801,9 +1910,11 @@ fn gate_outbound_values_become_flags() {
     let args_of = |objs: &[Value]| {
         strings(&one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"])
     };
-    // Defaults: no flag, the operator's defaults (link-local and metadata refused).
+    // Defaults: no flag but the gate policy's, the operator's defaults
+    // (link-local and metadata refused).
     let args = args_of(&render("rp", "rp-system", &[]));
-    assert!(!args.iter().any(|a| a.starts_with("--gate-")), "{args:?}");
+    let gate_flags: Vec<&String> = args.iter().filter(|a| a.starts_with("--gate-")).collect();
+    assert_eq!(gate_flags, ["--gate-policy=required"], "{args:?}");
     let args = args_of(&render(
         "rp",
         "rp-system",

@@ -187,7 +187,14 @@ fn ctx(ns: &str) -> GateContext {
 async fn evaluate(reader: &CredentialReader, ns: &str, health: Value) -> GateResult {
     let g = gates(health);
     assert_eq!(g.len(), 1);
-    releaseplan::gates::evaluate(&g[0], &gate_http(), reader, &ctx(ns)).await
+    releaseplan::gates::evaluate(
+        &g[0],
+        &gate_http(),
+        reader,
+        &releaseplan::gates::policy::NamespacePolicy::open(ns),
+        &ctx(ns),
+    )
+    .await
 }
 
 fn error_of(r: &GateResult) -> &str {

@@ -36,6 +36,7 @@ mod dashboard;
 mod failure_modes;
 mod faults;
 mod gate_access;
+mod gate_policy;
 mod gate_templates;
 mod gated_rollout;
 mod gates;

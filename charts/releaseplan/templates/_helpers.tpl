@@ -178,4 +178,13 @@ true
 - apiGroups: ["releaseplan.io"]
   resources: ["clustergatetemplates"]
   verbs: ["get", "list", "watch"]
+# GatePolicies (cluster-scoped) and the namespaces' labels their
+# namespaceSelectors match are cached (list, watch; metadata only for
+# namespaces) and only read.
+- apiGroups: ["releaseplan.io"]
+  resources: ["gatepolicies"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["list", "watch"]
 {{- end }}

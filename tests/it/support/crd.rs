@@ -51,6 +51,14 @@ pub fn checked_in_scales() -> CustomResourceDefinition {
     yaml_serde::from_str(&text).unwrap_or_else(|e| panic!("{} is not a CRD: {e}", path.display()))
 }
 
+/// The GatePolicy CRD as checked in (`crds/gatepolicies.yaml`).
+pub fn checked_in_policies() -> CustomResourceDefinition {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/gatepolicies.yaml");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}; run `make crds`", path.display()));
+    yaml_serde::from_str(&text).unwrap_or_else(|e| panic!("{} is not a CRD: {e}", path.display()))
+}
+
 /// Whether an API error is worth another try: conflicts and AlreadyExists
 /// from concurrent installs, and the API server being briefly unavailable.
 fn transient(e: &kube::Error) -> bool {
@@ -67,6 +75,7 @@ pub async fn install(client: &Client) {
     let mut all = vec![checked_in()];
     all.extend(checked_in_templates());
     all.push(checked_in_scales());
+    all.push(checked_in_policies());
     apply(client, &all).await;
 
     // Established can precede the first request that the new handler serves.

@@ -13,6 +13,7 @@ pub mod config;
 pub mod gate;
 pub mod gateway;
 pub mod kind_gates;
+pub mod policy;
 pub mod revision;
 pub mod scale;
 pub mod template;

@@ -222,6 +222,10 @@ pub enum AccessError {
         /// What is wrong with it (never the value).
         why: String,
     },
+    /// The administrator's GatePolicy refuses it (a Secret sent to a host it
+    /// is not bound to); the message names the rule.
+    #[error(transparent)]
+    Policy(#[from] crate::gates::policy::PolicyRefusal),
     /// A field that needs exactly one of two settings has neither (the
     /// CRD and [`Access::check`] refuse such a spec first).
     #[error("{0}")]

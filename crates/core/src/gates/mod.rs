@@ -13,6 +13,7 @@ pub mod access;
 pub mod job;
 pub mod pod_security;
 pub mod pods;
+pub mod policy;
 pub mod prometheus;
 pub mod template;
 pub mod text;

@@ -364,7 +364,9 @@ fn facts_deadline(obs: &Observation) -> Duration {
 
 /// What a refused Deployment write says in conditions, messages and events.
 pub fn refusal_text(r: &Refusal) -> String {
-    if r.code == 0 {
+    if r.code == Refusal::BY_POLICY {
+        format!("{} {} not written: {}", r.kind, r.name, r.message)
+    } else if r.code == 0 {
         format!(
             "no answer from the API server to the write of {} {} (retried): {}",
             r.kind, r.name, r.message

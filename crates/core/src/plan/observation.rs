@@ -326,7 +326,9 @@ pub struct Refusal {
     pub kind: &'static str,
     /// Its name.
     pub name: String,
-    /// HTTP status code of the answer; 0 when there was no answer.
+    /// HTTP status code of the answer; 0 when there was no answer;
+    /// [`Refusal::BY_POLICY`] when the operator's GatePolicy refused the
+    /// object and no request was sent.
     pub code: u16,
     /// The API server's message (or the transport error).
     pub message: String,
@@ -346,6 +348,11 @@ pub enum RefusedKind {
 }
 
 impl Refusal {
+    /// The `code` of an object the administrator's GatePolicy refuses (a
+    /// route to a Gateway the policy does not allow): never sent, permanent
+    /// until the spec or the policy changes (a policy change wakes the plan).
+    pub const BY_POLICY: u16 = 1;
+
     /// What the refused object is: the one place its kind is read.
     pub fn refused_kind(&self) -> RefusedKind {
         match self.kind {
@@ -370,7 +377,7 @@ impl Refusal {
     /// (400 Bad Request, 422 Unprocessable Entity). Quota, RBAC, webhooks and
     /// outages may clear by themselves, so they are retried.
     pub fn is_permanent(&self) -> bool {
-        matches!(self.code, 400 | 422)
+        matches!(self.code, 400 | 422 | Refusal::BY_POLICY)
     }
 
     /// Not a refusal at all: the write got no answer (connection reset,
