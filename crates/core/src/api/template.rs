@@ -264,8 +264,8 @@ pub struct ResolvedGate {
     /// The component the reference names, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub component: Option<String>,
-    /// Hash of the template's content as read ([`content_hash`]): the content itself
-    /// is kept in a Secret of the plan's namespace ([`copy_name`]), which the plan's
+    /// Hash of the template's content as read: the content itself is kept in the
+    /// Secret `<plan>-gate-template-<hash>` of the plan's namespace, which the plan's
     /// readers (`view`) cannot read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_hash: Option<String>,
