@@ -196,7 +196,7 @@ pub fn resolve_with(
                 )),
                 _ => Ok(TemplateGate::Job(j)),
             },
-            other => Ok(other),
+            other @ TemplateGate::Runner(_) => Ok(other),
         });
         match instantiated {
             Ok(gate) => out.gates.push(ResolvedTemplateGate {

@@ -162,14 +162,7 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
     let config = config::intents(&obs.config, &carried, status.phase, obs.deleting);
     let adopt = adopt::intents(obs, target, &status);
     adopt::record(obs, &mut status, &adopt);
-    let template_copies = crate::gates::template::copy_intents(
-        &obs.plan,
-        &target.template_contents,
-        &status.resolved_gates,
-        status.phase == Phase::RollingOut,
-        &obs.template_copies,
-        obs.deleting,
-    );
+    let template_copies = template_copy_intents(obs, target, &status);
     let traffic = traffic::intents(obs, target, &status);
     let scales = autoscale::intents(obs, target, &status);
     status.traffic_weight = traffic::weight(&traffic, &status);
@@ -255,6 +248,23 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
         finalize,
         transition: cause,
     }
+}
+
+/// The template copies to create and delete for the next status
+/// ([`crate::gates::template::copy_intents`]).
+fn template_copy_intents(
+    obs: &Observation,
+    target: &Target,
+    status: &ReleasePlanStatus,
+) -> crate::gates::template::CopyIntents {
+    crate::gates::template::copy_intents(
+        &obs.plan,
+        &target.template_contents,
+        &status.resolved_gates,
+        status.phase == Phase::RollingOut,
+        &obs.template_copies,
+        obs.deleting,
+    )
 }
 
 /// A referenced ConfigMap or Secret does not exist: nothing is created or
