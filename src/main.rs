@@ -99,6 +99,15 @@ struct Args {
     /// live, as a plain Deployment does.
     #[arg(long, env = "RELEASEPLAN_CONFIG_VERSIONING", default_value_t = true, action = clap::ArgAction::Set)]
     config_versioning: bool,
+    /// Pod Security Standard level of the Job gates tenants write (in plans and
+    /// GateTemplates): restricted (fields left unset get the restricted values),
+    /// baseline or privileged (no check). ClusterGateTemplates are not held to it.
+    #[arg(
+        long,
+        env = "RELEASEPLAN_GATE_JOB_POD_SECURITY",
+        default_value = "restricted"
+    )]
+    gate_job_pod_security: releaseplan::gates::pod_security::Level,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -259,6 +268,7 @@ async fn run(args: Args) -> Result<(), MainError> {
             .unwrap_or_else(|| "default".into()),
         config_versioning: args.config_versioning,
         gate_policy: args.gate_policy,
+        job_pod_security: args.gate_job_pod_security,
         shard: None,
     };
     if args.leader_election {

@@ -47,6 +47,8 @@ pub struct Settings {
     pub shard: Option<Shard>,
     /// Version referenced ConfigMaps and Secrets with each revision.
     pub config_versioning: bool,
+    /// The Pod Security Standard level of tenants' Job gates.
+    pub job_pod_security: crate::gates::pod_security::Level,
 }
 
 /// Shared state of all reconciles.
@@ -82,6 +84,11 @@ pub struct Context {
     pub gate_templates: templates::TemplateCaches,
     /// Caches of ConfigMaps and Secrets (digests only) and the plans' copies.
     pub config: super::config_cache::ConfigCaches,
+    /// Cache of the template gates' copies (Secrets labelled
+    /// `releaseplan.io/gate-template-copy`), by plan.
+    pub template_copies: PlanCache<k8s_openapi::api::core::v1::Secret>,
+    /// The Pod Security Standard level of tenants' Job gates (`--gate-job-pod-security`).
+    pub job_pod_security: crate::gates::pod_security::Level,
     /// What `/healthz` reads.
     pub liveness: Arc<Liveness>,
     /// Plans waiting for their reconcile (metrics only).
@@ -161,6 +168,7 @@ impl Context {
             && self.templates.synced()
             && self.pods.synced()
             && self.jobs.synced()
+            && self.template_copies.synced()
             && self.services.synced()
             && self.scales.synced()
             && self.hpas.synced()

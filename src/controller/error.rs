@@ -46,6 +46,16 @@ pub enum Error {
         /// The API server's answer.
         source: kube::Error,
     },
+    /// A template gate's copy (the Secret that keeps the content its step
+    /// read) could not be created or deleted: the reconcile is retried with
+    /// backoff. The message names the Secret, never its content.
+    #[error("Secret {name} (a template gate's copy) could not be written: {source}")]
+    TemplateCopy {
+        /// The Secret.
+        name: String,
+        /// The API server's answer.
+        source: kube::Error,
+    },
     /// A Job of a Job gate could not be created or deleted. The gate waits
     /// (its verdict comes from the Job); the reconcile is retried with backoff.
     #[error("Job {name} (of a Job gate) could not be written: {source}")]
@@ -108,7 +118,7 @@ impl Error {
             } => "transport",
             Error::Unavailable { answered: true, .. } => "unavailable",
             Error::Refused(_) => "refused",
-            Error::Template { .. } => "template",
+            Error::Template { .. } | Error::TemplateCopy { .. } => "template",
             Error::Job { .. } => "job",
             Error::Config { .. } => "config",
             Error::Panic(_) => "panic",

@@ -33,6 +33,7 @@ mod reconcile_tests;
 pub mod router;
 mod run;
 mod sweep;
+mod template_copies;
 pub mod templates;
 pub mod traffic;
 pub mod trim;
@@ -161,11 +162,18 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
         decision = plan::decide(&seen.obs, &seen.templates);
     }
     let jobs = act::jobs(ctx, &plan, &seen.key, acted.refusal.is_some(), &decision).await;
+    // Before status records their hash: a copy exists for each recorded one
+    // (kept only with config versioning's access to Secrets).
+    let copies = if ctx.config.enabled {
+        template_copies::act(ctx, &plan, &seen.ns, &decision.template_copies).await
+    } else {
+        Ok(())
+    };
     write::status(ctx, &plan, &seen, &decision).await?;
     if decision.finalize {
         return finalizer::release(ctx, &plan).await;
     }
-    acted.result().and(jobs)?;
+    acted.result().and(jobs).and(copies)?;
     Ok(decision
         .requeue_after
         .map_or_else(Action::await_change, Action::requeue))

@@ -87,9 +87,18 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
     // Template gates: resolved purely from the cached templates and what
     // status recorded for the step.
     let refs = plan.spec.health.template_refs();
-    let resolution =
-        crate::gates::template::resolve(&refs, &status, &ctx.gate_templates.observe(&ns, &refs));
-    let target = Target::from_spec(&plan.spec).map(|t| t.with_templates(resolution));
+    let (copies, template_copies) = super::template_copies::observe(ctx, &ns, &name, &uid);
+    let resolution = crate::gates::template::resolve_with(
+        &refs,
+        &status,
+        &crate::gates::template::Inputs {
+            observed: &ctx.gate_templates.observe(&ns, &refs),
+            copies: &copies,
+            pod_security: ctx.job_pod_security,
+        },
+    );
+    let target = Target::from_spec_at(&plan.spec, ctx.job_pod_security)
+        .map(|t| t.with_templates(resolution));
     let (request, invalid_request) = match pending_request(plan) {
         Ok(r) => (r, None),
         Err(bad) => (None, Some(bad)),
@@ -144,6 +153,7 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         request,
         invalid_request,
         refusal: ctx.memory.read(&key, |m| m.refusal.clone()).flatten(),
+        template_copies,
         deleting: plan.metadata.deletion_timestamp.is_some(),
     };
     Ok(Seen {

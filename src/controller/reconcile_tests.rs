@@ -148,6 +148,8 @@ fn context(client: Client) -> Arc<Context> {
             cluster,
         },
         config: super::config_cache::ConfigCaches::empty(),
+        template_copies: PlanCache::empty(),
+        job_pod_security: crate::gates::pod_security::Level::default(),
         liveness: Liveness::new(Duration::from_secs(60)),
         memory: Memory::default(),
     })

@@ -107,6 +107,25 @@ pub async fn run(
     let (services, service_stream) = owned.watch(trim::service);
     let (scales, scale_stream) = owned.watch(trim::scale);
     let (hpas, hpa_stream) = owned.watch(trim::hpa);
+    // Only the template gates' copies: config copies carry the plan label
+    // too, and their values are never cached. Secrets are listed only with
+    // config versioning's RBAC: without it, no copy is kept.
+    let (template_copies, copy_stream) = if settings.config_versioning {
+        let (cache, stream) = owned.watch_selected(
+            &format!(
+                "{},{}",
+                crate::api::template::LABEL_TEMPLATE_COPY,
+                crate::api::LABEL_PLAN
+            ),
+            super::template_copies::trim,
+        );
+        (cache, stream.boxed())
+    } else {
+        (
+            super::index::PlanCache::empty(),
+            futures::stream::empty().boxed(),
+        )
+    };
     // The HPA controller writes status at every sync: only what the plan
     // reads wakes it.
     let hpa_stream = hpa_stream.filter({
@@ -172,6 +191,8 @@ pub async fn run(
         policy,
         gate_templates,
         config,
+        template_copies,
+        job_pod_security: settings.job_pod_security,
         liveness,
         queue: Arc::clone(&queue),
         memory: Memory::default(),
@@ -215,6 +236,11 @@ pub async fn run(
         .reconcile_on({
             let wake = wakes(&queue);
             route_wakes.filter_map(move |r| futures::future::ready(wake(Some(r))))
+        })
+        // A template copy that appears (our create landing) or goes wakes its plan.
+        .watches_stream(copy_stream, {
+            let wake = wakes(&queue);
+            move |s: k8s_openapi::api::core::v1::Secret| wake(plan_of(&s))
         })
         // A stored template that appears (the cache filling) or goes wakes its plan.
         .watches_stream(template_stream, {

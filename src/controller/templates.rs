@@ -35,10 +35,10 @@ impl TemplateCaches {
         refs.iter()
             .filter_map(|r| {
                 let name = &r.template_ref.name;
-                let (generation, spec) = match r.template_ref.kind {
+                let (generation, spec, lists_namespace) = match r.template_ref.kind {
                     TemplateKind::GateTemplate => {
                         let t = self.namespaced.get(&ObjectRef::new(name).within(ns))?;
-                        (t.metadata.generation, t.spec.clone())
+                        (t.metadata.generation, t.spec.clone(), false)
                     }
                     TemplateKind::ClusterGateTemplate => {
                         let t = self.cluster.get(&ObjectRef::new(name))?;
@@ -52,6 +52,10 @@ impl TemplateCaches {
                         (
                             t.metadata.generation,
                             GateTemplateSpec::from(t.spec.clone()),
+                            crate::gates::template::lists_namespace(
+                                t.metadata.annotations.as_ref(),
+                                ns,
+                            ),
                         )
                     }
                 };
@@ -60,6 +64,7 @@ impl TemplateCaches {
                     name: name.clone(),
                     generation,
                     spec,
+                    lists_namespace,
                 })
             })
             .collect()

@@ -130,11 +130,28 @@ impl OwnedWatches<'_> {
     where
         K: Watched + Labelled + Resource<Scope = kube::core::NamespaceResourceScope>,
     {
+        self.watch_selected(LABEL_PLAN, trim)
+    }
+
+    /// [`OwnedWatches::watch`] of the objects selected by `selector` (which
+    /// must select only objects that carry the plan label too): for a kind of
+    /// which the plan label also marks objects this watch must not cache.
+    pub(crate) fn watch_selected<K>(
+        &self,
+        selector: &str,
+        trim: impl FnMut(&mut K) + Send + 'static,
+    ) -> (
+        PlanCache<K>,
+        impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    )
+    where
+        K: Watched + Labelled + Resource<Scope = kube::core::NamespaceResourceScope>,
+    {
         let (shard, liveness) = (self.shard, self.liveness);
         let api: Api<K> = scoped(self.client, self.namespace);
         let cache = PlanCache::default();
         let mut writer = cache.writer();
-        let stream = watcher(api, watcher::Config::default().labels(LABEL_PLAN))
+        let stream = watcher(api, watcher::Config::default().labels(selector))
             .backoff(watch_backoff())
             .inspect(watched::<K, _>(liveness))
             .modify(trim)

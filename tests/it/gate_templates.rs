@@ -8,12 +8,14 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::post;
-use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::api::core::v1::{Event, Secret};
+use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use releaseplan::api::Phase;
+use kube::{Client, ResourceExt};
 use releaseplan::api::revision::template_hash;
 use releaseplan::api::template::{ClusterGateTemplate, GateTemplate};
+use releaseplan::api::{Phase, ReleasePlan};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -81,8 +83,9 @@ fn hash_of(t: &Value) -> String {
 }
 
 /// A template gate is called with its arguments in the URL; edited while its
-/// step runs, the gate keeps the content read at the step's start (also
-/// recorded in status), and the next step reads the template anew.
+/// step runs, the gate keeps the content read at the step's start (recorded
+/// in status by generation and hash, kept in a copy), and the next step reads
+/// the template anew.
 #[tokio::test]
 async fn a_template_gate_runs_with_its_args_and_keeps_its_content_for_the_step() {
     let (h, _op) = Harness::with_operator("tmpl-args").await;
@@ -135,8 +138,8 @@ async fn a_template_gate_runs_with_its_args_and_keeps_its_content_for_the_step()
     assert_eq!(recorded[0].name, "smoke-checkout");
     assert_eq!(recorded[0].step, 1);
     assert_eq!(recorded[0].template_generation, Some(1));
-    let url = &recorded[0].template.webhook.as_ref().unwrap().check.url;
-    assert!(url.contains("/v1/"), "{url}");
+    assert!(recorded[0].template.is_none(), "no content in status");
+    assert!(recorded[0].content_hash.is_some());
 
     // Edit the template mid-step: the running gate is unchanged.
     let edited = Instant::now();
@@ -427,4 +430,269 @@ async fn a_cluster_template_listing_other_namespaces_reads_as_missing() {
         .delete(&name, &DeleteParams::default())
         .await
         .unwrap();
+}
+
+/// The user `viewer-<ns>`, bound in `ns` to the built-in `view` role, which
+/// the chart extends to plans and templates
+/// (charts/releaseplan/templates/aggregate-roles.yaml, created here as the
+/// chart renders it); a client acting as that user, once the aggregation
+/// lets it read plans.
+async fn view_user(h: &Harness) -> Client {
+    let pp = PostParams::default();
+    let aggregated: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": "releaseplan-it-view",
+            "labels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"}},
+        "rules": [{"apiGroups": ["releaseplan.io"],
+            "resources": ["releaseplans", "releaseplans/status", "gatetemplates", "clustergatetemplates", "componentscales", "componentscales/scale"],
+            "verbs": ["get", "list", "watch"]}]
+    }))
+    .unwrap();
+    match Api::<ClusterRole>::all(h.client.clone())
+        .create(&pp, &aggregated)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("cannot create the aggregated ClusterRole: {e}"),
+    }
+    let user = format!("viewer-{}", h.ns);
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "viewer"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(h.client.clone(), &h.ns)
+        .create(&pp, &binding)
+        .await
+        .unwrap();
+    let viewer = support::cluster::client_as(&user).await;
+    wait_until(
+        WAIT,
+        "the view role to let the viewer read plans",
+        || async {
+            Api::<ReleasePlan>::namespaced(viewer.clone(), &h.ns)
+                .list(&ListParams::default())
+                .await
+                .ok()
+        },
+    )
+    .await;
+    viewer
+}
+
+/// Everything a tenant's `view` user reads of the plan: the plan (get and
+/// list), and the namespace's Events (core and events.k8s.io), as JSON.
+async fn what_a_viewer_reads(viewer: &Client, ns: &str) -> String {
+    let plans = Api::<ReleasePlan>::namespaced(viewer.clone(), ns);
+    let one = plans.get("shop").await.expect("view reads the plan");
+    let all = plans.list(&ListParams::default()).await.unwrap();
+    let core = Api::<Event>::namespaced(viewer.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .expect("view reads Events");
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(viewer.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .expect("view reads Events");
+    assert!(
+        core.items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("GatePassed")),
+        "the gate's verdict is among the Events read"
+    );
+    serde_json::to_string(&json!([one, all.items, core.items, events.items])).unwrap()
+}
+
+/// A ClusterGateTemplate's URL is the administrator's: a tenant's `view`
+/// user reads the plan, its status and its Events while the template's gate
+/// runs and finds it nowhere. Status records the template by name,
+/// generation and content hash; the content read for the step is in a
+/// Secret the plan owns, which `view` cannot read, deleted once settled.
+#[tokio::test]
+async fn a_view_user_cannot_read_a_cluster_templates_url_through_the_plan() {
+    let (h, _op) = Harness::with_operator("tmpl-view").await;
+    let (addr, calls) = hooks().await;
+    let viewer = view_user(&h).await;
+    let name = format!("admin-{}", h.ns);
+    let token = "T0001/B0002/s3cr3tXYZ";
+    let cluster: Api<ClusterGateTemplate> = Api::all(h.client.clone());
+    let t = hook_template(
+        "ClusterGateTemplate",
+        &name,
+        &format!("http://{addr}/services/{token}/{{{{args.suite}}}}"),
+    );
+    cluster
+        .create(&PostParams::default(), &serde_json::from_value(t).unwrap())
+        .await
+        .unwrap();
+    let spec = json!({
+        "components": [web("shop:1", 1)],
+        "strategy": {"steps": [{"setWeight": 50}, {"pause": {}}]},
+        "health": {"gates": [{
+            "name": "smoke",
+            "template": {"kind": "ClusterGateTemplate", "name": name, "args": {"suite": "cart"}}
+        }]}
+    });
+    plans::create_stable(&h.client, &h.ns, "shop", spec).await;
+    set_components(&h.client, &h.ns, "shop", json!([web("shop:2", 1)])).await;
+    let held = wait_until(WAIT, "the rollout to hold at its pause step", || async {
+        let p = plans::get(&h.client, &h.ns, "shop").await?;
+        let s = p.status?;
+        (s.phase == Phase::RollingOut
+            && s.current_step == 1
+            && !s.resolved_gates.is_empty()
+            && s.gates.iter().any(|g| g.verdict.as_str() == "Passed"))
+        .then_some(s)
+    })
+    .await;
+    // The gate ran, with the administrator's URL.
+    let wanted = format!("/services/{token}/cart");
+    assert!(paths(&calls).contains(&wanted), "{:?}", paths(&calls));
+    let record = &held.resolved_gates[0];
+    assert_eq!(record.template_ref.name, name);
+    assert_eq!(record.template_generation, Some(1));
+    assert!(record.template.is_none(), "content in status: {record:?}");
+    let hash = record.content_hash.clone().expect("a content hash");
+
+    // The copy: a Secret of the plan's namespace, owned by the plan.
+    let secrets = Api::<Secret>::namespaced(h.client.clone(), &h.ns);
+    let copy_name = releaseplan::api::template::copy_name("shop", &hash);
+    let copy = wait_until(WAIT, "the copy to exist", || async {
+        secrets.get_opt(&copy_name).await.ok().flatten()
+    })
+    .await;
+    assert_eq!(copy.owner_references()[0].name, "shop");
+    let content = String::from_utf8(copy.data.unwrap()["template.json"].0.clone()).unwrap();
+    assert!(content.contains(token), "{content}");
+
+    // What the viewer reads holds neither the address nor the path.
+    let seen = what_a_viewer_reads(&viewer, &h.ns).await;
+    for secret in [addr.to_string(), token.to_string()] {
+        assert!(!seen.contains(&secret), "{secret} readable by view: {seen}");
+    }
+    let got = Api::<Secret>::namespaced(viewer.clone(), &h.ns)
+        .get(&copy_name)
+        .await;
+    assert!(
+        matches!(&got, Err(kube::Error::Api(s)) if s.code == 403),
+        "view reads the copy: {got:?}"
+    );
+
+    // Settled: no copy is kept, and still nothing to read.
+    request(&h.client, &h.ns, "shop", "promote").await;
+    wait_phase(&h.client, &h.ns, "shop", Phase::Stable, WAIT).await;
+    wait_until(WAIT, "the copy to be deleted", || async {
+        let left = secrets
+            .list(&ListParams::default().labels("releaseplan.io/gate-template-copy"))
+            .await
+            .ok()?;
+        left.items.is_empty().then_some(())
+    })
+    .await;
+    let seen = what_a_viewer_reads(&viewer, &h.ns).await;
+    assert!(!seen.contains(token), "{seen}");
+    cluster
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+/// A plan whose status an operator before 0.2.0 wrote holds the template's
+/// content in `status.resolvedGates`: its step keeps running that content
+/// (not the template as edited since), and status is rewritten in the new
+/// shape, the content moved into a copy.
+#[tokio::test]
+async fn a_status_with_the_content_in_the_old_shape_keeps_its_step() {
+    let (h, mut op) = Harness::with_operator("tmpl-upgrade").await;
+    let (addr, calls) = hooks().await;
+    let templates: Api<GateTemplate> = Api::namespaced(h.client.clone(), &h.ns);
+    let t = hook_template(
+        "GateTemplate",
+        "smoke",
+        &format!("http://{addr}/v1/{{{{args.suite}}}}"),
+    );
+    templates
+        .create(&PostParams::default(), &serde_json::from_value(t).unwrap())
+        .await
+        .unwrap();
+    let spec = json!({
+        "components": [web("shop:1", 1)],
+        "strategy": {"steps": [{"setWeight": 50}, {"pause": {}}]},
+        "health": {"templates": [{"name": "smoke", "templateRef": {"name": "smoke"},
+                                  "args": {"suite": "cart"}}]}
+    });
+    plans::create_stable(&h.client, &h.ns, "shop", spec).await;
+    set_components(&h.client, &h.ns, "shop", json!([web("shop:2", 1)])).await;
+    let held = wait_until(WAIT, "the rollout to hold at its pause step", || async {
+        let p = plans::get(&h.client, &h.ns, "shop").await?;
+        let s = p.status?;
+        (s.phase == Phase::RollingOut && s.current_step == 1 && !s.resolved_gates.is_empty())
+            .then_some(s)
+    })
+    .await;
+    let new_shape = held.resolved_gates[0].clone();
+    let content = templates.get("smoke").await.unwrap().spec;
+
+    // The old operator's status: the content in the record, no copy.
+    op.terminate().await;
+    let secrets = Api::<Secret>::namespaced(h.client.clone(), &h.ns);
+    let by_label = ListParams::default().labels("releaseplan.io/gate-template-copy");
+    for s in secrets.list(&by_label).await.unwrap().items {
+        secrets
+            .delete(&s.name_any(), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    let mut old = serde_json::to_value(&new_shape).unwrap();
+    old.as_object_mut().unwrap().remove("contentHash");
+    old["template"] = serde_json::to_value(&content).unwrap();
+    Api::<ReleasePlan>::namespaced(h.client.clone(), &h.ns)
+        .patch_status(
+            "shop",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"resolvedGates": [old]}})),
+        )
+        .await
+        .unwrap();
+    // Meanwhile the template changed.
+    templates
+        .patch(
+            "smoke",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"webhook": {"url": format!("http://{addr}/v2/{{{{args.suite}}}}")}}})),
+        )
+        .await
+        .unwrap();
+
+    let restarted = Instant::now();
+    let _op = h.operator().start().await;
+    let converted = wait_until(WAIT, "status in the new shape", || async {
+        let s = plans::get(&h.client, &h.ns, "shop").await?.status?;
+        let g = s.resolved_gates.first()?;
+        (g.template.is_none() && g.content_hash.is_some()).then_some(s)
+    })
+    .await;
+    assert_eq!(converted.current_step, 1, "the same step");
+    assert_eq!(converted.resolved_gates, vec![new_shape], "the same record");
+    wait_until(WAIT, "the copy to be made", || async {
+        let l = secrets.list(&by_label).await.ok()?;
+        (l.items.len() == 1).then_some(())
+    })
+    .await;
+    let after: Vec<String> = wait_until(WAIT, "a gate call after the restart", || async {
+        let c: Vec<String> = calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.at > restarted)
+            .map(|c| c.path.clone())
+            .collect();
+        (!c.is_empty()).then_some(c)
+    })
+    .await;
+    assert!(
+        after.iter().all(|p| p == "/v1/cart"),
+        "the step ran the edited template: {after:?}"
+    );
 }

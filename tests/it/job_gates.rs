@@ -7,7 +7,7 @@ use crate::support;
 
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::PostParams;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use releaseplan::api::template::{ClusterGateTemplate, GateTemplate};
 use releaseplan::api::{LABEL_GATE, LABEL_PLAN, LABEL_ROLLOUT, LABEL_STEP, Phase, ReleasePlan};
@@ -574,7 +574,8 @@ async fn a_failing_job_template_gate_rolls_back() {
 }
 
 /// A tenant cannot get a privileged or host-network pod through the
-/// operator: a plan's Job gate past the baseline Pod Security Standard is an
+/// operator: a plan's Job gate past the baseline Pod Security Standard (and
+/// so past the restricted one, the default) is an
 /// invalid spec naming the field, a namespaced GateTemplate's is an invalid
 /// template, and neither ever becomes a Job; a ClusterGateTemplate, which a
 /// cluster administrator writes, still runs its Job as written.
@@ -661,6 +662,190 @@ async fn a_tenants_job_gate_pod_meets_the_baseline_pod_security_standard() {
     );
     Api::<ClusterGateTemplate>::all(client.clone())
         .delete(&format!("{ns}-admin-smoke"), &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+/// The pod spec of a Job.
+fn pod_of(job: &Job) -> &k8s_openapi::api::core::v1::PodSpec {
+    job.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+}
+
+/// A tenant's Job gate runs at the restricted Pod Security Standard by
+/// default: one that leaves the fields unset runs with the restricted values
+/// filled in; one that asks for privilege escalation is an invalid spec
+/// naming the field (condition and Warning), and no Job is made; an operator
+/// started with `--gate-job-pod-security=baseline` runs it.
+#[tokio::test]
+async fn a_tenants_job_gate_runs_restricted_unless_the_operator_allows_baseline() {
+    let h = Harness::new("job-restricted").await;
+    let (client, ns) = (h.client.clone(), h.ns.clone());
+    let mut op = h.operator().start().await;
+    create(
+        &client,
+        &ns,
+        &plan("shop", spec("shop:1", smoke("succeed", "1s", 120))),
+    )
+    .await;
+    let mut escalating = smoke("succeed", "1s", 120);
+    escalating["template"]["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
+        json!({"allowPrivilegeEscalation": true});
+    create(&client, &ns, &plan("cart", spec("cart:1", escalating))).await;
+    let field = "spec.health.gates[0].job.template.spec.template.spec.containers[0].securityContext.allowPrivilegeEscalation";
+    let message = wait_until(JOB_WAIT, "the escalating gate to be refused", || async {
+        let p = plans::get(&client, &ns, "cart").await?;
+        let (status, reason, message) = plans::condition(&p, "Stalled")?;
+        (status == "True" && reason == "InvalidSpec").then_some(message)
+    })
+    .await;
+    assert!(
+        message.contains(&format!("{field}: privilege escalation is not allowed in a Job gate's pod: plans' and GateTemplates' Job gates run at the restricted Pod Security Standard")),
+        "{message}"
+    );
+    let warned =
+        plan_events(&client, &ns, "cart")
+            .await
+            .into_iter()
+            .any(|(reason, type_, note, _)| {
+                reason == "InvalidSpec" && type_ == "Warning" && note.contains(field)
+            });
+    assert!(warned, "{:?}", plan_events(&client, &ns, "cart").await);
+
+    // The plain gate ran, its pod given the restricted values.
+    wait_phase(&client, &ns, "shop", Phase::Stable, JOB_WAIT).await;
+    let list = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("{LABEL_PLAN}=shop")))
+        .await
+        .unwrap();
+    let pod = pod_of(&list.items[0]);
+    let sc = pod.security_context.as_ref().unwrap();
+    assert_eq!(sc.run_as_non_root, Some(true));
+    assert_eq!(sc.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault");
+    let c = pod.containers[0].security_context.as_ref().unwrap();
+    assert_eq!(c.allow_privilege_escalation, Some(false));
+    assert_eq!(
+        c.capabilities.as_ref().unwrap().drop,
+        Some(vec!["ALL".to_string()])
+    );
+    assert!(
+        jobs(&client, &ns, "cart").await.is_empty(),
+        "no Job for the refused gate"
+    );
+
+    // The administrator allows the baseline level: the gate runs as written.
+    op.terminate().await;
+    let _op = h
+        .operator()
+        .args(["--gate-job-pod-security=baseline"])
+        .start()
+        .await;
+    let p = settled(&client, &ns, "cart").await;
+    assert_eq!(p.status.unwrap().phase, Phase::Stable);
+    let list = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("{LABEL_PLAN}=cart")))
+        .await
+        .unwrap();
+    let c = pod_of(&list.items[0]).containers[0]
+        .security_context
+        .as_ref()
+        .unwrap();
+    assert_eq!(c.allow_privilege_escalation, Some(true));
+}
+
+/// Where a Job gate runs and as whom: always in the plan's namespace (a
+/// template naming another is refused by the API server), as a service
+/// account of that namespace; a ClusterGateTemplate's Job runs as the
+/// service account it names only in the namespaces its annotation lists by
+/// name (elsewhere GateTemplateInvalid names the field, and no Job is made).
+#[tokio::test]
+async fn a_job_gate_never_runs_as_another_namespaces_service_account() {
+    let (Harness { client, ns }, _op) = Harness::with_operator("job-sa").await;
+    let other = support::cluster::test_namespace(&client, "job-sa-other").await;
+    let pp = PostParams::default();
+    let runner: k8s_openapi::api::core::v1::ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "runner"}})).unwrap();
+    for n in [&ns, &other] {
+        Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), n)
+            .create(&pp, &runner)
+            .await
+            .unwrap();
+    }
+    // Another namespace in the Job's template: refused at admission.
+    let mut elsewhere = smoke("succeed", "1s", 120);
+    elsewhere["template"]["metadata"]["namespace"] = json!(other);
+    let refused = Api::<ReleasePlan>::namespaced(client.clone(), &ns)
+        .create(&pp, &plan("shop", spec("shop:1", elsewhere)))
+        .await;
+    match refused {
+        Err(kube::Error::Api(s)) => assert!(
+            s.message
+                .contains("template.metadata.namespace must not be set"),
+            "{}",
+            s.message
+        ),
+        other => panic!("accepted: {other:?}"),
+    }
+
+    // An administrator's template that runs as `runner`, serving every namespace.
+    let name = format!("{ns}-as-runner");
+    let mut t = job_template("ClusterGateTemplate", &name, "succeed");
+    t["spec"]["job"]["template"]["spec"]["template"]["spec"]["serviceAccountName"] =
+        json!("runner");
+    let templates = Api::<ClusterGateTemplate>::all(client.clone());
+    templates
+        .create(&pp, &serde_json::from_value(t).unwrap())
+        .await
+        .unwrap();
+    let reference = json!({"name": "smoke",
+        "templateRef": {"kind": "ClusterGateTemplate", "name": name},
+        "args": {"suite": "smoke"}});
+    create(
+        &client,
+        &ns,
+        &plan("shop", template_spec("shop:1", reference)),
+    )
+    .await;
+    let message = wait_until(JOB_WAIT, "the template to be refused here", || async {
+        let p = plans::get(&client, &ns, "shop").await?;
+        let (status, reason, message) = plans::condition(&p, "Stalled")?;
+        (status == "True" && reason == "GateTemplateInvalid").then_some(message)
+    })
+    .await;
+    assert!(
+        message.contains("job.template.spec.template.spec.serviceAccountName: the Job of a ClusterGateTemplate runs as its service account \"runner\" only in the namespaces its annotation releaseplan.io/gate-namespaces lists by name"),
+        "{message}"
+    );
+    assert!(jobs(&client, &ns, "shop").await.is_empty());
+
+    // The administrator lists the namespace: the Job runs there, as its `runner`.
+    templates
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "releaseplan.io/gate-namespaces": format!("{other}, {ns}")}}})),
+        )
+        .await
+        .unwrap();
+    let p = settled(&client, &ns, "shop").await;
+    assert_eq!(p.status.unwrap().phase, Phase::Stable);
+    let made = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("{LABEL_PLAN}=shop")))
+        .await
+        .unwrap();
+    assert_eq!(made.items.len(), 1);
+    assert_eq!(made.items[0].namespace().as_deref(), Some(ns.as_str()));
+    assert_eq!(
+        pod_of(&made.items[0]).service_account_name.as_deref(),
+        Some("runner")
+    );
+    let there = Api::<Job>::namespaced(client.clone(), &other)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(there.items.is_empty(), "a Job in {other}");
+    templates
+        .delete(&name, &DeleteParams::default())
         .await
         .unwrap();
 }

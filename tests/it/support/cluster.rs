@@ -36,6 +36,21 @@ pub async fn client() -> Client {
     Client::try_from(config).expect("cannot build a client for the test cluster")
 }
 
+/// A client of the test cluster that acts as user `user` (the test's
+/// administrator impersonates it): what that user may do is what the API
+/// server allows it, as for a real user.
+pub async fn client_as(user: &str) -> Client {
+    let _ = client().await;
+    let kubeconfig = Kubeconfig::from_env()
+        .expect("cannot read the kubeconfig named by KUBECONFIG")
+        .expect("KUBECONFIG names no kubeconfig");
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("cannot load the kubeconfig named by KUBECONFIG");
+    config.auth_info.impersonate = Some(user.to_string());
+    Client::try_from(config).expect("cannot build a client for the test cluster")
+}
+
 /// Creates a fresh namespace `<prefix>-<unique suffix>` and returns its name,
 /// once its `default` service account exists (pods can be created in it).
 /// Its pods have a simulated CPU usage of

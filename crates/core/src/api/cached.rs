@@ -176,6 +176,7 @@ labelled_by_meta!(
     k8s_openapi::api::apps::v1::Deployment,
     k8s_openapi::api::batch::v1::Job,
     k8s_openapi::api::core::v1::Service,
+    k8s_openapi::api::core::v1::Secret,
     k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler,
     super::scale::ComponentScale,
     super::gateway::HTTPRoute,

@@ -6,7 +6,9 @@
 //! templates by construction), and declares the parameters a plan fills in
 //! with `args`. The operator reads a referenced template when a step starts
 //! and records what it read in `status.resolvedGates`, so an edit of the
-//! template never changes a gate while its step runs.
+//! template never changes a gate while its step runs: status keeps the
+//! template's name, generation and content hash, and a Secret of the plan's
+//! namespace keeps the content (see [`LABEL_TEMPLATE_COPY`]).
 
 use std::collections::BTreeMap;
 
@@ -239,8 +241,9 @@ pub struct GateTemplateRef {
 }
 
 /// A template gate as read at the start of a step: the reference and the
-/// template's content, so the gate keeps running as read while its step
-/// lasts, whatever happens to the template meanwhile.
+/// hash of the template's content (the content is in a Secret the plan owns),
+/// so the gate keeps running as read while its step lasts, whatever happens
+/// to the template meanwhile.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ResolvedGate {
@@ -261,11 +264,40 @@ pub struct ResolvedGate {
     /// The component the reference names, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub component: Option<String>,
-    /// The template's content as read (placeholders not replaced). Kept without the
-    /// template's schema rules: the API server checked them when the template was
-    /// written, and repeating them here would cost the CRD's CEL budget.
+    /// Hash of the template's content as read: the content itself is kept in the
+    /// Secret `<plan>-gate-template-<hash>` of the plan's namespace, which the plan's
+    /// readers (`view`) cannot read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_hash: Option<String>,
+    /// The template's content as read, written by operators before 0.2.0 (which
+    /// kept it here, readable by `view`): still read, never written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "opaque_object")]
-    pub template: GateTemplateSpec,
+    pub template: Option<GateTemplateSpec>,
+}
+
+/// Label of the Secrets that keep a template gate's content for a step, with the
+/// content's hash as value (the operator watches only Secrets that carry it).
+pub const LABEL_TEMPLATE_COPY: &str = "releaseplan.io/gate-template-copy";
+
+/// Key of a template copy's Secret that holds the content (JSON).
+pub const TEMPLATE_COPY_KEY: &str = "template.json";
+
+/// Longest Secret name (a DNS subdomain).
+const MAX_SECRET_NAME: usize = 253;
+
+/// Hash of a template's content: what status records instead of the content.
+pub fn content_hash(spec: &GateTemplateSpec) -> String {
+    super::revision::hash_value(&serde_json::to_value(spec).unwrap_or(serde_json::Value::Null))
+}
+
+/// Name of the Secret that keeps content `hash` for plan `plan`:
+/// `<plan>-gate-template-<hash>`, the plan's part shortened when too long.
+pub fn copy_name(plan: &str, hash: &str) -> String {
+    let suffix = format!("-gate-template-{hash}");
+    let keep = MAX_SECRET_NAME.saturating_sub(suffix.len());
+    let prefix: String = plan.chars().take(keep).collect();
+    format!("{}{suffix}", prefix.trim_end_matches(['-', '.']))
 }
 
 /// An object whose fields the API server keeps as they are, unchecked.

@@ -38,11 +38,25 @@ pub struct JobGateSpec {
 }
 
 impl JobGateSpec {
-    /// What the baseline Pod Security Standard refuses in the Job's pod (the
-    /// path below the pod spec, and why); `None` when it meets it.
-    pub fn pod_security(&self) -> Option<(String, String)> {
-        let pod = self.template.spec.as_ref()?.template.spec.as_ref()?;
-        super::pod_security::baseline(pod)
+    /// The gate of a tenant (a plan or a namespaced GateTemplate), its pod
+    /// held to the Pod Security Standard `level` ([`super::pod_security::secure`]:
+    /// refused fields, restricted defaults filled in). The error is the path
+    /// below the Job template and its message.
+    pub fn secured(mut self, level: super::pod_security::Level) -> Result<Self, (String, String)> {
+        if let Some(pod) = self
+            .template
+            .spec
+            .as_mut()
+            .and_then(|s| s.template.spec.as_mut())
+        {
+            super::pod_security::secure(pod, level).map_err(|(field, why)| {
+                (
+                    format!("template.spec.template.spec.{field}"),
+                    super::pod_security::refusal(&why, level),
+                )
+            })?;
+        }
+        Ok(self)
     }
 
     /// Parses a gate of the spec; the error names the field under the gate.

@@ -1,20 +1,25 @@
 //! Template gates, resolved purely: a plan's references
-//! (`spec.health.templates`), the templates the controller observed and the
-//! persisted status in; the concrete gates, what to record in
-//! `status.resolvedGates`, and what is wrong out.
+//! (`spec.health.templates`), the templates the controller observed, the
+//! plan's copies of the content read earlier and the persisted status in; the
+//! concrete gates, what to record in `status.resolvedGates` (name, generation
+//! and content hash, never the content), the content to keep in a copy, and
+//! what is wrong out.
 //!
 //! A reference is resolved from the record in status while the step it was
-//! read in lasts (same rollout, same step, same reference), so a template
-//! edited or deleted mid-step changes nothing until the next step; otherwise
-//! from the template as observed now.
+//! read in lasts (same rollout, same step, same reference), its content from
+//! the plan's copy, so a template edited or deleted mid-step changes nothing
+//! until the next step; otherwise from the template as observed now.
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
 use super::job::JobGateSpec;
+use super::pod_security::Level;
 use super::{GateSpec, prometheus, webhook};
-use crate::api::template::{GateTemplateRef, GateTemplateSpec, ResolvedGate, TemplateKind};
+use crate::api::template::{
+    GateTemplateRef, GateTemplateSpec, ResolvedGate, TemplateKind, content_hash,
+};
 use crate::api::{Phase, ReleasePlanStatus};
 
 /// A template as the controller observed it (from its cache).
@@ -28,6 +33,10 @@ pub struct ObservedTemplate {
     pub generation: Option<i64>,
     /// Its content.
     pub spec: GateTemplateSpec,
+    /// A ClusterGateTemplate whose `releaseplan.io/gate-namespaces` annotation
+    /// lists the plan's namespace by name ([`lists_namespace`]): its Job may run
+    /// as the service account it names there.
+    pub lists_namespace: bool,
 }
 
 /// Why a template gate cannot run.
@@ -80,6 +89,9 @@ pub struct ResolvedTemplateGate {
     pub gate: TemplateGate,
     /// What is recorded in status for the step.
     pub record: ResolvedGate,
+    /// The template's content as read (placeholders not replaced): kept in
+    /// the plan's copy named by `record.content_hash`.
+    pub content: GateTemplateSpec,
 }
 
 /// Every template gate of a plan, resolved or not.
@@ -91,30 +103,71 @@ pub struct Resolution {
     pub problems: Vec<TemplateProblem>,
 }
 
-/// Resolves every reference; see the module docs. Pure.
+/// Resolves every reference with no template copy observed and tenants' Job
+/// gates at the default Pod Security Standard level; see [`resolve_with`].
 pub fn resolve(
     refs: &[GateTemplateRef],
     status: &ReleasePlanStatus,
     observed: &[ObservedTemplate],
 ) -> Resolution {
+    resolve_with(
+        refs,
+        status,
+        &Inputs {
+            observed,
+            copies: &BTreeMap::new(),
+            pod_security: Level::default(),
+        },
+    )
+}
+
+/// What resolving reads besides the references and the persisted status.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    /// The templates the references name, as observed now.
+    pub observed: &'a [ObservedTemplate],
+    /// The plan's template copies (the content of earlier reads), by content hash.
+    pub copies: &'a BTreeMap<String, GateTemplateSpec>,
+    /// The Pod Security Standard level of the Job gates of the plan's own
+    /// namespace's GateTemplates.
+    pub pod_security: Level,
+}
+
+/// Resolves every reference; see the module docs. Pure.
+///
+/// A record of the running step names the content it read by hash: the
+/// content is taken from the plan's copy of that hash, from the record itself
+/// when an operator before 0.2.0 wrote it there, or from the template when
+/// its content still has that hash. When none has it (the copy was deleted
+/// and the template changed), the template is read anew.
+pub fn resolve_with(
+    refs: &[GateTemplateRef],
+    status: &ReleasePlanStatus,
+    inputs: &Inputs<'_>,
+) -> Resolution {
     let mut out = Resolution::default();
     for r in refs {
-        let recorded = status.resolved_gates.iter().find(|g| {
-            status.phase == Phase::RollingOut
-                && g.rollout == status.rollout_count
-                && g.step == status.current_step
-                && g.name == r.name
-                && g.template_ref == r.template_ref
-                && g.args == r.args
-                && g.component == r.component
-        });
-        let (content, generation) = if let Some(g) = recorded {
-            (&g.template, g.template_generation)
-        } else if let Some(t) = observed
+        let observed = inputs
+            .observed
             .iter()
-            .find(|t| t.kind == r.template_ref.kind && t.name == r.template_ref.name)
-        {
-            (&t.spec, t.generation)
+            .find(|t| t.kind == r.template_ref.kind && t.name == r.template_ref.name);
+        let recorded = status
+            .resolved_gates
+            .iter()
+            .find(|g| {
+                status.phase == Phase::RollingOut
+                    && g.rollout == status.rollout_count
+                    && g.step == status.current_step
+                    && g.name == r.name
+                    && g.template_ref == r.template_ref
+                    && g.args == r.args
+                    && g.component == r.component
+            })
+            .and_then(|g| recorded_content(g, inputs.copies, observed));
+        let (content, generation, fresh) = if let Some((content, generation)) = recorded {
+            (content, generation, None)
+        } else if let Some(t) = observed {
+            (t.spec.clone(), t.generation, Some(t))
         } else {
             out.problems.push(TemplateProblem {
                 gate: r.name.clone(),
@@ -126,19 +179,24 @@ pub fn resolve(
             });
             continue;
         };
-        // A namespaced GateTemplate is a tenant's, as the plan is: its Job's
-        // pod meets the baseline Pod Security Standard.
-        let instantiated = instantiate(r, content).and_then(|gate| match &gate {
-            TemplateGate::Job(j) if r.template_ref.kind == TemplateKind::GateTemplate => {
-                match j.pod_security() {
-                    Some((field, why)) => Err(format!(
-                        "job.template.spec.template.spec.{field}: {}",
-                        super::pod_security::refusal(&why)
-                    )),
-                    None => Ok(gate),
-                }
-            }
-            _ => Ok(gate),
+        let instantiated = instantiate(r, &content).and_then(|gate| match gate {
+            // A namespaced GateTemplate is a tenant's, as the plan is: its
+            // Job's pod meets the tenants' Pod Security Standard level.
+            TemplateGate::Job(j) if r.template_ref.kind == TemplateKind::GateTemplate => j
+                .secured(inputs.pod_security)
+                .map(TemplateGate::Job)
+                .map_err(|(field, message)| format!("job.{field}: {message}")),
+            // An administrator's: its Job runs as the service account it
+            // names only where the administrator listed the namespace (the
+            // record of a running step passed this when it was read).
+            TemplateGate::Job(j) => match (fresh, service_account(&j)) {
+                (Some(t), Some((field, sa))) if !t.lists_namespace => Err(format!(
+                    "job.template.spec.template.spec.{field}: the Job of a ClusterGateTemplate runs as its service account {sa:?} only in the namespaces its annotation {} lists by name, and it does not list this one",
+                    crate::api::access::ANNOTATION_GATE_NAMESPACES
+                )),
+                _ => Ok(TemplateGate::Job(j)),
+            },
+            other @ TemplateGate::Runner(_) => Ok(other),
         });
         match instantiated {
             Ok(gate) => out.gates.push(ResolvedTemplateGate {
@@ -151,8 +209,10 @@ pub fn resolve(
                     step: status.current_step,
                     args: r.args.clone(),
                     component: r.component.clone(),
-                    template: content.clone(),
+                    content_hash: Some(content_hash(&content)),
+                    template: None,
                 },
+                content,
             }),
             Err(message) => out.problems.push(TemplateProblem {
                 gate: r.name.clone(),
@@ -164,6 +224,126 @@ pub fn resolve(
             }),
         }
     }
+    out
+}
+
+/// The content a record of the running step read, and the template's
+/// generation then; `None` when no copy, record or template holds it any more.
+fn recorded_content(
+    g: &ResolvedGate,
+    copies: &BTreeMap<String, GateTemplateSpec>,
+    observed: Option<&ObservedTemplate>,
+) -> Option<(GateTemplateSpec, Option<i64>)> {
+    if let Some(t) = &g.template {
+        return Some((t.clone(), g.template_generation));
+    }
+    let hash = g.content_hash.as_ref()?;
+    copies
+        .get(hash)
+        .cloned()
+        .or_else(|| {
+            observed
+                .filter(|t| content_hash(&t.spec) == *hash)
+                .map(|t| t.spec.clone())
+        })
+        .map(|c| (c, g.template_generation))
+}
+
+/// The service account a Job gate's pod names (`serviceAccountName`, or the
+/// deprecated `serviceAccount`), other than the namespace's `default`: the
+/// field and the name.
+fn service_account(j: &JobGateSpec) -> Option<(&'static str, String)> {
+    let pod = j.template.spec.as_ref()?.template.spec.as_ref()?;
+    [
+        ("serviceAccountName", pod.service_account_name.as_ref()),
+        ("serviceAccount", pod.service_account.as_ref()),
+    ]
+    .into_iter()
+    .find_map(|(field, name)| {
+        name.filter(|n| !n.is_empty() && *n != "default")
+            .map(|n| (field, n.clone()))
+    })
+}
+
+/// Whether a ClusterGateTemplate's `releaseplan.io/gate-namespaces`
+/// annotation lists namespace `ns` by name (`*` or no annotation serve every
+/// namespace but name none).
+pub fn lists_namespace(annotations: Option<&BTreeMap<String, String>>, ns: &str) -> bool {
+    annotations
+        .and_then(|a| a.get(crate::api::access::ANNOTATION_GATE_NAMESPACES))
+        .is_some_and(|list| list.split(',').any(|n| n.trim() == ns))
+}
+
+/// One of the plan's template copies, as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyObs {
+    /// The Secret's name.
+    pub name: String,
+    /// The hash of the content it keeps (its label's value).
+    pub hash: String,
+}
+
+/// A template copy to create: a Secret of the plan's namespace, owned by the
+/// plan, that keeps the content a step read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CopyIntent {
+    /// The Secret's name ([`crate::api::template::copy_name`]).
+    pub name: String,
+    /// The content's hash.
+    pub hash: String,
+    /// The content.
+    pub content: GateTemplateSpec,
+}
+
+/// The template copies a decision creates and deletes.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CopyIntents {
+    /// Copies to create (before status records their hash).
+    pub create: Vec<CopyIntent>,
+    /// Copies to delete, by name.
+    pub delete: Vec<String>,
+}
+
+/// Which copies to create and delete: a copy is wanted for every hash the
+/// next status records and, while the plan rolls out, for every content
+/// resolved now (the next step most likely records it again); every other
+/// copy of the plan is deleted. Nothing while the plan is deleted: its copies
+/// go with it (owner references).
+pub fn copy_intents(
+    plan: &str,
+    contents: &BTreeMap<String, GateTemplateSpec>,
+    recorded: &[ResolvedGate],
+    rolling_out: bool,
+    copies: &[CopyObs],
+    deleting: bool,
+) -> CopyIntents {
+    let mut out = CopyIntents::default();
+    if deleting {
+        return out;
+    }
+    let mut wanted: Vec<&String> = recorded
+        .iter()
+        .filter_map(|g| g.content_hash.as_ref())
+        .collect();
+    if rolling_out {
+        wanted.extend(contents.keys());
+    }
+    for hash in &wanted {
+        let exists = copies.iter().any(|c| &c.hash == *hash);
+        let planned = out.create.iter().any(|c| &c.hash == *hash);
+        if let (false, false, Some(content)) = (exists, planned, contents.get(*hash)) {
+            out.create.push(CopyIntent {
+                name: crate::api::template::copy_name(plan, hash),
+                hash: (*hash).clone(),
+                content: content.clone(),
+            });
+        }
+    }
+    out.delete = copies
+        .iter()
+        .filter(|c| !wanted.contains(&&c.hash))
+        .map(|c| c.name.clone())
+        .collect();
     out
 }
 
@@ -466,6 +646,7 @@ mod tests {
             name: name.into(),
             generation: Some(generation),
             spec,
+            lists_namespace: false,
         }
     }
 
@@ -613,16 +794,49 @@ mod tests {
             &[observed("smoke", 1, hook_template("http://old/", &[]))],
         );
         let mut status = rolling(2, 1);
-        status.resolved_gates = vec![first.gates[0].record.clone()];
+        let record = first.gates[0].record.clone();
+        status.resolved_gates = vec![record.clone()];
         let edited = [observed("smoke", 2, hook_template("http://new/", &[]))];
-        // Same step: the record is used, even with the template gone.
-        let same = resolve(std::slice::from_ref(&r), &status, &edited);
+        let hash = record.content_hash.clone().unwrap();
+        let copies = BTreeMap::from([(hash.clone(), first.gates[0].content.clone())]);
+        let with_copy = |observed: &[ObservedTemplate]| {
+            resolve_with(
+                std::slice::from_ref(&r),
+                &status,
+                &Inputs {
+                    observed,
+                    copies: &copies,
+                    pod_security: Level::default(),
+                },
+            )
+        };
+        // Same step: the record's content from the copy, even with the template gone.
+        let same = with_copy(&edited);
         assert_eq!(url_of(&same.gates[0].gate), "http://old/");
         assert_eq!(same.gates[0].record.template_generation, Some(1));
+        assert_eq!(same.gates[0].record.content_hash.as_ref(), Some(&hash));
+        assert_eq!(url_of(&with_copy(&[]).gates[0].gate), "http://old/");
+        // No copy yet (its watch event not in): the template still has the
+        // recorded content.
+        let unchanged = [observed("smoke", 1, hook_template("http://old/", &[]))];
+        let same = resolve(std::slice::from_ref(&r), &status, &unchanged);
+        assert_eq!(url_of(&same.gates[0].gate), "http://old/");
+        // The copy deleted and the template changed: read anew.
         assert_eq!(
-            url_of(&resolve(std::slice::from_ref(&r), &status, &[]).gates[0].gate),
-            "http://old/"
+            url_of(&resolve(std::slice::from_ref(&r), &status, &edited).gates[0].gate),
+            "http://new/"
         );
+        // A record an operator before 0.2.0 wrote holds the content itself:
+        // read as before, recorded in the new shape.
+        let mut old_shape = record.clone();
+        old_shape.content_hash = None;
+        old_shape.template = Some(first.gates[0].content.clone());
+        let mut upgraded = status.clone();
+        upgraded.resolved_gates = vec![old_shape];
+        let same = resolve(std::slice::from_ref(&r), &upgraded, &edited);
+        assert_eq!(url_of(&same.gates[0].gate), "http://old/");
+        assert_eq!(same.gates[0].record, record, "recorded without the content");
+        assert_eq!(same.gates[0].content, first.gates[0].content);
         // The next step, the next rollout, or another reference: read anew.
         let mut next = status.clone();
         next.current_step = 2;
@@ -799,6 +1013,7 @@ mod tests {
             name: "load".into(),
             generation: Some(4),
             spec: job_template(load_test()),
+            lists_namespace: false,
         };
         let mut r = reference("load", "load", &[("target", "web"), ("tag", "1")]);
         r.template_ref.kind = TemplateKind::GateTemplate;
@@ -808,15 +1023,193 @@ mod tests {
         assert_eq!(res.gates[0].gate.name(), "load");
         let record = &res.gates[0].record;
         assert_eq!(record.template_generation, Some(4));
+        assert!(record.template.is_none(), "no content in status");
         assert!(
-            record.template.job.is_some(),
-            "the Job template is recorded"
+            res.gates[0].content.job.is_some(),
+            "the Job template is kept"
         );
-        // The record keeps the gate for the step with the template gone.
+        // The record keeps the gate for the step with the template gone,
+        // its content from the plan's copy.
         let mut status = rolling(3, 1);
         status.resolved_gates = vec![record.clone()];
-        let again = resolve(&[r], &status, &[]);
+        let copies = BTreeMap::from([(
+            record.content_hash.clone().unwrap(),
+            res.gates[0].content.clone(),
+        )]);
+        let inputs = Inputs {
+            observed: &[],
+            copies: &copies,
+            pod_security: Level::default(),
+        };
+        let again = resolve_with(&[r], &status, &inputs);
         assert_eq!(again.gates, res.gates);
+    }
+
+    #[test]
+    fn a_cluster_templates_service_account_serves_only_the_namespaces_it_lists() {
+        let mut t = load_test();
+        t["spec"]["template"]["spec"]["serviceAccountName"] = json!("load-runner");
+        let observed = |kind, lists_namespace, t: &serde_json::Value| ObservedTemplate {
+            kind,
+            name: "load".into(),
+            generation: Some(1),
+            spec: job_template(t.clone()),
+            lists_namespace,
+        };
+        let mut r = reference("load", "load", &[("target", "web"), ("tag", "1")]);
+        r.template_ref.kind = TemplateKind::ClusterGateTemplate;
+        let refs = std::slice::from_ref(&r);
+        let res = resolve(
+            refs,
+            &rolling(3, 1),
+            &[observed(TemplateKind::ClusterGateTemplate, false, &t)],
+        );
+        assert!(res.gates.is_empty());
+        assert_eq!(res.problems[0].kind, ProblemKind::Invalid);
+        assert_eq!(
+            res.problems[0].message,
+            "gate load: ClusterGateTemplate load: job.template.spec.template.spec.serviceAccountName: the Job of a ClusterGateTemplate runs as its service account \"load-runner\" only in the namespaces its annotation releaseplan.io/gate-namespaces lists by name, and it does not list this one"
+        );
+        let res = resolve(
+            refs,
+            &rolling(3, 1),
+            &[observed(TemplateKind::ClusterGateTemplate, true, &t)],
+        );
+        assert!(res.problems.is_empty(), "{:?}", res.problems);
+        // The namespace's own default, and a tenant's GateTemplate (its
+        // service accounts are the namespace's), need no listing.
+        t["spec"]["template"]["spec"]["serviceAccountName"] = json!("default");
+        let res = resolve(
+            refs,
+            &rolling(3, 1),
+            &[observed(TemplateKind::ClusterGateTemplate, false, &t)],
+        );
+        assert!(res.problems.is_empty(), "{:?}", res.problems);
+        t["spec"]["template"]["spec"]["serviceAccount"] = json!("old-style");
+        let res = resolve(
+            refs,
+            &rolling(3, 1),
+            &[observed(TemplateKind::ClusterGateTemplate, false, &t)],
+        );
+        assert!(
+            res.problems[0].message.contains("spec.serviceAccount: "),
+            "{:?}",
+            res.problems
+        );
+        r.template_ref.kind = TemplateKind::GateTemplate;
+        let res = resolve(
+            &[r],
+            &rolling(3, 1),
+            &[observed(TemplateKind::GateTemplate, false, &t)],
+        );
+        assert!(res.problems.is_empty(), "{:?}", res.problems);
+        let listed = |v: &str| {
+            BTreeMap::from([(
+                crate::api::access::ANNOTATION_GATE_NAMESPACES.to_string(),
+                v.to_string(),
+            )])
+        };
+        assert!(lists_namespace(Some(&listed("a, shop")), "shop"));
+        assert!(!lists_namespace(Some(&listed("*")), "shop"));
+        assert!(!lists_namespace(None, "shop"));
+    }
+
+    #[test]
+    fn a_tenants_job_template_gets_the_restricted_defaults_and_its_level() {
+        let t = ObservedTemplate {
+            kind: TemplateKind::GateTemplate,
+            name: "load".into(),
+            generation: Some(1),
+            spec: job_template(load_test()),
+            lists_namespace: false,
+        };
+        let mut r = reference("load", "load", &[("target", "web"), ("tag", "1")]);
+        r.template_ref.kind = TemplateKind::GateTemplate;
+        let at = |level, t: &ObservedTemplate| {
+            resolve_with(
+                std::slice::from_ref(&r),
+                &rolling(3, 1),
+                &Inputs {
+                    observed: std::slice::from_ref(t),
+                    copies: &BTreeMap::new(),
+                    pod_security: level,
+                },
+            )
+        };
+        let res = at(Level::Restricted, &t);
+        let TemplateGate::Job(j) = &res.gates[0].gate else {
+            panic!("not a Job gate")
+        };
+        let pod = j
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap();
+        let sc = pod.containers[0].security_context.as_ref().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            pod.security_context.as_ref().unwrap().run_as_non_root,
+            Some(true)
+        );
+        // The copy keeps the template as written, not the filled pod.
+        assert_eq!(res.gates[0].content, t.spec);
+        let mut root = t.clone();
+        root.spec.job.as_mut().unwrap().check.template["spec"]["template"]["spec"]["securityContext"] =
+            json!({"runAsUser": 0});
+        let res = at(Level::Restricted, &root);
+        assert!(
+            res.problems[0].message.contains("job.template.spec.template.spec.securityContext.runAsUser: running as root (user 0) is not allowed in a Job gate's pod: plans' and GateTemplates' Job gates run at the restricted Pod Security Standard"),
+            "{:?}",
+            res.problems
+        );
+        let res = at(Level::Baseline, &root);
+        assert!(res.problems.is_empty(), "{:?}", res.problems);
+    }
+
+    #[test]
+    fn copies_are_made_for_what_status_records_and_pruned_after() {
+        let content = hook_template("http://h/", &[]);
+        let hash = content_hash(&content);
+        let contents = BTreeMap::from([(hash.clone(), content.clone())]);
+        let record = ResolvedGate {
+            content_hash: Some(hash.clone()),
+            ..ResolvedGate::default()
+        };
+        let recorded = std::slice::from_ref(&record);
+        let name = crate::api::template::copy_name("shop", &hash);
+        assert_eq!(name, format!("shop-gate-template-{hash}"));
+        // Recorded, no copy yet: created once, with the content.
+        let out = copy_intents("shop", &contents, recorded, true, &[], false);
+        assert_eq!(out.create.len(), 1);
+        assert_eq!(out.create[0].name, name);
+        assert_eq!(out.create[0].content, content);
+        assert!(out.delete.is_empty());
+        let mine = CopyObs {
+            name: name.clone(),
+            hash: hash.clone(),
+        };
+        let stale = CopyObs {
+            name: "shop-gate-template-old".into(),
+            hash: "old".into(),
+        };
+        let both = [mine.clone(), stale.clone()];
+        let out = copy_intents("shop", &contents, recorded, true, &both, false);
+        assert!(out.create.is_empty());
+        assert_eq!(out.delete, vec![stale.name.clone()]);
+        // Between steps (nothing recorded) the content resolved now is kept.
+        let out = copy_intents("shop", &contents, &[], true, &both, false);
+        assert_eq!(out.delete, vec![stale.name.clone()]);
+        // Settled: every copy goes; deleted plan: owner references do it.
+        let out = copy_intents("shop", &contents, &[], false, &both, false);
+        assert_eq!(out.delete, vec![name, stale.name.clone()]);
+        let out = copy_intents("shop", &contents, recorded, true, &[stale], true);
+        assert_eq!(out, CopyIntents::default());
+        let long = "p".repeat(253);
+        assert_eq!(crate::api::template::copy_name(&long, &hash).len(), 253);
     }
 
     #[test]
@@ -828,6 +1221,7 @@ mod tests {
             name: "load".into(),
             generation: Some(1),
             spec: job_template(t.clone()),
+            lists_namespace: false,
         };
         let mut r = reference("load", "load", &[("target", "web"), ("tag", "1")]);
         r.template_ref.kind = TemplateKind::GateTemplate;

@@ -117,6 +117,9 @@ pub struct Decision {
     pub config: config::ConfigIntents,
     /// Adopted Deployments to mark and scale (`adopt`).
     pub adopt: Vec<adopt::AdoptIntent>,
+    /// Copies of template gates' content to create (before status records
+    /// their hash) and to delete.
+    pub template_copies: crate::gates::template::CopyIntents,
     /// Events to record.
     pub events: Vec<EventIntent>,
     /// Look again after this long even if nothing changes.
@@ -159,6 +162,7 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
     let config = config::intents(&obs.config, &carried, status.phase, obs.deleting);
     let adopt = adopt::intents(obs, target, &status);
     adopt::record(obs, &mut status, &adopt);
+    let template_copies = template_copy_intents(obs, target, &status);
     let traffic = traffic::intents(obs, target, &status);
     let scales = autoscale::intents(obs, target, &status);
     status.traffic_weight = traffic::weight(&traffic, &status);
@@ -238,11 +242,29 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
         scales,
         config,
         adopt,
+        template_copies,
         events,
         requeue_after,
         finalize,
         transition: cause,
     }
+}
+
+/// The template copies to create and delete for the next status
+/// ([`crate::gates::template::copy_intents`]).
+fn template_copy_intents(
+    obs: &Observation,
+    target: &Target,
+    status: &ReleasePlanStatus,
+) -> crate::gates::template::CopyIntents {
+    crate::gates::template::copy_intents(
+        &obs.plan,
+        &target.template_contents,
+        &status.resolved_gates,
+        status.phase == Phase::RollingOut,
+        &obs.template_copies,
+        obs.deleting,
+    )
 }
 
 /// A referenced ConfigMap or Secret does not exist: nothing is created or
@@ -428,6 +450,7 @@ fn invalid_spec(obs: &Observation, e: &SpecError) -> Decision {
         scales: Vec::new(),
         config: config::ConfigIntents::default(),
         adopt: Vec::new(),
+        template_copies: crate::gates::template::CopyIntents::default(),
         events,
         requeue_after: None,
         // A plan whose spec is broken holds no rollout worth protecting.

@@ -7,7 +7,7 @@ use super::config;
 use super::steps::{CurrentStep, Step};
 use super::{InvalidRequest, Request, SpecError, spec, traffic};
 use crate::api::config::CarriedConfig;
-use crate::api::template::ResolvedGate;
+use crate::api::template::{GateTemplateSpec, ResolvedGate};
 use crate::api::{Autoscaling, DEFAULT_SCALE_DOWN_DELAY_SECONDS, GateStatus};
 use crate::api::{LABEL_COMPONENT, LABEL_REVISION, ReleasePlanSpec, ReleasePlanStatus, revision};
 use crate::gates::GateSpec;
@@ -75,6 +75,9 @@ pub struct Target {
     pub gate_components: BTreeMap<String, String>,
     /// The template gates as read for this step (recorded in status).
     pub template_gates: Vec<ResolvedGate>,
+    /// The content of each template gate as read, by content hash (kept in
+    /// the plan's template copies, never in status).
+    pub template_contents: BTreeMap<String, GateTemplateSpec>,
     /// Template gates that cannot run: they hold the step, and the plan is Stalled.
     pub template_problems: Vec<TemplateProblem>,
     /// Referenced ConfigMaps and Secrets that do not exist, by component: the
@@ -83,14 +86,23 @@ pub struct Target {
 }
 
 impl Target {
-    /// Validates a spec and computes its revisions.
+    /// Validates a spec and computes its revisions (Job gates at the default
+    /// Pod Security Standard level).
     pub fn from_spec(spec: &ReleasePlanSpec) -> Result<Self, SpecError> {
+        Self::from_spec_at(spec, crate::gates::pod_security::Level::default())
+    }
+
+    /// [`Target::from_spec`] with the plan's Job gates held to `pod_security`.
+    pub fn from_spec_at(
+        spec: &ReleasePlanSpec,
+        pod_security: crate::gates::pod_security::Level,
+    ) -> Result<Self, SpecError> {
         let spec::Checked {
             steps,
             gates,
             jobs,
             gate_components,
-        } = spec::check_spec(spec)?;
+        } = spec::check_spec_at(spec, pod_security)?;
         let components: Vec<TargetComponent> = spec
             .components
             .iter()
@@ -129,6 +141,7 @@ impl Target {
             jobs,
             gate_components,
             template_gates: Vec::new(),
+            template_contents: BTreeMap::new(),
             template_problems: Vec::new(),
             config_missing: Vec::new(),
         })
@@ -197,6 +210,9 @@ impl Target {
             match g.gate {
                 TemplateGate::Runner(gate) => self.gates.push(gate),
                 TemplateGate::Job(job) => self.jobs.push(job),
+            }
+            if let Some(hash) = &g.record.content_hash {
+                self.template_contents.insert(hash.clone(), g.content);
             }
             self.template_gates.push(g.record);
         }
@@ -428,6 +444,8 @@ pub struct Observation {
     pub invalid_request: Option<InvalidRequest>,
     /// The last Deployment write of this plan that failed, until one succeeds.
     pub refusal: Option<Refusal>,
+    /// The plan's template copies (the content its template gates read).
+    pub template_copies: Vec<crate::gates::template::CopyObs>,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
 }

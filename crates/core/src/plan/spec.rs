@@ -8,6 +8,7 @@ use super::steps::{Step, strategy_steps};
 use crate::api::{Component, GateAt, GateEntry, ReleasePlanSpec};
 use crate::gates::GateSpec;
 use crate::gates::job::JobGateSpec;
+use crate::gates::pod_security::Level as PodSecurity;
 use k8s_openapi::api::core::v1::Container;
 use std::collections::BTreeMap;
 
@@ -32,8 +33,18 @@ pub struct Checked {
 }
 
 /// Validates what the state machine relies on and parses steps, thresholds
-/// and intervals, once.
+/// and intervals, once; the plan's Job gates at the default Pod Security
+/// Standard level (restricted).
 pub fn check_spec(spec: &ReleasePlanSpec) -> Result<Checked, SpecError> {
+    check_spec_at(spec, PodSecurity::default())
+}
+
+/// [`check_spec`] with the plan's Job gates held to `pod_security` (the
+/// operator's `--gate-job-pod-security`, later a namespace's policy).
+pub fn check_spec_at(
+    spec: &ReleasePlanSpec,
+    pod_security: PodSecurity,
+) -> Result<Checked, SpecError> {
     if spec.components.is_empty() {
         return Err(err("spec.components", "at least one component is required"));
     }
@@ -81,15 +92,9 @@ pub fn check_spec(spec: &ReleasePlanSpec) -> Result<Checked, SpecError> {
     let mut jobs = Vec::new();
     for at in &entries {
         if let GateEntry::Job(g) = &at.entry {
-            let job =
-                JobGateSpec::parse(g).map_err(|(field, message)| err(at.field(&field), message))?;
-            if let Some((field, why)) = job.pod_security() {
-                let field = format!("template.spec.template.spec.{field}");
-                return Err(err(
-                    at.field(&field),
-                    crate::gates::pod_security::refusal(&why),
-                ));
-            }
+            let job = JobGateSpec::parse(g)
+                .and_then(|j| j.secured(pod_security))
+                .map_err(|(field, message)| err(at.field(&field), message))?;
             jobs.push(job);
         }
     }

@@ -9,7 +9,7 @@ use crate::api::template::{
 };
 use crate::api::{Component, JobCheck, JobGate, WebhookCheck, WebhookGate};
 use crate::gates::job::{JobObs, JobState};
-use crate::gates::template::{ObservedTemplate, resolve};
+use crate::gates::template::{CopyIntents, CopyObs, Inputs, ObservedTemplate, resolve_with};
 use chrono::TimeZone;
 use chrono::{DateTime, Utc};
 use serde_json::json;
@@ -63,6 +63,7 @@ fn template(url: &str) -> ObservedTemplate {
             prometheus: None,
             job: None,
         },
+        lists_namespace: false,
     }
 }
 
@@ -98,7 +99,28 @@ fn observe(
     observed: &[ObservedTemplate],
     gates: Vec<GateStatus>,
 ) -> Observation {
-    let resolution = resolve(&spec.health.templates, status, observed);
+    observe_with_copies(spec, status, observed, gates, &CopyIntents::default())
+}
+
+/// [`observe`] with the template copies an earlier decision asked for made.
+fn observe_with_copies(
+    spec: &ReleasePlanSpec,
+    status: &ReleasePlanStatus,
+    observed: &[ObservedTemplate],
+    gates: Vec<GateStatus>,
+    made: &CopyIntents,
+) -> Observation {
+    let copies: BTreeMap<String, GateTemplateSpec> = made
+        .create
+        .iter()
+        .map(|c| (c.hash.clone(), c.content.clone()))
+        .collect();
+    let inputs = Inputs {
+        observed,
+        copies: &copies,
+        pod_security: crate::gates::pod_security::Level::default(),
+    };
+    let resolution = resolve_with(&spec.health.templates, status, &inputs);
     let target = Target::from_spec(spec).map(|t| t.with_templates(resolution));
     let hash = status.components[0].current_hash.clone().unwrap();
     Observation {
@@ -126,6 +148,14 @@ fn observe(
         request: None,
         invalid_request: None,
         refusal: None,
+        template_copies: made
+            .create
+            .iter()
+            .map(|c| CopyObs {
+                name: c.name.clone(),
+                hash: c.hash.clone(),
+            })
+            .collect(),
         deleting: false,
     }
 }
@@ -225,13 +255,25 @@ fn a_missing_template_holds_the_step_and_stalls_once() {
         verdict: Verdict::Passed,
         ..Default::default()
     }];
-    // The template is gone meanwhile: the record of the step still serves.
+    // No content in status: a copy is made for the recorded hash.
+    assert!(recorded.template.is_none());
+    assert_eq!(ok.template_copies.create.len(), 1);
+    assert_eq!(
+        Some(&ok.template_copies.create[0].hash),
+        recorded.content_hash.as_ref()
+    );
+    // The template is gone meanwhile: the record of the step and its copy serve.
     let promoted = decide(
-        &observe(&spec, &ok.status, &[], passed),
+        &observe_with_copies(&spec, &ok.status, &[], passed, &ok.template_copies),
         &templates_of(&spec),
     );
     assert_eq!(promoted.status.phase, Phase::Stable);
     assert!(promoted.status.resolved_gates.is_empty(), "settled");
+    assert_eq!(
+        promoted.template_copies.delete,
+        vec![ok.template_copies.create[0].name.clone()],
+        "settled: the copy goes"
+    );
     assert_eq!(stalled(&promoted).0, "False");
 }
 
@@ -313,6 +355,7 @@ fn job_template() -> ObservedTemplate {
             }),
             ..Default::default()
         },
+        lists_namespace: false,
     }
 }
 
@@ -356,13 +399,13 @@ fn a_job_template_gate_runs_a_job_and_its_verdict_decides() {
         created: Some(now()),
         state,
     };
-    let mut obs = observe(&spec, &d.status, &[], Vec::new());
+    let mut obs = observe_with_copies(&spec, &d.status, &[], Vec::new(), &d.template_copies);
     obs.jobs = vec![job(JobState::Complete)];
     let passed = decide(&obs, &templates_of(&spec));
     assert_eq!(passed.status.phase, Phase::Stable);
 
     // It fails instead: the rollout fails on that gate.
-    let mut obs = observe(&spec, &d.status, &[], Vec::new());
+    let mut obs = observe_with_copies(&spec, &d.status, &[], Vec::new(), &d.template_copies);
     obs.jobs = vec![job(JobState::Failed {
         reason: "BackoffLimitExceeded".into(),
         message: "Job has reached the specified backoff limit".into(),

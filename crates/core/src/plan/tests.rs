@@ -274,6 +274,7 @@ impl Sim {
             request: self.request.clone(),
             invalid_request: None,
             refusal: None,
+            template_copies: Vec::new(),
             deleting: self.deleting,
         }
     }
@@ -1685,6 +1686,7 @@ proptest! {
             request: None,
             invalid_request: None,
             refusal: None,
+            template_copies: Vec::new(),
             deleting,
         };
         let d = decide(&obs, &BTreeMap::new());
@@ -1740,14 +1742,49 @@ mod job_gates {
     }
 
     #[test]
-    fn a_job_gate_pod_past_the_baseline_pod_security_is_an_invalid_spec() {
+    fn a_job_gate_pod_past_the_pod_security_level_is_an_invalid_spec() {
         let mut s = job_spec(60);
         s.health.jobs[0].check.template["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
             json!({"privileged": true});
         let e = Target::from_spec(&s).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "spec.health.jobs[0].template.spec.template.spec.containers[0].securityContext.privileged: a privileged container is not allowed in a Job gate's pod: plans' and GateTemplates' Job gates run at the baseline Pod Security Standard; a ClusterGateTemplate, which cluster administrators write, may run such a pod"
+            "spec.health.jobs[0].template.spec.template.spec.containers[0].securityContext.privileged: a privileged container is not allowed in a Job gate's pod: plans' and GateTemplates' Job gates run at the restricted Pod Security Standard (the operator's --gate-job-pod-security); a ClusterGateTemplate, which cluster administrators write, may run such a pod"
+        );
+        // Past the restricted level only: refused by default, run at baseline.
+        let mut s = job_spec(60);
+        s.health.jobs[0].check.template["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
+            json!({"allowPrivilegeEscalation": true});
+        let e = Target::from_spec(&s).unwrap_err();
+        assert_eq!(
+            e.field,
+            "spec.health.jobs[0].template.spec.template.spec.containers[0].securityContext.allowPrivilegeEscalation"
+        );
+        let t = Target::from_spec_at(&s, crate::gates::pod_security::Level::Baseline).unwrap();
+        let pod = t.jobs[0]
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap();
+        assert!(pod.security_context.is_none(), "nothing filled at baseline");
+        // Left unset: the restricted values are filled in the Job.
+        let t = Target::from_spec(&job_spec(60)).unwrap();
+        let pod = t.jobs[0]
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            pod.security_context.as_ref().unwrap().run_as_non_root,
+            Some(true)
         );
     }
 
