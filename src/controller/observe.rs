@@ -88,17 +88,25 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
     // status recorded for the step.
     let refs = plan.spec.health.template_refs();
     let (copies, template_copies) = super::template_copies::observe(ctx, &ns, &name, &uid);
+    // The Pod Security level of the namespace's Job gates: its GatePolicies'
+    // (from the watch cache), else the operator's.
+    let pod_security = ctx
+        .policy
+        .for_namespace(&ns)
+        .map_or(ctx.job_pod_security, |p| {
+            p.job_pod_security(ctx.job_pod_security)
+        });
     let resolution = crate::gates::template::resolve_with(
         &refs,
         &status,
         &crate::gates::template::Inputs {
             observed: &ctx.gate_templates.observe(&ns, &refs),
             copies: &copies,
-            pod_security: ctx.job_pod_security,
+            pod_security,
         },
     );
-    let target = Target::from_spec_at(&plan.spec, ctx.job_pod_security)
-        .map(|t| t.with_templates(resolution));
+    let target =
+        Target::from_spec_at(&plan.spec, pod_security).map(|t| t.with_templates(resolution));
     let (request, invalid_request) = match pending_request(plan) {
         Ok(r) => (r, None),
         Err(bad) => (None, Some(bad)),

@@ -752,6 +752,70 @@ async fn a_tenants_job_gate_runs_restricted_unless_the_operator_allows_baseline(
     assert_eq!(c.allow_privilege_escalation, Some(true));
 }
 
+/// A GatePolicy allows more than the operator's level for the namespaces it
+/// selects, and only for them: a policy for another namespace changes
+/// nothing, one selecting the plan's namespace with `jobs.podSecurity:
+/// baseline` lets the refused gate run as written (the policy's creation
+/// wakes the plan).
+#[tokio::test]
+async fn a_gate_policy_allows_baseline_job_gates_in_the_namespaces_it_selects() {
+    use releaseplan::api::policy::GatePolicy;
+    let (Harness { client, ns }, _op) = Harness::with_operator("job-policy").await;
+    let policies: Api<GatePolicy> = Api::all(client.clone());
+    let policy = |name: &str, namespace: &str, level: &str| -> GatePolicy {
+        serde_json::from_value(json!({
+            "apiVersion": "releaseplan.io/v1alpha1", "kind": "GatePolicy",
+            "metadata": {"name": name},
+            "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                     "jobs": {"podSecurity": level}}
+        }))
+        .unwrap()
+    };
+    let elsewhere = format!("{ns}-elsewhere");
+    policies
+        .create(
+            &PostParams::default(),
+            &policy(&elsewhere, "no-such-namespace", "privileged"),
+        )
+        .await
+        .unwrap();
+    let mut escalating = smoke("succeed", "1s", 120);
+    escalating["template"]["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
+        json!({"allowPrivilegeEscalation": true});
+    create(&client, &ns, &plan("cart", spec("cart:1", escalating))).await;
+    let message = wait_until(JOB_WAIT, "the escalating gate to be refused", || async {
+        let p = plans::get(&client, &ns, "cart").await?;
+        let (status, reason, message) = plans::condition(&p, "Stalled")?;
+        (status == "True" && reason == "InvalidSpec").then_some(message)
+    })
+    .await;
+    assert!(
+        message.contains("restricted Pod Security Standard")
+            && message.contains("GatePolicy spec.jobs.podSecurity"),
+        "{message}"
+    );
+    assert!(jobs(&client, &ns, "cart").await.is_empty());
+
+    policies
+        .create(&PostParams::default(), &policy(&ns, &ns, "baseline"))
+        .await
+        .unwrap();
+    let p = settled(&client, &ns, "cart").await;
+    for name in [ns.as_str(), elsewhere.as_str()] {
+        let _ = policies.delete(name, &DeleteParams::default()).await;
+    }
+    assert_eq!(p.status.unwrap().phase, Phase::Stable);
+    let list = Api::<Job>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("{LABEL_PLAN}=cart")))
+        .await
+        .unwrap();
+    let c = pod_of(&list.items[0]).containers[0]
+        .security_context
+        .as_ref()
+        .unwrap();
+    assert_eq!(c.allow_privilege_escalation, Some(true));
+}
+
 /// Where a Job gate runs and as whom: always in the plan's namespace (a
 /// template naming another is refused by the API server), as a service
 /// account of that namespace; a ClusterGateTemplate's Job runs as the

@@ -14,6 +14,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Annotation of a shared gate Secret (beside `releaseplan.io/gate-namespaces`):
@@ -85,6 +86,41 @@ pub struct GatePolicySpec {
     /// Where the plans' routes may attach.
     #[serde(default)]
     pub routes: RoutePolicy,
+
+    /// What the selected namespaces' Job gates may run.
+    #[serde(default, skip_serializing_if = "JobPolicy::is_empty")]
+    pub jobs: JobPolicy,
+}
+
+/// What Job gates of the selected namespaces may run.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct JobPolicy {
+    /// The Pod Security Standard level a plan's (or a namespaced
+    /// GateTemplate's) Job gate pod must meet, in place of the operator's
+    /// `--gate-job-pod-security`; with several policies setting it, the most
+    /// permissive wins (policies add up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_security: Option<PodSecurityLevel>,
+}
+
+impl JobPolicy {
+    /// Nothing set (not written back).
+    pub fn is_empty(&self) -> bool {
+        self.pod_security.is_none()
+    }
+}
+
+/// A Pod Security Standard level, as Kubernetes names it.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum PodSecurityLevel {
+    /// Kubernetes' restricted level.
+    Restricted,
+    /// Kubernetes' baseline level.
+    Baseline,
+    /// No check.
+    Privileged,
 }
 
 /// Where gates may send requests: the union of what is set.

@@ -386,7 +386,7 @@ fn container(c: &Container) -> Option<(String, String)> {
 /// The message of a Job gate pod refused at `level`.
 pub fn refusal(why: &str, level: Level) -> String {
     format!(
-        "{why} in a Job gate's pod: plans' and GateTemplates' Job gates run at the {level} Pod Security Standard (the operator's --gate-job-pod-security); a ClusterGateTemplate, which cluster administrators write, may run such a pod"
+        "{why} in a Job gate's pod: plans' and GateTemplates' Job gates run at the {level} Pod Security Standard (the operator's --gate-job-pod-security, or the namespace's GatePolicy spec.jobs.podSecurity); a ClusterGateTemplate, which cluster administrators write, may run such a pod"
     )
 }
 

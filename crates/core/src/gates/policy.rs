@@ -18,7 +18,8 @@ use std::net::IpAddr;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::api::ParentRef;
-use crate::api::policy::{ANNOTATION_GATE_HOSTS, GatePolicySpec};
+use crate::api::policy::{ANNOTATION_GATE_HOSTS, GatePolicySpec, PodSecurityLevel};
+use crate::gates::pod_security::Level;
 
 /// Whether a namespace that no policy selects is governed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -400,6 +401,23 @@ impl NamespacePolicy {
         })
     }
 
+    /// The Pod Security Standard level tenants' Job gates run at here: the
+    /// most permissive that the selecting policies set, else `default` (the
+    /// operator's `--gate-job-pod-security`). A policy whose selector cannot
+    /// be evaluated raises nothing.
+    pub fn job_pod_security(&self, default: Level) -> Level {
+        self.policies
+            .iter()
+            .filter_map(|p| p.spec.jobs.pod_security)
+            .map(|l| match l {
+                PodSecurityLevel::Restricted => Level::Restricted,
+                PodSecurityLevel::Baseline => Level::Baseline,
+                PodSecurityLevel::Privileged => Level::Privileged,
+            })
+            .max()
+            .unwrap_or(default)
+    }
+
     /// Whether a gate may call `d`. The addresses a name resolves to are
     /// checked afterwards by the operator's own rules (metadata always refused).
     pub fn admit_destination(&self, d: &Destination) -> Result<(), PolicyRefusal> {
@@ -590,6 +608,30 @@ mod tests {
 
     fn labels(team: &str) -> BTreeMap<String, String> {
         BTreeMap::from([("team".into(), team.into())])
+    }
+
+    #[test]
+    fn a_policy_sets_the_job_pod_security_level_and_the_most_permissive_wins() {
+        use crate::api::policy::JobPolicy;
+        let level = |l: Option<PodSecurityLevel>| GatePolicySpec {
+            namespace_selector: team("a"),
+            jobs: JobPolicy { pod_security: l },
+            ..GatePolicySpec::default()
+        };
+        let all = [
+            policy("hosts-only", level(None)),
+            policy("baseline", level(Some(PodSecurityLevel::Baseline))),
+            policy("restricted", level(Some(PodSecurityLevel::Restricted))),
+        ];
+        let a = NamespacePolicy::select("a", &labels("a"), &all, Mode::Optional);
+        assert_eq!(a.job_pod_security(Level::Restricted), Level::Baseline);
+        assert_eq!(a.job_pod_security(Level::Privileged), Level::Baseline);
+        // Not selected: the operator's level.
+        let b = NamespacePolicy::select("b", &labels("b"), &all, Mode::Required);
+        assert_eq!(b.job_pod_security(Level::Restricted), Level::Restricted);
+        // Selected by a policy that sets no level: the operator's.
+        let only = NamespacePolicy::select("a", &labels("a"), &all[..1], Mode::Optional);
+        assert_eq!(only.job_pod_security(Level::Baseline), Level::Baseline);
     }
 
     #[test]

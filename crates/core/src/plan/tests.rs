@@ -1749,7 +1749,7 @@ mod job_gates {
         let e = Target::from_spec(&s).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "spec.health.jobs[0].template.spec.template.spec.containers[0].securityContext.privileged: a privileged container is not allowed in a Job gate's pod: plans' and GateTemplates' Job gates run at the restricted Pod Security Standard (the operator's --gate-job-pod-security); a ClusterGateTemplate, which cluster administrators write, may run such a pod"
+            "spec.health.jobs[0].template.spec.template.spec.containers[0].securityContext.privileged: a privileged container is not allowed in a Job gate's pod: plans' and GateTemplates' Job gates run at the restricted Pod Security Standard (the operator's --gate-job-pod-security, or the namespace's GatePolicy spec.jobs.podSecurity); a ClusterGateTemplate, which cluster administrators write, may run such a pod"
         );
         // Past the restricted level only: refused by default, run at baseline.
         let mut s = job_spec(60);
