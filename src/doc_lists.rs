@@ -289,8 +289,13 @@ fn docs_name_only_metrics_that_exist() {
                 .chars()
                 .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
                 .collect();
-            // `releaseplan_io_revision` is a label name (releaseplan.io/revision).
-            if name.ends_with('_') || name.starts_with("releaseplan_io_") {
+            // `releaseplan_io_revision` is a label name (releaseplan.io/revision);
+            // `releaseplan_0.2.0_linux_amd64.tar.gz` a release file (a metric's
+            // name goes on with a letter).
+            if name.ends_with('_')
+                || name.starts_with("releaseplan_io_")
+                || name["releaseplan_".len()..].starts_with(|c: char| c.is_ascii_digit())
+            {
                 continue;
             }
             if !exists(&name) {
