@@ -2,13 +2,20 @@
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 
-# Cluster for cluster-up / cluster-down, and the one `make test` starts.
+# Cluster for cluster-up / cluster-down, and the ones `make test` and
+# `make test-oldest` start (two names: they never stop each other's).
 NAME ?= dev
 TEST_CLUSTER ?= test
+TEST_OLDEST_CLUSTER ?= test-oldest
+# Kubernetes of the control plane: K8S_VERSION, e2e/versions.env's default
+# (the newest supported minor) unless given on the command line (`make test
+# K8S_VERSION=1.33.13`) or in the environment; make passes either to the
+# scripts' environment. The oldest supported minor, for `make test-oldest`:
+K8S_OLDEST_VERSION ?= $(shell . e2e/versions.env && echo "$$K8S_OLDEST_VERSION")
 # Shared build cache for cargo, outside the repo.
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/releaseplan/cargo-target
 
-.PHONY: tools cluster-up cluster-down test
+.PHONY: tools cluster-up cluster-down test test-oldest
 
 # Targets that need system commands (openssl, curl, prometheus, shellcheck...)
 # run e2e/ensure-deps.sh first, before any build: it installs the missing
@@ -38,6 +45,15 @@ test:
 	e2e/build-control-plane.sh all
 	e2e/build-release.sh all >/dev/null
 	e2e/with-cluster.sh $(TEST_CLUSTER) -- cargo test --all-targets
+
+## test-oldest: the cluster tests (tests/it, apiserver_restart, upgrade) against a fresh
+## cluster $(TEST_OLDEST_CLUSTER) of the oldest supported Kubernetes (K8S_OLDEST_VERSION),
+## stopped after; its control plane is built (or reused) first, in its own cache folder
+test-oldest:
+	e2e/ensure-deps.sh test
+	K8S_VERSION=$(K8S_OLDEST_VERSION) e2e/build-control-plane.sh all
+	K8S_VERSION=$(K8S_OLDEST_VERSION) e2e/with-cluster.sh $(TEST_OLDEST_CLUSTER) -- \
+	  cargo test --test it --test apiserver_restart --test upgrade
 
 .PHONY: crds crds-check
 

@@ -21,7 +21,8 @@ strays() {
   local p exe
   for p in /proc/[0-9]*; do
     exe=$(readlink "$p/exe" 2>/dev/null) || continue
-    case "$exe" in "$K8S_BIN"/* | "$ETCD_BIN"/* | "$KWOK_BIN"/* | "$METRICS_SERVER_BIN"/* | "$TRAEFIK_BIN"/*) ;;
+    # Kubernetes of any version: the cluster may be of another K8S_VERSION than this call's.
+    case "$exe" in "$RP_CACHE"/k8s-v*/bin/* | "$ETCD_BIN"/* | "$KWOK_BIN"/* | "$METRICS_SERVER_BIN"/* | "$TRAEFIK_BIN"/*) ;;
       *) continue ;;
     esac
     belongs "${p#/proc/}" && [ "$(awk '{print $3}' "$p/stat" 2>/dev/null)" != Z ] && echo "${p#/proc/}"

@@ -4,6 +4,9 @@
 # metrics-server (the metrics.k8s.io API, from kwok's simulated resource
 # usage: tests/it/support/metrics.rs sets it).
 #   e2e/cluster-up.sh NAME      (state in ${RP_RUN_DIR:-<repo>/.e2e-run}/NAME)
+# Of Kubernetes K8S_VERSION (e2e/versions.env's default unless set in the
+# environment), whose binaries e2e/build-control-plane.sh built with the same
+# K8S_VERSION; the env file exports it as RP_K8S_VERSION.
 # Options for scale benchmarks (environment; unset = the defaults the tests use):
 #   RP_NODES, RP_NODE_PODS     fake nodes (3) and pods each can hold (500)
 #   RP_KCM_QPS, RP_KCM_BURST   kube-controller-manager API rate (its default 20/30)
@@ -231,6 +234,7 @@ done
 cat >"$DIR/env" <<ENV
 # Source this file to use cluster '$NAME': . $DIR/env
 export RP_CLUSTER_NAME=$NAME
+export RP_K8S_VERSION=$K8S_VERSION
 export RP_CLUSTER_DIR=$DIR
 export KUBECONFIG=$DIR/kubeconfig
 export RP_API_URL=$API_URL
@@ -495,5 +499,5 @@ wait_for "metrics.k8s.io (metrics-server through the aggregator)" 60 metrics-ser
 
 trap - EXIT INT TERM
 total_ms=$(( ($(date +%s%N) - start_ns) / 1000000 ))
-log "cluster '$NAME' is up: $API_URL (readyz after ${api_ready_ms}ms, all ready after ${total_ms}ms)"
+log "cluster '$NAME' (Kubernetes v$K8S_VERSION) is up: $API_URL (readyz after ${api_ready_ms}ms, all ready after ${total_ms}ms)"
 log "use it with: . $DIR/env   (KUBECONFIG=$DIR/kubeconfig)"

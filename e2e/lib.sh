@@ -21,6 +21,13 @@ MONITORING_CRDS="$RP_CACHE/prometheus-operator-crds-v$PROMETHEUS_OPERATOR_VERSIO
 RP_TOOLS_PATH="$K8S_BIN:$ETCD_BIN:$KWOK_BIN:$METRICS_SERVER_BIN:$HELM_BIN:$RP_HEALTH_BIN"
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+# A Kubernetes release, as the module proxy names it (k8s.io/kubernetes@vX.Y.Z):
+# a version asked for in the environment is checked before anything is built.
+for _k8s_var in K8S_VERSION K8S_OLDEST_VERSION; do
+  [[ "${!_k8s_var}" =~ ^1\.[0-9]+\.[0-9]+$ ]] ||
+    die "$_k8s_var must be a Kubernetes release such as 1.36.3, got '${!_k8s_var}'"
+done
+unset _k8s_var
 REPO_ROOT="$(cd "$E2E_DIR/.." && pwd)"
 RUN_ROOT="${RP_RUN_DIR:-$REPO_ROOT/.e2e-run}"
 

@@ -6,6 +6,9 @@
 # file). When the start or the command fails, the tail of each component's
 # log is printed. With RP_KUBECONFIG set, the command runs against that
 # already running cluster instead, which is neither started nor stopped.
+# The cluster is of Kubernetes K8S_VERSION (e2e/versions.env's default unless
+# set); the command sees the version asked for as RP_K8S_VERSION, which
+# tests/it/cluster.rs compares with the API server's /version.
 set -euo pipefail
 # shellcheck source=e2e/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -13,9 +16,10 @@ set -euo pipefail
 if [ $# -lt 3 ] || [ "$2" != "--" ]; then die "usage: $0 NAME -- CMD [ARGS...]"; fi
 NAME=$1
 shift 2
+export K8S_VERSION RP_K8S_VERSION="$K8S_VERSION"
 
 if [ -n "${RP_KUBECONFIG:-}" ]; then
-  log "using the running cluster of RP_KUBECONFIG=$RP_KUBECONFIG"
+  log "using the running cluster of RP_KUBECONFIG=$RP_KUBECONFIG (Kubernetes $K8S_VERSION asked for)"
   export KUBECONFIG="$RP_KUBECONFIG"
   exec "$@"
 fi

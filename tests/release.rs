@@ -343,16 +343,27 @@ impl Drop for Registry {
     }
 }
 
-/// A pinned version of e2e/versions.env (HELM_VERSION, K8S_VERSION).
+/// A pinned version of e2e/versions.env (HELM_VERSION, K8S_VERSION): a
+/// parameter's (`K8S_VERSION=${K8S_VERSION:-1.36.3}`) is the environment's
+/// when set, as for the scripts.
 fn pinned(name: &str) -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let versions = std::fs::read_to_string(root.join("e2e/versions.env")).unwrap();
     let prefix = format!("{name}=");
-    versions
+    let value = versions
         .lines()
         .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .unwrap_or_else(|| panic!("{name} in e2e/versions.env"))
-        .to_string()
+        .unwrap_or_else(|| panic!("{name} in e2e/versions.env"));
+    match value
+        .strip_prefix(&format!("${{{name}:-"))
+        .and_then(|v| v.strip_suffix('}'))
+    {
+        Some(default) => std::env::var(name)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| default.to_string()),
+        None => value.to_string(),
+    }
 }
 
 /// The helm binary e2e/build-control-plane.sh builds (or HELM_BIN).

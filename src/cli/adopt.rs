@@ -53,16 +53,17 @@ pub fn plan_for(
         }
     }
     let mut c = json!({"name": component, "adopt": {"deployment": d.name_any()}});
-    match hpa {
-        Some(h) => {
-            let mut a = json!({"maxReplicas": h.spec.max_replicas});
-            if let Some(min) = h.spec.min_replicas {
+    // (The API server requires an HPA's spec; k8s-openapi's 1.33 types say Option.)
+    match hpa.and_then(|h| h.spec.as_ref()) {
+        Some(spec) => {
+            let mut a = json!({"maxReplicas": spec.max_replicas});
+            if let Some(min) = spec.min_replicas {
                 a["minReplicas"] = json!(min);
             }
-            if let Some(m) = &h.spec.metrics {
+            if let Some(m) = &spec.metrics {
                 a["metrics"] = serde_json::to_value(m).unwrap_or(Value::Null);
             }
-            if let Some(b) = &h.spec.behavior {
+            if let Some(b) = &spec.behavior {
                 a["behavior"] = serde_json::to_value(b).unwrap_or(Value::Null);
             }
             // It starts where the Deployment is now.
@@ -143,8 +144,10 @@ pub(super) async fn run(
         .items
         .into_iter()
         .find(|h| {
-            let t = &h.spec.scale_target_ref;
-            t.kind == "Deployment" && t.name == name
+            h.spec.as_ref().is_some_and(|s| {
+                let t = &s.scale_target_ref;
+                t.kind == "Deployment" && t.name == name
+            })
         });
     let plan = plan.map_or_else(|| label(name, 63), str::to_string);
     let component = component.map_or_else(|| label(name, MAX_COMPONENT), str::to_string);

@@ -241,6 +241,51 @@ async fn accepts_minimal_and_full_plans_and_the_example() {
     );
 }
 
+/// The CRD embeds the PodSpec of the oldest supported Kubernetes (1.33,
+/// k8s-openapi's feature), so on every cluster, the newest too, a pod field
+/// added after it is not part of a plan (docs/api.md, "Kubernetes versions
+/// and the pod template"): strict field validation (kubectl, Argo CD, Flux)
+/// refuses it naming the field; without it the API server drops it.
+#[tokio::test]
+async fn pod_fields_newer_than_the_oldest_supported_kubernetes_are_not_stored() {
+    let client = client().await;
+    crd::install(&client).await;
+    let ns = test_namespace(&client, "adm-newer-pod").await;
+    let api = plans(&client, &ns);
+    // Kubernetes 1.34's hostnameOverride, and a container's restartPolicyRules.
+    let newer = |name: &str| {
+        let mut v = minimal(name);
+        let spec = &mut v["spec"]["components"][0]["template"]["spec"];
+        spec["hostnameOverride"] = json!("web-0");
+        spec["containers"][0]["restartPolicy"] = json!("Never");
+        spec["containers"][0]["restartPolicyRules"] =
+            json!([{ "action": "Restart", "exitCodes": { "operator": "In", "values": [42] } }]);
+        v
+    };
+
+    let err = submit(&api, &newer("strict"), Via::Apply)
+        .await
+        .expect_err("a pod field newer than 1.33 must be refused under strict validation");
+    let msg = err.to_string();
+    for field in [
+        r#".spec.components[name="web"].template.spec.hostnameOverride: field not declared in schema"#,
+        r#".template.spec.containers[name="web"].restartPolicyRules: field not declared in schema"#,
+    ] {
+        assert!(msg.contains(field), "{field} not named: {msg}");
+    }
+
+    let stored = submit(&api, &newer("lenient"), Via::Create)
+        .await
+        .expect("created without strict validation");
+    let spec = &stored.data["spec"]["components"][0]["template"]["spec"];
+    assert!(spec.get("hostnameOverride").is_none(), "{spec}");
+    assert!(
+        spec["containers"][0].get("restartPolicyRules").is_none(),
+        "{spec}"
+    );
+    assert_eq!(spec["containers"][0]["restartPolicy"], json!("Never"));
+}
+
 /// Values at the edge of every rule, which must pass.
 #[tokio::test]
 async fn accepts_values_at_the_limits() {

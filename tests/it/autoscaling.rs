@@ -314,10 +314,10 @@ async fn an_hpa_scales_a_paused_canary_and_promotion_keeps_its_count() {
         json!({"components": [web_hpa("shop:1", hpa(2, 6))], "strategy": {"steps": steps}}),
     )
     .await;
-    let h = owned_hpa(&client, &ns).await;
-    assert_eq!(h.spec.scale_target_ref.kind, "ComponentScale");
-    assert_eq!(h.spec.scale_target_ref.name, "shop-web");
-    assert_eq!((h.spec.min_replicas, h.spec.max_replicas), (Some(2), 6));
+    let h = owned_hpa(&client, &ns).await.spec.expect("HPA spec");
+    assert_eq!(h.scale_target_ref.kind, "ComponentScale");
+    assert_eq!(h.scale_target_ref.name, "shop-web");
+    assert_eq!((h.min_replicas, h.max_replicas), (Some(2), 6));
     wait_split(
         &client,
         &ns,
@@ -420,11 +420,8 @@ async fn an_hpa_change_is_rolled_back_with_its_failing_revision() {
     .await;
     let p = wait_phase(&client, &ns, "shop", Phase::RolledBack, WAIT).await;
     assert_eq!(p.status.unwrap().components[0].replicas, 3);
-    let h = owned_hpa(&client, &ns).await;
-    assert_eq!(
-        h.spec.max_replicas, 3,
-        "the HPA went back with the revision"
-    );
+    let h = owned_hpa(&client, &ns).await.spec.expect("HPA spec");
+    assert_eq!(h.max_replicas, 3, "the HPA went back with the revision");
     wait_split(
         &client,
         &ns,

@@ -74,6 +74,30 @@ fn phase(pod: &Pod) -> Option<&str> {
     pod.status.as_ref()?.phase.as_deref()
 }
 
+/// The matrix of `.ci/run` (`make test` on the newest supported Kubernetes,
+/// `make test-oldest` on the oldest) tests two versions only if each run's
+/// cluster is the version it asked for: a cluster of another version (a
+/// K8S_VERSION lost on the way, RP_KUBECONFIG naming another cluster, a cache
+/// folder holding other binaries) fails here instead of passing as the asked one.
+#[tokio::test]
+async fn api_server_is_the_kubernetes_version_the_run_asked_for() {
+    let client = client().await;
+    let asked = support::tools::k8s_version();
+    let info = client.apiserver_version().await.expect("GET /version");
+    eprintln!(
+        "cluster: Kubernetes {} (asked for {asked})",
+        info.git_version
+    );
+    assert_eq!(
+        info.git_version,
+        format!("v{asked}"),
+        "the API server is not the Kubernetes version this run asked for \
+         (RP_K8S_VERSION, else K8S_VERSION, else e2e/versions.env's default): run the tests \
+         through `make test K8S_VERSION=...` or e2e/with-cluster.sh, or set K8S_VERSION to \
+         the version of the RP_KUBECONFIG cluster"
+    );
+}
+
 #[tokio::test]
 async fn deployment_of_three_replicas_becomes_ready() {
     let client = client().await;

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use support::fixtures::{faulty_template, web, web_with};
 use support::plans::{condition, create_stable, request, set_components, wait_phase};
 use support::servers::{Prometheus, http_client};
-use support::tools::{cached, helm_bin, kubectl_bin, output, pinned_version, run};
+use support::tools::{cached, helm_bin, k8s_version, kubectl_bin, output, run};
 use support::{Harness, WAIT, cluster, wait_until};
 
 fn root() -> PathBuf {
@@ -34,7 +34,7 @@ fn read(path: &str) -> String {
 /// `helm template` of the chart for release `rp` in `namespace`, with `sets`.
 fn render(namespace: &str, sets: &[&str]) -> Vec<Value> {
     let chart = root().join("charts/releaseplan");
-    let kube_version = pinned_version("K8S_VERSION").expect("K8S_VERSION");
+    let kube_version = k8s_version();
     let mut args = vec![
         "template",
         "rp",

@@ -1323,8 +1323,7 @@ async fn kubectl_global_flags_reach_the_api_server() {
         .expect("token")
         .status
         .expect("token status")
-        .token
-        .expect("token");
+        .token;
 
     // --server, --token and --certificate-authority without any kubeconfig.
     let base = |verb: &str, extra: &[&str]| -> Vec<String> {

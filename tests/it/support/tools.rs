@@ -6,30 +6,66 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// A version pinned in e2e/versions.env (`KEY=version`).
+/// A version pinned in e2e/versions.env: `KEY=version`, or for a parameter
+/// `KEY=${KEY:-version}`, whose value is then the environment's KEY when set
+/// (as the scripts that source the file read it).
 pub fn pinned_version(key: &str) -> Option<String> {
+    let (value, parameter) = pinned_default(key)?;
+    Some(parameter.then(|| env_value(key)).flatten().unwrap_or(value))
+}
+
+/// The version e2e/versions.env gives KEY, whatever the environment says,
+/// and whether KEY is a parameter (`KEY=${KEY:-version}`).
+pub fn pinned_default(key: &str) -> Option<(String, bool)> {
     let versions = std::fs::read_to_string(cluster::repo_root().join("e2e/versions.env"))
         .expect("cannot read e2e/versions.env");
-    versions
+    let value = versions
         .lines()
-        .find_map(|l| l.trim().strip_prefix(&format!("{key}=")))
-        .map(|v| v.trim().to_string())
+        .find_map(|l| l.trim().strip_prefix(&format!("{key}=")))?
+        .trim();
+    Some(
+        match value
+            .strip_prefix(&format!("${{{key}:-"))
+            .and_then(|v| v.strip_suffix('}'))
+        {
+            Some(default) => (default.to_string(), true),
+            None => (value.to_string(), false),
+        },
+    )
+}
+
+fn env_value(key: &str) -> Option<String> {
+    std::env::var(key).ok().filter(|v| !v.is_empty())
+}
+
+/// The Kubernetes version the tests run on: the one the run asked for, as
+/// e2e/with-cluster.sh and the cluster's env file export it
+/// (`RP_K8S_VERSION`), else `K8S_VERSION` as the scripts read it.
+/// tests/it/cluster.rs checks that the API server is of this version.
+pub fn k8s_version() -> String {
+    env_value("RP_K8S_VERSION")
+        .or_else(|| pinned_version("K8S_VERSION"))
+        .expect("K8S_VERSION in e2e/versions.env")
+}
+
+/// The cache folder of `make tools`' builds (`RP_CACHE`, default `~/.cache/releaseplan`).
+fn cache_root() -> Option<PathBuf> {
+    std::env::var_os("RP_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/releaseplan")))
 }
 
 /// The cache folder of a pinned part of `make tools`: `<cache>/<part>-v<version>`
 /// (`RP_CACHE`, default `~/.cache/releaseplan`), if the version is pinned.
 pub fn cached(part: &str, version_key: &str) -> Option<PathBuf> {
     let version = pinned_version(version_key)?;
-    let cache = std::env::var_os("RP_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/releaseplan")))?;
-    Some(cache.join(format!("{part}-v{version}")))
+    Some(cache_root()?.join(format!("{part}-v{version}")))
 }
 
-/// A pinned tool of `make tools`: `<cache>/<part>-v<version>/bin/<name>`,
+/// A tool of `make tools` in the cache folder `dir`: `<dir>/bin/<name>`,
 /// else the first `name` on PATH.
-pub fn tool(name: &str, part: &str, version_key: &str) -> PathBuf {
-    if let Some(pinned) = cached(part, version_key)
+fn tool(name: &str, dir: Option<PathBuf>) -> PathBuf {
+    if let Some(pinned) = dir
         .map(|d| d.join("bin").join(name))
         .filter(|p| p.is_file())
     {
@@ -47,11 +83,15 @@ pub fn tool(name: &str, part: &str, version_key: &str) -> PathBuf {
 }
 
 pub fn helm_bin() -> PathBuf {
-    tool("helm", "helm", "HELM_VERSION")
+    tool("helm", cached("helm", "HELM_VERSION"))
 }
 
+/// The kubectl of the cluster's Kubernetes version.
 pub fn kubectl_bin() -> PathBuf {
-    tool("kubectl", "k8s", "K8S_VERSION")
+    tool(
+        "kubectl",
+        cache_root().map(|c| c.join(format!("k8s-v{}", k8s_version()))),
+    )
 }
 
 /// Runs a command, feeding `stdin`; returns stdout or panics with stderr.

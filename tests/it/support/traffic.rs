@@ -774,7 +774,7 @@ async fn sync(
         let endpoints: Vec<(String, EndpointState)> = slices
             .iter()
             .filter(|s| s.labels().get("kubernetes.io/service-name") == Some(&name))
-            .flat_map(|s| s.endpoints.iter().flatten())
+            .flat_map(|s| s.endpoints.iter())
             .map(|e| {
                 let pod = e.target_ref.as_ref().and_then(|r| r.name.clone());
                 (pod.unwrap_or_default(), EndpointState::of(e))

@@ -38,7 +38,7 @@ pub fn hpa(meta: ObjectMeta, spec: &Autoscaling) -> HorizontalPodAutoscaler {
     let name = meta.name.clone().unwrap_or_default();
     HorizontalPodAutoscaler {
         metadata: meta,
-        spec: HorizontalPodAutoscalerSpec {
+        spec: Some(HorizontalPodAutoscalerSpec {
             scale_target_ref: CrossVersionObjectReference {
                 api_version: Some(format!("{GROUP}/v1alpha1")),
                 kind: "ComponentScale".into(),
@@ -48,7 +48,7 @@ pub fn hpa(meta: ObjectMeta, spec: &Autoscaling) -> HorizontalPodAutoscaler {
             max_replicas: spec.max_replicas.unwrap_or(1),
             metrics: spec.metrics.clone(),
             behavior: spec.behavior.clone(),
-        },
+        }),
         status: None,
     }
 }
@@ -69,7 +69,7 @@ mod tests {
             ..Autoscaling::default()
         };
         let h = hpa(meta, &spec);
-        let s = h.spec;
+        let s = h.spec.expect("an HPA spec");
         assert_eq!(s.scale_target_ref.kind, "ComponentScale");
         assert_eq!(s.scale_target_ref.name, "shop-web");
         assert_eq!(
