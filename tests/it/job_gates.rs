@@ -671,6 +671,29 @@ fn pod_of(job: &Job) -> &k8s_openapi::api::core::v1::PodSpec {
     job.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
 }
 
+/// A passing Job gate whose container asks for privilege escalation (the
+/// baseline level allows it, the restricted one does not).
+fn escalating() -> Value {
+    let mut gate = smoke("succeed", "1s", 120);
+    gate["template"]["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
+        json!({"allowPrivilegeEscalation": true});
+    gate
+}
+
+/// Waits until the plan is Stalled with reason InvalidSpec: its message.
+async fn refused(client: &Client, ns: &str, name: &str) -> String {
+    wait_until(
+        JOB_WAIT,
+        &format!("plan {name}'s gate to be refused"),
+        || async {
+            let p = plans::get(client, ns, name).await?;
+            let (status, reason, message) = plans::condition(&p, "Stalled")?;
+            (status == "True" && reason == "InvalidSpec").then_some(message)
+        },
+    )
+    .await
+}
+
 /// A tenant's Job gate runs at the restricted Pod Security Standard by
 /// default: one that leaves the fields unset runs with the restricted values
 /// filled in; one that asks for privilege escalation is an invalid spec
@@ -687,17 +710,9 @@ async fn a_tenants_job_gate_runs_restricted_unless_the_operator_allows_baseline(
         &plan("shop", spec("shop:1", smoke("succeed", "1s", 120))),
     )
     .await;
-    let mut escalating = smoke("succeed", "1s", 120);
-    escalating["template"]["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
-        json!({"allowPrivilegeEscalation": true});
-    create(&client, &ns, &plan("cart", spec("cart:1", escalating))).await;
+    create(&client, &ns, &plan("cart", spec("cart:1", escalating()))).await;
     let field = "spec.health.gates[0].job.template.spec.template.spec.containers[0].securityContext.allowPrivilegeEscalation";
-    let message = wait_until(JOB_WAIT, "the escalating gate to be refused", || async {
-        let p = plans::get(&client, &ns, "cart").await?;
-        let (status, reason, message) = plans::condition(&p, "Stalled")?;
-        (status == "True" && reason == "InvalidSpec").then_some(message)
-    })
-    .await;
+    let message = refused(&client, &ns, "cart").await;
     assert!(
         message.contains(&format!("{field}: privilege escalation is not allowed in a Job gate's pod: plans' and GateTemplates' Job gates run at the restricted Pod Security Standard")),
         "{message}"
@@ -779,16 +794,8 @@ async fn a_gate_policy_allows_baseline_job_gates_in_the_namespaces_it_selects() 
         )
         .await
         .unwrap();
-    let mut escalating = smoke("succeed", "1s", 120);
-    escalating["template"]["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
-        json!({"allowPrivilegeEscalation": true});
-    create(&client, &ns, &plan("cart", spec("cart:1", escalating))).await;
-    let message = wait_until(JOB_WAIT, "the escalating gate to be refused", || async {
-        let p = plans::get(&client, &ns, "cart").await?;
-        let (status, reason, message) = plans::condition(&p, "Stalled")?;
-        (status == "True" && reason == "InvalidSpec").then_some(message)
-    })
-    .await;
+    create(&client, &ns, &plan("cart", spec("cart:1", escalating()))).await;
+    let message = refused(&client, &ns, "cart").await;
     assert!(
         message.contains("restricted Pod Security Standard")
             && message.contains("GatePolicy spec.jobs.podSecurity"),
