@@ -290,16 +290,21 @@ GO
   log "argo-rollouts built: $("$ARGO_BIN/rollouts-controller" --version 2>/dev/null | head -1)"
 }
 
-# krew's own manifest validator (sigs.k8s.io/krew/cmd/validate-krew-manifest),
-# for tests/release.rs (make test-release), not in "all". Cold: about a
-# minute.
+# krew's own manifest validator (sigs.k8s.io/krew/cmd/validate-krew-manifest)
+# and krew itself as the kubectl plugin `kubectl-krew`, which the validator
+# runs to install the plugin, for tests/release.rs (make test-release); not
+# in "all". Cold: about a minute.
 build_krew() {
-  [ -x "$KREW_BIN/validate-krew-manifest" ] && { log "validate-krew-manifest v$KREW_VERSION cached"; return; }
-  log "building validate-krew-manifest v$KREW_VERSION"
+  if [ -x "$KREW_BIN/validate-krew-manifest" ] && [ -x "$KREW_BIN/kubectl-krew" ]; then
+    log "krew v$KREW_VERSION cached"; return
+  fi
+  log "building krew and validate-krew-manifest v$KREW_VERSION"
   mkdir -p "$KREW_BIN"
   (cd /tmp && GOBIN="$KREW_BIN" go install -trimpath -ldflags "-s -w" \
-    "sigs.k8s.io/krew/cmd/validate-krew-manifest@v$KREW_VERSION")
-  log "validate-krew-manifest built"
+    "sigs.k8s.io/krew/cmd/validate-krew-manifest@v$KREW_VERSION" \
+    "sigs.k8s.io/krew/cmd/krew@v$KREW_VERSION")
+  mv "$KREW_BIN/krew" "$KREW_BIN/kubectl-krew"
+  log "krew built"
 }
 
 start=$(date +%s)

@@ -561,8 +561,9 @@ fn image_and_chart_pushed_to_a_loopback_registry_render_with_the_pushed_digest()
 }
 
 /// krew's own validator (built by `e2e/build-control-plane.sh krew`) accepts
-/// the manifest and installs the plugin from it on each platform, from
-/// dist/ served on 127.0.0.1 in place of the release's home.
+/// the manifest and installs the plugin from it on each platform (with
+/// krew itself), from dist/ served on 127.0.0.1 in place of the release's
+/// home; it also wants a LICENSE among the installed files.
 #[test]
 fn krews_validator_installs_the_plugin_from_the_manifest_on_each_platform() {
     let dist = dist();
@@ -608,11 +609,18 @@ fn krews_validator_installs_the_plugin_from_the_manifest_on_each_platform() {
         || PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/releaseplan"),
         PathBuf::from,
     );
-    let validator = cache.join(format!("krew-v{version}/bin/validate-krew-manifest"));
-    let out = run(Command::new(&validator)
+    // The validator installs through `kubectl krew`: kubectl (the test
+    // cluster's PATH) and krew's own plugin binary beside the validator.
+    let bin = cache.join(format!("krew-v{version}/bin"));
+    let path_var = std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .unwrap();
+    let out = run(Command::new(bin.join("validate-krew-manifest"))
         .arg("-manifest")
         .arg(&path)
-        .env("HOME", tmp.path()));
+        .env("HOME", tmp.path())
+        .env("PATH", path_var));
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
