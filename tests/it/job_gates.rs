@@ -680,6 +680,19 @@ fn escalating() -> Value {
     gate
 }
 
+/// `allowPrivilegeEscalation` of the first container of the plan's Job, as
+/// the Job was made.
+async fn escalation_asked(client: &Client, ns: &str, plan: &str) -> Option<bool> {
+    let list = Api::<Job>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("{LABEL_PLAN}={plan}")))
+        .await
+        .unwrap();
+    pod_of(&list.items[0]).containers[0]
+        .security_context
+        .as_ref()
+        .and_then(|c| c.allow_privilege_escalation)
+}
+
 /// Waits until the plan is Stalled with reason InvalidSpec: its message.
 async fn refused(client: &Client, ns: &str, name: &str) -> String {
     wait_until(
@@ -756,15 +769,7 @@ async fn a_tenants_job_gate_runs_restricted_unless_the_operator_allows_baseline(
         .await;
     let p = settled(&client, &ns, "cart").await;
     assert_eq!(p.status.unwrap().phase, Phase::Stable);
-    let list = Api::<Job>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default().labels(&format!("{LABEL_PLAN}=cart")))
-        .await
-        .unwrap();
-    let c = pod_of(&list.items[0]).containers[0]
-        .security_context
-        .as_ref()
-        .unwrap();
-    assert_eq!(c.allow_privilege_escalation, Some(true));
+    assert_eq!(escalation_asked(&client, &ns, "cart").await, Some(true));
 }
 
 /// A GatePolicy allows more than the operator's level for the namespaces it
@@ -812,15 +817,7 @@ async fn a_gate_policy_allows_baseline_job_gates_in_the_namespaces_it_selects() 
         let _ = policies.delete(name, &DeleteParams::default()).await;
     }
     assert_eq!(p.status.unwrap().phase, Phase::Stable);
-    let list = Api::<Job>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default().labels(&format!("{LABEL_PLAN}=cart")))
-        .await
-        .unwrap();
-    let c = pod_of(&list.items[0]).containers[0]
-        .security_context
-        .as_ref()
-        .unwrap();
-    assert_eq!(c.allow_privilege_escalation, Some(true));
+    assert_eq!(escalation_asked(&client, &ns, "cart").await, Some(true));
 }
 
 /// Where a Job gate runs and as whom: always in the plan's namespace (a
