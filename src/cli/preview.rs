@@ -255,8 +255,8 @@ pub fn diff_paths(a: &Value, b: &Value, path: &str, depth: usize, out: &mut Vec<
             }
         }
         (Value::Array(x), Value::Array(y)) if depth > 0 => {
-            let named = |v: &Vec<Value>| v.iter().all(|i| i["name"].is_string());
-            if named(x) && named(y) {
+            let all_named = |v: &Vec<Value>| v.iter().all(|i| i["name"].is_string());
+            if all_named(x) && all_named(y) {
                 let mut names: Vec<&str> = x
                     .iter()
                     .chain(y.iter())
@@ -569,6 +569,8 @@ fn mem_text(b: i64) -> String {
 }
 
 /// The document for humans.
+// One section after the other, in the order they print.
+#[allow(clippy::too_many_lines)]
 pub fn text(v: &PreviewView) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
@@ -598,7 +600,12 @@ pub fn text(v: &PreviewView) -> String {
                 i.to.as_deref().unwrap_or("(none)")
             );
         }
-        for f in c.fields.iter().filter(|f| !f.ends_with(".image")) {
+        // Image changes are listed above, with their before and after.
+        for f in c
+            .fields
+            .iter()
+            .filter(|f| f.rsplit('.').next() != Some("image"))
+        {
             let _ = writeln!(o, "    changed: {f}");
         }
     }
@@ -821,6 +828,8 @@ async fn gates_now(
 
 /// `preview`: read the file, simulate (from the live plan with `--live`),
 /// dry-run, print. Exits 2 (as `lint`) when the file is invalid.
+// Read, connect, observe, simulate, dry-run, print: in that order, once.
+#[allow(clippy::too_many_lines)]
 pub(super) async fn run(global: &Global, args: &PreviewArgs) -> Result<i32, CliError> {
     let docs = read_documents(Path::new(&args.filename))?;
     let file = args.filename.display().to_string();

@@ -232,16 +232,15 @@ impl World {
         let ready_at =
             self.now + chrono::Duration::from_std(self.start.ready_after).unwrap_or_default();
         for i in &d.deployments {
-            match self.revs.get_mut(&i.name) {
-                Some(r) => {
-                    if i.replicas > r.obs.replicas {
-                        r.ready_at = ready_at;
-                    }
-                    r.obs.replicas = i.replicas;
-                    r.obs.ready = r.obs.ready.min(i.replicas);
-                    r.obs.current = i.replicas;
+            if let Some(r) = self.revs.get_mut(&i.name) {
+                if i.replicas > r.obs.replicas {
+                    r.ready_at = ready_at;
                 }
-                None => {
+                r.obs.replicas = i.replicas;
+                r.obs.ready = r.obs.ready.min(i.replicas);
+                r.obs.current = i.replicas;
+            } else {
+                {
                     if let TemplateSource::Spec(_) = &i.template {
                         self.created.push(i.clone());
                     }
@@ -409,6 +408,9 @@ fn elapsed(from: DateTime<Utc>, to: DateTime<Utc>) -> Duration {
     (to - from).to_std().unwrap_or_default()
 }
 
+// One loop: reconcile, record the step, then what wakes the operator next,
+// read top to bottom as the controller would live it.
+#[allow(clippy::too_many_lines)]
 /// Simulates the rollout of `start.spec` from `start.status` to the end
 /// (Stable, or where it stops), through [`decide`].
 pub fn simulate(start: Start) -> Simulation {
@@ -457,8 +459,8 @@ pub fn simulate(start: Start) -> Simulation {
             templates.clone_from(&tpl);
         }
         let before = w.fingerprint();
-        let d = decide(&w.observe(Ok(target.clone())), &tpl);
-        w.apply(&d);
+        let decision = decide(&w.observe(Ok(target.clone())), &tpl);
+        w.apply(&decision);
         let key = (
             w.status.rollout_count,
             w.status.phase,
@@ -476,8 +478,8 @@ pub fn simulate(start: Start) -> Simulation {
         let since = current.as_ref().map_or(w.now, |(_, s)| *s);
         for c in &w.status.components {
             let pods = w.pods_of(&c.name);
-            let p = peaks.entry(c.name.clone()).or_insert(0);
-            *p = (*p).max(pods);
+            let peak = peaks.entry(c.name.clone()).or_insert(0);
+            *peak = (*peak).max(pods);
         }
         w.pods_ready();
         // The step as it stands now (its last state is how it settled).
@@ -534,22 +536,17 @@ pub fn simulate(start: Start) -> Simulation {
             }
             continue;
         }
-        let wake = d
+        let wake = decision
             .requeue_after
             .map(|r| w.now + chrono::Duration::from_std(r).unwrap_or_default());
-        let next = match (wake, w.next_ready()) {
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => match a.or(b) {
-                Some(t) => t,
-                None => {
-                    end = End::Stuck(format!(
-                        "the operator would wait for nothing at step {}: {}",
-                        w.status.current_step,
-                        w.status.message.clone().unwrap_or_default()
-                    ));
-                    break;
-                }
-            },
+        let ready = w.next_ready();
+        let Some(next) = wake.into_iter().chain(ready).min() else {
+            end = End::Stuck(format!(
+                "the operator would wait for nothing at step {}: {}",
+                w.status.current_step,
+                w.status.message.clone().unwrap_or_default()
+            ));
+            break;
         };
         w.now = next.max(w.now + chrono::Duration::milliseconds(1));
     }

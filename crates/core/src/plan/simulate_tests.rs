@@ -227,7 +227,12 @@ fn a_routed_canary_splits_requests_not_pods() {
         .iter()
         .map(|s| {
             let c = &s.components[0];
-            (s.step, s.traffic_weight, c.current_replicas, c.stable_replicas)
+            (
+                s.step,
+                s.traffic_weight,
+                c.current_replicas,
+                c.stable_replicas,
+            )
         })
         .collect();
     // The stable revision keeps every pod until the route sends it nothing.
