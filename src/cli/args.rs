@@ -38,6 +38,17 @@ Exit codes of `lint`:
      or the API server failed for another reason than the plan (e.g. RBAC)
   2  at least one plan is invalid (each problem printed as FIELD: MESSAGE)";
 
+const PREVIEW_HELP: &str = "\
+The timeline is a simulation through the operator's own decision code: pods
+become ready (at once for the minimum, after --ready-after for the expected
+duration), every gate passes, pauses without a duration are promoted. See
+docs/plugin.md, \"preview\", for the -o json document.
+
+Exit codes of `preview`:
+  0  the preview ran (the plan and its Deployments pass the dry runs)
+  1  error: the file cannot be read, no cluster reachable (without --offline), bad arguments
+  2  the plan is invalid, or a dry run was refused";
+
 /// The kubectl plugin for ReleasePlans: inspect, wait for, and steer rollouts.
 #[derive(Parser, Debug)]
 #[command(
@@ -95,6 +106,12 @@ pub enum Command {
         #[arg(long)]
         offline: bool,
     },
+    /// Show what applying a plan file will do, before it is applied: which
+    /// components get a new revision and why, the steps with replicas and
+    /// weights, gates, durations, the peak pods and requests, and server-side
+    /// dry runs of the plan and of its new Deployments.
+    #[command(after_help = PREVIEW_HELP)]
+    Preview(super::preview::PreviewArgs),
     /// Print a shell completion script (plan names come from the cluster).
     #[command(after_help = "\
   bash:  source <(kubectl-releaseplan completion bash)     (e.g. in ~/.bashrc)

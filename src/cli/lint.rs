@@ -268,7 +268,7 @@ pub fn notes(plan: &ReleasePlan) -> Vec<String> {
 }
 
 /// Reads the documents of a plan file (`-`: stdin), YAML or JSON.
-fn read_documents(path: &std::path::Path) -> Result<Vec<serde_json::Value>, CliError> {
+pub(super) fn read_documents(path: &std::path::Path) -> Result<Vec<serde_json::Value>, CliError> {
     use serde::Deserialize as _;
     let name = path.display().to_string();
     let file_error = |reason: String| CliError::File {

@@ -7,7 +7,7 @@
 //! lists finished rollouts, `undo` looks up an earlier revision's stored
 //! templates and prints them as a patch for git, `set image` and `restart`
 //! edit the spec by component name with guarded JSON patches, `lint` checks
-//! plan files, `dashboard` serves a live web page of the plans, and
+//! plan files, `preview` shows what a plan file will do before it is applied, `dashboard` serves a live web page of the plans, and
 //! `completion` prints shell scripts.
 //!
 //! One file per verb holds its pure part (unit-tested) and the I/O that runs
@@ -31,6 +31,7 @@ pub mod get;
 pub mod history;
 pub mod lint;
 pub mod list;
+pub mod preview;
 pub mod request;
 pub mod text;
 pub mod undo;
@@ -90,6 +91,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Lint { filename, offline } => {
             return lint::run(&cli.global, filename, *offline).await;
         }
+        Command::Preview(args) => return preview::run(&cli.global, args).await,
         Command::Completion { shell } => {
             print!("{}", complete::script(*shell)?);
             return Ok(0);
@@ -113,7 +115,7 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
             timeout,
             output,
         } => wait::wait_for(&ctx, &name, timeout, output).await,
-        Command::Lint { .. } | Command::Completion { .. } => Ok(EXIT_ERROR),
+        Command::Lint { .. } | Command::Completion { .. } | Command::Preview(_) => Ok(EXIT_ERROR),
         Command::Set(SetCommand::Image { name, images, wait }) => {
             edit::set_image(&ctx, &name, &images, &wait).await
         }

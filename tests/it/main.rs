@@ -45,6 +45,7 @@ mod leader;
 mod metrics_pipeline;
 mod monitoring;
 mod plugin;
+mod preview;
 mod rollback;
 mod server_side_apply;
 mod shutdown;

@@ -22,6 +22,7 @@ pub mod observation;
 pub mod reasons;
 pub mod replicas;
 pub mod request;
+pub mod simulate;
 pub mod spec;
 pub mod spec_error;
 pub mod steps;

@@ -1,0 +1,231 @@
+//! `kubectl releaseplan preview` against the real control plane and the real
+//! operator: a preview of a change, then the change applied and its rollout
+//! compared with the preview step by step; and a Deployment the API server
+//! refuses, caught by the preview's dry run before anything is applied.
+
+use crate::support;
+
+use kube::Client;
+use releaseplan::api::Phase;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use support::fixtures::{plan, refused_template, template};
+use support::plans::{create_stable, get, revisions, set_components};
+use support::{Harness, WAIT, plans, wait_until};
+
+/// Runs the plugin in namespace `ns`: (exit code, stdout, stderr).
+async fn rp_in(ns: &str, args: &[&str]) -> (i32, String, String) {
+    let mut args: Vec<String> = args.iter().map(ToString::to_string).collect();
+    args.extend(["-n".to_string(), ns.to_string()]);
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-releaseplan"))
+            .args(&args)
+            .output()
+            .expect("cannot run kubectl-releaseplan");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .expect("plugin thread")
+}
+
+fn components(version: &str) -> Value {
+    json!([
+        {"name": "web", "replicas": 4, "template": template(&format!("shop:{version}"))},
+        {"name": "api", "replicas": 2, "template": template(&format!("api:{version}"))},
+    ])
+}
+
+/// Two weights, each held by a pause until promoted, so that the real
+/// rollout stays at each step long enough to be compared.
+fn steps() -> Value {
+    json!([{"setWeight": 25}, {"pause": {}}, {"setWeight": 50}, {"pause": {}}])
+}
+
+/// Writes a plan file and previews it from the live plan.
+async fn preview(ns: &str, dir: &std::path::Path, spec: Value) -> (i32, Value, String) {
+    let file = dir.join("plan.yaml");
+    let doc = serde_json::to_value(plan("shop", spec)).unwrap();
+    std::fs::write(&file, yaml_serde::to_string(&doc).unwrap()).unwrap();
+    let (code, stdout, stderr) = rp_in(
+        ns,
+        &[
+            "preview",
+            "-f",
+            file.to_str().unwrap(),
+            "--live",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    let v: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not a JSON document ({e}): exit {code}\n{stdout}\n{stderr}"));
+    (code, v, stderr)
+}
+
+/// The replicas of each component's Deployments by image prefix: component
+/// -> (replicas of version `new`, replicas of every other).
+async fn live_split(client: &Client, ns: &str, new: &str) -> BTreeMap<String, (i64, i64)> {
+    let mut out: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for (_, (replicas, _, image)) in revisions(client, ns, "shop").await {
+        let (component, version) = image.split_once(':').unwrap();
+        let name = if component == "shop" { "web" } else { "api" };
+        let e = out.entry(name.to_string()).or_default();
+        if version == new {
+            e.0 += i64::from(replicas);
+        } else {
+            e.1 += i64::from(replicas);
+        }
+    }
+    out
+}
+
+fn preview_split(step: &Value) -> BTreeMap<String, (i64, i64)> {
+    step["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                (
+                    c["currentReplicas"].as_i64().unwrap(),
+                    c["stableReplicas"].as_i64().unwrap(),
+                ),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn preview_matches_the_real_rollout_step_by_step() {
+    let (h, _op) = Harness::with_operator("preview").await;
+    let (client, ns) = (&h.client, h.ns.as_str());
+    create_stable(
+        client,
+        ns,
+        "shop",
+        json!({"components": components("1"), "strategy": {"steps": steps()}}),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let (code, v, stderr) = preview(
+        ns,
+        dir.path(),
+        json!({"components": components("2"), "strategy": {"steps": steps()}}),
+    )
+    .await;
+    assert_eq!(code, 0, "{v:#}\n{stderr}");
+    assert_eq!(v["kind"], "Preview");
+    assert_eq!(v["result"], "Stable");
+    assert_eq!(v["rollout"], true);
+    assert_eq!(v["fromLive"], true);
+    for c in v["changes"].as_array().unwrap() {
+        assert_eq!(c["newRevision"], true, "{c}");
+        assert_eq!(
+            c["fields"],
+            json!(["template.spec.containers[app].image"]),
+            "{c}"
+        );
+    }
+    let dry = &v["dryRun"];
+    assert_eq!(dry["plan"]["result"], "accepted", "{dry}");
+    assert_eq!(dry["deployments"].as_array().unwrap().len(), 2, "{dry}");
+    assert!(
+        dry["deployments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["result"] == "accepted"),
+        "{dry}"
+    );
+    // The dry run stored nothing: the plan is as it was.
+    assert_eq!(
+        live_split(client, ns, "2")
+            .await
+            .values()
+            .map(|s| s.0)
+            .sum::<i64>(),
+        0
+    );
+    let steps = v["steps"].as_array().unwrap().clone();
+    let held: Vec<&Value> = steps
+        .iter()
+        .filter(|s| s["waitsForPromotion"] == true)
+        .collect();
+    assert_eq!(held.len(), 2, "{v:#}");
+
+    set_components(client, ns, "shop", components("2")).await;
+    // At each step that holds for a promotion, the real rollout settles where
+    // the preview said: the step, its weight, and every component's split.
+    for step in held {
+        let index = step["index"].as_i64().unwrap();
+        let want = preview_split(step);
+        let got = wait_until(
+            WAIT,
+            &format!("the rollout to hold at step {index} as previewed ({want:?})"),
+            || async {
+                let p = get(client, ns, "shop").await?;
+                let s = p.status.clone()?;
+                if s.phase != Phase::RollingOut
+                    || i64::from(s.current_step) != index
+                    || i64::from(s.weight) != step["weight"].as_i64()?
+                {
+                    return None;
+                }
+                let got = live_split(client, ns, "2").await;
+                (got == want).then_some(got)
+            },
+        )
+        .await;
+        assert_eq!(got, want);
+        plans::request(client, ns, "shop", "promote").await;
+    }
+    let last = steps.last().unwrap();
+    assert_eq!(last["text"], "stable");
+    let want = preview_split(last);
+    plans::wait_phase(client, ns, "shop", Phase::Stable, WAIT).await;
+    wait_until(
+        WAIT,
+        "the old revisions to be scaled down as previewed",
+        || async { (live_split(client, ns, "2").await == want).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn preview_dry_run_catches_a_deployment_the_api_server_refuses() {
+    let (h, _op) = Harness::with_operator("preview-refused").await;
+    let (client, ns) = (&h.client, h.ns.as_str());
+    create_stable(
+        client,
+        ns,
+        "shop",
+        json!({"components": components("1"), "strategy": {"steps": steps()}}),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut bad = components("1");
+    bad[0]["template"] = refused_template();
+    let (code, v, stderr) = preview(
+        ns,
+        dir.path(),
+        json!({"components": bad, "strategy": {"steps": steps()}}),
+    )
+    .await;
+    assert_eq!(code, 2, "{v:#}\n{stderr}");
+    let deployments = v["dryRun"]["deployments"].as_array().unwrap();
+    assert_eq!(deployments.len(), 1, "only web changes: {v:#}");
+    assert_eq!(deployments[0]["result"], "refused", "{v:#}");
+    assert!(
+        deployments[0]["message"].as_str().unwrap().contains("cpu"),
+        "{v:#}"
+    );
+    // Nothing changed on the cluster.
+    let p = get(client, ns, "shop").await.unwrap();
+    assert_eq!(p.status.unwrap().phase, Phase::Stable);
+}
