@@ -104,7 +104,11 @@ impl GateWork {
                 step: status.current_step,
             }
         };
-        let trials: Vec<Trial> = target.gates.iter().map(|g| target.trial(g.name())).collect();
+        let trials: Vec<Trial> = target
+            .gates
+            .iter()
+            .map(|g| target.trial(g.name()))
+            .collect();
         // A verdict recorded under the other dryRun setting is not one to
         // continue from: the gate starts the step's count again.
         let seed = status

@@ -501,7 +501,9 @@ impl Metrics {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if series.get(key).is_some_and(|g| g.contains(gate)) {
-            self.gate_dry_run.get_or_create(&gate_label(key, gate)).set(1);
+            self.gate_dry_run
+                .get_or_create(&gate_label(key, gate))
+                .set(1);
         }
     }
 
@@ -661,7 +663,10 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("never-evaluated"), "{text}");
-        assert!(!text.contains("gate_dry_run{namespace=\"shop\",plan=\"api\""), "{text}");
+        assert!(
+            !text.contains("gate_dry_run{namespace=\"shop\",plan=\"api\""),
+            "{text}"
+        );
         assert!(text.contains("releaseplan_gate_evaluation_duration_seconds_bucket{le=\"0.25\",kind=\"webhook\"} 1"), "{text}");
         m.remove_gates("shop/web");
         let text = m.render();

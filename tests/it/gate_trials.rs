@@ -115,7 +115,10 @@ async fn a_dry_run_prometheus_gate_fails_without_blocking() {
     let traffic: Traffic = Default::default();
     // The new revision answers half its requests with errors.
     traffic.lock().unwrap().insert(hash_of("shop:1"), (0, 0, 0));
-    traffic.lock().unwrap().insert(hash_of("shop:2"), (0, 0, 50));
+    traffic
+        .lock()
+        .unwrap()
+        .insert(hash_of("shop:2"), (0, 0, 50));
     let prom = exporter_and_prometheus(&traffic).await;
     wait_for_data(&prom, &hash_of("shop:1")).await;
     wait_for_data(&prom, &hash_of("shop:2")).await;
@@ -131,13 +134,17 @@ async fn a_dry_run_prometheus_gate_fails_without_blocking() {
     .await;
     // Step 0 does not wait for the trial; at the pause step its Failed
     // verdict is recorded, and nothing rolls back.
-    let p = wait_until(WAIT, "the trial's Failed verdict at the pause step", || async {
-        let p = plans::get(&client, &ns, "shop").await?;
-        never_failed(&p);
-        let s = p.status.clone()?;
-        let g = s.gates.iter().find(|g| g.name == "error-rate")?;
-        (s.current_step == 1 && g.verdict == Verdict::Failed).then_some(p)
-    })
+    let p = wait_until(
+        WAIT,
+        "the trial's Failed verdict at the pause step",
+        || async {
+            let p = plans::get(&client, &ns, "shop").await?;
+            never_failed(&p);
+            let s = p.status.clone()?;
+            let g = s.gates.iter().find(|g| g.name == "error-rate")?;
+            (s.current_step == 1 && g.verdict == Verdict::Failed).then_some(p)
+        },
+    )
     .await;
     let g = p.status.as_ref().unwrap().gates[0].clone();
     assert!(g.dry_run, "{g:?}");
@@ -145,10 +152,7 @@ async fn a_dry_run_prometheus_gate_fails_without_blocking() {
     // Its Event says it is a trial; its metrics are marked as one.
     let events = wait_until(WAIT, "the trial's GateFailed Event", || async {
         let events = plans::plan_events(&client, &ns, "shop").await;
-        events
-            .iter()
-            .any(|e| e.0 == "GateFailed")
-            .then_some(events)
+        events.iter().any(|e| e.0 == "GateFailed").then_some(events)
     })
     .await;
     let failed: Vec<_> = events.iter().filter(|e| e.0 == "GateFailed").collect();
@@ -232,7 +236,9 @@ async fn an_inconclusive_prometheus_gate_pauses_until_promoted() {
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert_eq!(asked[0].1, "Warning");
     assert!(
-        asked[0].2.starts_with("gate error-rate is inconclusive: query returned no data"),
+        asked[0]
+            .2
+            .starts_with("gate error-rate is inconclusive: query returned no data"),
         "{asked:?}"
     );
     // The data arrives, and a human promotes: the next steps ask the gate
@@ -248,7 +254,8 @@ async fn an_inconclusive_prometheus_gate_pauses_until_promoted() {
     let events = plans::plan_events(&client, &ns, "shop").await;
     assert!(
         events.iter().any(|e| e.0 == "StepAdvanced"
-            && e.2.ends_with("(promoted by request over inconclusive gate error-rate)")),
+            && e.2
+                .ends_with("(promoted by request over inconclusive gate error-rate)")),
         "{events:?}"
     );
     drop(prom);
@@ -260,7 +267,9 @@ async fn a_webhook_answers_inconclusive_with_a_json_body() {
         .route(
             "/unsure",
             post(|| async {
-                axum::Json(json!({"verdict": "Inconclusive", "reason": "no traffic\non the canary yet"}))
+                axum::Json(
+                    json!({"verdict": "Inconclusive", "reason": "no traffic\non the canary yet"}),
+                )
             }),
         )
         .route(
@@ -337,9 +346,14 @@ async fn the_api_server_checks_the_trial_fields() {
         ),
     ];
     for (gate, expect) in refused {
-        match api.create(&Default::default(), &with_gate(gate.clone())).await {
+        match api
+            .create(&Default::default(), &with_gate(gate.clone()))
+            .await
+        {
             Ok(_) => panic!("accepted: {gate}"),
-            Err(kube::Error::Api(s)) => assert!(s.message.contains(expect), "{gate}: {}", s.message),
+            Err(kube::Error::Api(s)) => {
+                assert!(s.message.contains(expect), "{gate}: {}", s.message)
+            }
             Err(e) => panic!("{gate}: {e}"),
         }
     }

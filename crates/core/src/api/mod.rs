@@ -990,10 +990,7 @@ impl ReleasePlanStatus {
     pub fn awaits_decision(&self) -> bool {
         self.phase == Phase::RollingOut
             && !self.is_halted()
-            && self
-                .gates
-                .iter()
-                .any(|g| g.awaiting_decision && !g.dry_run)
+            && self.gates.iter().any(|g| g.awaiting_decision && !g.dry_run)
     }
 }
 

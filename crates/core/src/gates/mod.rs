@@ -787,7 +787,14 @@ mod tests {
     #[test]
     fn passes_in_a_row_are_needed_before_passed() {
         let s = run_trial(
-            &[pass(0.0), pass(0.0), fail(0.2), pass(0.0), pass(0.0), pass(0.0)],
+            &[
+                pass(0.0),
+                pass(0.0),
+                fail(0.2),
+                pass(0.0),
+                pass(0.0),
+                pass(0.0),
+            ],
             Limits {
                 failures: 1,
                 inconclusive: 0,
@@ -912,7 +919,14 @@ mod tests {
         );
         let i = Duration::from_secs(30);
         assert_eq!(next_due(Some(&s[1]), i, t(1000)), None);
-        let failed = record_with(Some(&s[1]), "errors", &fail(0.9), limits, Trial::default(), t(99));
+        let failed = record_with(
+            Some(&s[1]),
+            "errors",
+            &fail(0.9),
+            limits,
+            Trial::default(),
+            t(99),
+        );
         assert_eq!(failed.verdict, Verdict::Failed);
         assert!(!failed.awaiting_decision);
     }

@@ -52,7 +52,9 @@ fn failed_errors() -> GateStatus {
         verdict: Verdict::Failed,
         value: Some("0.5".into()),
         failures: 1,
-        message: Some("value 0.5 is not < 0.05: 1 failed evaluations, more than the 0 allowed".into()),
+        message: Some(
+            "value 0.5 is not < 0.05: 1 failed evaluations, more than the 0 allowed".into(),
+        ),
         ..Default::default()
     }
 }
@@ -77,7 +79,10 @@ fn events_of<'a>(sim: &'a Sim, reason: &str) -> Vec<&'a EventIntent> {
         .collect()
 }
 
-fn condition_of<'a>(sim: &'a Sim, type_: &str) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+fn condition_of<'a>(
+    sim: &'a Sim,
+    type_: &str,
+) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
     sim.status
         .conditions
         .iter()
@@ -109,7 +114,12 @@ fn a_failed_dry_run_gate_is_recorded_and_never_stops_the_rollout() {
         assert!(sim.status.failure.is_none(), "{:?}", sim.status.failure);
         // Past weight 20 and the 30s pause, at the pause that waits for promotion.
         assert_eq!(sim.status.current_step, 3);
-        let g = sim.status.gates.iter().find(|g| g.name == "errors").unwrap();
+        let g = sim
+            .status
+            .gates
+            .iter()
+            .find(|g| g.name == "errors")
+            .unwrap();
         assert_eq!(g.verdict, Verdict::Failed);
         assert!(g.dry_run);
         let failed = events_of(&sim, "GateFailed");
@@ -145,8 +155,9 @@ fn a_dry_run_gate_past_its_inconclusive_limit_pauses_nothing() {
     assert!(!sim.has_event("RolloutAwaitingDecision"));
     let ev = events_of(&sim, "GateInconclusive");
     assert!(
-        ev.iter().any(|e| e.message.contains("(dry run)")
-            && e.message.contains("a dry run pauses nothing")),
+        ev.iter()
+            .any(|e| e.message.contains("(dry run)")
+                && e.message.contains("a dry run pauses nothing")),
         "{ev:?}"
     );
     assert_ne!(condition_of(&sim, "Paused").reason, "GateInconclusive");
@@ -164,7 +175,11 @@ fn an_inconclusive_gate_pauses_until_promoted_and_never_fails_or_promotes() {
     // Thirty minutes on, far past the progress deadline and every pause:
     // still at step 0, neither failed nor advanced.
     assert_eq!(sim.status.phase, Phase::RollingOut);
-    assert_eq!(sim.status.rollout_count, started + 1, "one rollout, not restarted");
+    assert_eq!(
+        sim.status.rollout_count,
+        started + 1,
+        "one rollout, not restarted"
+    );
     assert_eq!(sim.status.current_step, 0);
     assert!(sim.status.failure.is_none());
     assert!(sim.status.awaits_decision());
@@ -173,11 +188,21 @@ fn an_inconclusive_gate_pauses_until_promoted_and_never_fails_or_promotes() {
         (paused.status.as_str(), paused.reason.as_str()),
         ("True", "GateInconclusive")
     );
-    assert!(paused.message.starts_with("gate errors is inconclusive: query returned no data"), "{}", paused.message);
+    assert!(
+        paused
+            .message
+            .starts_with("gate errors is inconclusive: query returned no data"),
+        "{}",
+        paused.message
+    );
     assert_eq!(condition_of(&sim, "Progressing").reason, "GateInconclusive");
     assert_eq!(condition_of(&sim, "Stalled").status, "False");
     assert!(
-        sim.status.message.as_deref().unwrap().contains("paused: gate errors is inconclusive"),
+        sim.status
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("paused: gate errors is inconclusive"),
         "{:?}",
         sim.status.message
     );
@@ -185,7 +210,13 @@ fn an_inconclusive_gate_pauses_until_promoted_and_never_fails_or_promotes() {
     let ev = events_of(&sim, "RolloutAwaitingDecision");
     assert_eq!(ev.len(), 1, "{ev:?}");
     assert_eq!(ev[0].type_, EventType::Warning);
-    assert!(ev[0].message.starts_with("gate errors is inconclusive: query returned no data"), "{}", ev[0].message);
+    assert!(
+        ev[0]
+            .message
+            .starts_with("gate errors is inconclusive: query returned no data"),
+        "{}",
+        ev[0].message
+    );
 
     // abort rolls back.
     let mut aborted = sim.clone();
@@ -272,10 +303,17 @@ fn a_dry_run_job_gate_runs_its_job_and_its_failure_stops_nothing() {
     sim.change_image("web", "v2");
     fail_jobs(&mut sim);
     // One Job in the step and one in the final step: each step waited for it.
-    assert_eq!(sim.jobs_created.len(), created + 2, "{:?}", sim.jobs_created);
+    assert_eq!(
+        sim.jobs_created.len(),
+        created + 2,
+        "{:?}",
+        sim.jobs_created
+    );
     let failed = events_of(&sim, "GateFailed");
     assert!(
-        failed.iter().all(|e| e.message.starts_with("gate smoke (dry run): Job ")),
+        failed
+            .iter()
+            .all(|e| e.message.starts_with("gate smoke (dry run): Job ")),
         "{failed:?}"
     );
     assert!(!failed.is_empty());
