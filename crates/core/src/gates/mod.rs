@@ -280,6 +280,9 @@ pub fn record(
 /// measured none); `message` always says why. A `prev` of another gate
 /// (different name) is ignored. Negative limits count as 0, trial counts
 /// below 1 as 1.
+// One arm per kind of result, then the step's final verdicts: the whole
+// fold read in one place.
+#[allow(clippy::too_many_lines)]
 pub fn record_with(
     prev: Option<&GateStatus>,
     name: &str,
