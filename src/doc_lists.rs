@@ -143,6 +143,7 @@ fn sample_metrics() -> String {
     });
     let _ = m.gate_value.get_or_create(&gate);
     let _ = m.gate_failures.get_or_create(&gate);
+    let _ = m.gate_dry_run.get_or_create(&gate);
     let _ = m.gate_duration.get_or_create(&kind);
     let _ = m.gate_errors.get_or_create(&kind);
     let _ = m.kube_requests.get_or_create(&RequestLabel {

@@ -240,14 +240,23 @@ pub fn render_tree(plan: &ReleasePlan, deployments: &[Deployment]) -> String {
         .gates
         .iter()
         .map(|g| {
+            // A dry run's verdict never decides: say so beside it.
+            let verdict = if g.dry_run {
+                format!("{} (dry run)", g.verdict)
+            } else {
+                g.verdict.to_string()
+            };
             let mut row = vec![
                 g.name.clone(),
-                g.verdict.to_string(),
+                verdict,
                 format!("value {}", g.value.as_deref().unwrap_or("-")),
                 format!("failures {}", g.failures),
             ];
             if g.inconclusive > 0 {
                 row.push(format!("inconclusive {}", g.inconclusive));
+            }
+            if g.awaiting_decision && !g.dry_run {
+                row.push("awaiting promote, retry or abort".into());
             }
             if let Some(m) = g.message.as_deref().filter(|m| !m.is_empty()) {
                 row.push(m.to_string());

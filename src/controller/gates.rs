@@ -7,9 +7,10 @@
 //! The runner keeps one task per gate of that (plan, revision, rollout, step):
 //! each waits until its gate is due, calls it with its own timeouts, folds the
 //! result in with the pure [`crate::gates::record`] and wakes the plan's
-//! reconcile. A task ends when the work changes (new step, revision or gate
-//! specs), when the plan no longer needs gates (settled, failed, deleted), or
-//! when its gate has failed.
+//! reconcile. A task ends when the work changes (new or restarted step,
+//! revision, gate specs or trial settings), when the plan no longer needs
+//! gates (settled, failed, deleted), or when its gate has failed or awaits a
+//! human's decision (past its `inconclusiveLimit`).
 //!
 //! Each evaluation first reads the gate's credentials and CA bundle (see
 //! [`crate::gates::access`]) in the task, so a reconcile never waits on that
@@ -26,7 +27,7 @@
 
 use super::policy::PolicyCaches;
 use crate::api::cached::CachedPlan;
-use crate::api::{GateStatus, ReleasePlan, ReleasePlanStatus, Verdict};
+use crate::api::{GateStatus, ReleasePlan, ReleasePlanStatus, Trial, Verdict};
 use crate::gates::access::CredentialReader;
 use crate::gates::outbound::GateHttp;
 use crate::gates::prometheus::TemplateVars;
@@ -51,11 +52,17 @@ const CALL_GRACE: Duration = Duration::from_secs(5);
 pub struct GateWork {
     uid: String,
     rollout: i64,
+    /// When the step started: a `retry` restarts the step (the gates start
+    /// afresh) without changing anything else here.
+    step_started: Option<chrono::DateTime<Utc>>,
     /// The gates, as the core parsed them from the spec.
     gates: Vec<GateSpec>,
     /// Revision, step and query values the gates are told, one per gate (in
     /// the order of `gates`): a gate that names a component is told about it.
     ctxs: Vec<GateContext>,
+    /// Each gate's trial settings (`dryRun`, `consecutiveSuccesses`,
+    /// `consecutiveErrors`), in the order of `gates`.
+    trials: Vec<Trial>,
     /// The verdicts persisted in `status.gates`, where new tasks start from.
     seed: Vec<GateStatus>,
 }
@@ -97,12 +104,33 @@ impl GateWork {
                 step: status.current_step,
             }
         };
+        let trials: Vec<Trial> = target
+            .gates
+            .iter()
+            .map(|g| target.trial(g.name()))
+            .collect();
+        // A verdict recorded under the other dryRun setting is not one to
+        // continue from: the gate starts the step's count again.
+        let seed = status
+            .gates
+            .iter()
+            .filter(|s| {
+                target
+                    .gates
+                    .iter()
+                    .zip(&trials)
+                    .any(|(g, t)| g.name() == s.name && t.dry_run == s.dry_run)
+            })
+            .cloned()
+            .collect();
         Some(GateWork {
             uid: plan.uid().unwrap_or_default(),
             rollout: status.rollout_count,
+            step_started: status.step_started_at,
             gates: target.gates.clone(),
             ctxs: target.gates.iter().map(ctx_of).collect(),
-            seed: status.gates.clone(),
+            trials,
+            seed,
         })
     }
 
@@ -110,8 +138,10 @@ impl GateWork {
     fn same_as(&self, other: &GateWork) -> bool {
         self.uid == other.uid
             && self.rollout == other.rollout
+            && self.step_started == other.step_started
             && self.gates == other.gates
             && self.ctxs == other.ctxs
+            && self.trials == other.trials
     }
 }
 
@@ -200,6 +230,7 @@ impl GateRunner {
                             name: gate.name().to_string(),
                             verdict: Verdict::Pending,
                             message: Some("not evaluated yet".into()),
+                            dry_run: target_dry_run(&work, gate.name()),
                             ..GateStatus::default()
                         })
                 })
@@ -261,7 +292,7 @@ impl GateRunner {
                 .cloned();
             let prev = prev.filter(|p| p.last_evaluated.is_some());
             let Some(wait) = g::next_due(prev.as_ref(), gate.interval(), Utc::now()) else {
-                return; // Failed: final for this step.
+                return; // Failed or awaiting a decision: final for this step.
             };
             tokio::time::sleep(wait).await;
             if !self.plan_exists(&key, &work.uid) {
@@ -269,18 +300,18 @@ impl GateRunner {
                 return;
             }
             let result = self.evaluate(gate, work.ctxs.get(index)).await;
-            let limits = gate.limits();
-            let st = g::record(
+            let trial = work.trials.get(index).copied().unwrap_or_default();
+            let st = g::record_with(
                 prev.as_ref(),
                 gate.name(),
                 &result,
-                limits.failures,
-                limits.inconclusive,
+                gate.limits(),
+                trial,
                 Utc::now(),
             );
-            let failed = st.verdict == Verdict::Failed;
+            let last = st.verdict == Verdict::Failed || st.awaiting_decision;
             self.store(&key, &work, index, &verdicts, st);
-            if failed {
+            if last {
                 return;
             }
         }
@@ -336,6 +367,9 @@ impl GateRunner {
                 let value = st.value.as_deref().and_then(|s| s.parse::<f64>().ok());
                 self.metrics
                     .set_gate(&series_key(key), &st.name, value, i64::from(st.failures));
+                if st.dry_run {
+                    self.metrics.mark_dry_run(&series_key(key), &st.name);
+                }
             }
         }
         debug!(plan = %key, gate = %st.name, verdict = %st.verdict, "gate evaluated");
@@ -368,6 +402,14 @@ fn series_key(key: &ObjectRef<ReleasePlan>) -> String {
         key.namespace.as_deref().unwrap_or_default(),
         key.name
     )
+}
+
+/// Whether the gate named `name` of `work` is a dry run.
+fn target_dry_run(work: &GateWork, name: &str) -> bool {
+    work.gates
+        .iter()
+        .zip(&work.trials)
+        .any(|(g, t)| g.name() == name && t.dry_run)
 }
 
 fn snapshot(v: &Verdicts) -> Vec<GateStatus> {

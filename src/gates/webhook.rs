@@ -9,12 +9,17 @@ use super::GateResult;
 use super::access::Resolved;
 use super::http::{read_limited, redirect_reason};
 use super::outbound::{GateHttp, describe};
+use releaseplan_core::gates::text::sanitize;
 
 /// Bytes of an error answer read for the message.
 const MAX_ERROR_BODY: usize = 4096;
+/// Characters of an inconclusive answer's `reason` kept for the message.
+const MAX_REASON_CHARS: usize = 256;
 
 /// Calls a webhook gate: POSTs `body` as JSON with the gate's timeout. A 2xx
-/// answer is a pass (value: the status code). Any other answer, a timeout or
+/// answer is a pass (value: the status code), unless its body is the JSON
+/// `{"verdict": "Inconclusive", "reason": "..."}`: then it is `Inconclusive`
+/// (not retried). Any other answer, a timeout or
 /// a connection error is retried up to `retries` times (default 2) after
 /// 200ms, 400ms, ... (at most 5s); the last attempt decides: a non-2xx answer
 /// gives `Fail` with its status code (and the start of its body only when
@@ -86,6 +91,18 @@ async fn call_once(
     let status = response.status();
     if status.is_success() {
         let value = f64::from(status.as_u16());
+        // A body cut short or unreadable is no explicit verdict: a 2xx passes.
+        let body = read_limited(response, MAX_VERDICT_BODY)
+            .await
+            .map(|(b, _)| b)
+            .unwrap_or_default();
+        if let Some(why) = inconclusive_answer(&body) {
+            let reason = match why.map(|w| sanitize(w.as_bytes(), MAX_REASON_CHARS)) {
+                Some(w) if !w.is_empty() => format!("webhook answered Inconclusive: {w}"),
+                _ => "webhook answered Inconclusive".to_string(),
+            };
+            return (GateResult::Inconclusive { reason }, false);
+        }
         return (GateResult::Pass { value }, false);
     }
     let reason = if status.is_redirection() {

@@ -154,6 +154,9 @@ pub struct Metrics {
     pub gate_value: Family<GateLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// Failed evaluations of each gate in the current step.
     pub gate_failures: Family<GateLabel, Gauge>,
+    /// 1 for each gate of `gate_value`/`gate_failures` that is a dry run
+    /// (`dryRun`): its verdicts never fail, hold or pause the rollout.
+    pub gate_dry_run: Family<GateLabel, Gauge>,
     /// Duration of gate evaluations (credentials read, calls and retries
     /// included), by gate kind.
     pub gate_duration: Family<GateKindLabel, Histogram, fn() -> Histogram>,
@@ -231,6 +234,7 @@ impl Metrics {
         let api_writes = Family::<WriteLabel, Counter>::default();
         let gate_value = Family::<GateLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
         let gate_failures = Family::<GateLabel, Gauge>::default();
+        let gate_dry_run = Family::<GateLabel, Gauge>::default();
         let gate_duration: Family<GateKindLabel, Histogram, fn() -> Histogram> =
             Family::new_with_constructor(gate_histogram);
         let gate_errors = Family::<GateKindLabel, Counter>::default();
@@ -289,6 +293,11 @@ impl Metrics {
             "gate_failures",
             "Failed evaluations of a gate in the current step",
             gate_failures.clone(),
+        );
+        registry.register(
+            "gate_dry_run",
+            "1 for a gate evaluated as a dry run: its verdicts never fail, hold or pause the rollout",
+            gate_dry_run.clone(),
         );
         registry.register(
             "gate_evaluation_duration_seconds",
@@ -380,6 +389,7 @@ impl Metrics {
             api_writes,
             gate_value,
             gate_failures,
+            gate_dry_run,
             gate_duration,
             gate_errors,
             gate_series: Mutex::new(HashMap::new()),
@@ -483,6 +493,20 @@ impl Metrics {
             .insert(gate.to_string());
     }
 
+    /// Marks a gate of the plan `key` evaluated by [`Metrics::set_gate`] as a
+    /// dry run (removed with its other series).
+    pub fn mark_dry_run(&self, key: &str, gate: &str) {
+        let series = self
+            .gate_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if series.get(key).is_some_and(|g| g.contains(gate)) {
+            self.gate_dry_run
+                .get_or_create(&gate_label(key, gate))
+                .set(1);
+        }
+    }
+
     /// Removes every gate series of the plan `key`: its rollout (or step, or
     /// gate list) ended, or it is gone.
     pub fn remove_gates(&self, key: &str) {
@@ -494,6 +518,7 @@ impl Metrics {
             let label = gate_label(key, &gate);
             self.gate_value.remove(&label);
             self.gate_failures.remove(&label);
+            self.gate_dry_run.remove(&label);
         }
     }
 
@@ -607,6 +632,8 @@ mod tests {
         m.set_gate("shop/web", "errors", Some(0.5), 1);
         m.set_gate("shop/web", "smoke", None, 0);
         m.set_gate("shop/api", "errors", Some(0.1), 0);
+        m.mark_dry_run("shop/web", "smoke");
+        m.mark_dry_run("shop/web", "never-evaluated");
         m.gate_duration
             .get_or_create(&GateKindLabel {
                 kind: "webhook".into(),
@@ -627,6 +654,17 @@ mod tests {
         );
         assert!(
             text.contains("releaseplan_gate_errors_total{kind=\"prometheus\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "releaseplan_gate_dry_run{namespace=\"shop\",plan=\"web\",gate=\"smoke\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("never-evaluated"), "{text}");
+        assert!(
+            !text.contains("gate_dry_run{namespace=\"shop\",plan=\"api\""),
             "{text}"
         );
         assert!(text.contains("releaseplan_gate_evaluation_duration_seconds_bucket{le=\"0.25\",kind=\"webhook\"} 1"), "{text}");

@@ -381,6 +381,7 @@ fn hook(url: String, retries: i32, timeout_seconds: i32) -> WebhookGate {
             url,
             timeout_seconds: Some(timeout_seconds),
             retries: Some(retries),
+            inconclusive_limit: None,
         },
         ..WebhookGate::default()
     }

@@ -38,6 +38,7 @@ mod faults;
 mod gate_access;
 mod gate_policy;
 mod gate_templates;
+mod gate_trials;
 mod gated_rollout;
 mod gates;
 mod job_gates;

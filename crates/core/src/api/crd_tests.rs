@@ -199,8 +199,8 @@ fn carries_the_cel_rules_and_bounds() {
     let gate = schema_at(spec, &["health", "gates", "[]"]);
     assert_eq!(
         rules(gate).len(),
-        3,
-        "one kind, access only on HTTP kinds, auth or Authorization"
+        4,
+        "one kind, access only on HTTP kinds, auth or Authorization, no consecutive counts on Job gates"
     );
     assert_eq!(rules(schema_at(gate, &["name"])).len(), 1, "gate name");
     for (kind, field) in [

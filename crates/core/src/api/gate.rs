@@ -141,7 +141,8 @@ pub const MAX_GATES: u32 = 16;
 #[x_kube(
     validation = Rule::new("[has(self.prometheus), has(self.webhook), has(self.job), has(self.template)].filter(k, k).size() == 1").message("a gate holds exactly one kind: set one of prometheus, webhook, job and template"),
     validation = Rule::new("has(self.prometheus) || has(self.webhook) || (!has(self.auth) && !has(self.headers) && !has(self.tls))").message("auth, headers and tls apply to prometheus and webhook gates only (a template gate takes them from its template)"),
-    validation = Rule::new(access::AUTH_HEADER_RULE).message(access::AUTH_HEADER_MESSAGE)
+    validation = Rule::new(access::AUTH_HEADER_RULE).message(access::AUTH_HEADER_MESSAGE),
+    validation = Rule::new("!has(self.job) || (!has(self.consecutiveSuccesses) && !has(self.consecutiveErrors))").message("consecutiveSuccesses and consecutiveErrors apply to prometheus, webhook and template gates: a Job gate runs once per step")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct Gate {
@@ -192,6 +193,70 @@ pub struct Gate {
     /// when a step starts and kept as read (`status.resolvedGates`) until the step ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<TemplateUse>,
+
+    /// Trial the gate: it runs and its verdicts are recorded in status, Events and
+    /// metrics as for any gate, but it never fails, holds or pauses the rollout.
+    /// Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<bool>,
+
+    /// Passing evaluations in a row the gate needs before its verdict is Passed
+    /// (a failed, inconclusive or counted error evaluation starts the count again).
+    /// Not for Job gates. Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub consecutive_successes: Option<i32>,
+
+    /// Errors in a row (timeout, connection refused, an error answer) before they
+    /// count as one failed evaluation; a lone error keeps the previous verdict. Not
+    /// for Job gates. Default 2: one flaky scrape is tolerated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub consecutive_errors: Option<i32>,
+}
+
+/// How a gate of `health.gates` is trialled and judged over time, whatever
+/// its kind (`dryRun`, `consecutiveSuccesses`, `consecutiveErrors`), with
+/// the defaults applied. Gates of the deprecated lists take the defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Trial {
+    /// Verdicts are recorded but never fail, hold or pause the rollout.
+    pub dry_run: bool,
+    /// Passes in a row before the verdict is Passed.
+    pub consecutive_successes: i32,
+    /// Errors in a row that count as one failed evaluation.
+    pub consecutive_errors: i32,
+}
+
+/// `consecutiveErrors` when unset: one flaky scrape is tolerated.
+pub const DEFAULT_CONSECUTIVE_ERRORS: i32 = 2;
+
+impl Default for Trial {
+    fn default() -> Self {
+        Trial {
+            dry_run: false,
+            consecutive_successes: 1,
+            consecutive_errors: DEFAULT_CONSECUTIVE_ERRORS,
+        }
+    }
+}
+
+impl Trial {
+    /// The trial settings of `gate`, defaults applied (each at least 1).
+    pub fn of(gate: &Gate) -> Trial {
+        let d = Trial::default();
+        Trial {
+            dry_run: gate.dry_run.unwrap_or(d.dry_run),
+            consecutive_successes: gate
+                .consecutive_successes
+                .unwrap_or(d.consecutive_successes)
+                .max(1),
+            consecutive_errors: gate
+                .consecutive_errors
+                .unwrap_or(d.consecutive_errors)
+                .max(1),
+        }
+    }
 }
 
 /// The template a gate is made from, and its arguments.
@@ -242,6 +307,8 @@ pub struct GateAt {
     pub kind_key: Option<&'static str>,
     /// The gate.
     pub entry: GateEntry,
+    /// Its trial settings (defaults in the deprecated lists).
+    pub trial: Trial,
 }
 
 impl GateAt {
@@ -254,7 +321,19 @@ impl GateAt {
         }
         let first = field.split(['.', '[']).next().unwrap_or(field);
         match self.kind_key {
-            Some(key) if !matches!(first, "name" | "component" | "auth" | "headers" | "tls") => {
+            Some(key)
+                if !matches!(
+                    first,
+                    "name"
+                        | "component"
+                        | "auth"
+                        | "headers"
+                        | "tls"
+                        | "dryRun"
+                        | "consecutiveSuccesses"
+                        | "consecutiveErrors"
+                ) =>
+            {
                 format!("{}.{key}.{field}", self.path)
             }
             _ => format!("{}.{field}", self.path),
@@ -381,12 +460,14 @@ impl Health {
                 path,
                 kind_key: Some(key),
                 entry,
+                trial: Trial::of(g),
             });
         }
         let old = |list: &str, i: usize, entry: GateEntry| GateAt {
             path: format!("spec.health.{list}[{i}]"),
             kind_key: None,
             entry,
+            trial: Trial::default(),
         };
         for (i, g) in self.prometheus.iter().enumerate() {
             out.push(old("prometheus", i, GateEntry::Prometheus(g.clone())));

@@ -44,8 +44,9 @@ pub struct PrometheusCheck {
     #[schemars(range(min = 0, max = 100))]
     pub failure_limit: Option<i32>,
 
-    /// Inconclusive evaluations (no data, NaN, several series) tolerated before the
-    /// rollout fails. Default 3.
+    /// Inconclusive evaluations (no data, NaN, several series) tolerated in a step;
+    /// one more pauses the rollout until a human promotes or aborts it (never a
+    /// rollback, never a promotion). Default 3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100))]
     pub inconclusive_limit: Option<i32>,
@@ -74,6 +75,13 @@ pub struct WebhookCheck {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 10))]
     pub retries: Option<i32>,
+
+    /// Inconclusive answers (a 2xx with the JSON body `{"verdict": "Inconclusive"}`)
+    /// tolerated in a step; one more pauses the rollout until a human promotes or
+    /// aborts it. Default 0: the first inconclusive answer asks a human.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub inconclusive_limit: Option<i32>,
 }
 
 /// A Job gate's Job.

@@ -36,7 +36,9 @@ use serde::{Deserialize, Serialize};
 pub const MAX_TEMPLATE_GATES: u32 = gate::MAX_GATES + 8;
 
 pub use adopt::{ANNOTATION_ADOPTED_REPLICAS, Adopt, AdoptedStatus};
-pub use gate::{Gate, GateAt, GateEntry, Health, NotOneKind, TemplateUse};
+pub use gate::{
+    DEFAULT_CONSECUTIVE_ERRORS, Gate, GateAt, GateEntry, Health, NotOneKind, TemplateUse, Trial,
+};
 pub use kind_gates::{
     DEFAULT_JOB_TIMEOUT_SECONDS, JobCheck, JobGate, MAX_JOB_CONTAINERS, PrometheusCheck,
     PrometheusGate, WebhookCheck, WebhookGate,
@@ -982,6 +984,14 @@ impl ReleasePlanStatus {
     pub fn is_halted(&self) -> bool {
         self.phase == Phase::RollingOut && self.failure.is_some()
     }
+
+    /// Rolling out and paused on a gate (not a dry run) over its
+    /// `inconclusiveLimit`: it needs a human (`promote`, `retry` or `abort`).
+    pub fn awaits_decision(&self) -> bool {
+        self.phase == Phase::RollingOut
+            && !self.is_halted()
+            && self.gates.iter().any(|g| g.awaiting_decision && !g.dry_run)
+    }
 }
 
 impl ComponentStatus {
@@ -1015,6 +1025,25 @@ pub struct GateStatus {
     /// Why the gate has its verdict.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The gate is a trial (`dryRun`): its verdict never fails, holds or pauses the rollout.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// Passing evaluations in a row (counted against `consecutiveSuccesses`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub consecutive_successes: i32,
+    /// Errors in a row not yet counted as a failure (see `consecutiveErrors`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub consecutive_errors: i32,
+    /// More inconclusive evaluations than its `inconclusiveLimit`: the rollout is
+    /// paused until a human promotes, retries or aborts it (unless the gate is a dry run).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub awaiting_decision: bool,
+}
+
+// serde's skip_serializing_if takes a reference.
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// Why a rollout failed.

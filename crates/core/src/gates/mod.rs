@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::api::{GateAt, GateEntry, GateStatus, Verdict};
+use crate::api::{GateAt, GateEntry, GateStatus, Trial, Verdict};
 
 /// `timeoutSeconds` of Prometheus and webhook gates when unset.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -122,7 +122,10 @@ impl GateSpec {
                 failures: p.failure_limit,
                 inconclusive: p.inconclusive_limit,
             },
-            GateSpec::Webhook(_) => webhook::LIMITS,
+            GateSpec::Webhook(w) => Limits {
+                failures: webhook::FAILURE_LIMIT,
+                inconclusive: w.inconclusive_limit,
+            },
         }
     }
 
@@ -232,19 +235,8 @@ pub fn format_value(v: f64) -> String {
 }
 
 /// Folds one evaluation into the gate's previous status and decides the
-/// verdict.
-///
-/// - `Pass`: verdict `Passed`; the failure and inconclusive counts are kept.
-/// - `Fail` and `Error`: one more failure; `Failed` once failures exceed
-///   `failure_limit`, else `Pending` ("n of m failures allowed").
-/// - `Inconclusive`: one more inconclusive; `Failed` once they exceed
-///   `inconclusive_limit`, else `Inconclusive`.
-///
-/// `Failed` is final for the step: once a count has exceeded its limit, later
-/// results keep the verdict `Failed` (the controller resets gate statuses at
-/// every step change). `value` holds the last numeric value measured (kept
-/// when this evaluation measured none); `message` always says why. A `prev`
-/// of another gate (different name) is ignored. Negative limits count as 0.
+/// verdict, one error counting as a failed evaluation and one pass passing
+/// (`consecutiveErrors: 1`, `consecutiveSuccesses: 1`); see [`record_with`].
 pub fn record(
     prev: Option<&GateStatus>,
     name: &str,
@@ -253,49 +245,140 @@ pub fn record(
     inconclusive_limit: i32,
     now: DateTime<Utc>,
 ) -> GateStatus {
+    let limits = Limits {
+        failures: failure_limit,
+        inconclusive: inconclusive_limit,
+    };
+    let trial = Trial {
+        consecutive_errors: 1,
+        ..Trial::default()
+    };
+    record_with(prev, name, result, limits, trial, now)
+}
+
+/// Folds one evaluation into the gate's previous status and decides the
+/// verdict, with the gate's kind's `limits` and its `trial` settings.
+///
+/// - `Pass`: one more pass in a row; `Passed` once `consecutive_successes`
+///   passes in a row are counted, else `Pending`. The failure and
+///   inconclusive counts are kept.
+/// - `Fail`: one more failure; `Failed` once failures exceed
+///   `limits.failures`, else `Pending` ("n of m failures allowed").
+/// - `Error`: one more error in a row; the `consecutive_errors`-th counts as
+///   a `Fail`. Before that the previous verdict stays (`Pending` when there
+///   is none): a lone flaky scrape neither passes nor fails a gate.
+/// - `Inconclusive`: one more inconclusive; within `limits.inconclusive` the
+///   verdict is `Inconclusive`; past it the verdict stays `Inconclusive` and
+///   `awaiting_decision` is set: the rollout pauses for a human (the machine
+///   reads it; never a failure).
+///
+/// `Failed` and `awaiting_decision` are final for the step: later results
+/// keep them (the controller resets gate statuses at every step change), a
+/// failure overriding a pending decision. Anything but a pass starts the
+/// passes in a row again; anything but an error ends the errors in a row.
+/// `value` holds the last numeric value measured (kept when this evaluation
+/// measured none); `message` always says why. A `prev` of another gate
+/// (different name) is ignored. Negative limits count as 0, trial counts
+/// below 1 as 1.
+// One arm per kind of result, then the step's final verdicts: the whole
+// fold read in one place.
+#[allow(clippy::too_many_lines)]
+pub fn record_with(
+    prev: Option<&GateStatus>,
+    name: &str,
+    result: &GateResult,
+    limits: Limits,
+    trial: Trial,
+    now: DateTime<Utc>,
+) -> GateStatus {
     let prev = prev.filter(|p| p.name == name);
-    let failure_limit = failure_limit.max(0);
-    let inconclusive_limit = inconclusive_limit.max(0);
+    let failure_limit = limits.failures.max(0);
+    let inconclusive_limit = limits.inconclusive.max(0);
+    let need_passes = trial.consecutive_successes.max(1);
+    let need_errors = trial.consecutive_errors.max(1);
     let mut failures = prev.map_or(0, |p| p.failures.max(0));
     let mut inconclusive = prev.map_or(0, |p| p.inconclusive.max(0));
-    let already_failed = prev.is_some_and(|p| p.verdict == Verdict::Failed)
-        || failures > failure_limit
-        || inconclusive > inconclusive_limit;
+    let mut passes = prev.map_or(0, |p| p.consecutive_successes.max(0));
+    let mut errors = prev.map_or(0, |p| p.consecutive_errors.max(0));
+    let already_failed =
+        prev.is_some_and(|p| p.verdict == Verdict::Failed) || failures > failure_limit;
+    let already_awaiting =
+        prev.is_some_and(|p| p.awaiting_decision) || inconclusive > inconclusive_limit;
+    let mut awaiting = false;
+
+    let count_failure = |failures: &mut i32, reason: &str| {
+        *failures = failures.saturating_add(1);
+        if *failures > failure_limit {
+            (
+                Verdict::Failed,
+                format!(
+                    "{reason}: {failures} failed evaluations, more than the {failure_limit} allowed"
+                ),
+            )
+        } else {
+            (
+                Verdict::Pending,
+                format!("{reason} ({failures} of {failure_limit} failures allowed)"),
+            )
+        }
+    };
 
     let (verdict, message) = match result {
         GateResult::Pass { value } => {
+            errors = 0;
+            passes = passes.saturating_add(1);
             let mut msg = format!("value {} passed", format_value(*value));
-            if failures > 0 || inconclusive > 0 {
+            if passes < need_passes {
+                let _ = write!(msg, " ({passes} of {need_passes} passes in a row needed)");
+            } else if failures > 0 || inconclusive > 0 {
                 let _ = write!(
                     msg,
                     " ({failures} failed and {inconclusive} inconclusive evaluations in this step)"
                 );
             }
-            (Verdict::Passed, msg)
-        }
-        GateResult::Fail { reason, .. } | GateResult::Error { reason } => {
-            failures = failures.saturating_add(1);
-            if failures > failure_limit {
-                (
-                    Verdict::Failed,
-                    format!(
-                        "{reason}: {failures} failed evaluations, more than the {failure_limit} allowed"
-                    ),
-                )
+            let verdict = if passes >= need_passes {
+                Verdict::Passed
             } else {
+                Verdict::Pending
+            };
+            (verdict, msg)
+        }
+        GateResult::Fail { reason, .. } => {
+            errors = 0;
+            passes = 0;
+            count_failure(&mut failures, reason)
+        }
+        GateResult::Error { reason } => {
+            errors = errors.saturating_add(1);
+            if errors >= need_errors {
+                let reason = if need_errors > 1 {
+                    format!("{reason} ({errors} errors in a row)")
+                } else {
+                    reason.clone()
+                };
+                errors = 0;
+                passes = 0;
+                count_failure(&mut failures, &reason)
+            } else {
+                let kept = prev.map_or(Verdict::Pending, |p| p.verdict);
                 (
-                    Verdict::Pending,
-                    format!("{reason} ({failures} of {failure_limit} failures allowed)"),
+                    kept,
+                    format!(
+                        "{reason} ({errors} of {need_errors} errors in a row before one counts as a failure)"
+                    ),
                 )
             }
         }
         GateResult::Inconclusive { reason } => {
+            errors = 0;
+            passes = 0;
             inconclusive = inconclusive.saturating_add(1);
             if inconclusive > inconclusive_limit {
+                awaiting = true;
                 (
-                    Verdict::Failed,
+                    Verdict::Inconclusive,
                     format!(
-                        "{reason}: {inconclusive} inconclusive evaluations, more than the {inconclusive_limit} allowed"
+                        "{reason}: {inconclusive} inconclusive evaluations, more than the {inconclusive_limit} allowed; the rollout waits for promote or abort"
                     ),
                 )
             } else {
@@ -309,13 +392,26 @@ pub fn record(
         }
     };
 
+    let earlier = || {
+        prev.and_then(|p| p.message.as_deref())
+            .unwrap_or("a limit was exceeded")
+    };
     let (verdict, message) = if already_failed && verdict != Verdict::Failed {
-        let earlier = prev
-            .and_then(|p| p.message.as_deref())
-            .unwrap_or("a limit was exceeded");
         (
             Verdict::Failed,
-            format!("failed earlier in this step ({earlier}); last evaluation: {message}"),
+            format!(
+                "failed earlier in this step ({}); last evaluation: {message}",
+                earlier()
+            ),
+        )
+    } else if already_awaiting && verdict != Verdict::Failed {
+        awaiting = true;
+        (
+            Verdict::Inconclusive,
+            format!(
+                "inconclusive earlier in this step ({}); last evaluation: {message}",
+                earlier()
+            ),
         )
     } else {
         (verdict, message)
@@ -332,11 +428,16 @@ pub fn record(
         inconclusive,
         last_evaluated: Some(now),
         message: Some(message),
+        dry_run: trial.dry_run,
+        consecutive_successes: passes,
+        consecutive_errors: errors,
+        awaiting_decision: awaiting && verdict != Verdict::Failed,
     }
 }
 
 /// How long until the gate is due: `Some(ZERO)` when due now, `None` when it
-/// will not be evaluated again in this step (verdict `Failed`). For the
+/// will not be evaluated again in this step (verdict `Failed`, or a decision
+/// awaited from a human). For the
 /// controller's requeue. A last evaluation in the future (clock skew) waits at
 /// most one `interval`.
 pub fn next_due(
@@ -347,7 +448,7 @@ pub fn next_due(
     let Some(prev) = prev else {
         return Some(Duration::ZERO);
     };
-    if prev.verdict == Verdict::Failed {
+    if prev.verdict == Verdict::Failed || prev.awaiting_decision {
         return None;
     }
     let Some(last) = prev.last_evaluated else {
@@ -516,8 +617,13 @@ mod tests {
                 Verdict::Inconclusive,
                 Verdict::Inconclusive,
                 Verdict::Inconclusive,
-                Verdict::Failed
+                Verdict::Inconclusive
             ]
+        );
+        // Past the limit: a human decides, never a failure.
+        assert_eq!(
+            s.iter().map(|s| s.awaiting_decision).collect::<Vec<_>>(),
+            [false, false, false, true]
         );
         assert_eq!(s[3].inconclusive, 4);
         assert_eq!(s[3].failures, 0);
@@ -534,9 +640,11 @@ mod tests {
     }
 
     #[test]
-    fn inconclusive_limit_zero_fails_at_first() {
+    fn inconclusive_limit_zero_asks_a_human_at_first() {
         let s = run(&[inconclusive()], 5, 0);
-        assert_eq!(verdicts(&s), [Verdict::Failed]);
+        assert_eq!(verdicts(&s), [Verdict::Inconclusive]);
+        assert!(s[0].awaiting_decision);
+        assert_eq!(s[0].failures, 0);
     }
 
     #[test]
@@ -592,7 +700,7 @@ mod tests {
     #[test]
     fn negative_limits_count_as_zero() {
         assert_eq!(run(&[fail(1.0)], -3, -3)[0].verdict, Verdict::Failed);
-        assert_eq!(run(&[inconclusive()], -3, -3)[0].verdict, Verdict::Failed);
+        assert!(run(&[inconclusive()], -3, -3)[0].awaiting_decision);
     }
 
     #[test]
@@ -654,5 +762,255 @@ mod tests {
         assert_eq!(s.verdict, Verdict::Failed);
         assert!(!is_due(Some(&s), i, t(1000)));
         assert_eq!(next_due(Some(&s), i, t(1000)), None);
+    }
+
+    fn trial(successes: i32, errors: i32) -> Trial {
+        Trial {
+            dry_run: false,
+            consecutive_successes: successes,
+            consecutive_errors: errors,
+        }
+    }
+
+    /// Records results with `trial`, returning every status.
+    fn run_trial(results: &[GateResult], limits: Limits, trial: Trial) -> Vec<GateStatus> {
+        let mut out: Vec<GateStatus> = Vec::new();
+        for (i, r) in results.iter().enumerate() {
+            let s = record_with(out.last(), "errors", r, limits, trial, t(i as i64 * 30));
+            out.push(s);
+        }
+        out
+    }
+
+    const STRICT: Limits = Limits {
+        failures: 0,
+        inconclusive: 0,
+    };
+
+    #[test]
+    fn passes_in_a_row_are_needed_before_passed() {
+        let s = run_trial(
+            &[
+                pass(0.0),
+                pass(0.0),
+                fail(0.2),
+                pass(0.0),
+                pass(0.0),
+                pass(0.0),
+            ],
+            Limits {
+                failures: 1,
+                inconclusive: 0,
+            },
+            trial(3, 2),
+        );
+        assert_eq!(
+            verdicts(&s),
+            [
+                Verdict::Pending,
+                Verdict::Pending,
+                Verdict::Pending,
+                Verdict::Pending,
+                Verdict::Pending,
+                Verdict::Passed
+            ]
+        );
+        let counts: Vec<_> = s.iter().map(|s| s.consecutive_successes).collect();
+        assert_eq!(counts, [1, 2, 0, 1, 2, 3]);
+        assert_eq!(
+            s[1].message.as_deref(),
+            Some("value 0 passed (2 of 3 passes in a row needed)")
+        );
+    }
+
+    #[test]
+    fn one_pass_passes_by_default() {
+        let s = run_trial(&[pass(0.01)], STRICT, Trial::default());
+        assert_eq!(verdicts(&s), [Verdict::Passed]);
+        assert_eq!(s[0].message.as_deref(), Some("value 0.01 passed"));
+    }
+
+    #[test]
+    fn a_lone_error_keeps_the_verdict_by_default() {
+        let s = run_trial(
+            &[pass(0.0), error(), pass(0.0), error(), error()],
+            STRICT,
+            Trial::default(),
+        );
+        assert_eq!(
+            verdicts(&s),
+            [
+                Verdict::Passed,
+                Verdict::Passed,
+                Verdict::Passed,
+                Verdict::Passed,
+                Verdict::Failed
+            ]
+        );
+        let errors: Vec<_> = s.iter().map(|s| s.consecutive_errors).collect();
+        assert_eq!(errors, [0, 1, 0, 1, 0]);
+        assert_eq!(s[4].failures, 1);
+        assert_eq!(
+            s[1].message.as_deref(),
+            Some("connection refused (1 of 2 errors in a row before one counts as a failure)")
+        );
+        assert!(
+            s[4].message
+                .as_deref()
+                .unwrap()
+                .starts_with("connection refused (2 errors in a row): 1 failed evaluations"),
+            "{:?}",
+            s[4].message
+        );
+        // A lone error before any verdict leaves the gate pending.
+        let first = run_trial(&[error()], STRICT, Trial::default());
+        assert_eq!(verdicts(&first), [Verdict::Pending]);
+    }
+
+    #[test]
+    fn counted_errors_are_failures_against_the_limit() {
+        let s = run_trial(
+            &[error(), error(), error(), error()],
+            Limits {
+                failures: 1,
+                inconclusive: 0,
+            },
+            trial(1, 2),
+        );
+        assert_eq!(
+            verdicts(&s),
+            [
+                Verdict::Pending,
+                Verdict::Pending,
+                Verdict::Pending,
+                Verdict::Failed
+            ]
+        );
+        assert_eq!(
+            s.iter().map(|s| s.failures).collect::<Vec<_>>(),
+            [0, 1, 1, 2]
+        );
+    }
+
+    #[test]
+    fn awaiting_a_decision_is_final_for_the_step_but_a_failure_is_not_hidden() {
+        let limits = Limits {
+            failures: 0,
+            inconclusive: 1,
+        };
+        let s = run_trial(
+            &[inconclusive(), inconclusive(), pass(0.0)],
+            limits,
+            Trial::default(),
+        );
+        assert_eq!(
+            verdicts(&s),
+            [
+                Verdict::Inconclusive,
+                Verdict::Inconclusive,
+                Verdict::Inconclusive
+            ]
+        );
+        assert!(s[1].awaiting_decision && s[2].awaiting_decision);
+        assert!(
+            s[2].message
+                .as_deref()
+                .unwrap()
+                .starts_with("inconclusive earlier in this step"),
+            "{:?}",
+            s[2].message
+        );
+        let i = Duration::from_secs(30);
+        assert_eq!(next_due(Some(&s[1]), i, t(1000)), None);
+        let failed = record_with(
+            Some(&s[1]),
+            "errors",
+            &fail(0.9),
+            limits,
+            Trial::default(),
+            t(99),
+        );
+        assert_eq!(failed.verdict, Verdict::Failed);
+        assert!(!failed.awaiting_decision);
+    }
+
+    #[test]
+    fn a_dry_run_is_recorded_like_any_gate() {
+        let dry = Trial {
+            dry_run: true,
+            ..Trial::default()
+        };
+        let s = run_trial(&[fail(0.2)], STRICT, dry);
+        assert_eq!(verdicts(&s), [Verdict::Failed]);
+        assert!(s[0].dry_run);
+        let real = run_trial(&[fail(0.2)], STRICT, Trial::default());
+        assert_eq!(
+            GateStatus {
+                dry_run: false,
+                ..s[0].clone()
+            },
+            real[0]
+        );
+    }
+
+    fn any_result() -> impl proptest::strategy::Strategy<Value = GateResult> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0.0f64..1.0).prop_map(|v| GateResult::Pass { value: v }),
+            (0.0f64..1.0).prop_map(|v| GateResult::Fail {
+                value: Some(v),
+                reason: "bad".into()
+            }),
+            Just(GateResult::Inconclusive {
+                reason: "no data".into()
+            }),
+            Just(GateResult::Error {
+                reason: "refused".into()
+            }),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever the results: inconclusive results alone never fail a
+        /// gate nor pass it; once Failed or awaiting a decision it stays so;
+        /// Passed only right after `consecutive_successes` passes in a row;
+        /// errors alone never pass.
+        #[test]
+        fn record_with_invariants(
+            results in proptest::collection::vec(any_result(), 1..30),
+            failures in 0i32..4,
+            inconclusive in 0i32..4,
+            successes in 1i32..4,
+            errors in 1i32..4,
+        ) {
+            let limits = Limits { failures, inconclusive };
+            let s = run_trial(&results, limits, trial(successes, errors));
+            let mut passes_in_a_row = 0;
+            for (i, (r, st)) in results.iter().zip(&s).enumerate() {
+                passes_in_a_row = match r {
+                    GateResult::Pass { .. } => passes_in_a_row + 1,
+                    GateResult::Error { .. } => passes_in_a_row,
+                    _ => 0,
+                };
+                if st.verdict == Verdict::Passed {
+                    proptest::prop_assert!(passes_in_a_row >= successes || i > 0 && s[i - 1].verdict == Verdict::Passed);
+                }
+                if i > 0 && s[i - 1].verdict == Verdict::Failed {
+                    proptest::prop_assert_eq!(st.verdict, Verdict::Failed);
+                }
+                if i > 0 && s[i - 1].awaiting_decision {
+                    proptest::prop_assert!(st.awaiting_decision || st.verdict == Verdict::Failed);
+                }
+                proptest::prop_assert!(!(st.awaiting_decision && st.verdict != Verdict::Inconclusive));
+            }
+            let only_inconclusive = results.iter().all(|r| matches!(r, GateResult::Inconclusive { .. }));
+            if only_inconclusive {
+                proptest::prop_assert!(s.iter().all(|st| st.verdict == Verdict::Inconclusive));
+                proptest::prop_assert_eq!(s.last().map(|st| st.awaiting_decision), Some(results.len() as i32 > inconclusive));
+            }
+            if results.iter().all(|r| matches!(r, GateResult::Error { .. })) {
+                proptest::prop_assert!(s.iter().all(|st| st.verdict != Verdict::Passed));
+            }
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::access::Access;
-use super::{Limits, timeout_of};
+use super::timeout_of;
 use crate::api::{Phase, WebhookGate};
 
 /// `retries` of a webhook gate when unset.
@@ -15,10 +15,12 @@ pub const DEFAULT_RETRIES: i32 = 2;
 /// Webhook gates have no interval of their own: they are asked this often.
 pub const INTERVAL: Duration = Duration::from_secs(10);
 /// Webhook gates fail the rollout on the first failed call (after its retries).
-pub const LIMITS: Limits = Limits {
-    failures: 0,
-    inconclusive: 0,
-};
+pub const FAILURE_LIMIT: i32 = 0;
+/// `inconclusiveLimit` of a webhook gate when unset: an explicit inconclusive
+/// answer asks a human at once.
+pub const DEFAULT_INCONCLUSIVE_LIMIT: i32 = 0;
+/// Bytes of a 2xx answer read for an explicit verdict.
+pub const MAX_VERDICT_BODY: usize = 4096;
 
 /// Pause before the first retry; doubled before each further one.
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(200);
@@ -40,6 +42,21 @@ pub struct WebhookSpec {
     pub retries: i32,
     /// Credentials, headers and CA bundle, read at each evaluation.
     pub access: Access,
+    /// Inconclusive answers tolerated in a step (default 0).
+    pub inconclusive_limit: i32,
+}
+
+/// What a 2xx answer's body says, when it says `{"verdict": "Inconclusive"}`:
+/// `Some(reason)` (its `reason` string, when there is one). Any other body,
+/// JSON or not, leaves the 2xx a pass, as it always was.
+pub fn inconclusive_answer(body: &[u8]) -> Option<Option<String>> {
+    #[derive(Deserialize)]
+    struct Answer {
+        verdict: Option<String>,
+        reason: Option<String>,
+    }
+    let a: Answer = serde_json::from_slice(body).ok()?;
+    (a.verdict.as_deref() == Some("Inconclusive")).then_some(a.reason)
 }
 
 impl WebhookSpec {
@@ -55,6 +72,11 @@ impl WebhookSpec {
                 .unwrap_or(DEFAULT_RETRIES)
                 .clamp(0, MAX_RETRIES),
             access: Access::of(gate.auth.as_ref(), &gate.headers, gate.tls.as_ref()),
+            inconclusive_limit: gate
+                .check
+                .inconclusive_limit
+                .unwrap_or(DEFAULT_INCONCLUSIVE_LIMIT)
+                .max(0),
         }
     }
 
@@ -95,6 +117,28 @@ pub struct WebhookBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_explicit_answer_is_inconclusive() {
+        assert_eq!(
+            inconclusive_answer(br#"{"verdict":"Inconclusive","reason":"no traffic yet"}"#),
+            Some(Some("no traffic yet".into()))
+        );
+        assert_eq!(
+            inconclusive_answer(br#"{"verdict":"Inconclusive"}"#),
+            Some(None)
+        );
+        for body in [
+            &b""[..],
+            b"ok",
+            br#"{"verdict":"Passed"}"#,
+            br#"{"verdict":"inconclusive"}"#,
+            br#"{"status":"Inconclusive"}"#,
+            b"[1,2]",
+        ] {
+            assert_eq!(inconclusive_answer(body), None, "{body:?}");
+        }
+    }
 
     #[test]
     fn body_is_camel_case_json() {

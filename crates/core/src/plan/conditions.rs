@@ -150,6 +150,7 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
         .map(|f| format!("{} failed ({}): {}", f.gate, f.reason, f.message));
     let paused = facts.paused && s.phase == Phase::RollingOut;
     let halted = s.is_halted();
+    let inconclusive = awaiting_text(s);
     // Measured from the rollback's own start (the next status's step start),
     // not from the failed step's: a rollback that just began is not slow.
     let rollback_age = s
@@ -290,6 +291,9 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
             R::RolloutHalted,
             failure.clone().unwrap_or_default(),
         ),
+        Phase::RollingOut if inconclusive.is_some() => {
+            cond(PROGRESSING, true, R::GateInconclusive, msg.clone())
+        }
         Phase::RollingOut if paused => cond(PROGRESSING, true, R::Paused, msg.clone()),
         Phase::RollingOut => cond(PROGRESSING, true, R::RollingOut, msg.clone()),
         Phase::Stable => cond(PROGRESSING, false, R::Stable, msg.clone()),
@@ -310,7 +314,9 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
             "no rollback in progress",
         )
     };
-    let paused_cond = if paused {
+    let paused_cond = if let Some(text) = inconclusive {
+        cond(PAUSED, true, R::GateInconclusive, text)
+    } else if paused {
         let why = if s.pause_requested {
             R::PauseRequested
         } else {
@@ -344,6 +350,20 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
             paused_cond,
         ],
     )
+}
+
+/// What a rollout paused on an inconclusive gate waits for, naming the gate
+/// and why; `None` when it is not.
+fn awaiting_text(s: &ReleasePlanStatus) -> Option<String> {
+    if !s.awaits_decision() {
+        return None;
+    }
+    let g = s.gates.iter().find(|g| g.awaiting_decision && !g.dry_run)?;
+    Some(format!(
+        "gate {} is inconclusive: {}; promote to continue, retry to evaluate again, or abort to roll back",
+        g.name,
+        g.message.as_deref().unwrap_or("inconclusive")
+    ))
 }
 
 fn indefinite_pause(obs: &Observation, s: &ReleasePlanStatus) -> bool {
@@ -425,10 +445,19 @@ fn phase_message(target: &Target, s: &ReleasePlanStatus, facts: &Facts) -> Strin
             } else {
                 format!("step {}/{steps}", step + 1)
             };
-            let waiting = if facts.paused {
-                "paused"
+            let awaiting = s.gates.iter().find(|g| g.awaiting_decision && !g.dry_run);
+            let waiting = if let Some(g) = awaiting {
+                format!(
+                    "paused: gate {} is inconclusive; promote, retry or abort",
+                    g.name
+                )
+            } else if facts.paused {
+                "paused".to_string()
             } else {
-                target.current_step(step, Duration::ZERO).waiting_for()
+                target
+                    .current_step(step, Duration::ZERO)
+                    .waiting_for()
+                    .to_string()
             };
             format!(
                 "rolling out {current} ({where_}, weight {}%): {waiting}",

@@ -64,8 +64,11 @@ pub struct Facts {
     pub paused: bool,
     /// The current step's replica targets are met and ready.
     pub step_ready: bool,
-    /// Every configured gate passed in this step.
+    /// Every configured gate passed in this step (dry runs left out).
     pub gates_passed: bool,
+    /// A gate (not a dry run) over its `inconclusiveLimit` in this step: the
+    /// rollout waits for promote, retry or abort. Its name and message.
+    pub awaiting: Option<(String, String)>,
     /// The step the rollout is at, with what it waits for.
     pub current: CurrentStep,
     /// A failure seen in this observation.
@@ -110,13 +113,27 @@ impl Facts {
         let current = target.current_step(usize::try_from(step).unwrap_or(usize::MAX), step_age);
         // A template gate that cannot be resolved holds the step like a gate
         // that has not passed.
+        // Dry-run gates are recorded, never waited for (but see Job gates).
         let gates_passed = target.template_problems.is_empty()
-            && target.gates.iter().all(|g| {
-                obs.gates
-                    .iter()
-                    .any(|st| st.name == g.name() && st.verdict == Verdict::Passed)
-            })
-            && super::job_gates(obs, target).all(|g| g.verdict == Verdict::Passed);
+            && target
+                .gates
+                .iter()
+                .filter(|g| !target.dry_run(g.name()))
+                .all(|g| {
+                    obs.gates
+                        .iter()
+                        .any(|st| st.name == g.name() && st.verdict == Verdict::Passed)
+                })
+            // A dry-run Job gate's Job runs once the step's pods are ready:
+            // the step waits for it to finish (at most its timeout), passed
+            // or failed, or the Job would never run.
+            && super::job_gates(obs, target).all(|g| {
+                if g.dry_run {
+                    g.verdict != Verdict::Pending
+                } else {
+                    g.verdict == Verdict::Passed
+                }
+            });
         let mut facts = Facts {
             new_generation: s.observed_generation != Some(obs.generation),
             revision_changed: s.current_revision.as_deref() != Some(target.revision.as_str()),
@@ -125,6 +142,7 @@ impl Facts {
             paused: target.paused || pause_requested,
             step_ready: false,
             gates_passed,
+            awaiting: None,
             current,
             failure: None,
             halted,
@@ -141,6 +159,13 @@ impl Facts {
             Phase::RollingOut => {
                 facts.step_ready = desired::step_ready(obs, target, s);
                 facts.failure = detect_failure(obs, target, &facts);
+                facts.awaiting = super::step_gates(obs, target)
+                    .into_iter()
+                    .find(|g| g.awaiting_decision && !g.dry_run)
+                    .map(|g| {
+                        let why = g.message.unwrap_or_else(|| "inconclusive".into());
+                        (g.name, why)
+                    });
             }
             Phase::RollbackInProgress => {
                 facts.rollback_complete = desired::rollback_complete(obs, target, s);
@@ -180,7 +205,7 @@ fn detect_failure(obs: &Observation, target: &Target, facts: &Facts) -> Option<F
     }
     if let Some(g) = super::step_gates(obs, target)
         .into_iter()
-        .find(|g| g.verdict == Verdict::Failed)
+        .find(|g| g.verdict == Verdict::Failed && !g.dry_run)
     {
         return Some(Failure {
             revision,
@@ -328,6 +353,18 @@ impl Planner {
             return self.set(Cause::Halted(failure.clone()));
         }
         let at_final = f.current == CurrentStep::Final;
+        if f.awaiting.is_some() {
+            // A gate could not decide: a human does. Never a rollback, never
+            // a promotion on its own.
+            match f.request {
+                Some(Action::Retry) => return self.set(Cause::Retry),
+                Some(Action::Promote { .. }) if at_final => {
+                    return self.go(Phase::Stable, Cause::Promoted);
+                }
+                Some(Action::Promote { .. }) => {}
+                _ => return Handled,
+            }
+        }
         match f.request {
             Some(Action::Promote { full: true }) if !at_final => {
                 return self.set(Cause::Advance { to_step: f.steps });
@@ -458,10 +495,12 @@ pub fn events(
             } else {
                 format!("step {}/{}", to_step + 1, facts.steps)
             };
-            let by = if facts.request.is_some() {
-                " (promoted by request)"
-            } else {
-                ""
+            let by = match (&facts.awaiting, facts.request) {
+                (Some((gate, _)), Some(_)) => {
+                    format!(" (promoted by request over inconclusive gate {gate})")
+                }
+                (None, Some(_)) => " (promoted by request)".to_string(),
+                _ => String::new(),
             };
             out.push(normal(
                 EventReason::StepAdvanced,
@@ -470,7 +509,11 @@ pub fn events(
         }
         Cause::Retry => out.push(normal(
             EventReason::RetryRequested,
-            "retrying the halted step".into(),
+            if facts.awaiting.is_some() && !facts.halted {
+                "evaluating the step's gates again".into()
+            } else {
+                "retrying the halted step".into()
+            },
         )),
         Cause::Promoted => out.push(normal(
             EventReason::Promoted,

@@ -320,18 +320,43 @@ fn nothing_to_protect(obs: &Observation, status: &ReleasePlanStatus) -> bool {
 }
 
 /// One event per gate whose verdict changed between the persisted status and
-/// the next one; `Pending` is not news.
+/// the next one; `Pending` is not news. A gate that goes past its
+/// `inconclusiveLimit` gets one `RolloutAwaitingDecision` Warning (a dry-run
+/// gate a `GateInconclusive` one: it pauses nothing). A dry-run gate's
+/// messages say so.
 pub fn gate_events(before: &[GateStatus], after: &[GateStatus]) -> Vec<EventIntent> {
     after
         .iter()
-        .filter(|a| {
-            a.verdict != Verdict::Pending
-                && before
-                    .iter()
-                    .find(|b| b.name == a.name)
-                    .is_none_or(|b| b.verdict != a.verdict)
-        })
-        .map(|a| {
+        .filter_map(|a| {
+            let b = before.iter().find(|b| b.name == a.name);
+            let changed = b.is_none_or(|b| b.verdict != a.verdict);
+            let now_awaiting = a.awaiting_decision && !b.is_some_and(|b| b.awaiting_decision);
+            let trial = if a.dry_run { " (dry run)" } else { "" };
+            let what = a.message.as_deref().unwrap_or(a.verdict.as_str());
+            if now_awaiting {
+                return Some(if a.dry_run {
+                    EventIntent {
+                        type_: EventType::Warning,
+                        reason: EventReason::GateInconclusive,
+                        message: format!(
+                            "gate {}{trial}: {what}; a dry run pauses nothing",
+                            a.name
+                        ),
+                    }
+                } else {
+                    EventIntent {
+                        type_: EventType::Warning,
+                        reason: EventReason::RolloutAwaitingDecision,
+                        message: format!(
+                            "gate {} is inconclusive: {what}; the rollout is paused: promote to continue, retry to evaluate the step's gates again, or abort to roll back",
+                            a.name
+                        ),
+                    }
+                });
+            }
+            if a.verdict == Verdict::Pending || !changed {
+                return None;
+            }
             let (type_, reason) = match a.verdict {
                 Verdict::Passed => (EventType::Normal, EventReason::GatePassed),
                 Verdict::Failed => (EventType::Warning, EventReason::GateFailed),
@@ -339,15 +364,11 @@ pub fn gate_events(before: &[GateStatus], after: &[GateStatus]) -> Vec<EventInte
                     (EventType::Warning, EventReason::GateInconclusive)
                 }
             };
-            EventIntent {
+            Some(EventIntent {
                 type_,
                 reason,
-                message: format!(
-                    "gate {}: {}",
-                    a.name,
-                    a.message.as_deref().unwrap_or(a.verdict.as_str())
-                ),
-            }
+                message: format!("gate {}{trial}: {what}", a.name),
+            })
         })
         .collect()
 }
@@ -471,6 +492,10 @@ pub(crate) fn step_gates(obs: &Observation, target: &Target) -> Vec<GateStatus> 
         .iter()
         .filter(|g| target.gates.iter().any(|t| t.name() == g.name))
         .cloned()
+        .map(|mut g| {
+            g.dry_run = target.dry_run(&g.name);
+            g
+        })
         .chain(job_gates(obs, target))
         .collect()
 }
@@ -480,10 +505,10 @@ pub(crate) fn job_gates<'a>(
     obs: &'a Observation,
     target: &'a Target,
 ) -> impl Iterator<Item = GateStatus> + 'a {
-    target
-        .jobs
-        .iter()
-        .map(|g| jobs::verdict(&obs.plan, g, &obs.status, &obs.jobs, obs.now))
+    target.jobs.iter().map(|g| GateStatus {
+        dry_run: target.dry_run(&g.name),
+        ..jobs::verdict(&obs.plan, g, &obs.status, &obs.jobs, obs.now)
+    })
 }
 
 /// Folds the machine's cause into the next status.

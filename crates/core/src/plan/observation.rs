@@ -73,6 +73,9 @@ pub struct Target {
     /// The component each gate that names one judges, by gate name; the
     /// others judge the first component that changes.
     pub gate_components: BTreeMap<String, String>,
+    /// The trial settings of each gate that changes a default, by gate name
+    /// (see [`Target::trial`]).
+    pub gate_trials: BTreeMap<String, crate::api::Trial>,
     /// The template gates as read for this step (recorded in status).
     pub template_gates: Vec<ResolvedGate>,
     /// The content of each template gate as read, by content hash (kept in
@@ -86,6 +89,17 @@ pub struct Target {
 }
 
 impl Target {
+    /// The trial settings of the gate named `gate` (the defaults when it
+    /// changes none).
+    pub fn trial(&self, gate: &str) -> crate::api::Trial {
+        self.gate_trials.get(gate).copied().unwrap_or_default()
+    }
+
+    /// The gate named `gate` is a dry run: it never fails, holds or pauses the rollout.
+    pub fn dry_run(&self, gate: &str) -> bool {
+        self.trial(gate).dry_run
+    }
+
     /// Validates a spec and computes its revisions (Job gates at the default
     /// Pod Security Standard level).
     pub fn from_spec(spec: &ReleasePlanSpec) -> Result<Self, SpecError> {
@@ -102,6 +116,7 @@ impl Target {
             gates,
             jobs,
             gate_components,
+            gate_trials,
         } = spec::check_spec_at(spec, pod_security)?;
         let components: Vec<TargetComponent> = spec
             .components
@@ -140,6 +155,7 @@ impl Target {
             gates,
             jobs,
             gate_components,
+            gate_trials,
             template_gates: Vec::new(),
             template_contents: BTreeMap::new(),
             template_problems: Vec::new(),

@@ -79,6 +79,9 @@ reasons! {
         GateFailed,
         /// A gate's verdict became Inconclusive.
         GateInconclusive,
+        /// A gate went past its `inconclusiveLimit`: the rollout is paused
+        /// until a human promotes, retries or aborts it.
+        RolloutAwaitingDecision,
         /// A template gate's GateTemplate or ClusterGateTemplate does not exist.
         GateTemplateNotFound,
         /// A template gate's template and arguments do not make a usable gate.
@@ -129,6 +132,9 @@ reasons! {
         SpecPaused,
         /// Held at a pause step until promoted.
         PauseStep,
+        /// Paused on a gate past its `inconclusiveLimit` until promoted,
+        /// retried or aborted.
+        GateInconclusive,
         /// Not held.
         NotPaused,
         /// The spec passed admission but cannot be acted on.

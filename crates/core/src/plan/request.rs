@@ -125,7 +125,7 @@ impl Action {
             Action::Pause | Action::Resume => true,
             Action::Promote { .. } => phase == Phase::RollingOut && !halted,
             Action::Abort => phase == Phase::RollingOut,
-            Action::Retry => phase == Phase::RolledBack || halted,
+            Action::Retry => phase == Phase::RolledBack || halted || status.awaits_decision(),
         };
         if applies {
             Ok(())
@@ -160,7 +160,7 @@ impl std::fmt::Display for NotApplicable {
             ),
             Action::Retry => write!(
                 f,
-                "retry applies only when RolledBack or when a rollout is halted on a failure; the plan is {phase}"
+                "retry applies only when RolledBack, when a rollout is halted on a failure or when it waits on an inconclusive gate; the plan is {phase}"
             ),
             _ => write!(
                 f,

@@ -5,7 +5,7 @@
 //! refuses to act on a spec that fails and says why in a `Stalled` condition.
 
 use super::steps::{Step, strategy_steps};
-use crate::api::{Component, GateAt, GateEntry, ReleasePlanSpec};
+use crate::api::{Component, GateAt, GateEntry, ReleasePlanSpec, Trial};
 use crate::gates::GateSpec;
 use crate::gates::job::JobGateSpec;
 use crate::gates::pod_security::Level as PodSecurity;
@@ -30,6 +30,8 @@ pub struct Checked {
     pub jobs: Vec<JobGateSpec>,
     /// The component each gate that names one judges, by gate name.
     pub gate_components: BTreeMap<String, String>,
+    /// The trial settings of each gate that changes a default, by gate name.
+    pub gate_trials: BTreeMap<String, Trial>,
 }
 
 /// Validates what the state machine relies on and parses steps, thresholds
@@ -103,6 +105,11 @@ pub fn check_spec_at(
         gates,
         jobs,
         gate_components: components_of(&entries),
+        gate_trials: entries
+            .iter()
+            .filter(|at| at.trial != Trial::default())
+            .map(|at| (at.name().to_string(), at.trial))
+            .collect(),
     })
 }
 

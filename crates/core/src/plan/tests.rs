@@ -2403,3 +2403,6 @@ mod autoscale;
 mod adopt_tests;
 #[path = "config_tests.rs"]
 mod config_tests;
+
+#[path = "trial_tests.rs"]
+mod gate_trials;
