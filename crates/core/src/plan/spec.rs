@@ -30,6 +30,8 @@ pub struct Checked {
     pub jobs: Vec<JobGateSpec>,
     /// The component each gate that names one judges, by gate name.
     pub gate_components: BTreeMap<String, String>,
+    /// What each component waits for (`dependsOn`), by component.
+    pub depends_on: BTreeMap<String, Vec<super::order::Dep>>,
 }
 
 /// Validates what the state machine relies on and parses steps, thresholds
@@ -81,6 +83,7 @@ pub fn check_spec_at(
     // Blue-green is one implicit step: the preview, held until promoted (or
     // for autoPromotionSeconds).
     let steps = strategy_steps(&spec.strategy)?;
+    let depends_on = super::order::check(spec)?;
     if spec.strategy.blue_green.is_some()
         && let Some(i) = spec.components.iter().position(|c| c.traffic.is_none())
     {
@@ -103,6 +106,7 @@ pub fn check_spec_at(
         gates,
         jobs,
         gate_components: components_of(&entries),
+        depends_on,
     })
 }
 

@@ -30,6 +30,7 @@ fn component(name: &str, image: &str, replicas: i32) -> Component {
         autoscaling: None,
         config: None,
         adopt: None,
+        depends_on: Vec::new(),
     }
 }
 
@@ -2403,3 +2404,5 @@ mod autoscale;
 mod adopt_tests;
 #[path = "config_tests.rs"]
 mod config_tests;
+#[path = "order_tests.rs"]
+mod order_tests;
