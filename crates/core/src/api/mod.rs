@@ -148,7 +148,7 @@ pub fn crd() -> CustomResourceDefinition {
     validation = Rule::new(gate::GATE_COMPONENTS_RULE).message("health: a gate's component must name one of spec.components").field_path(".health"),
     validation = Rule::new(order::KNOWN_RULE).message(order::KNOWN_MESSAGE).field_path(".components"),
     validation = Rule::new(order::NOT_SELF_RULE).message(order::NOT_SELF_MESSAGE).field_path(".components"),
-    validation = Rule::new(order::EARLIER_RULE).message(order::EARLIER_MESSAGE).field_path(".components"),
+    validation = Rule::new(order::MUTUAL_RULE).message(order::MUTUAL_MESSAGE).field_path(".components"),
     validation = Rule::new(order::STEP_RULE).message(order::STEP_MESSAGE).field_path(".components"),
     validation = Rule::new(order::BLUE_GREEN_RULE).message(order::BLUE_GREEN_MESSAGE).field_path(".components")
 )]

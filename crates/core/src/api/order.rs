@@ -33,11 +33,13 @@ pub const NOT_SELF_RULE: &str = "self.components.all(c, !has(c.dependsOn) || c.d
 pub const NOT_SELF_MESSAGE: &str =
     "spec.components[].dependsOn[].component: a component cannot depend on itself (a cycle)";
 
-/// A component depends only on components listed before it: CEL cannot walk
-/// a graph, and this order makes a cycle impossible.
-pub const EARLIER_RULE: &str = "self.components.all(c, !has(c.dependsOn) || c.dependsOn.all(d, self.components.map(o, o.name).indexOf(d.component) < self.components.map(o, o.name).indexOf(c.name)))";
-/// What [`EARLIER_RULE`] says when it fails.
-pub const EARLIER_MESSAGE: &str = "spec.components[].dependsOn[].component may only name a component listed before this one in spec.components (list components in dependency order): cycles are refused";
+/// No two components depend on each other. CEL cannot walk a graph, and a
+/// rule that compares positions in the list costs more than the API server
+/// allows; longer cycles, and a dependency on a component listed later, are
+/// refused by the operator (an invalid spec: `Stalled`, an Event).
+pub const MUTUAL_RULE: &str = "self.components.all(c, !has(c.dependsOn) || c.dependsOn.all(d, !self.components.exists(o, o.name == d.component && has(o.dependsOn) && o.dependsOn.exists(e, e.component == c.name))))";
+/// What [`MUTUAL_RULE`] says when it fails.
+pub const MUTUAL_MESSAGE: &str = "spec.components[].dependsOn: two components depend on each other (a cycle); a component may only depend on components listed before it";
 
 /// A named step exists in `strategy.steps`.
 pub const STEP_RULE: &str = "self.components.all(c, !has(c.dependsOn) || c.dependsOn.all(d, !has(d.step) || self.strategy.steps.exists(s, has(s.name) && s.name == d.step)))";
