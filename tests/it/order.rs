@@ -42,8 +42,19 @@ async fn by_component(client: &Client, ns: &str) -> BTreeMap<String, (i32, i32)>
         .into_iter()
         .filter_map(|d| {
             let spec = d.spec.as_ref()?;
-            let image = spec.template.spec.as_ref()?.containers.first()?.image.clone()?;
-            let ready = d.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0);
+            let image = spec
+                .template
+                .spec
+                .as_ref()?
+                .containers
+                .first()?
+                .image
+                .clone()?;
+            let ready = d
+                .status
+                .as_ref()
+                .and_then(|s| s.ready_replicas)
+                .unwrap_or(0);
             Some((image, (spec.replicas.unwrap_or(1), ready)))
         })
         .collect()
@@ -81,7 +92,11 @@ async fn a_chain_whose_middle_fails_rolls_back_the_later_components_first() {
     assert_eq!(waiting_for(&p, "web"), ["svc"]);
     let revs = by_component(&client, &ns).await;
     for c in ["svc", "web"] {
-        assert_eq!(revs.get(&format!("{c}:2")).map_or(0, |r| r.0), 0, "{c}: {revs:?}");
+        assert_eq!(
+            revs.get(&format!("{c}:2")).map_or(0, |r| r.0),
+            0,
+            "{c}: {revs:?}"
+        );
     }
     request(&client, &ns, "shop", "promote").await;
 
@@ -96,7 +111,11 @@ async fn a_chain_whose_middle_fails_rolls_back_the_later_components_first() {
     })
     .await;
     let revs = by_component(&client, &ns).await;
-    assert_eq!(revs.get("api:2"), Some(&(2, 2)), "api fully promoted first: {revs:?}");
+    assert_eq!(
+        revs.get("api:2"),
+        Some(&(2, 2)),
+        "api fully promoted first: {revs:?}"
+    );
     assert_eq!(revs.get("api:1").map(|r| r.0), Some(0), "{revs:?}");
 
     // The middle component fails: its new pods crash-loop (kwok's fault stage).
@@ -107,14 +126,22 @@ async fn a_chain_whose_middle_fails_rolls_back_the_later_components_first() {
         .unwrap();
     let mut crashed = 0;
     for pod in svc_pods.items {
-        let image = pod.spec.as_ref().and_then(|s| s.containers.first()?.image.clone());
+        let image = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.first()?.image.clone());
         if image.as_deref() != Some("svc:2") {
             continue;
         }
-        let patch = json!({"metadata": {"annotations": {"kwok.releaseplan.io/fault": "crash-loop"}}});
-        pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(patch))
-            .await
-            .unwrap();
+        let patch =
+            json!({"metadata": {"annotations": {"kwok.releaseplan.io/fault": "crash-loop"}}});
+        pods.patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+        .unwrap();
         crashed += 1;
     }
     assert_eq!(crashed, 1);
@@ -129,10 +156,18 @@ async fn a_chain_whose_middle_fails_rolls_back_the_later_components_first() {
         let revs = by_component(c, n).await;
         let at = |img: &str| revs.get(img).copied().unwrap_or((0, 0));
         if at("api:2").0 < 2 {
-            assert_eq!((at("svc:2").0, at("svc:1")), (0, (2, 2)), "api before svc: {revs:?}");
+            assert_eq!(
+                (at("svc:2").0, at("svc:1")),
+                (0, (2, 2)),
+                "api before svc: {revs:?}"
+            );
         }
         if at("svc:2").0 < 1 {
-            assert_eq!((at("web:2").0, at("web:1")), (0, (2, 2)), "svc before web: {revs:?}");
+            assert_eq!(
+                (at("web:2").0, at("web:1")),
+                (0, (2, 2)),
+                "svc before web: {revs:?}"
+            );
         }
         for comp in CHAIN {
             let mut b = back_of.borrow_mut();
@@ -152,14 +187,21 @@ async fn a_chain_whose_middle_fails_rolls_back_the_later_components_first() {
     let back = back.into_inner();
     let saw_api_wait = saw_api_wait.get();
     assert_eq!(back, ["web", "svc", "api"], "rolled back in reverse order");
-    assert!(saw_api_wait, "status showed api waiting for the later components");
+    assert!(
+        saw_api_wait,
+        "status showed api waiting for the later components"
+    );
     let p = wait_phase(&client, &ns, "shop", Phase::RolledBack, WAIT).await;
     let f = p.status.as_ref().unwrap().failure.clone().unwrap();
     assert!(f.message.contains("svc"), "the failure names svc: {f:?}");
     let revs = by_component(&client, &ns).await;
     for c in CHAIN {
         assert_eq!(revs.get(&format!("{c}:1")), Some(&(2, 2)), "{c}: {revs:?}");
-        assert_eq!(revs.get(&format!("{c}:2")).map(|r| r.0), Some(0), "{c}: {revs:?}");
+        assert_eq!(
+            revs.get(&format!("{c}:2")).map(|r| r.0),
+            Some(0),
+            "{c}: {revs:?}"
+        );
     }
 }
 
@@ -202,7 +244,8 @@ async fn bad_dependencies_are_refused_at_admission() {
     ];
     for (i, (name, deps, strategy, message)) in cases.into_iter().enumerate() {
         let traffic = json!({"port": 80});
-        let mut a = json!({"name": "a", "replicas": 1, "template": template("a:1"), "traffic": traffic});
+        let mut a =
+            json!({"name": "a", "replicas": 1, "template": template("a:1"), "traffic": traffic});
         let mut b = json!({"name": "b", "replicas": 1, "template": template("b:1"), "traffic": traffic,
                            "dependsOn": deps});
         if name == "cycle" {
@@ -211,7 +254,10 @@ async fn bad_dependencies_are_refused_at_admission() {
             b["dependsOn"] = json!([{"component": "a"}]);
         }
         let spec = json!({"components": [a, b], "strategy": strategy});
-        match api.create(&PostParams::default(), &plan(&format!("bad-{i}"), spec)).await {
+        match api
+            .create(&PostParams::default(), &plan(&format!("bad-{i}"), spec))
+            .await
+        {
             Err(kube::Error::Api(status)) => {
                 assert_eq!(status.code, 422, "{name}: {}", status.message);
                 assert!(
@@ -226,11 +272,16 @@ async fn bad_dependencies_are_refused_at_admission() {
     // A step name twice is refused too; a valid order is accepted.
     let twice = json!({"components": [{"name": "a", "replicas": 1, "template": template("a:1")}],
                        "strategy": {"steps": [{"name": "x", "setWeight": 10}, {"name": "x", "setWeight": 20}]}});
-    let e = api.create(&PostParams::default(), &plan("twice", twice)).await.unwrap_err();
+    let e = api
+        .create(&PostParams::default(), &plan("twice", twice))
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("step names must be unique"), "{e}");
     let good = json!({"components": [
         {"name": "a", "replicas": 1, "template": template("a:1")},
         {"name": "b", "replicas": 1, "template": template("b:1"), "dependsOn": [{"component": "a", "step": "half"}]}],
         "strategy": {"steps": steps}});
-    api.create(&PostParams::default(), &plan("good", good)).await.unwrap();
+    api.create(&PostParams::default(), &plan("good", good))
+        .await
+        .unwrap();
 }

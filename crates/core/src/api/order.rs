@@ -28,7 +28,8 @@ pub const KNOWN_MESSAGE: &str =
     "spec.components[].dependsOn[].component must name one of spec.components";
 
 /// No component depends on itself.
-pub const NOT_SELF_RULE: &str = "self.components.all(c, !has(c.dependsOn) || c.dependsOn.all(d, d.component != c.name))";
+pub const NOT_SELF_RULE: &str =
+    "self.components.all(c, !has(c.dependsOn) || c.dependsOn.all(d, d.component != c.name))";
 /// What [`NOT_SELF_RULE`] says when it fails.
 pub const NOT_SELF_MESSAGE: &str =
     "spec.components[].dependsOn[].component: a component cannot depend on itself (a cycle)";
@@ -48,8 +49,7 @@ pub const STEP_MESSAGE: &str =
     "spec.components[].dependsOn[].step must be the name of a step in spec.strategy.steps";
 
 /// Blue-green switches every component at once: no order to keep.
-pub const BLUE_GREEN_RULE: &str =
-    "!has(self.strategy.blueGreen) || self.components.all(c, !has(c.dependsOn) || size(c.dependsOn) == 0)";
+pub const BLUE_GREEN_RULE: &str = "!has(self.strategy.blueGreen) || self.components.all(c, !has(c.dependsOn) || size(c.dependsOn) == 0)";
 /// What [`BLUE_GREEN_RULE`] says when it fails.
 pub const BLUE_GREEN_MESSAGE: &str = "spec.components[].dependsOn is not supported with strategy.blueGreen: its switch moves every component at once";
 

@@ -350,9 +350,9 @@ fn indefinite_pause(obs: &Observation, s: &ReleasePlanStatus) -> bool {
     if s.current_step < 0 {
         return false;
     }
-    obs.target.as_ref().is_ok_and(|t| {
-        super::order::current(t, s, Duration::ZERO).holds_until_promoted()
-    })
+    obs.target
+        .as_ref()
+        .is_ok_and(|t| super::order::current(t, s, Duration::ZERO).holds_until_promoted())
 }
 
 fn facts_deadline(obs: &Observation) -> Duration {

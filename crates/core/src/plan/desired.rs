@@ -54,7 +54,10 @@ fn wanted(
                 want.insert(st.clone(), r);
             }
             (Some(cur), None) => {
-                want.insert(cur.clone(), canary_replicas(r, order::weight(target, status, &c.name)));
+                want.insert(
+                    cur.clone(),
+                    canary_replicas(r, order::weight(target, status, &c.name)),
+                );
             }
             (Some(cur), Some(st)) if cur == st => {
                 want.insert(cur.clone(), r);
@@ -103,7 +106,10 @@ fn wanted(
             // are, its new revision keeps its pods (`dependsOn`); the stable
             // one makes up for new pods that are not ready.
             if let Some(cur) = &c.current_hash {
-                want.insert(cur.clone(), observed_replicas(&revs, cur).unwrap_or(0).clamp(0, r));
+                want.insert(
+                    cur.clone(),
+                    observed_replicas(&revs, cur).unwrap_or(0).clamp(0, r),
+                );
             }
             if let Some(st) = &c.stable_hash {
                 let cur_ready = c.current_hash.as_ref().map_or(0, |h| ready(&revs, h));

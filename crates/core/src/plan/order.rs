@@ -83,7 +83,9 @@ pub fn check(spec: &ReleasePlanSpec) -> Result<BTreeMap<String, Vec<Dep>>, SpecE
                         .ok_or_else(|| {
                             SpecError::new(
                                 format!("{field}.step"),
-                                format!("{name:?} is not the name of a step in spec.strategy.steps"),
+                                format!(
+                                    "{name:?} is not the name of a step in spec.strategy.steps"
+                                ),
                             )
                         })?,
                 ),
@@ -157,10 +159,7 @@ impl Timeline {
                 deps.iter()
                     .filter(|d| changing.contains(&d.component))
                     .filter_map(|d| {
-                        let point = d
-                            .step
-                            .and_then(|i| i32::try_from(i).ok())
-                            .unwrap_or(steps);
+                        let point = d.step.and_then(|i| i32::try_from(i).ok()).unwrap_or(steps);
                         Some(offsets.get(&d.component)?.saturating_add(point + 1))
                     })
                     .max()
@@ -231,9 +230,12 @@ pub fn timeline_of(spec: &ReleasePlanSpec, components: &[ComponentStatus]) -> Op
     let deps = check(spec).ok()?;
     Some(Timeline::build(
         steps.len(),
-        spec.components
-            .iter()
-            .map(|c| (c.name.as_str(), deps.get(&c.name).map_or(&[][..], Vec::as_slice))),
+        spec.components.iter().map(|c| {
+            (
+                c.name.as_str(),
+                deps.get(&c.name).map_or(&[][..], Vec::as_slice),
+            )
+        }),
         components,
     ))
 }
@@ -351,8 +353,7 @@ pub fn waiting_for(
                         Local::At(i) => point.is_none_or(|p| i32::try_from(i).unwrap_or(0) <= p),
                         // Past its steps: its final step must be done too.
                         Local::Final => {
-                            point.is_none()
-                                && s.current_step - tl.offset(&d.component) <= tl.steps
+                            point.is_none() && s.current_step - tl.offset(&d.component) <= tl.steps
                         }
                     }
                 })

@@ -138,7 +138,13 @@ fn a_failure_rolls_back_the_later_components_first() {
     let svc = sim.hash_of("svc");
     sim.crashing.insert(svc);
     sim.reconcile();
-    assert_eq!(sim.status.phase, Phase::RollbackInProgress, "{:?} {:?}", sim.status.message, sim.replicas());
+    assert_eq!(
+        sim.status.phase,
+        Phase::RollbackInProgress,
+        "{:?} {:?}",
+        sim.status.message,
+        sim.replicas()
+    );
     assert_eq!(sim.waiting_for("api"), ["svc", "web"]);
     assert_eq!(sim.waiting_for("svc"), ["web"]);
     assert!(sim.pair("api").0 == 4 && sim.pair("svc").0 == 2, "held");
@@ -262,10 +268,7 @@ fn bad_dependencies_are_refused_naming_the_field() {
     for c in &mut bg.components {
         *c = routed(c.clone());
     }
-    assert_eq!(
-        check(&bg).as_deref(),
-        Some("spec.components[1].dependsOn")
-    );
+    assert_eq!(check(&bg).as_deref(), Some("spec.components[1].dependsOn"));
 }
 
 /// The weight a step index sets, as the core computed it before `dependsOn`.
@@ -349,7 +352,9 @@ fn check_order(obs: &Observation, d: &Decision) -> Result<(), TestCaseError> {
         // changing dependency has reached its point.
         if d.status.phase == Phase::RollingOut && wanted(&t.name, &x.current_hash) > Some(0) {
             for dep in &t.depends_on {
-                let Some(dr) = rec(&dep.component) else { continue };
+                let Some(dr) = rec(&dep.component) else {
+                    continue;
+                };
                 if !changing(&dep.component) {
                     continue;
                 }
@@ -364,8 +369,7 @@ fn check_order(obs: &Observation, d: &Decision) -> Result<(), TestCaseError> {
                         dep.component
                     ),
                     Some(i) => {
-                        let w = steps::in_force(&target.steps, i, steps::Step::weight)
-                            .unwrap_or(0);
+                        let w = steps::in_force(&target.steps, i, steps::Step::weight).unwrap_or(0);
                         prop_assert!(
                             ready >= canary_replicas(r, w),
                             "{} started before {} finished step {i}",
@@ -387,7 +391,9 @@ fn check_order(obs: &Observation, d: &Decision) -> Result<(), TestCaseError> {
                 continue;
             }
             for later in &target.components {
-                if !upstream(target, &later.name, &changing).contains(&t.name) || !changing(&later.name) {
+                if !upstream(target, &later.name, &changing).contains(&t.name)
+                    || !changing(&later.name)
+                {
                     continue;
                 }
                 let Some(l) = rec(&later.name) else { continue };
@@ -554,4 +560,3 @@ proptest! {
         }
     }
 }
-
