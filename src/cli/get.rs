@@ -150,6 +150,9 @@ fn component_nodes(status: &ReleasePlanStatus, deployments: &[Deployment]) -> Ve
             if let Some(a) = cs.and_then(|c| c.autoscaling.as_ref()) {
                 text.push_str(&autoscaling_text(a));
             }
+            if let Some(c) = cs.filter(|c| !c.waiting_for.is_empty()) {
+                text.push_str(&waiting_text(status.phase, &c.waiting_for));
+            }
             if let Some(c) = cs.filter(|c| !c.config.is_empty()) {
                 let list: Vec<String> = c.config.iter().map(ToString::to_string).collect();
                 children.push(Node::leaf(format!("config: {}", list.join(", "))));
@@ -352,6 +355,17 @@ pub(super) async fn run(
             last = text;
         }
     }
+}
+
+/// What a component waits for (`dependsOn`), after its replicas: the
+/// components it starts after, or in a rollback those that go back first.
+fn waiting_text(phase: crate::api::Phase, on: &[String]) -> String {
+    let what = if phase == crate::api::Phase::RollbackInProgress {
+        "rolls back after"
+    } else {
+        "waits for"
+    };
+    format!("  {what} {}", on.join(", "))
 }
 
 /// The hand-over of a component's adopted Deployment, under its revisions.

@@ -7,9 +7,16 @@ use crate::plan::steps::strategy_steps;
 use std::fmt::Write as _;
 
 /// How many steps the operator runs for the plan: the core's parsed steps
-/// (a blue-green plan runs one); `None` when they cannot be run.
+/// (a blue-green plan runs one), spread over the components' order when
+/// they have `dependsOn`; `None` when they cannot be run.
 pub fn step_count(plan: &ReleasePlan) -> Option<usize> {
-    strategy_steps(&plan.spec.strategy).ok().map(|s| s.len())
+    let n = strategy_steps(&plan.spec.strategy).ok()?.len();
+    let components = plan
+        .status
+        .as_ref()
+        .map_or(&[][..], |s| s.components.as_slice());
+    let total = crate::plan::order::timeline_of(&plan.spec, components)?.total();
+    Some(usize::try_from(total).unwrap_or(n))
 }
 
 /// Where the rollout stands among the steps the operator runs

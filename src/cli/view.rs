@@ -124,6 +124,9 @@ pub struct ComponentView {
     /// (names and content digests, never values).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub config: Vec<crate::api::config::CarriedConfig>,
+    /// The components it waits for (`dependsOn`), as in status (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waiting_for: Vec<String>,
 }
 
 /// One condition.
@@ -259,6 +262,7 @@ pub fn plan_view(plan: &ReleasePlan, deployments: Option<&[Deployment]>) -> Plan
                 revisions,
                 autoscaling: c.autoscaling.clone(),
                 config: c.config.clone(),
+                waiting_for: c.waiting_for.clone(),
             }
         })
         .collect();

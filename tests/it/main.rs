@@ -45,6 +45,7 @@ mod job_gates;
 mod leader;
 mod metrics_pipeline;
 mod monitoring;
+mod order;
 mod plugin;
 mod preview;
 mod rollback;

@@ -117,8 +117,9 @@ fn carries_the_cel_rules_and_bounds() {
     assert_eq!(spec.required, Some(vec!["components".to_string()]));
     assert_eq!(
         rules(spec).len(),
-        4,
-        "unique component names, blue-green needs traffic, routed steps need a router, gate components exist"
+        9,
+        "unique component names, blue-green needs traffic, routed steps need a router, gate components exist, \
+         dependsOn: known, not itself, listed before, named step exists, not with blue-green"
     );
     let component = schema_at(spec, &["components", "[]"]);
     assert_eq!(
@@ -184,8 +185,8 @@ fn carries_the_cel_rules_and_bounds() {
     );
     assert_eq!(
         rules(schema_at(spec, &["strategy"])).len(),
-        2,
-        "weights, blue-green without steps"
+        3,
+        "weights, blue-green without steps, unique step names"
     );
     assert_eq!(
         rules(schema_at(spec, &["strategy", "steps", "[]"])).len(),

@@ -13,6 +13,7 @@ pub mod config;
 pub mod gate;
 pub mod gateway;
 pub mod kind_gates;
+pub mod order;
 pub mod policy;
 pub mod revision;
 pub mod scale;
@@ -146,7 +147,12 @@ pub fn crd() -> CustomResourceDefinition {
     validation = Rule::new("self.components.all(c, self.components.exists_one(d, d.name == c.name))").message("spec.components: component names must be unique").field_path(".components"),
     validation = Rule::new("!has(self.strategy.blueGreen) || self.components.all(c, has(c.traffic))").message("strategy.blueGreen needs traffic on every component: its stable Service is the active one, its canary Service the preview").field_path(".strategy.blueGreen"),
     validation = Rule::new("!self.strategy.steps.exists(s, has(s.setCanaryScale) || has(s.setHeaderRoute)) || self.components.exists(c, has(c.traffic) && (has(c.traffic.gatewayAPI) || has(c.traffic.traefik)))").message("strategy.steps: setCanaryScale and setHeaderRoute need a router: set traffic.gatewayAPI or traffic.traefik on a component").field_path(".strategy.steps"),
-    validation = Rule::new(gate::GATE_COMPONENTS_RULE).message("health: a gate's component must name one of spec.components").field_path(".health")
+    validation = Rule::new(gate::GATE_COMPONENTS_RULE).message("health: a gate's component must name one of spec.components").field_path(".health"),
+    validation = Rule::new(order::KNOWN_RULE).message(order::KNOWN_MESSAGE).field_path(".components"),
+    validation = Rule::new(order::NOT_SELF_RULE).message(order::NOT_SELF_MESSAGE).field_path(".components"),
+    validation = Rule::new(order::MUTUAL_RULE).message(order::MUTUAL_MESSAGE).field_path(".components"),
+    validation = Rule::new(order::STEP_RULE).message(order::STEP_MESSAGE).field_path(".components"),
+    validation = Rule::new(order::BLUE_GREEN_RULE).message(order::BLUE_GREEN_MESSAGE).field_path(".components")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ReleasePlanSpec {
@@ -233,6 +239,13 @@ pub struct Component {
     /// revision's pods become ready, then held at 0; never deleted, never owned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adopt: Option<Adopt>,
+    /// Components this one waits for: it starts its steps only once each has reached the
+    /// given point (fully promoted, or past a named step), and in a rollback it returns to
+    /// stable only after the components that started after it. May name only components
+    /// listed before this one (so there are no cycles). Default: none, it starts at once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub depends_on: Vec<order::Dependency>,
 }
 
 impl Component {
@@ -587,7 +600,8 @@ fn add_rule(obj: &mut serde_json::Map<String, serde_json::Value>, rule: &str, me
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(
     validation = Rule::new("self.steps.filter(s, has(s.setWeight)).map(s, s.setWeight).isSorted()").message("strategy.steps: setWeight values must never decrease").field_path(".steps"),
-    validation = Rule::new("!has(self.blueGreen) || size(self.steps) == 0").message("strategy: blueGreen and steps exclude each other").field_path(".blueGreen")
+    validation = Rule::new("!has(self.blueGreen) || size(self.steps) == 0").message("strategy: blueGreen and steps exclude each other").field_path(".blueGreen"),
+    validation = Rule::new(order::STEP_NAMES_RULE).message("strategy.steps: step names must be unique").field_path(".steps")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct Strategy {
@@ -628,6 +642,13 @@ pub struct BlueGreen {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct Step {
+    /// A name for the step, unique in `steps`, so that `components[].dependsOn[].step` can
+    /// name it. Optional.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("step name must be a DNS label: lowercase letters, digits and '-', starting and ending with an alphanumeric character"))]
+    #[schemars(length(min = 1, max = 63))]
+    pub name: Option<String>,
+
     /// Percent (0 to 100) of the new revision: of each changed component's requests when
     /// it has a router (`traffic.gatewayAPI`), else of its replicas.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -958,6 +979,11 @@ pub struct ComponentStatus {
     /// The hand-over of the Deployment the component adopts (`adopt`), when it adopts one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adopted: Option<AdoptedStatus>,
+    /// The components this one waits for (`dependsOn`): while rolling out, those that have
+    /// not yet reached the point it starts at; while rolling back, the components that
+    /// started after it and are not yet back on stable. Empty when it waits for none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_for: Vec<String>,
 }
 
 /// The autoscaling of one component, as observed.

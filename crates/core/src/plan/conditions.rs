@@ -367,12 +367,12 @@ fn awaiting_text(s: &ReleasePlanStatus) -> Option<String> {
 }
 
 fn indefinite_pause(obs: &Observation, s: &ReleasePlanStatus) -> bool {
-    let Ok(step) = usize::try_from(s.current_step) else {
+    if s.current_step < 0 {
         return false;
-    };
+    }
     obs.target
         .as_ref()
-        .is_ok_and(|t| t.current_step(step, Duration::ZERO).holds_until_promoted())
+        .is_ok_and(|t| super::order::current(t, s, Duration::ZERO).holds_until_promoted())
 }
 
 fn facts_deadline(obs: &Observation) -> Duration {
@@ -438,7 +438,7 @@ fn phase_message(target: &Target, s: &ReleasePlanStatus, facts: &Facts) -> Strin
                     f.gate, f.reason, f.message
                 );
             }
-            let steps = target.steps.len();
+            let steps = usize::try_from(super::order::total(target, &s.components)).unwrap_or(0);
             let step = usize::try_from(s.current_step).unwrap_or(0);
             let where_ = if step >= steps {
                 "final step".to_string()
@@ -454,8 +454,7 @@ fn phase_message(target: &Target, s: &ReleasePlanStatus, facts: &Facts) -> Strin
             } else if facts.paused {
                 "paused".to_string()
             } else {
-                target
-                    .current_step(step, Duration::ZERO)
+                super::order::current(target, s, Duration::ZERO)
                     .waiting_for()
                     .to_string()
             };

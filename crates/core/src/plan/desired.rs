@@ -9,7 +9,7 @@
 use super::replicas::canary_replicas;
 use super::traffic;
 use super::{
-    DeploymentIntent, Observation, RevisionObs, Target, TemplateSource, revisions_of, weight_at,
+    DeploymentIntent, Observation, RevisionObs, Target, TemplateSource, order, revisions_of,
 };
 use crate::api::{ComponentStatus, Phase, ReleasePlanStatus, revision::deployment_name};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
@@ -54,7 +54,10 @@ fn wanted(
                 want.insert(st.clone(), r);
             }
             (Some(cur), None) => {
-                want.insert(cur.clone(), canary_replicas(r, weight_at(target, status)));
+                want.insert(
+                    cur.clone(),
+                    canary_replicas(r, order::weight(target, status, &c.name)),
+                );
             }
             (Some(cur), Some(st)) if cur == st => {
                 want.insert(cur.clone(), r);
@@ -67,7 +70,7 @@ fn wanted(
             (Some(cur), Some(st)) if routed(target, &c.name) => {
                 // A router splits requests, not pods: the stable revision keeps
                 // every pod until the route sends it nothing.
-                let canary = traffic::canary_pods(target, status, r);
+                let canary = traffic::canary_pods(target, status, &c.name, r);
                 want.insert(cur.clone(), canary);
                 let stable = if traffic::stable_released(obs, &c.name)
                     && traffic::draining(obs, target, &c.name).is_none()
@@ -79,7 +82,7 @@ fn wanted(
                 want.insert(st.clone(), stable);
             }
             (Some(cur), Some(st)) => {
-                let canary = canary_replicas(r, weight_at(target, status));
+                let canary = canary_replicas(r, order::weight(target, status, &c.name));
                 want.insert(cur.clone(), canary);
                 let mut stable = r - ready(&revs, cur).min(canary);
                 // Its last pods stay while the stable Service still selects it.
@@ -96,6 +99,24 @@ fn wanted(
             }
             (None, None) => {}
         },
+        Phase::RollbackInProgress
+            if !order::rollback_waits_on(obs, target, status, &c.name).is_empty() =>
+        {
+            // Components that started after it go back first: until they
+            // are, its new revision keeps its pods (`dependsOn`); the stable
+            // one makes up for new pods that are not ready.
+            if let Some(cur) = &c.current_hash {
+                want.insert(
+                    cur.clone(),
+                    observed_replicas(&revs, cur).unwrap_or(0).clamp(0, r),
+                );
+            }
+            if let Some(st) = &c.stable_hash {
+                let cur_ready = c.current_hash.as_ref().map_or(0, |h| ready(&revs, h));
+                let kept = observed_replicas(&revs, st).unwrap_or(0).max(r - cur_ready);
+                want.insert(st.clone(), kept.clamp(0, r));
+            }
+        }
         Phase::RollbackInProgress | Phase::RolledBack => {
             if let Some(st) = &c.stable_hash {
                 want.insert(st.clone(), r);
@@ -266,8 +287,11 @@ pub fn step_ready(obs: &Observation, target: &Target, status: &ReleasePlanStatus
 
 /// Whether the current step's replica targets are met with ready pods.
 fn pods_ready(obs: &Observation, target: &Target, status: &ReleasePlanStatus) -> bool {
-    let at_final = usize::try_from(status.current_step).unwrap_or(0) >= target.steps.len();
+    let timeline = order::Timeline::of(target, &status.components);
     status.components.iter().all(|c| {
+        // Past its own steps (all of them, without `dependsOn`).
+        let at_final = status.current_step >= timeline.total()
+            || timeline.local(&c.name, status.current_step) == order::Local::Final;
         let revs = revisions_of(obs, &c.name);
         let r = replicas_of(target, c);
         let want = wanted(obs, target, status, c);
@@ -307,18 +331,25 @@ fn pods_ready(obs: &Observation, target: &Target, status: &ReleasePlanStatus) ->
 /// Whether every component is back on its stable revision at full, ready
 /// replicas, with every other revision at zero.
 pub fn rollback_complete(obs: &Observation, target: &Target, status: &ReleasePlanStatus) -> bool {
-    status.components.iter().all(|c| {
-        let revs = revisions_of(obs, &c.name);
-        let r = replicas_of(target, c);
-        revs.iter().all(|(h, rev)| match &c.stable_hash {
-            Some(st) if st == h => rev.replicas == r && rev.ready >= r,
-            _ => rev.replicas == 0,
-        }) && c
-            .stable_hash
-            .as_ref()
-            .is_none_or(|st| revs.contains_key(st.as_str()) || r == 0)
-            && super::adopt::restored(obs, target, c)
-    })
+    status
+        .components
+        .iter()
+        .all(|c| component_rolled_back(obs, target, c))
+}
+
+/// Whether one component is back on its stable revision at full, ready
+/// replicas, with every other revision at zero.
+pub fn component_rolled_back(obs: &Observation, target: &Target, c: &ComponentStatus) -> bool {
+    let revs = revisions_of(obs, &c.name);
+    let r = replicas_of(target, c);
+    revs.iter().all(|(h, rev)| match &c.stable_hash {
+        Some(st) if st == h => rev.replicas == r && rev.ready >= r,
+        _ => rev.replicas == 0,
+    }) && c
+        .stable_hash
+        .as_ref()
+        .is_none_or(|st| revs.contains_key(st.as_str()) || r == 0)
+        && super::adopt::restored(obs, target, c)
 }
 
 /// Per-component status after the decision: hashes and replica counts.
@@ -358,6 +389,7 @@ pub fn component_status(
                     .component(&c.name)
                     .map_or_else(|| c.config.clone(), |t| t.config.clone()),
                 adopted: None,
+                waiting_for: order::waiting_for(obs, target, status, &c.name),
             }
         })
         .collect()

@@ -89,7 +89,7 @@ pub struct Facts {
     pub automatic_rollback: bool,
     /// The current step index.
     pub step: i32,
-    /// Number of steps in the spec.
+    /// Number of global steps: the spec's, spread over the components' order.
     pub steps: i32,
 }
 
@@ -97,7 +97,8 @@ impl Facts {
     /// Derives the facts from an observation.
     pub fn gather(obs: &Observation, target: &Target) -> Facts {
         let s = &obs.status;
-        let steps = i32::try_from(target.steps.len()).unwrap_or(i32::MAX);
+        // Global steps: the spec's, spread over the components' order (`dependsOn`).
+        let steps = super::order::total(target, &s.components);
         let step = s.current_step.clamp(0, steps);
         let step_age = s.step_started_at.map_or(Duration::ZERO, |t| {
             (obs.now - t).to_std().unwrap_or(Duration::ZERO)
@@ -110,7 +111,7 @@ impl Facts {
             Some(Action::Resume) => false,
             _ => s.pause_requested,
         };
-        let current = target.current_step(usize::try_from(step).unwrap_or(usize::MAX), step_age);
+        let current = super::order::current_at(target, &s.components, step, step_age);
         // A template gate that cannot be resolved holds the step like a gate
         // that has not passed.
         // Dry-run gates are recorded, never waited for (but see Job gates).

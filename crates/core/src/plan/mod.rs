@@ -19,6 +19,7 @@ pub mod config;
 pub mod desired;
 pub mod machine;
 pub mod observation;
+pub mod order;
 pub mod reasons;
 pub mod replicas;
 pub mod request;
@@ -538,7 +539,7 @@ fn apply_cause(
         Cause::None => {}
         Cause::AcceptGeneration => {
             s.observed_generation = Some(obs.generation);
-            s.current_step = s.current_step.min(steps_len(target));
+            s.current_step = s.current_step.min(order::total(target, &s.components));
         }
         Cause::Start { superseded } => {
             if *superseded && let Some(rev) = &obs.status.current_revision {
@@ -561,7 +562,7 @@ fn apply_cause(
             s.components = start_components(target, &obs.status);
             if facts.first_release {
                 // Nothing stable to protect: go to full scale at once.
-                s.current_step = steps_len(target);
+                s.current_step = order::total(target, &s.components);
             }
         }
         Cause::Advance { to_step } => {
@@ -576,7 +577,7 @@ fn apply_cause(
         }
         Cause::Promoted => {
             s.stable_revision = Some(target.revision.clone());
-            s.current_step = steps_len(target);
+            s.current_step = order::total(target, &s.components);
             s.components.retain(|c| target.component(&c.name).is_some());
             for c in &mut s.components {
                 c.stable_hash = c.current_hash.clone();
@@ -692,10 +693,6 @@ fn start_components(target: &Target, prev: &ReleasePlanStatus) -> Vec<ComponentS
     out
 }
 
-fn steps_len(target: &Target) -> i32 {
-    i32::try_from(target.steps.len()).unwrap_or(i32::MAX)
-}
-
 /// The weight in effect at the status's step: the last setWeight at or before it;
 /// 100 past the last step, and on the stable revision when settled.
 pub fn weight_at(target: &Target, s: &ReleasePlanStatus) -> i32 {
@@ -703,6 +700,9 @@ pub fn weight_at(target: &Target, s: &ReleasePlanStatus) -> i32 {
         Phase::Stable => 100,
         Phase::Pending | Phase::RollbackInProgress | Phase::RolledBack => 0,
         Phase::RollingOut => {
+            if let Some(w) = order::plan_weight(target, s) {
+                return w;
+            }
             let step = usize::try_from(s.current_step).unwrap_or(0);
             if step >= target.steps.len() {
                 return 100;

@@ -42,6 +42,8 @@ pub struct TargetComponent {
     pub config: Vec<CarriedConfig>,
     /// The Deployment it adopts (`adopt.deployment`), when set.
     pub adopt: Option<String>,
+    /// The components it waits for (`dependsOn`), listed before it.
+    pub depends_on: Vec<super::order::Dep>,
 }
 
 /// The spec, validated and digested into what the machine needs.
@@ -117,6 +119,7 @@ impl Target {
             jobs,
             gate_components,
             gate_trials,
+            mut depends_on,
         } = spec::check_spec_at(spec, pod_security)?;
         let components: Vec<TargetComponent> = spec
             .components
@@ -130,6 +133,7 @@ impl Target {
                 autoscaling: c.autoscaling.clone(),
                 config: Vec::new(),
                 adopt: c.adopt.as_ref().map(|a| a.deployment.clone()),
+                depends_on: depends_on.remove(&c.name).unwrap_or_default(),
             })
             .collect();
         let revision = revision::plan_revision(

@@ -32,6 +32,8 @@ pub struct Checked {
     pub gate_components: BTreeMap<String, String>,
     /// The trial settings of each gate that changes a default, by gate name.
     pub gate_trials: BTreeMap<String, Trial>,
+    /// What each component waits for (`dependsOn`), by component.
+    pub depends_on: BTreeMap<String, Vec<super::order::Dep>>,
 }
 
 /// Validates what the state machine relies on and parses steps, thresholds
@@ -83,6 +85,7 @@ pub fn check_spec_at(
     // Blue-green is one implicit step: the preview, held until promoted (or
     // for autoPromotionSeconds).
     let steps = strategy_steps(&spec.strategy)?;
+    let depends_on = super::order::check(spec)?;
     if spec.strategy.blue_green.is_some()
         && let Some(i) = spec.components.iter().position(|c| c.traffic.is_none())
     {
@@ -110,6 +113,7 @@ pub fn check_spec_at(
             .filter(|at| at.trial != Trial::default())
             .map(|at| (at.name().to_string(), at.trial))
             .collect(),
+        depends_on,
     })
 }
 

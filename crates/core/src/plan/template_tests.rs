@@ -27,6 +27,7 @@ fn spec() -> ReleasePlanSpec {
             autoscaling: None,
             config: None,
             adopt: None,
+            depends_on: Vec::new(),
         }],
         ..Default::default()
     };

@@ -30,6 +30,7 @@ fn component(name: &str, image: &str, replicas: i32) -> Component {
         autoscaling: None,
         config: None,
         adopt: None,
+        depends_on: Vec::new(),
     }
 }
 
@@ -2406,3 +2407,5 @@ mod config_tests;
 
 #[path = "trial_tests.rs"]
 mod gate_trials;
+#[path = "order_tests.rs"]
+mod order_tests;

@@ -17,7 +17,7 @@
 
 use super::replicas::canary_replicas;
 use super::steps::{CanaryScale, Step, in_force};
-use super::{ByHash, Observation, Target, revisions_of, weight_at};
+use super::{ByHash, Observation, Target, order, revisions_of};
 use crate::api::{ComponentStatus, Phase, ReleasePlanStatus, RouterKind};
 use std::time::Duration;
 
@@ -166,11 +166,16 @@ fn in_flight(status: &ReleasePlanStatus, c: &ComponentStatus) -> bool {
 /// setCanaryScale in force says, else as many as the weight asks, and at
 /// least one while a header route sends testers there. The final step to
 /// 100% runs them all.
-pub fn canary_pods(target: &Target, status: &ReleasePlanStatus, replicas: i32) -> i32 {
-    let weight = weight_at(target, status);
-    let step = usize::try_from(status.current_step).unwrap_or(usize::MAX);
+pub fn canary_pods(
+    target: &Target,
+    status: &ReleasePlanStatus,
+    component: &str,
+    replicas: i32,
+) -> i32 {
+    let weight = order::weight(target, status, component);
+    let step = order::step_index(target, status, component);
     match in_force(&target.steps, step, Step::canary_scale).unwrap_or_default() {
-        CanaryScale::MatchTraffic if !headers_at(target, status).is_empty() => {
+        CanaryScale::MatchTraffic if !headers_at(target, status, component).is_empty() => {
             canary_replicas(replicas, weight)
                 .max(1)
                 .min(replicas.max(0))
@@ -182,8 +187,12 @@ pub fn canary_pods(target: &Target, status: &ReleasePlanStatus, replicas: i32) -
 }
 
 /// The header route in force at the status's step.
-fn headers_at(target: &Target, status: &ReleasePlanStatus) -> Vec<(String, String)> {
-    let step = usize::try_from(status.current_step).unwrap_or(usize::MAX);
+fn headers_at(
+    target: &Target,
+    status: &ReleasePlanStatus,
+    component: &str,
+) -> Vec<(String, String)> {
+    let step = order::step_index(target, status, component);
     in_force(&target.steps, step, |s| s.header_route().map(<[_]>::to_vec)).unwrap_or_default()
 }
 
@@ -191,11 +200,11 @@ fn headers_at(target: &Target, status: &ReleasePlanStatus) -> Vec<(String, Strin
 fn step_route(target: &Target, status: &ReleasePlanStatus, c: &ComponentStatus) -> RouteObs {
     // Blue-green switches the active (stable) Service, never the weights.
     if status.phase == Phase::RollingOut && in_flight(status, c) && target.blue_green.is_none() {
-        let w = weight_at(target, status);
+        let w = order::weight(target, status, &c.name);
         RouteObs {
             stable_weight: 100 - w,
             canary_weight: w,
-            headers: headers_at(target, status),
+            headers: headers_at(target, status, &c.name),
         }
     } else {
         RouteObs {
@@ -228,6 +237,13 @@ pub fn intents(
             let revs = revisions_of(obs, &c.name);
             let cur = c.current_hash.as_deref().unwrap_or(&stable);
             let route = t.routed().then(|| {
+                // Rolled back after the components that started after it
+                // (`dependsOn`): its route holds until they are back.
+                if let Some(r) = seen_route
+                    && !order::rollback_waits_on(obs, target, status, &c.name).is_empty()
+                {
+                    return r.clone();
+                }
                 let step = step_route(target, status, c);
                 if status.phase == Phase::Stable {
                     // Leave the canary Service only once the stable one
@@ -251,6 +267,7 @@ pub fn intents(
                     let want = canary_pods(
                         target,
                         status,
+                        &c.name,
                         target.component(&c.name).map_or(c.replicas, |t| t.replicas),
                     );
                     if have == 0 {
@@ -321,7 +338,7 @@ pub fn stable_service_moves(
     }
     let r = t.replicas;
     let cur = c.current_hash.as_deref().unwrap_or_default();
-    canary_replicas(r, weight_at(target, status)) >= r
+    canary_replicas(r, order::weight(target, status, &c.name)) >= r
         && ready(&revisions_of(obs, &c.name), cur) >= r
 }
 
