@@ -26,6 +26,7 @@ pub mod spec;
 pub mod spec_error;
 pub mod steps;
 pub mod traffic;
+pub mod windows;
 
 pub use autoscale::ScaleObs;
 pub use observation::{
@@ -211,7 +212,12 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
         &facts,
         obs.refusal.as_ref(),
     ));
+    if let Some((_, text)) = windows::waiting(obs, &facts, &status) {
+        let msg = status.message.take().unwrap_or_default();
+        status.message = Some(format!("{msg}; {text}"));
+    }
     status.conditions = conditions::compute(obs, &status, &facts);
+    events.extend(windows::held_event(&obs.status, &status));
     let adopted = adopt::condition(obs, &status).map(|(ok, reason, message)| {
         conditions::one(
             obs,

@@ -54,7 +54,7 @@ fn spec(components: Vec<Component>, steps: Vec<Step>) -> ReleasePlanSpec {
         components,
         strategy: ApiStrategy {
             steps,
-            blue_green: None,
+            ..ApiStrategy::default()
         },
         ..Default::default()
     }
@@ -107,6 +107,8 @@ struct Sim {
     revision_config: BTreeMap<String, BTreeSet<config::ConfigRef>>,
     /// The Deployment component `web` adopts (`adopt`), as the cluster shows it.
     adopted: Option<adopt::AdoptedObs>,
+    /// The ReleaseFreezes that select the plan.
+    freezes: Vec<windows::Freeze>,
 }
 
 impl Sim {
@@ -135,6 +137,7 @@ impl Sim {
             config: BTreeMap::new(),
             revision_config: BTreeMap::new(),
             adopted: None,
+            freezes: Vec::new(),
         }
     }
 
@@ -158,7 +161,10 @@ impl Sim {
     fn target(&self) -> (Result<Target, SpecError>, BTreeMap<String, PodTemplateSpec>) {
         match Target::from_spec(&self.spec) {
             Ok(t) => {
-                let (t, templates) = t.with_scales(&self.scale_obs()).with_config(
+                let (t, templates) = t
+                    .with_freezes(self.freezes.clone())
+                    .with_scales(&self.scale_obs())
+                    .with_config(
                     "shop",
                     &self.spec,
                     &self.status,
@@ -2403,3 +2409,6 @@ mod autoscale;
 mod adopt_tests;
 #[path = "config_tests.rs"]
 mod config_tests;
+
+#[path = "window_tests.rs"]
+mod window_sim;
