@@ -56,8 +56,9 @@ async fn wait_frozen(
     pred: impl Fn(&ReleasePlan) -> bool,
 ) -> ReleasePlan {
     wait_until(WAIT, what, || async {
-        let p = get(client, ns, name).await?;
-        let (status, reason, message) = condition(&p, "Progressing")?;
+        let p = get(client, ns, name).await.ok_or("no plan")?;
+        let (status, reason, message) =
+            condition(&p, "Progressing").ok_or_else(|| format!("no condition: {:?}", p.status))?;
         if status != "True" || reason != "ReleaseFrozen" {
             return Err(format!("Progressing {status} {reason}: {message}"));
         }
@@ -186,13 +187,12 @@ async fn the_api_server_refuses_a_freeze_that_ends_before_it_starts() {
     let text = e.to_string();
     assert!(text.contains("spec.end") && text.contains("end must be after start"), "{text}");
     // A window with an unknown day or a bad time is refused too, naming the field.
-    let bad = json!({"components": [web_with(template("shop:1"), 1)],
-        "strategy": {"windows": [{"days": ["Monday"], "start": "9:00", "end": "17:00"}]}});
+    let bad = json!({"apiVersion": "releaseplan.io/v1alpha1", "kind": "ReleasePlan",
+        "metadata": {"name": "shop"},
+        "spec": {"components": [web_with(template("shop:1"), 1)],
+            "strategy": {"windows": [{"days": ["Monday"], "start": "9:00", "end": "17:00"}]}}});
     let e = Api::<ReleasePlan>::namespaced(client.clone(), &ns)
-        .create(
-            &Default::default(),
-            &support::fixtures::plan("shop", bad),
-        )
+        .patch("shop", &PatchParams::apply("freeze-test"), &Patch::Apply(bad))
         .await
         .unwrap_err();
     let text = e.to_string();
