@@ -156,7 +156,9 @@ pub async fn watch(
 }
 
 /// Sets `flag` once the watch's first list is in.
-fn listed<K>(flag: &Arc<AtomicBool>) -> impl Fn(&Result<watcher::Event<K>, watcher::Error>) + use<K> {
+fn listed<K>(
+    flag: &Arc<AtomicBool>,
+) -> impl Fn(&Result<watcher::Event<K>, watcher::Error>) + use<K> {
     let flag = Arc::clone(flag);
     move |e| {
         if matches!(e, Ok(watcher::Event::InitDone)) {

@@ -151,8 +151,13 @@ pub async fn run(
         plan_store.clone(),
     ))
     .await;
-    let (freezes, freeze_wake) =
-        Box::pin(super::freeze::watch(&client, ns, &liveness, plan_store.clone())).await;
+    let (freezes, freeze_wake) = Box::pin(super::freeze::watch(
+        &client,
+        ns,
+        &liveness,
+        plan_store.clone(),
+    ))
+    .await;
     let gates = GateRunner::new(
         settings.gate_http.clone(),
         crate::gates::access::CredentialReader::new(

@@ -89,7 +89,13 @@ async fn a_freeze_holds_a_rollout_until_lifted_while_a_crash_loop_still_rolls_ba
     create_stable(&client, &ns, "shop", spec("shop:1")).await;
     create_stable(&client, &ns, "crashy", spec("shop:1")).await;
     // crashy is rolling out, at its `pause: {}` step, when the freeze begins.
-    set_components(&client, &ns, "crashy", json!([web_with(template("shop:2"), 3)])).await;
+    set_components(
+        &client,
+        &ns,
+        "crashy",
+        json!([web_with(template("shop:2"), 3)]),
+    )
+    .await;
     wait_until(WAIT, "crashy at its pause step", || async {
         let p = get(&client, &ns, "crashy").await?;
         let s = p.status.as_ref()?;
@@ -99,20 +105,32 @@ async fn a_freeze_holds_a_rollout_until_lifted_while_a_crash_loop_still_rolls_ba
     let name = freeze(&client, &ns).await;
 
     // A new revision of shop waits: the stable one serves, nothing new runs.
-    set_components(&client, &ns, "shop", json!([web_with(template("shop:2"), 3)])).await;
+    set_components(
+        &client,
+        &ns,
+        "shop",
+        json!([web_with(template("shop:2"), 3)]),
+    )
+    .await;
     let held = wait_frozen(&client, &ns, "shop", "shop held by the freeze", |p| {
         p.status.as_ref().is_some_and(|s| s.phase == Phase::Stable)
     })
     .await;
     let message = condition(&held, "Progressing").unwrap().2;
     assert!(
-        message.contains("waits to start") && message.contains(&name) && message.contains("until it is lifted"),
+        message.contains("waits to start")
+            && message.contains(&name)
+            && message.contains("until it is lifted"),
         "{message}"
     );
     assert_eq!(condition(&held, "Ready").unwrap().0, "False");
     let revs = revisions(&client, &ns, "shop").await;
     assert_eq!(by_image(&revs, "shop:1"), Some((3, 3)), "{revs:?}");
-    assert_eq!(by_image(&revs, "shop:2"), None, "no pod of the held revision: {revs:?}");
+    assert_eq!(
+        by_image(&revs, "shop:2"),
+        None,
+        "no pod of the held revision: {revs:?}"
+    );
     wait_event(&client, &ns, "shop", "RolloutHeld").await;
 
     // The rollout under way is held at its next step too; a newer revision
@@ -185,19 +203,27 @@ async fn the_api_server_refuses_a_freeze_that_ends_before_it_starts() {
         .await
         .unwrap_err();
     let text = e.to_string();
-    assert!(text.contains("spec.end") && text.contains("end must be after start"), "{text}");
+    assert!(
+        text.contains("spec.end") && text.contains("end must be after start"),
+        "{text}"
+    );
     // A window with an unknown day or a bad time is refused too, naming the field.
     let bad = json!({"apiVersion": "releaseplan.io/v1alpha1", "kind": "ReleasePlan",
         "metadata": {"name": "shop"},
         "spec": {"components": [web_with(template("shop:1"), 1)],
             "strategy": {"windows": [{"days": ["Monday"], "start": "9:00", "end": "17:00"}]}}});
     let e = Api::<ReleasePlan>::namespaced(client.clone(), &ns)
-        .patch("shop", &PatchParams::apply("freeze-test"), &Patch::Apply(bad))
+        .patch(
+            "shop",
+            &PatchParams::apply("freeze-test"),
+            &Patch::Apply(bad),
+        )
         .await
         .unwrap_err();
     let text = e.to_string();
     assert!(
-        text.contains("spec.strategy.windows[0].days[0]") && text.contains("spec.strategy.windows[0].start"),
+        text.contains("spec.strategy.windows[0].days[0]")
+            && text.contains("spec.strategy.windows[0].start"),
         "{text}"
     );
 }

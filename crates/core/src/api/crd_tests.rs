@@ -349,7 +349,10 @@ fn checked_in_policy_crd_is_current() {
 
 #[test]
 fn checked_in_freeze_crd_is_current() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../crds/releasefreezes.yaml");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../crds/releasefreezes.yaml"
+    );
     let committed = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("cannot read {path}: {e}; run `make crds`"));
     let fresh = yaml_serde::to_string(&super::window::release_freeze_crd()).unwrap();

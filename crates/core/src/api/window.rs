@@ -25,7 +25,9 @@ fn time_of_day_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 }
 
 /// A day of the week, as a window names it.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord,
+)]
 pub enum Weekday {
     /// Monday.
     Mon,
@@ -75,6 +77,8 @@ pub struct ReleaseWindow {
 
 /// An administrator's freeze: while it holds, no rollout of the plans it
 /// selects starts or advances (rollback, abort and deletion go on).
+// Printer columns repeat `type_ = "string"`: they are columns, not duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "releaseplan.io",

@@ -145,6 +145,9 @@ pub(crate) fn revisions_of<'a>(obs: &'a Observation, component: &str) -> ByHash<
 }
 
 /// Decides what to do about one observation. Pure: no I/O, no clock.
+// One pass from observation to decision, each concern a call: splitting it
+// would only pass the same dozen values around.
+#[allow(clippy::too_many_lines)]
 pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) -> Decision {
     let target = match &obs.target {
         Ok(t) => t,

@@ -247,7 +247,11 @@ mod tests {
         assert_eq!(r.action, Action::OverrideWindow);
         assert!(!Action::ALL.contains(&Action::OverrideWindow));
         let e = Request::from_annotation("explode/1").unwrap_err();
-        assert!(e.message.contains("resume, override-window"), "{}", e.message);
+        assert!(
+            e.message.contains("resume, override-window"),
+            "{}",
+            e.message
+        );
         let mut s = ReleasePlanStatus::default();
         for (phase, applies) in [
             (Phase::RollingOut, true),

@@ -164,12 +164,7 @@ impl Sim {
                 let (t, templates) = t
                     .with_freezes(self.freezes.clone())
                     .with_scales(&self.scale_obs())
-                    .with_config(
-                    "shop",
-                    &self.spec,
-                    &self.status,
-                    &self.config_obs(),
-                );
+                    .with_config("shop", &self.spec, &self.status, &self.config_obs());
                 (Ok(t), templates)
             }
             Err(e) => (Err(e), BTreeMap::new()),

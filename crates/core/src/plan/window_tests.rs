@@ -123,7 +123,10 @@ fn held_rollout() -> (Sim, String) {
 #[test]
 fn outside_the_window_a_rollout_waits_at_its_next_step() {
     let (mut sim, new) = held_rollout();
-    assert_eq!((sim.status.phase, sim.status.current_step), (Phase::RollingOut, 0));
+    assert_eq!(
+        (sim.status.phase, sim.status.current_step),
+        (Phase::RollingOut, 0)
+    );
     assert_eq!(sim.at("web", &new), 2);
     assert_eq!(reason_of(&sim, "Progressing"), "OutsideReleaseWindow");
     // The step is done and held: no hot loop, the next look is bounded.
@@ -142,7 +145,10 @@ fn outside_the_window_a_rollout_waits_at_its_next_step() {
     assert_eq!(sim.status.current_step, 1);
     sim.advance(120);
     sim.settle();
-    assert_eq!(sim.status.current_step, 1, "the timed pause ended, still held");
+    assert_eq!(
+        sim.status.current_step, 1,
+        "the timed pause ended, still held"
+    );
     sim.now = monday_nine();
     for _ in 0..5 {
         sim.settle();
@@ -190,7 +196,11 @@ fn a_freeze_holds_until_its_end_and_the_window_does_not_matter() {
     assert_eq!(sim.status.phase, Phase::Stable);
     assert_eq!(reason_of(&sim, "Progressing"), "ReleaseFrozen");
     assert!(
-        sim.status.message.as_deref().unwrap().contains("xmas (holidays)"),
+        sim.status
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("xmas (holidays)"),
         "{:?}",
         sim.status.message
     );

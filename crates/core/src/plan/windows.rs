@@ -6,8 +6,8 @@
 use super::machine::{Cause, Facts};
 use super::reasons::ConditionReason;
 use super::{Action, EventIntent, EventReason, EventType, Observation, SpecError};
-use crate::api::{Phase, ReleasePlanStatus};
 use crate::api::window::{ReleaseWindow, Weekday};
+use crate::api::{Phase, ReleasePlanStatus};
 use chrono::{DateTime, Datelike, Days, NaiveDateTime, NaiveTime, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
 use std::time::Duration;
@@ -68,7 +68,8 @@ pub struct Hold {
 impl Hold {
     /// How long until the hold ends, if it is known to end.
     pub fn left(&self, now: DateTime<Utc>) -> Option<Duration> {
-        self.until.map(|u| (u - now).to_std().unwrap_or(Duration::ZERO))
+        self.until
+            .map(|u| (u - now).to_std().unwrap_or(Duration::ZERO))
     }
 }
 
@@ -85,7 +86,9 @@ pub fn parse(windows: &[ReleaseWindow]) -> Result<Vec<Window>, SpecError> {
                 Some(name) => name.parse::<Tz>().map_err(|_| {
                     SpecError::new(
                         field("timeZone"),
-                        format!("unknown time zone {name:?}: use an IANA name such as \"Europe/Paris\""),
+                        format!(
+                            "unknown time zone {name:?}: use an IANA name such as \"Europe/Paris\""
+                        ),
                     )
                 })?,
             };
@@ -316,7 +319,8 @@ pub fn held_event(before: &ReleasePlanStatus, after: &ReleasePlanStatus) -> Opti
     ]
     .iter()
     .any(|r| r.as_str() == reason);
-    (held && progressing(before) != Some((reason, message.clone()))).then(|| EventIntent {
+    let new = progressing(before) != Some((reason, message.clone()));
+    (held && new).then_some(EventIntent {
         type_: EventType::Normal,
         reason: EventReason::RolloutHeld,
         message,

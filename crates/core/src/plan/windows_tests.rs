@@ -126,7 +126,11 @@ fn no_windows_never_hold_and_one_open_window_is_enough() {
     let h = hold(&[office], &[], now).unwrap();
     assert_eq!(h.kind, HoldKind::OutsideWindow);
     assert_eq!(h.until, Some(at(2026, 12, 7, 9, 0)));
-    assert!(h.message.contains("2026-12-07T09:00:00+00:00"), "{}", h.message);
+    assert!(
+        h.message.contains("2026-12-07T09:00:00+00:00"),
+        "{}",
+        h.message
+    );
     assert_eq!(
         h.left(now),
         Some(Duration::from_secs(2 * 86_400 - 2 * 3600))
@@ -148,11 +152,12 @@ fn a_freeze_holds_from_start_to_end_and_wins_over_an_open_window() {
     let end = at(2026, 12, 27, 0, 0);
     let f = [freeze("xmas", start, Some(end))];
     let always = parsed(window(&[], "00:00", "24:00", None));
-    assert_eq!(hold(&[always.clone()], &f, at(2026, 12, 23, 23, 59)), None);
-    let h = hold(&[always.clone()], &f, start).unwrap();
+    let always = std::slice::from_ref(&always);
+    assert_eq!(hold(always, &f, at(2026, 12, 23, 23, 59)), None);
+    let h = hold(always, &f, start).unwrap();
     assert_eq!((h.kind, h.until), (HoldKind::Frozen, Some(end)));
     assert!(h.message.contains("xmas (holidays)"), "{}", h.message);
-    assert_eq!(hold(&[always], &f, end), None, "the end is exclusive");
+    assert_eq!(hold(always, &f, end), None, "the end is exclusive");
     // Two freezes in force: held until the later end; one without an end:
     // until it is lifted.
     let later = freeze("eoy", start, Some(at(2027, 1, 2, 0, 0)));
