@@ -65,13 +65,14 @@ crds:
 	cargo run --quiet --bin crdgen templates > "$$tmp"; cp "$$tmp" crds/gatetemplates.yaml; \
 	cargo run --quiet --bin crdgen scales > "$$tmp"; cp "$$tmp" crds/componentscales.yaml; \
 	cargo run --quiet --bin crdgen policies > "$$tmp"; cp "$$tmp" crds/gatepolicies.yaml; \
-	echo "wrote crds/releaseplan.yaml crds/gatetemplates.yaml crds/componentscales.yaml crds/gatepolicies.yaml"
+	cargo run --quiet --bin crdgen freezes > "$$tmp"; cp "$$tmp" crds/releasefreezes.yaml; \
+	echo "wrote crds/releaseplan.yaml crds/gatetemplates.yaml crds/componentscales.yaml crds/gatepolicies.yaml crds/releasefreezes.yaml"
 	@$(MAKE) --no-print-directory chart-crd
 
-## crds-check: fail when crds/releaseplan.yaml, crds/gatetemplates.yaml, crds/componentscales.yaml or crds/gatepolicies.yaml is not what crdgen prints now
+## crds-check: fail when crds/releaseplan.yaml, crds/gatetemplates.yaml, crds/componentscales.yaml, crds/gatepolicies.yaml or crds/releasefreezes.yaml is not what crdgen prints now
 crds-check:
 	@tmp=$$(mktemp); trap 'rm -f "$$tmp"' EXIT; \
-	for pair in releaseplan.yaml: gatetemplates.yaml:templates componentscales.yaml:scales gatepolicies.yaml:policies; do \
+	for pair in releaseplan.yaml: gatetemplates.yaml:templates componentscales.yaml:scales gatepolicies.yaml:policies releasefreezes.yaml:freezes; do \
 	  file=$${pair%%:*}; arg=$${pair#*:}; \
 	  cargo run --quiet --bin crdgen $$arg > "$$tmp"; \
 	  if ! diff -u "crds/$$file" "$$tmp" | head -n 60; then \
@@ -161,7 +162,8 @@ chart-crd:
 	cp crds/gatetemplates.yaml charts/releaseplan/crds/gatetemplates.yaml
 	cp crds/componentscales.yaml charts/releaseplan/crds/componentscales.yaml
 	cp crds/gatepolicies.yaml charts/releaseplan/crds/gatepolicies.yaml
-	@echo "wrote charts/releaseplan/crds/releaseplan.yaml charts/releaseplan/crds/gatetemplates.yaml charts/releaseplan/crds/componentscales.yaml charts/releaseplan/crds/gatepolicies.yaml"
+	cp crds/releasefreezes.yaml charts/releaseplan/crds/releasefreezes.yaml
+	@echo "wrote charts/releaseplan/crds/releaseplan.yaml charts/releaseplan/crds/gatetemplates.yaml charts/releaseplan/crds/componentscales.yaml charts/releaseplan/crds/gatepolicies.yaml charts/releaseplan/crds/releasefreezes.yaml"
 
 ## chart-lint: helm lint the chart and check its CRD copy is current
 chart-lint: tools

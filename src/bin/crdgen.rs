@@ -1,8 +1,9 @@
 //! Prints the operator's CRDs as YAML: the ReleasePlan CRD (`make crds`
 //! writes it to crds/releaseplan.yaml), or with the argument `templates` the
 //! GateTemplate and ClusterGateTemplate CRDs (crds/gatetemplates.yaml), or with
-//! `scales` the ComponentScale CRD (crds/componentscales.yaml), or with
-//! `policies` the GatePolicy CRD (crds/gatepolicies.yaml).
+//! `scales` the ComponentScale CRD (crds/componentscales.yaml), with
+//! `policies` the GatePolicy CRD (crds/gatepolicies.yaml), or with `freezes`
+//! the ReleaseFreeze CRD (crds/releasefreezes.yaml).
 
 use releaseplan::api::template;
 
@@ -23,9 +24,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "{}",
             yaml_serde::to_string(&releaseplan::api::policy::gate_policy_crd())?
         ),
+        Some("freezes") => print!(
+            "{}",
+            yaml_serde::to_string(&releaseplan::api::window::release_freeze_crd())?
+        ),
         Some(other) => {
             return Err(format!(
-                "unknown argument {other:?}: expected none, `templates`, `scales` or `policies`"
+                "unknown argument {other:?}: expected none, `templates`, `scales`, `policies` or `freezes`"
             )
             .into());
         }

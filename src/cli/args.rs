@@ -160,8 +160,12 @@ pub enum Command {
         #[command(flatten)]
         request: RequestArgs,
         /// Go straight to the final step (100%).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "override_window")]
         full: bool,
+        /// Also through a closed release window or a ReleaseFreeze: start a held
+        /// rollout, or take one step of a held one (recorded in a Warning Event).
+        #[arg(long)]
+        override_window: bool,
     },
     /// Roll the current rollout back to the stable revision now.
     Abort {

@@ -124,8 +124,17 @@ pub async fn run(cli: Cli) -> Result<i32, CliError> {
             component,
             wait,
         } => edit::restart(&ctx, &name, component.as_deref(), &wait).await,
-        Command::Promote { request, full } => {
-            request::run(&ctx, &request, Action::Promote { full }).await
+        Command::Promote {
+            request,
+            full,
+            override_window,
+        } => {
+            let action = if override_window {
+                Action::OverrideWindow
+            } else {
+                Action::Promote { full }
+            };
+            request::run(&ctx, &request, action).await
         }
         Command::Abort { request } => request::run(&ctx, &request, Action::Abort).await,
         Command::Retry { request } => request::run(&ctx, &request, Action::Retry).await,

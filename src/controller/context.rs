@@ -80,6 +80,8 @@ pub struct Context {
     pub gates: Arc<GateRunner>,
     /// The GatePolicies and namespaces' labels, as cached.
     pub policy: super::policy::PolicyCaches,
+    /// The ReleaseFreezes and namespaces' labels, as cached.
+    pub freezes: super::freeze::FreezeCaches,
     /// Caches of the GateTemplates and ClusterGateTemplates plans refer to.
     pub gate_templates: templates::TemplateCaches,
     /// Caches of ConfigMaps and Secrets (digests only) and the plans' copies.
@@ -175,6 +177,7 @@ impl Context {
             && self.routes.synced()
             && self.config.synced()
             && self.policy.synced()
+            && self.freezes.synced()
     }
 
     /// Drops everything kept about a plan whose deletion proceeds.

@@ -20,6 +20,7 @@ pub use releaseplan_core::objects::{controller_revision, deployment};
 mod error;
 pub mod events;
 mod finalizer;
+pub mod freeze;
 pub mod gates;
 pub mod index;
 pub mod jobs;

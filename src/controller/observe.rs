@@ -105,8 +105,9 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
             pod_security,
         },
     );
-    let target =
-        Target::from_spec_at(&plan.spec, pod_security).map(|t| t.with_templates(resolution));
+    let freezes = ctx.freezes.for_plan(&ns, plan.labels());
+    let target = Target::from_spec_at(&plan.spec, pod_security)
+        .map(|t| t.with_templates(resolution).with_freezes(freezes));
     let (request, invalid_request) = match pending_request(plan) {
         Ok(r) => (r, None),
         Err(bad) => (None, Some(bad)),

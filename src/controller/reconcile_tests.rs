@@ -143,6 +143,7 @@ fn context(client: Client) -> Arc<Context> {
         metrics,
         gates,
         policy: crate::controller::policy::PolicyCaches::none(crate::gates::policy::Mode::Optional),
+        freezes: crate::controller::freeze::FreezeCaches::none(),
         gate_templates: TemplateCaches {
             namespaced,
             cluster,

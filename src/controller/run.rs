@@ -151,6 +151,13 @@ pub async fn run(
         plan_store.clone(),
     ))
     .await;
+    let (freezes, freeze_wake) = Box::pin(super::freeze::watch(
+        &client,
+        ns,
+        &liveness,
+        plan_store.clone(),
+    ))
+    .await;
     let gates = GateRunner::new(
         settings.gate_http.clone(),
         crate::gates::access::CredentialReader::new(
@@ -189,6 +196,7 @@ pub async fn run(
         metrics,
         gates,
         policy,
+        freezes,
         gate_templates,
         config,
         template_copies,
@@ -261,6 +269,11 @@ pub async fn run(
         .reconcile_on({
             let wake = wakes(&queue);
             policy_wake.filter_map(move |r| futures::future::ready(wake(Some(r))))
+        })
+        // A ReleaseFreeze that changes wakes every plan; a namespace's labels, its plans.
+        .reconcile_on({
+            let wake = wakes(&queue);
+            freeze_wake.filter_map(move |r| futures::future::ready(wake(Some(r))))
         })
         // A ConfigMap or Secret that changes wakes the plans that read it (a
         // new revision), and a copy that appears or goes wakes its plan.

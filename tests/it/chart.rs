@@ -231,6 +231,11 @@ fn cluster_template_rules() -> Vec<(String, String, Vec<String>)> {
             read(),
         ),
         (
+            "releaseplan.io".to_string(),
+            "releasefreezes".to_string(),
+            read(),
+        ),
+        (
             String::new(),
             "namespaces".to_string(),
             vec!["list".to_string(), "watch".to_string()],
@@ -316,6 +321,7 @@ fn the_charts_crd_is_the_checked_in_crd() {
         "gatetemplates.yaml",
         "componentscales.yaml",
         "gatepolicies.yaml",
+        "releasefreezes.yaml",
     ] {
         let checked_in = std::fs::read(root.join("crds").join(file))
             .unwrap_or_else(|e| panic!("cannot read crds/{file}: {e}"));

@@ -35,6 +35,7 @@ mod controller;
 mod dashboard;
 mod failure_modes;
 mod faults;
+mod freezes;
 mod gate_access;
 mod gate_policy;
 mod gate_templates;

@@ -184,6 +184,11 @@ true
 - apiGroups: ["releaseplan.io"]
   resources: ["gatepolicies"]
   verbs: ["get", "list", "watch"]
+# ReleaseFreezes (cluster-scoped) hold the rollouts they select: cached
+# (list, watch) and only read.
+- apiGroups: ["releaseplan.io"]
+  resources: ["releasefreezes"]
+  verbs: ["get", "list", "watch"]
 - apiGroups: [""]
   resources: ["namespaces"]
   verbs: ["list", "watch"]

@@ -150,6 +150,7 @@ fn action_title(action: Action) -> &'static str {
         Action::Retry => "Retry the rolled-back or halted revision",
         Action::Pause => "Pause: hold the rollout at its current step",
         Action::Resume => "Resume: lift the pause request",
+        Action::OverrideWindow => "Promote through a closed release window or a freeze",
     }
 }
 

@@ -59,6 +59,14 @@ pub fn checked_in_policies() -> CustomResourceDefinition {
     yaml_serde::from_str(&text).unwrap_or_else(|e| panic!("{} is not a CRD: {e}", path.display()))
 }
 
+/// The ReleaseFreeze CRD as checked in (`crds/releasefreezes.yaml`).
+pub fn checked_in_freezes() -> CustomResourceDefinition {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/releasefreezes.yaml");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}; run `make crds`", path.display()));
+    yaml_serde::from_str(&text).unwrap_or_else(|e| panic!("{} is not a CRD: {e}", path.display()))
+}
+
 /// Whether an API error is worth another try: conflicts and AlreadyExists
 /// from concurrent installs, and the API server being briefly unavailable.
 fn transient(e: &kube::Error) -> bool {
@@ -76,6 +84,7 @@ pub async fn install(client: &Client) {
     all.extend(checked_in_templates());
     all.push(checked_in_scales());
     all.push(checked_in_policies());
+    all.push(checked_in_freezes());
     apply(client, &all).await;
 
     // Established can precede the first request that the new handler serves.

@@ -349,6 +349,22 @@ fn checked_in_policy_crd_is_current() {
 }
 
 #[test]
+fn checked_in_freeze_crd_is_current() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../crds/releasefreezes.yaml"
+    );
+    let committed = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {path}: {e}; run `make crds`"));
+    let fresh = yaml_serde::to_string(&super::window::release_freeze_crd()).unwrap();
+    assert!(
+        committed == fresh,
+        "crds/releasefreezes.yaml is stale: it differs from what `cargo run --bin crdgen freezes` prints; \
+         run `make crds` and commit the result"
+    );
+}
+
+#[test]
 fn template_kinds_share_the_gate_schemas_of_plans() {
     // A rule or field added to a gate struct reaches templates by construction.
     let plan = crd();

@@ -20,6 +20,7 @@ pub mod scale;
 pub mod template;
 pub mod time;
 pub mod traefik;
+pub mod window;
 
 #[cfg(test)]
 mod crd_tests;
@@ -615,6 +616,15 @@ pub struct Strategy {
     /// one; promotion switches the active Service at once. Needs `traffic` on every component.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blue_green: Option<BlueGreen>,
+
+    /// When a rollout may start or take its next step: weekly time ranges with a time
+    /// zone. Outside every window a new revision waits before its first step and a
+    /// rollout waits at its next one (condition `Progressing`, reason
+    /// `OutsideReleaseWindow`, says until when); rollback, abort and deletion are never
+    /// held. Empty or absent: always.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = window::MAX_WINDOWS))]
+    pub windows: Vec<window::ReleaseWindow>,
 }
 
 /// Settings of a blue-green release.

@@ -159,7 +159,7 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
         .unwrap_or_default();
     let rollback_slow = s.phase == Phase::RollbackInProgress && rollback_age > facts_deadline(obs);
 
-    let ready = match s.phase {
+    let mut ready = match s.phase {
         Phase::Stable if caught_up => cond(READY, true, R::Stable, msg.clone()),
         Phase::Stable => cond(
             READY,
@@ -271,10 +271,11 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
     } else {
         cond(STALLED, false, R::from(s.phase), msg.clone())
     };
+    let mut stalled = stalled;
     // kstatus reads Reconciling before Stalled: a plan that needs a human must
     // not also say it is reconciling, or Flux waits for its timeout instead of
     // reporting the failure.
-    let reconciling = if stalled.status {
+    let mut reconciling = if stalled.status {
         Cond {
             type_: RECONCILING,
             status: false,
@@ -284,7 +285,7 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
     } else {
         reconciling
     };
-    let progressing = match s.phase {
+    let mut progressing = match s.phase {
         Phase::RollingOut if halted => cond(
             PROGRESSING,
             false,
@@ -338,6 +339,15 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
     } else {
         cond(PAUSED, false, R::NotPaused, "not paused")
     };
+    // A release window or freeze: the plan goes on by itself when it opens.
+    if let Some((reason, text)) = super::windows::waiting(obs, facts, s) {
+        if s.phase != Phase::RollingOut {
+            ready = cond(READY, false, reason, text.clone());
+            reconciling = cond(RECONCILING, true, reason, text.clone());
+            stalled = cond(STALLED, false, reason, "held by a release window or freeze");
+        }
+        progressing = cond(PROGRESSING, true, reason, text);
+    }
     finish(
         obs,
         s.observed_generation,

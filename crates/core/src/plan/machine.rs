@@ -8,6 +8,7 @@
 
 use super::reasons::{EventReason, FailureReason};
 use super::steps::CurrentStep;
+use super::windows::Hold;
 use super::{Action, EventIntent, EventType, Observation, Target, desired};
 use crate::api::{Failure, Phase, ReleasePlanStatus, Verdict};
 use statig::Outcome::{self, Handled, Super, Transition};
@@ -91,6 +92,9 @@ pub struct Facts {
     pub step: i32,
     /// Number of global steps: the spec's, spread over the components' order.
     pub steps: i32,
+    /// A release window or freeze holds what would come next (a rollout's
+    /// start or its next step); never set for what is never held.
+    pub held: Option<Hold>,
 }
 
 impl Facts {
@@ -155,6 +159,7 @@ impl Facts {
             automatic_rollback: target.automatic_rollback,
             step,
             steps,
+            held: None,
         };
         match s.phase {
             Phase::RollingOut => {
@@ -173,7 +178,31 @@ impl Facts {
             }
             _ => {}
         }
+        facts.held = super::windows::hold(&target.windows, &target.freezes, obs.now)
+            .filter(|_| facts.waits_on_window(s.phase));
         facts
+    }
+
+    /// Whether the next move of a plan in `phase` is one a window or freeze
+    /// holds: the start of a new revision (not a first release: nothing runs
+    /// to protect), or the next step of a rollout under way. A halted
+    /// rollout, a rollback and a superseding revision are never held, nor
+    /// any move of a first release.
+    fn waits_on_window(&self, phase: Phase) -> bool {
+        match phase {
+            Phase::RollingOut => !self.halted && !self.revision_changed && !self.first_release,
+            Phase::Stable => self.revision_changed && !self.first_release,
+            Phase::RolledBack => {
+                (self.new_generation || self.request == Some(Action::Retry)) && !self.first_release
+            }
+            Phase::Pending | Phase::RollbackInProgress => false,
+        }
+    }
+
+    /// A hold is in force and no `promote --override-window` lifts it for
+    /// this decision.
+    pub fn held_back(&self) -> bool {
+        self.held.is_some() && self.request != Some(Action::OverrideWindow)
     }
 }
 
@@ -367,10 +396,12 @@ impl Planner {
             }
         }
         match f.request {
+            // Held: a plain promote does not pass a closed window (an Event says so).
+            Some(Action::Promote { .. }) if f.held_back() => return Handled,
             Some(Action::Promote { full: true }) if !at_final => {
                 return self.set(Cause::Advance { to_step: f.steps });
             }
-            Some(Action::Promote { .. }) if !at_final => {
+            Some(Action::Promote { .. } | Action::OverrideWindow) if !at_final => {
                 return self.set(Cause::Advance {
                     to_step: f.step + 1,
                 });
@@ -382,6 +413,10 @@ impl Planner {
             return Handled;
         }
         if !f.current.done(f.step_ready && f.gates_passed) {
+            return Handled;
+        }
+        if f.held_back() {
+            // Outside a window or in a freeze: wait at the next step.
             return Handled;
         }
         if at_final {
@@ -408,6 +443,9 @@ impl Planner {
             return Handled;
         }
         if f.new_generation || f.request == Some(Action::Retry) {
+            if f.held_back() {
+                return Handled;
+            }
             return self.go(Phase::RollingOut, Cause::Start { superseded: false });
         }
         Handled
@@ -418,6 +456,10 @@ impl Planner {
             return Handled;
         }
         if f.revision_changed {
+            if f.held_back() {
+                // The new revision waits for a window; the stable one serves.
+                return Handled;
+            }
             return self.go(Phase::RollingOut, Cause::Start { superseded: false });
         }
         if f.new_generation {
@@ -549,6 +591,7 @@ pub fn events(
             });
         }
     }
+    out.extend(super::windows::events(obs, facts, cause));
     if let Some(a) = facts.request
         && matches!(a, Action::Pause | Action::Resume)
     {
@@ -570,10 +613,9 @@ pub fn requeue_after(
     // Pods held while a traffic change drains go when it has.
     let drained = super::traffic::drain_left(obs, target).map(|l| l + Duration::from_millis(500));
     let next = requeue_for_phase(obs, target, facts, status);
-    match (next, drained) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+    // A held plan looks again when its window opens or its freeze ends.
+    let opens = super::windows::wake_after(facts, obs.now);
+    [next, drained, opens].into_iter().flatten().min()
 }
 
 fn requeue_for_phase(
@@ -600,6 +642,7 @@ fn requeue_for_phase(
             let mut next = SAFETY;
             if let Some(remaining) = facts.current.ends_in()
                 && !facts.paused
+                && facts.held.is_none()
             {
                 next = next.min(remaining + Duration::from_millis(500));
             }

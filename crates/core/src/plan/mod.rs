@@ -28,6 +28,7 @@ pub mod spec;
 pub mod spec_error;
 pub mod steps;
 pub mod traffic;
+pub mod windows;
 
 pub use autoscale::ScaleObs;
 pub use observation::{
@@ -146,6 +147,9 @@ pub(crate) fn revisions_of<'a>(obs: &'a Observation, component: &str) -> ByHash<
 }
 
 /// Decides what to do about one observation. Pure: no I/O, no clock.
+// One pass from observation to decision, each concern a call: splitting it
+// would only pass the same dozen values around.
+#[allow(clippy::too_many_lines)]
 pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) -> Decision {
     let target = match &obs.target {
         Ok(t) => t,
@@ -213,7 +217,12 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
         &facts,
         obs.refusal.as_ref(),
     ));
+    if let Some((_, text)) = windows::waiting(obs, &facts, &status) {
+        let msg = status.message.take().unwrap_or_default();
+        status.message = Some(format!("{msg}; {text}"));
+    }
     status.conditions = conditions::compute(obs, &status, &facts);
+    events.extend(windows::held_event(&obs.status, &status));
     let adopted = adopt::condition(obs, &status).map(|(ok, reason, message)| {
         conditions::one(
             obs,

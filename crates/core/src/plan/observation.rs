@@ -88,6 +88,10 @@ pub struct Target {
     /// Referenced ConfigMaps and Secrets that do not exist, by component: the
     /// plan holds until they do.
     pub config_missing: Vec<(String, config::ConfigRef)>,
+    /// `spec.strategy.windows`, parsed: when a rollout may start or advance.
+    pub windows: Vec<super::windows::Window>,
+    /// The ReleaseFreezes that select the plan ([`Target::with_freezes`]).
+    pub freezes: Vec<super::windows::Freeze>,
 }
 
 impl Target {
@@ -164,6 +168,8 @@ impl Target {
             template_contents: BTreeMap::new(),
             template_problems: Vec::new(),
             config_missing: Vec::new(),
+            windows: super::windows::parse(&spec.strategy.windows)?,
+            freezes: Vec::new(),
         })
     }
 
@@ -257,6 +263,14 @@ impl Target {
                 c.replicas = r.clamp(0, MAX_REPLICAS);
             }
         }
+        self
+    }
+
+    /// Adds the ReleaseFreezes that select the plan (the controller matched
+    /// their selectors; whether one is in force is decided at `obs.now`).
+    #[must_use]
+    pub fn with_freezes(mut self, freezes: Vec<super::windows::Freeze>) -> Target {
+        self.freezes = freezes;
         self
     }
 

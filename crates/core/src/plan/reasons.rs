@@ -102,6 +102,12 @@ reasons! {
         /// The Deployment a component adopts cannot be adopted (owned by a
         /// controller, a plan's revision, or marked by another plan).
         AdoptionRefused,
+        /// A `promote --override-window` started or advanced a rollout
+        /// through a closed release window or a freeze (Warning, audited).
+        WindowOverridden,
+        /// A release window or freeze holds the rollout (Normal; the
+        /// `Progressing` condition says until when).
+        RolloutHeld,
     }
 }
 
@@ -172,6 +178,10 @@ reasons! {
         AdoptionTargetNotFound,
         /// `Adopted`: the Deployment a component adopts cannot be adopted.
         AdoptionRefused,
+        /// No release window of the plan is open (`Progressing`, True).
+        OutsideReleaseWindow,
+        /// A ReleaseFreeze holds the plan (`Progressing`, True).
+        ReleaseFrozen,
     }
 }
 

@@ -56,7 +56,11 @@ impl Request {
             action,
         });
         request.ok_or_else(|| {
-            let words: Vec<&str> = Action::ALL.iter().map(|a| a.word()).collect();
+            let words: Vec<&str> = Action::ALL
+                .iter()
+                .chain(&[Action::OverrideWindow])
+                .map(|a| a.word())
+                .collect();
             InvalidRequest {
                 raw: raw.to_string(),
                 message: format!(
@@ -84,6 +88,11 @@ pub enum Action {
     Pause,
     /// Lift a pause request.
     Resume,
+    /// Promote through a closed release window or a freeze, once: start a
+    /// held rollout, or take one step of a held one (`promote
+    /// --override-window`). Not in [`Action::ALL`]: no dashboard button or
+    /// Argo CD action offers it, only the plugin (audited by a Warning Event).
+    OverrideWindow,
 }
 
 impl Action {
@@ -106,12 +115,16 @@ impl Action {
             Action::Retry => "retry",
             Action::Pause => "pause",
             Action::Resume => "resume",
+            Action::OverrideWindow => "override-window",
         }
     }
 
     /// Parses a request's action word, as [`Action::word`] prints it.
     pub fn parse(s: &str) -> Option<Action> {
-        Action::ALL.into_iter().find(|a| a.word() == s)
+        Action::ALL
+            .into_iter()
+            .chain([Action::OverrideWindow])
+            .find(|a| a.word() == s)
     }
 
     /// Whether the request applies to a plan in this state; the machine
@@ -126,6 +139,11 @@ impl Action {
             Action::Promote { .. } => phase == Phase::RollingOut && !halted,
             Action::Abort => phase == Phase::RollingOut,
             Action::Retry => phase == Phase::RolledBack || halted || status.awaits_decision(),
+            // Also where a held rollout waits to start.
+            Action::OverrideWindow => {
+                (phase == Phase::RollingOut && !halted)
+                    || matches!(phase, Phase::Stable | Phase::RolledBack)
+            }
         };
         if applies {
             Ok(())
@@ -161,6 +179,10 @@ impl std::fmt::Display for NotApplicable {
             Action::Retry => write!(
                 f,
                 "retry applies only when RolledBack, when a rollout is halted on a failure or when it waits on an inconclusive gate; the plan is {phase}"
+            ),
+            Action::OverrideWindow => write!(
+                f,
+                "{word} applies only while RollingOut (not halted) or to a rollout held before it starts; the plan is {phase}"
             ),
             _ => write!(
                 f,
@@ -217,6 +239,33 @@ mod tests {
                 e.message
             );
         }
+    }
+
+    #[test]
+    fn override_window_is_read_but_offered_by_no_button() {
+        let r = Request::from_annotation("override-window/1").unwrap();
+        assert_eq!(r.action, Action::OverrideWindow);
+        assert!(!Action::ALL.contains(&Action::OverrideWindow));
+        let e = Request::from_annotation("explode/1").unwrap_err();
+        assert!(
+            e.message.contains("resume, override-window"),
+            "{}",
+            e.message
+        );
+        let mut s = ReleasePlanStatus::default();
+        for (phase, applies) in [
+            (Phase::RollingOut, true),
+            (Phase::Stable, true),
+            (Phase::RolledBack, true),
+            (Phase::RollbackInProgress, false),
+            (Phase::Pending, false),
+        ] {
+            s.phase = phase;
+            assert_eq!(Action::OverrideWindow.applies_in(&s).is_ok(), applies);
+        }
+        s.phase = Phase::RollingOut;
+        s.failure = Some(Failure::default());
+        assert!(Action::OverrideWindow.applies_in(&s).is_err());
     }
 
     #[test]

@@ -55,7 +55,7 @@ fn spec(components: Vec<Component>, steps: Vec<Step>) -> ReleasePlanSpec {
         components,
         strategy: ApiStrategy {
             steps,
-            blue_green: None,
+            ..ApiStrategy::default()
         },
         ..Default::default()
     }
@@ -108,6 +108,8 @@ struct Sim {
     revision_config: BTreeMap<String, BTreeSet<config::ConfigRef>>,
     /// The Deployment component `web` adopts (`adopt`), as the cluster shows it.
     adopted: Option<adopt::AdoptedObs>,
+    /// The ReleaseFreezes that select the plan.
+    freezes: Vec<windows::Freeze>,
 }
 
 impl Sim {
@@ -136,6 +138,7 @@ impl Sim {
             config: BTreeMap::new(),
             revision_config: BTreeMap::new(),
             adopted: None,
+            freezes: Vec::new(),
         }
     }
 
@@ -159,12 +162,10 @@ impl Sim {
     fn target(&self) -> (Result<Target, SpecError>, BTreeMap<String, PodTemplateSpec>) {
         match Target::from_spec(&self.spec) {
             Ok(t) => {
-                let (t, templates) = t.with_scales(&self.scale_obs()).with_config(
-                    "shop",
-                    &self.spec,
-                    &self.status,
-                    &self.config_obs(),
-                );
+                let (t, templates) = t
+                    .with_freezes(self.freezes.clone())
+                    .with_scales(&self.scale_obs())
+                    .with_config("shop", &self.spec, &self.status, &self.config_obs());
                 (Ok(t), templates)
             }
             Err(e) => (Err(e), BTreeMap::new()),
@@ -2409,3 +2410,5 @@ mod config_tests;
 mod gate_trials;
 #[path = "order_tests.rs"]
 mod order_tests;
+#[path = "window_tests.rs"]
+mod window_sim;
