@@ -99,6 +99,9 @@ reasons! {
         /// The Deployment a component adopts cannot be adopted (owned by a
         /// controller, a plan's revision, or marked by another plan).
         AdoptionRefused,
+        /// A notification receiver keeps failing, or the plan's notification
+        /// settings cannot be used (docs/notifications.md).
+        NotificationFailed,
     }
 }
 

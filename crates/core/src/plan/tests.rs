@@ -2403,3 +2403,5 @@ mod autoscale;
 mod adopt_tests;
 #[path = "config_tests.rs"]
 mod config_tests;
+#[path = "notify_tests.rs"]
+mod notify_tests;
