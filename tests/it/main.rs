@@ -44,6 +44,7 @@ mod job_gates;
 mod leader;
 mod metrics_pipeline;
 mod monitoring;
+mod notifications;
 mod plugin;
 mod rollback;
 mod server_side_apply;
