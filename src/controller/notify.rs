@@ -155,7 +155,13 @@ impl Notifier {
                 notices = notices.len(),
                 "notification queue full: notices dropped"
             );
-            count(&self.metrics, &namespace, NO_RECEIVER, "dropped", notices.len());
+            count(
+                &self.metrics,
+                &namespace,
+                NO_RECEIVER,
+                "dropped",
+                notices.len(),
+            );
         }
     }
 }
@@ -202,8 +208,13 @@ async fn read_config(shared: &Shared, namespace: &str) -> Result<Option<NotifyCo
             )
         })?
         .map_err(|e| match e {
-            kube::Error::Api(s) => format!("ConfigMap {} not read: HTTP {}", ncfg::CONFIG_MAP, s.code),
-            _ => format!("ConfigMap {} not read: the API server could not be reached", ncfg::CONFIG_MAP),
+            kube::Error::Api(s) => {
+                format!("ConfigMap {} not read: HTTP {}", ncfg::CONFIG_MAP, s.code)
+            }
+            _ => format!(
+                "ConfigMap {} not read: the API server could not be reached",
+                ncfg::CONFIG_MAP
+            ),
         })?;
     let Some(cm) = got else { return Ok(None) };
     NotifyConfig::parse(&cm.data.unwrap_or_default())
@@ -241,8 +252,18 @@ async fn route(shared: &Shared, job: Job) {
             return;
         }
         Err(e) => {
-            warn_plan(shared, &job.reference, &format!("notifications not sent: {e}"));
-            count(&shared.metrics, ns, NO_RECEIVER, "failed", job.notices.len());
+            warn_plan(
+                shared,
+                &job.reference,
+                &format!("notifications not sent: {e}"),
+            );
+            count(
+                &shared.metrics,
+                ns,
+                NO_RECEIVER,
+                "failed",
+                job.notices.len(),
+            );
             return;
         }
     };
@@ -254,7 +275,11 @@ async fn route(shared: &Shared, job: Job) {
     for notice in job.notices {
         let (receivers, problems) = config.receivers_for(&job.annotations, notice.trigger);
         for p in problems {
-            warn_plan(shared, &job.reference, &format!("notification subscription ignored: {p}"));
+            warn_plan(
+                shared,
+                &job.reference,
+                &format!("notification subscription ignored: {p}"),
+            );
         }
         if receivers.is_empty() {
             continue;
@@ -262,7 +287,11 @@ async fn route(shared: &Shared, job: Job) {
         let template = config.templates.get(&notice.trigger).map(String::as_str);
         let (message, problem) = Message::new(job.plan.clone(), notice, template, link.clone());
         if let Some(p) = problem {
-            warn_plan(shared, &job.reference, &format!("notification text: {p}; the built-in text was sent"));
+            warn_plan(
+                shared,
+                &job.reference,
+                &format!("notification text: {p}; the built-in text was sent"),
+            );
         }
         for r in receivers {
             enqueue(
@@ -283,7 +312,10 @@ async fn route(shared: &Shared, job: Job) {
 fn enqueue(shared: &Shared, d: Delivery) {
     let key = format!("{}/{}", d.plan_namespace, d.receiver.name);
     let (ns, name) = (d.plan_namespace.clone(), d.receiver.name.clone());
-    let mut workers = shared.workers.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut workers = shared
+        .workers
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
     let tx = workers.entry(key).or_insert_with(|| {
         let (tx, rx) = mpsc::channel(RECEIVER_QUEUE);
         tokio::spawn(work(SharedRef::from(shared), rx));

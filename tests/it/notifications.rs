@@ -159,7 +159,10 @@ async fn releases_notify_each_transition_once_per_receiver() {
         ("hook", url("hook")),
         ("ce", url("ce")),
         ("slack", url(SLACK_PATH)),
-        ("hung", format!("http://127.0.0.1:{}/hung", hung_addr.port())),
+        (
+            "hung",
+            format!("http://127.0.0.1:{}/hung", hung_addr.port()),
+        ),
         ("token", TOKEN.to_string()),
     ]
     .into_iter()
@@ -177,7 +180,10 @@ async fn releases_notify_each_transition_once_per_receiver() {
         [
             ("notifications.releaseplan.io/subscribe.any.ce", ""),
             ("notifications.releaseplan.io/subscribe.promoted.slack", ""),
-            ("notifications.releaseplan.io/subscribe.rolledBack.slack", ""),
+            (
+                "notifications.releaseplan.io/subscribe.rolledBack.slack",
+                "",
+            ),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -197,7 +203,7 @@ async fn releases_notify_each_transition_once_per_receiver() {
         "the namespace's template, with the dashboard link"
     );
     op.kill();
-    let mut op = start_operator(&h).await;
+    let op = start_operator(&h).await;
     request(&client, &ns, "shop", "promote").await;
     wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
     wait_for(&log, "hook", 2, "promoted").await;
@@ -234,26 +240,35 @@ async fn releases_notify_each_transition_once_per_receiver() {
     .collect();
     let hook = log.at("hook");
     assert_eq!(sequence(&hook), want, "the webhook receiver's sequence");
-    let ids: std::collections::BTreeSet<&str> =
-        hook.iter().map(|r| r.body["id"].as_str().unwrap()).collect();
+    let ids: std::collections::BTreeSet<&str> = hook
+        .iter()
+        .map(|r| r.body["id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids.len(), hook.len(), "one id per transition");
     for r in &hook {
         assert_eq!(r.body["schema"], "releaseplan.io/notification/v1");
         assert_eq!(r.body["plan"]["namespace"], ns.as_str());
-        assert_eq!(r.header("authorization"), Some(format!("Bearer {TOKEN}").as_str()));
+        assert_eq!(
+            r.header("authorization"),
+            Some(format!("Bearer {TOKEN}").as_str())
+        );
         assert_eq!(r.header("idempotency-key"), r.body["id"].as_str());
     }
 
     // The CloudEvents receiver: the same sequence, each a structured-mode
     // event that the CloudEvents SDK parses.
+    let n = want.len();
     let ce = wait_until(WAIT, "ce: every CloudEvent", || {
         let got = log.at("ce");
-        async move { (got.len() >= want.len()).then_some(got) }
+        async move { (got.len() >= n).then_some(got) }
     })
     .await;
     assert_eq!(ce.len(), want.len());
     for (r, (rollout, trigger)) in ce.iter().zip(&want) {
-        assert_eq!(r.header("content-type"), Some("application/cloudevents+json"));
+        assert_eq!(
+            r.header("content-type"),
+            Some("application/cloudevents+json")
+        );
         let ev: cloudevents::Event =
             serde_json::from_value(r.body.clone()).expect("a CloudEvent the SDK parses");
         use cloudevents::AttributesReader as _;
@@ -288,7 +303,12 @@ async fn releases_notify_each_transition_once_per_receiver() {
     for r in &slack {
         assert_block_kit(&r.body);
     }
-    assert!(slack[2].body["text"].as_str().unwrap().contains("rolled back (podHealth: CrashLoopBackOff)"));
+    assert!(
+        slack[2].body["text"]
+            .as_str()
+            .unwrap()
+            .contains("rolled back (podHealth: CrashLoopBackOff)")
+    );
     assert_eq!(
         slack[2].body["blocks"][4]["elements"][0]["url"],
         format!("https://dash.example/plans/{ns}/shop")
@@ -360,21 +380,25 @@ async fn a_subscription_without_its_receiver_is_a_warning_event() {
     );
     create(&client, &ns, &p).await;
     wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
-    wait_until(WAIT, "a NotificationFailed Event naming the ConfigMap", || {
-        let client = client.clone();
-        let ns = ns.clone();
-        async move {
-            let events = plan_events(&client, &ns, "shop").await;
-            events
-                .iter()
-                .find(|(reason, type_, note, _)| {
-                    reason == "NotificationFailed"
-                        && type_ == "Warning"
-                        && note.contains("releaseplan-notifications")
-                })
-                .cloned()
-                .ok_or_else(|| format!("{events:?}"))
-        }
-    })
+    wait_until(
+        WAIT,
+        "a NotificationFailed Event naming the ConfigMap",
+        || {
+            let client = client.clone();
+            let ns = ns.clone();
+            async move {
+                let events = plan_events(&client, &ns, "shop").await;
+                events
+                    .iter()
+                    .find(|(reason, type_, note, _)| {
+                        reason == "NotificationFailed"
+                            && type_ == "Warning"
+                            && note.contains("releaseplan-notifications")
+                    })
+                    .cloned()
+                    .ok_or_else(|| format!("{events:?}"))
+            }
+        },
+    )
     .await;
 }

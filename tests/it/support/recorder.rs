@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};

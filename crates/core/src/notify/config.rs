@@ -106,7 +106,10 @@ pub enum ConfigError {
         message: String,
     },
     /// A trigger name that is not one.
-    #[error("{place}: unknown trigger {trigger:?} (one of {}, or any)", trigger_names())]
+    #[error(
+        "{place}: unknown trigger {trigger:?} (one of {}, or any)",
+        trigger_names()
+    )]
     UnknownTrigger {
         /// Where it is written.
         place: String,
@@ -114,7 +117,9 @@ pub enum ConfigError {
         trigger: String,
     },
     /// A subscription names a receiver the namespace does not configure.
-    #[error("{place}: no receiver {receiver:?} in ConfigMap releaseplan-notifications key \"receivers\"")]
+    #[error(
+        "{place}: no receiver {receiver:?} in ConfigMap releaseplan-notifications key \"receivers\""
+    )]
     UnknownReceiver {
         /// Where it is written.
         place: String,
@@ -195,10 +200,11 @@ impl NotifyConfig {
                 "subscriptions" => {}
                 k if k.starts_with(TEMPLATE_PREFIX) => {
                     let name = k.trim_start_matches(TEMPLATE_PREFIX);
-                    let trigger = Trigger::parse(name).ok_or_else(|| ConfigError::UnknownTrigger {
-                        place: format!("ConfigMap {CONFIG_MAP} key {k:?}"),
-                        trigger: name.to_string(),
-                    })?;
+                    let trigger =
+                        Trigger::parse(name).ok_or_else(|| ConfigError::UnknownTrigger {
+                            place: format!("ConfigMap {CONFIG_MAP} key {k:?}"),
+                            trigger: name.to_string(),
+                        })?;
                     super::payload::check_template(text).map_err(|message| {
                         ConfigError::Template {
                             key: k.to_string(),

@@ -248,7 +248,7 @@ pub fn notices(
             out.push(failed(trigger, f, text(EventReason::RollbackStarted)));
         }
         Cause::RollbackDone { .. } => {
-            let f = before.failure.as_ref();
+            let f = status.failure.as_ref().or(before.failure.as_ref());
             out.push(Notice {
                 duration_seconds: took(),
                 gate: f.map(|f| f.gate.clone()),
@@ -258,19 +258,29 @@ pub fn notices(
             });
         }
     }
-    // Landing on a `pause: {}` step: someone has to promote or abort.
-    if matches!(cause, Cause::Start { .. } | Cause::Advance { .. })
-        && status.phase == Phase::RollingOut
-        && usize::try_from(status.current_step)
-            .is_ok_and(|i| target.current_step(i, Duration::ZERO) == CurrentStep::UntilPromoted)
-    {
+    out.extend(paused(cause, target, status, || {
         let step = status.current_step.saturating_add(1);
-        out.push(base(
+        base(
             Trigger::Paused,
             format!("paused at step {step}/{steps}, waiting for promote or abort"),
-        ));
-    }
+        )
+    }));
     out
+}
+
+/// The `paused` notice (made by `make`) when a start or an advance lands on
+/// a `pause: {}` step: someone has to promote or abort.
+fn paused(
+    cause: &Cause,
+    target: &Target,
+    status: &ReleasePlanStatus,
+    make: impl FnOnce() -> Notice,
+) -> Option<Notice> {
+    let lands = matches!(cause, Cause::Start { .. } | Cause::Advance { .. })
+        && status.phase == Phase::RollingOut
+        && usize::try_from(status.current_step)
+            .is_ok_and(|i| target.current_step(i, Duration::ZERO) == CurrentStep::UntilPromoted);
+    lands.then(make)
 }
 
 #[cfg(test)]

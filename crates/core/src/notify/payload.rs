@@ -88,9 +88,7 @@ pub fn check_template(text: &str) -> Result<(), String> {
 
 /// Renders `template` over `ctx`'s fields (`plan.name`, `revision`, `step`...).
 pub fn render(template: &str, ctx: &impl Serialize) -> Result<String, String> {
-    let text = env()
-        .render_str(template, ctx)
-        .map_err(|e| e.to_string())?;
+    let text = env().render_str(template, ctx).map_err(|e| e.to_string())?;
     Ok(text.chars().take(MAX_TEXT).collect())
 }
 
@@ -189,11 +187,19 @@ impl Message {
     fn facts(&self) -> Vec<(&'static str, String)> {
         let n = &self.notice;
         let mut facts = vec![
-            ("Plan", format!("{}/{}", self.plan.namespace, self.plan.name)),
+            (
+                "Plan",
+                format!("{}/{}", self.plan.namespace, self.plan.name),
+            ),
             ("Revision", n.revision.clone().unwrap_or_else(|| "-".into())),
             (
                 "Step",
-                format!("{}/{} (weight {}%)", n.step.min(n.steps + 1), n.steps, n.weight),
+                format!(
+                    "{}/{} (weight {}%)",
+                    n.step.min(n.steps + 1),
+                    n.steps,
+                    n.weight
+                ),
             ),
             ("Phase", n.phase.as_str().to_string()),
         ];

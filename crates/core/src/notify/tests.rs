@@ -29,7 +29,10 @@ fn config() -> NotifyConfig {
             "subscriptions",
             "- triggers: [rolledBack, promoted]\n  receivers: [team-slack]\n",
         ),
-        ("template.promoted", "{{ plan.name }} is live ({{ revision }})"),
+        (
+            "template.promoted",
+            "{{ plan.name }} is live ({{ revision }})",
+        ),
     ]))
     .unwrap()
 }
@@ -66,7 +69,10 @@ fn a_config_parses_receivers_subscriptions_and_templates() {
 fn annotations_subscribe_a_plan_and_any_means_every_trigger() {
     let c = config();
     let ann = data(&[
-        ("notifications.releaseplan.io/subscribe.paused.team-slack", ""),
+        (
+            "notifications.releaseplan.io/subscribe.paused.team-slack",
+            "",
+        ),
         ("notifications.releaseplan.io/subscribe.any.audit", ""),
         ("unrelated", "x"),
     ]);
@@ -84,7 +90,10 @@ fn annotations_subscribe_a_plan_and_any_means_every_trigger() {
 fn a_bad_annotation_is_reported_and_does_not_silence_the_others() {
     let c = config();
     let ann = data(&[
-        ("notifications.releaseplan.io/subscribe.promotd.team-slack", ""),
+        (
+            "notifications.releaseplan.io/subscribe.promotd.team-slack",
+            "",
+        ),
         ("notifications.releaseplan.io/subscribe.promoted.pager", ""),
         ("notifications.releaseplan.io/subscribe.promoted.audit", ""),
     ]);
@@ -115,9 +124,17 @@ fn bad_configs_name_the_key_and_the_item() {
         bad(&[("template.launched", "x")]),
         ConfigError::UnknownTrigger { trigger, .. } if trigger == "launched"
     ));
-    assert!(matches!(bad(&[("recievers", "[]")]), ConfigError::Yaml { key, .. } if key == "recievers"));
-    let twice = format!("{RECEIVERS}{}", RECEIVERS.lines().take(4).collect::<Vec<_>>().join("\n"));
-    assert!(matches!(bad(&[("receivers", twice.as_str())]), ConfigError::Receivers(_)));
+    assert!(
+        matches!(bad(&[("recievers", "[]")]), ConfigError::Yaml { key, .. } if key == "recievers")
+    );
+    let twice = format!(
+        "{RECEIVERS}{}",
+        RECEIVERS.lines().take(4).collect::<Vec<_>>().join("\n")
+    );
+    assert!(matches!(
+        bad(&[("receivers", twice.as_str())]),
+        ConfigError::Receivers(_)
+    ));
 }
 
 fn notice(trigger: Trigger) -> Notice {
@@ -174,7 +191,11 @@ fn a_template_sees_the_status_fields_and_a_broken_one_falls_back() {
     assert!(problem.is_none());
     assert_eq!(m.text, "shop abc123 step 3/4 https://dash/prod/shop");
     let (m, problem) = Message::new(plan(), notice(Trigger::Promoted), Some("{{ nope }}"), None);
-    assert!(problem.unwrap().contains("template of promoted does not render"));
+    assert!(
+        problem
+            .unwrap()
+            .contains("template of promoted does not render")
+    );
     assert!(m.text.starts_with("prod/shop: revision abc123 promoted"));
     assert!(check_template("{% if %}").is_err());
 }
@@ -182,8 +203,11 @@ fn a_template_sees_the_status_fields_and_a_broken_one_falls_back() {
 #[test]
 fn the_dashboard_link_is_a_template_over_the_plan() {
     assert_eq!(
-        link("https://argocd.example/applications/{{ namespace }}/{{ name }}?uid={{ uid }}", &plan())
-            .unwrap(),
+        link(
+            "https://argocd.example/applications/{{ namespace }}/{{ name }}?uid={{ uid }}",
+            &plan()
+        )
+        .unwrap(),
         "https://argocd.example/applications/prod/shop?uid=0a1b"
     );
 }
@@ -231,7 +255,10 @@ fn the_slack_body_follows_block_kit() {
     assert_eq!(b["text"], m.text);
     let blocks = b["blocks"].as_array().unwrap();
     let types: Vec<&str> = blocks.iter().map(|b| b["type"].as_str().unwrap()).collect();
-    assert_eq!(types, ["header", "section", "section", "context", "actions"]);
+    assert_eq!(
+        types,
+        ["header", "section", "section", "context", "actions"]
+    );
     // header: plain_text only, at most 150 characters.
     assert_eq!(blocks[0]["text"]["type"], "plain_text");
     assert!(blocks[0]["text"]["text"].as_str().unwrap().chars().count() <= 150);
@@ -254,7 +281,11 @@ fn the_slack_body_follows_block_kit() {
     let b = m.slack();
     let text = b["blocks"][1]["text"]["text"].as_str().unwrap();
     assert!(text.contains("&lt;restarting&gt; &amp; failing"), "{text}");
-    assert_eq!(b["blocks"].as_array().unwrap().len(), 4, "no link, no button");
+    assert_eq!(
+        b["blocks"].as_array().unwrap().len(),
+        4,
+        "no link, no button"
+    );
 }
 
 #[test]

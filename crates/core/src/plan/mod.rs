@@ -146,6 +146,8 @@ pub(crate) fn revisions_of<'a>(obs: &'a Observation, component: &str) -> ByHash<
 }
 
 /// Decides what to do about one observation. Pure: no I/O, no clock.
+// One decision, each part a call in order: splitting it would hide the order.
+#[allow(clippy::too_many_lines)]
 pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) -> Decision {
     let target = match &obs.target {
         Ok(t) => t,

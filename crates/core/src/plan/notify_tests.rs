@@ -49,7 +49,7 @@ fn a_promoted_canary_announces_each_transition_once() {
         settle_noting(&mut sim, &mut seen);
     }
     assert_eq!(seen.len(), 5);
-    sim.ask(Action::Promote);
+    sim.ask(Action::Promote { full: false });
     settle_noting(&mut sim, &mut seen);
     assert_eq!(
         triggers(&seen[5..]),
@@ -57,7 +57,8 @@ fn a_promoted_canary_announces_each_transition_once() {
     );
     let promoted = seen.last().unwrap();
     assert_eq!(promoted.phase, Phase::Stable);
-    assert_eq!(promoted.revision.as_deref(), Some(sim.hash_of("web").as_str()));
+    assert_eq!(promoted.revision, sim.status.current_revision);
+    assert_eq!(promoted.revision, sim.status.stable_revision);
     assert!(promoted.duration_seconds.unwrap() >= 31 + 1800);
     // Every key differs: a receiver deduplicating on ids keeps them all.
     let keys: BTreeSet<String> = seen.iter().map(Notice::key).collect();
@@ -67,11 +68,11 @@ fn a_promoted_canary_announces_each_transition_once() {
 #[test]
 fn a_crash_loop_announces_rollback_start_and_end_with_its_reason() {
     let mut sim = stable_sim(canary_spec());
-    let stable = sim.hash_of("web");
+    let stable = sim.status.stable_revision.clone().unwrap();
     sim.change_image("web", "shop:bad");
-    let bad = sim.hash_of("web");
-    sim.crashing.insert(bad.clone());
-    let mut seen = Vec::new();
+    sim.crashing.insert(sim.hash_of("web"));
+    let mut seen = sim.reconcile().notices;
+    let bad = sim.status.current_revision.clone().unwrap();
     settle_noting(&mut sim, &mut seen);
     assert_eq!(sim.status.phase, Phase::RolledBack);
     assert_eq!(
@@ -94,9 +95,9 @@ fn a_crash_loop_announces_rollback_start_and_end_with_its_reason() {
 fn a_new_spec_mid_rollout_announces_the_superseded_revision() {
     let mut sim = stable_sim(canary_spec());
     sim.change_image("web", "shop:2");
-    let first = sim.hash_of("web");
     let mut seen = Vec::new();
     settle_noting(&mut sim, &mut seen);
+    let first = sim.status.current_revision.clone().unwrap();
     sim.change_image("web", "shop:3");
     seen.clear();
     seen.extend(sim.reconcile().notices);
@@ -105,7 +106,8 @@ fn a_new_spec_mid_rollout_announces_the_superseded_revision() {
         vec![Trigger::Superseded, Trigger::RolloutStarted]
     );
     assert_eq!(seen[0].revision.as_deref(), Some(first.as_str()));
-    assert_eq!(seen[1].revision, Some(sim.hash_of("web")));
+    assert_eq!(seen[1].revision, sim.status.current_revision);
+    assert_ne!(seen[1].revision.as_deref(), Some(first.as_str()));
 }
 
 #[test]
