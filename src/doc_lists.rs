@@ -157,6 +157,13 @@ fn sample_metrics() -> String {
     let _ = m.cached_objects.get_or_create(&ResourceLabel {
         resource: "pods".into(),
     });
+    let _ = m
+        .notifications
+        .get_or_create(&crate::ops::metrics::NotificationLabel {
+            namespace: "ns".into(),
+            receiver: "r".into(),
+            result: "sent".into(),
+        });
     m.set_phase("ns/p", Some(Phase::Stable));
     m.render()
 }

@@ -108,6 +108,17 @@ struct Args {
         default_value = "restricted"
     )]
     gate_job_pod_security: releaseplan::gates::pod_security::Level,
+    /// Link in notifications to the plan in a dashboard or Argo CD: a URL
+    /// template over the plan's `namespace`, `name` and `uid`, e.g.
+    /// `https://argocd.example/applications/{{ namespace }}-{{ name }}`.
+    #[arg(long, env = "RELEASEPLAN_DASHBOARD_URL", value_parser = dashboard_url)]
+    dashboard_url: Option<String>,
+}
+
+/// A `--dashboard-url` that renders (a template error shows at start-up).
+fn dashboard_url(s: &str) -> Result<String, String> {
+    releaseplan_core::notify::payload::check_template(s)?;
+    Ok(s.to_string())
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -270,6 +281,9 @@ async fn run(args: Args) -> Result<(), MainError> {
         gate_policy: args.gate_policy,
         job_pod_security: args.gate_job_pod_security,
         shard: None,
+        notify: controller::notify::NotifySettings {
+            dashboard_url: args.dashboard_url.clone(),
+        },
     };
     if args.leader_election {
         let cfg = LeaderConfig {

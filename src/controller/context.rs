@@ -49,6 +49,8 @@ pub struct Settings {
     pub config_versioning: bool,
     /// The Pod Security Standard level of tenants' Job gates.
     pub job_pod_security: crate::gates::pod_security::Level,
+    /// Notifications' settings (`--dashboard-url`).
+    pub notify: super::notify::NotifySettings,
 }
 
 /// Shared state of all reconciles.
@@ -74,6 +76,8 @@ pub struct Context {
     pub routes: super::router::Routes,
     /// Publishes Kubernetes Events beside the reconciles.
     pub events: Events,
+    /// The queue of notifications, sent after their transition is written.
+    pub notifier: super::notify::Notifier,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// Evaluates Prometheus and webhook gates beside the reconciles.

@@ -77,6 +77,7 @@ fn stamp() -> Timestamp {
 }
 
 /// The queue of Events to publish; cheap to use from any reconcile.
+#[derive(Clone)]
 pub struct Events {
     tx: mpsc::UnboundedSender<Outgoing>,
 }

@@ -25,6 +25,7 @@ pub mod gates;
 pub mod index;
 pub mod jobs;
 mod memory;
+pub mod notify;
 pub mod observe;
 mod owned;
 pub mod policy;

@@ -128,6 +128,15 @@ fn context(client: Client) -> Arc<Context> {
         instance: None,
     };
     let (events, _publisher) = Events::start(client.clone(), reporter, Arc::clone(&metrics));
+    let notifier = crate::controller::notify::Notifier::start(
+        client.clone(),
+        GateHttp::new(OutboundPolicy::default()).unwrap(),
+        CredentialReader::new(client.clone(), "ops".into()),
+        crate::controller::policy::PolicyCaches::none(crate::gates::policy::Mode::Optional),
+        events.clone(),
+        Arc::clone(&metrics),
+        crate::controller::notify::NotifySettings::default(),
+    );
     Arc::new(Context {
         client,
         deployments: PlanCache::empty(),
@@ -139,6 +148,7 @@ fn context(client: Client) -> Arc<Context> {
         hpas: PlanCache::empty(),
         routes: crate::controller::router::Routes::empty(),
         events,
+        notifier,
         queue: Arc::new(Queue::new(Arc::clone(&metrics))),
         metrics,
         gates,

@@ -182,6 +182,18 @@ pub async fn run(
         )
     };
     let (events, publisher) = Events::start(client.clone(), reporter, Arc::clone(&metrics));
+    let notifier = super::notify::Notifier::start(
+        client.clone(),
+        settings.gate_http.clone(),
+        crate::gates::access::CredentialReader::new(
+            client.clone(),
+            settings.gate_credentials_namespace.clone(),
+        ),
+        policy.clone(),
+        events.clone(),
+        Arc::clone(&metrics),
+        settings.notify.clone(),
+    );
     let ctx = Arc::new(Context {
         client: client.clone(),
         deployments,
@@ -193,6 +205,7 @@ pub async fn run(
         hpas,
         routes,
         events,
+        notifier,
         metrics,
         gates,
         policy,

@@ -25,6 +25,7 @@ pub(crate) fn confirm_unanswered(ctx: &Context, plan: &ReleasePlan) {
         info!("a status write that got no answer had landed: publishing its transition");
         ctx.events
             .planned(&plan.object_ref(&()), &u.decision.events);
+        ctx.notifier.planned(plan, &u.decision.notices);
         for e in &u.decision.events {
             info!(reason = %e.reason, "{}", e.message);
         }
@@ -152,6 +153,7 @@ pub(crate) async fn status(
         ctx.metrics.write("status");
     }
     ctx.events.planned(&plan.object_ref(&()), &decision.events);
+    ctx.notifier.planned(plan, &decision.notices);
     for e in &decision.events {
         info!(reason = %e.reason, "{}", e.message);
     }

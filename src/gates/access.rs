@@ -213,6 +213,38 @@ impl CredentialReader {
     }
 }
 
+impl CredentialReader {
+    /// One Secret key as one line of text, for a plan of `plan_namespace`,
+    /// under the same rules as a gate's (the Secret shared with the
+    /// namespace, and bound to `bound.destination` when a GatePolicy says
+    /// so): a notification receiver's URL and token.
+    pub async fn secret_text(
+        &self,
+        r: &SecretKeyRef,
+        plan_namespace: &str,
+        bound: &Binding<'_>,
+    ) -> Result<String, AccessError> {
+        let mut read = Reads {
+            reader: self,
+            bound,
+            plan_namespace,
+            secrets: HashMap::new(),
+            config_maps: HashMap::new(),
+        };
+        let read = read.text(r, "is not one line of text");
+        tokio::time::timeout(self.timeout, read)
+            .await
+            .unwrap_or_else(|_| {
+                Err(AccessError::Unreadable {
+                    kind: Kind::Secret,
+                    namespace: self.namespace.clone(),
+                    name: r.name.clone(),
+                    why: format!("not read within {}s", self.timeout.as_secs()),
+                })
+            })
+    }
+}
+
 /// The objects read during one [`CredentialReader::resolve`].
 struct Reads<'a> {
     reader: &'a CredentialReader,

@@ -38,6 +38,17 @@ pub struct WriteLabel {
     pub operation: String,
 }
 
+/// Label set of a notification delivery.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotificationLabel {
+    /// Namespace of the plan (and of its receivers' config).
+    pub namespace: String,
+    /// Receiver name (`-` for a drop before any receiver was known).
+    pub receiver: String,
+    /// `sent`, `failed` (after retries) or `dropped` (a full queue).
+    pub result: String,
+}
+
 /// Label set with one `phase`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabel {
@@ -186,6 +197,8 @@ pub struct Metrics {
     pub plan_info: Family<PlanLabel, Gauge>,
     /// Objects held in the operator's caches, by resource.
     pub cached_objects: Family<ResourceLabel, Gauge>,
+    /// Notifications by namespace, receiver and result (sent, failed, dropped).
+    pub notifications: Family<NotificationLabel, Counter>,
     /// Plans the controller keeps in-memory state for between reconciles.
     pub plan_memory_entries: Gauge,
     /// The state of each plan, so a change moves one count from the old phase
@@ -350,6 +363,12 @@ impl Metrics {
             "Objects in the operator's caches, by resource (sampled every few seconds)",
             cached_objects.clone(),
         );
+        let notifications = Family::<NotificationLabel, Counter>::default();
+        registry.register(
+            "notifications",
+            "Notifications by namespace, receiver and result: sent, failed (after retries), dropped (a full queue)",
+            notifications.clone(),
+        );
         let plan_memory_entries = Gauge::default();
         registry.register(
             "plan_memory_entries",
@@ -402,6 +421,7 @@ impl Metrics {
             queue_wait,
             plan_info,
             cached_objects,
+            notifications,
             plan_memory_entries,
             phases: Mutex::new(HashMap::new()),
             phase_gauges,

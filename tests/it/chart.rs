@@ -627,11 +627,25 @@ fn watch_namespace_renders_roles_only_and_the_service_monitor_on_request() {
         .into_iter()
         .find(|r| r["metadata"]["namespace"] == "apps")
         .expect("a Role in apps");
-    let without: Vec<_> = expected_rules()
+    let mut without: Vec<_> = expected_rules()
         .into_iter()
         .filter(|(g, r, _)| !(g.is_empty() && (r == "configmaps" || r == "secrets")))
         .collect();
+    // But for the namespace's notification ConfigMap, by name.
+    without.push((String::new(), "configmaps".into(), vec!["get".into()]));
+    without.sort();
     assert_eq!(rules(apps_role), without);
+    let named: Vec<&Value> = apps_role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| strings(&r["resources"]) == ["configmaps"])
+        .collect();
+    assert_eq!(named.len(), 1);
+    assert_eq!(
+        named[0]["resourceNames"],
+        json!(["releaseplan-notifications"])
+    );
     let args =
         strings(&one(&objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]);
     assert!(
@@ -694,8 +708,19 @@ fn gate_credentials_can_be_limited_to_named_objects_or_turned_off() {
         .into_iter()
         .chain(of_kind(&objs, "ClusterRole"))
     {
-        for (_, resource, _) in rules(r) {
-            assert!(!["secrets", "configmaps"].contains(&resource.as_str()));
+        for rule in r["rules"].as_array().into_iter().flatten() {
+            let resources = strings(&rule["resources"]);
+            // Only the namespaces' notification ConfigMap, by name.
+            if resources == ["configmaps"] {
+                assert_eq!(rule["resourceNames"], json!(["releaseplan-notifications"]));
+                assert_eq!(strings(&rule["verbs"]), ["get"]);
+                continue;
+            }
+            assert!(
+                !resources
+                    .iter()
+                    .any(|x| x == "secrets" || x == "configmaps")
+            );
         }
     }
     let err = render_error(&["gates.credentials.secretNames={Not_A_Name}"]);

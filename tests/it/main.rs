@@ -47,6 +47,7 @@ mod leader;
 mod metrics_pipeline;
 mod monitoring;
 mod order;
+mod notifications;
 mod plugin;
 mod preview;
 mod rollback;

@@ -165,6 +165,13 @@ true
 - apiGroups: [""]
   resources: ["configmaps", "secrets"]
   verbs: ["get", "list", "watch", "create", "delete"]
+{{- else }}
+# Each namespace's notification settings (docs/notifications.md), read by
+# name when a transition notifies (config.versioning grants get already).
+- apiGroups: [""]
+  resources: ["configmaps"]
+  resourceNames: ["releaseplan-notifications"]
+  verbs: ["get"]
 {{- end }}
 # Events are created, never patched: a repeat is a new Event, not a series
 # (src/controller/events.rs).

@@ -15,5 +15,6 @@
 
 pub mod api;
 pub mod gates;
+pub mod notify;
 pub mod objects;
 pub mod plan;

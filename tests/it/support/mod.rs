@@ -12,7 +12,8 @@
 //!   [`servers`]: a real Prometheus and local HTTP servers; [`traffic`]: a
 //!   Gateway, Traefik and a backend emulator, for real HTTP requests;
 //!   [`metrics`]: the simulated CPU usage of a namespace's pods, which
-//!   metrics-server reports and the HPA controller scales on.
+//!   metrics-server reports and the HPA controller scales on; [`recorder`]:
+//!   a notification receiver on loopback that records what it gets.
 //!
 //! The cluster is the one of `make test` (KUBECONFIG); see docs/control-plane.md.
 
@@ -30,6 +31,7 @@ pub mod fixtures;
 pub mod metrics;
 pub mod operator;
 pub mod plans;
+pub mod recorder;
 pub mod servers;
 pub mod tools;
 pub mod traffic;

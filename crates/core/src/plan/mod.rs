@@ -132,6 +132,8 @@ pub struct Decision {
     /// What happened in this decision, for metrics (never re-derived from
     /// event reasons).
     pub transition: machine::Cause,
+    /// Notifications of the transition, sent once its status is written.
+    pub notices: Vec<crate::notify::Notice>,
 }
 
 /// Observed counts of one component, by revision hash.
@@ -244,6 +246,7 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
     } else {
         machine::requeue_after(obs, target, &facts, &status)
     };
+    let notices = crate::notify::notices(obs.now, &obs.status, target, &cause, &status, &events);
     Decision {
         status,
         deployments,
@@ -258,6 +261,7 @@ pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) 
         requeue_after,
         finalize,
         transition: cause,
+        notices,
     }
 }
 
@@ -488,6 +492,7 @@ fn invalid_spec(obs: &Observation, e: &SpecError) -> Decision {
         // A plan whose spec is broken holds no rollout worth protecting.
         finalize: obs.deleting,
         transition: machine::Cause::None,
+        notices: Vec::new(),
     }
 }
 

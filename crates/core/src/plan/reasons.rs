@@ -108,6 +108,9 @@ reasons! {
         /// A release window or freeze holds the rollout (Normal; the
         /// `Progressing` condition says until when).
         RolloutHeld,
+        /// A notification receiver keeps failing, or the plan's notification
+        /// settings cannot be used (docs/notifications.md).
+        NotificationFailed,
     }
 }
 

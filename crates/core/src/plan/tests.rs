@@ -2412,3 +2412,5 @@ mod gate_trials;
 mod order_tests;
 #[path = "window_tests.rs"]
 mod window_sim;
+#[path = "notify_tests.rs"]
+mod notify_tests;

@@ -1,0 +1,307 @@
+use super::config::{ConfigError, Format, NotifyConfig, ReceiverKind};
+use super::payload::{Message, PlanRef, check_template, link};
+use super::*;
+use chrono::TimeZone;
+use std::collections::BTreeMap;
+
+fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect()
+}
+
+const RECEIVERS: &str = r"
+- name: team-slack
+  type: slack
+  urlFrom: {secretKeyRef: {name: hooks, key: slack}}
+- name: audit
+  type: webhook
+  format: cloudEvents
+  urlFrom: {secretKeyRef: {name: hooks, key: audit}}
+  tokenFrom: {secretKeyRef: {name: hooks, key: token}}
+";
+
+fn config() -> NotifyConfig {
+    NotifyConfig::parse(&data(&[
+        ("receivers", RECEIVERS),
+        (
+            "subscriptions",
+            "- triggers: [rolledBack, promoted]\n  receivers: [team-slack]\n",
+        ),
+        (
+            "template.promoted",
+            "{{ plan.name }} is live ({{ revision }})",
+        ),
+    ]))
+    .unwrap()
+}
+
+fn names(r: &[&config::Receiver]) -> Vec<String> {
+    r.iter().map(|r| r.name.clone()).collect()
+}
+
+#[test]
+fn a_config_parses_receivers_subscriptions_and_templates() {
+    let c = config();
+    assert_eq!(c.receivers["audit"].kind, ReceiverKind::Webhook);
+    assert_eq!(c.receivers["audit"].format, Format::CloudEvents);
+    assert_eq!(c.receivers["team-slack"].format, Format::Json);
+    assert_eq!(
+        c.receivers["audit"]
+            .token_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .key,
+        "token"
+    );
+    assert!(c.templates.contains_key(&Trigger::Promoted));
+    let none = BTreeMap::new();
+    assert_eq!(
+        names(&c.receivers_for(&none, Trigger::Promoted).0),
+        ["team-slack"]
+    );
+    assert!(c.receivers_for(&none, Trigger::StepAdvanced).0.is_empty());
+}
+
+#[test]
+fn annotations_subscribe_a_plan_and_any_means_every_trigger() {
+    let c = config();
+    let ann = data(&[
+        (
+            "notifications.releaseplan.io/subscribe.paused.team-slack",
+            "",
+        ),
+        ("notifications.releaseplan.io/subscribe.any.audit", ""),
+        ("unrelated", "x"),
+    ]);
+    let (r, problems) = c.receivers_for(&ann, Trigger::Paused);
+    assert_eq!(names(&r), ["audit", "team-slack"]);
+    assert!(problems.is_empty());
+    let (r, _) = c.receivers_for(&ann, Trigger::Promoted);
+    // team-slack by the namespace and audit by `any`: each once.
+    assert_eq!(names(&r), ["audit", "team-slack"]);
+    let (r, _) = c.receivers_for(&ann, Trigger::StepAdvanced);
+    assert_eq!(names(&r), ["audit"]);
+}
+
+#[test]
+fn a_bad_annotation_is_reported_and_does_not_silence_the_others() {
+    let c = config();
+    let ann = data(&[
+        (
+            "notifications.releaseplan.io/subscribe.promotd.team-slack",
+            "",
+        ),
+        ("notifications.releaseplan.io/subscribe.promoted.pager", ""),
+        ("notifications.releaseplan.io/subscribe.promoted.audit", ""),
+    ]);
+    let (r, problems) = c.receivers_for(&ann, Trigger::Promoted);
+    assert_eq!(names(&r), ["audit", "team-slack"]);
+    assert_eq!(problems.len(), 2);
+    let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    assert!(text[0].contains("unknown trigger \"promotd\""), "{text:?}");
+    assert!(text[1].contains("no receiver \"pager\""), "{text:?}");
+}
+
+#[test]
+fn bad_configs_name_the_key_and_the_item() {
+    let bad = |pairs: &[(&str, &str)]| NotifyConfig::parse(&data(pairs)).unwrap_err();
+    assert!(matches!(
+        bad(&[("receivers", "- name: x\n  type: pager\n")]),
+        ConfigError::Yaml { key, .. } if key == "receivers"
+    ));
+    assert!(matches!(
+        bad(&[("receivers", RECEIVERS), ("subscriptions", "- triggers: [promoted]\n  receivers: [nobody]\n")]),
+        ConfigError::UnknownReceiver { receiver, .. } if receiver == "nobody"
+    ));
+    assert!(matches!(
+        bad(&[("template.promoted", "{{ plan.name ")]),
+        ConfigError::Template { key, .. } if key == "template.promoted"
+    ));
+    assert!(matches!(
+        bad(&[("template.launched", "x")]),
+        ConfigError::UnknownTrigger { trigger, .. } if trigger == "launched"
+    ));
+    assert!(
+        matches!(bad(&[("recievers", "[]")]), ConfigError::Yaml { key, .. } if key == "recievers")
+    );
+    let twice = format!(
+        "{RECEIVERS}{}",
+        RECEIVERS.lines().take(4).collect::<Vec<_>>().join("\n")
+    );
+    assert!(matches!(
+        bad(&[("receivers", twice.as_str())]),
+        ConfigError::Receivers(_)
+    ));
+}
+
+fn notice(trigger: Trigger) -> Notice {
+    Notice {
+        trigger,
+        rollout: 3,
+        phase: Phase::RolledBack,
+        revision: Some("abc123".into()),
+        stable_revision: Some("old999".into()),
+        step: 3,
+        steps: 4,
+        weight: 20,
+        gate: Some("podHealth".into()),
+        reason: Some("CrashLoopBackOff".into()),
+        message: "component web pod web-1: back-off <restarting> & failing".into(),
+        started_at: Some(Utc.with_ymd_and_hms(2026, 12, 2, 10, 0, 0).unwrap()),
+        at: Utc.with_ymd_and_hms(2026, 12, 2, 10, 14, 5).unwrap(),
+        duration_seconds: Some(845),
+    }
+}
+
+fn plan() -> PlanRef {
+    PlanRef {
+        namespace: "prod".into(),
+        name: "shop".into(),
+        uid: "0a1b".into(),
+    }
+}
+
+#[test]
+fn built_in_texts_render_for_every_trigger() {
+    for t in Trigger::ALL {
+        let (m, problem) = Message::new(plan(), notice(*t), None, None);
+        assert!(problem.is_none(), "{t}: {problem:?}");
+        assert!(m.text.starts_with("prod/shop"), "{t}: {}", m.text);
+    }
+    let (m, _) = Message::new(plan(), notice(Trigger::RolledBack), None, None);
+    assert_eq!(
+        m.text,
+        "prod/shop: rolled back (podHealth: CrashLoopBackOff); stable revision old999 serves"
+    );
+    let (m, _) = Message::new(plan(), notice(Trigger::Promoted), None, None);
+    assert_eq!(m.text, "prod/shop: revision abc123 promoted in 14 min 5 s");
+}
+
+#[test]
+fn a_template_sees_the_status_fields_and_a_broken_one_falls_back() {
+    let (m, problem) = Message::new(
+        plan(),
+        notice(Trigger::Promoted),
+        Some("{{ plan.name }} {{ revision }} step {{ step }}/{{ steps }} {{ link }}"),
+        Some("https://dash/prod/shop".into()),
+    );
+    assert!(problem.is_none());
+    assert_eq!(m.text, "shop abc123 step 3/4 https://dash/prod/shop");
+    let (m, problem) = Message::new(plan(), notice(Trigger::Promoted), Some("{{ nope }}"), None);
+    assert!(
+        problem
+            .unwrap()
+            .contains("template of promoted does not render")
+    );
+    assert!(m.text.starts_with("prod/shop: revision abc123 promoted"));
+    assert!(check_template("{% if %}").is_err());
+}
+
+#[test]
+fn the_dashboard_link_is_a_template_over_the_plan() {
+    assert_eq!(
+        link(
+            "https://argocd.example/applications/{{ namespace }}/{{ name }}?uid={{ uid }}",
+            &plan()
+        )
+        .unwrap(),
+        "https://argocd.example/applications/prod/shop?uid=0a1b"
+    );
+}
+
+#[test]
+fn the_webhook_body_is_versioned_and_carries_every_field() {
+    let (m, _) = Message::new(plan(), notice(Trigger::RolledBack), None, None);
+    let (body, ct) = m.body(ReceiverKind::Webhook, Format::Json);
+    assert_eq!(ct, "application/json");
+    assert_eq!(body["schema"], "releaseplan.io/notification/v1");
+    assert_eq!(body["id"], m.id);
+    assert!(m.id.starts_with("0a1b-3-rolledBack-3-"));
+    assert_eq!(body["trigger"], "rolledBack");
+    assert_eq!(body["plan"]["namespace"], "prod");
+    assert_eq!(body["stableRevision"], "old999");
+    assert_eq!(body["durationSeconds"], 845);
+    assert_eq!(body["phase"], "RolledBack");
+    assert_eq!(body["at"], "2026-12-02T10:14:05Z");
+}
+
+#[test]
+fn the_cloud_event_is_structured_mode_with_the_body_as_data() {
+    let (m, _) = Message::new(plan(), notice(Trigger::Paused), None, None);
+    let (ev, ct) = m.body(ReceiverKind::Webhook, Format::CloudEvents);
+    assert_eq!(ct, "application/cloudevents+json");
+    assert_eq!(ev["specversion"], "1.0");
+    assert_eq!(ev["id"], m.id);
+    assert_eq!(ev["type"], "io.releaseplan.release.paused");
+    assert_eq!(
+        ev["source"],
+        "/apis/releaseplan.io/v1alpha1/namespaces/prod/releaseplans/shop"
+    );
+    assert_eq!(ev["data"], m.json());
+}
+
+#[test]
+fn the_slack_body_follows_block_kit() {
+    let (m, _) = Message::new(
+        plan(),
+        notice(Trigger::RolledBack),
+        None,
+        Some("https://dash/prod/shop".into()),
+    );
+    let (b, _) = m.body(ReceiverKind::Slack, Format::Json);
+    assert_eq!(b["text"], m.text);
+    let blocks = b["blocks"].as_array().unwrap();
+    let types: Vec<&str> = blocks.iter().map(|b| b["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        ["header", "section", "section", "context", "actions"]
+    );
+    // header: plain_text only, at most 150 characters.
+    assert_eq!(blocks[0]["text"]["type"], "plain_text");
+    assert!(blocks[0]["text"]["text"].as_str().unwrap().chars().count() <= 150);
+    // fields: at most 10, each mrkdwn text of at most 2000 characters.
+    let fields = blocks[2]["fields"].as_array().unwrap();
+    assert!(!fields.is_empty() && fields.len() <= 10);
+    for f in fields {
+        assert_eq!(f["type"], "mrkdwn");
+        assert!(f["text"].as_str().unwrap().len() <= 2000);
+    }
+    assert!(
+        fields
+            .iter()
+            .any(|f| f["text"] == "*Reason*\npodHealth: CrashLoopBackOff")
+    );
+    assert_eq!(blocks[4]["elements"][0]["type"], "button");
+    assert_eq!(blocks[4]["elements"][0]["url"], "https://dash/prod/shop");
+    // Slack's control characters escaped in mrkdwn.
+    let (m, _) = Message::new(plan(), notice(Trigger::Halted), None, None);
+    let b = m.slack();
+    let text = b["blocks"][1]["text"]["text"].as_str().unwrap();
+    assert!(text.contains("&lt;restarting&gt; &amp; failing"), "{text}");
+    assert_eq!(
+        b["blocks"].as_array().unwrap().len(),
+        4,
+        "no link, no button"
+    );
+}
+
+#[test]
+fn the_teams_body_is_one_adaptive_card() {
+    let (m, _) = Message::new(
+        plan(),
+        notice(Trigger::Promoted),
+        None,
+        Some("https://dash".into()),
+    );
+    let (b, _) = m.body(ReceiverKind::Teams, Format::Json);
+    assert_eq!(b["type"], "message");
+    let a = &b["attachments"][0];
+    assert_eq!(a["contentType"], "application/vnd.microsoft.card.adaptive");
+    assert_eq!(a["content"]["type"], "AdaptiveCard");
+    assert_eq!(a["content"]["body"][1]["text"], m.text);
+    assert_eq!(a["content"]["body"][2]["type"], "FactSet");
+    assert_eq!(a["content"]["actions"][0]["url"], "https://dash");
+}

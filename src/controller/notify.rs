@@ -1,0 +1,530 @@
+//! Notifications, delivered beside the reconciles (the core's `notify` says
+//! which transitions make which notices, and what each receiver is sent).
+//!
+//! Like Events, a reconcile only queues its notices, after the status write
+//! that made the transition landed ([`super::write`]), and never waits: the
+//! queue into the dispatcher is bounded and a full one drops (counted). The
+//! dispatcher reads the namespace's `releaseplan-notifications` ConfigMap
+//! (one GET with a timeout, so an edit applies to the next transition, no
+//! restart), picks the subscribed receivers and hands each message to the
+//! receiver's own worker, through the receiver's own bounded queue: a slow
+//! or dead receiver fills its queue and loses its messages (counted as
+//! dropped), nothing else waits for it.
+//!
+//! At most once per receiver, also across a restart or a leader failover:
+//! the mark is the status write itself. It is written under the plan's
+//! resourceVersion before anything is sent, so of two operators deciding the
+//! same transition only one writes it (the other gets a conflict and drops
+//! its notices), and a new leader reads a status that already records the
+//! transition and decides no transition again. A crash between the write
+//! and the send loses the notice rather than repeating it. Within one
+//! process a delivery is retried only when nothing can have arrived
+//! (connection refused, credentials not readable) or the receiver said it
+//! failed (429, 5xx); a request whose answer never came is not repeated.
+//! Every message carries an id unique to its transition, so a receiver can
+//! drop a repeat of a 5xx retry itself.
+//!
+//! Receivers' URLs and tokens are Secret keys read under the gates'
+//! credential rules (`gates::access`), and every request goes through the
+//! gates' client and its egress checks (`gates::outbound`). Neither a URL
+//! nor a token is logged: failures name the receiver and the kind of error.
+
+use super::events::Events;
+use super::policy::PolicyCaches;
+use crate::api::ReleasePlan;
+use crate::api::access::SecretKeyRef;
+use crate::gates::access::{Binding, CredentialReader};
+use crate::gates::outbound::{CallError, GateHttp};
+use crate::gates::policy::{Destination, NamespacePolicy};
+use crate::ops::metrics::{Metrics, NotificationLabel};
+use crate::plan::{EventReason, EventType};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
+use kube::{Api, Client, Resource, ResourceExt};
+use releaseplan_core::notify::Notice;
+use releaseplan_core::notify::config::{self as ncfg, NotifyConfig, Receiver};
+use releaseplan_core::notify::payload::{Message, PlanRef};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+/// Transitions waiting for the dispatcher; past it they are dropped.
+const DISPATCH_QUEUE: usize = 1024;
+/// Messages waiting for one receiver; past it they are dropped.
+pub const RECEIVER_QUEUE: usize = 64;
+/// Longest wait for a receiver's answer.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for the API server when reading the ConfigMap.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Tries of one delivery (the first and the retries).
+const TRIES: u32 = 4;
+/// The first wait between two tries; doubled each time.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// Failed deliveries in a row after which the plan gets a Warning Event.
+pub const FAILING_AFTER: u32 = 3;
+/// Label of drops before any receiver is known.
+const NO_RECEIVER: &str = "-";
+
+/// What the controller knows of a plan when it queues its notices.
+struct Job {
+    reference: ObjectReference,
+    plan: PlanRef,
+    annotations: BTreeMap<String, String>,
+    notices: Vec<Notice>,
+}
+
+/// One message for one receiver.
+struct Delivery {
+    reference: ObjectReference,
+    plan_namespace: String,
+    receiver: Receiver,
+    message: Message,
+}
+
+/// The notifier's settings.
+#[derive(Debug, Clone, Default)]
+pub struct NotifySettings {
+    /// `--dashboard-url`: a template over `namespace`, `name`, `uid`.
+    pub dashboard_url: Option<String>,
+}
+
+/// What the dispatcher and the workers share.
+struct Shared {
+    client: Client,
+    http: GateHttp,
+    secrets: CredentialReader,
+    policy: PolicyCaches,
+    events: Events,
+    metrics: Arc<Metrics>,
+    settings: NotifySettings,
+    /// The queue of each receiver's worker, by `namespace/receiver`.
+    workers: Mutex<HashMap<String, mpsc::Sender<Delivery>>>,
+}
+
+/// The queue of notices to deliver; cheap to use from any reconcile.
+pub struct Notifier {
+    tx: mpsc::Sender<Job>,
+    metrics: Arc<Metrics>,
+}
+
+impl Notifier {
+    /// The queue and its dispatcher task (which starts receivers' workers).
+    pub fn start(
+        client: Client,
+        http: GateHttp,
+        secrets: CredentialReader,
+        policy: PolicyCaches,
+        events: Events,
+        metrics: Arc<Metrics>,
+        settings: NotifySettings,
+    ) -> Notifier {
+        let (tx, rx) = mpsc::channel::<Job>(DISPATCH_QUEUE);
+        let shared = Arc::new(Shared {
+            client,
+            http,
+            secrets,
+            policy,
+            events,
+            metrics: Arc::clone(&metrics),
+            settings,
+            workers: Mutex::new(HashMap::new()),
+        });
+        tokio::spawn(dispatch(shared, rx));
+        Notifier { tx, metrics }
+    }
+
+    /// Queues the notices of a written decision; never waits.
+    pub fn planned(&self, plan: &ReleasePlan, notices: &[Notice]) {
+        if notices.is_empty() {
+            return;
+        }
+        let namespace = plan.namespace().unwrap_or_default();
+        let job = Job {
+            reference: plan.object_ref(&()),
+            plan: PlanRef {
+                namespace: namespace.clone(),
+                name: plan.name_any(),
+                uid: plan.uid().unwrap_or_default(),
+            },
+            annotations: plan.annotations().clone(),
+            notices: notices.to_vec(),
+        };
+        if self.tx.try_send(job).is_err() {
+            warn!(
+                notices = notices.len(),
+                "notification queue full: notices dropped"
+            );
+            count(
+                &self.metrics,
+                &namespace,
+                NO_RECEIVER,
+                "dropped",
+                notices.len(),
+            );
+        }
+    }
+}
+
+fn count(metrics: &Metrics, namespace: &str, receiver: &str, result: &str, n: usize) {
+    metrics
+        .notifications
+        .get_or_create(&NotificationLabel {
+            namespace: namespace.to_string(),
+            receiver: receiver.to_string(),
+            result: result.to_string(),
+        })
+        .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
+}
+
+/// Takes queued transitions one at a time (a few at once), reads the
+/// namespace's config and hands each subscribed receiver its message.
+async fn dispatch(shared: Arc<Shared>, rx: mpsc::Receiver<Job>) {
+    use futures::StreamExt;
+    let jobs = tokio_stream_of(rx);
+    jobs.for_each_concurrent(4, |job| {
+        let shared = Arc::clone(&shared);
+        async move { route(&shared, job).await }
+    })
+    .await;
+}
+
+fn tokio_stream_of<T: Send + 'static>(
+    mut rx: mpsc::Receiver<T>,
+) -> impl futures::Stream<Item = T> + Send {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// The namespace's config: `Ok(None)` when it has none.
+async fn read_config(shared: &Shared, namespace: &str) -> Result<Option<NotifyConfig>, String> {
+    let api: Api<ConfigMap> = Api::namespaced(shared.client.clone(), namespace);
+    let got = tokio::time::timeout(READ_TIMEOUT, api.get_opt(ncfg::CONFIG_MAP))
+        .await
+        .map_err(|_| {
+            format!(
+                "ConfigMap {} not read: the API server did not answer within {}s",
+                ncfg::CONFIG_MAP,
+                READ_TIMEOUT.as_secs()
+            )
+        })?
+        .map_err(|e| match e {
+            kube::Error::Api(s) => {
+                format!("ConfigMap {} not read: HTTP {}", ncfg::CONFIG_MAP, s.code)
+            }
+            _ => format!(
+                "ConfigMap {} not read: the API server could not be reached",
+                ncfg::CONFIG_MAP
+            ),
+        })?;
+    let Some(cm) = got else { return Ok(None) };
+    NotifyConfig::parse(&cm.data.unwrap_or_default())
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+/// A Warning Event on the plan about its notifications.
+fn warn_plan(shared: &Shared, reference: &ObjectReference, message: &str) {
+    warn!(plan = ?reference.name, "{message}");
+    shared.events.send(
+        reference,
+        EventType::Warning,
+        EventReason::NotificationFailed,
+        message,
+        message,
+    );
+}
+
+async fn route(shared: &Shared, job: Job) {
+    let ns = &job.plan.namespace;
+    let config = match read_config(shared, ns).await {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            if ncfg::subscribes(&job.annotations) {
+                warn_plan(
+                    shared,
+                    &job.reference,
+                    &format!(
+                        "the plan subscribes to notifications but namespace {ns} has no ConfigMap {}: nothing sent",
+                        ncfg::CONFIG_MAP
+                    ),
+                );
+            }
+            return;
+        }
+        Err(e) => {
+            warn_plan(
+                shared,
+                &job.reference,
+                &format!("notifications not sent: {e}"),
+            );
+            count(
+                &shared.metrics,
+                ns,
+                NO_RECEIVER,
+                "failed",
+                job.notices.len(),
+            );
+            return;
+        }
+    };
+    let link = shared.settings.dashboard_url.as_deref().and_then(|t| {
+        releaseplan_core::notify::payload::link(t, &job.plan)
+            .map_err(|e| warn!(error = %e, "--dashboard-url does not render"))
+            .ok()
+    });
+    for notice in job.notices {
+        let (receivers, problems) = config.receivers_for(&job.annotations, notice.trigger);
+        for p in problems {
+            warn_plan(
+                shared,
+                &job.reference,
+                &format!("notification subscription ignored: {p}"),
+            );
+        }
+        if receivers.is_empty() {
+            continue;
+        }
+        let template = config.templates.get(&notice.trigger).map(String::as_str);
+        let (message, problem) = Message::new(job.plan.clone(), notice, template, link.clone());
+        if let Some(p) = problem {
+            warn_plan(
+                shared,
+                &job.reference,
+                &format!("notification text: {p}; the built-in text was sent"),
+            );
+        }
+        for r in receivers {
+            enqueue(
+                shared,
+                Delivery {
+                    reference: job.reference.clone(),
+                    plan_namespace: ns.clone(),
+                    receiver: r.clone(),
+                    message: message.clone(),
+                },
+            );
+        }
+    }
+}
+
+/// Hands a delivery to its receiver's worker, starting it when needed; a
+/// full queue drops it.
+fn enqueue(shared: &Shared, d: Delivery) {
+    let key = format!("{}/{}", d.plan_namespace, d.receiver.name);
+    let (ns, name) = (d.plan_namespace.clone(), d.receiver.name.clone());
+    let mut workers = shared
+        .workers
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let tx = workers.entry(key).or_insert_with(|| {
+        let (tx, rx) = mpsc::channel(RECEIVER_QUEUE);
+        tokio::spawn(work(SharedRef::from(shared), rx));
+        tx
+    });
+    match tx.try_send(d) {
+        Ok(()) => {}
+        Err(mpsc::error::TrySendError::Full(d)) => {
+            warn!(namespace = %ns, receiver = %name, id = %d.message.id, "receiver queue full: notification dropped");
+            count(&shared.metrics, &ns, &name, "dropped", 1);
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => {
+            count(&shared.metrics, &ns, &name, "dropped", 1);
+        }
+    }
+}
+
+/// What a worker needs of [`Shared`] (the workers map stays behind).
+#[derive(Clone)]
+struct SharedRef {
+    http: GateHttp,
+    secrets: CredentialReader,
+    policy: PolicyCaches,
+    events: Events,
+    metrics: Arc<Metrics>,
+}
+
+impl From<&Shared> for SharedRef {
+    fn from(s: &Shared) -> SharedRef {
+        SharedRef {
+            http: s.http.clone(),
+            secrets: s.secrets.clone(),
+            policy: s.policy.clone(),
+            events: s.events.clone(),
+            metrics: Arc::clone(&s.metrics),
+        }
+    }
+}
+
+/// Why one try failed, and whether another may succeed.
+struct Failed {
+    why: String,
+    retry: bool,
+}
+
+/// One receiver's worker: its deliveries in order, one at a time.
+async fn work(s: SharedRef, mut rx: mpsc::Receiver<Delivery>) {
+    let mut failing: u32 = 0;
+    while let Some(d) = rx.recv().await {
+        let (ns, name) = (d.plan_namespace.as_str(), d.receiver.name.as_str());
+        let mut wait = RETRY_FIRST;
+        let mut outcome = Err(Failed {
+            why: String::new(),
+            retry: false,
+        });
+        for attempt in 1..=TRIES {
+            outcome = deliver(&s, &d).await;
+            match &outcome {
+                Err(f) if f.retry && attempt < TRIES => {
+                    debug!(namespace = %ns, receiver = %name, attempt, why = %f.why, "notification not delivered yet");
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+                _ => break,
+            }
+        }
+        match outcome {
+            Ok(()) => {
+                failing = 0;
+                count(&s.metrics, ns, name, "sent", 1);
+                debug!(namespace = %ns, receiver = %name, id = %d.message.id, "notification sent");
+            }
+            Err(f) => {
+                failing = failing.saturating_add(1);
+                count(&s.metrics, ns, name, "failed", 1);
+                warn!(namespace = %ns, receiver = %name, id = %d.message.id, why = %f.why, "notification not delivered");
+                if failing == FAILING_AFTER {
+                    let msg = format!(
+                        "notification receiver {name} failed {FAILING_AFTER} times in a row, last: {}",
+                        f.why
+                    );
+                    s.events.send(
+                        &d.reference,
+                        EventType::Warning,
+                        EventReason::NotificationFailed,
+                        &msg,
+                        &msg,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Reads a Secret key of a receiver under the gates' rules.
+async fn secret(
+    s: &SharedRef,
+    r: &SecretKeyRef,
+    plan_namespace: &str,
+    policy: &NamespacePolicy,
+    destination: Option<&Destination>,
+) -> Result<String, Failed> {
+    let bound = Binding {
+        policy,
+        destination,
+        pinned: &[],
+    };
+    s.secrets
+        .secret_text(r, plan_namespace, &bound)
+        .await
+        .map_err(|e| Failed {
+            why: format!("credentials: {e}"),
+            retry: true,
+        })
+}
+
+/// One try: read the receiver's URL and token, check the destination, send.
+async fn deliver(s: &SharedRef, d: &Delivery) -> Result<(), Failed> {
+    let ns = d.plan_namespace.as_str();
+    let Some(policy) = s.policy.for_namespace(ns) else {
+        return Err(Failed {
+            why: "GatePolicies not listed yet".into(),
+            retry: true,
+        });
+    };
+    let url = secret(s, &d.receiver.url_from.secret_key_ref, ns, &policy, None).await?;
+    let url = reqwest::Url::parse(&url).map_err(|_| Failed {
+        why: format!(
+            "Secret {} key {} is not a URL",
+            d.receiver.url_from.secret_key_ref.name, d.receiver.url_from.secret_key_ref.key
+        ),
+        retry: false,
+    })?;
+    let destination = Destination::of(&url);
+    if let Some(dest) = &destination
+        && let Err(r) = policy.admit_destination(dest)
+    {
+        return Err(Failed {
+            why: format!("not sent: {r}"),
+            retry: false,
+        });
+    }
+    let token = match &d.receiver.token_from {
+        Some(t) => Some(secret(s, &t.secret_key_ref, ns, &policy, destination.as_ref()).await?),
+        None => None,
+    };
+    let (body, content_type) = d.message.body(d.receiver.kind, d.receiver.format);
+    let mut req = s
+        .http
+        .client()
+        .post(url)
+        .timeout(SEND_TIMEOUT)
+        .header(reqwest::header::CONTENT_TYPE, content_type)
+        .header("Idempotency-Key", d.message.id.as_str())
+        .body(body.to_string());
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let req = req.build().map_err(|_| Failed {
+        why: "the request cannot be built".into(),
+        retry: false,
+    })?;
+    match s.http.send(req).await {
+        Ok(resp) if resp.status().is_success() => Ok(()),
+        Ok(resp) => {
+            let code = resp.status();
+            Err(Failed {
+                why: format!("the receiver answered HTTP {}", code.as_u16()),
+                retry: code.as_u16() == 429 || code.is_server_error(),
+            })
+        }
+        Err(e) => Err(describe(&e)),
+    }
+}
+
+/// A failed send by kind only (a reqwest error's text holds the URL, which
+/// is a credential for Slack and Teams); retried only when nothing was sent.
+fn describe(e: &CallError) -> Failed {
+    let t = match e {
+        // The refusal names the host, not the URL's path.
+        CallError::Refused(r) => {
+            return Failed {
+                why: format!("not sent: {r}"),
+                retry: false,
+            };
+        }
+        CallError::Transport(_) if e.is_refusal() => {
+            return Failed {
+                why: "not sent: the receiver's address is refused by the operator's egress rules"
+                    .into(),
+                retry: false,
+            };
+        }
+        CallError::Transport(t) => t,
+    };
+    if t.is_timeout() {
+        Failed {
+            why: format!("no answer within {}s", SEND_TIMEOUT.as_secs()),
+            retry: false,
+        }
+    } else if t.is_connect() {
+        Failed {
+            why: "could not connect".into(),
+            retry: true,
+        }
+    } else {
+        Failed {
+            why: "the request failed (connection lost)".into(),
+            retry: false,
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! Notifications with the real operator: receivers on 127.0.0.1 that record
+//! what they get, configured the documented way (the namespace's ConfigMap
+//! `releaseplan-notifications`, Secrets shared under the gates' rules, the
+//! plan's subscription annotations). A promoted and a rolled-back release
+//! each send their sequence exactly once per receiver, also across a SIGKILL
+//! of the operator mid-rollout; the Slack body follows Block Kit; the
+//! CloudEvent parses with the CloudEvents SDK; a receiver that never answers
+//! delays nothing; neither the token nor a receiver URL is logged.
+
+use crate::support;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use releaseplan::api::Phase;
+use serde_json::{Value, json};
+use support::fixtures::{faulty_template, plan, web, web_with};
+use support::operator::Operator;
+use support::plans::{create, plan_events, request, set_components, wait_phase};
+use support::recorder::{self, Log, Received};
+use support::{Harness, WAIT, wait_until};
+
+const TOKEN: &str = "notify-token-4d61c2e8";
+/// A Slack-like URL path: the secret part of an incoming webhook's URL.
+const SLACK_PATH: &str = "slack-T0001-B0002-xoxsecret77";
+
+async fn put_secret(client: &Client, ns: &str, data: &BTreeMap<&str, String>) {
+    let obj = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "hooks", "annotations": {"releaseplan.io/gate-namespaces": ns}},
+        "stringData": data});
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .patch(
+            "hooks",
+            &PatchParams::apply("notify-test").force(),
+            &Patch::Apply(obj),
+        )
+        .await
+        .expect("apply the Secret");
+}
+
+async fn put_config(client: &Client, ns: &str) {
+    let receivers = r"
+- name: hook
+  type: webhook
+  urlFrom: {secretKeyRef: {name: hooks, key: hook}}
+  tokenFrom: {secretKeyRef: {name: hooks, key: token}}
+- name: ce
+  type: webhook
+  format: cloudEvents
+  urlFrom: {secretKeyRef: {name: hooks, key: ce}}
+- name: slack
+  type: slack
+  urlFrom: {secretKeyRef: {name: hooks, key: slack}}
+- name: hung
+  type: webhook
+  urlFrom: {secretKeyRef: {name: hooks, key: hung}}
+";
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "releaseplan-notifications"},
+        "data": {
+            "receivers": receivers,
+            "subscriptions": "- triggers: [any]\n  receivers: [hook, hung]\n",
+            "template.paused": "{{ plan.name }} waits at step {{ step }}/{{ steps }} for you ({{ link }})",
+        },
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect("create the ConfigMap");
+}
+
+/// `(rollout, trigger)` of each webhook body, in arrival order.
+fn sequence(got: &[Received]) -> Vec<(i64, String)> {
+    got.iter()
+        .map(|r| {
+            (
+                r.body["rollout"].as_i64().unwrap_or(-1),
+                r.body["trigger"].as_str().unwrap_or("?").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Waits until `path` of `log` has a body of `trigger` in `rollout`.
+async fn wait_for(log: &Log, path: &str, rollout: i64, trigger: &str) -> Received {
+    let what = format!("{path}: {trigger} of rollout {rollout}");
+    wait_until(WAIT, &what, || {
+        let got = log.at(path);
+        let found = got
+            .iter()
+            .find(|r| r.body["rollout"] == rollout && r.body["trigger"] == trigger)
+            .cloned();
+        async move { found.ok_or_else(|| format!("{:?}", sequence(&got))) }
+    })
+    .await
+}
+
+async fn start_operator(h: &Harness) -> Operator {
+    h.operator()
+        .args([
+            "--gate-credentials-namespace",
+            h.ns.as_str(),
+            "--dashboard-url",
+            "https://dash.example/plans/{{ namespace }}/{{ name }}",
+        ])
+        .start()
+        .await
+}
+
+/// Block Kit as Slack documents it for incoming webhooks, the parts we use.
+fn assert_block_kit(body: &Value) {
+    assert!(body["text"].as_str().is_some_and(|t| !t.is_empty()));
+    let blocks = body["blocks"].as_array().expect("blocks");
+    assert!(!blocks.is_empty() && blocks.len() <= 50);
+    for b in blocks {
+        match b["type"].as_str().unwrap() {
+            "header" => {
+                assert_eq!(b["text"]["type"], "plain_text");
+                assert!(b["text"]["text"].as_str().unwrap().chars().count() <= 150);
+            }
+            "section" => {
+                if let Some(t) = b.get("text") {
+                    assert!(matches!(t["type"].as_str(), Some("mrkdwn" | "plain_text")));
+                    assert!(t["text"].as_str().unwrap().chars().count() <= 3000);
+                }
+                if let Some(f) = b.get("fields") {
+                    let f = f.as_array().unwrap();
+                    assert!(f.len() <= 10);
+                    for x in f {
+                        assert!(x["text"].as_str().unwrap().chars().count() <= 2000);
+                    }
+                }
+                assert!(b.get("text").is_some() || b.get("fields").is_some());
+            }
+            "context" => assert!(!b["elements"].as_array().unwrap().is_empty()),
+            "actions" => {
+                for e in b["elements"].as_array().unwrap() {
+                    assert_eq!(e["type"], "button");
+                    assert_eq!(e["text"]["type"], "plain_text");
+                    assert!(e["url"].as_str().unwrap().starts_with("https://"));
+                }
+            }
+            other => panic!("block type {other} is not one Slack knows"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn releases_notify_each_transition_once_per_receiver() {
+    let h = Harness::new("notify").await;
+    let (client, ns) = (h.client.clone(), h.ns.clone());
+    let (addr, log) = recorder::start().await;
+    let hung_addr = recorder::never_answering(&log).await;
+    let url = |p: &str| format!("http://127.0.0.1:{}/{p}", addr.port());
+    let data: BTreeMap<&str, String> = [
+        ("hook", url("hook")),
+        ("ce", url("ce")),
+        ("slack", url(SLACK_PATH)),
+        (
+            "hung",
+            format!("http://127.0.0.1:{}/hung", hung_addr.port()),
+        ),
+        ("token", TOKEN.to_string()),
+    ]
+    .into_iter()
+    .collect();
+    put_secret(&client, &ns, &data).await;
+    put_config(&client, &ns).await;
+    let mut op = start_operator(&h).await;
+
+    let mut p = plan(
+        "shop",
+        json!({"components": [web("shop:1", 2)],
+               "strategy": {"steps": [{"setWeight": 50}, {"pause": {}}]}}),
+    );
+    p.metadata.annotations = Some(
+        [
+            ("notifications.releaseplan.io/subscribe.any.ce", ""),
+            ("notifications.releaseplan.io/subscribe.promoted.slack", ""),
+            (
+                "notifications.releaseplan.io/subscribe.rolledBack.slack",
+                "",
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+    );
+    create(&client, &ns, &p).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
+    wait_for(&log, "hook", 1, "promoted").await;
+
+    // Rollout 2 holds at `pause: {}`; the operator is killed there and a new
+    // one takes over: nothing is sent again.
+    set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
+    let paused = wait_for(&log, "hook", 2, "paused").await;
+    assert_eq!(
+        paused.body["text"],
+        "shop waits at step 2/2 for you (https://dash.example/plans/".to_string() + &ns + "/shop)",
+        "the namespace's template, with the dashboard link"
+    );
+    op.kill();
+    let op = start_operator(&h).await;
+    request(&client, &ns, "shop", "promote").await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
+    wait_for(&log, "hook", 2, "promoted").await;
+
+    // Rollout 3 crash-loops and rolls back.
+    set_components(
+        &client,
+        &ns,
+        "shop",
+        json!([web_with(faulty_template("shop:3", "crash-loop"), 2)]),
+    )
+    .await;
+    wait_phase(&client, &ns, "shop", Phase::RolledBack, WAIT).await;
+    let rolled_back = wait_for(&log, "hook", 3, "rolledBack").await;
+    assert_eq!(rolled_back.body["gate"], "podHealth");
+    assert_eq!(rolled_back.body["reason"], "CrashLoopBackOff");
+
+    // Each receiver delivers in order, so a repeat of any earlier transition
+    // would have arrived before this last one: the counts are final.
+    let want: Vec<(i64, String)> = [
+        (1, "rolloutStarted"),
+        (1, "promoted"),
+        (2, "rolloutStarted"),
+        (2, "stepAdvanced"),
+        (2, "paused"),
+        (2, "stepAdvanced"),
+        (2, "promoted"),
+        (3, "rolloutStarted"),
+        (3, "rollbackStarted"),
+        (3, "rolledBack"),
+    ]
+    .into_iter()
+    .map(|(r, t)| (r, t.to_string()))
+    .collect();
+    let hook = log.at("hook");
+    assert_eq!(sequence(&hook), want, "the webhook receiver's sequence");
+    let ids: std::collections::BTreeSet<&str> = hook
+        .iter()
+        .map(|r| r.body["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), hook.len(), "one id per transition");
+    for r in &hook {
+        assert_eq!(r.body["schema"], "releaseplan.io/notification/v1");
+        assert_eq!(r.body["plan"]["namespace"], ns.as_str());
+        assert_eq!(
+            r.header("authorization"),
+            Some(format!("Bearer {TOKEN}").as_str())
+        );
+        assert_eq!(r.header("idempotency-key"), r.body["id"].as_str());
+    }
+
+    // The CloudEvents receiver: the same sequence, each a structured-mode
+    // event that the CloudEvents SDK parses.
+    let n = want.len();
+    let ce = wait_until(WAIT, "ce: every CloudEvent", || {
+        let got = log.at("ce");
+        async move { (got.len() >= n).then_some(got) }
+    })
+    .await;
+    assert_eq!(ce.len(), want.len());
+    for (r, (rollout, trigger)) in ce.iter().zip(&want) {
+        assert_eq!(
+            r.header("content-type"),
+            Some("application/cloudevents+json")
+        );
+        let ev: cloudevents::Event =
+            serde_json::from_value(r.body.clone()).expect("a CloudEvent the SDK parses");
+        use cloudevents::AttributesReader as _;
+        assert_eq!(ev.specversion(), cloudevents::event::SpecVersion::V10);
+        assert_eq!(ev.ty(), format!("io.releaseplan.release.{trigger}"));
+        assert_eq!(
+            ev.source().to_string(),
+            format!("/apis/releaseplan.io/v1alpha1/namespaces/{ns}/releaseplans/shop")
+        );
+        let data = match ev.data() {
+            Some(cloudevents::Data::Json(v)) => v.clone(),
+            other => panic!("data is not JSON: {other:?}"),
+        };
+        assert_eq!(data["rollout"], *rollout);
+        assert_eq!(data["id"], ev.id());
+    }
+
+    // Slack: promoted twice and rolled back once, Block Kit bodies.
+    let slack = wait_until(WAIT, "slack: 3 messages", || {
+        let got = log.at(SLACK_PATH);
+        async move { (got.len() >= 3).then_some(got) }
+    })
+    .await;
+    let triggers: Vec<String> = slack
+        .iter()
+        .map(|r| {
+            let ctx = r.body["blocks"][3]["elements"][0]["text"].as_str().unwrap();
+            ctx.to_string()
+        })
+        .collect();
+    assert_eq!(slack.len(), 3, "{triggers:?}");
+    for r in &slack {
+        assert_block_kit(&r.body);
+    }
+    assert!(
+        slack[2].body["text"]
+            .as_str()
+            .unwrap()
+            .contains("rolled back (podHealth: CrashLoopBackOff)")
+    );
+    assert_eq!(
+        slack[2].body["blocks"][4]["elements"][0]["url"],
+        format!("https://dash.example/plans/{ns}/shop")
+    );
+
+    // The receiver that never answers held nothing up: each of its
+    // deliveries waits 10 s for an answer, and the webhook receiver, fed by
+    // the same transitions, got the rollback's end before it did.
+    let is = |rollout: i64, trigger: &'static str| {
+        move |b: &Value| b["rollout"] == rollout && b["trigger"] == trigger
+    };
+    let hook_done = log.position("hook", is(3, "rolledBack")).unwrap();
+    let hung_done = log.position("hung", is(3, "rolledBack"));
+    assert!(
+        hung_done.is_none_or(|h| h > hook_done),
+        "the hung receiver got rolledBack (#{hung_done:?}) before the webhook (#{hook_done})"
+    );
+    assert!(!log.at("hung").is_empty(), "the hung receiver was called");
+    let metrics = op.metrics().await;
+    let sent = |r: &str| {
+        support::operator::sum_metric(
+            &metrics,
+            &format!(
+                "releaseplan_notifications_total{{namespace=\"{ns}\",receiver=\"{r}\",result=\"sent\"}}"
+            ),
+        )
+    };
+    // The second operator sent rollout 2's last two and rollout 3's.
+    assert_eq!(sent("hook"), 5.0, "{metrics}");
+    assert_eq!(sent("hung"), 0.0, "{metrics}");
+    let failed = format!(
+        "releaseplan_notifications_total{{namespace=\"{ns}\",receiver=\"hung\",result=\"failed\"}}"
+    );
+    wait_until(WAIT, "a failed delivery to the hung receiver", || {
+        let m = op.metrics();
+        let failed = failed.clone();
+        async move { (support::operator::sum_metric(&m.await, &failed) >= 1.0).then_some(()) }
+    })
+    .await;
+
+    // Secrets stay secret: neither the token nor a URL in the log or Events.
+    let logs = op.log_text();
+    for secret in [TOKEN, SLACK_PATH] {
+        assert!(!logs.contains(secret), "the operator logged {secret}");
+        let events = plan_events(&client, &ns, "shop").await;
+        assert!(
+            events.iter().all(|(_, _, note, _)| !note.contains(secret)),
+            "an Event names {secret}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_subscription_without_its_receiver_is_a_warning_event() {
+    let h = Harness::new("notify-bad").await;
+    let (client, ns) = (h.client.clone(), h.ns.clone());
+    let _op = start_operator(&h).await;
+    let mut p = plan(
+        "shop",
+        json!({"components": [web("shop:1", 1)], "strategy": {"steps": []}}),
+    );
+    p.metadata.annotations = Some(
+        [(
+            "notifications.releaseplan.io/subscribe.promoted.pager".to_string(),
+            String::new(),
+        )]
+        .into_iter()
+        .collect(),
+    );
+    create(&client, &ns, &p).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
+    wait_until(
+        WAIT,
+        "a NotificationFailed Event naming the ConfigMap",
+        || {
+            let client = client.clone();
+            let ns = ns.clone();
+            async move {
+                let events = plan_events(&client, &ns, "shop").await;
+                events
+                    .iter()
+                    .find(|(reason, type_, note, _)| {
+                        reason == "NotificationFailed"
+                            && type_ == "Warning"
+                            && note.contains("releaseplan-notifications")
+                    })
+                    .cloned()
+                    .ok_or_else(|| format!("{events:?}"))
+            }
+        },
+    )
+    .await;
+}
