@@ -31,11 +31,13 @@ fn spec(replicas: &[i32], image: &str, steps: Vec<Step>) -> ReleasePlanSpec {
                 autoscaling: None,
                 config: None,
                 adopt: None,
+                depends_on: Vec::new(),
             })
             .collect(),
         strategy: ApiStrategy {
             steps,
             blue_green: None,
+            windows: Vec::new(),
         },
         ..Default::default()
     }

@@ -2408,9 +2408,9 @@ mod config_tests;
 
 #[path = "trial_tests.rs"]
 mod gate_trials;
+#[path = "notify_tests.rs"]
+mod notify_tests;
 #[path = "order_tests.rs"]
 mod order_tests;
 #[path = "window_tests.rs"]
 mod window_sim;
-#[path = "notify_tests.rs"]
-mod notify_tests;
