@@ -167,7 +167,8 @@ pub fn notices(
     status: &ReleasePlanStatus,
     events: &[EventIntent],
 ) -> Vec<Notice> {
-    let steps = i32::try_from(target.steps.len()).unwrap_or(i32::MAX);
+    // Global steps: with `dependsOn` the rollout runs more than the spec's.
+    let steps = crate::plan::order::total(target, &status.components);
     let text = |reason: EventReason| {
         events
             .iter()
@@ -258,6 +259,21 @@ pub fn notices(
             });
         }
     }
+    // A gate past its inconclusiveLimit pauses the rollout for a human too.
+    if let Some(e) = events
+        .iter()
+        .find(|e| e.reason == EventReason::RolloutAwaitingDecision)
+    {
+        let gate = status
+            .gates
+            .iter()
+            .find(|g| g.awaiting_decision && !g.dry_run);
+        out.push(Notice {
+            gate: gate.map(|g| g.name.clone()),
+            reason: Some("GateInconclusive".into()),
+            ..base(Trigger::Paused, e.message.clone())
+        });
+    }
     out.extend(paused(cause, target, status, || {
         let step = status.current_step.saturating_add(1);
         base(
@@ -278,8 +294,9 @@ fn paused(
 ) -> Option<Notice> {
     let lands = matches!(cause, Cause::Start { .. } | Cause::Advance { .. })
         && status.phase == Phase::RollingOut
-        && usize::try_from(status.current_step)
-            .is_ok_and(|i| target.current_step(i, Duration::ZERO) == CurrentStep::UntilPromoted);
+        && status.current_step >= 0
+        && crate::plan::order::current(target, status, Duration::ZERO)
+            == CurrentStep::UntilPromoted;
     lands.then(make)
 }
 

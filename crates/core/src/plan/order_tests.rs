@@ -560,3 +560,36 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn each_pause_for_a_human_is_announced_on_the_global_timeline() {
+    use crate::notify::Trigger;
+    let mut s = chain_spec();
+    s.strategy.steps[1] = pause(None);
+    let mut sim = stable_sim(s);
+    sim.change_all(2);
+    let started = sim.status.rollout_count;
+    let mut paused = Vec::new();
+    for _ in 0..60 {
+        if sim.status.phase == Phase::Stable && sim.status.rollout_count > started {
+            break;
+        }
+        let fresh: Vec<_> = sim
+            .reconcile()
+            .notices
+            .into_iter()
+            .filter(|n| n.trigger == Trigger::Paused)
+            .collect();
+        if !fresh.is_empty() {
+            sim.ask(Action::Promote { full: false });
+        }
+        paused.extend(fresh);
+        sim.pods_ready();
+        sim.advance(11);
+    }
+    assert_eq!(sim.status.phase, Phase::Stable);
+    // api pauses at global step 1, svc at 4 (it starts at 3), web at 5 (it
+    // starts at 4): one notice each, counted over the six global steps.
+    let at: Vec<(i32, i32)> = paused.iter().map(|n| (n.step, n.steps)).collect();
+    assert_eq!(at, [(2, 6), (5, 6), (6, 6)], "{paused:?}");
+}

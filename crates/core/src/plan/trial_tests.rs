@@ -340,3 +340,29 @@ fn trial_settings_are_read_from_the_gates_list_with_defaults() {
     assert_eq!(t.trial("errors").consecutive_errors, 2);
     assert_eq!(t.trial("nope"), crate::api::Trial::default());
 }
+
+#[test]
+fn an_inconclusive_pause_is_announced_once_as_paused_naming_the_gate() {
+    use crate::notify::Trigger;
+    let mut sim = stable_sim(gated_spec(false));
+    sim.change_image("web", "shop:2");
+    let mut paused = Vec::new();
+    for _ in 0..10 {
+        let d = reconcile_with(&mut sim, &[awaiting_errors()]);
+        paused.extend(
+            d.notices
+                .into_iter()
+                .filter(|n| n.trigger == Trigger::Paused),
+        );
+        sim.advance(60);
+    }
+    assert!(sim.status.awaits_decision());
+    assert_eq!(paused.len(), 1, "{paused:?}");
+    assert_eq!(paused[0].gate.as_deref(), Some("errors"));
+    assert_eq!(paused[0].reason.as_deref(), Some("GateInconclusive"));
+    assert!(
+        paused[0].message.contains("gate errors is inconclusive"),
+        "{}",
+        paused[0].message
+    );
+}
