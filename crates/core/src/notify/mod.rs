@@ -259,21 +259,7 @@ pub fn notices(
             });
         }
     }
-    // A gate past its inconclusiveLimit pauses the rollout for a human too.
-    if let Some(e) = events
-        .iter()
-        .find(|e| e.reason == EventReason::RolloutAwaitingDecision)
-    {
-        let gate = status
-            .gates
-            .iter()
-            .find(|g| g.awaiting_decision && !g.dry_run);
-        out.push(Notice {
-            gate: gate.map(|g| g.name.clone()),
-            reason: Some("GateInconclusive".into()),
-            ..base(Trigger::Paused, e.message.clone())
-        });
-    }
+    out.extend(awaiting(status, events, |m| base(Trigger::Paused, m)));
     out.extend(paused(cause, target, status, || {
         let step = status.current_step.saturating_add(1);
         base(
@@ -282,6 +268,28 @@ pub fn notices(
         )
     }));
     out
+}
+
+/// The `paused` notice when a gate went past its `inconclusiveLimit`: the
+/// rollout waits for a human as at a `pause: {}` step (`make` builds the
+/// notice from the Event's message).
+fn awaiting(
+    status: &ReleasePlanStatus,
+    events: &[EventIntent],
+    make: impl FnOnce(String) -> Notice,
+) -> Option<Notice> {
+    let e = events
+        .iter()
+        .find(|e| e.reason == EventReason::RolloutAwaitingDecision)?;
+    let gate = status
+        .gates
+        .iter()
+        .find(|g| g.awaiting_decision && !g.dry_run);
+    Some(Notice {
+        gate: gate.map(|g| g.name.clone()),
+        reason: Some("GateInconclusive".into()),
+        ..make(e.message.clone())
+    })
 }
 
 /// The `paused` notice (made by `make`) when a start or an advance lands on
