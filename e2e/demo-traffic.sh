@@ -19,6 +19,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=e2e/lib.sh
 . e2e/lib.sh
+# shellcheck source=e2e/demo-notify.sh
+. e2e/demo-notify.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/releaseplan/cargo-target}"
 NAME="${DEMO_CLUSTER:-demo}-traffic"
 RUN="$(cluster_dir "$NAME")"
@@ -98,6 +100,10 @@ say "starting the backends (log: $LOGS/backends.log): on each loopback ClusterIP
 python3 -u e2e/demo-backends.py "$NS" >"$LOGS/backends.log" 2>&1 &
 PIDS+=($!)
 
+say "notifications: a webhook receiver, the namespace's ConfigMap releaseplan-notifications and a Secret"
+notify_start "$LOGS" "$NS"
+PIDS+=("$NOTIFY_PID")
+
 # Started after the Gateway API CRDs: the operator watches HTTPRoutes only
 # when it can list them at start-up.
 say "starting the operator (log: $LOGS/operator.log)"
@@ -145,16 +151,19 @@ URL="http://127.0.0.1:$PORT/"
 wait_for "1.0 to answer through the Gateway" 60 curl -sf "$URL"
 kubectl get svc,httproute -n "$NS" -l releaseplan.io/plan=shop
 echo "GET $URL -> $(curl -s "$URL")   (1.0's revision hash, which the Services select)"
+notify_show shop promoted
 
 say "releasing 2.0: requests move 10% -> 50% -> 100% ('traffic' is status.trafficWeight, the share the operator set on the route)"
 apply_plan 2.0
 python3 -u e2e/demo-load.py "$URL" "$NS" shop Stable 180
 kubectl releaseplan get shop
+notify_show shop promoted
 
 say "releasing 3.0, whose pods crash 10s after they start: the operator rolls back on its own"
 apply_plan 3.0 '"kwok.releaseplan.io/crash-after": "10s"'
 python3 -u e2e/demo-load.py "$URL" "$NS" shop RolledBack 180
 kubectl releaseplan get shop
 kubectl get rp shop -o jsonpath='failure: {.status.failure.gate} {.status.failure.reason}: {.status.failure.message}{"\n"}'
+notify_show shop rolledBack
 
 say "traffic demo done: 2.0 serves every request; 3.0 got up to half of them, then none, without a human"

@@ -3,11 +3,14 @@
 # of two components that is rolled out step by step, then rolled out broken
 # and rolled back by the operator on its own; then a config-only release
 # that fails its smoke test and is rolled back, the pods back on their
-# revision's config. Stops everything it started.
+# revision's config. The notifications the operator sends (a webhook
+# receiver on 127.0.0.1) are printed as they arrive. Stops everything it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=e2e/lib.sh
 . e2e/lib.sh
+# shellcheck source=e2e/demo-notify.sh
+. e2e/demo-notify.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/releaseplan/cargo-target}"
 NAME="${DEMO_CLUSTER:-demo}"
 RUN="${RP_RUN_DIR:-$PWD/.e2e-run}/$NAME"
@@ -25,6 +28,7 @@ cleanup() {
   if [ -n "$OP_PID" ] && kill "$OP_PID" 2>/dev/null; then
     wait "$OP_PID" 2>/dev/null || true
   fi
+  notify_stop
   say "stopping the cluster"
   e2e/cluster-down.sh "$NAME" || true
   exit "$status"
@@ -47,6 +51,9 @@ for _ in $(seq 120); do
 done
 [ "$est" = True ] || die "the CRD did not become Established"
 
+say "notifications: a webhook receiver, the namespace's ConfigMap releaseplan-notifications and a Secret"
+notify_start "$RUN"
+
 say "starting the operator (log: $RUN/operator.log)"
 "$BIN/releaseplan" --metrics-addr 127.0.0.1:0 >"$RUN/operator.log" 2>&1 &
 OP_PID=$!
@@ -57,6 +64,7 @@ for _ in $(seq 20); do kubectl apply --server-side -f examples/demo.yaml && brea
 kubectl releaseplan wait shop --timeout 3m
 kubectl releaseplan get shop
 kubectl get rp shop
+notify_show shop promoted
 
 say "releasing version 2.0 of both components: canary steps 34% -> 67% -> 100%"
 kubectl patch rp shop --type json -p '[
@@ -64,6 +72,7 @@ kubectl patch rp shop --type json -p '[
   {"op": "replace", "path": "/spec/components/1/template/spec/containers/0/image", "value": "registry.example/shop-api:2.0"}]'
 kubectl releaseplan wait shop --timeout 3m
 kubectl releaseplan get shop
+notify_show shop promoted
 
 say "releasing a broken 3.0 frontend (its pods crash-loop): the operator rolls back on its own"
 kubectl patch rp shop --type json -p '[
@@ -80,6 +89,7 @@ fi
 echo "kubectl releaseplan wait exited $code: rolled back, as expected"
 kubectl releaseplan get shop
 kubectl releaseplan history shop
+notify_show shop rolledBack
 kubectl get events --field-selector involvedObject.name=shop --sort-by=.metadata.creationTimestamp \
   -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message | tail -n 12
 
@@ -134,6 +144,7 @@ kubectl releaseplan wait greeter --timeout 3m
 kubectl releaseplan get greeter
 echo "what the pods read: the operator's immutable copy, not greeter-config itself"
 show_config greeter
+notify_show greeter promoted
 
 say "a config-only release (GREETING=bonjour) whose smoke test fails: rolled back, config included"
 # The smoke test of this release fails (kwok fails its pod after 2s); the
@@ -161,5 +172,6 @@ if [ "$stable_reads" != "GREETING=hello" ]; then
   exit 1
 fi
 kubectl releaseplan history greeter
+notify_show greeter rolledBack
 
 say "demo done: version 2.0 serves at full scale, 3.0 was rolled back without a human, and so was the bad config"

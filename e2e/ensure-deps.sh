@@ -3,7 +3,8 @@
 # anything else runs:   e2e/ensure-deps.sh SET...
 #   cluster  openssl, curl, ss (iproute2), ps and kill (procps): cluster-up/down
 #   demo     what `make demo` needs: cluster, plus python3 (the traffic part's
-#            backends and load, e2e/demo-backends.py and e2e/demo-load.py)
+#            backends and load, e2e/demo-backends.py and e2e/demo-load.py, and
+#            the notification receiver, e2e/demo-notify.py)
 #   test     what `make test` needs: cluster, plus prometheus (metric gate
 #            tests) and promtool (tests/it/alerts.rs), both of package prometheus,
 #            and chromium and chromedriver (tests/it/dashboard.rs)

@@ -5,7 +5,9 @@
 //! each send their sequence exactly once per receiver, also across a SIGKILL
 //! of the operator mid-rollout; the Slack body follows Block Kit; the
 //! CloudEvent parses with the CloudEvents SDK; a receiver that never answers
-//! delays nothing; neither the token nor a receiver URL is logged.
+//! delays nothing; neither the token nor a receiver URL is logged. With two
+//! replicas under leader election, a leader killed mid-rollout hands over to
+//! the follower without a notice repeated or lost.
 
 use crate::support;
 
@@ -401,4 +403,174 @@ async fn a_subscription_without_its_receiver_is_a_warning_event() {
         },
     )
     .await;
+}
+
+/// The lease of the failover test: short, so the follower takes over soon.
+const LEASE_SECONDS: &str = "10";
+/// The timed pause the leader is killed in. Longer than a takeover
+/// (`LEASE_SECONDS` and a reconcile), so the follower finishes it; and so
+/// long that the kill, right after the pause's notice arrived, lands while
+/// the plan waits (checked below, not assumed).
+const PAUSE: &str = "30s";
+
+async fn lease_holder(client: &Client, ns: &str) -> Option<String> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let lease = Api::<Lease>::namespaced(client.clone(), ns)
+        .get_opt("rp-notify")
+        .await
+        .ok()??;
+    lease.spec?.holder_identity.filter(|h| !h.is_empty())
+}
+
+async fn wait_lease_holder(client: &Client, ns: &str, want: &str) {
+    wait_until(WAIT, &format!("{want} to hold the lease"), || async {
+        let got = lease_holder(client, ns).await;
+        (got.as_deref() == Some(want))
+            .then_some(())
+            .ok_or(format!("{got:?}"))
+    })
+    .await;
+}
+
+/// How many notices `op` sent to the receiver `hook` of `ns`.
+async fn sent_to_hook(op: &Operator, ns: &str) -> f64 {
+    let name = format!(
+        "releaseplan_notifications_total{{namespace=\"{ns}\",receiver=\"hook\",result=\"sent\"}}"
+    );
+    support::operator::sum_metric(&op.metrics().await, &name)
+}
+
+/// A replica under leader election that reads receivers' Secrets from `ns`.
+async fn start_replica(ns: &str, id: &str) -> Operator {
+    Operator::launcher(ns)
+        .leader_election(ns)
+        .args([
+            "--lease-name",
+            "rp-notify",
+            "--lease-seconds",
+            LEASE_SECONDS,
+            "--identity",
+            id,
+            "--gate-credentials-namespace",
+            ns,
+        ])
+        .start()
+        .await
+}
+
+/// The promise is at most once (docs/decisions.md, "Notifications"): a
+/// notice is sent by the replica whose status write recorded the
+/// transition. A leader SIGKILLed while the plan waits out a timed pause has
+/// sent everything it wrote; the follower takes the lease, reads a status
+/// that records the pause, finishes the rollout and sends only what it
+/// writes. So here every transition arrives exactly once. (A kill between a
+/// status write and its send would lose that one notice, never repeat it;
+/// the test checks the kill did not land in such a window.)
+#[tokio::test]
+async fn a_leader_killed_mid_rollout_hands_over_and_each_notice_arrives_once() {
+    let h = Harness::new("notify-leader").await;
+    let (client, ns) = (h.client.clone(), h.ns.clone());
+    let (addr, log) = recorder::start().await;
+    let data: BTreeMap<&str, String> = [
+        ("hook", format!("http://127.0.0.1:{}/hook", addr.port())),
+        ("token", TOKEN.to_string()),
+    ]
+    .into_iter()
+    .collect();
+    put_secret(&client, &ns, &data).await;
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "releaseplan-notifications"},
+        "data": {"receivers": "- name: hook\n  type: webhook\n  urlFrom: {secretKeyRef: {name: hooks, key: hook}}\n"},
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect("create the ConfigMap");
+
+    let mut a = start_replica(&ns, "op-a").await;
+    wait_lease_holder(&client, &ns, "op-a").await;
+    let b = start_replica(&ns, "op-b").await;
+
+    let mut p = plan(
+        "shop",
+        json!({"components": [web("shop:1", 2)],
+               "strategy": {"steps": [{"setWeight": 50}, {"pause": {"duration": PAUSE}}]}}),
+    );
+    p.metadata.annotations = Some(
+        [(
+            "notifications.releaseplan.io/subscribe.any.hook".to_string(),
+            String::new(),
+        )]
+        .into_iter()
+        .collect(),
+    );
+    create(&client, &ns, &p).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
+    wait_for(&log, "hook", 1, "promoted").await;
+
+    // Rollout 2 reaches the timed pause (step 2 of 2): the leader is killed.
+    set_components(&client, &ns, "shop", json!([web("shop:2", 2)])).await;
+    let at_pause = wait_until(WAIT, "hook: rollout 2 at its pause", || {
+        let got = log.at("hook");
+        let found = got
+            .iter()
+            .find(|r| r.body["rollout"] == 2 && r.body["trigger"] == "stepAdvanced")
+            .cloned();
+        async move { found.ok_or_else(|| format!("{:?}", sequence(&got))) }
+    })
+    .await;
+    assert_eq!(at_pause.body["step"], 2, "{:?}", at_pause.body);
+    a.kill();
+    // What the killed leader wrote last: still the pause it announced, so it
+    // died with nothing written and unsent (otherwise the test's premise,
+    // not the product, failed: the machine stalled for the whole pause).
+    let status = support::plans::get(&client, &ns, "shop")
+        .await
+        .and_then(|p| p.status)
+        .expect("the plan's status");
+    assert_eq!(
+        (status.phase, status.current_step),
+        (Phase::RollingOut, 1),
+        "the kill landed during the pause"
+    );
+    assert_eq!(
+        sent_to_hook(&b, &ns).await,
+        0.0,
+        "the follower sent nothing"
+    );
+
+    // The follower takes over and finishes the pause and the rollout.
+    wait_lease_holder(&client, &ns, "op-b").await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
+    wait_for(&log, "hook", 2, "promoted").await;
+
+    // One receiver delivers in order: a repeat of an earlier transition
+    // would have arrived before the last one, so the counts are final.
+    let want: Vec<(i64, String)> = [
+        (1, "rolloutStarted"),
+        (1, "promoted"),
+        (2, "rolloutStarted"),
+        (2, "stepAdvanced"),
+        (2, "stepAdvanced"),
+        (2, "promoted"),
+    ]
+    .into_iter()
+    .map(|(r, t)| (r, t.to_string()))
+    .collect();
+    let hook = log.at("hook");
+    assert_eq!(sequence(&hook), want, "the webhook receiver's sequence");
+    let steps: Vec<&Value> = hook[3..5].iter().map(|r| &r.body["step"]).collect();
+    assert_eq!(
+        steps,
+        [&json!(2), &json!(3)],
+        "the pause, then the final step"
+    );
+    let ids: std::collections::BTreeSet<&str> = hook
+        .iter()
+        .map(|r| r.body["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), hook.len(), "one id per transition");
+    // The follower sent the two transitions it wrote, and only those.
+    assert_eq!(sent_to_hook(&b, &ns).await, 2.0, "{}", b.metrics().await);
 }
