@@ -30,7 +30,11 @@ pub fn alertname(trigger: Trigger) -> String {
     let name = trigger.as_str();
     let mut chars = name.chars();
     let first = chars.next().map(|c| c.to_ascii_uppercase());
-    format!("ReleasePlan{}{}", first.map(String::from).unwrap_or_default(), chars.as_str())
+    format!(
+        "ReleasePlan{}{}",
+        first.map(String::from).unwrap_or_default(),
+        chars.as_str()
+    )
 }
 
 /// The `severity` label of a trigger's alert: `critical` when a rollout is
@@ -67,14 +71,18 @@ pub fn resolves(trigger: Trigger) -> &'static [Trigger] {
 impl Message {
     /// The labels of this plan's alert for `trigger` (the same for the
     /// alert that fires and for its resolution).
+    /// A revision not known is left out (an empty label is no label).
     fn alert_labels(&self, trigger: Trigger) -> Value {
-        json!({
+        let mut labels = json!({
             "alertname": alertname(trigger),
             "namespace": self.plan.namespace,
             "releaseplan": self.plan.name,
-            "revision": self.notice.revision.clone().unwrap_or_default(),
             "severity": severity(trigger),
-        })
+        });
+        if let Some(r) = self.notice.revision.as_deref().filter(|r| !r.is_empty()) {
+            labels["revision"] = json!(r);
+        }
+        labels
     }
 
     /// The Alertmanager body: the alert of this notice, firing, then the
@@ -96,10 +104,7 @@ impl Message {
             description.push_str(&format!(", stable revision {s}"));
         }
         if let Some(g) = &n.gate {
-            description.push_str(&format!(
-                ", {g}: {}",
-                n.reason.as_deref().unwrap_or("-")
-            ));
+            description.push_str(&format!(", {g}: {}", n.reason.as_deref().unwrap_or("-")));
         }
         if !n.message.is_empty() {
             description.push_str(&format!(". {}", n.message));

@@ -328,7 +328,11 @@ fn the_alertmanager_alert_names_the_trigger_plan_and_revision() {
         let name = alertname(*t);
         assert!(name.chars().all(|c| c.is_ascii_alphanumeric()), "{name}");
         // Every problem pages above info; progress does not.
-        assert_eq!(severity(*t) == "info", !t.is_bad() && *t != Trigger::Paused, "{t}");
+        assert_eq!(
+            severity(*t) == "info",
+            !t.is_bad() && *t != Trigger::Paused,
+            "{t}"
+        );
     }
     assert_eq!(severity(Trigger::Halted), "critical");
 
@@ -350,11 +354,20 @@ fn the_alertmanager_alert_names_the_trigger_plan_and_revision() {
     );
     assert_eq!(a["annotations"]["summary"], m.text);
     let description = a["annotations"]["description"].as_str().unwrap();
-    assert!(description.contains("step 3/4 (weight 20%)"), "{description}");
-    assert!(description.contains("podHealth: CrashLoopBackOff"), "{description}");
+    assert!(
+        description.contains("step 3/4 (weight 20%)"),
+        "{description}"
+    );
+    assert!(
+        description.contains("podHealth: CrashLoopBackOff"),
+        "{description}"
+    );
     assert_eq!(a["annotations"]["id"], m.id);
     assert_eq!(a["startsAt"], "2026-12-02T10:14:05.000Z");
-    assert!(a.get("endsAt").is_none(), "Alertmanager's resolve_timeout ends it");
+    assert!(
+        a.get("endsAt").is_none(),
+        "Alertmanager's resolve_timeout ends it"
+    );
     assert_eq!(a["generatorURL"], "https://dash.example/prod/shop");
 
     let (m, _) = Message::new(plan(), notice(Trigger::Promoted), None, None);
