@@ -14,6 +14,7 @@ use super::Trigger;
 use super::payload::Message;
 use chrono::SecondsFormat;
 use serde_json::{Value, json};
+use std::fmt::Write as _;
 
 /// The API path appended to the receiver's URL.
 pub const ALERTS_PATH: &str = "/api/v2/alerts";
@@ -101,13 +102,13 @@ impl Message {
             n.phase.as_str()
         );
         if let Some(s) = &n.stable_revision {
-            description.push_str(&format!(", stable revision {s}"));
+            let _ = write!(description, ", stable revision {s}");
         }
         if let Some(g) = &n.gate {
-            description.push_str(&format!(", {g}: {}", n.reason.as_deref().unwrap_or("-")));
+            let _ = write!(description, ", {g}: {}", n.reason.as_deref().unwrap_or("-"));
         }
         if !n.message.is_empty() {
-            description.push_str(&format!(". {}", n.message));
+            let _ = write!(description, ". {}", n.message);
         }
         let mut alert = json!({
             "labels": self.alert_labels(n.trigger),
