@@ -7,6 +7,7 @@
 #            the notification receiver, e2e/demo-notify.py)
 #   test     what `make test` needs: cluster, plus prometheus (metric gate
 #            tests) and promtool (tests/it/alerts.rs), both of package prometheus,
+#            prometheus-alertmanager (the Alertmanager receiver's test),
 #            and chromium and chromedriver (tests/it/dashboard.rs)
 #   lint     what `make lint` needs: shellcheck
 #   dist     what `make dist` needs: python3 with venv (ziglang from PyPI),
@@ -40,6 +41,9 @@ needs() {
       [ -x "${PROMETHEUS_BIN:-}" ] || echo prometheus:prometheus
       # tests/it/alerts.rs runs promtool on the suggested alerts.
       echo promtool:prometheus
+      # tests/it/notifications.rs posts to a real Alertmanager; the test
+      # runs ALERTMANAGER_BIN instead when it is set.
+      [ -x "${ALERTMANAGER_BIN:-}" ] || echo prometheus-alertmanager:prometheus-alertmanager
       # tests/it/dashboard.rs drives the plugin's dashboard in headless
       # Chromium through chromedriver.
       echo chromium:chromium chromedriver:chromium-driver

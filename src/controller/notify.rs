@@ -41,7 +41,8 @@ use crate::plan::{EventReason, EventType};
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use kube::{Api, Client, Resource, ResourceExt};
 use releaseplan_core::notify::Notice;
-use releaseplan_core::notify::config::{self as ncfg, NotifyConfig, Receiver};
+use releaseplan_core::notify::alertmanager;
+use releaseplan_core::notify::config::{self as ncfg, NotifyConfig, Receiver, ReceiverKind};
 use releaseplan_core::notify::payload::{Message, PlanRef};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -442,6 +443,11 @@ async fn deliver(s: &SharedRef, d: &Delivery) -> Result<(), Failed> {
         });
     };
     let url = secret(s, &d.receiver.url_from.secret_key_ref, ns, &policy, None).await?;
+    // An Alertmanager receiver's URL is the Alertmanager's, the API path follows.
+    let url = match d.receiver.kind {
+        ReceiverKind::Alertmanager => alertmanager::alerts_url(url.trim()),
+        _ => url,
+    };
     let url = reqwest::Url::parse(&url).map_err(|_| Failed {
         why: format!(
             "Secret {} key {} is not a URL",

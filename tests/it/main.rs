@@ -47,6 +47,7 @@ mod leader;
 mod metrics_pipeline;
 mod monitoring;
 mod notifications;
+mod notify_alertmanager;
 mod order;
 mod plugin;
 mod preview;

@@ -13,7 +13,8 @@
 //!   Gateway, Traefik and a backend emulator, for real HTTP requests;
 //!   [`metrics`]: the simulated CPU usage of a namespace's pods, which
 //!   metrics-server reports and the HPA controller scales on; [`recorder`]:
-//!   a notification receiver on loopback that records what it gets.
+//!   a notification receiver on loopback that records what it gets;
+//!   [`alertmanager`]: a real Alertmanager on loopback.
 //!
 //! The cluster is the one of `make test` (KUBECONFIG); see docs/control-plane.md.
 
@@ -23,6 +24,7 @@
 // warn about the helpers that only the others call.
 #![allow(dead_code)]
 
+pub mod alertmanager;
 pub mod browser;
 pub mod cluster;
 pub mod crd;

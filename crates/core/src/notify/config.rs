@@ -35,6 +35,8 @@ pub enum ReceiverKind {
     Slack,
     /// A Microsoft Teams workflow webhook: an Adaptive Card.
     Teams,
+    /// Alertmanager's API (`<url>/api/v2/alerts`): an alert per notice.
+    Alertmanager,
 }
 
 /// The body of a generic webhook.

@@ -8,6 +8,7 @@
 //! `notify` module reads the namespace's config and Secrets and delivers,
 //! and only after the status write that made the transition landed.
 
+pub mod alertmanager;
 pub mod config;
 pub mod payload;
 

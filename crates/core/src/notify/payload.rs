@@ -142,6 +142,7 @@ impl Message {
             }
             (ReceiverKind::Slack, _) => (self.slack(), "application/json"),
             (ReceiverKind::Teams, _) => (self.teams(), "application/json"),
+            (ReceiverKind::Alertmanager, _) => (self.alertmanager(), "application/json"),
         }
     }
 

@@ -305,3 +305,103 @@ fn the_teams_body_is_one_adaptive_card() {
     assert_eq!(a["content"]["body"][2]["type"], "FactSet");
     assert_eq!(a["content"]["actions"][0]["url"], "https://dash");
 }
+
+#[test]
+fn an_alertmanager_receiver_posts_to_the_alerts_api() {
+    use super::alertmanager::alerts_url;
+    assert_eq!(
+        alerts_url("http://am.monitoring:9093"),
+        "http://am.monitoring:9093/api/v2/alerts"
+    );
+    assert_eq!(
+        alerts_url("https://am.example/alertmanager/"),
+        "https://am.example/alertmanager/api/v2/alerts"
+    );
+}
+
+#[test]
+fn the_alertmanager_alert_names_the_trigger_plan_and_revision() {
+    use super::alertmanager::{alertname, severity};
+    assert_eq!(alertname(Trigger::RolledBack), "ReleasePlanRolledBack");
+    assert_eq!(alertname(Trigger::Paused), "ReleasePlanPaused");
+    for t in Trigger::ALL {
+        let name = alertname(*t);
+        assert!(name.chars().all(|c| c.is_ascii_alphanumeric()), "{name}");
+        // Every problem pages above info; progress does not.
+        assert_eq!(
+            severity(*t) == "info",
+            !t.is_bad() && *t != Trigger::Paused,
+            "{t}"
+        );
+    }
+    assert_eq!(severity(Trigger::Halted), "critical");
+
+    let (m, _) = Message::new(
+        plan(),
+        notice(Trigger::GateFailed),
+        None,
+        Some("https://dash.example/prod/shop".into()),
+    );
+    let (body, ct) = m.body(ReceiverKind::Alertmanager, Format::Json);
+    assert_eq!(ct, "application/json");
+    let alerts = body.as_array().expect("a list of alerts");
+    assert_eq!(alerts.len(), 1, "gateFailed resolves nothing");
+    let a = &alerts[0];
+    assert_eq!(
+        a["labels"],
+        serde_json::json!({"alertname": "ReleasePlanGateFailed", "namespace": "prod",
+            "releaseplan": "shop", "revision": "abc123", "severity": "warning"})
+    );
+    assert_eq!(a["annotations"]["summary"], m.text);
+    let description = a["annotations"]["description"].as_str().unwrap();
+    assert!(
+        description.contains("step 3/4 (weight 20%)"),
+        "{description}"
+    );
+    assert!(
+        description.contains("podHealth: CrashLoopBackOff"),
+        "{description}"
+    );
+    assert_eq!(a["annotations"]["id"], m.id);
+    assert_eq!(a["startsAt"], "2026-12-02T10:14:05.000Z");
+    assert!(
+        a.get("endsAt").is_none(),
+        "Alertmanager's resolve_timeout ends it"
+    );
+    assert_eq!(a["generatorURL"], "https://dash.example/prod/shop");
+
+    let (m, _) = Message::new(plan(), notice(Trigger::Promoted), None, None);
+    assert!(m.alertmanager()[0].get("generatorURL").is_none());
+}
+
+#[test]
+fn promoted_and_rolled_back_resolve_the_rollouts_problems() {
+    for end in [Trigger::Promoted, Trigger::RolledBack] {
+        let (m, _) = Message::new(plan(), notice(end), None, None);
+        let body = m.alertmanager();
+        let alerts = body.as_array().unwrap();
+        assert!(alerts[0].get("endsAt").is_none(), "{end} itself fires");
+        let resolved: Vec<&str> = alerts[1..]
+            .iter()
+            .map(|a| {
+                assert_eq!(a["endsAt"], "2026-12-02T10:14:05.000Z");
+                assert_eq!(a["labels"]["revision"], "abc123");
+                assert_eq!(a["labels"]["releaseplan"], "shop");
+                a["labels"]["alertname"].as_str().unwrap()
+            })
+            .collect();
+        assert_eq!(
+            resolved,
+            [
+                "ReleasePlanPaused",
+                "ReleasePlanGateFailed",
+                "ReleasePlanHalted",
+                "ReleasePlanRollbackStarted"
+            ],
+            "{end}"
+        );
+        // A resolution has the very labels the problem fired with.
+        let (halted, _) = Message::new(plan(), notice(Trigger::Halted), None, None);
+        assert_eq!(alerts[3]["labels"], halted.alertmanager()[0]["labels"]);
+    }
+}
