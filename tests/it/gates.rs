@@ -185,8 +185,9 @@ async fn prometheus_gates_against_a_real_prometheus() {
     let runs = evaluate_n(&http, &good, &vars("bad"), 1).await;
     assert_eq!(runs[0].1.verdict, Verdict::Failed);
 
-    // No data for a revision that does not exist: inconclusive, then failed
-    // once over inconclusiveLimit.
+    // No data for a revision that does not exist: inconclusive, then, once
+    // over inconclusiveLimit, still inconclusive and awaiting a human's
+    // decision (never failed on missing data alone).
     let mut nodata = good.clone();
     nodata.check.inconclusive_limit = Some(1);
     let runs = evaluate_n(&http, &nodata, &vars("nope"), 2).await;
@@ -197,7 +198,9 @@ async fn prometheus_gates_against_a_real_prometheus() {
         }
     }
     let verdicts: Vec<_> = runs.iter().map(|(_, s)| s.verdict).collect();
-    assert_eq!(verdicts, [Verdict::Inconclusive, Verdict::Failed]);
+    assert_eq!(verdicts, [Verdict::Inconclusive, Verdict::Inconclusive]);
+    let awaiting: Vec<bool> = runs.iter().map(|(_, s)| s.awaiting_decision).collect();
+    assert_eq!(awaiting, [false, true]);
 
     // Several series: inconclusive.
     let many = gate(
