@@ -86,6 +86,15 @@ fn sequence(got: &[Received]) -> Vec<(i64, String)> {
         .collect()
 }
 
+/// The CloudEvents received, as `rollout:type` (what a timeout shows).
+fn ce_types(got: &[Received]) -> String {
+    let seen: Vec<String> = got
+        .iter()
+        .map(|r| format!("{}:{}", r.body["data"]["rollout"], r.body["type"]))
+        .collect();
+    format!("{seen:?}")
+}
+
 /// Waits until `path` of `log` has a body of `trigger` in `rollout`.
 async fn wait_for(log: &Log, path: &str, rollout: i64, trigger: &str) -> Received {
     let what = format!("{path}: {trigger} of rollout {rollout}");
@@ -204,6 +213,24 @@ async fn releases_notify_each_transition_once_per_receiver() {
         "shop waits at step 2/2 for you (https://dash.example/plans/".to_string() + &ns + "/shop)",
         "the namespace's template, with the dashboard link"
     );
+    // A crash between the status write and a send loses that notice (at
+    // most once), so the kill waits until every receiver counted below has
+    // what was sent so far: each receiver's worker runs on its own, and on a
+    // busy machine the CloudEvents one can still be a message behind.
+    wait_until(WAIT, "ce: the first five CloudEvents", || {
+        let got = log.at("ce");
+        async move { (got.len() >= 5).then_some(()).ok_or_else(|| ce_types(&got)) }
+    })
+    .await;
+    wait_until(WAIT, "slack: rollout 1's promoted", || {
+        let got = log.at(SLACK_PATH);
+        async move {
+            (!got.is_empty())
+                .then_some(())
+                .ok_or_else(|| "none".to_string())
+        }
+    })
+    .await;
     op.kill();
     let op = start_operator(&h).await;
     request(&client, &ns, "shop", "promote").await;
@@ -262,7 +289,10 @@ async fn releases_notify_each_transition_once_per_receiver() {
     let n = want.len();
     let ce = wait_until(WAIT, "ce: every CloudEvent", || {
         let got = log.at("ce");
-        async move { (got.len() >= n).then_some(got) }
+        async move {
+            let seen = ce_types(&got);
+            (got.len() >= n).then_some(got).ok_or(seen)
+        }
     })
     .await;
     assert_eq!(ce.len(), want.len());
