@@ -57,7 +57,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-use support::fixtures::{self, web};
+use support::fixtures::{self, web, web_with};
 use support::operator::{Operator, free_port};
 use support::{cluster, crd, wait_until};
 
@@ -88,7 +88,7 @@ impl Kind {
         match self {
             Kind::ReleasePlan => serde_json::to_value(fixtures::plan(
                 name,
-                json!({"components": [web(image, 2)], "strategy": {"steps": steps}}),
+                json!({"components": [component(name, image)], "strategy": {"steps": steps}}),
             ))
             .unwrap(),
             Kind::Rollout => json!({
@@ -110,7 +110,7 @@ impl Kind {
     /// The merge patch that moves an object to `image`.
     fn image_patch(self, name: &str, image: &str) -> Value {
         match self {
-            Kind::ReleasePlan => json!({"spec": {"components": [web(image, 2)]}}),
+            Kind::ReleasePlan => json!({"spec": {"components": [component(name, image)]}}),
             _ => json!({"spec": {"template": pod_template(name, image)}}),
         }
     }
@@ -149,9 +149,150 @@ impl Kind {
     }
 }
 
+/// The one component of plan `name`, 2 replicas of `image`: the tests'
+/// `web` with the small template, the production template otherwise.
+fn component(name: &str, image: &str) -> Value {
+    match Template::from_env() {
+        Template::Small => web(image, 2),
+        Template::Production => web_with(production_template(name, image), 2),
+    }
+}
+
+/// The pod template of every object (`RP_BENCH_TEMPLATE`): `small`, one
+/// container and one label (the default, the figures of earlier runs), or
+/// `production`, about 6 KB of JSON like a real service's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Template {
+    Small,
+    Production,
+}
+
+impl Template {
+    fn from_env() -> Template {
+        match std::env::var("RP_BENCH_TEMPLATE").as_deref() {
+            Err(_) | Ok("" | "small") => Template::Small,
+            Ok("production") => Template::Production,
+            Ok(other) => panic!("RP_BENCH_TEMPLATE must be small or production, not {other}"),
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Template::Small => "small",
+            Template::Production => "production",
+        }
+    }
+}
+
 fn pod_template(name: &str, image: &str) -> Value {
-    json!({"metadata": {"labels": {"app": name}},
-        "spec": {"containers": [{"name": "app", "image": image}]}})
+    match Template::from_env() {
+        Template::Small => json!({"metadata": {"labels": {"app": name}},
+            "spec": {"containers": [{"name": "app", "image": image}]}}),
+        Template::Production => production_template(name, image),
+    }
+}
+
+/// The ConfigMap and the Secret the production template reads, created once
+/// in the bench namespace before the objects.
+const PRODUCTION_CONFIG: &str = "app-config";
+const PRODUCTION_SECRET: &str = "app-secrets";
+
+/// With the production template, the ConfigMap and Secret it reads.
+async fn production_config(client: &Client, ns: &str) {
+    if Template::from_env() != Template::Production {
+        return;
+    }
+    let pp = PostParams::default();
+    let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": PRODUCTION_CONFIG},
+        "data": {"config.yaml": "listen: :8080\nlog: info\nfeatures: [a, b, c]\n"}
+    }))
+    .unwrap();
+    Api::namespaced(client.clone(), ns).create(&pp, &cm).await.unwrap();
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": PRODUCTION_SECRET},
+        "stringData": {"db-password": "not-a-real-password"}
+    }))
+    .unwrap();
+    Api::namespaced(client.clone(), ns).create(&pp, &secret).await.unwrap();
+}
+
+/// A production service's pod template, about 6 KB of JSON: an app container
+/// and a sidecar, 26 env vars (one from a fieldRef, one from a secretKeyRef),
+/// resources, liveness and readiness probes, three volume mounts,
+/// configMap/secret/emptyDir volumes, 8 labels, 6 annotations, security
+/// contexts, a pod anti-affinity and a toleration.
+fn production_template(name: &str, image: &str) -> Value {
+    let mut env: Vec<Value> = (1..=24)
+        .map(|i| json!({"name": format!("APP_SETTING_{i:02}"), "value": format!("value-of-setting-{i:02}-for-{name}")}))
+        .collect();
+    env.push(json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}));
+    env.push(json!({"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": PRODUCTION_SECRET, "key": "db-password"}}}));
+    let labels = json!({
+        "app": name, "app.kubernetes.io/name": name, "app.kubernetes.io/instance": format!("{name}-prod"),
+        "app.kubernetes.io/version": "1.0.0", "app.kubernetes.io/component": "api",
+        "app.kubernetes.io/part-of": "storefront", "team": "checkout", "tier": "backend"
+    });
+    let security = json!({"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+        "runAsNonRoot": true, "runAsUser": 10001, "capabilities": {"drop": ["ALL"]}});
+    json!({
+        "metadata": {
+            "labels": labels,
+            "annotations": {
+                "prometheus.io/scrape": "true", "prometheus.io/port": "9090",
+                "prometheus.io/path": "/metrics",
+                "cluster-autoscaler.kubernetes.io/safe-to-evict": "true",
+                "example.com/owner": "checkout-team@example.com",
+                "example.com/runbook": format!("https://runbooks.example.com/storefront/{name}")
+            }
+        },
+        "spec": {
+            "serviceAccountName": "default",
+            "terminationGracePeriodSeconds": 45,
+            "securityContext": {"runAsNonRoot": true, "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "app", "image": image, "imagePullPolicy": "IfNotPresent",
+                    "args": ["--config=/etc/app/config.yaml", "--listen=:8080", "--metrics=:9090"],
+                    "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"},
+                              {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}],
+                    "env": env,
+                    "resources": {"requests": {"cpu": "250m", "memory": "256Mi"},
+                                  "limits": {"cpu": "1", "memory": "512Mi"}},
+                    "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"},
+                        "initialDelaySeconds": 10, "periodSeconds": 10, "timeoutSeconds": 2, "failureThreshold": 3},
+                    "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"},
+                        "periodSeconds": 5, "timeoutSeconds": 2, "successThreshold": 1, "failureThreshold": 3},
+                    "volumeMounts": [
+                        {"name": "config", "mountPath": "/etc/app", "readOnly": true},
+                        {"name": "secrets", "mountPath": "/etc/app/secrets", "readOnly": true},
+                        {"name": "tmp", "mountPath": "/tmp"}
+                    ],
+                    "securityContext": security
+                },
+                {
+                    "name": "proxy", "image": "registry.example/proxy:1.29.1", "imagePullPolicy": "IfNotPresent",
+                    "args": ["--upstream=127.0.0.1:8080", "--listen=:8443", "--log-level=info"],
+                    "ports": [{"name": "https", "containerPort": 8443, "protocol": "TCP"}],
+                    "env": [{"name": "PROXY_MODE", "value": "sidecar"}],
+                    "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
+                                  "limits": {"cpu": "200m", "memory": "128Mi"}},
+                    "readinessProbe": {"tcpSocket": {"port": "https"}, "periodSeconds": 10},
+                    "securityContext": security
+                }
+            ],
+            "volumes": [
+                {"name": "config", "configMap": {"name": PRODUCTION_CONFIG}},
+                {"name": "secrets", "secret": {"secretName": PRODUCTION_SECRET}},
+                {"name": "tmp", "emptyDir": {"sizeLimit": "128Mi"}}
+            ],
+            "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": {
+                    "labelSelector": {"matchLabels": {"app": name}},
+                    "topologyKey": "kubernetes.io/hostname"}}]}},
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "storefront", "effect": "NoSchedule"}]
+        }
+    })
 }
 
 fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
@@ -710,6 +851,9 @@ impl Controller {
 struct Figures {
     controller: String,
     n: usize,
+    /// `RP_BENCH_TEMPLATE` of the run (runs before it had the small one).
+    #[serde(default = "small")]
+    template: String,
     create_seconds: f64,
     cold: Spread,
     cold_cpu: f64,
@@ -740,6 +884,10 @@ struct Figures {
     floor: Option<Spread>,
 }
 
+fn small() -> String {
+    Template::Small.as_str().to_string()
+}
+
 fn delta(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
     after
         .iter()
@@ -754,6 +902,7 @@ async fn run(client: &Client, kind: Kind, n: usize) -> Figures {
     let idle_seconds: u64 = env_or("RP_BENCH_IDLE_SECONDS", 30);
     let settle = Duration::from_secs(5);
     let ns = cluster::test_namespace(client, "bench-scale").await;
+    production_config(client, &ns).await;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kind.resource());
     let controller = Controller::start(kind, &ns).await;
     let seen = Seen::default();
@@ -767,6 +916,7 @@ async fn run(client: &Client, kind: Kind, n: usize) -> Figures {
         }
         .into(),
         n,
+        template: Template::from_env().as_str().to_string(),
         idle_seconds,
         ..Figures::default()
     };
@@ -843,6 +993,7 @@ async fn run(client: &Client, kind: Kind, n: usize) -> Figures {
     // The floor: the same pods from plain Deployments, no controller of ours.
     if env_or("RP_BENCH_FLOOR", 0) == 1 {
         let ns = cluster::test_namespace(client, "bench-floor").await;
+        production_config(client, &ns).await;
         let deployments: Api<DynamicObject> =
             Api::namespaced_with(client.clone(), &ns, &Kind::Deployment.resource());
         let seen = Seen::default();
@@ -889,7 +1040,10 @@ fn counters_cell(c: &BTreeMap<String, f64>) -> String {
 fn print_table(f: &Figures) {
     let per = |w: &Writes, n: usize| w.total as f64 / n.max(1) as f64;
     println!();
-    println!("| {}, N = {} | value |", f.controller, f.n);
+    println!(
+        "| {}, N = {}, {} template | value |",
+        f.controller, f.n, f.template
+    );
     println!("| --- | --- |");
     println!(
         "| cold start, s to first / p50 / p90 / all converged | {} (creating the {} objects took {:.1}) |",
@@ -982,6 +1136,11 @@ fn print_table(f: &Figures) {
             println!(
                 "| controller CPU per reconcile, {what}, ms | {:.2} ({runs} reconciles) |",
                 1000.0 * cpu / runs
+            );
+            let objects = if what == "rollout" { f.rollout_n } else { f.n };
+            println!(
+                "| reconciles per plan, {what} | {:.1} |",
+                runs / objects.max(1) as f64
             );
         }
     }
