@@ -128,7 +128,7 @@ impl OwnedWatches<'_> {
         impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
     )
     where
-        K: Watched + Labelled + Resource<Scope = kube::core::NamespaceResourceScope>,
+        K: Watched + Labelled + PartialEq + Resource<Scope = kube::core::NamespaceResourceScope>,
     {
         self.watch_selected(LABEL_PLAN, trim)
     }
@@ -145,7 +145,7 @@ impl OwnedWatches<'_> {
         impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
     )
     where
-        K: Watched + Labelled + Resource<Scope = kube::core::NamespaceResourceScope>,
+        K: Watched + Labelled + PartialEq + Resource<Scope = kube::core::NamespaceResourceScope>,
     {
         let (shard, liveness) = (self.shard, self.liveness);
         let api: Api<K> = scoped(self.client, self.namespace);
@@ -160,10 +160,8 @@ impl OwnedWatches<'_> {
                     Some(s) => owned_in_shard(s, event),
                     None => (Some(event), true),
                 };
-                if let Some(event) = &event {
-                    writer.apply(event);
-                }
-                std::future::ready(Ok(event.filter(|_| wakes)))
+                let changed = event.as_ref().is_some_and(|e| writer.apply(e));
+                std::future::ready(Ok(event.filter(|_| wakes && changed)))
             })
             .touched_objects()
             .filter_map(ok_only);
