@@ -208,13 +208,19 @@ async fn production_config(client: &Client, ns: &str) {
         "data": {"config.yaml": "listen: :8080\nlog: info\nfeatures: [a, b, c]\n"}
     }))
     .unwrap();
-    Api::namespaced(client.clone(), ns).create(&pp, &cm).await.unwrap();
+    Api::namespaced(client.clone(), ns)
+        .create(&pp, &cm)
+        .await
+        .unwrap();
     let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
         "metadata": {"name": PRODUCTION_SECRET},
         "stringData": {"db-password": "not-a-real-password"}
     }))
     .unwrap();
-    Api::namespaced(client.clone(), ns).create(&pp, &secret).await.unwrap();
+    Api::namespaced(client.clone(), ns)
+        .create(&pp, &secret)
+        .await
+        .unwrap();
 }
 
 /// A production service's pod template, about 6 KB of JSON: an app container

@@ -221,7 +221,20 @@ pub(crate) async fn deployments(
                     &intent.component,
                     &intent.hash,
                 );
-                match found.map(|cr| controller_revision::template(cr, &intent.hash)) {
+                // The cache keeps no template: the stored object is read whole.
+                let whole = match found {
+                    Some(cr) => {
+                        let name = cr.name_any();
+                        let revisions: Api<ControllerRevision> =
+                            Api::namespaced(ctx.client.clone(), ns);
+                        match revisions.get_opt(&name).await {
+                            Ok(whole) => whole,
+                            Err(e) => return failed("ControllerRevision", &name, &e),
+                        }
+                    }
+                    None => None,
+                };
+                match whole.map(|cr| controller_revision::template(&cr, &intent.hash)) {
                     Some(Ok(t)) => {
                         info!(deployment = %intent.name, "recreating the revision Deployment from its stored template");
                         t
@@ -312,6 +325,21 @@ pub(crate) async fn store_templates(
             Write::Apply(cr) => {
                 info!(controller_revision = %name, "storing the revision's template");
                 apply_template(ctx, &key, &api, &name, &cr).await
+            }
+            Write::Relabel(meta) => {
+                info!(controller_revision = %name, "putting back the stored template's labels and owner");
+                let patch = controller_revision::relabel_patch(&meta);
+                match api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(written) => {
+                        ctx.metrics.write("template");
+                        remember_template(ctx, &key, &name, &written);
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
             }
             Write::Replace { uid, with } => {
                 warn!(controller_revision = %name, "it stores another template: replacing it");
@@ -424,15 +452,25 @@ pub(crate) async fn apply_template(
         )
         .await?;
     ctx.metrics.write("template");
-    // In the cache's form; one that does not convert is simply not kept.
-    if let Ok(c) = serde_json::to_value(&written).and_then(serde_json::from_value::<CachedRevision>)
+    remember_template(ctx, key, name, &written);
+    Ok(())
+}
+
+/// Keeps the answer to a ControllerRevision write until the cache has it,
+/// in the cache's form (one that does not convert is simply not kept).
+fn remember_template(
+    ctx: &Context,
+    key: &ObjectRef<ReleasePlan>,
+    name: &str,
+    written: &ControllerRevision,
+) {
+    if let Ok(c) = serde_json::to_value(written).and_then(serde_json::from_value::<CachedRevision>)
     {
         ctx.memory.with(key, |m| {
             m.written_templates
                 .insert(name.to_string(), (Instant::now(), Arc::new(c)));
         });
     }
-    Ok(())
 }
 
 /// Deletes the ControllerRevision of that uid (never a newer one of the same
