@@ -181,6 +181,20 @@ impl<K: Resource + Labelled> PlanCache<K> {
             .len()
     }
 
+    /// Estimated bytes of every cached object ([`Footprint`]).
+    pub fn footprint(&self) -> usize
+    where
+        K: crate::api::cached::Footprint,
+    {
+        let index = self.index.read().unwrap_or_else(PoisonError::into_inner);
+        index
+            .by_plan
+            .values()
+            .flatten()
+            .map(|o| o.footprint())
+            .sum()
+    }
+
     /// Whether nothing is cached.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
