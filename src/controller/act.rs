@@ -180,6 +180,10 @@ pub(crate) async fn deployments(
 ) -> Acted {
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
     let deleting = plan.metadata.deletion_timestamp.is_some();
+    let plan_key = ObjectRef::from_obj(plan);
+    ctx.memory.with(&plan_key, |m| {
+        m.keep_checked(|name| decision.deployments.iter().any(|i| i.name == name));
+    });
     for intent in &decision.deployments {
         let observed = owned.iter().find(|d| d.name_any() == intent.name);
         if deleting {
@@ -209,6 +213,18 @@ pub(crate) async fn deployments(
             continue;
         }
         if observed.is_none() && waiting.contains(&intent.component) {
+            continue;
+        }
+        let owned = deployment::should_own(plan, observed.map(|d| &d.metadata));
+        // Found up to date before, and neither the intent nor the object has
+        // changed since: no template to parse, no comparison.
+        let checked = observed.map(|o| checked_key(plan, intent, owned, o));
+        if let Some(k) = checked
+            && ctx
+                .memory
+                .read(&plan_key, |m| m.checked(&intent.name) == Some(k))
+                .unwrap_or(false)
+        {
             continue;
         }
         let template = match (&intent.template, observed) {
@@ -252,9 +268,12 @@ pub(crate) async fn deployments(
                 }
             }
         };
-        let owned = deployment::should_own(plan, observed.map(|d| &d.metadata));
         let desired = deployment::build(plan, intent, &template, owned);
         if observed.is_some_and(|o| deployment::up_to_date(&desired, o)) {
+            if let Some(k) = checked {
+                ctx.memory
+                    .with(&plan_key, |m| m.set_checked(&intent.name, k));
+            }
             continue;
         }
         info!(deployment = %intent.name, replicas = intent.replicas, "applying");
@@ -287,6 +306,53 @@ pub(crate) async fn deployments(
         }
     }
     Acted::Done
+}
+
+/// What decides whether an observed Deployment matches its intent, hashed:
+/// the intent (its template by revision: a spec template hashes to its
+/// revision, an existing one is the object's own), the plan it is owned by,
+/// and of the object its spec's generation (any change of the spec by anyone
+/// bumps it) and the metadata the desired object sets. Equal keys, equal
+/// verdicts: a Deployment found up to date is not parsed again until one of
+/// these moves.
+fn checked_key(
+    plan: &ReleasePlan,
+    intent: &crate::plan::DeploymentIntent,
+    owned: bool,
+    o: &CachedDeployment,
+) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    (
+        &plan.metadata.name,
+        &plan.metadata.namespace,
+        &plan.metadata.uid,
+    )
+        .hash(&mut h);
+    (
+        &intent.name,
+        &intent.component,
+        &intent.hash,
+        intent.replicas,
+    )
+        .hash(&mut h);
+    matches!(intent.template, TemplateSource::Existing).hash(&mut h);
+    owned.hash(&mut h);
+    let m = &o.metadata;
+    (&m.uid, m.generation, &m.annotations).hash(&mut h);
+    o.labels.iter().for_each(|l| l.hash(&mut h));
+    for r in m.owner_references.iter().flatten() {
+        (
+            &r.api_version,
+            &r.kind,
+            &r.name,
+            &r.uid,
+            r.controller,
+            r.block_owner_deletion,
+        )
+            .hash(&mut h);
+    }
+    h.finish()
 }
 
 /// Stores the template of every revision the spec rolls out in its
