@@ -33,6 +33,8 @@ esac
 # the floor's 2 per Deployment; 500 per fake node, with room to spare.
 pods=$(( 2 * N + N / 10 + (FLOOR == 1 ? 2 * N : 0) ))
 export RP_NODES=$(( pods / 400 + 1 )) RP_NODE_PODS=500
+# Room for 500 pods of RP_BENCH_TEMPLATE=production (300m CPU and 320Mi each).
+export RP_NODE_CPU=${RP_NODE_CPU:-160} RP_NODE_MEMORY=${RP_NODE_MEMORY:-256Gi}
 export RP_KCM_QPS=${RP_KCM_QPS:-500} RP_KCM_BURST=${RP_KCM_BURST:-1000} RP_KCM_SYNCS=${RP_KCM_SYNCS:-20}
 export RP_SCHED_QPS=${RP_SCHED_QPS:-500} RP_SCHED_BURST=${RP_SCHED_BURST:-1000}
 export RP_AUDIT_USER=bench-controller
@@ -44,7 +46,7 @@ if [ -n "$JSON" ]; then
 fi
 
 log "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) before the run"
-log "cluster $NAME: $RP_NODES nodes of $RP_NODE_PODS pods; kcm qps/burst $RP_KCM_QPS/$RP_KCM_BURST," \
+log "cluster $NAME: $RP_NODES nodes of $RP_NODE_PODS pods, $RP_NODE_CPU CPUs, $RP_NODE_MEMORY; kcm qps/burst $RP_KCM_QPS/$RP_KCM_BURST," \
   "syncs $RP_KCM_SYNCS; scheduler qps/burst $RP_SCHED_QPS/$RP_SCHED_BURST"
 cd "$REPO_ROOT"
 "$E2E_DIR/with-cluster.sh" "$NAME" -- cargo bench --bench scale

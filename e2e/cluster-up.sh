@@ -9,6 +9,7 @@
 # K8S_VERSION; the env file exports it as RP_K8S_VERSION.
 # Options for scale benchmarks (environment; unset = the defaults the tests use):
 #   RP_NODES, RP_NODE_PODS     fake nodes (3) and pods each can hold (500)
+#   RP_NODE_CPU, RP_NODE_MEMORY  what each fake node can allocate (64, 256Gi)
 #   RP_KCM_QPS, RP_KCM_BURST   kube-controller-manager API rate (its default 20/30)
 #   RP_KCM_SYNCS               its concurrent Deployment and ReplicaSet syncs (5)
 #   RP_SCHED_QPS, RP_SCHED_BURST  kube-scheduler API rate (its default 50/100)
@@ -42,9 +43,13 @@ KUBERNETES_SERVICE_IP="${BASH_REMATCH[1]}.$(( BASH_REMATCH[2] + 1 ))"
 POD_CIDR="${RP_POD_CIDR:-10.244.0.0/16}"
 NODES="${RP_NODES:-3}"
 NODE_PODS="${RP_NODE_PODS:-500}"
+NODE_CPU="${RP_NODE_CPU:-64}"
+NODE_MEMORY="${RP_NODE_MEMORY:-256Gi}"
 AUDIT_USER="${RP_AUDIT_USER:-}"
 [[ "$NODES" =~ ^[1-9][0-9]*$ ]] || die "RP_NODES must be a positive number, got '$NODES'"
 [[ "$NODE_PODS" =~ ^[1-9][0-9]*$ ]] || die "RP_NODE_PODS must be a positive number, got '$NODE_PODS'"
+[[ "$NODE_CPU" =~ ^[1-9][0-9]*$ ]] || die "RP_NODE_CPU must be a positive number of cores, got '$NODE_CPU'"
+[[ "$NODE_MEMORY" =~ ^[1-9][0-9]*(Mi|Gi|Ti)$ ]] || die "RP_NODE_MEMORY must be like 256Gi, got '$NODE_MEMORY'"
 [ -z "$AUDIT_USER" ] || [[ "$AUDIT_USER" =~ ^[a-z0-9][a-z0-9-]*$ ]] ||
   die "RP_AUDIT_USER must match [a-z0-9][a-z0-9-]*, got '$AUDIT_USER'"
 # Extra flags of the controller manager and the scheduler, only when asked for.
@@ -471,8 +476,8 @@ metadata:
     kubernetes.io/arch: amd64
     type: kwok
 status:
-  allocatable: {cpu: "64", memory: 256Gi, pods: "$NODE_PODS"}
-  capacity: {cpu: "64", memory: 256Gi, pods: "$NODE_PODS"}
+  allocatable: {cpu: "$NODE_CPU", memory: $NODE_MEMORY, pods: "$NODE_PODS"}
+  capacity: {cpu: "$NODE_CPU", memory: $NODE_MEMORY, pods: "$NODE_PODS"}
 YAML
 done >"$DIR/kwok/nodes.yaml"
 wait_for "fake nodes created" 30 kwok kubectl apply -f "$DIR/kwok/nodes.yaml"
