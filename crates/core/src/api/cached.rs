@@ -618,6 +618,10 @@ pub struct CachedPlan {
     pub metadata: ObjectMeta,
     spec: Packed,
     status: Option<Packed>,
+    /// The names of the objects the spec reads (ConfigMaps and Secrets its
+    /// templates reference, gate templates), `\0`-separated: what a change
+    /// of such an object is matched against before any plan is unpacked.
+    names: Box<str>,
 }
 
 impl CachedPlan {
@@ -633,10 +637,25 @@ impl CachedPlan {
         status: Option<&ReleasePlanStatus>,
     ) -> Result<CachedPlan, serde_json::Error> {
         let text = |t: String| Packed::pack(&t);
+        let mut names: Vec<String> = spec
+            .components
+            .iter()
+            .flat_map(|c| super::config::references(&c.template))
+            .map(|(_, name)| name)
+            .chain(
+                spec.health
+                    .template_refs()
+                    .into_iter()
+                    .map(|t| t.template_ref.name),
+            )
+            .collect();
+        names.sort_unstable();
+        names.dedup();
         Ok(CachedPlan {
             metadata,
             spec: text(serde_json::to_string(spec)?),
             status: status.map(serde_json::to_string).transpose()?.map(text),
+            names: names.join("\0").into_boxed_str(),
         })
     }
 
@@ -653,6 +672,12 @@ impl CachedPlan {
             None => None,
         };
         Ok(plan)
+    }
+
+    /// Whether the spec reads an object named `name` (a ConfigMap or Secret
+    /// its templates reference, a gate template): no unpacking, no decoding.
+    pub fn reads(&self, name: &str) -> bool {
+        !name.is_empty() && self.names.split('\0').any(|n| n == name)
     }
 
     /// The spec as JSON text: a cheap test before decoding ("does it name
@@ -768,6 +793,7 @@ impl Footprint for CachedPlan {
             + meta_heap(&self.metadata)
             + self.spec.packed_len()
             + self.status.as_ref().map_or(0, Packed::packed_len)
+            + self.names.len()
     }
 }
 
@@ -901,6 +927,12 @@ mod tests {
         );
         assert_eq!(cached.spec_text(), text);
         assert_eq!(cached.decode().unwrap().spec, plan.spec);
+        // What a ConfigMap's change is matched against, without unpacking:
+        // the names the spec reads, whole.
+        assert!(cached.reads("shop-config"));
+        assert!(!cached.reads("shop"), "a name, not a substring");
+        assert!(!cached.reads("shop-config-2a9f"), "a copy's name");
+        assert!(!cached.reads(""));
 
         let d: CachedDeployment = serde_json::from_value(json!({
             "metadata": {"name": "shop-web-1", "namespace": "prod"},
