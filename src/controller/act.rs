@@ -232,39 +232,10 @@ pub(crate) async fn deployments(
             (TemplateSource::Existing, Some(d)) => d.template(),
             // Gone, and the spec has moved on: the template stored for the revision.
             (TemplateSource::Existing, None) => {
-                let found = controller_revision::find(
-                    stored.iter().map(AsRef::as_ref),
-                    &intent.component,
-                    &intent.hash,
-                );
-                // The cache keeps no template: the stored object is read whole.
-                let whole = match found {
-                    Some(cr) => {
-                        let name = cr.name_any();
-                        let revisions: Api<ControllerRevision> =
-                            Api::namespaced(ctx.client.clone(), ns);
-                        match revisions.get_opt(&name).await {
-                            Ok(whole) => whole,
-                            Err(e) => return failed("ControllerRevision", &name, &e),
-                        }
-                    }
-                    None => None,
-                };
-                match whole.map(|cr| controller_revision::template(&cr, &intent.hash)) {
-                    Some(Ok(t)) => {
-                        info!(deployment = %intent.name, "recreating the revision Deployment from its stored template");
-                        t
-                    }
-                    Some(Err(e)) => {
-                        warn!(deployment = %intent.name, error = %e, "revision Deployment is gone and its stored template is not usable: cannot recreate it");
-                        continue;
-                    }
-                    None => {
-                        if intent.replicas > 0 {
-                            warn!(deployment = %intent.name, "revision Deployment is gone, its template is not in the spec and no ControllerRevision stores it: cannot recreate it");
-                        }
-                        continue;
-                    }
+                match stored_template(ctx, ns, stored, intent).await {
+                    Ok(Some(t)) => t,
+                    Ok(None) => continue,
+                    Err(acted) => return acted,
                 }
             }
         };
@@ -306,6 +277,50 @@ pub(crate) async fn deployments(
         }
     }
     Acted::Done
+}
+
+/// The template stored for a revision whose Deployment is gone and which the
+/// spec no longer has, read whole (the cache keeps only its hash): `None`
+/// when none is stored or it is unusable (logged), a refusal when the read
+/// fails.
+async fn stored_template(
+    ctx: &Context,
+    ns: &str,
+    stored: &[Arc<CachedRevision>],
+    intent: &crate::plan::DeploymentIntent,
+) -> Result<Option<k8s_openapi::api::core::v1::PodTemplateSpec>, Acted> {
+    let found = controller_revision::find(
+        stored.iter().map(AsRef::as_ref),
+        &intent.component,
+        &intent.hash,
+    );
+    let whole = match found {
+        Some(cr) => {
+            let name = cr.name_any();
+            let revisions: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), ns);
+            match revisions.get_opt(&name).await {
+                Ok(whole) => whole,
+                Err(e) => return Err(failed("ControllerRevision", &name, &e)),
+            }
+        }
+        None => None,
+    };
+    match whole.map(|cr| controller_revision::template(&cr, &intent.hash)) {
+        Some(Ok(t)) => {
+            info!(deployment = %intent.name, "recreating the revision Deployment from its stored template");
+            Ok(Some(t))
+        }
+        Some(Err(e)) => {
+            warn!(deployment = %intent.name, error = %e, "revision Deployment is gone and its stored template is not usable: cannot recreate it");
+            Ok(None)
+        }
+        None => {
+            if intent.replicas > 0 {
+                warn!(deployment = %intent.name, "revision Deployment is gone, its template is not in the spec and no ControllerRevision stores it: cannot recreate it");
+            }
+            Ok(None)
+        }
+    }
 }
 
 /// What decides whether an observed Deployment matches its intent, hashed:
