@@ -208,13 +208,19 @@ async fn production_config(client: &Client, ns: &str) {
         "data": {"config.yaml": "listen: :8080\nlog: info\nfeatures: [a, b, c]\n"}
     }))
     .unwrap();
-    Api::namespaced(client.clone(), ns).create(&pp, &cm).await.unwrap();
+    Api::namespaced(client.clone(), ns)
+        .create(&pp, &cm)
+        .await
+        .unwrap();
     let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
         "metadata": {"name": PRODUCTION_SECRET},
         "stringData": {"db-password": "not-a-real-password"}
     }))
     .unwrap();
-    Api::namespaced(client.clone(), ns).create(&pp, &secret).await.unwrap();
+    Api::namespaced(client.clone(), ns)
+        .create(&pp, &secret)
+        .await
+        .unwrap();
 }
 
 /// A production service's pod template, about 6 KB of JSON: an app container
@@ -811,6 +817,46 @@ impl Controller {
         (sum, each.iter().map(|u| u.peak_kib).max().unwrap_or(0))
     }
 
+    /// Our caches by resource: objects and estimated bytes
+    /// (`releaseplan_cached_objects`, `releaseplan_cached_bytes`), summed
+    /// over replicas.
+    async fn cache_sizes(&self) -> BTreeMap<String, (f64, f64)> {
+        let Controller::Ours(ops) = self else {
+            return BTreeMap::new();
+        };
+        let mut sizes: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+        for op in ops {
+            for l in op.metrics().await.lines() {
+                let (which, rest) = if let Some(r) = l.strip_prefix("releaseplan_cached_objects{") {
+                    (0, r)
+                } else if let Some(r) = l.strip_prefix("releaseplan_cached_bytes{") {
+                    (1, r)
+                } else {
+                    continue;
+                };
+                let Some((labels, v)) = rest.rsplit_once(' ') else {
+                    continue;
+                };
+                let (Some(resource), Ok(v)) = (
+                    labels
+                        .strip_prefix("resource=\"")
+                        .and_then(|r| r.split('"').next()),
+                    v.parse::<f64>(),
+                ) else {
+                    continue;
+                };
+                let e = sizes.entry(resource.to_string()).or_default();
+                if which == 0 {
+                    e.0 += v;
+                } else {
+                    e.1 += v;
+                }
+            }
+        }
+        sizes.retain(|_, (_, bytes)| *bytes > 0.0);
+        sizes
+    }
+
     /// Our own write counters by kind, and failed reconciles by error kind.
     async fn own_counters(&self) -> BTreeMap<String, f64> {
         let Controller::Ours(ops) = self else {
@@ -875,6 +921,12 @@ struct Figures {
     rollout_first_write: Option<Latency>,
     #[serde(default)]
     failover: Vec<Failover>,
+    /// Our caches after the cold start, by resource: objects, estimated bytes.
+    #[serde(default)]
+    cache_cold: BTreeMap<String, (f64, f64)>,
+    /// The same after the rollout.
+    #[serde(default)]
+    cache_rollout: BTreeMap<String, (f64, f64)>,
     /// Replicas of ours, one shard each (1: no sharding).
     #[serde(default)]
     shards: u32,
@@ -943,6 +995,8 @@ async fn run(client: &Client, kind: Kind, n: usize) -> Figures {
 
     // Idle.
     tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
+    // Sampled by the operator every 5 s: the idle time has one from after the cold start.
+    f.cache_cold = controller.cache_sizes().await;
     let (u2, _) = controller.usage();
     f.idle_cpu = u2.cpu - u1.cpu;
     let (w, mark) = audit(&audit_log, mark);
@@ -974,6 +1028,8 @@ async fn run(client: &Client, kind: Kind, n: usize) -> Figures {
         &written,
     )));
     f.rollout_counters = delta(&controller.own_counters().await, &counters2);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    f.cache_rollout = controller.cache_sizes().await;
     f.peak_rss_mib = u3.peak_kib as f64 / 1024.0;
     f.shards = shards();
     f.peak_rss_replica_mib = replica_peak as f64 / 1024.0;
@@ -1141,6 +1197,27 @@ fn print_table(f: &Figures) {
             println!(
                 "| reconciles per plan, {what} | {:.1} |",
                 runs / objects.max(1) as f64
+            );
+        }
+    }
+    for (what, sizes) in [
+        ("after the cold start", &f.cache_cold),
+        ("after the rollout", &f.cache_rollout),
+    ] {
+        if !sizes.is_empty() {
+            let cells: Vec<String> = sizes
+                .iter()
+                .map(|(r, (n, b))| {
+                    format!(
+                        "{r}: {n} objects, {:.0} B each, {:.2} MiB",
+                        b / n.max(1.0),
+                        b / 1048576.0
+                    )
+                })
+                .collect();
+            println!(
+                "| cached objects, estimated bytes, {what} | {} |",
+                cells.join("; ")
             );
         }
     }

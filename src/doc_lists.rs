@@ -157,6 +157,9 @@ fn sample_metrics() -> String {
     let _ = m.cached_objects.get_or_create(&ResourceLabel {
         resource: "pods".into(),
     });
+    let _ = m.cached_bytes.get_or_create(&ResourceLabel {
+        resource: "pods".into(),
+    });
     let _ = m
         .notifications
         .get_or_create(&crate::ops::metrics::NotificationLabel {

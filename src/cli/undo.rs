@@ -10,9 +10,9 @@
 
 use super::connect::Ctx;
 use super::error::{CliError, UndoError};
-use crate::api::cached::CachedRevision;
 use crate::api::{HistoryEntry, LABEL_PLAN, Outcome, ReleasePlan};
 use crate::objects::controller_revision;
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Map, Value, json};
@@ -68,7 +68,7 @@ pub fn pick_entry(plan: &ReleasePlan, to: Option<i64>) -> Result<HistoryEntry, U
 /// revision before the current one) from the plan's stored templates.
 pub fn build_undo(
     plan: &ReleasePlan,
-    stored: &[CachedRevision],
+    stored: &[ControllerRevision],
     to: Option<i64>,
 ) -> Result<Undo, UndoError> {
     let entry = pick_entry(plan, to)?;
@@ -153,8 +153,8 @@ pub fn build_undo(
 }
 
 /// The ControllerRevisions storing the plan's revision templates.
-pub async fn stored_templates(ctx: &Ctx, name: &str) -> Result<Vec<CachedRevision>, CliError> {
-    let api: Api<CachedRevision> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+pub async fn stored_templates(ctx: &Ctx, name: &str) -> Result<Vec<ControllerRevision>, CliError> {
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     Ok(api
         .list(&ListParams::default().labels(&format!("{LABEL_PLAN}={name}")))
         .await
@@ -225,7 +225,7 @@ mod tests {
     use k8s_openapi::api::core::v1::PodTemplateSpec;
 
     /// The ControllerRevision the operator writes for a component revision.
-    fn stored(component: &str, spec_template: &Value) -> (CachedRevision, String) {
+    fn stored(component: &str, spec_template: &Value) -> (ControllerRevision, String) {
         let plan: ReleasePlan = serde_json::from_value(plan_json()).unwrap();
         let typed: PodTemplateSpec = serde_json::from_value(spec_template.clone()).unwrap();
         let hash = template_hash(&typed);
@@ -234,10 +234,7 @@ mod tests {
         else {
             panic!("a new one is applied");
         };
-        (
-            serde_json::from_value(serde_json::to_value(*cr).unwrap()).unwrap(),
-            hash,
-        )
+        (*cr, hash)
     }
 
     fn web_template(image: &str) -> Value {
@@ -367,7 +364,7 @@ mod tests {
     #[test]
     fn a_stored_object_of_another_revision_is_refused() {
         let (mut web1, h1) = stored("web", &web_template("web:1"));
-        web1.data = Some(web_template("web:666").to_string().into());
+        web1.data = Some(web_template("web:666").into());
         let p = plan_with_history(
             json!([entry(1, "rev1", "Promoted", &[format!("web={h1}")])]),
             "rev2",

@@ -180,6 +180,10 @@ pub(crate) async fn deployments(
 ) -> Acted {
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
     let deleting = plan.metadata.deletion_timestamp.is_some();
+    let plan_key = ObjectRef::from_obj(plan);
+    ctx.memory.with(&plan_key, |m| {
+        m.keep_checked(|name| decision.deployments.iter().any(|i| i.name == name));
+    });
     for intent in &decision.deployments {
         let observed = owned.iter().find(|d| d.name_any() == intent.name);
         if deleting {
@@ -211,37 +215,36 @@ pub(crate) async fn deployments(
         if observed.is_none() && waiting.contains(&intent.component) {
             continue;
         }
+        let owned = deployment::should_own(plan, observed.map(|d| &d.metadata));
+        // Found up to date before, and neither the intent nor the object has
+        // changed since: no template to parse, no comparison.
+        let checked = observed.map(|o| checked_key(plan, intent, owned, o));
+        if let Some(k) = checked
+            && ctx
+                .memory
+                .read(&plan_key, |m| m.checked(&intent.name) == Some(k))
+                .unwrap_or(false)
+        {
+            continue;
+        }
         let template = match (&intent.template, observed) {
             (TemplateSource::Spec(t), _) => (**t).clone(),
             (TemplateSource::Existing, Some(d)) => d.template(),
             // Gone, and the spec has moved on: the template stored for the revision.
             (TemplateSource::Existing, None) => {
-                let found = controller_revision::find(
-                    stored.iter().map(AsRef::as_ref),
-                    &intent.component,
-                    &intent.hash,
-                );
-                match found.map(|cr| controller_revision::template(cr, &intent.hash)) {
-                    Some(Ok(t)) => {
-                        info!(deployment = %intent.name, "recreating the revision Deployment from its stored template");
-                        t
-                    }
-                    Some(Err(e)) => {
-                        warn!(deployment = %intent.name, error = %e, "revision Deployment is gone and its stored template is not usable: cannot recreate it");
-                        continue;
-                    }
-                    None => {
-                        if intent.replicas > 0 {
-                            warn!(deployment = %intent.name, "revision Deployment is gone, its template is not in the spec and no ControllerRevision stores it: cannot recreate it");
-                        }
-                        continue;
-                    }
+                match stored_template(ctx, ns, stored, intent).await {
+                    Ok(Some(t)) => t,
+                    Ok(None) => continue,
+                    Err(acted) => return acted,
                 }
             }
         };
-        let owned = deployment::should_own(plan, observed.map(|d| &d.metadata));
         let desired = deployment::build(plan, intent, &template, owned);
         if observed.is_some_and(|o| deployment::up_to_date(&desired, o)) {
+            if let Some(k) = checked {
+                ctx.memory
+                    .with(&plan_key, |m| m.set_checked(&intent.name, k));
+            }
             continue;
         }
         info!(deployment = %intent.name, replicas = intent.replicas, "applying");
@@ -274,6 +277,97 @@ pub(crate) async fn deployments(
         }
     }
     Acted::Done
+}
+
+/// The template stored for a revision whose Deployment is gone and which the
+/// spec no longer has, read whole (the cache keeps only its hash): `None`
+/// when none is stored or it is unusable (logged), a refusal when the read
+/// fails.
+async fn stored_template(
+    ctx: &Context,
+    ns: &str,
+    stored: &[Arc<CachedRevision>],
+    intent: &crate::plan::DeploymentIntent,
+) -> Result<Option<k8s_openapi::api::core::v1::PodTemplateSpec>, Acted> {
+    let found = controller_revision::find(
+        stored.iter().map(AsRef::as_ref),
+        &intent.component,
+        &intent.hash,
+    );
+    let whole = match found {
+        Some(cr) => {
+            let name = cr.name_any();
+            let revisions: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), ns);
+            match revisions.get_opt(&name).await {
+                Ok(whole) => whole,
+                Err(e) => return Err(failed("ControllerRevision", &name, &e)),
+            }
+        }
+        None => None,
+    };
+    match whole.map(|cr| controller_revision::template(&cr, &intent.hash)) {
+        Some(Ok(t)) => {
+            info!(deployment = %intent.name, "recreating the revision Deployment from its stored template");
+            Ok(Some(t))
+        }
+        Some(Err(e)) => {
+            warn!(deployment = %intent.name, error = %e, "revision Deployment is gone and its stored template is not usable: cannot recreate it");
+            Ok(None)
+        }
+        None => {
+            if intent.replicas > 0 {
+                warn!(deployment = %intent.name, "revision Deployment is gone, its template is not in the spec and no ControllerRevision stores it: cannot recreate it");
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// What decides whether an observed Deployment matches its intent, hashed:
+/// the intent (its template by revision: a spec template hashes to its
+/// revision, an existing one is the object's own), the plan it is owned by,
+/// and of the object its spec's generation (any change of the spec by anyone
+/// bumps it) and the metadata the desired object sets. Equal keys, equal
+/// verdicts: a Deployment found up to date is not parsed again until one of
+/// these moves.
+fn checked_key(
+    plan: &ReleasePlan,
+    intent: &crate::plan::DeploymentIntent,
+    owned: bool,
+    o: &CachedDeployment,
+) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    (
+        &plan.metadata.name,
+        &plan.metadata.namespace,
+        &plan.metadata.uid,
+    )
+        .hash(&mut h);
+    (
+        &intent.name,
+        &intent.component,
+        &intent.hash,
+        intent.replicas,
+    )
+        .hash(&mut h);
+    matches!(intent.template, TemplateSource::Existing).hash(&mut h);
+    owned.hash(&mut h);
+    let m = &o.metadata;
+    (&m.uid, m.generation, &m.annotations).hash(&mut h);
+    o.labels.iter().for_each(|l| l.hash(&mut h));
+    for r in m.owner_references.iter().flatten() {
+        (
+            &r.api_version,
+            &r.kind,
+            &r.name,
+            &r.uid,
+            r.controller,
+            r.block_owner_deletion,
+        )
+            .hash(&mut h);
+    }
+    h.finish()
 }
 
 /// Stores the template of every revision the spec rolls out in its
@@ -312,6 +406,21 @@ pub(crate) async fn store_templates(
             Write::Apply(cr) => {
                 info!(controller_revision = %name, "storing the revision's template");
                 apply_template(ctx, &key, &api, &name, &cr).await
+            }
+            Write::Relabel(meta) => {
+                info!(controller_revision = %name, "putting back the stored template's labels and owner");
+                let patch = controller_revision::relabel_patch(&meta);
+                match api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(written) => {
+                        ctx.metrics.write("template");
+                        remember_template(ctx, &key, &name, &written);
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
             }
             Write::Replace { uid, with } => {
                 warn!(controller_revision = %name, "it stores another template: replacing it");
@@ -424,15 +533,25 @@ pub(crate) async fn apply_template(
         )
         .await?;
     ctx.metrics.write("template");
-    // In the cache's form; one that does not convert is simply not kept.
-    if let Ok(c) = serde_json::to_value(&written).and_then(serde_json::from_value::<CachedRevision>)
+    remember_template(ctx, key, name, &written);
+    Ok(())
+}
+
+/// Keeps the answer to a ControllerRevision write until the cache has it,
+/// in the cache's form (one that does not convert is simply not kept).
+fn remember_template(
+    ctx: &Context,
+    key: &ObjectRef<ReleasePlan>,
+    name: &str,
+    written: &ControllerRevision,
+) {
+    if let Ok(c) = serde_json::to_value(written).and_then(serde_json::from_value::<CachedRevision>)
     {
         ctx.memory.with(key, |m| {
             m.written_templates
                 .insert(name.to_string(), (Instant::now(), Arc::new(c)));
         });
     }
-    Ok(())
 }
 
 /// Deletes the ControllerRevision of that uid (never a newer one of the same

@@ -13,7 +13,7 @@ use crate::api::config::{
 };
 use crate::api::{LABEL_PLAN, ReleasePlan};
 use crate::plan::config::{ConfigIntents, ConfigObservation, CopyIntent, references};
-use k8s_openapi::api::core::v1::{ConfigMap, PodTemplateSpec, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -73,14 +73,13 @@ fn kept_references(
     owned: &[Arc<CachedDeployment>],
     stored: &[Arc<CachedRevision>],
 ) -> BTreeSet<(ConfigKind, String)> {
-    let stored_templates = stored
+    let stored_refs = stored
         .iter()
-        .filter_map(|cr| serde_json::from_str::<PodTemplateSpec>(cr.data.as_deref()?).ok());
+        .flat_map(|cr| cr.stored.refs().iter().cloned());
     owned
         .iter()
-        .map(|d| d.template())
-        .chain(stored_templates)
-        .flat_map(|t| references(&t))
+        .flat_map(|d| d.refs().iter().cloned())
+        .chain(stored_refs)
         .collect()
 }
 

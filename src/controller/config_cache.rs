@@ -158,7 +158,7 @@ fn config_watch<K>(
 ) -> impl Stream<Item = ObjectRef<ReleasePlan>> + Send + 'static
 where
     CachedConfig<K>: super::Watched + crate::api::cached::Labelled,
-    K: crate::api::config::KindOf + Send + Sync + 'static,
+    K: crate::api::config::KindOf + PartialEq + Send + Sync + 'static,
 {
     // The most recent list, in pages: a list "of any version" comes from the
     // API server's cache, which ignores `limit`, and Secrets (Helm's release

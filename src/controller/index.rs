@@ -77,6 +77,14 @@ impl<K: Resource + Labelled> Index<K> {
         }
     }
 
+    fn get(&self, ns: &str, name: &str) -> Option<&Arc<K>> {
+        let plan = self.plan_of.get(&(ns.to_string(), name.to_string()))?;
+        self.by_plan
+            .get(&(ns.to_string(), plan.to_string()))?
+            .iter()
+            .find(|o| name_of(&***o) == name)
+    }
+
     fn remove(&mut self, ns: &str, name: &str) {
         if let Some(plan) = self.plan_of.remove(&(ns.to_string(), name.to_string())) {
             self.drop_from(&(ns.to_string(), plan.into_string()), name);
@@ -91,6 +99,18 @@ impl<K: Resource + Labelled> Index<K> {
             }
         }
     }
+}
+
+/// Whether `old` and `new` are the same object but for their resourceVersion.
+fn same_but_version<K: Resource + Clone + PartialEq>(old: &K, new: &K) -> bool {
+    if old.meta().resource_version == new.meta().resource_version {
+        return old == new;
+    }
+    let mut old = old.clone();
+    old.meta_mut()
+        .resource_version
+        .clone_from(&new.meta().resource_version);
+    old == *new
 }
 
 /// A shared, read-mostly cache of label-selected objects, indexed by plan.
@@ -149,13 +169,7 @@ impl<K: Resource + Labelled> PlanCache<K> {
     /// The cached object `name` in namespace `ns`, whichever plan it names.
     pub fn get(&self, ns: &str, name: &str) -> Option<Arc<K>> {
         let index = self.index.read().unwrap_or_else(PoisonError::into_inner);
-        let plan = index.plan_of.get(&(ns.to_string(), name.to_string()))?;
-        index
-            .by_plan
-            .get(&(ns.to_string(), plan.to_string()))?
-            .iter()
-            .find(|o| name_of(&***o) == name)
-            .cloned()
+        index.get(ns, name).cloned()
     }
 
     /// Objects cached.
@@ -165,6 +179,20 @@ impl<K: Resource + Labelled> PlanCache<K> {
             .unwrap_or_else(PoisonError::into_inner)
             .plan_of
             .len()
+    }
+
+    /// Estimated bytes of every cached object ([`Footprint`]).
+    pub fn footprint(&self) -> usize
+    where
+        K: crate::api::cached::Footprint,
+    {
+        let index = self.index.read().unwrap_or_else(PoisonError::into_inner);
+        index
+            .by_plan
+            .values()
+            .flatten()
+            .map(|o| o.footprint())
+            .sum()
     }
 
     /// Whether nothing is cached.
@@ -189,11 +217,26 @@ pub struct PlanCacheWriter<K> {
     relist: Option<Index<K>>,
 }
 
-impl<K: Resource + Labelled + Clone> PlanCacheWriter<K> {
-    /// Applies one watcher event.
-    pub fn apply(&mut self, event: &watcher::Event<K>) {
+impl<K: Resource + Labelled + Clone + PartialEq> PlanCacheWriter<K> {
+    /// Applies one watcher event, and says whether it changed what a reader
+    /// of the cache sees. An update that only moved the resourceVersion (or
+    /// changed only what the trim drops: a pod's conditions, IP, timestamps)
+    /// changes nothing a reconcile reads, so it need not wake the plan: most
+    /// of a pod's or Deployment's updates while it starts are such.
+    pub fn apply(&mut self, event: &watcher::Event<K>) -> bool {
         match event {
-            watcher::Event::Apply(obj) => self.write().insert(Arc::new(obj.clone())),
+            watcher::Event::Apply(obj) => {
+                let mut index = self.write();
+                let meta = obj.meta();
+                let same = match (meta.namespace.as_deref(), meta.name.as_deref()) {
+                    (Some(ns), Some(name)) => index
+                        .get(ns, name)
+                        .is_some_and(|old| same_but_version(&**old, obj)),
+                    _ => false,
+                };
+                index.insert(Arc::new(obj.clone()));
+                return !same;
+            }
             watcher::Event::Delete(obj) => {
                 let meta = obj.meta();
                 if let (Some(ns), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) {
@@ -213,6 +256,7 @@ impl<K: Resource + Labelled + Clone> PlanCacheWriter<K> {
                 self.cache.synced.store(true, Ordering::Release);
             }
         }
+        true
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Index<K>> {
@@ -297,6 +341,40 @@ mod tests {
         assert_eq!(cache.len(), 4);
         assert!(cache.get("b", "shop-web-1").is_some());
         assert!(cache.get("b", "shop-web-2").is_none());
+    }
+
+    #[test]
+    fn an_update_of_only_the_resource_version_changes_nothing_readers_see() {
+        let cache = PlanCache::default();
+        let mut w = cache.writer();
+        let at = |rv: &str, replicas: i32| {
+            let mut d = deployment("a", "shop-web-1", Some("shop"));
+            d.metadata.resource_version = Some(rv.into());
+            d.spec = Some(k8s_openapi::api::apps::v1::DeploymentSpec {
+                replicas: Some(replicas),
+                ..Default::default()
+            });
+            d
+        };
+        assert!(w.apply(&watcher::Event::Apply(at("1", 2))), "a new object");
+        assert!(
+            !w.apply(&watcher::Event::Apply(at("2", 2))),
+            "only the version moved"
+        );
+        // The cache has the newer version all the same.
+        let cached = cache.get("a", "shop-web-1").unwrap();
+        assert_eq!(cached.metadata.resource_version.as_deref(), Some("2"));
+        assert!(
+            w.apply(&watcher::Event::Apply(at("3", 3))),
+            "the spec changed"
+        );
+        let mut relabelled = at("4", 3);
+        relabelled.metadata.labels = Some([(LABEL_PLAN.to_string(), "cart".to_string())].into());
+        assert!(
+            w.apply(&watcher::Event::Apply(relabelled)),
+            "moved to another plan"
+        );
+        assert!(w.apply(&watcher::Event::Delete(at("5", 3))), "a delete");
     }
 
     #[test]

@@ -85,6 +85,10 @@ pub(crate) struct PlanMemory {
     /// ControllerRevisions this process applied, by name, until the cache
     /// holds them: a reconcile right after a write must not write again.
     pub written_templates: BTreeMap<String, (Instant, Arc<CachedRevision>)>,
+    /// The Deployments last found up to date, each with the key of that
+    /// check (`act::checked_key`): a reconcile in which neither the intent
+    /// nor the object moved skips parsing and comparing its template.
+    checked: Vec<(Box<str>, u64)>,
 }
 
 /// The most unanswered status writes kept for one plan: a write is retried
@@ -122,6 +126,27 @@ impl PlanMemory {
     }
 
     /// Nothing worth keeping: the entry can go.
+    /// The key Deployment `name` was last found up to date with.
+    pub fn checked(&self, name: &str) -> Option<u64> {
+        self.checked
+            .iter()
+            .find(|(n, _)| &**n == name)
+            .map(|(_, k)| *k)
+    }
+
+    /// Records that Deployment `name` was found up to date with `key`.
+    pub fn set_checked(&mut self, name: &str, key: u64) {
+        match self.checked.iter_mut().find(|(n, _)| &**n == name) {
+            Some(entry) => entry.1 = key,
+            None => self.checked.push((name.into(), key)),
+        }
+    }
+
+    /// Forgets the checks of Deployments `keep` does not name.
+    pub fn keep_checked(&mut self, keep: impl Fn(&str) -> bool) {
+        self.checked.retain(|(n, _)| keep(n));
+    }
+
     fn is_empty(&self) -> bool {
         self.backoff.is_none()
             && self.fresh.is_none()
@@ -129,6 +154,7 @@ impl PlanMemory {
             && self.job_refusals.is_empty()
             && self.unconfirmed.is_empty()
             && self.written_templates.is_empty()
+            && self.checked.is_empty()
     }
 }
 

@@ -1,6 +1,6 @@
 //! Housekeeping every few seconds, beside the reconciles: what the operator
 //! holds in memory goes to metrics (`releaseplan_cached_objects`,
-//! `releaseplan_plan_memory_entries`), and everything kept about a plan that
+//! `releaseplan_cached_bytes`, `releaseplan_plan_memory_entries`), and everything kept about a plan that
 //! is no longer in the plan cache is dropped.
 //!
 //! A plan normally takes its state with it in its last reconcile (the
@@ -11,7 +11,7 @@
 
 use super::{Context, cached_key};
 use crate::api::ReleasePlan;
-use crate::api::cached::CachedPlan;
+use crate::api::cached::{CachedPlan, Footprint as _};
 use crate::ops::metrics::ResourceLabel;
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -90,6 +90,21 @@ fn sizes(ctx: &Context, plans: &Store<CachedPlan>) {
         crate::api::template::ClusterGateTemplate::plural(&()),
         t.cluster.len(),
     );
+    let bytes = |resource: std::borrow::Cow<'_, str>, n: usize| {
+        ctx.metrics
+            .cached_bytes
+            .get_or_create(&ResourceLabel {
+                resource: resource.into_owned(),
+            })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    };
+    bytes(
+        CachedPlan::plural(&()),
+        plans.state().iter().map(|p| p.footprint()).sum(),
+    );
+    bytes(plural(&ctx.deployments), ctx.deployments.footprint());
+    bytes(plural(&ctx.pods), ctx.pods.footprint());
+    bytes(plural(&ctx.templates), ctx.templates.footprint());
     ctx.metrics
         .plan_memory_entries
         .set(i64::try_from(ctx.memory.len()).unwrap_or(i64::MAX));

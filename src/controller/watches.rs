@@ -128,7 +128,7 @@ impl OwnedWatches<'_> {
         impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
     )
     where
-        K: Watched + Labelled + Resource<Scope = kube::core::NamespaceResourceScope>,
+        K: Watched + Labelled + PartialEq + Resource<Scope = kube::core::NamespaceResourceScope>,
     {
         self.watch_selected(LABEL_PLAN, trim)
     }
@@ -145,7 +145,7 @@ impl OwnedWatches<'_> {
         impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
     )
     where
-        K: Watched + Labelled + Resource<Scope = kube::core::NamespaceResourceScope>,
+        K: Watched + Labelled + PartialEq + Resource<Scope = kube::core::NamespaceResourceScope>,
     {
         let (shard, liveness) = (self.shard, self.liveness);
         let api: Api<K> = scoped(self.client, self.namespace);
@@ -160,10 +160,8 @@ impl OwnedWatches<'_> {
                     Some(s) => owned_in_shard(s, event),
                     None => (Some(event), true),
                 };
-                if let Some(event) = &event {
-                    writer.apply(event);
-                }
-                std::future::ready(Ok(event.filter(|_| wakes)))
+                let changed = event.as_ref().is_some_and(|e| writer.apply(e));
+                std::future::ready(Ok(event.filter(|_| wakes && changed)))
             })
             .touched_objects()
             .filter_map(ok_only);
@@ -226,11 +224,13 @@ pub(crate) fn watched<K: Resource<DynamicType = ()>, T>(
     }
 }
 
-/// The plans of `plans` whose spec names `name` and for which `uses` holds,
-/// in namespace `ns` (any namespace when `ns` is None): what an object's
-/// change wakes. A scan of the plan cache: such changes are rare next to
-/// reconciles, and it never misses a plan not reconciled yet; the spec text
-/// is searched before a spec is decoded.
+/// The plans of `plans` whose spec reads an object named `name` and for
+/// which `uses` holds, in namespace `ns` (any namespace when `ns` is None):
+/// what an object's change wakes. A scan of the plan cache, which never
+/// misses a plan not reconciled yet; each cached plan keeps the names its
+/// spec reads, so only the plans that read `name` are decoded. (It used to
+/// search every plan's spec text: each config copy a rollout creates is an
+/// event, and the scan made the cold start of N plans quadratic.)
 pub(crate) fn plans_naming(
     plans: &kube::runtime::reflector::Store<CachedPlan>,
     ns: Option<&str>,
@@ -242,7 +242,7 @@ pub(crate) fn plans_naming(
         .iter()
         .filter(|p| {
             ns.is_none_or(|ns| p.namespace().as_deref() == Some(ns))
-                && p.spec_text().contains(name)
+                && p.reads(name)
                 && p.decode().is_ok_and(|p| uses(&p))
         })
         .map(|p| ObjectRef::new(&p.name_any()).within(&p.namespace().unwrap_or_default()))

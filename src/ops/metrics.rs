@@ -197,6 +197,8 @@ pub struct Metrics {
     pub plan_info: Family<PlanLabel, Gauge>,
     /// Objects held in the operator's caches, by resource.
     pub cached_objects: Family<ResourceLabel, Gauge>,
+    /// Estimated bytes of the cached objects, by resource.
+    pub cached_bytes: Family<ResourceLabel, Gauge>,
     /// Notifications by namespace, receiver and result (sent, failed, dropped).
     pub notifications: Family<NotificationLabel, Counter>,
     /// Plans the controller keeps in-memory state for between reconciles.
@@ -363,6 +365,12 @@ impl Metrics {
             "Objects in the operator's caches, by resource (sampled every few seconds)",
             cached_objects.clone(),
         );
+        let cached_bytes = Family::<ResourceLabel, Gauge>::default();
+        registry.register(
+            "cached_bytes",
+            "Estimated bytes the cached objects hold (their contents, without allocator overhead), by resource, for the resources whose objects are cached in the operator's own types (sampled every few seconds)",
+            cached_bytes.clone(),
+        );
         let notifications = Family::<NotificationLabel, Counter>::default();
         registry.register(
             "notifications",
@@ -421,6 +429,7 @@ impl Metrics {
             queue_wait,
             plan_info,
             cached_objects,
+            cached_bytes,
             notifications,
             plan_memory_entries,
             phases: Mutex::new(HashMap::new()),

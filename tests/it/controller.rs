@@ -247,6 +247,23 @@ async fn drift_on_an_owned_deployment_is_corrected() {
         (revs.get(&name) == Some(&(3, 3, "shop:1".to_string()))).then_some(())
     })
     .await;
+    // A label taken off changes no generation (the operator's check of a
+    // Deployment it found up to date is keyed on the generation and the
+    // metadata it sets): it is put back too.
+    let managed_by = "app.kubernetes.io/managed-by";
+    deployments
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {managed_by: null}}})),
+        )
+        .await
+        .unwrap();
+    wait_until(WAIT, "the label to be put back", || async {
+        let d = deployments.get(&name).await.ok()?;
+        (d.labels().get(managed_by).map(String::as_str) == Some("releaseplan")).then_some(())
+    })
+    .await;
     // A deleted one is recreated.
     deployments
         .delete(&name, &DeleteParams::default())

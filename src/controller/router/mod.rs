@@ -46,6 +46,7 @@ pub const VERBS: [&str; 5] = ["get", "list", "watch", "create", "patch"];
 pub trait Router:
     Watched
     + Labelled
+    + PartialEq
     + Resource<Scope = NamespaceResourceScope>
     + serde::Serialize
     + Send

@@ -150,6 +150,58 @@ impl serde::de::Visitor<'_> for Append<'_> {
     }
 }
 
+/// JSON text kept compressed (an LZ4 block, its length first): the caches
+/// hold thousands of plan and Deployment specs, each read whole only now and
+/// then (a plan's at its reconcile, a Deployment's when it is checked), and a
+/// production pod template is about 6 KB of text that packs to about a third.
+/// Unpacking 6 KB takes microseconds against the tens a JSON decode takes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Packed(Box<[u8]>);
+
+/// Packed text that does not unpack (only a bug or corrupted memory makes one).
+#[derive(Debug, thiserror::Error)]
+pub enum UnpackError {
+    /// Not an LZ4 block this type wrote.
+    #[error("packed text does not decompress: {0}")]
+    Decompress(#[from] lz4_flex::block::DecompressError),
+    /// Not UTF-8 once decompressed.
+    #[error("packed text is not UTF-8: {0}")]
+    Utf8(#[from] std::string::FromUtf8Error),
+}
+
+impl Packed {
+    /// `text`, packed.
+    pub fn pack(text: &str) -> Packed {
+        Packed(lz4_flex::block::compress_prepend_size(text.as_bytes()).into_boxed_slice())
+    }
+
+    /// The text back.
+    pub fn unpack(&self) -> Result<String, UnpackError> {
+        let bytes = lz4_flex::block::decompress_size_prepended(&self.0)?;
+        Ok(String::from_utf8(bytes)?)
+    }
+
+    /// Bytes held.
+    pub fn packed_len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl Default for Packed {
+    fn default() -> Self {
+        Packed::pack("")
+    }
+}
+
+impl std::fmt::Debug for Packed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.unpack() {
+            Ok(text) => write!(f, "Packed({text})"),
+            Err(e) => write!(f, "Packed({e})"),
+        }
+    }
+}
+
 /// The labels of a watched object, whichever form its type keeps them in:
 /// what the plan index, the shard filter and the plan wake-ups read.
 pub trait Labelled {
@@ -174,6 +226,7 @@ macro_rules! labelled_by_meta {
 
 labelled_by_meta!(
     k8s_openapi::api::apps::v1::Deployment,
+    k8s_openapi::api::apps::v1::ControllerRevision,
     k8s_openapi::api::batch::v1::Job,
     k8s_openapi::api::core::v1::Service,
     k8s_openapi::api::core::v1::Secret,
@@ -377,8 +430,11 @@ impl From<DeploymentWire> for CachedDeployment {
 pub struct CachedDeploymentSpec {
     /// `spec.replicas`.
     pub replicas: Option<i32>,
-    /// The whole spec, compact JSON.
-    pub json: Box<str>,
+    /// The whole spec, compact JSON, packed.
+    pub json: Packed,
+    /// The ConfigMaps and Secrets its template references, sorted: read by
+    /// every reconcile of a plan with config, so worked out once here.
+    pub refs: Box<[super::config::ConfigRef]>,
 }
 
 impl<'de> Deserialize<'de> for CachedDeploymentSpec {
@@ -388,9 +444,15 @@ impl<'de> Deserialize<'de> for CachedDeploymentSpec {
             .get("replicas")
             .and_then(Value::as_i64)
             .and_then(|r| i32::try_from(r).ok());
+        let refs = v
+            .get("template")
+            .and_then(|t| PodTemplateSpec::deserialize(t).ok())
+            .map(|t| super::config::references(&t).into_iter().collect())
+            .unwrap_or_default();
         Ok(CachedDeploymentSpec {
             replicas,
-            json: v.to_string().into_boxed_str(),
+            json: Packed::pack(&v.to_string()),
+            refs,
         })
     }
 }
@@ -401,12 +463,18 @@ impl CachedDeployment {
         self.spec.as_ref().and_then(|s| s.replicas)
     }
 
+    /// The ConfigMaps and Secrets its template references.
+    pub fn refs(&self) -> &[super::config::ConfigRef] {
+        self.spec.as_ref().map_or(&[], |s| &s.refs)
+    }
+
     /// The pod template of its spec (default when it has none or it does not
     /// parse: the API server only stores valid ones).
     pub fn template(&self) -> PodTemplateSpec {
         self.spec
             .as_ref()
-            .and_then(|s| serde_json::from_str::<Value>(&s.json).ok())
+            .and_then(|s| s.json.unpack().ok())
+            .and_then(|text| serde_json::from_str::<Value>(&text).ok())
             .and_then(|mut v| v.get_mut("template").map(Value::take))
             .and_then(|t| serde_json::from_value(t).ok())
             .unwrap_or_default()
@@ -421,7 +489,12 @@ impl CachedDeployment {
             "metadata": serde_json::to_value(self.full_metadata()).unwrap_or(Value::Null),
         });
         if let Some(spec) = &self.spec {
-            v["spec"] = serde_json::from_str(&spec.json).unwrap_or(Value::Null);
+            v["spec"] = spec
+                .json
+                .unpack()
+                .ok()
+                .and_then(|text| serde_json::from_str(&text).ok())
+                .unwrap_or(Value::Null);
         }
         if let Some(status) = &self.status {
             v["status"] = serde_json::to_value(status).unwrap_or(Value::Null);
@@ -439,9 +512,13 @@ namespaced_resource!(
     "deployments"
 );
 
-/// A ControllerRevision (apps/v1) as stored by the operator: the template in
-/// `data` is kept as compact JSON text, parsed only when the stored object is
-/// checked or a revision's Deployment is recreated from it.
+/// A ControllerRevision (apps/v1) as stored by the operator: of its `data`,
+/// only what a reconcile reads, worked out once while decoding (the revision
+/// the stored template hashes to, and the ConfigMaps and Secrets it
+/// references). The template itself is not kept: it is read back from the
+/// API server (one GET) only to recreate a revision's Deployment after the
+/// spec has moved on, and by `undo`. With a production-sized template it was
+/// a third of the caches.
 #[derive(Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(from = "RevisionWire")]
 pub struct CachedRevision {
@@ -449,10 +526,60 @@ pub struct CachedRevision {
     pub metadata: ObjectMeta,
     /// The labels, packed (they name the plan, component and revision).
     pub labels: Labels,
-    /// The stored template, as JSON text.
-    pub data: Option<Box<str>>,
+    /// What `data` stores.
+    pub stored: StoredTemplate,
     /// The revision number.
     pub revision: i64,
+}
+
+/// What a ControllerRevision's `data` stores, as the operator reads it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum StoredTemplate {
+    /// A pod template: the revision it hashes to, and the ConfigMaps and
+    /// Secrets it references.
+    Template {
+        /// [`super::revision::template_hash`] of the template.
+        hash: Box<str>,
+        /// Its references, sorted.
+        refs: Box<[super::config::ConfigRef]>,
+    },
+    /// No `data`.
+    #[default]
+    Missing,
+    /// `data` that is not a pod template: why.
+    Invalid(Box<str>),
+}
+
+impl StoredTemplate {
+    /// What `data` (as sent, if any) stores.
+    pub fn of(data: Option<&Value>) -> StoredTemplate {
+        let Some(data) = data else {
+            return StoredTemplate::Missing;
+        };
+        match PodTemplateSpec::deserialize(data) {
+            Ok(t) => StoredTemplate::Template {
+                hash: super::revision::template_hash(&t).into_boxed_str(),
+                refs: super::config::references(&t).into_iter().collect(),
+            },
+            Err(e) => StoredTemplate::Invalid(e.to_string().into_boxed_str()),
+        }
+    }
+
+    /// The revision the template hashes to, if it is one.
+    pub fn hash(&self) -> Option<&str> {
+        match self {
+            StoredTemplate::Template { hash, .. } => Some(hash),
+            _ => None,
+        }
+    }
+
+    /// The ConfigMaps and Secrets it references (none if it is no template).
+    pub fn refs(&self) -> &[super::config::ConfigRef] {
+        match self {
+            StoredTemplate::Template { refs, .. } => refs,
+            _ => &[],
+        }
+    }
 }
 
 /// A ControllerRevision as decoded, before its labels are packed.
@@ -460,8 +587,8 @@ pub struct CachedRevision {
 struct RevisionWire {
     #[serde(default)]
     metadata: MetaWire<Labels>,
-    #[serde(default, deserialize_with = "json_text")]
-    data: Option<Box<str>>,
+    #[serde(default, rename = "data", deserialize_with = "stored_template")]
+    stored: StoredTemplate,
     #[serde(default)]
     revision: i64,
 }
@@ -472,7 +599,7 @@ impl From<RevisionWire> for CachedRevision {
         CachedRevision {
             metadata,
             labels: labels.unwrap_or_default(),
-            data: w.data,
+            stored: w.stored,
             revision: w.revision,
         }
     }
@@ -489,8 +616,12 @@ impl From<RevisionWire> for CachedRevision {
 pub struct CachedPlan {
     /// Metadata (the trim drops managedFields and kubectl's last-applied copy).
     pub metadata: ObjectMeta,
-    spec: Box<str>,
-    status: Option<Box<str>>,
+    spec: Packed,
+    status: Option<Packed>,
+    /// The names of the objects the spec reads (ConfigMaps and Secrets its
+    /// templates reference, gate templates), `\0`-separated: what a change
+    /// of such an object is matched against before any plan is unpacked.
+    names: Box<str>,
 }
 
 impl CachedPlan {
@@ -505,32 +636,54 @@ impl CachedPlan {
         spec: &ReleasePlanSpec,
         status: Option<&ReleasePlanStatus>,
     ) -> Result<CachedPlan, serde_json::Error> {
-        let text = |t: String| t.into_boxed_str();
+        let text = |t: String| Packed::pack(&t);
+        let mut names: Vec<String> = spec
+            .components
+            .iter()
+            .flat_map(|c| super::config::references(&c.template))
+            .map(|(_, name)| name)
+            .chain(
+                spec.health
+                    .template_refs()
+                    .into_iter()
+                    .map(|t| t.template_ref.name),
+            )
+            .collect();
+        names.sort_unstable();
+        names.dedup();
         Ok(CachedPlan {
             metadata,
             spec: text(serde_json::to_string(spec)?),
             status: status.map(serde_json::to_string).transpose()?.map(text),
+            names: names.join("\0").into_boxed_str(),
         })
     }
 
     /// The plan, decoded.
     pub fn decode(&self) -> Result<ReleasePlan, serde_json::Error> {
+        let unpack = |p: &Packed| p.unpack().map_err(serde::de::Error::custom);
         let mut plan = ReleasePlan::new(
             self.metadata.name.as_deref().unwrap_or_default(),
-            serde_json::from_str(&self.spec)?,
+            serde_json::from_str(&unpack(&self.spec)?)?,
         );
         plan.metadata = self.metadata.clone();
-        plan.status = self
-            .status
-            .as_deref()
-            .map(serde_json::from_str)
-            .transpose()?;
+        plan.status = match &self.status {
+            Some(s) => Some(serde_json::from_str(&unpack(s)?)?),
+            None => None,
+        };
         Ok(plan)
     }
 
-    /// The spec as JSON text: a cheap test before decoding ("does it name X").
-    pub fn spec_text(&self) -> &str {
-        &self.spec
+    /// Whether the spec reads an object named `name` (a ConfigMap or Secret
+    /// its templates reference, a gate template): no unpacking, no decoding.
+    pub fn reads(&self, name: &str) -> bool {
+        !name.is_empty() && self.names.split('\0').any(|n| n == name)
+    }
+
+    /// The spec as JSON text: a cheap test before decoding ("does it name
+    /// X"). Empty if it does not unpack (then neither does the plan decode).
+    pub fn spec_text(&self) -> String {
+        self.spec.unpack().unwrap_or_default()
     }
 }
 
@@ -569,9 +722,9 @@ namespaced_resource!(
 /// Any JSON value, kept as its compact text (a `Value` tree costs several
 /// times the text; a `RawValue` would need the deserializer to be serde_json's
 /// own reader, which kube's watch decoding does not promise).
-fn json_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<str>>, D::Error> {
+fn stored_template<'de, D: Deserializer<'de>>(d: D) -> Result<StoredTemplate, D::Error> {
     let v = Option::<Value>::deserialize(d)?;
-    Ok(v.map(|v| v.to_string().into_boxed_str()))
+    Ok(StoredTemplate::of(v.as_ref()))
 }
 
 namespaced_resource!(
@@ -582,6 +735,129 @@ namespaced_resource!(
     "v1",
     "controllerrevisions"
 );
+
+/// Estimated bytes one cached object holds: its own size and the heap
+/// blocks it owns (string and list contents), without the allocator's
+/// overhead per block. What `releaseplan_cached_bytes` sums, every few
+/// seconds: cheap enough to walk every cache.
+pub trait Footprint {
+    /// The estimate, in bytes.
+    fn footprint(&self) -> usize;
+}
+
+/// Heap bytes of an optional string.
+fn text(s: Option<&String>) -> usize {
+    s.map_or(0, String::len)
+}
+
+/// Heap bytes of `ObjectMeta`'s contents (not its inline size).
+fn meta_heap(m: &ObjectMeta) -> usize {
+    let map = |m: Option<&BTreeMap<String, String>>| {
+        m.map_or(0, |m| {
+            // A B-tree node holds up to 11 entries of two `String`s, and more.
+            let nodes = m.len().div_ceil(11);
+            nodes * 544 + m.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+        })
+    };
+    let owners = m.owner_references.as_ref().map_or(0, |o| {
+        o.iter()
+            .map(|r| {
+                std::mem::size_of::<OwnerReference>()
+                    + r.api_version.len()
+                    + r.kind.len()
+                    + r.name.len()
+                    + r.uid.len()
+            })
+            .sum()
+    });
+    let finalizers = m.finalizers.as_ref().map_or(0, |f| {
+        f.iter()
+            .map(|s| std::mem::size_of::<String>() + s.len())
+            .sum()
+    });
+    text(m.name.as_ref())
+        + text(m.namespace.as_ref())
+        + text(m.uid.as_ref())
+        + text(m.resource_version.as_ref())
+        + text(m.generate_name.as_ref())
+        + text(m.self_link.as_ref())
+        + map(m.labels.as_ref())
+        + map(m.annotations.as_ref())
+        + owners
+        + finalizers
+}
+
+impl Footprint for CachedPlan {
+    fn footprint(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + meta_heap(&self.metadata)
+            + self.spec.packed_len()
+            + self.status.as_ref().map_or(0, Packed::packed_len)
+            + self.names.len()
+    }
+}
+
+impl Footprint for CachedDeployment {
+    fn footprint(&self) -> usize {
+        let spec = self.spec.as_ref().map_or(0, |s| {
+            s.json.packed_len()
+                + s.refs
+                    .iter()
+                    .map(|(_, n)| std::mem::size_of::<super::config::ConfigRef>() + n.len())
+                    .sum::<usize>()
+        });
+        let status = self
+            .status
+            .as_ref()
+            .map_or(0, |_| std::mem::size_of::<DeploymentStatus>());
+        std::mem::size_of::<Self>()
+            + meta_heap(&self.metadata)
+            + self.labels.0.len()
+            + spec
+            + status
+    }
+}
+
+impl Footprint for CachedPod {
+    fn footprint(&self) -> usize {
+        let status = self.status.as_ref().map_or(0, |s| {
+            s.init_container_statuses
+                .iter()
+                .chain(&s.container_statuses)
+                .map(|c| {
+                    std::mem::size_of::<CachedContainerStatus>()
+                        + c.name.len()
+                        + c.state
+                            .as_ref()
+                            .and_then(|s| s.waiting.as_ref())
+                            .map_or(0, |w| {
+                                std::mem::size_of::<ContainerStateWaiting>()
+                                    + text(w.message.as_ref())
+                                    + text(w.reason.as_ref())
+                            })
+                })
+                .sum()
+        });
+        std::mem::size_of::<Self>() + meta_heap(&self.metadata) + self.labels.0.len() + status
+    }
+}
+
+impl Footprint for CachedRevision {
+    fn footprint(&self) -> usize {
+        let stored = match &self.stored {
+            StoredTemplate::Template { hash, refs } => {
+                hash.len()
+                    + refs
+                        .iter()
+                        .map(|(_, n)| std::mem::size_of::<super::config::ConfigRef>() + n.len())
+                        .sum::<usize>()
+            }
+            StoredTemplate::Missing => 0,
+            StoredTemplate::Invalid(why) => why.len(),
+        };
+        std::mem::size_of::<Self>() + meta_heap(&self.metadata) + self.labels.0.len() + stored
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -617,6 +893,66 @@ mod tests {
             json(&CachedPlan::new(&no_status).unwrap().decode().unwrap()),
             json(&no_status)
         );
+    }
+
+    /// A pod template about the size of a production service's: many
+    /// env vars, probes, volumes.
+    fn big_template(image: &str) -> Value {
+        let env: Vec<Value> = (0..26)
+            .map(|i| json!({"name": format!("SETTING_{i}"), "value": format!("value-of-setting-{i}")}))
+            .collect();
+        json!({"metadata": {"labels": {"app": "shop", "team": "checkout"}},
+            "spec": {"containers": [{"name": "app", "image": image, "env": env,
+                "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
+                "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}, "periodSeconds": 5}}],
+                "volumes": [{"name": "config", "configMap": {"name": "shop-config"}}]}})
+    }
+
+    #[test]
+    fn specs_are_kept_packed_to_under_half_their_text() {
+        let plan: ReleasePlan = serde_json::from_value(json!({
+            "apiVersion": "releaseplan.io/v1alpha1", "kind": "ReleasePlan",
+            "metadata": {"name": "shop", "namespace": "prod"},
+            "spec": {"components": [{"name": "web", "replicas": 2, "template": big_template("shop:1")}]}
+        }))
+        .unwrap();
+        let cached = CachedPlan::new(&plan).unwrap();
+        let text = serde_json::to_string(&plan.spec).unwrap();
+        assert!(text.len() > 1500, "{}", text.len());
+        assert!(
+            cached.spec.packed_len() * 2 < text.len(),
+            "{} packed of {}",
+            cached.spec.packed_len(),
+            text.len()
+        );
+        assert_eq!(cached.spec_text(), text);
+        assert_eq!(cached.decode().unwrap().spec, plan.spec);
+        // What a ConfigMap's change is matched against, without unpacking:
+        // the names the spec reads, whole.
+        assert!(cached.reads("shop-config"));
+        assert!(!cached.reads("shop"), "a name, not a substring");
+        assert!(!cached.reads("shop-config-2a9f"), "a copy's name");
+        assert!(!cached.reads(""));
+
+        let d: CachedDeployment = serde_json::from_value(json!({
+            "metadata": {"name": "shop-web-1", "namespace": "prod"},
+            "spec": {"replicas": 2, "template": big_template("shop:1")}
+        }))
+        .unwrap();
+        let spec = d.spec.as_ref().unwrap();
+        assert!(spec.json.packed_len() * 2 < spec.json.unpack().unwrap().len());
+        assert_eq!(
+            d.template().spec.unwrap().containers[0].image.as_deref(),
+            Some("shop:1")
+        );
+        assert_eq!(
+            d.refs(),
+            [(
+                super::super::config::ConfigKind::ConfigMap,
+                "shop-config".to_string()
+            )]
+        );
+        assert_eq!(Packed::default().unpack().unwrap(), "");
     }
 
     #[test]
@@ -663,19 +999,43 @@ mod tests {
     }
 
     #[test]
-    fn a_revision_keeps_its_data_as_sent() {
+    fn a_revision_keeps_what_its_data_stores_not_the_data() {
+        let template = json!({"spec": {
+            "containers": [{"name": "app", "image": "shop:1-a-long-image-name",
+                "env": [{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}]}],
+            "volumes": [{"name": "c", "configMap": {"name": "settings"}}]}});
         let cr: ControllerRevision = serde_json::from_value(json!({
             "metadata": {"name": "shop-web-abc"},
-            "data": {"spec": {"containers": [{"name": "app", "image": "shop:1"}]}},
+            "data": template,
             "revision": 3
         }))
         .unwrap();
         let cached: CachedRevision =
             serde_json::from_value(serde_json::to_value(&cr).unwrap()).unwrap();
+        let typed: PodTemplateSpec = serde_json::from_value(template).unwrap();
+        assert_eq!(
+            cached.stored.hash(),
+            Some(super::super::revision::template_hash(&typed).as_str())
+        );
+        use super::super::config::ConfigKind;
+        assert_eq!(
+            cached.stored.refs(),
+            [
+                (ConfigKind::ConfigMap, "settings".to_string()),
+                (ConfigKind::Secret, "db".to_string())
+            ]
+        );
         assert_eq!(cached.revision, 3);
-        let data: serde_json::Value =
-            serde_json::from_str(cached.data.as_deref().unwrap()).unwrap();
-        assert_eq!(data, cr.data.unwrap().0);
+        // The template itself is not held: nothing of it but its hash and references.
+        assert!(!format!("{cached:?}").contains("a-long-image-name"));
+
+        let missing: CachedRevision =
+            serde_json::from_value(json!({"metadata": {"name": "x"}})).unwrap();
+        assert_eq!(missing.stored, StoredTemplate::Missing);
+        let invalid: CachedRevision =
+            serde_json::from_value(json!({"metadata": {"name": "x"}, "data": {"spec": "no"}}))
+                .unwrap();
+        assert!(matches!(invalid.stored, StoredTemplate::Invalid(_)));
     }
 
     #[test]

@@ -10,10 +10,12 @@
 //! content") says why this shape.
 
 use super::revision::hash_value;
+use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::KubeSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
+use std::collections::BTreeSet;
 
 /// Annotation on a copy: the name of the ConfigMap or Secret it copies.
 pub const ANNOTATION_CONFIG_SOURCE: &str = "releaseplan.io/config-source";
@@ -290,6 +292,82 @@ pub fn summary(components: &[super::ComponentStatus]) -> Vec<String> {
                 .map(move |k| format!("{}: {k}", c.name))
         })
         .collect()
+}
+
+/// A ConfigMap or Secret, by kind and name.
+pub type ConfigRef = (ConfigKind, String);
+
+/// Calls `f` with each ConfigMap or Secret reference of a pod spec (kind,
+/// the name to read or rewrite, whether it is optional): volumes (also
+/// projected), `env[].valueFrom` and `envFrom` of every container and init
+/// container. Image pull secrets are not config: the kubelet reads them.
+pub fn for_each_ref(spec: &mut PodSpec, f: &mut impl FnMut(ConfigKind, &mut String, bool)) {
+    for v in spec.volumes.iter_mut().flatten() {
+        if let Some(cm) = v.config_map.as_mut() {
+            f(
+                ConfigKind::ConfigMap,
+                &mut cm.name,
+                cm.optional == Some(true),
+            );
+        }
+        if let Some(s) = v.secret.as_mut()
+            && let Some(name) = s.secret_name.as_mut()
+        {
+            f(ConfigKind::Secret, name, s.optional == Some(true));
+        }
+        for p in v
+            .projected
+            .iter_mut()
+            .flat_map(|p| p.sources.iter_mut().flatten())
+        {
+            if let Some(cm) = p.config_map.as_mut() {
+                f(
+                    ConfigKind::ConfigMap,
+                    &mut cm.name,
+                    cm.optional == Some(true),
+                );
+            }
+            if let Some(s) = p.secret.as_mut() {
+                f(ConfigKind::Secret, &mut s.name, s.optional == Some(true));
+            }
+        }
+    }
+    let containers = spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten());
+    for c in containers {
+        for e in c.env.iter_mut().flatten() {
+            let Some(from) = e.value_from.as_mut() else {
+                continue;
+            };
+            if let Some(r) = from.config_map_key_ref.as_mut() {
+                f(ConfigKind::ConfigMap, &mut r.name, r.optional == Some(true));
+            }
+            if let Some(r) = from.secret_key_ref.as_mut() {
+                f(ConfigKind::Secret, &mut r.name, r.optional == Some(true));
+            }
+        }
+        for e in c.env_from.iter_mut().flatten() {
+            if let Some(r) = e.config_map_ref.as_mut() {
+                f(ConfigKind::ConfigMap, &mut r.name, r.optional == Some(true));
+            }
+            if let Some(r) = e.secret_ref.as_mut() {
+                f(ConfigKind::Secret, &mut r.name, r.optional == Some(true));
+            }
+        }
+    }
+}
+
+/// The ConfigMaps and Secrets a pod template references.
+pub fn references(template: &PodTemplateSpec) -> BTreeSet<ConfigRef> {
+    let mut out = BTreeSet::new();
+    if let Some(mut spec) = template.spec.clone() {
+        for_each_ref(&mut spec, &mut |kind, name, _| {
+            out.insert((kind, name.clone()));
+        });
+    }
+    out
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use super::ParentRef;
 /// Spec of an HTTPRoute, as far as the operator sets it.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[kube(
+    derive = "PartialEq",
     group = "gateway.networking.k8s.io",
     version = "v1",
     kind = "HTTPRoute",

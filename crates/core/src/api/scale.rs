@@ -78,6 +78,7 @@ impl Autoscaling {
     version = "v1alpha1",
     kind = "ComponentScale",
     namespaced,
+    derive = "PartialEq",
     status = "ComponentScaleStatus",
     shortname = "cscale",
     doc = "The scale target of one autoscaled component of a ReleasePlan: point a HorizontalPodAutoscaler, a KEDA ScaledObject or `kubectl scale` at it. Its replicas are the component's total, split across revisions by the plan's steps.",

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 /// Spec of an IngressRoute, as far as the operator sets it.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[kube(
+    derive = "PartialEq",
     group = "traefik.io",
     version = "v1alpha1",
     kind = "IngressRoute",

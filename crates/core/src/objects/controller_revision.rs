@@ -9,7 +9,7 @@
 //! helpers: building, comparing and reading; the controller does the I/O.
 
 use super::deployment::{MANAGED_BY, is_subset, revision_labels};
-use crate::api::cached::CachedRevision;
+use crate::api::cached::{CachedRevision, Labelled};
 use crate::api::revision::{deployment_name, template_hash};
 use crate::api::{LABEL_COMPONENT, LABEL_REVISION, ReleasePlan};
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -80,18 +80,15 @@ pub fn build(
 }
 
 /// The template a ControllerRevision stores, checked to be that of revision
-/// `hash`: it parses as a pod template and hashes to it.
-pub fn template(cr: &CachedRevision, hash: &str) -> Result<PodTemplateSpec, StoredError> {
+/// `hash`: it parses as a pod template and hashes to it. Takes the whole
+/// object as read from the API server: the cache keeps no `data`.
+pub fn template(cr: &ControllerRevision, hash: &str) -> Result<PodTemplateSpec, StoredError> {
     let name = cr.metadata.name.clone().unwrap_or_default();
     let data = cr
         .data
-        .as_deref()
+        .as_ref()
         .ok_or_else(|| StoredError::NoData(name.clone()))?;
-    let value: Value = serde_json::from_str(data).map_err(|e| StoredError::NotATemplate {
-        name: name.clone(),
-        reason: e.to_string(),
-    })?;
-    checked(name, &value, hash)
+    checked(name, &data.0, hash)
 }
 
 /// `data` (parsed) as the pod template of revision `hash` of the
@@ -112,15 +109,15 @@ fn checked(name: String, data: &Value, hash: &str) -> Result<PodTemplateSpec, St
     Ok(t)
 }
 
-/// The ControllerRevision of one component revision among `stored`, by its labels.
-pub fn find<'a>(
-    stored: impl IntoIterator<Item = &'a CachedRevision>,
+/// The ControllerRevision of one component revision among `stored`, by its
+/// labels (cached, or read whole).
+pub fn find<'a, R: Labelled>(
+    stored: impl IntoIterator<Item = &'a R>,
     component: &str,
     hash: &str,
-) -> Option<&'a CachedRevision> {
+) -> Option<&'a R> {
     stored.into_iter().find(|cr| {
-        cr.labels.get(LABEL_COMPONENT) == Some(component)
-            && cr.labels.get(LABEL_REVISION) == Some(hash)
+        cr.label(LABEL_COMPONENT) == Some(component) && cr.label(LABEL_REVISION) == Some(hash)
     })
 }
 
@@ -129,8 +126,13 @@ pub fn find<'a>(
 pub enum Write {
     /// It is stored as it should be.
     Nothing,
-    /// Apply this object (create it, or put back labels or owner).
+    /// Apply this object (create it).
     Apply(Box<ControllerRevision>),
+    /// It stores the right template but lost labels or its owner (an orphan
+    /// of a plan deleted with orphan propagation, adopted by a plan of the
+    /// same name): merge-patch this metadata, leaving `data` as it is (it
+    /// cannot change, and a respelling of the same template may differ).
+    Relabel(Box<ObjectMeta>),
     /// The object of that name stores another template, and `data` cannot
     /// change: delete the object of this uid, then apply the new one.
     Replace {
@@ -174,31 +176,28 @@ pub fn to_write(
     if foreign {
         return Write::Foreign;
     }
-    // Parsed once: checked to be the revision's template, then compared.
-    let Some(data) = existing
-        .data
-        .as_deref()
-        .and_then(|d| serde_json::from_str::<Value>(d).ok())
-        .filter(|v| checked(String::new(), v, hash).is_ok())
-    else {
+    if existing.stored.hash() != Some(hash) {
         return Write::Replace {
             uid: existing.metadata.uid.clone().unwrap_or_default(),
             with: fresh(),
         };
-    };
-    let desired = build(plan, component, hash, data.clone(), existing.revision);
-    let observed = ControllerRevision {
-        metadata: existing.full_metadata(),
-        data: Some(RawExtension(data)),
-        revision: existing.revision,
-    };
+    }
+    let desired = build(plan, component, hash, Value::Null, existing.revision).metadata;
     match (
         serde_json::to_value(&desired),
-        serde_json::to_value(&observed),
+        serde_json::to_value(existing.full_metadata()),
     ) {
         (Ok(d), Ok(o)) if is_subset(&d, &o) => Write::Nothing,
-        _ => Write::Apply(Box::new(desired)),
+        _ => Write::Relabel(Box::new(desired)),
     }
+}
+
+/// The merge patch of a [`Write::Relabel`]: labels added, owners set.
+pub fn relabel_patch(meta: &ObjectMeta) -> Value {
+    serde_json::json!({"metadata": {
+        "labels": meta.labels,
+        "ownerReferences": meta.owner_references,
+    }})
 }
 
 #[cfg(test)]
@@ -265,7 +264,8 @@ mod tests {
             cr.data.as_ref().unwrap().0,
             serde_json::to_value(&t).unwrap()
         );
-        assert_eq!(template(&cached(&cr), &hash), Ok(t));
+        assert_eq!(template(&cr, &hash), Ok(t));
+        assert_eq!(cached(&cr).stored.hash(), Some(hash.as_str()));
     }
 
     #[test]
@@ -292,12 +292,13 @@ mod tests {
         // Orphaned (plan deleted with orphan propagation, then made again): adopted.
         let mut orphan = stored.clone();
         orphan.metadata.owner_references = None;
-        let Write::Apply(adopted) = to_write(&plan(), "web", &hash, &t, 9, Some(&orphan)) else {
+        let Write::Relabel(adopted) = to_write(&plan(), "web", &hash, &t, 9, Some(&orphan)) else {
             panic!("an orphan is adopted")
         };
-        assert_eq!(adopted.revision, 1);
-        assert_eq!(cached(&adopted).data, stored.data);
-        assert!(adopted.metadata.owner_references.is_some());
+        let patch = relabel_patch(&adopted);
+        assert_eq!(patch["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        assert_eq!(patch["metadata"]["labels"][LABEL_PLAN], "shop");
+        assert!(patch.get("data").is_none(), "data is left as stored");
     }
 
     #[test]
@@ -307,21 +308,20 @@ mod tests {
         let Write::Apply(cr) = to_write(&plan(), "web", &hash, &t, 1, None) else {
             panic!()
         };
+        let evil = json!({"spec": {"containers": [{"name": "x", "image": "evil"}]}});
         let mut other = as_stored(&cr);
-        other.data = Some(
-            json!({"spec": {"containers": [{"name": "x", "image": "evil"}]}})
-                .to_string()
-                .into(),
-        );
+        other.stored = crate::api::cached::StoredTemplate::of(Some(&evil));
         match to_write(&plan(), "web", &hash, &t, 2, Some(&other)) {
             Write::Replace { uid, with } => {
                 assert_eq!(uid, "cr-1");
-                assert_eq!(template(&cached(&with), &hash), Ok(t.clone()));
+                assert_eq!(template(&with, &hash), Ok(t.clone()));
             }
             w => panic!("{w:?}"),
         }
+        let mut other_whole = (*cr).clone();
+        other_whole.data = Some(RawExtension(evil));
         assert!(matches!(
-            template(&other, &hash),
+            template(&other_whole, &hash),
             Err(StoredError::OtherRevision { .. })
         ));
         let mut foreign = as_stored(&cr);
@@ -347,14 +347,14 @@ mod tests {
         let all = [api, cr.clone()];
         assert_eq!(find(&all, "web", &hash), Some(&cr));
         assert_eq!(find(&all, "web", "other"), None);
-        let mut empty = cr;
+        let mut empty = build(&plan(), "web", &hash, json!({}), 1);
         empty.data = None;
         assert!(matches!(
             template(&empty, &hash),
             Err(StoredError::NoData(_))
         ));
         let mut bad = empty;
-        bad.data = Some(json!({"spec": "no"}).to_string().into());
+        bad.data = Some(RawExtension(json!({"spec": "no"})));
         assert!(matches!(
             template(&bad, &hash),
             Err(StoredError::NotATemplate { .. })

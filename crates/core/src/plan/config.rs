@@ -10,17 +10,15 @@
 //! a rollback or `undo` returns to them. The user's objects are only read.
 
 use crate::api::config::{CarriedConfig, ComponentConfig, ConfigKind};
+pub use crate::api::config::{ConfigRef, for_each_ref, references};
 use crate::api::revision::hash_value;
 use crate::api::{Component, ComponentStatus, Phase};
-use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Longest ConfigMap or Secret name (a DNS subdomain).
 const MAX_OBJECT_NAME: usize = 253;
-
-/// A ConfigMap or Secret, by kind and name.
-pub type ConfigRef = (ConfigKind, String);
 
 /// One ConfigMap or Secret of the plan's namespace, as observed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -46,79 +44,6 @@ pub struct ConfigObservation {
     /// without the RBAC to watch ConfigMaps and Secrets): every reference is
     /// read live.
     pub disabled: bool,
-}
-
-/// Calls `f` with each ConfigMap or Secret reference of a pod spec (kind,
-/// the name to read or rewrite, whether it is optional): volumes (also
-/// projected), `env[].valueFrom` and `envFrom` of every container and init
-/// container. Image pull secrets are not config: the kubelet reads them.
-pub fn for_each_ref(spec: &mut PodSpec, f: &mut impl FnMut(ConfigKind, &mut String, bool)) {
-    for v in spec.volumes.iter_mut().flatten() {
-        if let Some(cm) = v.config_map.as_mut() {
-            f(
-                ConfigKind::ConfigMap,
-                &mut cm.name,
-                cm.optional == Some(true),
-            );
-        }
-        if let Some(s) = v.secret.as_mut()
-            && let Some(name) = s.secret_name.as_mut()
-        {
-            f(ConfigKind::Secret, name, s.optional == Some(true));
-        }
-        for p in v
-            .projected
-            .iter_mut()
-            .flat_map(|p| p.sources.iter_mut().flatten())
-        {
-            if let Some(cm) = p.config_map.as_mut() {
-                f(
-                    ConfigKind::ConfigMap,
-                    &mut cm.name,
-                    cm.optional == Some(true),
-                );
-            }
-            if let Some(s) = p.secret.as_mut() {
-                f(ConfigKind::Secret, &mut s.name, s.optional == Some(true));
-            }
-        }
-    }
-    let containers = spec
-        .containers
-        .iter_mut()
-        .chain(spec.init_containers.iter_mut().flatten());
-    for c in containers {
-        for e in c.env.iter_mut().flatten() {
-            let Some(from) = e.value_from.as_mut() else {
-                continue;
-            };
-            if let Some(r) = from.config_map_key_ref.as_mut() {
-                f(ConfigKind::ConfigMap, &mut r.name, r.optional == Some(true));
-            }
-            if let Some(r) = from.secret_key_ref.as_mut() {
-                f(ConfigKind::Secret, &mut r.name, r.optional == Some(true));
-            }
-        }
-        for e in c.env_from.iter_mut().flatten() {
-            if let Some(r) = e.config_map_ref.as_mut() {
-                f(ConfigKind::ConfigMap, &mut r.name, r.optional == Some(true));
-            }
-            if let Some(r) = e.secret_ref.as_mut() {
-                f(ConfigKind::Secret, &mut r.name, r.optional == Some(true));
-            }
-        }
-    }
-}
-
-/// The ConfigMaps and Secrets a pod template references.
-pub fn references(template: &PodTemplateSpec) -> BTreeSet<ConfigRef> {
-    let mut out = BTreeSet::new();
-    if let Some(mut spec) = template.spec.clone() {
-        for_each_ref(&mut spec, &mut |kind, name, _| {
-            out.insert((kind, name.clone()));
-        });
-    }
-    out
 }
 
 /// Name of the copy of `source` with content `digest` made for `plan`:
