@@ -868,6 +868,7 @@ impl Controller {
                 l.starts_with("releaseplan_api_writes_total")
                     || l.starts_with("releaseplan_reconcile_failures_total")
                     || l.starts_with("releaseplan_reconcile_runs_total")
+                    || l.starts_with("releaseplan_wakes_total")
             }) {
                 if let Some((k, v)) = l.rsplit_once(' ')
                     && let Ok(v) = v.parse::<f64>()
@@ -1198,6 +1199,21 @@ fn print_table(f: &Figures) {
                 "| reconciles per plan, {what} | {:.1} |",
                 runs / objects.max(1) as f64
             );
+            let wakes: Vec<String> = counters
+                .iter()
+                .filter_map(|(k, v)| {
+                    let source = k
+                        .strip_prefix("releaseplan_wakes_total{source=\"")?
+                        .strip_suffix("\"}")?;
+                    Some(format!("{source} {:.1}", v / objects.max(1) as f64))
+                })
+                .collect();
+            if !wakes.is_empty() {
+                println!(
+                    "| wakes per plan by source, {what} | {} |",
+                    wakes.join(", ")
+                );
+            }
         }
     }
     for (what, sizes) in [

@@ -157,7 +157,7 @@ fn config_watch<K>(
     liveness: &Arc<crate::ops::liveness::Liveness>,
 ) -> impl Stream<Item = ObjectRef<ReleasePlan>> + Send + 'static
 where
-    CachedConfig<K>: super::Watched + crate::api::cached::Labelled,
+    CachedConfig<K>: super::Watched + crate::api::cached::Labelled + super::index::Wakes,
     K: crate::api::config::KindOf + PartialEq + Send + Sync + 'static,
 {
     // The most recent list, in pages: a list "of any version" comes from the

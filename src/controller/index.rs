@@ -101,6 +101,58 @@ impl<K: Resource + Labelled> Index<K> {
     }
 }
 
+/// Which changes of a cached object can change what a reconcile of its plan
+/// decides: only those wake the plan (the cache takes every change).
+pub trait Wakes: Resource + Clone + PartialEq {
+    /// Whether `new`, replacing `old` (`None`: a new object), can change a
+    /// decision. By default any change but the resourceVersion can.
+    fn wakes(old: Option<&Self>, new: &Self) -> bool {
+        old.is_none_or(|old| !same_but_version(old, new))
+    }
+
+    /// Whether `gone` going away can change a decision.
+    fn wakes_when_gone(_gone: &Self) -> bool {
+        true
+    }
+}
+
+/// A pod is read only by the pod checks ([`crate::gates::pods::detect`]):
+/// its change wakes its plan only when it changes what they can find. The
+/// pods of a rollout that start and run well (most of the pod watch's
+/// events) wake nothing; their Deployment's status says they are ready.
+impl Wakes for crate::api::cached::CachedPod {
+    fn wakes(old: Option<&Self>, new: &Self) -> bool {
+        use crate::gates::pods::failure_view;
+        let view = failure_view(new);
+        match old {
+            None => !view.is_empty(),
+            Some(old) => {
+                let was = failure_view(old);
+                !(was.is_empty() && view.is_empty()) && (was != view || old.labels != new.labels)
+            }
+        }
+    }
+
+    fn wakes_when_gone(gone: &Self) -> bool {
+        !crate::gates::pods::failure_view(gone).is_empty()
+    }
+}
+
+// Any change of these but their resourceVersion may change a decision.
+impl Wakes for crate::api::cached::CachedDeployment {}
+impl Wakes for crate::api::cached::CachedRevision {}
+impl Wakes for crate::api::ComponentScale {}
+impl Wakes for k8s_openapi::api::batch::v1::Job {}
+impl Wakes for k8s_openapi::api::core::v1::Service {}
+impl Wakes for k8s_openapi::api::core::v1::Secret {}
+impl Wakes for k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler {}
+impl Wakes for crate::api::gateway::HTTPRoute {}
+impl Wakes for crate::api::traefik::IngressRoute {}
+impl<K: Clone + PartialEq> Wakes for crate::api::config::CachedConfig<K> where
+    crate::api::config::CachedConfig<K>: Resource
+{
+}
+
 /// Whether `old` and `new` are the same object but for their resourceVersion.
 fn same_but_version<K: Resource + Clone + PartialEq>(old: &K, new: &K) -> bool {
     if old.meta().resource_version == new.meta().resource_version {
@@ -217,31 +269,31 @@ pub struct PlanCacheWriter<K> {
     relist: Option<Index<K>>,
 }
 
-impl<K: Resource + Labelled + Clone + PartialEq> PlanCacheWriter<K> {
-    /// Applies one watcher event, and says whether it changed what a reader
-    /// of the cache sees. An update that only moved the resourceVersion (or
-    /// changed only what the trim drops: a pod's conditions, IP, timestamps)
-    /// changes nothing a reconcile reads, so it need not wake the plan: most
-    /// of a pod's or Deployment's updates while it starts are such.
+impl<K: Labelled + Wakes> PlanCacheWriter<K> {
+    /// Applies one watcher event, and says whether it can change what a
+    /// reconcile decides ([`Wakes`]). An update that only moved the
+    /// resourceVersion (or changed only what the trim drops: a pod's
+    /// conditions, IP, timestamps) changes nothing a reconcile reads, so it
+    /// need not wake the plan: most of a Deployment's updates while it starts
+    /// are such.
     pub fn apply(&mut self, event: &watcher::Event<K>) -> bool {
         match event {
             watcher::Event::Apply(obj) => {
                 let mut index = self.write();
                 let meta = obj.meta();
-                let same = match (meta.namespace.as_deref(), meta.name.as_deref()) {
-                    (Some(ns), Some(name)) => index
-                        .get(ns, name)
-                        .is_some_and(|old| same_but_version(&**old, obj)),
-                    _ => false,
+                let wakes = match (meta.namespace.as_deref(), meta.name.as_deref()) {
+                    (Some(ns), Some(name)) => K::wakes(index.get(ns, name).map(|o| &**o), obj),
+                    _ => true,
                 };
                 index.insert(Arc::new(obj.clone()));
-                return !same;
+                return wakes;
             }
             watcher::Event::Delete(obj) => {
                 let meta = obj.meta();
                 if let (Some(ns), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) {
                     self.write().remove(ns, name);
                 }
+                return K::wakes_when_gone(obj);
             }
             watcher::Event::Init => self.relist = Some(Index::default()),
             watcher::Event::InitApply(obj) => {
@@ -292,6 +344,8 @@ mod tests {
     use k8s_openapi::api::apps::v1::Deployment;
     use serde_json::json;
 
+    impl Wakes for Deployment {}
+
     fn deployment(ns: &str, name: &str, plan: Option<&str>) -> Deployment {
         let mut v = json!({"metadata": {"name": name, "namespace": ns}});
         if let Some(p) = plan {
@@ -341,6 +395,82 @@ mod tests {
         assert_eq!(cache.len(), 4);
         assert!(cache.get("b", "shop-web-1").is_some());
         assert!(cache.get("b", "shop-web-2").is_none());
+    }
+
+    #[test]
+    fn a_pod_wakes_its_plan_only_when_the_pod_checks_can_find_something_new() {
+        use crate::api::cached::CachedPod;
+        let cache = PlanCache::<CachedPod>::default();
+        let mut w = cache.writer();
+        let pod = |name: &str, rv: &str, containers: serde_json::Value| -> CachedPod {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "a", "resourceVersion": rv,
+                             "labels": {LABEL_PLAN: "shop"}},
+                "status": {"containerStatuses": containers},
+            }))
+            .unwrap()
+        };
+        let app = |ready: bool, restarts: i32, waiting: Option<&str>| {
+            let state = match waiting {
+                Some(reason) => json!({"waiting": {"reason": reason}}),
+                None => json!({"running": {}}),
+            };
+            json!([{"name": "app", "ready": ready, "restartCount": restarts, "state": state}])
+        };
+        let apply =
+            |w: &mut PlanCacheWriter<CachedPod>, p: CachedPod| w.apply(&watcher::Event::Apply(p));
+        assert!(
+            !apply(&mut w, pod("web-1", "1", json!([]))),
+            "a pod appearing"
+        );
+        assert!(
+            !apply(
+                &mut w,
+                pod("web-1", "2", app(false, 0, Some("ContainerCreating")))
+            ),
+            "a container being created"
+        );
+        assert!(
+            !apply(&mut w, pod("web-1", "3", app(true, 0, None))),
+            "ready"
+        );
+        let cached = cache.get("a", "web-1").unwrap();
+        assert_eq!(cached.metadata.resource_version.as_deref(), Some("3"));
+        assert!(
+            apply(&mut w, pod("web-1", "4", app(true, 1, None))),
+            "a restart"
+        );
+        assert!(
+            apply(
+                &mut w,
+                pod("web-1", "5", app(false, 1, Some("CrashLoopBackOff")))
+            ),
+            "a crash loop"
+        );
+        assert!(
+            !apply(
+                &mut w,
+                pod("web-1", "6", app(false, 1, Some("CrashLoopBackOff")))
+            ),
+            "nothing new"
+        );
+        let failing = pod("web-1", "6", app(false, 1, Some("CrashLoopBackOff")));
+        assert!(
+            w.apply(&watcher::Event::Delete(failing)),
+            "a failing pod going"
+        );
+        let healthy = pod("web-2", "7", app(true, 0, None));
+        assert!(!apply(&mut w, healthy.clone()));
+        assert!(
+            !w.apply(&watcher::Event::Delete(healthy)),
+            "a healthy pod going"
+        );
+        assert_eq!(cache.len(), 0);
+        // Born failing: it wakes.
+        assert!(apply(
+            &mut w,
+            pod("web-3", "8", app(false, 0, Some("ErrImagePull")))
+        ));
     }
 
     #[test]

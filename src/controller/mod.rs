@@ -47,6 +47,7 @@ pub use context::{Context, Settings, backoff_delay};
 pub(crate) use context::{cached_key, key_of};
 pub use error::{Error, StartError};
 pub(crate) use error::{is_not_found, is_transport, namespace_terminating};
+pub use queue::WakeSource;
 pub use run::run;
 pub use watches::Watched;
 pub use watches::{check_crd, watch_backoff};

@@ -15,6 +15,85 @@ use std::time::Instant;
 /// A plan, by namespace and name.
 type Key = (Option<String>, String);
 
+/// What woke a plan (`releaseplan_wakes_total{source}`): the reconciles a
+/// plan costs, by their cause, so a bench or an operator can see which
+/// watch makes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WakeSource {
+    /// The plan's own watch event (a user's change, or a status write landing).
+    Plan,
+    /// One of its Deployments.
+    Deployment,
+    /// One of its pods.
+    Pod,
+    /// A Job gate's Job.
+    Job,
+    /// One of its Services.
+    Service,
+    /// Its ComponentScale.
+    Scale,
+    /// Its HorizontalPodAutoscaler.
+    Hpa,
+    /// One of its routes.
+    Route,
+    /// A gate template's copy.
+    TemplateCopy,
+    /// A stored template (ControllerRevision).
+    Revision,
+    /// A gate result.
+    Gate,
+    /// A gate template it uses.
+    GateTemplate,
+    /// A GatePolicy or its namespace's labels.
+    Policy,
+    /// A ReleaseFreeze or its namespace's labels.
+    Freeze,
+    /// A ConfigMap or Secret it reads, or one of their copies.
+    Config,
+}
+
+impl WakeSource {
+    /// Every source, each a series from the start.
+    pub const ALL: [WakeSource; 15] = [
+        WakeSource::Plan,
+        WakeSource::Deployment,
+        WakeSource::Pod,
+        WakeSource::Job,
+        WakeSource::Service,
+        WakeSource::Scale,
+        WakeSource::Hpa,
+        WakeSource::Route,
+        WakeSource::TemplateCopy,
+        WakeSource::Revision,
+        WakeSource::Gate,
+        WakeSource::GateTemplate,
+        WakeSource::Policy,
+        WakeSource::Freeze,
+        WakeSource::Config,
+    ];
+
+    /// The metric's label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WakeSource::Plan => "plan",
+            WakeSource::Deployment => "deployment",
+            WakeSource::Pod => "pod",
+            WakeSource::Job => "job",
+            WakeSource::Service => "service",
+            WakeSource::Scale => "scale",
+            WakeSource::Hpa => "hpa",
+            WakeSource::Route => "route",
+            WakeSource::TemplateCopy => "template_copy",
+            WakeSource::Revision => "revision",
+            WakeSource::Gate => "gate",
+            WakeSource::GateTemplate => "gate_template",
+            WakeSource::Policy => "policy",
+            WakeSource::Freeze => "freeze",
+            WakeSource::Config => "config",
+        }
+    }
+}
+
 /// Plans waiting for their reconcile, and since when.
 pub struct Queue {
     pending: Mutex<HashMap<Key, Instant>>,
@@ -31,7 +110,13 @@ impl Queue {
     }
 
     /// The plan changed: it waits from now, unless it already waited.
-    pub fn changed(&self, namespace: Option<&str>, name: &str) {
+    pub fn changed(&self, namespace: Option<&str>, name: &str, source: WakeSource) {
+        self.metrics
+            .wakes
+            .get_or_create(&crate::ops::metrics::WakeLabel {
+                source: source.as_str(),
+            })
+            .inc();
         let mut map = self.lock();
         map.entry((namespace.map(str::to_string), name.to_string()))
             .or_insert_with(Instant::now);
@@ -89,9 +174,9 @@ mod tests {
     fn a_plan_waits_once_until_its_reconcile_and_a_requeue_is_no_wait() {
         let metrics = Arc::new(Metrics::new());
         let q = Queue::new(Arc::clone(&metrics));
-        q.changed(Some("a"), "p");
-        q.changed(Some("a"), "p");
-        q.changed(Some("b"), "p");
+        q.changed(Some("a"), "p", WakeSource::Plan);
+        q.changed(Some("a"), "p", WakeSource::Pod);
+        q.changed(Some("b"), "p", WakeSource::Pod);
         assert_eq!(metrics.queue_depth.get(), 2);
         q.started(Some("a"), "p");
         assert_eq!(metrics.queue_depth.get(), 1);
@@ -102,6 +187,14 @@ mod tests {
         let text = metrics.render();
         assert!(
             text.contains("releaseplan_reconcile_queue_wait_seconds_count 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("releaseplan_wakes_total{source=\"pod\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("releaseplan_wakes_total{source=\"freeze\"} 0"),
             "{text}"
         );
     }

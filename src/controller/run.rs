@@ -9,7 +9,7 @@ use super::error::Error;
 use super::events::Events;
 use super::gates::GateRunner;
 use super::memory::Memory;
-use super::queue::Queue;
+use super::queue::{Queue, WakeSource};
 use super::watches::{
     OwnedWatches, ok_only, plan_in_shard, plan_of, scoped, watch_backoff, watched,
 };
@@ -82,16 +82,20 @@ pub async fn run(
         let queue = Arc::clone(&queue);
         plan_stream.inspect(move |p: &Result<CachedPlan, _>| {
             if let Ok(p) = p {
-                queue.changed(p.metadata.namespace.as_deref(), &p.name_any());
+                queue.changed(
+                    p.metadata.namespace.as_deref(),
+                    &p.name_any(),
+                    WakeSource::Plan,
+                );
             }
         })
     };
     // The plan an owned object's change wakes, noted as waiting.
-    let wakes = |queue: &Arc<Queue>| {
+    let wakes = |queue: &Arc<Queue>, source: WakeSource| {
         let queue = Arc::clone(queue);
         move |plan: Option<ObjectRef<ReleasePlan>>| {
             let r = plan?;
-            queue.changed(r.namespace.as_deref(), &r.name);
+            queue.changed(r.namespace.as_deref(), &r.name, source);
             Some(cached_key(&r))
         }
     };
@@ -227,71 +231,71 @@ pub async fn run(
         // Deployments and pods reach their plan through the plan label rather than
         // owner references, so a Deployment orphaned during deletion still does.
         .watches_stream(deploy_stream, {
-            let wake = wakes(&queue);
+            let wake = wakes(&queue, WakeSource::Deployment);
             move |d: CachedDeployment| wake(plan_of(&d))
         })
         .watches_stream(pod_stream, {
-            let wake = wakes(&queue);
+            let wake = wakes(&queue, WakeSource::Pod);
             move |pod: CachedPod| wake(plan_of(&pod))
         })
         // A Job gate's Job that finishes (or appears, or goes) wakes its plan.
         .watches_stream(job_stream, {
-            let wake = wakes(&queue);
+            let wake = wakes(&queue, WakeSource::Job);
             move |j: Job| wake(plan_of(&j))
         })
         // A Service or route that changes (drift, or our own write landing) wakes its plan.
         .watches_stream(service_stream, {
-            let wake = wakes(&queue);
+            let wake = wakes(&queue, WakeSource::Service);
             move |svc: Service| wake(plan_of(&svc))
         })
         // A ComponentScale the autoscaler writes (or our own write landing),
         // and an HPA that changes, wake the plan.
         .watches_stream(scale_stream, {
-            let wake = wakes(&queue);
+            let wake = wakes(&queue, WakeSource::Scale);
             move |s: ComponentScale| wake(plan_of(&s))
         })
         .watches_stream(hpa_stream, {
-            let wake = wakes(&queue);
+            let wake = wakes(&queue, WakeSource::Hpa);
             move |h: HorizontalPodAutoscaler| wake(plan_of(&h))
         })
         .reconcile_on({
-            let wake = wakes(&queue);
+            let wake = wakes(&queue, WakeSource::Route);
             route_wakes.filter_map(move |r| futures::future::ready(wake(Some(r))))
         })
         // A template copy that appears (our create landing) or goes wakes its plan.
         .watches_stream(copy_stream, {
-            let wake = wakes(&queue);
+            let wake = wakes(&queue, WakeSource::TemplateCopy);
             move |s: k8s_openapi::api::core::v1::Secret| wake(plan_of(&s))
         })
         // A stored template that appears (the cache filling) or goes wakes its plan.
         .watches_stream(template_stream, {
-            let wake = wakes(&queue);
+            let wake = wakes(&queue, WakeSource::Revision);
             move |cr: CachedRevision| wake(plan_of(&cr))
         })
         // A gate result wakes its plan; reconciles never wait for one.
         .reconcile_on({
-            let wake = wakes(&queue);
+            let wake = wakes(&queue, WakeSource::Gate);
             wake_rx.filter_map(move |r| futures::future::ready(wake(Some(r))))
         })
         // A template that appears, changes or goes wakes the plans that use it.
         .reconcile_on({
-            let wake = wakes(&queue);
+            let wake = wakes(&queue, WakeSource::GateTemplate);
             template_wake.filter_map(move |r| futures::future::ready(wake(Some(r))))
         })
         // A GatePolicy that changes wakes every plan; a namespace's labels, its plans.
         .reconcile_on({
-            let wake = wakes(&queue);
+            let wake = wakes(&queue, WakeSource::Policy);
             policy_wake.filter_map(move |r| futures::future::ready(wake(Some(r))))
         })
         // A ReleaseFreeze that changes wakes every plan; a namespace's labels, its plans.
         .reconcile_on({
-            let wake = wakes(&queue);
+            let wake = wakes(&queue, WakeSource::Freeze);
             freeze_wake.filter_map(move |r| futures::future::ready(wake(Some(r))))
         })
         // A ConfigMap or Secret that changes wakes the plans that read it (a
         // new revision), and a copy that appears or goes wakes its plan.
         .reconcile_on({
-            let wake = wakes(&queue);
+            let wake = wakes(&queue, WakeSource::Config);
             config_wake.filter_map(move |r| futures::future::ready(wake(Some(r))))
         })
         .trigger_backoff(watch_backoff())

@@ -3,7 +3,7 @@
 //! plan an owned object wakes. `run` wires these together.
 
 use super::error::{StartError, is_not_found};
-use super::index::PlanCache;
+use super::index::{PlanCache, Wakes};
 use crate::api::cached::{CachedPlan, Labelled};
 use crate::api::{LABEL_PLAN, ReleasePlan};
 use crate::ops::liveness::Liveness;
@@ -128,7 +128,7 @@ impl OwnedWatches<'_> {
         impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
     )
     where
-        K: Watched + Labelled + PartialEq + Resource<Scope = kube::core::NamespaceResourceScope>,
+        K: Watched + Labelled + Wakes + Resource<Scope = kube::core::NamespaceResourceScope>,
     {
         self.watch_selected(LABEL_PLAN, trim)
     }
@@ -145,7 +145,7 @@ impl OwnedWatches<'_> {
         impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
     )
     where
-        K: Watched + Labelled + PartialEq + Resource<Scope = kube::core::NamespaceResourceScope>,
+        K: Watched + Labelled + Wakes + Resource<Scope = kube::core::NamespaceResourceScope>,
     {
         let (shard, liveness) = (self.shard, self.liveness);
         let api: Api<K> = scoped(self.client, self.namespace);

@@ -17,6 +17,13 @@ pub struct ErrorLabel {
     pub error: String,
 }
 
+/// Label set of a wake: what woke the plan.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WakeLabel {
+    /// One of [`crate::controller::WakeSource::ALL`]: `plan`, `deployment`, `pod`...
+    pub source: &'static str,
+}
+
 /// Label set of a finished rollout.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabel {
@@ -192,6 +199,9 @@ pub struct Metrics {
     pub queue_depth: Gauge,
     /// Time from a plan's change to the start of its reconcile.
     pub queue_wait: Histogram,
+    /// Changes that woke a plan, by what changed (its own watch event, one of
+    /// its objects, a gate result...): where reconciles come from.
+    pub wakes: Family<WakeLabel, Counter>,
     /// One series per plan, value 1, labelled with its phase and whether it is
     /// halted, so an alert can name the plan; removed with the plan.
     pub plan_info: Family<PlanLabel, Gauge>,
@@ -349,6 +359,17 @@ impl Metrics {
             "Answer time of requests to the Kubernetes API server (watches excluded), by verb",
             kube_request_duration.clone(),
         );
+        let wakes = Family::<WakeLabel, Counter>::default();
+        for source in crate::controller::WakeSource::ALL {
+            let _ = wakes.get_or_create(&WakeLabel {
+                source: source.as_str(),
+            });
+        }
+        registry.register(
+            "wakes",
+            "Changes that woke a ReleasePlan for a reconcile, by source",
+            wakes.clone(),
+        );
         registry.register(
             "reconcile_queue_depth",
             "ReleasePlans changed and waiting for their reconcile",
@@ -427,6 +448,7 @@ impl Metrics {
             kube_request_duration,
             queue_depth,
             queue_wait,
+            wakes,
             plan_info,
             cached_objects,
             cached_bytes,

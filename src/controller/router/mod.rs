@@ -46,7 +46,7 @@ pub const VERBS: [&str; 5] = ["get", "list", "watch", "create", "patch"];
 pub trait Router:
     Watched
     + Labelled
-    + PartialEq
+    + super::index::Wakes
     + Resource<Scope = NamespaceResourceScope>
     + serde::Serialize
     + Send

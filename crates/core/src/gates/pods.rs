@@ -54,6 +54,28 @@ pub fn detect<'a>(
     signals
 }
 
+/// What of a pod [`detect`] can ever give a signal for, whatever the plan's
+/// settings: its containers (init containers first, flagged `true`) that
+/// restarted or wait in a reason of [`FAILURE_REASONS`]. Empty for a pod
+/// that starts and runs well: such a pod's changes (appearing, becoming
+/// ready, going) never change a decision, so they need not wake its plan.
+pub fn failure_view(pod: &CachedPod) -> Vec<(bool, &CachedContainerStatus)> {
+    let Some(status) = pod.status.as_ref() else {
+        return Vec::new();
+    };
+    let init = status.init_container_statuses.iter().map(|c| (true, c));
+    let main = status.container_statuses.iter().map(|c| (false, c));
+    init.chain(main)
+        .filter(|(_, c)| {
+            let waiting = c.state.as_ref().and_then(|s| s.waiting.as_ref());
+            c.restart_count > 0
+                || waiting
+                    .and_then(|w| w.reason.as_deref())
+                    .is_some_and(|r| FAILURE_REASONS.contains(&r))
+        })
+        .collect()
+}
+
 fn check_container(
     pod: &str,
     kind: &str,
@@ -148,6 +170,35 @@ mod tests {
             ..Default::default()
         };
         serde_json::from_value(serde_json::to_value(pod).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_failure_view_holds_what_can_give_a_signal() {
+        let starting = pod(
+            "c",
+            vec![],
+            vec![waiting("app", "ContainerCreating", None, 0)],
+        );
+        let healthy = pod("a", vec![running("init", 0)], vec![running("app", 0)]);
+        for quiet in [&starting, &healthy, &CachedPod::default()] {
+            assert!(failure_view(quiet).is_empty(), "{quiet:?}");
+            // And no settings find anything in it.
+            assert_eq!(detect([quiet], 0, true), []);
+        }
+        let restarted = pod("b", vec![running("init", 1)], vec![running("app", 0)]);
+        let view = failure_view(&restarted);
+        assert_eq!(view.len(), 1);
+        assert!(view[0].0, "an init container");
+        let crashing = pod(
+            "d",
+            vec![],
+            vec![waiting("app", "CrashLoopBackOff", None, 0)],
+        );
+        assert_eq!(failure_view(&crashing).len(), 1);
+        // Every pod that gives a signal under some settings has a view.
+        for p in [&restarted, &crashing] {
+            assert!(!detect([p], 0, true).is_empty());
+        }
     }
 
     #[test]
