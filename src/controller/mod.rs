@@ -56,7 +56,7 @@ pub(crate) use watches::{ok_only, scoped, watched};
 use crate::api::ReleasePlan;
 use crate::api::cached::CachedPlan;
 use crate::ops::metrics::ErrorLabel;
-use crate::plan::{self, EventReason, EventType};
+use crate::plan::{self, Decision, EventReason, EventType};
 use context::CACHE_SYNC_RETRY;
 use finalizer::Entered;
 use futures::FutureExt;
@@ -172,14 +172,38 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
     } else {
         Ok(())
     };
-    write::status(ctx, &plan, &seen, &decision).await?;
+    let written = write::status(ctx, &plan, &seen, &decision).await?;
     if decision.finalize {
         return finalizer::release(ctx, &plan).await;
     }
     acted.result().and(jobs).and(copies)?;
-    Ok(decision
-        .requeue_after
-        .map_or_else(Action::await_change, Action::requeue))
+    let mut requeue = decision.requeue_after;
+    if let Some(written) = written
+        && written.spec.components.iter().all(|c| c.adopt.is_none())
+    {
+        requeue = quiet_landing(ctx, &written, &decision).map_or(requeue, |again| {
+            again.requeue_after.into_iter().chain(requeue).min()
+        });
+    }
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// After a status write: the decision its watch event's reconcile would
+/// make, when that reconcile would do nothing new (`Decision::repeats`),
+/// and then the event is marked as needing none. Without this, most status
+/// writes cost a second reconcile that finds nothing to do. Observed the
+/// way that reconcile would, from the caches and the plan as written; plans
+/// that adopt Deployments (read through the API) are left to their reconcile.
+fn quiet_landing(ctx: &Context, written: &ReleasePlan, decision: &Decision) -> Option<Decision> {
+    let seen = observe::observe(ctx, written).ok()?;
+    let again = plan::decide(&seen.obs, &seen.templates);
+    if !again.repeats(decision, &seen.obs.status) {
+        return None;
+    }
+    let version = written.metadata.resource_version.clone()?;
+    ctx.queue
+        .quiet_write(seen.key.namespace.as_deref(), &seen.key.name, version);
+    Some(again)
 }
 
 #[cfg(test)]

@@ -97,6 +97,9 @@ impl WakeSource {
 /// Plans waiting for their reconcile, and since when.
 pub struct Queue {
     pending: Mutex<HashMap<Key, Instant>>,
+    /// Of each plan, the resourceVersion of this process's last status write
+    /// whose watch event needs no reconcile ([`Queue::quiet_write`]).
+    quiet: Mutex<HashMap<Key, String>>,
     metrics: Arc<Metrics>,
 }
 
@@ -105,6 +108,7 @@ impl Queue {
     pub fn new(metrics: Arc<Metrics>) -> Self {
         Queue {
             pending: Mutex::new(HashMap::new()),
+            quiet: Mutex::new(HashMap::new()),
             metrics,
         }
     }
@@ -136,19 +140,56 @@ impl Queue {
 
     /// The plan is gone before its reconcile ran: it no longer waits.
     pub fn forget(&self, namespace: Option<&str>, name: &str) {
+        let key = (namespace.map(str::to_string), name.to_string());
+        self.quiet_lock().remove(&key);
         let mut map = self.lock();
-        map.remove(&(namespace.map(str::to_string), name.to_string()));
+        map.remove(&key);
         self.set_depth(map.len());
     }
 
-    /// The plans waiting.
+    /// This process wrote the plan's status at `version`, and deciding again
+    /// on it does nothing new (`Decision::repeats`): the watch event of that
+    /// write is not a change to reconcile.
+    pub fn quiet_write(&self, namespace: Option<&str>, name: &str, version: String) {
+        self.quiet_lock()
+            .insert((namespace.map(str::to_string), name.to_string()), version);
+    }
+
+    /// Whether the plan's watch event at `version` is a quiet write landing.
+    /// Any event of the plan ends the wait for it: a later version is
+    /// someone else's change (or ours, not quiet), and wakes the plan.
+    pub fn quiet_landing(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        version: Option<&str>,
+    ) -> bool {
+        let key = (namespace.map(str::to_string), name.to_string());
+        let mut quiet = self.quiet_lock();
+        match quiet.get(&key) {
+            Some(v) if Some(v.as_str()) == version => {
+                quiet.remove(&key);
+                true
+            }
+            Some(_) => {
+                quiet.remove(&key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// The plans waiting, or whose quiet write has not landed.
     pub fn plans(&self) -> Vec<kube::runtime::reflector::ObjectRef<crate::api::ReleasePlan>> {
-        self.lock()
-            .keys()
+        let mut keys: Vec<Key> = self.lock().keys().cloned().collect();
+        keys.extend(self.quiet_lock().keys().cloned());
+        keys.sort();
+        keys.dedup();
+        keys.into_iter()
             .map(|(ns, name)| {
-                let r = kube::runtime::reflector::ObjectRef::new(name);
+                let r = kube::runtime::reflector::ObjectRef::new(&name);
                 match ns {
-                    Some(ns) => r.within(ns),
+                    Some(ns) => r.within(&ns),
                     None => r,
                 }
             })
@@ -157,6 +198,10 @@ impl Queue {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Instant>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn quiet_lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, String>> {
+        self.quiet.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn set_depth(&self, n: usize) {

@@ -503,3 +503,35 @@ async fn a_landed_write_is_confirmed_even_after_later_retries_lost_their_answers
     let _ = reconcile_inner(&first, &ctx).await;
     assert_eq!(events(&log).await, published);
 }
+
+/// A first reconcile's status write needs no reconcile when it lands: the
+/// decision on the plan as written does nothing new (the Deployments it made
+/// wake the plan when they show in the cache). Another version of the plan,
+/// a user's change, still wakes it.
+#[tokio::test]
+async fn a_status_write_that_settles_is_marked_quiet_for_its_watch_event() {
+    let (client, log) = fake(happy);
+    let ctx = context(client);
+    reconcile_inner(&plan(&with_finalizer()), &ctx)
+        .await
+        .unwrap();
+    assert!(
+        writes(&log)
+            .iter()
+            .any(|(m, p)| m == "PUT" && p.ends_with("/releaseplans/shop/status")),
+        "{:?}",
+        writes(&log)
+    );
+    assert!(ctx.queue.quiet_landing(Some("ns"), "shop", Some("6")));
+    // Only once: a second event at that version (a relist) is not ours to skip.
+    assert!(!ctx.queue.quiet_landing(Some("ns"), "shop", Some("6")));
+
+    // Landed at another version first (someone wrote in between): it wakes.
+    let (client, _) = fake(happy);
+    let ctx = context(client);
+    reconcile_inner(&plan(&with_finalizer()), &ctx)
+        .await
+        .unwrap();
+    assert!(!ctx.queue.quiet_landing(Some("ns"), "shop", Some("7")));
+    assert!(!ctx.queue.quiet_landing(Some("ns"), "shop", Some("6")));
+}

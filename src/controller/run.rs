@@ -78,16 +78,24 @@ pub async fn run(
             .get_or_create(&ErrorLabel { error: kind.into() });
     }
     let queue = Arc::new(Queue::new(Arc::clone(&metrics)));
+    // Cached all the same (the reflector is before), the landing of a status
+    // write that needs no reconcile wakes nothing (`Queue::quiet_write`).
     let plan_stream = {
         let queue = Arc::clone(&queue);
-        plan_stream.inspect(move |p: &Result<CachedPlan, _>| {
-            if let Ok(p) = p {
-                queue.changed(
-                    p.metadata.namespace.as_deref(),
-                    &p.name_any(),
-                    WakeSource::Plan,
-                );
-            }
+        plan_stream.filter(move |p: &Result<CachedPlan, _>| {
+            let wakes = match p {
+                Ok(p) => {
+                    let (ns, name) = (p.metadata.namespace.as_deref(), p.name_any());
+                    let quiet =
+                        queue.quiet_landing(ns, &name, p.metadata.resource_version.as_deref());
+                    if !quiet {
+                        queue.changed(ns, &name, WakeSource::Plan);
+                    }
+                    !quiet
+                }
+                Err(_) => true,
+            };
+            std::future::ready(wakes)
         })
     };
     // The plan an owned object's change wakes, noted as waiting.

@@ -106,16 +106,18 @@ pub(crate) async fn write_status(
 }
 
 /// Writes the decision's status when it changed, then queues its Events and
-/// records its metrics. A conflict drops them (the plan is read again and
-/// decided anew); a write whose answer was lost keeps them until a read
-/// says whether it landed ([`confirm_unanswered`]).
+/// records its metrics; the plan as written, if it was. A conflict drops
+/// them (the plan is read again and decided anew); a write whose answer was
+/// lost keeps them until a read says whether it landed
+/// ([`confirm_unanswered`]).
 pub(crate) async fn status(
     ctx: &Context,
     plan: &ReleasePlan,
     seen: &Seen,
     decision: &Decision,
-) -> Result<(), Error> {
+) -> Result<Option<ReleasePlan>, Error> {
     let before = &seen.obs.status;
+    let mut landed = None;
     if plan.status.as_ref() != Some(&decision.status) {
         let plans: Api<ReleasePlan> = Api::namespaced(ctx.client.clone(), &seen.ns);
         match write_status(&plans, plan, &decision.status).await {
@@ -124,6 +126,7 @@ pub(crate) async fn status(
                 // one did not land (it would have made this one conflict).
                 ctx.memory.with(&seen.key, |m| m.unconfirmed.clear());
                 ctx.remember(&written);
+                landed = Some(written);
             }
             Ok(None) => {}
             Err(Error::Kube(e)) if may_have_landed(&e) => {
@@ -158,5 +161,5 @@ pub(crate) async fn status(
         info!(reason = %e.reason, "{}", e.message);
     }
     record_metrics(ctx, &metrics_key(plan), before, decision);
-    Ok(())
+    Ok(landed)
 }

@@ -136,6 +136,29 @@ pub struct Decision {
     pub notices: Vec<crate::notify::Notice>,
 }
 
+impl Decision {
+    /// Whether this decision, made on the status an `earlier` decision wrote
+    /// (`status`, read back) and on the same world, has nothing of its own
+    /// to do: no status to write, no transition, nothing to announce, and
+    /// the writes `earlier` made already. The watch event of that status
+    /// write then needs no reconcile: this is what it would decide.
+    pub fn repeats(&self, earlier: &Decision, status: &ReleasePlanStatus) -> bool {
+        self.status == *status
+            && self.transition == machine::Cause::None
+            && self.events.is_empty()
+            && self.notices.is_empty()
+            && !self.finalize
+            && self.deployments == earlier.deployments
+            && self.delete == earlier.delete
+            && self.jobs == earlier.jobs
+            && self.traffic == earlier.traffic
+            && self.scales == earlier.scales
+            && self.config == earlier.config
+            && self.adopt == earlier.adopt
+            && self.template_copies == earlier.template_copies
+    }
+}
+
 /// Observed counts of one component, by revision hash.
 pub(crate) type ByHash<'a> = BTreeMap<&'a str, &'a RevisionObs>;
 
