@@ -47,21 +47,22 @@ fn steps() -> Value {
 
 /// Writes a plan file and previews it from the live plan.
 async fn preview(ns: &str, dir: &std::path::Path, spec: Value) -> (i32, Value, String) {
+    preview_with(ns, dir, spec, &["--live"]).await
+}
+
+/// Writes a plan file and previews it with `extra` flags, as JSON.
+async fn preview_with(
+    ns: &str,
+    dir: &std::path::Path,
+    spec: Value,
+    extra: &[&str],
+) -> (i32, Value, String) {
     let file = dir.join("plan.yaml");
     let doc = serde_json::to_value(plan("shop", spec)).unwrap();
     std::fs::write(&file, yaml_serde::to_string(&doc).unwrap()).unwrap();
-    let (code, stdout, stderr) = rp_in(
-        ns,
-        &[
-            "preview",
-            "-f",
-            file.to_str().unwrap(),
-            "--live",
-            "-o",
-            "json",
-        ],
-    )
-    .await;
+    let mut args = vec!["preview", "-f", file.to_str().unwrap(), "-o", "json"];
+    args.extend_from_slice(extra);
+    let (code, stdout, stderr) = rp_in(ns, &args).await;
     let v: Value = serde_json::from_str(&stdout)
         .unwrap_or_else(|e| panic!("not a JSON document ({e}): exit {code}\n{stdout}\n{stderr}"));
     (code, v, stderr)
@@ -228,4 +229,87 @@ async fn preview_dry_run_catches_a_deployment_the_api_server_refuses() {
     // Nothing changed on the cluster.
     let p = get(client, ns, "shop").await.unwrap();
     assert_eq!(p.status.unwrap().phase, Phase::Stable);
+}
+
+/// `--with-gates`: each gate of the plan asked once, now, against live
+/// endpoints, and nothing acted on. Three webhooks on 127.0.0.1: one that
+/// passes, one that answers Inconclusive, one that fails with a 500; each is
+/// named with its verdict, the answering ones were called exactly once, and
+/// no plan was created.
+#[tokio::test]
+async fn preview_with_gates_asks_each_gate_once_and_acts_on_nothing() {
+    use axum::routing::post;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (ok_calls, unsure_calls) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let app = axum::Router::new()
+        .route(
+            "/ok",
+            post({
+                let n = Arc::clone(&ok_calls);
+                move || async move {
+                    n.fetch_add(1, Ordering::SeqCst);
+                    "fine"
+                }
+            }),
+        )
+        .route(
+            "/unsure",
+            post({
+                let n = Arc::clone(&unsure_calls);
+                move || async move {
+                    n.fetch_add(1, Ordering::SeqCst);
+                    axum::Json(json!({"verdict": "Inconclusive", "reason": "no traffic yet"}))
+                }
+            }),
+        )
+        .route(
+            "/down",
+            post(|| async { (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "down") }),
+        );
+    let addr = support::servers::serve(app).await;
+    let h = Harness::new("preview-gates").await;
+    let hook = |name: &str, path: &str| json!({"name": name, "webhook": {"url": format!("http://{addr}{path}"), "retries": 0}});
+    let spec = json!({
+        "components": components("1"),
+        "strategy": {"steps": steps()},
+        "health": {"gates": [hook("ok", "/ok"), hook("unsure", "/unsure"), hook("down", "/down")]},
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (code, v, stderr) = preview_with(&h.ns, dir.path(), spec, &["--with-gates"]).await;
+    assert_eq!(code, 0, "{v:#}\n{stderr}");
+    let now: BTreeMap<String, (String, Value)> = v["gatesNow"]
+        .as_array()
+        .unwrap_or_else(|| panic!("gatesNow must be a list with --with-gates: {v:#}"))
+        .iter()
+        .map(|g| {
+            (
+                g["name"].as_str().unwrap().to_string(),
+                (
+                    g["verdict"].as_str().unwrap().to_string(),
+                    g["value"].clone(),
+                ),
+            )
+        })
+        .collect();
+    assert_eq!(now.len(), 3, "{v:#}");
+    assert_eq!(now["ok"], ("Passed".to_string(), json!(200.0)), "{v:#}");
+    assert_eq!(now["unsure"].0, "Inconclusive", "{v:#}");
+    assert_eq!(now["down"].0, "Failed", "{v:#}");
+    assert_eq!(ok_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(unsure_calls.load(Ordering::SeqCst), 1);
+    // A preview applies nothing.
+    assert!(get(&h.client, &h.ns, "shop").await.is_none());
+
+    // Without the flag no gate is asked.
+    let (code, v, stderr) = preview_with(
+        &h.ns,
+        dir.path(),
+        json!({"components": components("1"), "health": {"gates": [hook("ok", "/ok")]}}),
+        &[],
+    )
+    .await;
+    assert_eq!(code, 0, "{v:#}\n{stderr}");
+    assert!(v["gatesNow"].is_null(), "{v:#}");
+    assert_eq!(ok_calls.load(Ordering::SeqCst), 1);
 }
