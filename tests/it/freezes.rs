@@ -158,8 +158,25 @@ async fn a_freeze_holds_a_rollout_until_lifted_while_a_crash_loop_still_rolls_ba
         "the freeze was in force throughout"
     );
 
-    // The override starts shop's rollout, audited, and its next step is held again.
-    request(&client, &ns, "shop", "override-window").await;
+    // The override starts shop's rollout, audited, and its next step is held
+    // again: asked as a user would, through the plugin, which waits for the
+    // operator to acknowledge it.
+    let args = ["promote", "shop", "--override-window", "-n", ns.as_str()].map(String::from);
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-releaseplan"))
+            .args(&args)
+            .output()
+            .expect("cannot run kubectl-releaseplan")
+    })
+    .await
+    .expect("plugin thread");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("requested override-window"),
+        "exit {:?}\n{stdout}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let overridden = wait_event(&client, &ns, "shop", "WindowOverridden").await;
     assert!(overridden.starts_with("Warning"), "{overridden}");
     let at_step = wait_frozen(&client, &ns, "shop", "shop's first step done, held", |p| {
