@@ -244,3 +244,74 @@ async fn the_api_server_refuses_a_freeze_that_ends_before_it_starts() {
         "{text}"
     );
 }
+
+/// A daily window in UTC from `from` to `to` minutes from now (`HH:MM`; past
+/// midnight it wraps, as windows do).
+fn window_from_now(from: i64, to: i64) -> serde_json::Value {
+    let at = |m: i64| {
+        (Utc::now() + chrono::Duration::minutes(m))
+            .format("%H:%M")
+            .to_string()
+    };
+    json!({"start": at(from), "end": at(to), "timeZone": "UTC"})
+}
+
+/// A plan's own release window on the real control plane: a new revision
+/// asked for outside it waits (stable serving, no pod of it, the reason and
+/// the opening time in `Progressing`), and starts when the window is moved
+/// to include now.
+#[tokio::test]
+async fn a_new_revision_waits_for_the_plans_window_and_starts_inside_it() {
+    let (Harness { client, ns }, _op) = Harness::with_operator("window").await;
+    let spec = |image: &str, window: serde_json::Value| {
+        json!({"components": [web_with(template(image), 2)],
+               "strategy": {"steps": [{"setWeight": 50}], "windows": [window]}})
+    };
+    create_stable(
+        &client,
+        &ns,
+        "shop",
+        spec("shop:1", window_from_now(120, 180)),
+    )
+    .await;
+    let api = Api::<ReleasePlan>::namespaced(client.clone(), &ns);
+    let set = |s: serde_json::Value| {
+        let api = api.clone();
+        async move {
+            api.patch(
+                "shop",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": s})),
+            )
+            .await
+            .expect("patch the plan");
+        }
+    };
+    set(spec("shop:2", window_from_now(120, 180))).await;
+    let held = wait_until(WAIT, "shop held outside its window", || async {
+        let p = get(&client, &ns, "shop").await.ok_or("no plan")?;
+        let (status, reason, message) =
+            condition(&p, "Progressing").ok_or_else(|| format!("no condition: {:?}", p.status))?;
+        if status != "True" || reason != "OutsideReleaseWindow" {
+            return Err(format!("Progressing {status} {reason}: {message}"));
+        }
+        Ok(p)
+    })
+    .await;
+    assert_eq!(held.status.as_ref().unwrap().phase, Phase::Stable);
+    let message = condition(&held, "Progressing").unwrap().2;
+    assert!(message.contains("waits to start"), "{message}");
+    let revs = revisions(&client, &ns, "shop").await;
+    assert_eq!(by_image(&revs, "shop:1"), Some((2, 2)), "{revs:?}");
+    assert_eq!(by_image(&revs, "shop:2"), None, "held: {revs:?}");
+
+    // The window moved to now: the rollout starts and finishes by itself.
+    set(spec("shop:2", window_from_now(-30, 30))).await;
+    wait_until(WAIT, "shop rolled out to shop:2", || async {
+        let revs = revisions(&client, &ns, "shop").await;
+        let p = get(&client, &ns, "shop").await?;
+        (p.status?.phase == Phase::Stable && by_image(&revs, "shop:2") == Some((2, 2)))
+            .then_some(())
+    })
+    .await;
+}
