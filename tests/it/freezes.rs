@@ -2,7 +2,8 @@
 //! plan's new revision (the stable one keeps serving), a `promote
 //! --override-window` pushes one step through (audited in an Event), a
 //! crash-loop rollback still happens while the freeze is in force, and
-//! lifting the freeze lets the held rollout finish.
+//! lifting the freeze lets the held rollout finish. A plan's own release
+//! window holds a new revision the same way until the window includes now.
 
 use crate::support;
 
