@@ -6,6 +6,7 @@
 use crate::support;
 
 use fantoccini::Locator;
+use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::key::Key;
 use kube::Client;
 use releaseplan::api::{Phase, ReleasePlan};
@@ -184,11 +185,39 @@ async fn the_bar_advances_and_promote_moves_the_plan_on() {
     .await;
     filter.send_keys(&Key::Tab).await.unwrap();
     let focused = b.client.active_element().await.unwrap();
+    let link = format!("#/plan/{ns}/shop");
     assert_eq!(
         focused.attr("href").await.unwrap().as_deref(),
-        Some(format!("#/plan/{ns}/shop").as_str())
+        Some(link.as_str())
     );
-    focused.send_keys(&Key::Enter).await.unwrap();
+    // A live update of the focused row (its cells are drawn again) keeps the
+    // keyboard on its link: without that, focus fell back to the page when
+    // the plan's status changed between Tab and Enter (seen in CI).
+    let after = b
+        .js(
+            "const e = rows.get(arguments[0]);
+             enqueue({upsert: [Object.assign({}, e.r, {message: (e.r.message || '') + ' '})], delete: []});
+             return new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(() =>
+               done([document.body.contains(document.activeElement),
+                     document.activeElement.getAttribute('href')]))));",
+            vec![json!(format!("{ns}/shop"))],
+        )
+        .await;
+    assert_eq!(after, json!([true, link]), "focus after a live update");
+    // Enter goes to whatever has the focus now (a key action, not a send to
+    // an element the page may have drawn again).
+    b.client
+        .perform_actions(
+            KeyActions::new("keyboard".into())
+                .then(KeyAction::Down {
+                    value: Key::Enter.into(),
+                })
+                .then(KeyAction::Up {
+                    value: Key::Enter.into(),
+                }),
+        )
+        .await
+        .unwrap();
     // Promote at the indefinite pause moves the plan on.
     b.wait_text(WAIT, "#plan h2", "RollingOut").await;
     b.wait_text(WAIT, "#plan", "shop-web-").await;

@@ -113,8 +113,12 @@ function flush() {
       }
       e.r = r; e.json = json;
       e.tr.className = "a-" + r.attention;
+      // A keyboard user on this row's link keeps it: the new cells replace
+      // the focused element, and focus would fall back to the page.
+      const refocus = e.tr.contains(document.activeElement);
       e.tr.innerHTML = cells(r);
       e.tr.hidden = !matches(r);
+      if (refocus) e.tr.querySelector("a[href]")?.focus();
     }
   }
   if (reorder) sortRows();
