@@ -419,41 +419,36 @@ mod tests {
         };
         let apply =
             |w: &mut PlanCacheWriter<CachedPod>, p: CachedPod| w.apply(&watcher::Event::Apply(p));
-        assert!(
-            !apply(&mut w, pod("web-1", "1", json!([]))),
-            "a pod appearing"
-        );
-        assert!(
-            !apply(
-                &mut w,
-                pod("web-1", "2", app(false, 0, Some("ContainerCreating")))
+        // One pod's updates, in order: (resourceVersion, containers, wakes, what).
+        let steps = [
+            ("1", json!([]), false, "a pod appearing"),
+            (
+                "2",
+                app(false, 0, Some("ContainerCreating")),
+                false,
+                "a container being created",
             ),
-            "a container being created"
-        );
-        assert!(
-            !apply(&mut w, pod("web-1", "3", app(true, 0, None))),
-            "ready"
-        );
-        let cached = cache.get("a", "web-1").unwrap();
-        assert_eq!(cached.metadata.resource_version.as_deref(), Some("3"));
-        assert!(
-            apply(&mut w, pod("web-1", "4", app(true, 1, None))),
-            "a restart"
-        );
-        assert!(
-            apply(
-                &mut w,
-                pod("web-1", "5", app(false, 1, Some("CrashLoopBackOff")))
+            ("3", app(true, 0, None), false, "ready"),
+            ("4", app(true, 1, None), true, "a restart"),
+            (
+                "5",
+                app(false, 1, Some("CrashLoopBackOff")),
+                true,
+                "a crash loop",
             ),
-            "a crash loop"
-        );
-        assert!(
-            !apply(
-                &mut w,
-                pod("web-1", "6", app(false, 1, Some("CrashLoopBackOff")))
+            (
+                "6",
+                app(false, 1, Some("CrashLoopBackOff")),
+                false,
+                "nothing new",
             ),
-            "nothing new"
-        );
+        ];
+        for (rv, containers, wakes, what) in steps {
+            assert_eq!(apply(&mut w, pod("web-1", rv, containers)), wakes, "{what}");
+            // The cache has every version all the same.
+            let cached = cache.get("a", "web-1").unwrap();
+            assert_eq!(cached.metadata.resource_version.as_deref(), Some(rv));
+        }
         let failing = pod("web-1", "6", app(false, 1, Some("CrashLoopBackOff")));
         assert!(
             w.apply(&watcher::Event::Delete(failing)),

@@ -238,34 +238,34 @@ async fn preview_dry_run_catches_a_deployment_the_api_server_refuses() {
 /// no plan was created.
 #[tokio::test]
 async fn preview_with_gates_asks_each_gate_once_and_acts_on_nothing() {
-    use axum::routing::post;
+    use axum::response::IntoResponse;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let (ok_calls, unsure_calls) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    /// A route that answers `answer` to every POST and counts them.
+    fn counted<T: IntoResponse + Clone + Send + Sync + 'static>(
+        answer: T,
+    ) -> (axum::routing::MethodRouter, Arc<AtomicUsize>) {
+        let n = Arc::new(AtomicUsize::new(0));
+        let calls = Arc::clone(&n);
+        let route = axum::routing::post(move || {
+            n.fetch_add(1, Ordering::SeqCst);
+            let answer = answer.clone();
+            async move { answer }
+        });
+        (route, calls)
+    }
+    let (ok, ok_calls) = counted("fine");
+    let (unsure, unsure_calls) = counted(axum::Json(
+        json!({"verdict": "Inconclusive", "reason": "no traffic yet"}),
+    ));
     let app = axum::Router::new()
-        .route(
-            "/ok",
-            post({
-                let n = Arc::clone(&ok_calls);
-                move || async move {
-                    n.fetch_add(1, Ordering::SeqCst);
-                    "fine"
-                }
-            }),
-        )
-        .route(
-            "/unsure",
-            post({
-                let n = Arc::clone(&unsure_calls);
-                move || async move {
-                    n.fetch_add(1, Ordering::SeqCst);
-                    axum::Json(json!({"verdict": "Inconclusive", "reason": "no traffic yet"}))
-                }
-            }),
-        )
+        .route("/ok", ok)
+        .route("/unsure", unsure)
         .route(
             "/down",
-            post(|| async { (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "down") }),
+            axum::routing::post(|| async {
+                (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "down")
+            }),
         );
     let addr = support::servers::serve(app).await;
     let h = Harness::new("preview-gates").await;
