@@ -645,7 +645,7 @@ struct Failover {
 async fn start_ours(ns: &str, leader_election: bool) -> Operator {
     let mut l = Operator::launcher(ns)
         .binary(env_path("RP_OPERATOR_BIN"))
-        .rust_log("warn")
+        .rust_log(&std::env::var("RP_BENCH_RUST_LOG").unwrap_or_else(|_| "warn".to_string()))
         .env("KUBECONFIG", &env_path("RP_AUDIT_KUBECONFIG"));
     if leader_election || shards() > 1 {
         l = l.leader_election(ns);

@@ -49,5 +49,12 @@ log "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) befo
 log "cluster $NAME: $RP_NODES nodes of $RP_NODE_PODS pods, $RP_NODE_CPU CPUs, $RP_NODE_MEMORY; kcm qps/burst $RP_KCM_QPS/$RP_KCM_BURST," \
   "syncs $RP_KCM_SYNCS; scheduler qps/burst $RP_SCHED_QPS/$RP_SCHED_BURST"
 cd "$REPO_ROOT"
-"$E2E_DIR/with-cluster.sh" "$NAME" -- cargo bench --bench scale
+# RP_BENCH_HARNESS: a harness built before (`cargo bench --bench scale
+# --no-run` prints its path), so a run does not rebuild it, or wait for a
+# build beside it to finish.
+if [ -n "${RP_BENCH_HARNESS:-}" ]; then
+  "$E2E_DIR/with-cluster.sh" "$NAME" -- "$RP_BENCH_HARNESS" --bench
+else
+  "$E2E_DIR/with-cluster.sh" "$NAME" -- cargo bench --bench scale
+fi
 log "load average $(cut -d' ' -f1-3 /proc/loadavg) after the run"

@@ -256,7 +256,10 @@ pub(crate) async fn deployments(
             )
             .await
         {
-            Ok(_) => ctx.metrics.write("apply"),
+            Ok(written) => {
+                ctx.metrics.write("apply");
+                remember_deployment(ctx, &plan_key, &written);
+            }
             Err(e) => {
                 if !namespace_terminating(&e) {
                     warn!(deployment = %intent.name, error = %e, "Deployment write failed");
@@ -500,15 +503,9 @@ pub(crate) fn latest_template(
                 m.written_templates.remove(name);
                 return None;
             }
-            let rv = |c: &CachedRevision| {
-                c.metadata
-                    .resource_version
-                    .as_deref()
-                    .and_then(|v| v.parse::<u64>().ok())
-            };
             match &cached {
                 // The cache has it (or newer): the written copy is no longer needed.
-                Some(c) if rv(c) >= rv(&written) => {
+                Some(c) if version(&**c) >= version(&*written) => {
                     m.written_templates.remove(name);
                     None
                 }
@@ -516,6 +513,73 @@ pub(crate) fn latest_template(
             }
         })
         .or(cached)
+}
+
+/// How long the answer to a Deployment apply stands in for the cache: a
+/// watch delivers it in well under a second; past this the cache is the
+/// truth again (at worst the apply is made once more, which changes nothing).
+pub(crate) const WRITTEN_DEPLOYMENT_TTL: Duration = Duration::from_secs(10);
+
+/// The plan's Deployments as last seen: the cache's, each replaced by the
+/// answer to this process's own apply while the cache has not caught up with
+/// it, and those applied but not cached yet added. Without this, a reconcile
+/// woken right after an apply (by the status write that followed it) finds
+/// the old or no Deployment and applies it again. Also, when an answer stands
+/// in for a Deployment the cache does not hold, how long until it expires:
+/// one deleted before its first watch event is then created again by the
+/// reconcile that time brings (a deletion's event may have come and gone).
+pub(crate) fn latest_deployments(
+    ctx: &Context,
+    key: &ObjectRef<ReleasePlan>,
+    mut cached: Vec<Arc<CachedDeployment>>,
+) -> (Vec<Arc<CachedDeployment>>, Option<Duration>) {
+    let mut stand_in: Option<Duration> = None;
+    ctx.memory.with(key, |m| {
+        m.written_deployments.retain(|name, (at, written)| {
+            let Some(left) = WRITTEN_DEPLOYMENT_TTL.checked_sub(at.elapsed()) else {
+                return false;
+            };
+            match cached.iter_mut().find(|d| d.name_any() == *name) {
+                // The cache has it (or newer): the answer is no longer needed.
+                Some(c) if version(&**c) >= version(&**written) => false,
+                Some(c) => {
+                    *c = Arc::clone(written);
+                    true
+                }
+                None => {
+                    cached.push(Arc::clone(written));
+                    stand_in = Some(stand_in.map_or(left, |s| s.min(left)));
+                    true
+                }
+            }
+        });
+    });
+    (cached, stand_in)
+}
+
+/// An object's resourceVersion as a number (etcd's revision), `None` when
+/// it has none or it does not parse (then the cache's copy wins).
+fn version<K: kube::Resource>(o: &K) -> Option<u64> {
+    o.meta()
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
+/// Keeps the answer to a Deployment apply, in the cache's form.
+fn remember_deployment(ctx: &Context, key: &ObjectRef<ReleasePlan>, written: &Deployment) {
+    let Some(name) = written.metadata.name.clone() else {
+        return;
+    };
+    if let Ok(mut d) =
+        serde_json::to_value(written).and_then(serde_json::from_value::<CachedDeployment>)
+    {
+        super::trim::deployment(&mut d);
+        ctx.memory.with(key, |m| {
+            m.written_deployments
+                .insert(name, (Instant::now(), Arc::new(d)));
+        });
+    }
 }
 
 pub(crate) async fn apply_template(

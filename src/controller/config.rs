@@ -12,10 +12,11 @@ use crate::api::config::{
     ANNOTATION_CONFIG_DIGEST, ANNOTATION_CONFIG_SOURCE, ConfigKind, digest_of_map, digest_of_secret,
 };
 use crate::api::{LABEL_PLAN, ReleasePlan};
-use crate::plan::config::{ConfigIntents, ConfigObservation, CopyIntent, references};
+use crate::plan::config::{ConfigIntents, ConfigObs, ConfigObservation, CopyIntent, references};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -53,6 +54,16 @@ pub(crate) fn observe(
     for o in plan_objects(&ctx.config.secret_copies, ns, &name, &uid) {
         objects.insert((ConfigKind::Secret, o.name_any()), obs(&o, Some(&name)));
     }
+    // Copies created but not cached yet: as they were created.
+    ctx.memory.with(&ObjectRef::from_obj(plan), |m| {
+        m.written_copies.retain(|key, (at, written)| {
+            if objects.contains_key(key) || at.elapsed() > super::act::WRITTEN_DEPLOYMENT_TTL {
+                return false;
+            }
+            objects.insert(key.clone(), written.clone());
+            true
+        });
+    });
     // Which copies the kept revisions read matters only to a plan that has
     // copies: the others parse no template.
     let in_use = if objects.values().any(|o| o.copy_of.is_some()) {
@@ -164,9 +175,9 @@ async fn read_source(
 
 /// What writing the config came to.
 pub(crate) struct Copied {
-    /// Components whose new revision must wait: a copy it reads is not in
-    /// the cache yet (its pods would not start); the copy's own watch event
-    /// wakes the plan.
+    /// Components whose new revision must wait: a copy it reads could not be
+    /// created (its pods would not start); the copy's own watch event, or
+    /// the retry, wakes the plan.
     pub waiting: BTreeSet<String>,
     /// The first copy the API server refused or did not take (status and
     /// an Event say so, as for a Deployment).
@@ -187,17 +198,34 @@ pub(crate) async fn act(
     let mut refusal = None;
     let mut first_error = None;
     for c in &intents.create {
-        if let Some(component) = carried_by.get(&c.name) {
-            waiting.insert(component.clone());
-        }
         let created = match read_source(&ctx.client, plan, ns, c).await {
             Ok(Read::Copy(v)) => create(&ctx.client, ns, c.kind, *v).await.map(|()| true),
             Ok(Read::Changed | Read::Gone) => Ok(false),
             Err(e) => Err(e),
         };
+        // A copy created now (or found) exists: its revision's Deployment
+        // need not wait for the copy's watch event.
+        if !matches!(created, Ok(true))
+            && let Some(component) = carried_by.get(&c.name)
+        {
+            waiting.insert(component.clone());
+        }
         match created {
             Ok(true) => {
                 info!(plan = %plan.name_any(), kind = %c.kind, copy = %c.name, "config copied");
+                ctx.memory.with(&ObjectRef::from_obj(plan), |m| {
+                    m.written_copies.insert(
+                        (c.kind, c.name.clone()),
+                        (
+                            std::time::Instant::now(),
+                            ConfigObs {
+                                digest: c.digest.clone(),
+                                copy_of: Some(c.source.clone()),
+                                always_live: false,
+                            },
+                        ),
+                    );
+                });
             }
             Ok(false) => {}
             Err(e) if super::namespace_terminating(&e) => {}

@@ -8,7 +8,7 @@
 //! answer. Losing it (a restart) costs a redundant write or a retried
 //! Event, never a wrong decision.
 
-use crate::api::cached::{CachedPlan, CachedRevision};
+use crate::api::cached::{CachedDeployment, CachedPlan, CachedRevision};
 use crate::api::{ReleasePlan, ReleasePlanStatus};
 use crate::gates::job::JobObs;
 use crate::plan::{Decision, Refusal};
@@ -85,6 +85,14 @@ pub(crate) struct PlanMemory {
     /// ControllerRevisions this process applied, by name, until the cache
     /// holds them: a reconcile right after a write must not write again.
     pub written_templates: BTreeMap<String, (Instant, Arc<CachedRevision>)>,
+    /// The same for Deployments: the answer to this process's last apply of
+    /// each, until the cache holds that version (`act::latest_deployments`).
+    pub written_deployments: BTreeMap<String, (Instant, Arc<CachedDeployment>)>,
+    /// The config copies this process created, until their cache holds them
+    /// (`config::observe`): the decision right after must not create them
+    /// again, nor hold their revision back.
+    pub written_copies:
+        BTreeMap<crate::plan::config::ConfigRef, (Instant, crate::plan::config::ConfigObs)>,
     /// The Deployments last found up to date, each with the key of that
     /// check (`act::checked_key`): a reconcile in which neither the intent
     /// nor the object moved skips parsing and comparing its template.
@@ -154,6 +162,8 @@ impl PlanMemory {
             && self.job_refusals.is_empty()
             && self.unconfirmed.is_empty()
             && self.written_templates.is_empty()
+            && self.written_deployments.is_empty()
+            && self.written_copies.is_empty()
             && self.checked.is_empty()
     }
 }

@@ -177,11 +177,17 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
         return finalizer::release(ctx, &plan).await;
     }
     acted.result().and(jobs).and(copies)?;
-    let mut requeue = decision.requeue_after;
+    // A Deployment applied but not cached yet: back when its answer expires.
+    let mut requeue = decision
+        .requeue_after
+        .into_iter()
+        .chain(seen.stand_in)
+        .min();
     if let Some(written) = written
         && written.spec.components.iter().all(|c| c.adopt.is_none())
     {
-        requeue = quiet_landing(ctx, &written, &decision).map_or(requeue, |again| {
+        let base = plan.metadata.resource_version.clone();
+        requeue = quiet_landing(ctx, base, &written, &decision).map_or(requeue, |again| {
             again.requeue_after.into_iter().chain(requeue).min()
         });
     }
@@ -194,7 +200,12 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
 /// writes cost a second reconcile that finds nothing to do. Observed the
 /// way that reconcile would, from the caches and the plan as written; plans
 /// that adopt Deployments (read through the API) are left to their reconcile.
-fn quiet_landing(ctx: &Context, written: &ReleasePlan, decision: &Decision) -> Option<Decision> {
+fn quiet_landing(
+    ctx: &Context,
+    base: Option<String>,
+    written: &ReleasePlan,
+    decision: &Decision,
+) -> Option<Decision> {
     let seen = observe::observe(ctx, written).ok()?;
     let again = plan::decide(&seen.obs, &seen.templates);
     if !again.repeats(decision, &seen.obs.status) {
@@ -202,7 +213,7 @@ fn quiet_landing(ctx: &Context, written: &ReleasePlan, decision: &Decision) -> O
     }
     let version = written.metadata.resource_version.clone()?;
     ctx.queue
-        .quiet_write(seen.key.namespace.as_deref(), &seen.key.name, version);
+        .quiet_write(seen.key.namespace.as_deref(), &seen.key.name, base, version);
     Some(again)
 }
 

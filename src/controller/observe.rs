@@ -71,6 +71,9 @@ pub(crate) struct Seen {
     pub scales: Vec<Arc<ComponentScale>>,
     /// The HPAs the plan owns.
     pub hpas: Vec<Arc<HorizontalPodAutoscaler>>,
+    /// When a Deployment this process applied is not in the cache yet, how
+    /// long its answer stands in for it (the reconcile comes back by then).
+    pub stand_in: Option<std::time::Duration>,
 }
 
 /// Observes the plan: its Deployments, pods, Jobs, Services and routes and
@@ -81,7 +84,8 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
     let name = plan.name_any();
     let key = ObjectRef::from_obj(plan);
     let uid = plan.uid().unwrap_or_default();
-    let owned = plan_objects(&ctx.deployments, &ns, &name, &uid);
+    let (owned, stand_in) =
+        super::act::latest_deployments(ctx, &key, plan_objects(&ctx.deployments, &ns, &name, &uid));
     let stored = plan_objects(&ctx.templates, &ns, &name, &uid);
     let status = plan.status.clone().unwrap_or_default();
     // Template gates: resolved purely from the cached templates and what
@@ -175,6 +179,7 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         services,
         scales,
         hpas,
+        stand_in,
     })
 }
 

@@ -72,6 +72,11 @@ impl WakeSource {
         WakeSource::Config,
     ];
 
+    /// Its bit in a set of sources.
+    fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+
     /// The metric's label value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -94,12 +99,21 @@ impl WakeSource {
     }
 }
 
-/// Plans waiting for their reconcile, and since when.
+/// A status write whose landing needs no reconcile ([`Queue::quiet_write`]).
+struct Quiet {
+    /// The plan's version the write was made on.
+    base: Option<String>,
+    /// The version it wrote.
+    version: String,
+}
+
+/// Plans waiting for their reconcile, since when, and what woke them (a bit
+/// per [`WakeSource`], logged at debug level when the reconcile starts).
 pub struct Queue {
-    pending: Mutex<HashMap<Key, Instant>>,
+    pending: Mutex<HashMap<Key, (Instant, u16)>>,
     /// Of each plan, the resourceVersion of this process's last status write
     /// whose watch event needs no reconcile ([`Queue::quiet_write`]).
-    quiet: Mutex<HashMap<Key, String>>,
+    quiet: Mutex<HashMap<Key, Quiet>>,
     metrics: Arc<Metrics>,
 }
 
@@ -123,17 +137,29 @@ impl Queue {
             .inc();
         let mut map = self.lock();
         map.entry((namespace.map(str::to_string), name.to_string()))
-            .or_insert_with(Instant::now);
+            .or_insert_with(|| (Instant::now(), 0))
+            .1 |= source.bit();
         self.set_depth(map.len());
     }
 
     /// The plan's reconcile starts: its wait ends (none for a timed requeue).
     pub fn started(&self, namespace: Option<&str>, name: &str) {
         let mut map = self.lock();
-        if let Some(since) = map.remove(&(namespace.map(str::to_string), name.to_string())) {
+        if let Some((since, bits)) = map.remove(&(namespace.map(str::to_string), name.to_string()))
+        {
             self.metrics
                 .queue_wait
                 .observe(since.elapsed().as_secs_f64());
+            tracing::debug!(
+                namespace = namespace.unwrap_or_default(),
+                plan = name,
+                woken_by = ?WakeSource::ALL
+                    .iter()
+                    .filter(|s| bits & s.bit() != 0)
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>(),
+                "reconcile starts"
+            );
         }
         self.set_depth(map.len());
     }
@@ -147,17 +173,29 @@ impl Queue {
         self.set_depth(map.len());
     }
 
-    /// This process wrote the plan's status at `version`, and deciding again
-    /// on it does nothing new (`Decision::repeats`): the watch event of that
-    /// write is not a change to reconcile.
-    pub fn quiet_write(&self, namespace: Option<&str>, name: &str, version: String) {
-        self.quiet_lock()
-            .insert((namespace.map(str::to_string), name.to_string()), version);
+    /// This process wrote the plan's status at `version`, on the plan at
+    /// `base`, and deciding again on it does nothing new
+    /// (`Decision::repeats`): the watch event of that write is not a change
+    /// to reconcile, nor is one of a version up to `base` (the reconcile
+    /// decided on `base`; a finalizer patch's landing is one).
+    pub fn quiet_write(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        base: Option<String>,
+        version: String,
+    ) {
+        self.quiet_lock().insert(
+            (namespace.map(str::to_string), name.to_string()),
+            Quiet { base, version },
+        );
     }
 
-    /// Whether the plan's watch event at `version` is a quiet write landing.
-    /// Any event of the plan ends the wait for it: a later version is
-    /// someone else's change (or ours, not quiet), and wakes the plan.
+    /// Whether the plan's watch event at `version` is a quiet write landing,
+    /// or a version the reconcile that wrote had already decided on. Any
+    /// other event ends the wait for it: a later version is someone else's
+    /// change (or ours, not quiet), and wakes the plan. Versions are etcd
+    /// revisions, compared as numbers; one that does not parse wakes.
     pub fn quiet_landing(
         &self,
         namespace: Option<&str>,
@@ -166,17 +204,21 @@ impl Queue {
     ) -> bool {
         let key = (namespace.map(str::to_string), name.to_string());
         let mut quiet = self.quiet_lock();
-        match quiet.get(&key) {
-            Some(v) if Some(v.as_str()) == version => {
-                quiet.remove(&key);
-                true
-            }
-            Some(_) => {
-                quiet.remove(&key);
-                false
-            }
-            None => false,
+        let Some(q) = quiet.get(&key) else {
+            return false;
+        };
+        if Some(q.version.as_str()) == version {
+            quiet.remove(&key);
+            return true;
         }
+        let number = |v: Option<&str>| v.and_then(|v| v.parse::<u64>().ok());
+        if let (Some(v), Some(base)) = (number(version), number(q.base.as_deref()))
+            && v <= base
+        {
+            return true;
+        }
+        quiet.remove(&key);
+        false
     }
 
     /// The plans waiting, or whose quiet write has not landed.
@@ -196,11 +238,11 @@ impl Queue {
             .collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Instant>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, (Instant, u16)>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn quiet_lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, String>> {
+    fn quiet_lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Quiet>> {
         self.quiet.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

@@ -522,9 +522,14 @@ async fn a_status_write_that_settles_is_marked_quiet_for_its_watch_event() {
         "{:?}",
         writes(&log)
     );
+    // The plan at the version the reconcile decided on (5: its finalizer
+    // patch landing, which may come after the write) wakes nothing either,
+    // and leaves the mark for the write's own landing.
+    assert!(ctx.queue.quiet_landing(Some("ns"), "shop", Some("5")));
     assert!(ctx.queue.quiet_landing(Some("ns"), "shop", Some("6")));
     // Only once: a second event at that version (a relist) is not ours to skip.
     assert!(!ctx.queue.quiet_landing(Some("ns"), "shop", Some("6")));
+    assert!(!ctx.queue.quiet_landing(Some("ns"), "shop", Some("5")));
 
     // Landed at another version first (someone wrote in between): it wakes.
     let (client, _) = fake(happy);
@@ -534,4 +539,30 @@ async fn a_status_write_that_settles_is_marked_quiet_for_its_watch_event() {
         .unwrap();
     assert!(!ctx.queue.quiet_landing(Some("ns"), "shop", Some("7")));
     assert!(!ctx.queue.quiet_landing(Some("ns"), "shop", Some("6")));
+}
+
+/// A reconcile woken before its own Deployment apply has come back through
+/// the watch (by the status write that followed it, say) finds the answer to
+/// that apply, not an empty cache: it applies nothing again, and comes back
+/// by the time the answer stops standing in for the cache.
+#[tokio::test]
+async fn a_reconcile_before_its_apply_is_cached_does_not_apply_again() {
+    let (client, log) = fake(happy);
+    let ctx = context(client);
+    reconcile_inner(&plan(&with_finalizer()), &ctx)
+        .await
+        .unwrap();
+    let applies = |log: &Log| {
+        writes(log)
+            .iter()
+            .filter(|(m, p)| m == "PATCH" && p.contains("/deployments/"))
+            .count()
+    };
+    assert_eq!(applies(&log), 1, "{:?}", writes(&log));
+    let action = reconcile_inner(&landed(&log), &ctx).await.unwrap();
+    assert_eq!(applies(&log), 1, "applied again: {:?}", writes(&log));
+    assert!(
+        action != Action::await_change(),
+        "a stand-in must bring the reconcile back"
+    );
 }

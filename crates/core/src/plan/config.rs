@@ -217,6 +217,16 @@ pub struct ConfigIntents {
     pub delete: Vec<ConfigRef>,
 }
 
+impl ConfigIntents {
+    /// Whether these intents ask for nothing `earlier`'s did not: decided
+    /// right after `earlier`'s copies were made (and seen as made), fewer
+    /// creates are the same work done.
+    pub fn within(&self, earlier: &ConfigIntents) -> bool {
+        self.create.iter().all(|c| earlier.create.contains(c))
+            && self.delete.iter().all(|d| earlier.delete.contains(d))
+    }
+}
+
 /// What to create and delete: a copy the target carries is created when
 /// missing; once the plan is settled, a copy of the plan that neither the
 /// target nor any kept revision reads is deleted.

@@ -318,3 +318,26 @@ fn copy_names_fit_and_differ_by_plan_and_content() {
         copy_name("shop", ConfigKind::ConfigMap, "a", "d2")
     );
 }
+
+/// The first reconcile creates the copies; decided again once they show (the
+/// landing of its status write), the decision has nothing new to do: fewer
+/// copies to create is the same work, done. A copy it did not ask for is new.
+#[test]
+fn a_decision_after_its_copies_were_made_repeats_it() {
+    let mut sim = Sim::new(config_spec());
+    sim.write_config(ConfigKind::ConfigMap, "web-config", "v1");
+    sim.write_config(ConfigKind::Secret, "web-db", "s1");
+    let first = sim.reconcile();
+    assert_eq!(first.config.create.len(), 2);
+    let again = decide(&sim.observe(), &sim.templates());
+    assert!(again.config.create.is_empty());
+    assert!(again.repeats(&first, &sim.status));
+    let mut more = again.clone();
+    more.config.create.push(config::CopyIntent {
+        kind: ConfigKind::ConfigMap,
+        name: "other".into(),
+        source: "other-src".into(),
+        digest: "d".into(),
+    });
+    assert!(!more.repeats(&first, &sim.status));
+}

@@ -153,7 +153,7 @@ impl Decision {
             && self.jobs == earlier.jobs
             && self.traffic == earlier.traffic
             && self.scales == earlier.scales
-            && self.config == earlier.config
+            && self.config.within(&earlier.config)
             && self.adopt == earlier.adopt
             && self.template_copies == earlier.template_copies
     }
