@@ -32,7 +32,12 @@
 //! Peak RSS is the process's VmHWM; CPU is user + system time from /proc.
 //!
 //! `RP_BENCH_JSON=FILE` also writes the figures as JSON; `scale --compare
-//! OURS.json ARGO.json` prints the ratios of two such files (no cluster).
+//! OURS.json ARGO.json` prints the ratios of two such files (no cluster), and
+//! `scale --plot OUT.svg RUN.json...` draws per replica peak RSS and CPU
+//! against N, a line per number of shards (`RP_BENCH_SHARDS`).
+//! `RP_BENCH_RUST_LOG` sets the operator's `RUST_LOG` (default `warn`); its
+//! flags are set through the environment variables it reads
+//! (`RELEASEPLAN_CONCURRENCY=64`).
 
 // Bench code, like test code, may unwrap, expect and panic (the lint policy of Cargo.toml).
 #![allow(
@@ -817,6 +822,19 @@ impl Controller {
         (sum, each.iter().map(|u| u.peak_kib).max().unwrap_or(0))
     }
 
+    /// Of each replica of ours, the plans it last reconciled
+    /// (`releaseplan_plans`, summed over phases).
+    async fn plans_per_replica(&self) -> Vec<f64> {
+        let Controller::Ours(ops) = self else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for op in ops {
+            out.push(metric(op, "releaseplan_plans").await);
+        }
+        out
+    }
+
     /// Our caches by resource: objects and estimated bytes
     /// (`releaseplan_cached_objects`, `releaseplan_cached_bytes`), summed
     /// over replicas.
@@ -869,6 +887,12 @@ impl Controller {
                     || l.starts_with("releaseplan_reconcile_failures_total")
                     || l.starts_with("releaseplan_reconcile_runs_total")
                     || l.starts_with("releaseplan_wakes_total")
+                    // Time in reconciles and waiting for one (sum and count:
+                    // their means say where a slow convergence waits).
+                    || l.starts_with("releaseplan_reconcile_duration_seconds_sum")
+                    || l.starts_with("releaseplan_reconcile_duration_seconds_count")
+                    || l.starts_with("releaseplan_reconcile_queue_wait_seconds_sum")
+                    || l.starts_with("releaseplan_reconcile_queue_wait_seconds_count")
             }) {
                 if let Some((k, v)) = l.rsplit_once(' ')
                     && let Ok(v) = v.parse::<f64>()
@@ -934,6 +958,11 @@ struct Figures {
     /// The largest peak RSS of one replica (the whole peak without sharding).
     #[serde(default)]
     peak_rss_replica_mib: f64,
+    /// Of each replica, the plans it reconciled by the end of the cold start.
+    /// Every plan converged, so a sum of N means none was reconciled by two
+    /// replicas (and none by none).
+    #[serde(default)]
+    plans_per_replica: Vec<f64>,
     floor: Option<Spread>,
 }
 
@@ -998,6 +1027,7 @@ async fn run(client: &Client, kind: Kind, n: usize) -> Figures {
     tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
     // Sampled by the operator every 5 s: the idle time has one from after the cold start.
     f.cache_cold = controller.cache_sizes().await;
+    f.plans_per_replica = controller.plans_per_replica().await;
     let (u2, _) = controller.usage();
     f.idle_cpu = u2.cpu - u1.cpu;
     let (w, mark) = audit(&audit_log, mark);
@@ -1214,6 +1244,19 @@ fn print_table(f: &Figures) {
                     wakes.join(", ")
                 );
             }
+            let mean = |name: &str| {
+                let sum = counters.get(&format!("{name}_sum")).copied()?;
+                let count = counters.get(&format!("{name}_count")).copied()?;
+                (count > 0.0).then(|| 1000.0 * sum / count)
+            };
+            if let (Some(run), Some(wait)) = (
+                mean("releaseplan_reconcile_duration_seconds"),
+                mean("releaseplan_reconcile_queue_wait_seconds"),
+            ) {
+                println!(
+                    "| mean reconcile duration / wait for a reconcile, {what}, ms | {run:.1} / {wait:.1} |"
+                );
+            }
         }
     }
     for (what, sizes) in [
@@ -1236,6 +1279,25 @@ fn print_table(f: &Figures) {
                 cells.join("; ")
             );
         }
+    }
+    if f.plans_per_replica.len() > 1 {
+        let sum: f64 = f.plans_per_replica.iter().sum();
+        let each: Vec<String> = f
+            .plans_per_replica
+            .iter()
+            .map(|p| format!("{p:.0}"))
+            .collect();
+        #[allow(clippy::cast_precision_loss)]
+        let verdict = if (sum - f.n as f64).abs() < 0.5 {
+            "every plan by exactly one replica"
+        } else {
+            "NOT one replica per plan"
+        };
+        println!(
+            "| plans reconciled per replica, cold start | {} = {sum:.0} of {} ({verdict}) |",
+            each.join(" + "),
+            f.n
+        );
     }
     for fo in &f.failover {
         println!(
@@ -1352,6 +1414,147 @@ fn compare(ours: &Figures, argo: &Figures) {
     println!();
 }
 
+// ------------------------------------------------------------ the plot
+
+/// One point of the plot: N, replicas, and of one replica its peak RSS (MiB)
+/// and its controller CPU seconds at the cold start (the replicas' sum over
+/// their number: each shard holds about the same share of the plans).
+struct Point {
+    n: usize,
+    shards: u32,
+    rss: f64,
+    cpu: f64,
+}
+
+impl Point {
+    fn of(f: &Figures) -> Point {
+        let shards = f.shards.max(1);
+        let rss = if f.peak_rss_replica_mib > 0.0 {
+            f.peak_rss_replica_mib
+        } else {
+            f.peak_rss_mib
+        };
+        Point {
+            n: f.n,
+            shards,
+            rss,
+            cpu: f.cold_cpu / f64::from(shards),
+        }
+    }
+}
+
+/// `scale --plot OUT.svg RUN.json...`: per replica peak RSS and cold-start
+/// CPU against N, a line for each number of shards, as an SVG (two panels),
+/// and the points as a table on stdout.
+fn plot(out: &str, runs: &[String]) {
+    let mut points: Vec<Point> = runs.iter().map(|r| Point::of(&read_figures(r))).collect();
+    points.sort_by_key(|p| (p.shards, p.n));
+    println!("| N | shards | peak RSS per replica (MiB) | cold-start CPU per replica (s) |");
+    println!("| --- | --- | --- | --- |");
+    for p in &points {
+        println!("| {} | {} | {:.1} | {:.1} |", p.n, p.shards, p.rss, p.cpu);
+    }
+    let svg = [
+        panel(&points, 0.0, "peak RSS per replica (MiB)", |p| p.rss),
+        panel(
+            &points,
+            470.0,
+            "controller CPU per replica, cold start (s)",
+            |p| p.cpu,
+        ),
+    ]
+    .concat();
+    let text = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"940\" height=\"380\" \
+         font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"940\" height=\"380\" fill=\"white\"/>\n{svg}</svg>\n"
+    );
+    std::fs::write(out, text).unwrap_or_else(|e| panic!("cannot write {out}: {e}"));
+    println!("\nwritten: {out}");
+}
+
+/// Colours of the lines, by number of shards.
+fn colour(shards: u32) -> &'static str {
+    match shards {
+        1 => "#1f77b4",
+        2 => "#ff7f0e",
+        4 => "#2ca02c",
+        _ => "#7f7f7f",
+    }
+}
+
+/// One panel at x offset `dx`: axes from 0 to the largest N and value, a
+/// polyline with dots for each number of shards, and a legend.
+#[allow(clippy::cast_precision_loss)]
+fn panel(points: &[Point], dx: f64, title: &str, value: impl Fn(&Point) -> f64) -> String {
+    let (left, top, width, height) = (dx + 60.0, 40.0, 380.0, 280.0);
+    let max_n = points.iter().map(|p| p.n).max().unwrap_or(1) as f64;
+    let max_v = points.iter().map(&value).fold(0.0_f64, f64::max).max(1.0) * 1.1;
+    let x = |n: usize| left + n as f64 / max_n * width;
+    let y = |v: f64| top + height - v / max_v * height;
+    let mut s = format!(
+        "<text x=\"{}\" y=\"20\" font-weight=\"bold\">{title}</text>\n\
+         <line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n\
+         <line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{}\" stroke=\"black\"/>\n\
+         <text x=\"{}\" y=\"{}\" text-anchor=\"middle\">plans (N)</text>\n",
+        left,
+        top + height,
+        left + width,
+        top + height,
+        top + height,
+        left + width / 2.0,
+        top + height + 34.0
+    );
+    for i in 0..=4 {
+        let v = max_v * f64::from(i) / 4.0;
+        let n = (max_n * f64::from(i) / 4.0).round();
+        s += &format!(
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v:.0}</text>\n\
+             <line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#ddd\"/>\n\
+             <text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{n}</text>\n",
+            left - 6.0,
+            y(v) + 4.0,
+            y(v),
+            left + width,
+            y(v),
+            left + width * f64::from(i) / 4.0,
+            top + height + 16.0
+        );
+    }
+    let mut shards: Vec<u32> = points.iter().map(|p| p.shards).collect();
+    shards.dedup();
+    for (row, k) in shards.iter().enumerate() {
+        let line: Vec<&Point> = points.iter().filter(|p| p.shards == *k).collect();
+        let path: Vec<String> = line
+            .iter()
+            .map(|p| format!("{:.1},{:.1}", x(p.n), y(value(p))))
+            .collect();
+        let c = colour(*k);
+        s += &format!(
+            "<polyline points=\"{}\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2\"/>\n",
+            path.join(" ")
+        );
+        for p in &line {
+            s += &format!(
+                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3.5\" fill=\"{c}\"/>\n",
+                x(p.n),
+                y(value(p))
+            );
+        }
+        let ly = top + 14.0 + 16.0 * row as f64;
+        s += &format!(
+            "<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"4\" fill=\"{c}\"/>\
+             <text x=\"{}\" y=\"{}\">{k} shard{}</text>\n",
+            left + 10.0,
+            ly - 4.0,
+            left + 28.0,
+            ly,
+            if *k == 1 { "" } else { "s" }
+        );
+    }
+    s
+}
+
 fn read_figures(path: &str) -> Figures {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path} is not a scale result: {e}"))
@@ -1365,6 +1568,14 @@ async fn main() {
             panic!("usage: scale --compare OURS.json ARGO.json");
         };
         compare(&read_figures(ours), &read_figures(argo));
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--plot") {
+        let (Some(out), runs) = (args.get(i + 1), &args[(i + 2).min(args.len())..]) else {
+            panic!("usage: scale --plot OUT.svg RUN.json...");
+        };
+        assert!(!runs.is_empty(), "usage: scale --plot OUT.svg RUN.json...");
+        plot(out, runs);
         return;
     }
     // `cargo test --all-targets` also builds and runs benches without `--bench`.
