@@ -3,7 +3,7 @@
 //! differs from the caches is written. Decides nothing.
 
 use super::FIELD_MANAGER;
-use super::context::Context;
+use super::context::{Context, version_of};
 use super::controller_revision::Write;
 use super::error::{Error, is_not_found, namespace_terminating, of_refusal, refusal_of};
 use super::observe::Seen;
@@ -505,7 +505,7 @@ pub(crate) fn latest_template(
             }
             match &cached {
                 // The cache has it (or newer): the written copy is no longer needed.
-                Some(c) if version(&**c) >= version(&*written) => {
+                Some(c) if version_of(&**c) >= version_of(&*written) => {
                     m.written_templates.remove(name);
                     None
                 }
@@ -515,10 +515,11 @@ pub(crate) fn latest_template(
         .or(cached)
 }
 
-/// How long the answer to a Deployment apply stands in for the cache: a
-/// watch delivers it in well under a second; past this the cache is the
-/// truth again (at worst the apply is made once more, which changes nothing).
-pub(crate) const WRITTEN_DEPLOYMENT_TTL: Duration = Duration::from_secs(10);
+/// How long the answer to a Deployment apply (or a config copy just created)
+/// stands in for the cache: a watch delivers it in well under a second; past
+/// this the cache is the truth again (at worst the write is made once more,
+/// which changes nothing).
+pub(crate) const STAND_IN_TTL: Duration = Duration::from_secs(10);
 
 /// The plan's Deployments as last seen: the cache's, each replaced by the
 /// answer to this process's own apply while the cache has not caught up with
@@ -536,12 +537,12 @@ pub(crate) fn latest_deployments(
     let mut stand_in: Option<Duration> = None;
     ctx.memory.with(key, |m| {
         m.written_deployments.retain(|name, (at, written)| {
-            let Some(left) = WRITTEN_DEPLOYMENT_TTL.checked_sub(at.elapsed()) else {
+            let Some(left) = STAND_IN_TTL.checked_sub(at.elapsed()) else {
                 return false;
             };
             match cached.iter_mut().find(|d| d.name_any() == *name) {
                 // The cache has it (or newer): the answer is no longer needed.
-                Some(c) if version(&**c) >= version(&**written) => false,
+                Some(c) if version_of(&**c) >= version_of(&**written) => false,
                 Some(c) => {
                     *c = Arc::clone(written);
                     true
@@ -555,15 +556,6 @@ pub(crate) fn latest_deployments(
         });
     });
     (cached, stand_in)
-}
-
-/// An object's resourceVersion as a number (etcd's revision), `None` when
-/// it has none or it does not parse (then the cache's copy wins).
-fn version<K: kube::Resource>(o: &K) -> Option<u64> {
-    o.meta()
-        .resource_version
-        .as_deref()
-        .and_then(|v| v.parse::<u64>().ok())
 }
 
 /// Keeps the answer to a Deployment apply, in the cache's form.

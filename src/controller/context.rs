@@ -194,17 +194,22 @@ impl Context {
 /// How soon a plan is tried again while the caches fill.
 pub(crate) const CACHE_SYNC_RETRY: Duration = Duration::from_millis(250);
 
-/// Whether `a` has a later resourceVersion than `b`. Versions are opaque to
-/// clients, but the API server's are etcd revisions; anything that does not
+/// A resourceVersion as a number. Versions are opaque to clients, but the
+/// API server's are etcd revisions; `None` for one that does not parse, which
+/// every comparison takes as "the cache wins" (or "wakes").
+pub(crate) fn version_number(version: Option<&str>) -> Option<u64> {
+    version.and_then(|v| v.parse::<u64>().ok())
+}
+
+/// An object's resourceVersion as a number ([`version_number`]).
+pub(crate) fn version_of<K: kube::Resource>(o: &K) -> Option<u64> {
+    version_number(o.meta().resource_version.as_deref())
+}
+
+/// Whether `a` has a later resourceVersion than `b`; anything that does not
 /// parse is taken as not newer, so the cache wins.
 pub(crate) fn newer(a: &CachedPlan, b: &CachedPlan) -> bool {
-    let rv = |p: &CachedPlan| {
-        p.metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse::<u64>().ok())
-    };
-    matches!((rv(a), rv(b)), (Some(x), Some(y)) if x > y)
+    matches!((version_of(a), version_of(b)), (Some(x), Some(y)) if x > y)
 }
 
 /// Exponential backoff: 1s, 2s, 4s ... capped at 5 minutes.

@@ -211,7 +211,7 @@ impl Queue {
             quiet.remove(&key);
             return true;
         }
-        let number = |v: Option<&str>| v.and_then(|v| v.parse::<u64>().ok());
+        let number = super::context::version_number;
         if let (Some(v), Some(base)) = (number(version), number(q.base.as_deref()))
             && v <= base
         {

@@ -504,17 +504,24 @@ async fn a_landed_write_is_confirmed_even_after_later_retries_lost_their_answers
     assert_eq!(events(&log).await, published);
 }
 
+/// A first reconcile of the plan (with its finalizer) against a fake that
+/// answers every write.
+async fn first_reconcile() -> (Arc<Context>, Log) {
+    let (client, log) = fake(happy);
+    let ctx = context(client);
+    reconcile_inner(&plan(&with_finalizer()), &ctx)
+        .await
+        .unwrap();
+    (ctx, log)
+}
+
 /// A first reconcile's status write needs no reconcile when it lands: the
 /// decision on the plan as written does nothing new (the Deployments it made
 /// wake the plan when they show in the cache). Another version of the plan,
 /// a user's change, still wakes it.
 #[tokio::test]
 async fn a_status_write_that_settles_is_marked_quiet_for_its_watch_event() {
-    let (client, log) = fake(happy);
-    let ctx = context(client);
-    reconcile_inner(&plan(&with_finalizer()), &ctx)
-        .await
-        .unwrap();
+    let (ctx, log) = first_reconcile().await;
     assert!(
         writes(&log)
             .iter()
@@ -532,11 +539,7 @@ async fn a_status_write_that_settles_is_marked_quiet_for_its_watch_event() {
     assert!(!ctx.queue.quiet_landing(Some("ns"), "shop", Some("5")));
 
     // Landed at another version first (someone wrote in between): it wakes.
-    let (client, _) = fake(happy);
-    let ctx = context(client);
-    reconcile_inner(&plan(&with_finalizer()), &ctx)
-        .await
-        .unwrap();
+    let (ctx, _) = first_reconcile().await;
     assert!(!ctx.queue.quiet_landing(Some("ns"), "shop", Some("7")));
     assert!(!ctx.queue.quiet_landing(Some("ns"), "shop", Some("6")));
 }
@@ -547,11 +550,7 @@ async fn a_status_write_that_settles_is_marked_quiet_for_its_watch_event() {
 /// by the time the answer stops standing in for the cache.
 #[tokio::test]
 async fn a_reconcile_before_its_apply_is_cached_does_not_apply_again() {
-    let (client, log) = fake(happy);
-    let ctx = context(client);
-    reconcile_inner(&plan(&with_finalizer()), &ctx)
-        .await
-        .unwrap();
+    let (ctx, log) = first_reconcile().await;
     let applies = |log: &Log| {
         writes(log)
             .iter()
