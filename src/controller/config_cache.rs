@@ -5,7 +5,7 @@
 
 use super::index::PlanCache;
 use super::{ok_only, scoped, watch_backoff, watched};
-use crate::api::cached::CachedPlan;
+use crate::api::cached::{CachedPlan, Footprint};
 use crate::api::config::{
     ANNOTATION_CONFIG_SOURCE, CachedConfig, CachedConfigMap, CachedSecret, ConfigKind,
 };
@@ -51,16 +51,41 @@ impl ConfigCaches {
         self.map_copies.synced() && self.secret_copies.synced()
     }
 
+    /// Objects of `kind` cached: sources and copies.
+    pub fn len(&self, kind: ConfigKind) -> usize {
+        match kind {
+            ConfigKind::ConfigMap => self.maps.state().len() + self.map_copies.len(),
+            ConfigKind::Secret => self.secrets.state().len() + self.secret_copies.len(),
+        }
+    }
+
+    /// Estimated bytes of the cached objects of `kind` ([`Footprint`]).
+    pub fn footprint(&self, kind: ConfigKind) -> usize {
+        fn sources<K>(store: &Store<CachedConfig<K>>) -> usize
+        where
+            CachedConfig<K>: kube::Resource<DynamicType = ()> + Clone,
+        {
+            store.state().iter().map(|o| o.footprint()).sum()
+        }
+        match kind {
+            ConfigKind::ConfigMap => sources(&self.maps) + self.map_copies.footprint(),
+            ConfigKind::Secret => sources(&self.secrets) + self.secret_copies.footprint(),
+        }
+    }
+
     /// The object `kind`/`name` of namespace `ns`, as cached.
     pub(crate) fn get(&self, ns: &str, kind: ConfigKind, name: &str) -> Option<ConfigObs> {
+        // A copy is cached only among the copies (`sources_apply`).
         match kind {
             ConfigKind::ConfigMap => self
                 .maps
                 .get(&ObjectRef::new(name).within(ns))
+                .or_else(|| self.map_copies.get(ns, name))
                 .map(|o| obs(&o, None)),
             ConfigKind::Secret => self
                 .secrets
                 .get(&ObjectRef::new(name).within(ns))
+                .or_else(|| self.secret_copies.get(ns, name))
                 .map(|o| obs(&o, None)),
         }
     }
@@ -167,10 +192,13 @@ where
         .backoff(watch_backoff())
         .inspect(watched::<CachedConfig<K>, _>(liveness))
         .modify(trim::<K>)
-        .reflect(writer)
-        .inspect(move |e| {
-            if let Ok(e) = e {
-                copy_writer.apply(e);
+        .inspect({
+            let mut writer = writer;
+            move |e| {
+                if let Ok(e) = e {
+                    copy_writer.apply(e);
+                    sources_apply(&mut writer, e);
+                }
             }
         })
         .touched_objects()
@@ -188,6 +216,32 @@ where
             }
             futures::stream::iter(wakes)
         })
+}
+
+/// Applies `event` to the store of sources, which holds no copy: a copy is
+/// cached once, in the copy index (a plan may have many, each as large as a
+/// source's metadata). An object that becomes a copy leaves the store.
+fn sources_apply<K>(
+    writer: &mut reflector::store::Writer<CachedConfig<K>>,
+    event: &watcher::Event<CachedConfig<K>>,
+) where
+    CachedConfig<K>: kube::Resource<DynamicType = ()> + Clone,
+{
+    let is_copy = |o: &CachedConfig<K>| {
+        o.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(LABEL_PLAN))
+    };
+    match event {
+        watcher::Event::Apply(o) if is_copy(o) => {
+            if writer.as_reader().get(&ObjectRef::from_obj(o)).is_some() {
+                writer.apply_watcher_event(&watcher::Event::Delete(o.clone()));
+            }
+        }
+        watcher::Event::InitApply(o) if is_copy(o) => {}
+        e => writer.apply_watcher_event(e),
+    }
 }
 
 #[cfg(test)]
@@ -213,5 +267,55 @@ mod tests {
             "{text}"
         );
         assert_eq!(s.metadata.labels.unwrap().len(), 1);
+    }
+
+    fn map(name: &str, plan: Option<&str>) -> CachedConfigMap {
+        let labels = plan.map(|p| json!({ LABEL_PLAN: p })).unwrap_or(json!({}));
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "n", "labels": labels},
+            "data": {"k": name}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_copy_is_cached_once_and_still_found_by_name() {
+        let (maps, mut writer) = reflector::store::<CachedConfigMap>();
+        let copies = PlanCache::<CachedConfigMap>::default();
+        let mut copy_writer = copies.writer();
+        let caches = ConfigCaches {
+            maps,
+            secrets: reflector::store().0,
+            map_copies: copies,
+            secret_copies: PlanCache::empty(),
+            enabled: true,
+        };
+        let mut apply = |e: watcher::Event<CachedConfigMap>| {
+            copy_writer.apply(&e);
+            sources_apply(&mut writer, &e);
+        };
+        apply(watcher::Event::Init);
+        apply(watcher::Event::InitApply(map("app", None)));
+        apply(watcher::Event::InitApply(map("app-1", Some("shop"))));
+        apply(watcher::Event::InitDone);
+        apply(watcher::Event::Apply(map("app-2", Some("shop"))));
+        assert_eq!(caches.maps.state().len(), 1, "only the source");
+        assert_eq!(caches.map_copies.len(), 2, "both copies");
+        for name in ["app", "app-1", "app-2"] {
+            assert!(
+                caches.get("n", ConfigKind::ConfigMap, name).is_some(),
+                "{name} is found by name"
+            );
+        }
+        // A source that becomes a copy leaves the sources; one that stops
+        // being a copy comes back.
+        apply(watcher::Event::Apply(map("app", Some("shop"))));
+        assert_eq!(caches.maps.state().len(), 0);
+        assert_eq!(caches.map_copies.len(), 3);
+        apply(watcher::Event::Apply(map("app-1", None)));
+        assert_eq!(caches.maps.state().len(), 1);
+        assert_eq!(caches.map_copies.len(), 2);
+        apply(watcher::Event::Delete(map("app-1", None)));
+        assert!(caches.get("n", ConfigKind::ConfigMap, "app-1").is_none());
     }
 }

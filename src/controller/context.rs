@@ -100,7 +100,9 @@ pub struct Context {
     /// Plans waiting for their reconcile (metrics only).
     pub queue: Arc<Queue>,
     /// What is kept about each plan between its reconciles.
-    pub(crate) memory: Memory,
+    /// Shared with the plan stream, which drops a kept write once the
+    /// cache holds it.
+    pub(crate) memory: Arc<Memory>,
 }
 
 impl Context {

@@ -197,6 +197,32 @@ impl Memory {
         plans.get(key).map(f)
     }
 
+    /// The plan cache now holds `version` of the plan: a kept written copy
+    /// no newer than it is dropped, so it is not held beside the cache's
+    /// own until the plan's next reconcile (which, after a quiet write,
+    /// may never come). Reads the map without creating an entry.
+    pub fn cache_caught_up(&self, key: &ObjectRef<ReleasePlan>, version: Option<&str>) {
+        let Some(cached) = super::context::version_number(version) else {
+            return;
+        };
+        let mut plans = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(entry) = plans.get_mut(key) else {
+            return;
+        };
+        let kept = entry
+            .fresh
+            .as_ref()
+            .map(|f| super::context::version_number(f.metadata.resource_version.as_deref()));
+        if let Some(kept) = kept
+            && kept.is_none_or(|kept| kept <= cached)
+        {
+            entry.fresh = None;
+            if entry.is_empty() {
+                plans.remove(key);
+            }
+        }
+    }
+
     /// Drops everything kept about the plan.
     pub fn forget(&self, key: &ObjectRef<ReleasePlan>) {
         self.plans
@@ -256,6 +282,51 @@ mod tests {
         assert_eq!(m.len(), 1);
         m.forget(&key("c"));
         assert_eq!(m.len(), 0);
+    }
+
+    #[test]
+    fn a_kept_write_goes_once_the_cache_holds_its_version() {
+        let plan = |rv: &str| -> Arc<CachedPlan> {
+            let p: ReleasePlan = serde_json::from_value(serde_json::json!({
+                "apiVersion": "releaseplan.io/v1alpha1", "kind": "ReleasePlan",
+                "metadata": {"name": "a", "namespace": "ns", "resourceVersion": rv},
+                "spec": {"components": []}
+            }))
+            .unwrap();
+            Arc::new(CachedPlan::new(&p).unwrap())
+        };
+        let m = Memory::default();
+        m.with(&key("a"), |p| p.fresh = Some(plan("7")));
+        m.cache_caught_up(&key("a"), Some("6"));
+        assert!(
+            m.read(&key("a"), |p| p.fresh.is_some()).unwrap(),
+            "an older cache keeps it"
+        );
+        m.cache_caught_up(&key("a"), None);
+        assert_eq!(m.len(), 1, "a version that does not parse says nothing");
+        m.cache_caught_up(&key("b"), Some("9"));
+        assert_eq!(m.len(), 1, "no entry is made for another plan");
+        m.cache_caught_up(&key("a"), Some("7"));
+        assert_eq!(
+            m.len(),
+            0,
+            "the cache holds it: the entry, left empty, goes"
+        );
+        m.with(&key("a"), |p| {
+            p.fresh = Some(plan("7"));
+            p.refusal = Some(Refusal {
+                kind: "Deployment",
+                name: "d".into(),
+                code: 0,
+                message: "m".into(),
+            });
+        });
+        m.cache_caught_up(&key("a"), Some("8"));
+        assert_eq!(
+            m.read(&key("a"), |p| (p.fresh.is_none(), p.refusal.is_some())),
+            Some((true, true)),
+            "the rest of the memory stays"
+        );
     }
 
     #[test]

@@ -162,7 +162,7 @@ fn context(client: Client) -> Arc<Context> {
         template_copies: PlanCache::empty(),
         job_pod_security: crate::gates::pod_security::Level::default(),
         liveness: Liveness::new(Duration::from_secs(60)),
-        memory: Memory::default(),
+        memory: Arc::new(Memory::default()),
     })
 }
 

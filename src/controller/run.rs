@@ -78,16 +78,20 @@ pub async fn run(
             .get_or_create(&ErrorLabel { error: kind.into() });
     }
     let queue = Arc::new(Queue::new(Arc::clone(&metrics)));
+    let memory = Arc::new(Memory::default());
     // Cached all the same (the reflector is before), the landing of a status
     // write that needs no reconcile wakes nothing (`Queue::quiet_write`).
+    // The written copy a reconcile kept is dropped once the cache holds it.
     let plan_stream = {
         let queue = Arc::clone(&queue);
+        let memory = Arc::clone(&memory);
         plan_stream.filter(move |p: &Result<CachedPlan, _>| {
             let wakes = match p {
                 Ok(p) => {
                     let (ns, name) = (p.metadata.namespace.as_deref(), p.name_any());
-                    let quiet =
-                        queue.quiet_landing(ns, &name, p.metadata.resource_version.as_deref());
+                    let version = p.metadata.resource_version.as_deref();
+                    memory.cache_caught_up(&super::context::key_of(p), version);
+                    let quiet = queue.quiet_landing(ns, &name, version);
                     if !quiet {
                         queue.changed(ns, &name, WakeSource::Plan);
                     }
@@ -228,7 +232,7 @@ pub async fn run(
         job_pod_security: settings.job_pod_security,
         liveness,
         queue: Arc::clone(&queue),
-        memory: Memory::default(),
+        memory,
     });
     let sweeper = tokio::spawn(sweep::run(
         Arc::clone(&ctx),

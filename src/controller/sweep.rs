@@ -78,6 +78,11 @@ fn sizes(ctx: &Context, plans: &Store<CachedPlan>) {
     set(plural(&ctx.jobs), ctx.jobs.len());
     set(plural(&ctx.services), ctx.services.len());
     set(plural(&ctx.templates), ctx.templates.len());
+    if ctx.config.enabled {
+        for (resource, kind) in CONFIG_KINDS {
+            set(resource.into(), ctx.config.len(kind));
+        }
+    }
     for routes in ctx.routes.served() {
         set(routes.plural().into(), routes.len());
     }
@@ -105,10 +110,21 @@ fn sizes(ctx: &Context, plans: &Store<CachedPlan>) {
     bytes(plural(&ctx.deployments), ctx.deployments.footprint());
     bytes(plural(&ctx.pods), ctx.pods.footprint());
     bytes(plural(&ctx.templates), ctx.templates.footprint());
+    if ctx.config.enabled {
+        for (resource, kind) in CONFIG_KINDS {
+            bytes(resource.into(), ctx.config.footprint(kind));
+        }
+    }
     ctx.metrics
         .plan_memory_entries
         .set(i64::try_from(ctx.memory.len()).unwrap_or(i64::MAX));
 }
+
+/// The config caches (`--config-versioning`), by resource: sources and copies.
+const CONFIG_KINDS: [(&str, crate::api::config::ConfigKind); 2] = [
+    ("configmaps", crate::api::config::ConfigKind::ConfigMap),
+    ("secrets", crate::api::config::ConfigKind::Secret),
+];
 
 /// The resource a cache holds.
 fn plural<K: Resource<DynamicType = ()>>(

@@ -842,6 +842,15 @@ impl Footprint for CachedPod {
     }
 }
 
+impl<K> Footprint for super::config::CachedConfig<K> {
+    fn footprint(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + meta_heap(&self.metadata)
+            + self.digest.len()
+            + text(self.secret_type.as_ref())
+    }
+}
+
 impl Footprint for CachedRevision {
     fn footprint(&self) -> usize {
         let stored = match &self.stored {
