@@ -288,7 +288,7 @@ const MAX_SECRET_NAME: usize = 253;
 
 /// Hash of a template's content: what status records instead of the content.
 pub fn content_hash(spec: &GateTemplateSpec) -> String {
-    super::revision::hash_value(&serde_json::to_value(spec).unwrap_or(serde_json::Value::Null))
+    super::revision::hash_owned(serde_json::to_value(spec).unwrap_or(serde_json::Value::Null))
 }
 
 /// Name of the Secret that keeps content `hash` for plan `plan`:
