@@ -26,14 +26,19 @@ FROM ${BUILD_IMAGE} AS build
 # releaseplan_build_info show from RELEASEPLAN_COMMIT.
 ARG REVISION=unknown
 ENV RELEASEPLAN_COMMIT=${REVISION}
-# ring (rustls' crypto) compiles C: the musl headers and a C compiler.
-RUN apk add --no-cache musl-dev
+# ring (rustls' crypto) compiles C: the musl headers and a C compiler;
+# jemalloc (the allocator) is built by its configure and make.
+RUN apk add --no-cache musl-dev make
+# A jemalloc built for 4 KiB pages aborts on arm64 kernels with 64 KiB pages;
+# one built for 64 KiB works on both.
+ARG TARGETARCH
 WORKDIR /src
 COPY . .
 # Cache mounts keep the crate registry and the target dir between builds.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin releaseplan \
+    if [ "$TARGETARCH" = arm64 ]; then export JEMALLOC_SYS_WITH_LG_PAGE=16; fi \
+ && cargo build --release --locked --bin releaseplan \
  && cp target/release/releaseplan /releaseplan
 
 FROM ${BASE_IMAGE}

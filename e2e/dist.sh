@@ -80,12 +80,21 @@ export RUSTFLAGS="--remap-path-prefix=$REPO_ROOT=/releaseplan --remap-path-prefi
 # Without SOURCE_DATE_EPOCH: the cc crate (ring's C code) reruns its build
 # script when it changes, so each new commit would rebuild ring and all that
 # depends on it (minutes); the binaries hold no time anyway.
+target_dir="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
+# The same for C (jemalloc, the operator's allocator, is built by its own
+# configure under the target dir).
+export CFLAGS="-ffile-prefix-map=$target_dir=/target -ffile-prefix-map=$REPO_ROOT=/releaseplan -ffile-prefix-map=$cargo_home=/cargo"
 for t in "${TARGETS[@]}"; do
-  log "cargo zigbuild --release --target $t"
-  nice env -u SOURCE_DATE_EPOCH cargo zigbuild --locked --release --target "$t" \
+  # A jemalloc built for 4 KiB pages aborts on arm64 kernels with 64 KiB
+  # pages; one built for 64 KiB works on both. Cross-built, its configure
+  # cannot ask the target, so it is told.
+  lg_page=
+  case "$t" in aarch64-*) lg_page=16 ;; esac
+  log "cargo zigbuild --release --target $t${lg_page:+ (jemalloc pages 2^$lg_page)}"
+  nice env -u SOURCE_DATE_EPOCH ${lg_page:+JEMALLOC_SYS_WITH_LG_PAGE=$lg_page} \
+    cargo zigbuild --locked --release --target "$t" \
     --bin releaseplan --bin kubectl-releaseplan
 done
-target_dir="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 
 rm -rf "$OUT"
 mkdir -p "$OUT"

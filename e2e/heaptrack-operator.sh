@@ -6,7 +6,9 @@
 # so the bench's pid (its CPU and RSS figures, its signals) stays the
 # operator's; the trace is written to $RP_HEAPTRACK_OUT.zst as it runs.
 # Read it with `heaptrack_print -f $RP_HEAPTRACK_OUT.zst` (peak consumers).
-# A build with symbols: `cargo build --profile profiling --bin releaseplan`.
+# A build with symbols and the system allocator (heaptrack follows malloc,
+# not the operator's jemalloc):
+#   cargo build --profile profiling --no-default-features --bin releaseplan
 # Needs heaptrack (Debian: apt-get install heaptrack) and zstd.
 set -euo pipefail
 out=${RP_HEAPTRACK_OUT:?set RP_HEAPTRACK_OUT to the trace file (without .zst)}

@@ -26,6 +26,7 @@ mod support;
 mod admission;
 mod adoption;
 mod alerts;
+mod allocator;
 mod autoscaling;
 mod chart;
 mod cluster;
