@@ -20,7 +20,16 @@ CONTROLLER=$1 N=$2 JSON=${3:-}
 case "$CONTROLLER" in
   releaseplan)
     NAME=bench-rp FLOOR=${RP_BENCH_FLOOR:-1}
-    [ -x "${RP_OPERATOR_BIN:-}" ] || die "RP_OPERATOR_BIN must name the operator binary (a release build)" ;;
+    [ -x "${RP_OPERATOR_BIN:-}" ] || die "RP_OPERATOR_BIN must name the operator binary (a release build)"
+    # `cargo bench` (below) writes its own build of the operator (the bench
+    # profile: opt-level 3, twice the code) to target/release, the path
+    # `make bench-scale` gives: the run measures a copy of what was given.
+    bin_dir=$(mktemp -d)
+    trap 'rm -rf "$bin_dir"' EXIT
+    bin_copy=$bin_dir/$(basename "$RP_OPERATOR_BIN")
+    cp "$RP_OPERATOR_BIN" "$bin_copy"
+    log "operator: $RP_OPERATOR_BIN, $(stat -c %s "$bin_copy") bytes, sha256 $(sha256sum "$bin_copy" | cut -c1-16)"
+    export RP_OPERATOR_BIN=$bin_copy ;;
   argo)
     NAME=bench-argo FLOOR=${RP_BENCH_FLOOR:-0}
     [ -x "$ARGO_BIN/rollouts-controller" ] || die "run 'e2e/build-control-plane.sh argo-rollouts' first"
