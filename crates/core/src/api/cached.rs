@@ -846,6 +846,8 @@ impl<K> Footprint for super::config::CachedConfig<K> {
     fn footprint(&self) -> usize {
         std::mem::size_of::<Self>()
             + meta_heap(&self.metadata)
+            + self.plan.as_deref().map_or(0, str::len)
+            + self.source.as_deref().map_or(0, str::len)
             + self.digest.len()
             + text(self.secret_type.as_ref())
     }
