@@ -893,6 +893,10 @@ impl Controller {
                     || l.starts_with("releaseplan_reconcile_duration_seconds_count")
                     || l.starts_with("releaseplan_reconcile_queue_wait_seconds_sum")
                     || l.starts_with("releaseplan_reconcile_queue_wait_seconds_count")
+                    // Lists and watches by resource: a list past the first
+                    // is a relist, during which that cache does not move.
+                    || (l.starts_with("releaseplan_kube_requests_total")
+                        && (l.contains("verb=\"list\"") || l.contains("verb=\"watch\"")))
             }) {
                 if let Some((k, v)) = l.rsplit_once(' ')
                     && let Ok(v) = v.parse::<f64>()
