@@ -99,13 +99,11 @@ pub(crate) fn obs<K>(o: &CachedConfig<K>, plan: Option<&str>) -> ConfigObs {
     }
 }
 
-/// Keeps of a cached ConfigMap or Secret only what is read (its values were
-/// never kept, nor its labels and annotations but the two that make a copy,
-/// which decoding set aside).
+/// Keeps of a cached ConfigMap or Secret only what is read (its values,
+/// labels and annotations were left out while decoding, but for the two
+/// that make a copy).
 pub fn trim<K>(o: &mut CachedConfig<K>) {
     let meta = &mut o.metadata;
-    meta.labels = None;
-    meta.annotations = None;
     meta.managed_fields = None;
     meta.finalizers = None;
     meta.generate_name = None;

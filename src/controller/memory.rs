@@ -209,10 +209,7 @@ impl Memory {
         let Some(entry) = plans.get_mut(key) else {
             return;
         };
-        let kept = entry
-            .fresh
-            .as_ref()
-            .map(|f| super::context::version_number(f.metadata.resource_version.as_deref()));
+        let kept = entry.fresh.as_deref().map(super::context::version_of);
         if let Some(kept) = kept
             && kept.is_none_or(|kept| kept <= cached)
         {
