@@ -103,6 +103,8 @@ pub struct Context {
     /// Shared with the plan stream, which drops a kept write once the
     /// cache holds it.
     pub(crate) memory: Arc<Memory>,
+    /// The plan cache, read for its newest copy when a reconcile starts.
+    pub(crate) plans: kube::runtime::reflector::Store<CachedPlan>,
 }
 
 impl Context {
@@ -133,20 +135,15 @@ impl Context {
         self.memory.with(key, |m| m.backoff = None);
     }
 
-    /// The cached plan, or the newer copy this process last wrote or read.
+    /// The newest copy of the plan: as dispatched, as cached now, or as
+    /// this process last wrote or read it ([`Memory::freshest`]).
     pub(crate) fn freshest(
         &self,
         key: &ObjectRef<ReleasePlan>,
         cached: Arc<CachedPlan>,
     ) -> Arc<CachedPlan> {
-        self.memory.with(key, |m| match &m.fresh {
-            Some(f) if f.uid() == cached.uid() && newer(f, &cached) => Arc::clone(f),
-            Some(_) => {
-                m.fresh = None;
-                cached
-            }
-            None => cached,
-        })
+        let stored = self.plans.get(&cached_key(key));
+        self.memory.freshest(key, cached, stored)
     }
 
     /// Kept in the cache's form, as small as the cache's own copy.

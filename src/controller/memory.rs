@@ -197,6 +197,37 @@ impl Memory {
         plans.get(key).map(f)
     }
 
+    /// The newest copy of the plan: the one the reconcile was dispatched
+    /// with, the plan cache's copy now, or the written copy kept here.
+    /// The cache's copy counts because a kept write is dropped once the cache
+    /// holds it ([`Memory::cache_caught_up`]), which can happen between the
+    /// dispatch (an older copy) and this read: without it, that reconcile
+    /// would write on the older copy and meet a conflict. A copy of another
+    /// object (another uid) never wins; a kept one is then dropped.
+    pub fn freshest(
+        &self,
+        key: &ObjectRef<ReleasePlan>,
+        dispatched: Arc<CachedPlan>,
+        stored: Option<Arc<CachedPlan>>,
+    ) -> Arc<CachedPlan> {
+        use kube::ResourceExt;
+        let mut best = dispatched;
+        if let Some(s) = stored
+            && s.uid() == best.uid()
+            && super::context::newer(&s, &best)
+        {
+            best = s;
+        }
+        self.with(key, |m| match &m.fresh {
+            Some(f) if f.uid() == best.uid() && super::context::newer(f, &best) => Arc::clone(f),
+            Some(_) => {
+                m.fresh = None;
+                best
+            }
+            None => best,
+        })
+    }
+
     /// The plan cache now holds `version` of the plan: a kept written copy
     /// no newer than it is dropped, so it is not held beside the cache's
     /// own until the plan's next reconcile (which, after a quiet write,
@@ -279,6 +310,46 @@ mod tests {
         assert_eq!(m.len(), 1);
         m.forget(&key("c"));
         assert_eq!(m.len(), 0);
+    }
+
+    #[test]
+    fn a_reconcile_dispatched_before_its_write_landed_reads_the_newest_copy() {
+        let plan = |uid: &str, rv: &str| -> Arc<CachedPlan> {
+            let p: ReleasePlan = serde_json::from_value(serde_json::json!({
+                "apiVersion": "releaseplan.io/v1alpha1", "kind": "ReleasePlan",
+                "metadata": {"name": "a", "namespace": "ns", "uid": uid, "resourceVersion": rv},
+                "spec": {"components": []}
+            }))
+            .unwrap();
+            Arc::new(CachedPlan::new(&p).unwrap())
+        };
+        let version = |p: &CachedPlan| p.metadata.resource_version.clone().unwrap();
+        let m = Memory::default();
+        // A reconcile wrote version 7 and kept it; the next one was
+        // dispatched with the cache's 6; then the watch delivered 7, which
+        // dropped the kept copy before that reconcile read it.
+        m.with(&key("a"), |p| p.fresh = Some(plan("u", "7")));
+        m.cache_caught_up(&key("a"), Some("7"));
+        let read = m.freshest(&key("a"), plan("u", "6"), Some(plan("u", "7")));
+        assert_eq!(
+            version(&read),
+            "7",
+            "the cache's copy, newer than the dispatched one"
+        );
+        // The kept copy still wins when it is the newest of the three.
+        m.with(&key("a"), |p| p.fresh = Some(plan("u", "9")));
+        let read = m.freshest(&key("a"), plan("u", "6"), Some(plan("u", "8")));
+        assert_eq!(version(&read), "9");
+        // An older cache copy, or one of another object, never wins.
+        let read = m.freshest(&key("a"), plan("u", "10"), Some(plan("u", "8")));
+        assert_eq!(version(&read), "10");
+        assert_eq!(
+            m.len(),
+            0,
+            "the kept copy, older than the dispatched one, went"
+        );
+        let read = m.freshest(&key("a"), plan("u", "10"), Some(plan("other", "12")));
+        assert_eq!(version(&read), "10");
     }
 
     #[test]

@@ -106,6 +106,7 @@ fn context(client: Client) -> Arc<Context> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let metrics = Arc::new(Metrics::new());
     let (plans, _) = reflector::store::<CachedPlan>();
+    let plan_cache = plans.clone();
     let (wake, _) = futures::channel::mpsc::unbounded();
     let http = GateHttp::new(OutboundPolicy {
         deny: Vec::new(),
@@ -163,6 +164,7 @@ fn context(client: Client) -> Arc<Context> {
         job_pod_security: crate::gates::pod_security::Level::default(),
         liveness: Liveness::new(Duration::from_secs(60)),
         memory: Arc::new(Memory::default()),
+        plans: plan_cache,
     })
 }
 

@@ -233,6 +233,7 @@ pub async fn run(
         liveness,
         queue: Arc::clone(&queue),
         memory,
+        plans: plan_store.clone(),
     });
     let sweeper = tokio::spawn(sweep::run(
         Arc::clone(&ctx),
