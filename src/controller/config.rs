@@ -57,7 +57,7 @@ pub(crate) fn observe(
     // Copies created but not cached yet: as they were created.
     ctx.memory.with(&ObjectRef::from_obj(plan), |m| {
         m.written_copies.retain(|key, (at, written)| {
-            if objects.contains_key(key) || at.elapsed() > super::act::STAND_IN_TTL {
+            if objects.contains_key(key) || at.elapsed() > super::act::COPY_STAND_IN_TTL {
                 return false;
             }
             objects.insert(key.clone(), written.clone());

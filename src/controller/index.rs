@@ -14,7 +14,7 @@ use crate::api::cached::Labelled;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 /// (namespace, plan name): the key objects are grouped by.
@@ -172,6 +172,12 @@ pub struct PlanCache<K> {
     /// Set once the first list is in: before that, an empty cache means
     /// "not read yet", not "there are none".
     synced: Arc<AtomicBool>,
+    /// The highest resourceVersion among the events applied (0: none). One
+    /// watch delivers its events in resourceVersion order, so the cache
+    /// holds the effect of every change of its objects up to this version:
+    /// a write answered with a version at or below it that the cache does
+    /// not show was undone since (deleted, or moved out of the selection).
+    seen: Arc<AtomicU64>,
 }
 
 impl<K> Clone for PlanCache<K> {
@@ -179,6 +185,7 @@ impl<K> Clone for PlanCache<K> {
         PlanCache {
             index: Arc::clone(&self.index),
             synced: Arc::clone(&self.synced),
+            seen: Arc::clone(&self.seen),
         }
     }
 }
@@ -188,6 +195,7 @@ impl<K> Default for PlanCache<K> {
         PlanCache {
             index: Arc::new(RwLock::new(Index::default())),
             synced: Arc::new(AtomicBool::new(false)),
+            seen: Arc::new(AtomicU64::new(0)),
         }
     }
 }
@@ -204,6 +212,13 @@ impl<K> PlanCache<K> {
     /// Whether the first list of the watch is in.
     pub fn synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
+    }
+
+    /// The highest resourceVersion among the events applied: the cache
+    /// shows every change of its objects up to it. Read before the objects
+    /// it is meant to vouch for.
+    pub fn seen(&self) -> u64 {
+        self.seen.load(Ordering::Acquire)
     }
 }
 
@@ -257,6 +272,7 @@ impl<K: Resource + Labelled> PlanCache<K> {
         PlanCacheWriter {
             cache: self.clone(),
             relist: None,
+            relist_seen: 0,
         }
     }
 }
@@ -267,6 +283,8 @@ impl<K: Resource + Labelled> PlanCache<K> {
 pub struct PlanCacheWriter<K> {
     cache: PlanCache<K>,
     relist: Option<Index<K>>,
+    /// The highest resourceVersion of the relist being collected.
+    relist_seen: u64,
 }
 
 impl<K: Labelled + Wakes> PlanCacheWriter<K> {
@@ -277,6 +295,7 @@ impl<K: Labelled + Wakes> PlanCacheWriter<K> {
     /// need not wake the plan: most of a Deployment's updates while it starts
     /// are such.
     pub fn apply(&mut self, event: &watcher::Event<K>) -> bool {
+        let version = |o: &K| super::context::version_of(o).unwrap_or(0);
         match event {
             watcher::Event::Apply(obj) => {
                 let mut index = self.write();
@@ -286,6 +305,8 @@ impl<K: Labelled + Wakes> PlanCacheWriter<K> {
                     _ => true,
                 };
                 index.insert(Arc::new(obj.clone()));
+                drop(index);
+                self.cache.seen.fetch_max(version(obj), Ordering::AcqRel);
                 return wakes;
             }
             watcher::Event::Delete(obj) => {
@@ -293,10 +314,15 @@ impl<K: Labelled + Wakes> PlanCacheWriter<K> {
                 if let (Some(ns), Some(name)) = (meta.namespace.as_deref(), meta.name.as_deref()) {
                     self.write().remove(ns, name);
                 }
+                self.cache.seen.fetch_max(version(obj), Ordering::AcqRel);
                 return K::wakes_when_gone(obj);
             }
-            watcher::Event::Init => self.relist = Some(Index::default()),
+            watcher::Event::Init => {
+                self.relist = Some(Index::default());
+                self.relist_seen = 0;
+            }
             watcher::Event::InitApply(obj) => {
+                self.relist_seen = self.relist_seen.max(version(obj));
                 self.relist
                     .get_or_insert_with(Index::default)
                     .insert(Arc::new(obj.clone()));
@@ -305,6 +331,11 @@ impl<K: Labelled + Wakes> PlanCacheWriter<K> {
                 let fresh = self.relist.take().unwrap_or_default();
                 // The old index is dropped after the lock is released.
                 let _old = std::mem::replace(&mut *self.write(), fresh);
+                // Only once swapped in: a relist's objects come by name,
+                // not by version.
+                self.cache
+                    .seen
+                    .fetch_max(self.relist_seen, Ordering::AcqRel);
                 self.cache.synced.store(true, Ordering::Release);
             }
         }

@@ -84,8 +84,15 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
     let name = plan.name_any();
     let key = ObjectRef::from_obj(plan);
     let uid = plan.uid().unwrap_or_default();
-    let (owned, stand_in) =
-        super::act::latest_deployments(ctx, &key, plan_objects(&ctx.deployments, &ns, &name, &uid));
+    // What the watch had delivered is read before the cache: a later event
+    // may not be in what was read.
+    let seen = ctx.deployments.seen();
+    let (owned, stand_in) = super::act::latest_deployments(
+        ctx,
+        &key,
+        seen,
+        plan_objects(&ctx.deployments, &ns, &name, &uid),
+    );
     let stored = plan_objects(&ctx.templates, &ns, &name, &uid);
     let status = plan.status.clone().unwrap_or_default();
     // Template gates: resolved purely from the cached templates and what
