@@ -38,6 +38,11 @@ struct Args {
     /// server, so this is about round trips in flight; `--qps` bounds the load.
     #[arg(long, env = "RELEASEPLAN_CONCURRENCY", default_value_t = 32)]
     concurrency: u16,
+    /// Threads that run the operator's tasks beside the main one (0: one per
+    /// CPU it may use). One spends less CPU in a rollout, more converges a
+    /// burst sooner (docs/operations.md).
+    #[arg(long, env = "RELEASEPLAN_WORKER_THREADS", default_value_t = 0)]
+    worker_threads: u16,
     /// Requests per second to the API server, on average (0: no limit).
     #[arg(long, env = "RELEASEPLAN_QPS", default_value_t = 200)]
     qps: u32,
@@ -372,13 +377,24 @@ async fn run(args: Args) -> Result<(), MainError> {
     Ok(())
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let args = Args::parse();
     telemetry::init(args.log_json);
     // One TLS crypto provider for the whole process (kube and the gate client).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    if let Err(e) = run(args).await {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    if args.worker_threads > 0 {
+        runtime.worker_threads(usize::from(args.worker_threads));
+    }
+    let result = match runtime.build() {
+        Ok(rt) => rt.block_on(run(args)),
+        Err(e) => {
+            eprintln!("releaseplan: cannot start the async runtime: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = result {
         tracing::error!("{e}");
         eprintln!("releaseplan: {e}");
         std::process::exit(2);

@@ -508,6 +508,7 @@ fn default_values_render_least_privilege_rbac_and_a_restricted_deployment() {
         "--metrics-addr=[::]:8080",
         "--log-json",
         "--concurrency=32",
+        "--worker-threads=0",
         "--qps=200",
         "--burst=400",
     ] {

@@ -53,6 +53,7 @@ mod order;
 mod plugin;
 mod preview;
 mod rollback;
+mod runtime;
 mod server_side_apply;
 mod shutdown;
 mod template_admission;
