@@ -182,12 +182,39 @@ fn count(metrics: &Metrics, namespace: &str, receiver: &str, result: &str, n: us
 /// namespace's config and hands each subscribed receiver its message.
 async fn dispatch(shared: Arc<Shared>, rx: mpsc::Receiver<Job>) {
     use futures::StreamExt;
-    let jobs = tokio_stream_of(rx);
-    jobs.for_each_concurrent(4, |job| {
-        let shared = Arc::clone(&shared);
-        async move { route(&shared, job).await }
+    let reader = Arc::clone(&shared);
+    let read = move |job: &Job| {
+        let shared = Arc::clone(&reader);
+        let ns = job.plan.namespace.clone();
+        async move { read_config(&shared, &ns).await }
+    };
+    in_order(tokio_stream_of(rx), read, 4)
+        .for_each(|(job, config)| {
+            route(&shared, job, config);
+            std::future::ready(())
+        })
+        .await;
+}
+
+/// Each job with what `read` answers for it, up to `at_once` reads running
+/// at once, in the order the jobs came: two transitions of a plan written
+/// a few milliseconds apart reach each receiver's worker, and so the
+/// receiver, in that order even when the first one's read answers last.
+fn in_order<J, C, F, R>(
+    jobs: impl futures::Stream<Item = J>,
+    mut read: R,
+    at_once: usize,
+) -> impl futures::Stream<Item = (J, C)>
+where
+    R: FnMut(&J) -> F,
+    F: std::future::Future<Output = C>,
+{
+    use futures::StreamExt;
+    jobs.map(move |job| {
+        let answer = read(&job);
+        async move { (job, answer.await) }
     })
-    .await;
+    .buffered(at_once)
 }
 
 fn tokio_stream_of<T: Send + 'static>(
@@ -235,9 +262,9 @@ fn warn_plan(shared: &Shared, reference: &ObjectReference, message: &str) {
     );
 }
 
-async fn route(shared: &Shared, job: Job) {
+fn route(shared: &Shared, job: Job, config: Result<Option<NotifyConfig>, String>) {
     let ns = &job.plan.namespace;
-    let config = match read_config(shared, ns).await {
+    let config = match config {
         Ok(Some(c)) => c,
         Ok(None) => {
             if ncfg::subscribes(&job.annotations) {
@@ -532,5 +559,34 @@ fn describe(e: &CallError) -> Failed {
             why: "the request failed (connection lost)".into(),
             retry: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    #[tokio::test]
+    async fn jobs_are_routed_in_the_order_they_came_whichever_read_answers_first() {
+        // The first job's read answers last.
+        let delays = [300, 10, 100, 0, 50];
+        let read = |job: &usize| {
+            let delay = Duration::from_millis(delays[*job]);
+            async move {
+                tokio::time::sleep(delay).await;
+                delay
+            }
+        };
+        let routed: Vec<(usize, Duration)> = in_order(futures::stream::iter(0..5), read, 4)
+            .collect()
+            .await;
+        let order: Vec<usize> = routed.iter().map(|(j, _)| *j).collect();
+        assert_eq!(order, [0, 1, 2, 3, 4]);
+        assert!(
+            routed
+                .iter()
+                .all(|(j, d)| *d == Duration::from_millis(delays[*j]))
+        );
     }
 }
