@@ -516,11 +516,12 @@ pub(crate) fn latest_template(
         .or(cached)
 }
 
-/// How long the answer to a Deployment apply stands in for the cache at most. A Deployment's answer goes sooner, as
-/// soon as its watch has delivered its version (see [`latest_deployments`]),
-/// which takes well under a second, or many seconds in a burst of thousands
-/// of writes; this bound only matters when that watch stops delivering, and
-/// then at worst the write is made once more, which changes nothing.
+/// How long the answer to a Deployment apply stands in for the cache at
+/// most. It goes sooner, as soon as the watch has delivered its version
+/// ([`latest_deployments`]): well under a second, or many seconds in a
+/// burst of thousands of writes. This bound matters only when that watch
+/// stops delivering, and then at worst the write is made once more, which
+/// changes nothing.
 pub(crate) const STAND_IN_TTL: Duration = Duration::from_secs(60);
 
 /// How long a config copy just created stands in for the cache: a watch
@@ -566,12 +567,11 @@ pub(crate) fn stand_in_deployments(
             return false;
         };
         let written_version = version_of(&**written);
-        let found = cached.iter_mut().find(|d| d.name_any() == *name);
         // The watch has delivered the write (and whatever came after it).
         if written_version.is_some_and(|v| v <= seen) {
             return false;
         }
-        match found {
+        match cached.iter_mut().find(|d| d.name_any() == *name) {
             // The cache has it (or newer): the answer is no longer needed.
             Some(c) if version_of(&**c) >= written_version => false,
             Some(c) => {
