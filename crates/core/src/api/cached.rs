@@ -437,21 +437,41 @@ pub struct CachedDeploymentSpec {
     pub refs: Box<[super::config::ConfigRef]>,
 }
 
+/// Of a Deployment's spec, what decoding reads: the rest of the text is
+/// skipped, not built into a tree.
+#[derive(Deserialize)]
+struct SpecRead {
+    replicas: Option<i32>,
+    template: Option<TemplateRead>,
+}
+
+#[derive(Deserialize)]
+struct TemplateRead {
+    spec: Option<k8s_openapi::api::core::v1::PodSpec>,
+}
+
 impl<'de> Deserialize<'de> for CachedDeploymentSpec {
+    /// The spec's text is kept as it came (every status update of a
+    /// Deployment is decoded here, about 14 per plan in a rollout, so no
+    /// JSON tree is built and written out again): only `replicas` and the
+    /// template's pod spec are parsed, for its config references.
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let v = Value::deserialize(d)?;
-        let replicas = v
-            .get("replicas")
-            .and_then(Value::as_i64)
-            .and_then(|r| i32::try_from(r).ok());
-        let refs = v
-            .get("template")
-            .and_then(|t| PodTemplateSpec::deserialize(t).ok())
-            .map(|t| super::config::references(&t).into_iter().collect())
-            .unwrap_or_default();
+        let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
+        // The API server stores only valid specs; one that does not read
+        // here is kept as text, with no replicas nor references.
+        let (replicas, refs) = match serde_json::from_str::<SpecRead>(raw.get()) {
+            Ok(read) => (
+                read.replicas,
+                read.template
+                    .and_then(|t| t.spec)
+                    .map(|s| super::config::references_in(s).into_iter().collect())
+                    .unwrap_or_default(),
+            ),
+            Err(_) => (None, Box::default()),
+        };
         Ok(CachedDeploymentSpec {
             replicas,
-            json: Packed::pack(&v.to_string()),
+            json: Packed::pack(raw.get()),
             refs,
         })
     }
@@ -964,6 +984,35 @@ mod tests {
             )]
         );
         assert_eq!(Packed::default().unpack().unwrap(), "");
+    }
+
+    /// A Deployment's spec is kept as the API server wrote it, not decoded
+    /// into a tree and written out again: its keys stay in their order.
+    #[test]
+    fn a_deployment_spec_is_kept_as_it_came() {
+        let text = r#"{"metadata":{"name":"shop-web-1"},"spec":{"selector":{"matchLabels":{"app":"shop"}},"replicas":3,"template":{"spec":{"volumes":[{"name":"c","configMap":{"name":"settings"}}],"containers":[{"name":"app","image":"shop:1","env":[{"name":"PW","valueFrom":{"secretKeyRef":{"name":"db","key":"pw"}}}]}]}}}}"#;
+        let d: CachedDeployment = serde_json::from_str(text).unwrap();
+        let spec = d.spec.as_ref().unwrap();
+        let kept = spec.json.unpack().unwrap();
+        assert!(kept.starts_with(r#"{"selector":"#), "{kept}");
+        assert_eq!(d.replicas(), Some(3));
+        use super::super::config::ConfigKind;
+        assert_eq!(
+            d.refs(),
+            [
+                (ConfigKind::ConfigMap, "settings".to_string()),
+                (ConfigKind::Secret, "db".to_string())
+            ]
+        );
+        assert_eq!(d.to_json()["spec"]["replicas"], 3);
+        // A spec whose template does not read is still kept, without
+        // references (the API server stores only valid ones).
+        let odd: CachedDeployment = serde_json::from_str(
+            r#"{"metadata":{"name":"x"},"spec":{"replicas":1,"template":{"spec":"no"}}}"#,
+        )
+        .unwrap();
+        assert!(odd.refs().is_empty());
+        assert_eq!(odd.to_json()["spec"]["template"]["spec"], "no");
     }
 
     #[test]

@@ -379,12 +379,15 @@ pub fn for_each_ref(spec: &mut PodSpec, f: &mut impl FnMut(ConfigKind, &mut Stri
 
 /// The ConfigMaps and Secrets a pod template references.
 pub fn references(template: &PodTemplateSpec) -> BTreeSet<ConfigRef> {
+    template.spec.clone().map(references_in).unwrap_or_default()
+}
+
+/// [`references`] of a pod spec the caller no longer needs (not copied).
+pub fn references_in(mut spec: PodSpec) -> BTreeSet<ConfigRef> {
     let mut out = BTreeSet::new();
-    if let Some(mut spec) = template.spec.clone() {
-        for_each_ref(&mut spec, &mut |kind, name, _| {
-            out.insert((kind, name.clone()));
-        });
-    }
+    for_each_ref(&mut spec, &mut |kind, name, _| {
+        out.insert((kind, name.clone()));
+    });
     out
 }
 
