@@ -105,6 +105,8 @@ pub struct Context {
     pub(crate) memory: Arc<Memory>,
     /// The plan cache, read for its newest copy when a reconcile starts.
     pub(crate) plans: kube::runtime::reflector::Store<CachedPlan>,
+    /// The plans' template hashes, by generation.
+    pub(crate) hashes: super::hashes::HashMemo,
 }
 
 impl Context {
@@ -186,6 +188,8 @@ impl Context {
     /// Drops everything kept about a plan whose deletion proceeds.
     pub(crate) fn forget(&self, key: &ObjectRef<ReleasePlan>) {
         self.memory.forget(key);
+        self.hashes
+            .forget((key.namespace.as_deref().unwrap_or_default(), &key.name));
         self.gates.observe(key, None);
     }
 }

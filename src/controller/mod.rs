@@ -22,6 +22,7 @@ pub mod events;
 mod finalizer;
 pub mod freeze;
 pub mod gates;
+mod hashes;
 pub mod index;
 pub mod jobs;
 mod memory;

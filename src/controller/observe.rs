@@ -117,7 +117,8 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         },
     );
     let freezes = ctx.freezes.for_plan(&ns, plan.labels());
-    let target = Target::from_spec_at(&plan.spec, pod_security)
+    let hasher = ctx.hashes.of(plan);
+    let target = Target::from_spec_hashed(&plan.spec, pod_security, &hasher)
         .map(|t| t.with_templates(resolution).with_freezes(freezes));
     let (request, invalid_request) = match pending_request(plan) {
         Ok(r) => (r, None),
@@ -150,7 +151,7 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         Ok(t) => {
             let (t, templates) = t
                 .with_scales(&scale_obs)
-                .with_config(&name, &plan.spec, &status, &config);
+                .with_config_hashed(&name, &plan.spec, &status, &config, &hasher);
             (Ok(t), templates)
         }
         Err(e) => (Err(e), BTreeMap::new()),

@@ -165,6 +165,7 @@ fn context(client: Client) -> Arc<Context> {
         liveness: Liveness::new(Duration::from_secs(60)),
         memory: Arc::new(Memory::default()),
         plans: plan_cache,
+        hashes: super::hashes::HashMemo::default(),
     })
 }
 
@@ -566,4 +567,25 @@ async fn a_reconcile_before_its_apply_is_cached_does_not_apply_again() {
         action != Action::await_change(),
         "a stand-in must bring the reconcile back"
     );
+}
+
+/// A reconcile's template hashes are kept for the plan's next reconcile at
+/// the same generation (it then serializes no template to hash it), named
+/// the Deployment as hashing directly does, and go with the plan.
+#[tokio::test]
+async fn a_reconcile_keeps_its_template_hashes_until_the_plan_goes() {
+    let (ctx, log) = first_reconcile().await;
+    assert_eq!(ctx.hashes.len(), 1);
+    let p = plan(&with_finalizer());
+    let hash = crate::api::revision::template_hash(&p.spec.components[0].template);
+    assert!(
+        writes(&log)
+            .iter()
+            .any(|(m, path)| m == "PATCH"
+                && path.ends_with(&format!("/deployments/shop-web-{hash}"))),
+        "{:?}",
+        writes(&log)
+    );
+    ctx.forget(&ObjectRef::from_obj(&*p));
+    assert_eq!(ctx.hashes.len(), 0);
 }

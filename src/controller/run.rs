@@ -234,6 +234,7 @@ pub async fn run(
         queue: Arc::clone(&queue),
         memory,
         plans: plan_store.clone(),
+        hashes: super::hashes::HashMemo::default(),
     });
     let sweeper = tokio::spawn(sweep::run(
         Arc::clone(&ctx),

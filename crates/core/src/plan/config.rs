@@ -69,6 +69,10 @@ pub struct Versioned {
     /// Required references that exist neither as an object nor as a copy
     /// the component already reads.
     pub missing: Vec<ConfigRef>,
+    /// The name each config reference of the template reads, in the
+    /// template's order: with the spec's template, all the rewritten
+    /// template depends on (a memo of its hash is keyed by it).
+    pub renamed: Vec<String>,
 }
 
 fn is_live(cfg: &ComponentConfig, disabled: bool, kind: ConfigKind, name: &str) -> bool {
@@ -162,6 +166,7 @@ pub fn version(
         }
     });
     out.carried = carried.into_values().collect();
+    for_each_ref(&mut spec, &mut |_, name, _| out.renamed.push(name.clone()));
     if rewritten {
         let mut t = component.template.clone();
         t.spec = Some(spec);

@@ -341,3 +341,102 @@ fn a_decision_after_its_copies_were_made_repeats_it() {
     });
     assert!(!more.repeats(&first, &sim.status));
 }
+
+/// The names a versioned template reads decide it: a memo of its hash is
+/// keyed by them (with the plan's generation). In every situation below,
+/// two versionings name the same objects exactly when they rewrite the
+/// template the same way.
+#[test]
+fn the_names_read_decide_the_rewritten_template() {
+    let spec = config_spec();
+    let component = &spec.components[0];
+    let obs = |entries: &[(ConfigKind, &str, &str, Option<&str>)]| config::ConfigObservation {
+        objects: entries
+            .iter()
+            .map(|(kind, name, digest, copy_of)| {
+                (
+                    (*kind, name.to_string()),
+                    ConfigObs {
+                        digest: digest.to_string(),
+                        copy_of: copy_of.map(str::to_string),
+                        always_live: false,
+                    },
+                )
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let cm = copy(ConfigKind::ConfigMap, "web-config", "v1");
+    let recorded = [CarriedConfig {
+        kind: ConfigKind::ConfigMap,
+        name: "web-config".into(),
+        digest: Some("v1".into()),
+        copy: Some(cm.1.clone()),
+        live: false,
+    }];
+    let situations = [
+        config::version("shop", component, &obs(&[]), &[]),
+        config::version(
+            "shop",
+            component,
+            &obs(&[(ConfigKind::ConfigMap, "web-config", "v1", None)]),
+            &[],
+        ),
+        config::version(
+            "shop",
+            component,
+            &obs(&[
+                (ConfigKind::ConfigMap, "web-config", "v1", None),
+                (ConfigKind::Secret, "web-db", "s1", None),
+            ]),
+            &[],
+        ),
+        config::version(
+            "shop",
+            component,
+            &obs(&[
+                (ConfigKind::ConfigMap, "web-config", "v2", None),
+                (ConfigKind::Secret, "web-db", "s1", None),
+            ]),
+            &[],
+        ),
+        // The source gone, its copy kept: the same names as with content v1.
+        config::version(
+            "shop",
+            component,
+            &obs(&[
+                (ConfigKind::ConfigMap, &cm.1, "v1", Some("web-config")),
+                (ConfigKind::Secret, "web-db", "s1", None),
+            ]),
+            &recorded,
+        ),
+        config::version(
+            "shop",
+            component,
+            &config::ConfigObservation {
+                disabled: true,
+                ..obs(&[(ConfigKind::ConfigMap, "web-config", "v1", None)])
+            },
+            &[],
+        ),
+    ];
+    let rewritten = |v: &config::Versioned| {
+        revision::template_hash(v.template.as_ref().unwrap_or(&component.template))
+    };
+    // Volumes first, then the containers' references.
+    assert_eq!(situations[0].renamed, ["web-db", "web-config"]);
+    assert_eq!(situations[2].renamed[1], cm.1);
+    assert_eq!(situations[2].renamed, situations[4].renamed);
+    for a in &situations {
+        assert_eq!(a.renamed.len(), 2);
+        for b in &situations {
+            assert_eq!(
+                a.renamed == b.renamed,
+                rewritten(a) == rewritten(b),
+                "{:?} and {:?}",
+                a.renamed,
+                b.renamed
+            );
+        }
+    }
+}

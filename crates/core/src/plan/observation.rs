@@ -117,6 +117,15 @@ impl Target {
         spec: &ReleasePlanSpec,
         pod_security: crate::gates::pod_security::Level,
     ) -> Result<Self, SpecError> {
+        Self::from_spec_hashed(spec, pod_security, &revision::Direct)
+    }
+
+    /// [`Target::from_spec_at`], the templates hashed by `hasher`.
+    pub fn from_spec_hashed(
+        spec: &ReleasePlanSpec,
+        pod_security: crate::gates::pod_security::Level,
+        hasher: &dyn revision::TemplateHasher,
+    ) -> Result<Self, SpecError> {
         let spec::Checked {
             steps,
             gates,
@@ -130,7 +139,7 @@ impl Target {
             .iter()
             .map(|c| TargetComponent {
                 name: c.name.clone(),
-                hash: revision::template_hash(&c.template),
+                hash: hasher.hash(&c.name, None, &c.template),
                 replicas: c.spec_replicas(),
                 spec_replicas: c.spec_replicas(),
                 traffic: c.traffic.as_ref().map(traffic::TrafficTarget::of),
@@ -179,11 +188,24 @@ impl Target {
     /// revision. Returns the template each component's revision runs.
     #[must_use]
     pub fn with_config(
+        self,
+        plan: &str,
+        spec: &ReleasePlanSpec,
+        status: &ReleasePlanStatus,
+        seen: &config::ConfigObservation,
+    ) -> (Target, BTreeMap<String, PodTemplateSpec>) {
+        self.with_config_hashed(plan, spec, status, seen, &revision::Direct)
+    }
+
+    /// [`Target::with_config`], the rewritten templates hashed by `hasher`.
+    #[must_use]
+    pub fn with_config_hashed(
         mut self,
         plan: &str,
         spec: &ReleasePlanSpec,
         status: &ReleasePlanStatus,
         seen: &config::ConfigObservation,
+        hasher: &dyn revision::TemplateHasher,
     ) -> (Target, BTreeMap<String, PodTemplateSpec>) {
         let mut templates = BTreeMap::new();
         for (c, t) in spec.components.iter().zip(self.components.iter_mut()) {
@@ -198,7 +220,7 @@ impl Target {
                 .extend(v.missing.iter().map(|m| (c.name.clone(), m.clone())));
             match &v.template {
                 Some(rewritten) if !config::keeps_unversioned(recorded, &t.hash, &v) => {
-                    t.hash = revision::template_hash(rewritten);
+                    t.hash = hasher.hash(&c.name, Some(&v.renamed), rewritten);
                     templates.insert(c.name.clone(), rewritten.clone());
                     t.config = v.carried;
                 }
