@@ -229,12 +229,12 @@ pub(crate) async fn deployments(
             continue;
         }
         let template = match (&intent.template, observed) {
-            (TemplateSource::Spec(t), _) => (**t).clone(),
-            (TemplateSource::Existing, Some(d)) => d.template(),
+            (TemplateSource::Spec(t), _) => std::borrow::Cow::Borrowed(&**t),
+            (TemplateSource::Existing, Some(d)) => std::borrow::Cow::Owned(d.template()),
             // Gone, and the spec has moved on: the template stored for the revision.
             (TemplateSource::Existing, None) => {
                 match stored_template(ctx, ns, stored, intent).await {
-                    Ok(Some(t)) => t,
+                    Ok(Some(t)) => std::borrow::Cow::Owned(t),
                     Ok(None) => continue,
                     Err(acted) => return acted,
                 }

@@ -11,7 +11,7 @@ use crate::plan::{InvalidRequest, Request};
 use crate::plan::{Observation, PodFailure, Target};
 use chrono::Utc;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{PodTemplateSpec, Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use std::collections::BTreeMap;
@@ -60,7 +60,7 @@ pub(crate) struct Seen {
     /// The core's input.
     pub obs: Observation,
     /// The spec's pod template of each component.
-    pub templates: BTreeMap<String, PodTemplateSpec>,
+    pub templates: crate::plan::Templates,
     /// The revision Deployments.
     pub owned: Vec<Arc<CachedDeployment>>,
     /// The stored templates (ControllerRevisions).

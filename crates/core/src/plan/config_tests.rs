@@ -140,7 +140,7 @@ fn a_failed_config_and_image_release_rolls_back_to_both() {
 fn undo_to_a_template_naming_the_copies_is_the_old_revision() {
     let mut sim = with_config();
     let old = sim.hash_of("web");
-    let old_template = sim.templates()["web"].clone();
+    let old_template = (*sim.templates()["web"]).clone();
     sim.write_config(ConfigKind::ConfigMap, "web-config", "v2");
     sim.release();
     assert_ne!(sim.hash_of("web"), old);

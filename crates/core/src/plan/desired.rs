@@ -12,7 +12,6 @@ use super::{
     DeploymentIntent, Observation, RevisionObs, Target, TemplateSource, order, revisions_of,
 };
 use crate::api::{ComponentStatus, Phase, ReleasePlanStatus, revision::deployment_name};
-use k8s_openapi::api::core::v1::PodTemplateSpec;
 use std::collections::{BTreeMap, BTreeSet};
 
 fn ready(revs: &BTreeMap<&str, &RevisionObs>, hash: &str) -> i32 {
@@ -170,7 +169,7 @@ pub fn intents(
     obs: &Observation,
     target: &Target,
     status: &ReleasePlanStatus,
-    templates: &BTreeMap<String, PodTemplateSpec>,
+    templates: &super::Templates,
 ) -> (Vec<DeploymentIntent>, Vec<String>) {
     let plan = plan_name(obs);
     let mut out = Vec::new();
@@ -188,7 +187,7 @@ pub fn intents(
         for (hash, replicas) in &want {
             let template = match (in_spec, templates.get(&c.name)) {
                 (Some(t), Some(tpl)) if &t.hash == hash => {
-                    TemplateSource::Spec(Box::new(tpl.clone()))
+                    TemplateSource::Spec(std::sync::Arc::clone(tpl))
                 }
                 _ => TemplateSource::Existing,
             };

@@ -53,11 +53,16 @@ use std::time::Duration;
 /// Most history entries kept in status.
 pub const MAX_HISTORY: usize = 20;
 
+/// The template each component's revision runs, by component: shared, not
+/// copied, by the decision's intents (a production-sized template is tens
+/// of KB once decoded, and 32 reconciles run at once).
+pub type Templates = BTreeMap<String, std::sync::Arc<PodTemplateSpec>>;
+
 /// Where a Deployment's template comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TemplateSource {
     /// The spec's template of this component (the revision is in the spec).
-    Spec(Box<PodTemplateSpec>),
+    Spec(std::sync::Arc<PodTemplateSpec>),
     /// Keep the template the revision already has (an older revision): its
     /// Deployment's, or, when that is gone, the one stored for it in a
     /// ControllerRevision (the controller resolves which).
@@ -175,7 +180,7 @@ pub(crate) fn revisions_of<'a>(obs: &'a Observation, component: &str) -> ByHash<
 // One pass from observation to decision, each concern a call: splitting it
 // would only pass the same dozen values around.
 #[allow(clippy::too_many_lines)]
-pub fn decide(obs: &Observation, templates: &BTreeMap<String, PodTemplateSpec>) -> Decision {
+pub fn decide(obs: &Observation, templates: &Templates) -> Decision {
     let target = match &obs.target {
         Ok(t) => t,
         Err(e) => return invalid_spec(obs, e),

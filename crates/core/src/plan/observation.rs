@@ -16,9 +16,9 @@ use crate::gates::template::TemplateProblem;
 use crate::gates::template::{Resolution, TemplateGate};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
-use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// One component as the spec wants it.
@@ -193,7 +193,7 @@ impl Target {
         spec: &ReleasePlanSpec,
         status: &ReleasePlanStatus,
         seen: &config::ConfigObservation,
-    ) -> (Target, BTreeMap<String, PodTemplateSpec>) {
+    ) -> (Target, super::Templates) {
         self.with_config_hashed(plan, spec, status, seen, &revision::Direct)
     }
 
@@ -206,7 +206,7 @@ impl Target {
         status: &ReleasePlanStatus,
         seen: &config::ConfigObservation,
         hasher: &dyn revision::TemplateHasher,
-    ) -> (Target, BTreeMap<String, PodTemplateSpec>) {
+    ) -> (Target, super::Templates) {
         let mut templates = BTreeMap::new();
         for (c, t) in spec.components.iter().zip(self.components.iter_mut()) {
             let recorded = status.components.iter().find(|s| s.name == c.name);
@@ -218,20 +218,22 @@ impl Target {
             );
             self.config_missing
                 .extend(v.missing.iter().map(|m| (c.name.clone(), m.clone())));
-            match &v.template {
-                Some(rewritten) if !config::keeps_unversioned(recorded, &t.hash, &v) => {
-                    t.hash = hasher.hash(&c.name, Some(&v.renamed), rewritten);
-                    templates.insert(c.name.clone(), rewritten.clone());
+            let keeps = config::keeps_unversioned(recorded, &t.hash, &v);
+            match v.template {
+                Some(rewritten) if !keeps => {
+                    t.hash = hasher.hash(&c.name, Some(&v.renamed), &rewritten);
+                    templates.insert(c.name.clone(), Arc::new(rewritten));
                     t.config = v.carried;
                 }
-                _ => {
-                    templates.insert(c.name.clone(), c.template.clone());
+                unused => {
+                    templates.insert(c.name.clone(), Arc::new(c.template.clone()));
                     // Read in place: nothing is copied for this revision.
+                    let versioned = unused.is_some();
                     t.config = v
                         .carried
                         .into_iter()
                         .map(|mut k| {
-                            if v.template.is_some() {
+                            if versioned {
                                 k.copy = None;
                             }
                             k

@@ -19,7 +19,6 @@ use super::{
 use crate::api::{Phase, ReleasePlanSpec, ReleasePlanStatus, Verdict};
 use crate::gates::job::{JobObs, JobState};
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::PodTemplateSpec;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -115,7 +114,7 @@ pub struct Simulation {
     /// each revision Deployment (for a server-side dry run of each).
     pub created: Vec<super::DeploymentIntent>,
     /// The templates the new revisions run, by component.
-    pub templates: BTreeMap<String, PodTemplateSpec>,
+    pub templates: crate::plan::Templates,
     /// The status at the end (to chain simulations).
     pub status: ReleasePlanStatus,
     /// The revision Deployments at the end.
@@ -162,7 +161,7 @@ impl World {
 
     /// The target and templates as the controller builds them; config is read
     /// in place (the simulation has no ConfigMaps to copy).
-    fn target(&self) -> (Result<Target, SpecError>, BTreeMap<String, PodTemplateSpec>) {
+    fn target(&self) -> (Result<Target, SpecError>, crate::plan::Templates) {
         let spec = &self.start.spec;
         match Target::from_spec(spec) {
             Ok(t) => {

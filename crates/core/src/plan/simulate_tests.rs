@@ -7,6 +7,7 @@ use super::*;
 use crate::api::{BlueGreen, Component, Pause, ReleasePlanSpec, Step, Strategy as ApiStrategy};
 use crate::plan::replicas::canary_replicas;
 use chrono::TimeZone;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use proptest::prelude::*;
 use serde_json::json;
 

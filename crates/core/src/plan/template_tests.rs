@@ -161,10 +161,10 @@ fn observe_with_copies(
     }
 }
 
-fn templates_of(spec: &ReleasePlanSpec) -> BTreeMap<String, PodTemplateSpec> {
+fn templates_of(spec: &ReleasePlanSpec) -> crate::plan::Templates {
     spec.components
         .iter()
-        .map(|c| (c.name.clone(), c.template.clone()))
+        .map(|c| (c.name.clone(), std::sync::Arc::new(c.template.clone())))
         .collect()
 }
 

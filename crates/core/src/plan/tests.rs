@@ -159,7 +159,7 @@ impl Sim {
     }
 
     /// The target and templates as the controller builds them.
-    fn target(&self) -> (Result<Target, SpecError>, BTreeMap<String, PodTemplateSpec>) {
+    fn target(&self) -> (Result<Target, SpecError>, crate::plan::Templates) {
         match Target::from_spec(&self.spec) {
             Ok(t) => {
                 let (t, templates) = t
@@ -281,7 +281,7 @@ impl Sim {
         }
     }
 
-    fn templates(&self) -> BTreeMap<String, PodTemplateSpec> {
+    fn templates(&self) -> crate::plan::Templates {
         self.target().1
     }
 
@@ -2476,3 +2476,16 @@ mod notify_tests;
 mod order_tests;
 #[path = "window_tests.rs"]
 mod window_sim;
+
+/// A decision's intents share the templates they were given: a reconcile
+/// holds one decoded copy of a component's template, not one per intent.
+#[test]
+fn intents_share_the_templates_they_were_given() {
+    let sim = Sim::new(canary_spec());
+    let templates = sim.templates();
+    let d = decide(&sim.observe(), &templates);
+    let TemplateSource::Spec(t) = &d.deployments[0].template else {
+        panic!("{:?}", d.deployments)
+    };
+    assert!(std::sync::Arc::ptr_eq(t, &templates["web"]));
+}
