@@ -97,26 +97,18 @@ pub(crate) async fn run(
         },
     };
     let (waiting, config) = (copied.waiting, copied.pruned);
-    let recorded = if seen.obs.deleting {
-        Ok(())
-    } else {
-        store_templates(ctx, plan, ns, decision).await
-    };
-    let written = (&seen.owned[..], &seen.stored[..]);
-    let acted = match deployments(ctx, plan, ns, written, &waiting, decision).await {
-        Acted::Done => super::adopt::act(ctx, plan, ns, &seen.obs.adopted, &decision.adopt).await,
-        other => other,
-    };
-    let acted = match acted {
-        Acted::Done => super::traffic::act(ctx, plan, ns, &seen.services, &decision.traffic).await,
-        other => other,
-    };
-    let acted = match acted {
-        Acted::Done => {
-            super::autoscale::act(ctx, plan, ns, (&seen.scales, &seen.hpas), &decision.scales).await
+    // The revisions' templates are stored beside the Deployment writes, not
+    // before them: neither reads the other's result (a failed store is
+    // retried by the next reconcile), and a new revision's Deployment then
+    // waits one round trip less.
+    let recording = async {
+        if seen.obs.deleting {
+            Ok(())
+        } else {
+            store_templates(ctx, plan, ns, decision).await
         }
-        other => other,
     };
+    let (recorded, acted) = futures::join!(recording, objects(ctx, plan, seen, &waiting, decision));
     // A refused copy is reported once the other writes went through (they
     // do not depend on it: only its own revision's Deployment waits).
     let acted = match (acted, copied.refusal) {
@@ -145,6 +137,33 @@ pub(crate) async fn run(
             pruned: Ok(()),
             config: Ok(()),
         },
+    }
+}
+
+/// The Deployments, then the adopted ones, the traffic and the scales, each
+/// once the one before went through.
+async fn objects(
+    ctx: &Context,
+    plan: &ReleasePlan,
+    seen: &Seen,
+    waiting: &std::collections::BTreeSet<String>,
+    decision: &Decision,
+) -> Acted {
+    let ns = &seen.ns;
+    let written = (&seen.owned[..], &seen.stored[..]);
+    let acted = match deployments(ctx, plan, ns, written, waiting, decision).await {
+        Acted::Done => super::adopt::act(ctx, plan, ns, &seen.obs.adopted, &decision.adopt).await,
+        other => other,
+    };
+    let acted = match acted {
+        Acted::Done => super::traffic::act(ctx, plan, ns, &seen.services, &decision.traffic).await,
+        other => other,
+    };
+    match acted {
+        Acted::Done => {
+            super::autoscale::act(ctx, plan, ns, (&seen.scales, &seen.hpas), &decision.scales).await
+        }
+        other => other,
     }
 }
 

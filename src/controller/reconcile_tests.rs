@@ -589,3 +589,51 @@ async fn a_reconcile_keeps_its_template_hashes_until_the_plan_goes() {
     ctx.forget(&ObjectRef::from_obj(&*p));
     assert_eq!(ctx.hashes.len(), 0);
 }
+
+/// A new revision's Deployment is applied while its template is being
+/// stored, not after: the ControllerRevision's answer is held until the
+/// Deployment's apply arrives (or 5 s pass), and the Deployment must arrive
+/// first.
+#[tokio::test]
+async fn a_new_revisions_deployment_does_not_wait_for_its_stored_template() {
+    let order: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let applied = Arc::new(tokio::sync::Notify::new());
+    let svc = {
+        let (order, applied) = (Arc::clone(&order), Arc::clone(&applied));
+        tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let (order, applied) = (Arc::clone(&order), Arc::clone(&applied));
+            async move {
+                let method = req.method().to_string();
+                let path = req.uri().path().to_string();
+                let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                let seen = Seen { method, path, body };
+                if seen.is("PATCH", "") && seen.path.contains("/controllerrevisions/") {
+                    let _ = tokio::time::timeout(Duration::from_secs(5), applied.notified()).await;
+                    order.lock().unwrap().push("template answered");
+                } else if seen.is("PATCH", "") && seen.path.contains("/deployments/") {
+                    order.lock().unwrap().push("deployment applied");
+                    applied.notify_one();
+                }
+                let Reply::Answer(code, body) = happy(&seen) else {
+                    unreachable!()
+                };
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(code)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
+                        .unwrap(),
+                )
+            }
+        })
+    };
+    let ctx = context(Client::new(svc, "ns"));
+    reconcile_inner(&plan(&with_finalizer()), &ctx)
+        .await
+        .unwrap();
+    assert_eq!(
+        *order.lock().unwrap(),
+        ["deployment applied", "template answered"]
+    );
+}
