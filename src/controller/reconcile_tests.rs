@@ -637,3 +637,98 @@ async fn a_new_revisions_deployment_does_not_wait_for_its_stored_template() {
         ["deployment applied", "template answered"]
     );
 }
+
+/// A plan's config copies are read and created at once, not one after the
+/// other: the ConfigMap source's answer is held until the Secret source's
+/// read arrives (or 5 s pass), and that read must come first. Both copies
+/// are then made, and neither holds its revision back.
+#[tokio::test]
+async fn a_plans_config_copies_are_made_at_once() {
+    use crate::api::config::{ConfigKind, digest_of_map, digest_of_secret};
+    use crate::plan::config::{ConfigIntents, CopyIntent};
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    use std::collections::BTreeMap;
+
+    let map: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "shop-conf", "namespace": "ns"}, "data": {"a": "1"}}))
+    .unwrap();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "shop-keys", "namespace": "ns"}, "data": {"k": "dg=="}}))
+    .unwrap();
+    let intents = ConfigIntents {
+        create: vec![
+            CopyIntent {
+                kind: ConfigKind::ConfigMap,
+                source: "shop-conf".into(),
+                name: "shop-conf-1".into(),
+                digest: digest_of_map(&map),
+            },
+            CopyIntent {
+                kind: ConfigKind::Secret,
+                source: "shop-keys".into(),
+                name: "shop-keys-1".into(),
+                digest: digest_of_secret(&secret),
+            },
+        ],
+        delete: Vec::new(),
+    };
+    let order: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let secret_read = Arc::new(tokio::sync::Notify::new());
+    let svc = {
+        let (order, secret_read) = (Arc::clone(&order), Arc::clone(&secret_read));
+        let (map, secret) = (
+            serde_json::to_value(&map).unwrap(),
+            serde_json::to_value(&secret).unwrap(),
+        );
+        tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let (order, secret_read) = (Arc::clone(&order), Arc::clone(&secret_read));
+            let (map, secret) = (map.clone(), secret.clone());
+            async move {
+                let method = req.method().to_string();
+                let path = req.uri().path().to_string();
+                let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                let seen = Seen { method, path, body };
+                let answer = if seen.is("GET", "/configmaps/shop-conf") {
+                    let _ =
+                        tokio::time::timeout(Duration::from_secs(5), secret_read.notified()).await;
+                    order.lock().unwrap().push("configmap source answered");
+                    map
+                } else if seen.is("GET", "/secrets/shop-keys") {
+                    order.lock().unwrap().push("secret source read");
+                    secret_read.notify_one();
+                    secret
+                } else {
+                    assert_eq!(seen.method, "POST", "{seen:?}");
+                    order.lock().unwrap().push("copy created");
+                    seen.body
+                };
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(200)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(
+                            serde_json::to_vec(&answer).unwrap(),
+                        ))
+                        .unwrap(),
+                )
+            }
+        })
+    };
+    let ctx = context(Client::new(svc, "ns"));
+    let carried_by = BTreeMap::from([
+        ("shop-conf-1".to_string(), "web".to_string()),
+        ("shop-keys-1".to_string(), "web".to_string()),
+    ]);
+    let p = plan(&with_finalizer());
+    let copied = super::config::act(&ctx, &p, "ns", &intents, &carried_by).await;
+    let order = order.lock().unwrap().clone();
+    assert_eq!(
+        order[..2],
+        ["secret source read", "configmap source answered"],
+        "{order:?}"
+    );
+    assert_eq!(order.iter().filter(|s| **s == "copy created").count(), 2);
+    assert!(copied.waiting.is_empty(), "{:?}", copied.waiting);
+    assert!(copied.refusal.is_none());
+}
