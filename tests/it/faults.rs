@@ -424,6 +424,14 @@ async fn plans_end_right_under_random_network_faults() {
     tokio::time::sleep(hole).await;
     proxy.set(Fault::Pass);
     let hole_end = Instant::now();
+    // The network stays good until /healthz is 200 again (or the bound the
+    // check below allows has passed): random faults started at once could
+    // go on with another black hole, and the heal measured would be theirs,
+    // not the operator's.
+    let heal_by = hole_end + HEAL_BOUND + Duration::from_secs(STUCK_AFTER);
+    while Instant::now() < heal_by && healthz(op.port).await != Some(200) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 
     // Then random faults for the window, while the waves go on.
     let fault_log: Arc<Mutex<Vec<String>>> = Arc::default();
