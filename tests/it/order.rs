@@ -11,7 +11,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use releaseplan::api::{LABEL_COMPONENT, LABEL_PLAN, Phase, ReleasePlan};
 use serde_json::{Value, json};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use support::fixtures::{plan, template};
 use support::plans::{create_stable, get, request, set_components, wait_phase};
@@ -118,6 +118,29 @@ async fn a_chain_whose_middle_fails_rolls_back_the_later_components_first() {
     );
     assert_eq!(revs.get("api:1").map(|r| r.0), Some(0), "{revs:?}");
 
+    // Every status the plan goes through, from a watch started before the
+    // failure: a poll can miss a short RollbackInProgress on a busy machine.
+    let saw_api_wait = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watch = tokio::spawn({
+        let api = Api::<ReleasePlan>::namespaced(client.clone(), &ns);
+        let saw = std::sync::Arc::clone(&saw_api_wait);
+        async move {
+            use futures::StreamExt;
+            use kube::runtime::WatchStreamExt;
+            let cfg = kube::runtime::watcher::Config::default().fields("metadata.name=shop");
+            let mut plans = std::pin::pin!(kube::runtime::watcher(api, cfg).applied_objects());
+            while let Some(Ok(p)) = plans.next().await {
+                let rolling_back = p
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.phase == Phase::RollbackInProgress);
+                if rolling_back && !waiting_for(&p, "api").is_empty() {
+                    saw.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        }
+    });
+
     // The middle component fails: its new pods crash-loop (kwok's fault stage).
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     let svc_pods = pods
@@ -149,8 +172,7 @@ async fn a_chain_whose_middle_fails_rolls_back_the_later_components_first() {
     // Every view of the cluster during the rollback: an earlier component's
     // new revision loses pods only once the later ones are back on stable.
     let back: RefCell<Vec<&str>> = RefCell::new(Vec::new());
-    let saw_api_wait = Cell::new(false);
-    let (c, n, back_of, saw) = (&client, ns.as_str(), &back, &saw_api_wait);
+    let (c, n, back_of) = (&client, ns.as_str(), &back);
     wait_until(WAIT, "the chain rolled back", move || async move {
         let p = get(c, n, "shop").await?;
         let revs = by_component(c, n).await;
@@ -181,14 +203,14 @@ async fn a_chain_whose_middle_fails_rolls_back_the_later_components_first() {
         let s = p.status.as_ref()?;
         if s.phase == Phase::RollbackInProgress {
             let w = waiting_for(&p, "api");
-            saw.set(saw.get() || !w.is_empty());
             assert!(w.iter().all(|x| x == "svc" || x == "web"), "{w:?}");
         }
         (s.phase == Phase::RolledBack).then_some(())
     })
     .await;
     let back = back.into_inner();
-    let saw_api_wait = saw_api_wait.get();
+    watch.abort();
+    let saw_api_wait = saw_api_wait.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(back, ["web", "svc", "api"], "rolled back in reverse order");
     assert!(
         saw_api_wait,
