@@ -36,6 +36,15 @@ struct Seen {
 }
 
 impl Seen {
+    /// The request as the fake records it: method, path and JSON body.
+    async fn of(req: http::Request<kube::client::Body>) -> Seen {
+        let method = req.method().to_string();
+        let path = req.uri().path().to_string();
+        let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Seen { method, path, body }
+    }
+
     fn is(&self, method: &str, path_end: &str) -> bool {
         self.method == method && self.path.ends_with(path_end)
     }
@@ -59,14 +68,7 @@ fn fake(handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> (Client, Lo
     let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
         let (handler, log) = (Arc::clone(&handler), Arc::clone(&recorded));
         async move {
-            let method = req.method().to_string();
-            let path = req.uri().path().to_string();
-            let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
-            let seen = Seen {
-                method,
-                path,
-                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-            };
+            let seen = Seen::of(req).await;
             let reply = handler(&seen);
             log.lock().unwrap().push(seen);
             match reply {
@@ -603,11 +605,7 @@ async fn a_new_revisions_deployment_does_not_wait_for_its_stored_template() {
         tower::service_fn(move |req: http::Request<kube::client::Body>| {
             let (order, applied) = (Arc::clone(&order), Arc::clone(&applied));
             async move {
-                let method = req.method().to_string();
-                let path = req.uri().path().to_string();
-                let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
-                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                let seen = Seen { method, path, body };
+                let seen = Seen::of(req).await;
                 if seen.is("PATCH", "") && seen.path.contains("/controllerrevisions/") {
                     let _ = tokio::time::timeout(Duration::from_secs(5), applied.notified()).await;
                     order.lock().unwrap().push("template answered");
@@ -684,11 +682,7 @@ async fn a_plans_config_copies_are_made_at_once() {
             let (order, secret_read) = (Arc::clone(&order), Arc::clone(&secret_read));
             let (map, secret) = (map.clone(), secret.clone());
             async move {
-                let method = req.method().to_string();
-                let path = req.uri().path().to_string();
-                let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
-                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                let seen = Seen { method, path, body };
+                let seen = Seen::of(req).await;
                 let answer = if seen.is("GET", "/configmaps/shop-conf") {
                     let _ =
                         tokio::time::timeout(Duration::from_secs(5), secret_read.notified()).await;
