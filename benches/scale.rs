@@ -887,6 +887,7 @@ impl Controller {
                     || l.starts_with("releaseplan_reconcile_failures_total")
                     || l.starts_with("releaseplan_reconcile_runs_total")
                     || l.starts_with("releaseplan_wakes_total")
+                    || l.starts_with("releaseplan_timed_reconciles_total")
                     // Time in reconciles and waiting for one (sum and count:
                     // their means say where a slow convergence waits).
                     || l.starts_with("releaseplan_reconcile_duration_seconds_sum")
@@ -1246,6 +1247,22 @@ fn print_table(f: &Figures) {
                 println!(
                     "| wakes per plan by source, {what} | {} |",
                     wakes.join(", ")
+                );
+            }
+            // Reconciles no change started, by the timer that started them.
+            let timed: Vec<String> = counters
+                .iter()
+                .filter_map(|(k, v)| {
+                    let cause = k
+                        .strip_prefix("releaseplan_timed_reconciles_total{cause=\"")?
+                        .strip_suffix("\"}")?;
+                    (*v > 0.0).then(|| format!("{cause} {:.2}", v / objects.max(1) as f64))
+                })
+                .collect();
+            if !timed.is_empty() {
+                println!(
+                    "| timed reconciles per plan by cause, {what} | {} |",
+                    timed.join(", ")
                 );
             }
             let mean = |name: &str| {

@@ -80,6 +80,8 @@ pub async fn reconcile(cached: Arc<CachedPlan>, ctx: Arc<Context>) -> Result<Act
         // A cache not listed yet reads as "no Deployments, no pods": a
         // decision on it would re-create and re-announce what exists (a new
         // leader's first reconciles would write). Its list comes in seconds.
+        let timer = Some(queue::TIMER_CACHE_SYNC);
+        ctx.queue.timer(key.namespace.as_deref(), &key.name, timer);
         return Ok(Action::requeue(CACHE_SYNC_RETRY));
     }
     let _in_flight = ctx.liveness.reconcile_started();
@@ -91,6 +93,13 @@ pub async fn reconcile(cached: Arc<CachedPlan>, ctx: Arc<Context>) -> Result<Act
         .catch_unwind()
         .await
         .unwrap_or_else(|panic| Err(Error::Panic(panic_message(panic.as_ref()))));
+    let timer = match &res {
+        Ok(next) => next.cause,
+        // The error policy requeues.
+        Err(_) => Some(queue::TIMER_RETRY),
+    };
+    ctx.queue.timer(key.namespace.as_deref(), &key.name, timer);
+    let res = res.map(|next| next.action);
     ctx.metrics
         .duration
         .observe(started.elapsed().as_secs_f64());
@@ -142,12 +151,40 @@ pub fn error_policy(plan: Arc<CachedPlan>, err: &Error, ctx: Arc<Context>) -> Ac
     Action::requeue(delay)
 }
 
+/// What a reconcile returns, and why it comes back by itself (the cause of
+/// a timed requeue, for `releaseplan_timed_reconciles_total`).
+#[derive(Debug)]
+struct Next {
+    action: Action,
+    cause: Option<&'static str>,
+}
+
+impl Next {
+    /// Only a change wakes the plan.
+    fn await_change() -> Self {
+        Next {
+            action: Action::await_change(),
+            cause: None,
+        }
+    }
+}
+
+impl From<Action> for Next {
+    /// An action that waits for a change (the finalizer's).
+    fn from(action: Action) -> Self {
+        Next {
+            action,
+            cause: None,
+        }
+    }
+}
+
 /// finalizer -> observe -> decide -> act -> (decide again on a new refusal)
 /// -> write; the core picks the requeue.
-async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Action, Error> {
+async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Next, Error> {
     let plan = match finalizer::enter(ctx, plan).await? {
         Entered::Reconcile(plan) => plan,
-        Entered::Done(action) => return Ok(action),
+        Entered::Done(action) => return Ok(action.into()),
     };
     write::confirm_unanswered(ctx, &plan);
     let mut seen = observe::observe(ctx, &plan)?;
@@ -156,7 +193,7 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
     let acted = act::run(ctx, &plan, &seen, &decision).await;
     if acted.namespace_terminating {
         info!("the namespace is being deleted: waiting for the plan's own deletion");
-        return Ok(Action::await_change());
+        return Ok(Next::await_change());
     }
     // A write refused anew (or one that went through again): the core
     // decides knowing it, and status says so.
@@ -175,24 +212,38 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Actio
     };
     let written = write::status(ctx, &plan, &seen, &decision).await?;
     if decision.finalize {
-        return finalizer::release(ctx, &plan).await;
+        return finalizer::release(ctx, &plan).await.map(Next::from);
     }
     acted.result().and(jobs).and(copies)?;
+    let core = |d: &Decision| {
+        d.requeue_after
+            .zip(d.requeue_cause)
+            .map(|(after, cause)| (after, cause.as_str()))
+    };
     // A Deployment applied but not cached yet: back when its answer expires.
-    let mut requeue = decision
-        .requeue_after
+    let stand_in = seen.stand_in.map(|after| (after, queue::TIMER_STAND_IN));
+    let mut requeue = [core(&decision), stand_in]
         .into_iter()
-        .chain(seen.stand_in)
-        .min();
+        .flatten()
+        .min_by_key(|r| r.0);
     if let Some(written) = written
         && written.spec.components.iter().all(|c| c.adopt.is_none())
     {
         let base = plan.metadata.resource_version.clone();
-        requeue = quiet_landing(ctx, base, &written, &decision).map_or(requeue, |again| {
-            again.requeue_after.into_iter().chain(requeue).min()
-        });
+        if let Some(again) = quiet_landing(ctx, base, &written, &decision) {
+            requeue = [core(&again), requeue]
+                .into_iter()
+                .flatten()
+                .min_by_key(|r| r.0);
+        }
     }
-    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+    Ok(match requeue {
+        Some((after, cause)) => Next {
+            action: Action::requeue(after),
+            cause: Some(cause),
+        },
+        None => Next::await_change(),
+    })
 }
 
 /// After a status write: the decision its watch event's reconcile would

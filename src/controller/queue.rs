@@ -99,6 +99,20 @@ impl WakeSource {
     }
 }
 
+/// Causes of timed requeues the controller adds to the core's
+/// ([`crate::plan::machine::Requeue`]), each a series of
+/// `releaseplan_timed_reconciles_total` from the start.
+pub const TIMERS: [&str; 4] = [TIMER_STAND_IN, TIMER_CACHE_SYNC, TIMER_RETRY, TIMER_UNKNOWN];
+/// A Deployment written but not cached yet: its answer expires.
+pub const TIMER_STAND_IN: &str = "stand_in";
+/// The caches were not listed yet when the reconcile started.
+pub const TIMER_CACHE_SYNC: &str = "cache_sync";
+/// The reconcile failed: a retry after backoff (or a conflict).
+pub const TIMER_RETRY: &str = "retry";
+/// A reconcile with no change noted and no timer remembered (the first of a
+/// plan the sweep found, say).
+pub const TIMER_UNKNOWN: &str = "unknown";
+
 /// A status write whose landing needs no reconcile ([`Queue::quiet_write`]).
 struct Quiet {
     /// The plan's version the write was made on.
@@ -111,6 +125,9 @@ struct Quiet {
 /// per [`WakeSource`], logged at debug level when the reconcile starts).
 pub struct Queue {
     pending: Mutex<HashMap<Key, (Instant, u16)>>,
+    /// Of each plan with a timed requeue ahead, why (a cause of
+    /// `releaseplan_timed_reconciles_total`): kept only while one is ahead.
+    timers: Mutex<HashMap<Key, &'static str>>,
     /// Of each plan, the resourceVersion of this process's last status write
     /// whose watch event needs no reconcile ([`Queue::quiet_write`]).
     quiet: Mutex<HashMap<Key, Quiet>>,
@@ -122,6 +139,7 @@ impl Queue {
     pub fn new(metrics: Arc<Metrics>) -> Self {
         Queue {
             pending: Mutex::new(HashMap::new()),
+            timers: Mutex::new(HashMap::new()),
             quiet: Mutex::new(HashMap::new()),
             metrics,
         }
@@ -142,11 +160,13 @@ impl Queue {
         self.set_depth(map.len());
     }
 
-    /// The plan's reconcile starts: its wait ends (none for a timed requeue).
+    /// The plan's reconcile starts: its wait ends. With no change noted it is
+    /// a timed requeue, counted by the cause its last reconcile gave.
     pub fn started(&self, namespace: Option<&str>, name: &str) {
+        let key = (namespace.map(str::to_string), name.to_string());
+        let timer = self.timers_lock().remove(&key);
         let mut map = self.lock();
-        if let Some((since, bits)) = map.remove(&(namespace.map(str::to_string), name.to_string()))
-        {
+        if let Some((since, bits)) = map.remove(&key) {
             self.metrics
                 .queue_wait
                 .observe(since.elapsed().as_secs_f64());
@@ -160,14 +180,42 @@ impl Queue {
                     .collect::<Vec<_>>(),
                 "reconcile starts"
             );
+        } else {
+            let cause = timer.unwrap_or(TIMER_UNKNOWN);
+            self.metrics
+                .timed_reconciles
+                .get_or_create(&crate::ops::metrics::TimerLabel { cause })
+                .inc();
+            tracing::debug!(
+                namespace = namespace.unwrap_or_default(),
+                plan = name,
+                timer = cause,
+                "reconcile starts"
+            );
         }
         self.set_depth(map.len());
+    }
+
+    /// The plan's reconcile ended: it comes back by itself for `cause`
+    /// (`None`: only a change wakes it).
+    pub fn timer(&self, namespace: Option<&str>, name: &str, cause: Option<&'static str>) {
+        let key = (namespace.map(str::to_string), name.to_string());
+        let mut timers = self.timers_lock();
+        match cause {
+            Some(c) => {
+                timers.insert(key, c);
+            }
+            None => {
+                timers.remove(&key);
+            }
+        }
     }
 
     /// The plan is gone before its reconcile ran: it no longer waits.
     pub fn forget(&self, namespace: Option<&str>, name: &str) {
         let key = (namespace.map(str::to_string), name.to_string());
         self.quiet_lock().remove(&key);
+        self.timers_lock().remove(&key);
         let mut map = self.lock();
         map.remove(&key);
         self.set_depth(map.len());
@@ -221,10 +269,12 @@ impl Queue {
         false
     }
 
-    /// The plans waiting, or whose quiet write has not landed.
+    /// The plans waiting, whose quiet write has not landed, or with a timer
+    /// ahead.
     pub fn plans(&self) -> Vec<kube::runtime::reflector::ObjectRef<crate::api::ReleasePlan>> {
         let mut keys: Vec<Key> = self.lock().keys().cloned().collect();
         keys.extend(self.quiet_lock().keys().cloned());
+        keys.extend(self.timers_lock().keys().cloned());
         keys.sort();
         keys.dedup();
         keys.into_iter()
@@ -240,6 +290,10 @@ impl Queue {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, (Instant, u16)>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn timers_lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, &'static str>> {
+        self.timers.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn quiet_lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Quiet>> {
@@ -283,6 +337,40 @@ mod tests {
         assert!(
             text.contains("releaseplan_wakes_total{source=\"freeze\"} 0"),
             "{text}"
+        );
+        assert!(
+            text.contains("releaseplan_timed_reconciles_total{cause=\"unknown\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_timed_reconcile_is_counted_by_the_cause_its_last_reconcile_gave() {
+        let metrics = Arc::new(Metrics::new());
+        let q = Queue::new(Arc::clone(&metrics));
+        q.timer(Some("a"), "p", Some("safety"));
+        q.started(Some("a"), "p");
+        // A change noted before the timer fires: the reconcile is the
+        // change's, and the timer it replaced is not counted.
+        q.timer(Some("a"), "p", Some("safety"));
+        q.changed(Some("a"), "p", WakeSource::Pod);
+        q.started(Some("a"), "p");
+        // Waiting on changes only, then started by none: unknown.
+        q.timer(Some("a"), "p", None);
+        q.started(Some("a"), "p");
+        let text = metrics.render();
+        for (cause, n) in [
+            ("safety", 1),
+            ("unknown", 1),
+            ("new_step", 0),
+            ("stand_in", 0),
+        ] {
+            let line = format!("releaseplan_timed_reconciles_total{{cause=\"{cause}\"}} {n}");
+            assert!(text.contains(&line), "{line} in {text}");
+        }
+        assert!(
+            q.timers_lock().is_empty(),
+            "a timer is forgotten once it ran"
         );
     }
 }

@@ -227,7 +227,7 @@ async fn a_deleted_plan_whose_finalizer_is_gone_ends_without_a_request() {
     let (client, log) = fake(|_| status(500, "InternalError", "no request expected"));
     let ctx = context(client);
     let p = plan(&json!({"deletionTimestamp": "2026-12-01T00:00:00Z", "finalizers": ["other"]}));
-    let action = reconcile_inner(&p, &ctx).await.unwrap();
+    let action = reconcile_inner(&p, &ctx).await.unwrap().action;
     assert_eq!(action, Action::await_change());
     assert!(log.lock().unwrap().is_empty(), "{:?}", log.lock().unwrap());
 }
@@ -242,7 +242,7 @@ async fn foreground_deletion_only_removes_the_finalizer() {
     patched["metadata"]["finalizers"] = json!(["foregroundDeletion"]);
     let (client, log) = fake(move |_| Reply::Answer(200, patched.clone()));
     let ctx = context(client);
-    let action = reconcile_inner(&p, &ctx).await.unwrap();
+    let action = reconcile_inner(&p, &ctx).await.unwrap().action;
     assert_eq!(action, Action::await_change());
     let log = log.lock().unwrap();
     assert_eq!(log.len(), 1, "{log:?}");
@@ -268,7 +268,10 @@ async fn a_finalizer_patch_that_conflicts_is_a_conflict_and_writes_nothing_else(
 async fn a_plan_gone_before_its_finalizer_is_added_ends_quietly() {
     let (client, log) = fake(|_| status(404, "NotFound", "releaseplans \"shop\" not found"));
     let ctx = context(client);
-    let action = reconcile_inner(&plan(&json!({})), &ctx).await.unwrap();
+    let action = reconcile_inner(&plan(&json!({})), &ctx)
+        .await
+        .unwrap()
+        .action;
     assert_eq!(action, Action::await_change());
     assert_eq!(writes(&log).len(), 1);
     assert!(events(&log).await.is_empty());
@@ -563,7 +566,7 @@ async fn a_reconcile_before_its_apply_is_cached_does_not_apply_again() {
             .count()
     };
     assert_eq!(applies(&log), 1, "{:?}", writes(&log));
-    let action = reconcile_inner(&landed(&log), &ctx).await.unwrap();
+    let action = reconcile_inner(&landed(&log), &ctx).await.unwrap().action;
     assert_eq!(applies(&log), 1, "applied again: {:?}", writes(&log));
     assert!(
         action != Action::await_change(),

@@ -24,6 +24,14 @@ pub struct WakeLabel {
     pub source: &'static str,
 }
 
+/// Label set of a timed reconcile: why it came back with no change.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TimerLabel {
+    /// A core requeue cause (`new_step`, `safety`, `step_ends`...) or one of
+    /// the controller's (`stand_in`, `cache_sync`, `retry`, `unknown`).
+    pub cause: &'static str,
+}
+
 /// Label set of a finished rollout.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabel {
@@ -202,6 +210,9 @@ pub struct Metrics {
     /// Changes that woke a plan, by what changed (its own watch event, one of
     /// its objects, a gate result...): where reconciles come from.
     pub wakes: Family<WakeLabel, Counter>,
+    /// Reconciles that no change started (a timed requeue), by the cause the
+    /// reconcile before gave: what timers cost.
+    pub timed_reconciles: Family<TimerLabel, Counter>,
     /// One series per plan, value 1, labelled with its phase and whether it is
     /// halted, so an alert can name the plan; removed with the plan.
     pub plan_info: Family<PlanLabel, Gauge>,
@@ -370,6 +381,19 @@ impl Metrics {
             "Changes that woke a ReleasePlan for a reconcile, by source",
             wakes.clone(),
         );
+        let timed_reconciles = Family::<TimerLabel, Counter>::default();
+        let causes = crate::plan::machine::Requeue::ALL
+            .iter()
+            .map(|r| r.as_str())
+            .chain(crate::controller::queue::TIMERS);
+        for cause in causes {
+            let _ = timed_reconciles.get_or_create(&TimerLabel { cause });
+        }
+        registry.register(
+            "timed_reconciles",
+            "Reconciles of a ReleasePlan that no change started (a timed requeue), by cause",
+            timed_reconciles.clone(),
+        );
         registry.register(
             "reconcile_queue_depth",
             "ReleasePlans changed and waiting for their reconcile",
@@ -449,6 +473,7 @@ impl Metrics {
             queue_depth,
             queue_wait,
             wakes,
+            timed_reconciles,
             plan_info,
             cached_objects,
             cached_bytes,

@@ -603,52 +603,120 @@ pub fn events(
     out
 }
 
-/// When to look again even without a watch event.
+/// Why a decision looks again after a while (`Decision::requeue_cause`):
+/// the metrics count the reconciles that no watch event started by this
+/// cause, so a bench can see which timer costs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requeue {
+    /// A new step starts: act on it at once.
+    NewStep,
+    /// The safety look while rolling out: nothing else is due sooner.
+    Safety,
+    /// The current step's pause or bake time ends.
+    StepEnds,
+    /// The step's progress deadline passes.
+    ProgressDeadline,
+    /// A running Job gate times out.
+    JobTimeout,
+    /// A rollback in progress looks again.
+    Rollback,
+    /// A blue-green switch's old revision scales down.
+    BlueGreenWindow,
+    /// Pods held while a traffic change drains go.
+    TrafficDrain,
+    /// A window opens or a freeze ends.
+    Window,
+}
+
+impl Requeue {
+    /// Every cause, each a series from the start.
+    pub const ALL: [Requeue; 9] = [
+        Requeue::NewStep,
+        Requeue::Safety,
+        Requeue::StepEnds,
+        Requeue::ProgressDeadline,
+        Requeue::JobTimeout,
+        Requeue::Rollback,
+        Requeue::BlueGreenWindow,
+        Requeue::TrafficDrain,
+        Requeue::Window,
+    ];
+
+    /// The metric's label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Requeue::NewStep => "new_step",
+            Requeue::Safety => "safety",
+            Requeue::StepEnds => "step_ends",
+            Requeue::ProgressDeadline => "progress_deadline",
+            Requeue::JobTimeout => "job_timeout",
+            Requeue::Rollback => "rollback",
+            Requeue::BlueGreenWindow => "blue_green_window",
+            Requeue::TrafficDrain => "traffic_drain",
+            Requeue::Window => "window",
+        }
+    }
+}
+
+/// When to look again even without a watch event, and why.
 pub fn requeue_after(
     obs: &Observation,
     target: &Target,
     facts: &Facts,
     status: &ReleasePlanStatus,
-) -> Option<Duration> {
+) -> Option<(Duration, Requeue)> {
     // Pods held while a traffic change drains go when it has.
-    let drained = super::traffic::drain_left(obs, target).map(|l| l + Duration::from_millis(500));
+    let drained = super::traffic::drain_left(obs, target)
+        .map(|l| (l + Duration::from_millis(500), Requeue::TrafficDrain));
     let next = requeue_for_phase(obs, target, facts, status);
     // A held plan looks again when its window opens or its freeze ends.
-    let opens = super::windows::wake_after(facts, obs.now);
-    [next, drained, opens].into_iter().flatten().min()
+    let opens = super::windows::wake_after(facts, obs.now).map(|d| (d, Requeue::Window));
+    [next, drained, opens]
+        .into_iter()
+        .flatten()
+        .min_by_key(|(d, _)| *d)
 }
+
+/// While a rollout waits on its pods (or on nothing due sooner), it looks
+/// again this often: a belt for a watch event missed. Every change it waits
+/// on wakes it, and every timer it waits on is its own requeue.
+pub const SAFETY: Duration = Duration::from_secs(60);
 
 fn requeue_for_phase(
     obs: &Observation,
     target: &Target,
     facts: &Facts,
     status: &ReleasePlanStatus,
-) -> Option<Duration> {
-    const SAFETY: Duration = Duration::from_secs(60);
+) -> Option<(Duration, Requeue)> {
     match status.phase {
         // A blue-green switch's old revision scales down when its window ends.
         Phase::Stable => desired::blue_green_window(obs, target, status)
-            .map(|left| left + Duration::from_millis(500)),
+            .map(|left| (left + Duration::from_millis(500), Requeue::BlueGreenWindow)),
         Phase::Pending | Phase::RolledBack => None,
-        Phase::RollbackInProgress => Some(Duration::from_secs(30)),
+        Phase::RollbackInProgress => Some((Duration::from_secs(30), Requeue::Rollback)),
         Phase::RollingOut => {
             if status.phase != obs.status.phase
                 || status.current_step != obs.status.current_step
                 || status.observed_generation != obs.status.observed_generation
             {
                 // The new step starts now: look again soon to act on it.
-                return Some(Duration::from_secs(1));
+                return Some((Duration::from_secs(1), Requeue::NewStep));
             }
-            let mut next = SAFETY;
+            let mut next = (SAFETY, Requeue::Safety);
+            let mut sooner = |d: Duration, why: Requeue| {
+                if d < next.0 {
+                    next = (d, why);
+                }
+            };
             if let Some(remaining) = facts.current.ends_in()
                 && !facts.paused
                 && facts.held.is_none()
             {
-                next = next.min(remaining + Duration::from_millis(500));
+                sooner(remaining + Duration::from_millis(500), Requeue::StepEnds);
             }
             if !facts.step_ready {
                 let left = target.progress_deadline.saturating_sub(facts.step_age);
-                next = next.min(left + Duration::from_secs(1));
+                sooner(left + Duration::from_secs(1), Requeue::ProgressDeadline);
             }
             // A running Job gate times out then (finished Jobs wake the plan).
             if let Some(left) = crate::gates::job::next_timeout(
@@ -658,9 +726,9 @@ fn requeue_for_phase(
                 &obs.jobs,
                 obs.now,
             ) {
-                next = next.min(left + Duration::from_millis(500));
+                sooner(left + Duration::from_millis(500), Requeue::JobTimeout);
             }
-            Some(next.max(Duration::from_millis(500)))
+            Some((next.0.max(Duration::from_millis(500)), next.1))
         }
     }
 }

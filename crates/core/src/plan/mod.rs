@@ -132,6 +132,8 @@ pub struct Decision {
     pub events: Vec<EventIntent>,
     /// Look again after this long even if nothing changes.
     pub requeue_after: Option<Duration>,
+    /// Why it looks again then (with `requeue_after`).
+    pub requeue_cause: Option<machine::Requeue>,
     /// Deletion may proceed: remove the finalizer.
     pub finalize: bool,
     /// What happened in this decision, for metrics (never re-derived from
@@ -269,11 +271,12 @@ pub fn decide(obs: &Observation, templates: &Templates) -> Decision {
             Phase::Pending | Phase::Stable | Phase::RolledBack => true,
             Phase::RollingOut | Phase::RollbackInProgress => false,
         } || nothing_to_protect(obs, &status));
-    let requeue_after = if finalize {
+    let requeue = if finalize {
         None
     } else {
         machine::requeue_after(obs, target, &facts, &status)
     };
+    let (requeue_after, requeue_cause) = (requeue.map(|r| r.0), requeue.map(|r| r.1));
     let notices = crate::notify::notices(obs.now, &obs.status, target, &cause, &status, &events);
     Decision {
         status,
@@ -287,6 +290,7 @@ pub fn decide(obs: &Observation, templates: &Templates) -> Decision {
         template_copies,
         events,
         requeue_after,
+        requeue_cause,
         finalize,
         transition: cause,
         notices,
@@ -517,6 +521,7 @@ fn invalid_spec(obs: &Observation, e: &SpecError) -> Decision {
         template_copies: crate::gates::template::CopyIntents::default(),
         events,
         requeue_after: None,
+        requeue_cause: None,
         // A plan whose spec is broken holds no rollout worth protecting.
         finalize: obs.deleting,
         transition: machine::Cause::None,

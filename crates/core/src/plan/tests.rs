@@ -542,6 +542,30 @@ fn first_release_goes_to_full_scale_then_stable() {
     );
 }
 
+/// Each timed requeue names its cause, so the metrics can count what each
+/// timer costs.
+#[test]
+fn a_rollout_says_why_it_looks_again() {
+    use super::machine::{Requeue, SAFETY};
+    let mut sim = Sim::new(canary_spec());
+    let d = sim.reconcile();
+    assert_eq!(
+        (d.requeue_after, d.requeue_cause),
+        (Some(Duration::from_secs(1)), Some(Requeue::NewStep)),
+        "a new step is acted on at once"
+    );
+    let d = sim.reconcile();
+    assert_eq!(
+        (d.requeue_after, d.requeue_cause),
+        (Some(SAFETY), Some(Requeue::Safety)),
+        "waiting on pods: only the safety look is timed"
+    );
+    sim.pods_ready();
+    let d = sim.reconcile();
+    assert_eq!(sim.status.phase, Phase::Stable);
+    assert_eq!((d.requeue_after, d.requeue_cause), (None, None));
+}
+
 /// `Decision::repeats` says a status write needs no reconcile when it lands
 /// only when deciding again on it does nothing new: through a first release
 /// and a canary walked step by step (pods ready, pauses timed out, a human
