@@ -17,6 +17,8 @@
 //!    (SIGKILL) under a second standby. For each: time until the standby
 //!    leads and until it has reconciled every plan (`releaseplan_plans` sums
 //!    to N), and its writes other than the Lease (there should be none).
+//!    Sharded (`RP_BENCH_SHARDS`), the stopped replica is the first shard's
+//!    holder, and the standby takes over that shard's plans only.
 //! 5. Floor (`RP_BENCH_FLOOR=1`): the controller stopped, N plain Deployments
 //!    of the same pods created at once; time to all ready. What the cluster
 //!    itself needs, which no controller can beat.
@@ -612,8 +614,9 @@ fn first_writes(
 }
 
 /// Whether the failover phase runs (ours only; `RP_BENCH_FAILOVER=0` skips it).
+/// Sharded, a standby takes over the first replica's shard.
 fn failover_on(kind: Kind) -> bool {
-    kind == Kind::ReleasePlan && shards() == 1 && env_or("RP_BENCH_FAILOVER", 1) == 1
+    kind == Kind::ReleasePlan && env_or("RP_BENCH_FAILOVER", 1) == 1
 }
 
 /// Shards of ours (`RP_BENCH_SHARDS`, default 1): that many replicas run
@@ -629,8 +632,16 @@ struct Failover {
     how: String,
     /// Seconds from the signal until the standby leads (`releaseplan_leader 1`).
     leads_after: f64,
-    /// Seconds from the signal until it has reconciled every plan.
+    /// Seconds from the signal until it has reconciled every plan (of the
+    /// shard it took over, sharded).
     caught_up_after: f64,
+    /// The plans it took over: every plan, or the stopped replica's shard's.
+    #[serde(default)]
+    plans: f64,
+    /// The Lease's duration, s: a killed holder's shard is taken over after
+    /// it expires.
+    #[serde(default)]
+    lease_seconds: f64,
     /// CPU seconds of the new leader from the signal to 5 s after catching up.
     cpu: f64,
     /// Writes of the controller's user from the signal to 5 s after catching
@@ -646,6 +657,9 @@ struct Failover {
     peak_rss_mib: f64,
 }
 
+/// The Lease duration the bench gives the operator (its default), s.
+const LEASE_SECONDS: f64 = 15.0;
+
 /// The operator as the bench runs it, on the audited user's kubeconfig.
 async fn start_ours(ns: &str, leader_election: bool) -> Operator {
     let mut l = Operator::launcher(ns)
@@ -653,7 +667,9 @@ async fn start_ours(ns: &str, leader_election: bool) -> Operator {
         .rust_log(&std::env::var("RP_BENCH_RUST_LOG").unwrap_or_else(|_| "warn".to_string()))
         .env("KUBECONFIG", &env_path("RP_AUDIT_KUBECONFIG"));
     if leader_election || shards() > 1 {
-        l = l.leader_election(ns);
+        l = l
+            .leader_election(ns)
+            .args(["--lease-seconds", &LEASE_SECONDS.to_string()]);
     }
     if shards() > 1 {
         l = l.args(["--shards", &shards().to_string()]);
@@ -667,14 +683,15 @@ async fn metric(op: &Operator, name: &str) -> f64 {
 }
 
 /// Starts a standby, stops `leader` (SIGKILL with `kill`, else SIGTERM) and
-/// measures the standby's takeover; returns the figures and the new leader.
+/// measures the standby's takeover of its plans (every plan, or its shard's);
+/// returns the figures and the new leader.
 async fn failover(
     ns: &str,
     audit_log: &str,
-    n: usize,
     mut leader: Operator,
     kill: bool,
 ) -> (Failover, Operator) {
+    let plans = metric(&leader, "releaseplan_plans").await;
     let standby = start_ours(ns, true).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
@@ -697,10 +714,8 @@ async fn failover(
     })
     .await;
     let leads_after = start.elapsed().as_secs_f64();
-    #[allow(clippy::cast_precision_loss)]
-    let all = n as f64;
     wait_until(limit, "the new leader reconciled every plan", || async {
-        (metric(&standby, "releaseplan_plans").await >= all).then_some(())
+        (metric(&standby, "releaseplan_plans").await >= plans).then_some(())
     })
     .await;
     let caught_up_after = start.elapsed().as_secs_f64();
@@ -719,6 +734,8 @@ async fn failover(
         how: if kill { "SIGKILL" } else { "SIGTERM" }.into(),
         leads_after,
         caught_up_after,
+        plans,
+        lease_seconds: LEASE_SECONDS,
         cpu: u1.cpu - u0.cpu,
         writes,
         lease_writes,
@@ -1071,12 +1088,15 @@ async fn run(client: &Client, kind: Kind, n: usize) -> Figures {
     f.peak_rss_replica_mib = replica_peak as f64 / 1024.0;
     watch.abort();
     let controller = match controller {
-        Controller::Ours(mut ops) if failover_on(kind) && ops.len() == 1 => {
+        Controller::Ours(mut ops) if failover_on(kind) && !ops.is_empty() => {
+            // Sharded, the first replica's shard moves to a standby; the
+            // others keep theirs.
             let leader = ops.remove(0);
-            let (terminated, leader) = failover(&ns, &audit_log, n, leader, false).await;
-            let (killed, leader) = failover(&ns, &audit_log, n, leader, true).await;
+            let (terminated, leader) = failover(&ns, &audit_log, leader, false).await;
+            let (killed, leader) = failover(&ns, &audit_log, leader, true).await;
             f.failover = vec![terminated, killed];
-            Controller::Ours(vec![leader])
+            ops.insert(0, leader);
+            Controller::Ours(ops)
         }
         other => other,
     };
@@ -1321,9 +1341,16 @@ fn print_table(f: &Figures) {
         );
     }
     for fo in &f.failover {
+        #[allow(clippy::cast_precision_loss)]
+        let plans = if fo.plans > 0.0 { fo.plans } else { f.n as f64 };
+        let whose = if f.shards > 1 {
+            "to a shard's holder"
+        } else {
+            "to the leader"
+        };
         println!(
-            "| failover ({} to the leader, {} Stable plans): s until the standby leads / has reconciled every plan | {:.1} / {:.1} |",
-            fo.how, f.n, fo.leads_after, fo.caught_up_after
+            "| failover ({} {whose}, {plans:.0} Stable plans, Lease {:.0} s): s until the standby leads / has reconciled each of them | {:.1} / {:.1} |",
+            fo.how, fo.lease_seconds, fo.leads_after, fo.caught_up_after
         );
         println!(
             "| failover ({}): writes of the new leader but the Lease / Lease writes / CPU s / RSS, peak RSS MiB | {} / {} / {:.2} / {:.1}, {:.1} |",
