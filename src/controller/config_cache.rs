@@ -181,7 +181,7 @@ where
     // The most recent list, in pages: a list "of any version" comes from the
     // API server's cache, which ignores `limit`, and Secrets (Helm's release
     // Secrets above all) can be many megabytes in one response.
-    watcher(api, watcher::Config::default())
+    watcher(api, super::watches::listed())
         .backoff(watch_backoff())
         .inspect(watched::<CachedConfig<K>, _>(liveness))
         .modify(trim::<K>)

@@ -44,12 +44,12 @@ pub async fn run(
     let ns = settings.namespace.as_deref();
     let (plan_store, plan_writer) = reflector::store::<CachedPlan>();
     let plans_listed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    // The most recent list, in pages of 500: a list "of any version" is
+    // The most recent list, in pages (`listed`): a list "of any version" is
     // served from the API server's cache, which ignores `limit`, so a start
     // read every plan in one response (managedFields included) and decoded
     // it whole before the trim; and it may be older than what the previous
     // leader wrote.
-    let plan_stream = watcher(scoped(&client, ns), watcher::Config::default())
+    let plan_stream = watcher(scoped(&client, ns), super::watches::listed())
         .backoff(watch_backoff())
         .inspect(watched::<CachedPlan, _>(&liveness))
         // Plans of other shards are neither cached nor reconciled.
