@@ -215,10 +215,10 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Next,
         return finalizer::release(ctx, &plan).await.map(Next::from);
     }
     acted.result().and(jobs).and(copies)?;
+    // A requeue without a cause is still a requeue.
     let core = |d: &Decision| {
-        d.requeue_after
-            .zip(d.requeue_cause)
-            .map(|(after, cause)| (after, cause.as_str()))
+        let cause = d.requeue_cause.map_or(queue::TIMER_UNKNOWN, |c| c.as_str());
+        d.requeue_after.map(|after| (after, cause))
     };
     // A Deployment applied but not cached yet: back when its answer expires.
     let stand_in = seen.stand_in.map(|after| (after, queue::TIMER_STAND_IN));
