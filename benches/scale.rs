@@ -1141,6 +1141,21 @@ fn writes_cell(w: &Writes) -> String {
     format!("{} ({})", w.total, kinds.join(", "))
 }
 
+/// The counters of one metric with one label (`prefix` is the metric's name
+/// up to the label's value), each as (label value, value per object).
+fn per_plan_by_label<'a>(
+    counters: &'a BTreeMap<String, f64>,
+    prefix: &'a str,
+    objects: usize,
+) -> impl Iterator<Item = (&'a str, f64)> + 'a {
+    #[allow(clippy::cast_precision_loss)]
+    let objects = objects.max(1) as f64;
+    counters.iter().filter_map(move |(k, v)| {
+        let label = k.strip_prefix(prefix)?.strip_suffix("\"}")?;
+        Some((label, v / objects))
+    })
+}
+
 fn counters_cell(c: &BTreeMap<String, f64>) -> String {
     let v: Vec<String> = c
         .iter()
@@ -1254,15 +1269,9 @@ fn print_table(f: &Figures) {
                 "| reconciles per plan, {what} | {:.1} |",
                 runs / objects.max(1) as f64
             );
-            let wakes: Vec<String> = counters
-                .iter()
-                .filter_map(|(k, v)| {
-                    let source = k
-                        .strip_prefix("releaseplan_wakes_total{source=\"")?
-                        .strip_suffix("\"}")?;
-                    Some(format!("{source} {:.1}", v / objects.max(1) as f64))
-                })
-                .collect();
+            let wakes = per_plan_by_label(counters, "releaseplan_wakes_total{source=\"", objects)
+                .map(|(source, v)| format!("{source} {v:.1}"))
+                .collect::<Vec<_>>();
             if !wakes.is_empty() {
                 println!(
                     "| wakes per plan by source, {what} | {} |",
@@ -1270,15 +1279,14 @@ fn print_table(f: &Figures) {
                 );
             }
             // Reconciles no change started, by the timer that started them.
-            let timed: Vec<String> = counters
-                .iter()
-                .filter_map(|(k, v)| {
-                    let cause = k
-                        .strip_prefix("releaseplan_timed_reconciles_total{cause=\"")?
-                        .strip_suffix("\"}")?;
-                    (*v > 0.0).then(|| format!("{cause} {:.2}", v / objects.max(1) as f64))
-                })
-                .collect();
+            let timed = per_plan_by_label(
+                counters,
+                "releaseplan_timed_reconciles_total{cause=\"",
+                objects,
+            )
+            .filter(|(_, v)| *v > 0.0)
+            .map(|(cause, v)| format!("{cause} {v:.2}"))
+            .collect::<Vec<_>>();
             if !timed.is_empty() {
                 println!(
                     "| timed reconciles per plan by cause, {what} | {} |",

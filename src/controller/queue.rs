@@ -6,6 +6,8 @@
 //! noted on their way in and cleared when the reconcile starts. Timed
 //! requeues (a pause, a retry after an error) are not noted: they wait on
 //! purpose, and counting them would hide a real backlog among planned waits.
+//! They are counted apart instead, by the cause the reconcile before gave
+//! (`releaseplan_timed_reconciles_total`).
 
 use crate::ops::metrics::Metrics;
 use std::collections::HashMap;
