@@ -5,6 +5,7 @@ use ipnet::IpNet;
 use releaseplan::controller::router::Dispatch as _;
 use releaseplan::controller::{self, Settings};
 use releaseplan::gates::outbound::{self, GateHttp, HostRule, OutboundPolicy};
+use releaseplan::ops::api_client;
 use releaseplan::ops::leader::{self, LeaderConfig};
 use releaseplan::ops::liveness::Liveness;
 use releaseplan::ops::metrics::Metrics;
@@ -193,7 +194,8 @@ fn identity(args: &Args) -> String {
 
 /// The client of the controller, under the `--qps`/`--burst` limit, and the
 /// client of leader election, outside it: a busy controller must never hold
-/// up the lease renewal.
+/// up the lease renewal. Each is one HTTP/2 connection where the API server
+/// offers it (`ops::api_client`), so the two never wait on each other.
 /// Both count their requests in `metrics`, the limited one inside the limit
 /// (a duration is the API server's, not the wait for a token).
 async fn clients(
@@ -205,13 +207,11 @@ async fn clients(
         .await
         .map_err(|e| MainError::Config(kube::Error::InferConfig(e)))?;
     let counted = RequestMetricsLayer::new(Arc::clone(metrics)).with_liveness(Arc::clone(liveness));
-    let limited = kube::client::ClientBuilder::try_from(config.clone())?
+    let limited = api_client::builder(config.clone())?
         .with_layer(&counted)
         .with_layer(&RateLimitLayer::new(args.qps, args.burst))
         .build();
-    let lease = kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&counted)
-        .build();
+    let lease = api_client::builder(config)?.with_layer(&counted).build();
     Ok((limited, lease))
 }
 

@@ -2,6 +2,7 @@
 //! sharding, logging,
 //! the client-side rate limit and the API request metrics.
 
+pub mod api_client;
 pub mod leader;
 pub mod liveness;
 pub mod metrics;

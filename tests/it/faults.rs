@@ -16,6 +16,11 @@
 //!   transition's Event exactly once, no request storm, `/healthz` 503
 //!   during a black hole longer than the bound and 200 after.
 //!
+//! - `the_operator_talks_to_the_api_server_over_two_connections`: every
+//!   watch and request shares one HTTP/2 connection, and leader election
+//!   and the heartbeat another (`ops::api_client`), counted at the proxy
+//!   while plans roll out; over HTTP/1.1 each watch held one of its own.
+//!
 //! - `memory_of_a_plan_deleted_behind_a_black_hole_is_swept`: a plan that
 //!   goes while the operator cannot see it (deleted and its finalizer removed
 //!   by hand behind a black hole) never gets a last reconcile; what the
@@ -141,6 +146,62 @@ async fn healthz_recovers_within_seconds_after_an_outage_with_no_plans() {
     println!(
         "/healthz 200 again {:?} after the black hole ended",
         back.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn the_operator_talks_to_the_api_server_over_two_connections() {
+    let h = Harness::new("conns").await;
+    let (proxy, op) = proxied_operator(&h, 60).await;
+    let proxy = Arc::new(proxy);
+    let (client, ns) = (h.client.clone(), h.ns.clone());
+    wait_until(Duration::from_secs(30), "/healthz 200", || async {
+        (healthz(op.port).await == Some(200)).then_some(())
+    })
+    .await;
+    // From here on, the most connections open at once, every 50 ms.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = tokio::spawn({
+        let (proxy, stop) = (Arc::clone(&proxy), Arc::clone(&stop));
+        async move {
+            let mut most = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(proxy.open());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            most
+        }
+    });
+    // Three plans released and rolled out at once: watches of every kind,
+    // and writes in flight together.
+    let names = ["c0", "c1", "c2"];
+    futures::future::join_all(names.iter().map(|name| {
+        create_stable(
+            &client,
+            &ns,
+            name,
+            json!({"components": [good("shop:1")], "strategy": {"steps": long_steps()}}),
+        )
+    }))
+    .await;
+    for name in names {
+        set_components(&client, &ns, name, json!([good("shop:2")])).await;
+    }
+    for name in names {
+        support::plans::wait_phase(&client, &ns, name, Phase::Stable, Duration::from_secs(120))
+            .await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let most = sampler.await.unwrap();
+    let requests = op.counter("releaseplan_kube_requests_total").await;
+    println!(
+        "at most {most} connections open at once; {} accepted in all; {requests} requests",
+        proxy.connections()
+    );
+    assert!(
+        most <= 2,
+        "{most} connections to the API server open at once (one for the work, one for the lease)\n{}",
+        op.log_text()
     );
 }
 

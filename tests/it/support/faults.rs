@@ -87,6 +87,7 @@ pub struct FaultProxy {
     pub addr: SocketAddr,
     state: watch::Sender<State>,
     connections: Arc<AtomicU64>,
+    open: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -105,6 +106,8 @@ impl FaultProxy {
         });
         let connections = Arc::new(AtomicU64::new(0));
         let count = Arc::clone(&connections);
+        let open = Arc::new(AtomicU64::new(0));
+        let open_now = Arc::clone(&open);
         let task = tokio::spawn(async move {
             let mut seed = 1u64;
             loop {
@@ -112,14 +115,20 @@ impl FaultProxy {
                     continue;
                 };
                 count.fetch_add(1, Ordering::Relaxed);
+                open_now.fetch_add(1, Ordering::Relaxed);
                 seed += 1;
-                tokio::spawn(connection(client, upstream, rx.clone(), seed));
+                let (rx, open_now) = (rx.clone(), Arc::clone(&open_now));
+                tokio::spawn(async move {
+                    connection(client, upstream, rx, seed).await;
+                    open_now.fetch_sub(1, Ordering::Relaxed);
+                });
             }
         });
         FaultProxy {
             addr,
             state,
             connections,
+            open,
             task,
         }
     }
@@ -137,6 +146,11 @@ impl FaultProxy {
     /// Connections accepted so far.
     pub fn connections(&self) -> u64 {
         self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Connections open now (accepted, and neither side has ended them).
+    pub fn open(&self) -> u64 {
+        self.open.load(Ordering::Relaxed)
     }
 
     /// A copy of the kubeconfig at `from` whose server is this proxy, written

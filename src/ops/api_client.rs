@@ -1,0 +1,230 @@
+//! The operator's HTTP client to the API server: HTTP/2 when the server
+//! offers it (ALPN), one connection that carries every watch and request.
+//!
+//! kube's own stack speaks HTTP/1.1 only, where each open watch holds a
+//! connection of its own and each request in flight another: about 80
+//! connections at a cold start of 1000 plans, each with its TLS state and a
+//! read buffer that grows to the largest list page it carried (docs/
+//! benchmarks.md, "HTTP/2 to the API server"). client-go speaks HTTP/2 to the
+//! API server too, and pings an idle connection the same way: every 30 s,
+//! given up after 15 s without an answer, so a connection that died without a
+//! reset fails every watch on it and they start again on a new one.
+//!
+//! The layers are kube's (`ClientBuilder::try_from`), in its order: the base
+//! URI, retries of 429/503 (`Config::default_retry`), authentication (a token
+//! file is read again when it changes) and extra headers. A configuration
+//! with a proxy goes through kube's builder unchanged: its tunnel is HTTP/1.1.
+
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use kube::client::retry::RetryPolicy;
+use kube::client::{Body, ClientBuilder, ConfigExt, DynBody};
+use kube::config::Config;
+use std::time::Duration;
+use tower::retry::RetryLayer;
+use tower::{BoxError, ServiceBuilder, ServiceExt};
+
+/// The flow-control window of each stream: what the API server may send on
+/// one watch before the operator reads it (Go's HTTP/2 transport, which
+/// client-go uses, gives 4 MiB too).
+pub const STREAM_WINDOW: u32 = 4 << 20;
+/// The window of the whole connection: as Go's transport, so large that a
+/// watch read late never holds up the others on the connection (each stays
+/// bounded by its own stream window). hyper's default, 5 MiB, let one slow
+/// stream stall the rest, and the API server closed watches it could not
+/// write to ("Forcing ... watcher close due to unresponsiveness").
+pub const CONNECTION_WINDOW: u32 = 1 << 30;
+
+/// The client stack kube's builder makes, so callers add layers as before.
+pub type Stack = tower::util::BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
+
+/// How often an idle connection is pinged (client-go's `ReadIdleTimeout`).
+pub const PING_EVERY: Duration = Duration::from_secs(30);
+/// How long a ping may go unanswered before the connection is given up
+/// (client-go's `PingTimeout`).
+pub const PING_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A client builder for `config` that speaks HTTP/2 to a server offering
+/// it over TLS, and HTTP/1.1 otherwise.
+///
+/// # Errors
+///
+/// What kube's own builder reports: an unreadable certificate, key or
+/// token, or a bad TLS server name.
+pub fn builder(config: Config) -> Result<ClientBuilder<Stack>, kube::Error> {
+    if config.proxy_url.is_some() {
+        return ClientBuilder::try_from(config);
+    }
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(config.connect_timeout);
+    http.set_nodelay(true);
+    let tls = config.rustls_client_config()?;
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    let https = match config.tls_server_name.as_deref() {
+        Some(name) => {
+            let name = rustls::pki_types::ServerName::try_from(name.to_string()).map_err(|e| {
+                kube::Error::RustlsTls(kube::client::RustlsTlsError::InvalidServerName(e))
+            })?;
+            https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name))
+        }
+        None => https,
+    }
+    .enable_all_versions()
+    .wrap_connector(http);
+    let hyper = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .http2_initial_stream_window_size(STREAM_WINDOW)
+        .http2_initial_connection_window_size(CONNECTION_WINDOW)
+        .http2_keep_alive_interval(PING_EVERY)
+        .http2_keep_alive_timeout(PING_TIMEOUT)
+        .http2_keep_alive_while_idle(true)
+        .build(https);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(
+            config
+                .default_retry
+                .then(|| RetryLayer::new(RetryPolicy::server_retry())),
+        )
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(hyper)
+        .map_response(|res| res.map(|body| Box::new(body.map_err(BoxError::from)) as Box<DynBody>))
+        .boxed();
+    Ok(ClientBuilder::new(service, config.default_namespace))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    /// A CA and a certificate for 127.0.0.1 signed by it.
+    fn pki() -> (
+        Vec<u8>,
+        rustls::pki_types::CertificateDer<'static>,
+        rustls::pki_types::PrivateKeyDer<'static>,
+    ) {
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+        let leaf = CertificateParams::new(vec!["127.0.0.1".into()]).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = leaf.signed_by(&key, &ca).unwrap();
+        (
+            ca.der().to_vec(),
+            cert.der().clone(),
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+    }
+
+    /// What a test server saw: connections accepted, and the HTTP version of
+    /// each request.
+    #[derive(Default)]
+    struct Seen {
+        connections: AtomicUsize,
+        versions: Mutex<Vec<http::Version>>,
+    }
+
+    /// An HTTPS server on 127.0.0.1 offering `alpn`, answering every request
+    /// with `{}` after 50 ms (so requests overlap).
+    async fn serve(alpn: &[&[u8]]) -> (String, Vec<u8>, Arc<Seen>) {
+        let (ca, cert, key) = pki();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert], key)
+            .unwrap();
+        tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        let seen = Arc::new(Seen::default());
+        let server_seen = Arc::clone(&seen);
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                server_seen.connections.fetch_add(1, Ordering::SeqCst);
+                let (acceptor, seen) = (acceptor.clone(), Arc::clone(&server_seen));
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service =
+                        hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                            let seen = Arc::clone(&seen);
+                            async move {
+                                seen.versions.lock().unwrap().push(req.version());
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                                Ok::<_, std::convert::Infallible>(Response::new(
+                                    http_body_util::Full::new(hyper::body::Bytes::from_static(
+                                        b"{}",
+                                    )),
+                                ))
+                            }
+                        });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        (url, ca, seen)
+    }
+
+    /// A client of `builder` for the server at `url`, trusting `ca`.
+    fn client(url: &str, ca: Vec<u8>) -> kube::Client {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut config = Config::new(url.parse().unwrap());
+        config.root_cert = Some(vec![ca]);
+        builder(config).unwrap().build()
+    }
+
+    /// Sends `n` requests at once; each must be answered.
+    async fn requests(client: &kube::Client, n: usize) {
+        // The first alone, as the operator's CRD check comes before its
+        // watches: later requests find its connection in the pool.
+        let one = || async {
+            let req = Request::get("/version").body(Vec::new()).unwrap();
+            client.request_text(req).await.unwrap()
+        };
+        assert_eq!(one().await, "{}");
+        let answers = futures::future::join_all((1..n).map(|_| one())).await;
+        assert!(answers.iter().all(|a| a == "{}"));
+    }
+
+    #[tokio::test]
+    async fn requests_at_once_share_one_http2_connection() {
+        let (url, ca, seen) = serve(&[b"h2", b"http/1.1"]).await;
+        let client = client(&url, ca);
+        requests(&client, 20).await;
+        let versions = seen.versions.lock().unwrap().clone();
+        assert_eq!(versions.len(), 20);
+        assert!(
+            versions.iter().all(|v| *v == http::Version::HTTP_2),
+            "{versions:?}"
+        );
+        assert_eq!(seen.connections.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_server_without_http2_is_spoken_to_in_http1() {
+        let (url, ca, seen) = serve(&[b"http/1.1"]).await;
+        let client = client(&url, ca);
+        requests(&client, 5).await;
+        let versions = seen.versions.lock().unwrap().clone();
+        assert_eq!(versions, vec![http::Version::HTTP_11; 5]);
+        // Requests in flight together each need a connection of their own.
+        assert!(seen.connections.load(Ordering::SeqCst) > 1);
+    }
+}
