@@ -7,6 +7,7 @@
 //! the types of [`crate::api::cached`] skip managedFields while decoding.
 
 use crate::api::cached::{CachedDeployment, CachedPod};
+use k8s_openapi::api::apps::v1::DeploymentStatus;
 use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::api::core::v1::Service;
 use kube::{Resource, ResourceExt};
@@ -26,17 +27,24 @@ pub fn plan<K: Resource>(p: &mut K) {
 /// A Deployment is decoded as a [`CachedDeployment`]: its metadata (labels,
 /// owner references), its spec as JSON text (the apply compares it with the
 /// desired one, and a revision whose template left the spec is re-applied
-/// from it) and the replica counts of its status, without managedFields;
-/// annotations (but an adopted Deployment's original replicas) and status
-/// conditions are never read.
+/// from it) and of its status the three counts read (`replicas`,
+/// `readyReplicas`, `updatedReplicas`), without managedFields; annotations
+/// (but an adopted Deployment's original replicas), the other counts,
+/// `observedGeneration` and conditions are never read. A status write that
+/// changes only those (the controller manager writes `observedGeneration`
+/// and `availableReplicas` apart from the counts) then leaves the cached
+/// object equal, and wakes nothing.
 pub fn deployment(d: &mut CachedDeployment) {
     // But for the replicas an adopted Deployment had (`adopt`): applied again
     // with every scale of it.
     d.annotations_mut()
         .retain(|k, _| k == crate::api::ANNOTATION_ADOPTED_REPLICAS);
-    if let Some(s) = d.status.as_mut() {
-        s.conditions = None;
-    }
+    d.status = d.status.take().map(|s| DeploymentStatus {
+        replicas: s.replicas,
+        ready_replicas: s.ready_replicas,
+        updated_replicas: s.updated_replicas,
+        ..DeploymentStatus::default()
+    });
 }
 
 /// A pod is decoded as a [`CachedPod`] (labels, and of each container's
@@ -162,6 +170,49 @@ mod tests {
             (Some(2), Some(1), Some(2))
         );
         assert!(s.conditions.is_none());
+    }
+
+    /// A revision Deployment as the controller manager writes it while its
+    /// pods come up, trimmed.
+    fn deployment_with(status: serde_json::Value) -> CachedDeployment {
+        let mut d: CachedDeployment = serde_json::from_value(json!({
+            "metadata": {"name": "shop-web-x", "namespace": "prod", "generation": 2,
+                "labels": {"releaseplan.io/plan": "shop"}},
+            "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "app", "image": "a:1"}]}}},
+            "status": status
+        }))
+        .unwrap();
+        deployment(&mut d);
+        d
+    }
+
+    #[test]
+    fn a_deployment_status_write_of_counts_nobody_reads_wakes_nothing() {
+        use crate::controller::index::Wakes;
+        let before = deployment_with(json!({"observedGeneration": 1, "replicas": 2,
+            "updatedReplicas": 2, "readyReplicas": 1, "availableReplicas": 1, "unavailableReplicas": 1}));
+        // The controller manager's next writes: the generation observed,
+        // then a pod available after minReadySeconds, then one terminating.
+        for later in [
+            json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2,
+                "readyReplicas": 1, "availableReplicas": 1, "unavailableReplicas": 1}),
+            json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2,
+                "readyReplicas": 1, "availableReplicas": 2, "unavailableReplicas": 0}),
+            json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 1,
+                "availableReplicas": 2, "terminatingReplicas": 1, "collisionCount": 1}),
+        ] {
+            let after = deployment_with(later.clone());
+            assert!(!CachedDeployment::wakes(Some(&before), &after), "{later}");
+        }
+        // What the core reads wakes: a pod ready, pods created or updated.
+        for later in [
+            json!({"replicas": 2, "updatedReplicas": 2, "readyReplicas": 2}),
+            json!({"replicas": 3, "updatedReplicas": 2, "readyReplicas": 1}),
+            json!({"replicas": 2, "updatedReplicas": 1, "readyReplicas": 1}),
+        ] {
+            let after = deployment_with(later.clone());
+            assert!(CachedDeployment::wakes(Some(&before), &after), "{later}");
+        }
     }
 
     fn failing_pod() -> CachedPod {
