@@ -59,7 +59,6 @@ pub fn builder(config: Config) -> Result<ClientBuilder<Stack>, kube::Error> {
     }
     let mut http = HttpConnector::new();
     http.enforce_http(false);
-    http.set_connect_timeout(config.connect_timeout);
     http.set_nodelay(true);
     let tls = config.rustls_client_config()?;
     let https = hyper_rustls::HttpsConnectorBuilder::new()
@@ -76,6 +75,14 @@ pub fn builder(config: Config) -> Result<ClientBuilder<Stack>, kube::Error> {
     }
     .enable_all_versions()
     .wrap_connector(http);
+    // As kube's builder: the connect timeout covers the TLS handshake too (a
+    // peer that accepts and then says nothing), and the configuration's read
+    // and write timeouts apply (none by default: a watch waits for events).
+    let mut connector = hyper_timeout::TimeoutConnector::new(https);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
     let hyper = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
@@ -84,7 +91,7 @@ pub fn builder(config: Config) -> Result<ClientBuilder<Stack>, kube::Error> {
         .http2_keep_alive_interval(PING_EVERY)
         .http2_keep_alive_timeout(PING_TIMEOUT)
         .http2_keep_alive_while_idle(true)
-        .build(https);
+        .build(connector);
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(
@@ -215,6 +222,32 @@ mod tests {
             "{versions:?}"
         );
         assert_eq!(seen.connections.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_server_that_accepts_and_says_nothing_fails_the_request_in_the_connect_timeout() {
+        // It accepts the TCP connection, then never answers the TLS hello.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((tcp, _)) = listener.accept().await {
+                open.push(tcp);
+            }
+        });
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut config = Config::new(url.parse().unwrap());
+        config.root_cert = Some(vec![pki().0]);
+        config.default_retry = false;
+        config.connect_timeout = Some(Duration::from_secs(1));
+        let client = builder(config).unwrap().build();
+        let req = Request::get("/version").body(Vec::new()).unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(20), client.request_text(req)).await;
+        assert!(
+            matches!(answer, Ok(Err(_))),
+            "the request should fail after the 1 s connect timeout: {answer:?}"
+        );
+        held.abort();
     }
 
     #[tokio::test]
