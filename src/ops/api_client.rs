@@ -5,7 +5,7 @@
 //! connection of its own and each request in flight another: about 80
 //! connections at a cold start of 1000 plans, each with its TLS state and a
 //! read buffer that grows to the largest list page it carried (docs/
-//! benchmarks.md, "HTTP/2 to the API server"). client-go speaks HTTP/2 to the
+//! decisions.md, "HTTP/2 to the API server"). client-go speaks HTTP/2 to the
 //! API server too, and pings an idle connection the same way: every 30 s,
 //! given up after 15 s without an answer, so a connection that died without a
 //! reset fails every watch on it and they start again on a new one.
@@ -30,11 +30,10 @@ use tower::{BoxError, ServiceBuilder, ServiceExt};
 /// one watch before the operator reads it (Go's HTTP/2 transport, which
 /// client-go uses, gives 4 MiB too).
 pub const STREAM_WINDOW: u32 = 4 << 20;
-/// The window of the whole connection: as Go's transport, so large that a
-/// watch read late never holds up the others on the connection (each stays
-/// bounded by its own stream window). hyper's default, 5 MiB, let one slow
-/// stream stall the rest, and the API server closed watches it could not
-/// write to ("Forcing ... watcher close due to unresponsiveness").
+/// The window of the whole connection: as Go's transport, so large that it
+/// never binds before a stream's own, and a watch read late never holds up
+/// the others on the connection (each stays bounded by its stream window;
+/// hyper's default, 5 MiB, is about one watch's worth).
 pub const CONNECTION_WINDOW: u32 = 1 << 30;
 
 /// The client stack kube's builder makes, so callers add layers as before.
