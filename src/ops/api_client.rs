@@ -12,8 +12,10 @@
 //!
 //! The layers are kube's (`ClientBuilder::try_from`), in its order: the base
 //! URI, retries of 429/503 (`Config::default_retry`), authentication (a token
-//! file is read again when it changes) and extra headers. A configuration
-//! with a proxy goes through kube's builder unchanged: its tunnel is HTTP/1.1.
+//! file is read again when it changes) and extra headers; kube's tracing
+//! layer is left out (`ops::requests` logs a failed request instead). A
+//! configuration with a proxy goes to kube's builder, as before: this build
+//! of kube has no proxy support, and refuses it with a clear error.
 
 use http::{Request, Response};
 use http_body_util::BodyExt;
@@ -85,6 +87,11 @@ pub fn builder(config: Config) -> Result<ClientBuilder<Stack>, kube::Error> {
     let hyper = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
+        // hyper counts an HTTP/2 connection idle from its last new request,
+        // not its last stream: after 90 s with only watches on it, the pool
+        // would drop it and the next request open a second one beside it.
+        // A dead connection still goes: the pings find it.
+        .pool_idle_timeout(None)
         .http2_initial_stream_window_size(STREAM_WINDOW)
         .http2_initial_connection_window_size(CONNECTION_WINDOW)
         .http2_keep_alive_interval(PING_EVERY)

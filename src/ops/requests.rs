@@ -73,7 +73,7 @@ impl<S, B, RB> Service<http::Request<B>> for RequestMetrics<S>
 where
     S: Service<http::Request<B>, Response = http::Response<RB>>,
     S::Future: Send + 'static,
-    S::Error: 'static,
+    S::Error: std::fmt::Display + 'static,
     RB: 'static,
 {
     type Response = S::Response;
@@ -103,6 +103,17 @@ where
                 Ok(r) => r.status().as_u16().to_string(),
                 Err(_) => "error".to_string(),
             };
+            // What kube's tracing layer logged before the operator built its
+            // own client (`ops::api_client`): a server error or no answer.
+            match &res {
+                Err(e) => {
+                    tracing::warn!(verb, %resource, error = %e, "request to the API server failed");
+                }
+                Ok(r) if r.status().is_server_error() => {
+                    tracing::warn!(verb, %resource, code = %code, "the API server answered with an error");
+                }
+                Ok(_) => {}
+            }
             if let (Some(l), Ok(r)) = (&liveness, &res)
                 && verb == "watch"
                 && r.status().is_success()
@@ -293,6 +304,67 @@ mod tests {
             text.contains(r#"releaseplan_kube_request_duration_seconds_count{verb="update"} 1"#)
         );
         assert!(!text.contains(r#"releaseplan_kube_request_duration_seconds_count{verb="watch"}"#));
+    }
+
+    /// Log lines written while the guard lives, on this thread.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_request_without_an_answer_or_with_a_5xx_is_logged_and_a_conflict_is_not() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let _guard = tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_writer(move || writer.clone())
+                .with_ansi(false)
+                .finish(),
+        );
+        let svc = tower::service_fn(|req: http::Request<()>| async move {
+            match req.uri().path() {
+                p if p.contains("/pods") => Err("connection reset".to_string()),
+                p if p.contains("/deployments") => {
+                    Ok(http::Response::builder().status(503).body(()).unwrap())
+                }
+                _ => Ok(http::Response::builder().status(409).body(()).unwrap()),
+            }
+        });
+        let mut svc = RequestMetricsLayer::new(Arc::new(Metrics::new())).layer(svc);
+        for uri in [
+            "/api/v1/namespaces/a/pods",
+            "/apis/apps/v1/namespaces/a/deployments/d",
+            "/apis/releaseplan.io/v1alpha1/namespaces/a/releaseplans/p/status",
+        ] {
+            let req = http::Request::builder().uri(uri).body(()).unwrap();
+            let _ = tower::ServiceExt::oneshot(&mut svc, req).await;
+        }
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            text.contains("WARN") && text.contains("request to the API server failed"),
+            "{text}"
+        );
+        assert!(
+            text.contains("resource=pods") && text.contains("connection reset"),
+            "{text}"
+        );
+        assert!(
+            text.contains("resource=deployments") && text.contains("code=503"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("releaseplans"),
+            "a 409 is an answer, not a failure: {text}"
+        );
     }
 
     #[tokio::test]
