@@ -28,24 +28,24 @@ use std::time::Duration;
 use tower::retry::RetryLayer;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 
+/// The client stack kube's builder makes, so callers add layers as before.
+pub type Stack = tower::util::BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
+
 /// The flow-control window of each stream: what the API server may send on
 /// one watch before the operator reads it (Go's HTTP/2 transport, which
 /// client-go uses, gives 4 MiB too).
-pub const STREAM_WINDOW: u32 = 4 << 20;
+const STREAM_WINDOW: u32 = 4 << 20;
 /// The window of the whole connection: as Go's transport, so large that it
 /// never binds before a stream's own, and a watch read late never holds up
 /// the others on the connection (each stays bounded by its stream window;
 /// hyper's default, 5 MiB, is about one watch's worth).
-pub const CONNECTION_WINDOW: u32 = 1 << 30;
-
-/// The client stack kube's builder makes, so callers add layers as before.
-pub type Stack = tower::util::BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
+const CONNECTION_WINDOW: u32 = 1 << 30;
 
 /// How often an idle connection is pinged (client-go's `ReadIdleTimeout`).
-pub const PING_EVERY: Duration = Duration::from_secs(30);
+const PING_EVERY: Duration = Duration::from_secs(30);
 /// How long a ping may go unanswered before the connection is given up
 /// (client-go's `PingTimeout`).
-pub const PING_TIMEOUT: Duration = Duration::from_secs(15);
+const PING_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A client builder for `config` that speaks HTTP/2 to a server offering
 /// it over TLS, and HTTP/1.1 otherwise.

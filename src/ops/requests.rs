@@ -99,21 +99,22 @@ where
         Box::pin(async move {
             let res = fut.await;
             drop(waiting);
+            // A server error or no answer is logged too, as kube's tracing
+            // layer did before the operator built its own client
+            // (`ops::api_client`).
             let code = match &res {
-                Ok(r) => r.status().as_u16().to_string(),
-                Err(_) => "error".to_string(),
-            };
-            // What kube's tracing layer logged before the operator built its
-            // own client (`ops::api_client`): a server error or no answer.
-            match &res {
+                Ok(r) => {
+                    let code = r.status().as_u16().to_string();
+                    if r.status().is_server_error() {
+                        tracing::warn!(verb, %resource, code = %code, "the API server answered with an error");
+                    }
+                    code
+                }
                 Err(e) => {
                     tracing::warn!(verb, %resource, error = %e, "request to the API server failed");
+                    "error".to_string()
                 }
-                Ok(r) if r.status().is_server_error() => {
-                    tracing::warn!(verb, %resource, code = %code, "the API server answered with an error");
-                }
-                Ok(_) => {}
-            }
+            };
             if let (Some(l), Ok(r)) = (&liveness, &res)
                 && verb == "watch"
                 && r.status().is_success()
