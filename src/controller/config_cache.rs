@@ -8,6 +8,7 @@ use super::{ok_only, scoped, watch_backoff, watched};
 use crate::api::ReleasePlan;
 use crate::api::cached::{CachedPlan, Footprint};
 use crate::api::config::{CachedConfig, CachedConfigMap, CachedSecret, ConfigKind};
+use crate::ops::shard::Shard;
 use crate::plan::config::{ConfigObs, references};
 use futures::{Stream, StreamExt};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -131,6 +132,7 @@ pub fn plans_reading(
 pub fn watch(
     client: &kube::Client,
     ns: Option<&str>,
+    shard: Option<Shard>,
     liveness: &Arc<crate::ops::liveness::Liveness>,
     plans: Store<CachedPlan>,
 ) -> (
@@ -145,6 +147,7 @@ pub fn watch(
         scoped::<CachedConfigMap>(client, ns),
         map_writer,
         map_copies.writer(),
+        shard,
         plans.clone(),
         liveness,
     );
@@ -152,6 +155,7 @@ pub fn watch(
         scoped::<CachedSecret>(client, ns),
         secret_writer,
         secret_copies.writer(),
+        shard,
         plans,
         liveness,
     );
@@ -171,6 +175,7 @@ fn config_watch<K>(
     api: Api<CachedConfig<K>>,
     writer: reflector::store::Writer<CachedConfig<K>>,
     mut copy_writer: super::index::PlanCacheWriter<CachedConfig<K>>,
+    shard: Option<Shard>,
     plans: Store<CachedPlan>,
     liveness: &Arc<crate::ops::liveness::Liveness>,
 ) -> impl Stream<Item = ObjectRef<ReleasePlan>> + Send + 'static
@@ -189,7 +194,7 @@ where
             let mut writer = writer;
             move |e| {
                 if let Ok(e) = e {
-                    copy_writer.apply(e);
+                    copies_apply(&mut copy_writer, shard, e);
                     sources_apply(&mut writer, e);
                 }
             }
@@ -197,18 +202,59 @@ where
         .touched_objects()
         .filter_map(ok_only)
         .flat_map(move |o| {
-            let mut wakes = Vec::new();
-            if let Ok(o) = o {
-                let ns = o.namespace();
-                if let Some(plan) = o.plan.as_deref()
-                    && let Some(ns) = &ns
-                {
-                    wakes.push(ObjectRef::new(plan).within(ns));
-                }
-                wakes.extend(plans_reading(&plans, K::KIND, ns.as_deref(), &o.name_any()));
-            }
+            let wakes = o.map(|o| woken(&o, shard, &plans)).unwrap_or_default();
             futures::stream::iter(wakes)
         })
+}
+
+/// The plans a change of `o` wakes: those of this shard reading it, and the
+/// plan whose copy it is if that plan is this shard's (a wake for another
+/// shard's plan finds no plan here: each replica woke for every copy).
+fn woken<K>(
+    o: &CachedConfig<K>,
+    shard: Option<Shard>,
+    plans: &Store<CachedPlan>,
+) -> Vec<ObjectRef<ReleasePlan>>
+where
+    K: crate::api::config::KindOf,
+    CachedConfig<K>: kube::Resource<DynamicType = ()>,
+{
+    let mut wakes = Vec::new();
+    let ns = o.namespace();
+    if let Some(plan) = o.plan.as_deref()
+        && let Some(ns) = &ns
+        && shard.is_none_or(|s| s.owns(ns, plan))
+    {
+        wakes.push(ObjectRef::new(plan).within(ns));
+    }
+    wakes.extend(plans_reading(plans, K::KIND, ns.as_deref(), &o.name_any()));
+    wakes
+}
+
+/// Applies `event` to the copy index: with a shard, only the copies of its
+/// own plans. Another shard's copies are neither cached nor wake a plan
+/// (each replica held every plan's copies and woke for each); one whose plan
+/// label moved it to another shard leaves the index, as if deleted.
+fn copies_apply<K>(
+    writer: &mut super::index::PlanCacheWriter<CachedConfig<K>>,
+    shard: Option<Shard>,
+    event: &watcher::Event<CachedConfig<K>>,
+) where
+    CachedConfig<K>: super::Watched + crate::api::cached::Labelled + super::index::Wakes,
+{
+    let theirs = |o: &CachedConfig<K>| {
+        let ns = o.metadata.namespace.as_deref().unwrap_or_default();
+        matches!((shard, o.plan.as_deref()), (Some(s), Some(p)) if !s.owns(ns, p))
+    };
+    match event {
+        watcher::Event::Apply(o) | watcher::Event::Delete(o) if theirs(o) => {
+            writer.apply(&watcher::Event::Delete(o.clone()));
+        }
+        watcher::Event::InitApply(o) if theirs(o) => {}
+        e => {
+            writer.apply(e);
+        }
+    }
 }
 
 /// Applies `event` to the store of sources, which holds no copy: a copy is
@@ -335,5 +381,59 @@ mod tests {
         assert_eq!(caches.map_copies.len(), 2);
         apply(watcher::Event::Delete(map("app-1", None)));
         assert!(caches.get("n", ConfigKind::ConfigMap, "app-1").is_none());
+    }
+
+    /// Each replica of a sharded operator used to hold every plan's copies
+    /// and wake for each: only its own shard's are cached now.
+    #[test]
+    fn a_shard_caches_only_its_own_plans_copies() {
+        let shard = Shard { index: 0, count: 2 };
+        let plan_of = |index: u32| {
+            (0..)
+                .map(|i| format!("app{i}"))
+                .find(|p| crate::ops::shard::of("n", p, 2) == index)
+                .unwrap()
+        };
+        let (ours, theirs) = (plan_of(0), plan_of(1));
+        let copies = PlanCache::<CachedConfigMap>::default();
+        let mut writer = copies.writer();
+        let mut apply = |e: watcher::Event<CachedConfigMap>| {
+            copies_apply(&mut writer, Some(shard), &e);
+        };
+        apply(watcher::Event::Init);
+        apply(watcher::Event::InitApply(map("a-1", Some(&ours))));
+        apply(watcher::Event::InitApply(map("b-1", Some(&theirs))));
+        apply(watcher::Event::InitDone);
+        apply(watcher::Event::Apply(map("b-2", Some(&theirs))));
+        apply(watcher::Event::Apply(map("a-2", Some(&ours))));
+        assert_eq!(copies.len(), 2, "only our plan's two copies");
+        assert!(copies.get("n", "b-1").is_none() && copies.get("n", "b-2").is_none());
+        // A copy relabelled to the other shard's plan leaves the index.
+        apply(watcher::Event::Apply(map("a-1", Some(&theirs))));
+        assert!(copies.get("n", "a-1").is_none());
+        assert_eq!(copies.of_plan("n", &ours).len(), 1);
+        // Unsharded, every copy is cached.
+        let all = PlanCache::<CachedConfigMap>::default();
+        let mut writer = all.writer();
+        for e in [
+            watcher::Event::Apply(map("a-1", Some(&ours))),
+            watcher::Event::Apply(map("b-1", Some(&theirs))),
+        ] {
+            copies_apply(&mut writer, None, &e);
+        }
+        assert_eq!(all.len(), 2);
+        // Nor does another shard's copy wake its plan.
+        let plans = reflector::store::<CachedPlan>().0;
+        let names =
+            |w: Vec<ObjectRef<ReleasePlan>>| w.into_iter().map(|r| r.name).collect::<Vec<_>>();
+        assert_eq!(
+            names(woken(&map("a-1", Some(&ours)), Some(shard), &plans)),
+            vec![ours.as_str()]
+        );
+        assert!(woken(&map("b-1", Some(&theirs)), Some(shard), &plans).is_empty());
+        assert_eq!(
+            names(woken(&map("b-1", Some(&theirs)), None, &plans)),
+            vec![theirs.as_str()]
+        );
     }
 }

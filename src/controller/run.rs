@@ -189,7 +189,7 @@ pub async fn run(
         templates::watch(&client, ns, &liveness, plan_store.clone());
     let (config, config_wake) = if settings.config_versioning {
         let (caches, wakes) =
-            super::config_cache::watch(&client, ns, &liveness, plan_store.clone());
+            super::config_cache::watch(&client, ns, settings.shard, &liveness, plan_store.clone());
         (caches, wakes.boxed())
     } else {
         (

@@ -3,6 +3,8 @@
 use crate::support;
 
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::ListParams;
 use kube::{Api, Client};
 use releaseplan::api::Phase;
 use serde_json::json;
@@ -175,9 +177,21 @@ async fn shards_split_the_plans_and_a_standby_takes_over_a_shard() {
     assert_ne!(sa, sb, "two replicas, two shards: one each");
     let holder_of = |s: u32| if s == sa { "op-a" } else { "op-b" };
 
-    // Plans of both shards, each reconciled by its shard's replica only.
+    // Plans of both shards, each reconciled by its shard's replica only;
+    // each reads a ConfigMap, so each has a copy of it.
+    let maps = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    let source = serde_json::from_value(json!({"metadata": {"name": "web-config"},
+        "data": {"greeting": "hello"}}))
+    .expect("a ConfigMap");
+    maps.create(&Default::default(), &source)
+        .await
+        .expect("create the ConfigMap");
+    let web = |image: &str| {
+        let mut t = support::fixtures::template(image);
+        t["spec"]["containers"][0]["envFrom"] = json!([{"configMapRef": {"name": "web-config"}}]);
+        json!([support::fixtures::web_with(t, 1)])
+    };
     let names: Vec<String> = (0..6).map(|i| format!("app-{i}")).collect();
-    let web = |image: &str| json!([web(image, 1)]);
     for name in &names {
         create_stable(
             &client,
@@ -210,6 +224,25 @@ async fn shards_split_the_plans_and_a_standby_takes_over_a_shard() {
         b.counter("releaseplan_plans").await,
         f64::from(per_shard[sb as usize])
     );
+    // Each replica caches its own plans' config copies only (each held
+    // every plan's, and woke for each).
+    let sources = maps
+        .list(&ListParams::default().labels(&format!("!{}", releaseplan::api::LABEL_PLAN)))
+        .await
+        .expect("list the ConfigMaps")
+        .items
+        .len();
+    for (op, s) in [(&a, sa), (&b, sb)] {
+        let want = sources as f64 + f64::from(per_shard[s as usize]);
+        let cached = wait_until(WAIT, "the cache sample", || async {
+            let n = op
+                .counter("releaseplan_cached_objects{resource=\"configmaps\"}")
+                .await;
+            (n >= want).then_some(n)
+        })
+        .await;
+        assert_eq!(cached, want, "shard {s}: {sources} sources and its copies");
+    }
 
     // A replica of another shard count waits for these to stop.
     let d = start_sharded(&ns, "op-d", 3).await;
