@@ -109,6 +109,11 @@ struct Args {
     /// either way).
     #[arg(long, env = "RELEASEPLAN_GATE_POLICY", default_value = "optional")]
     gate_policy: releaseplan::gates::policy::Mode,
+    /// Offer HTTP/2 to the API server: one connection carries every watch and
+    /// request. false speaks HTTP/1.1, a connection per watch and per request
+    /// in flight (for a front proxy that mishandles HTTP/2).
+    #[arg(long, env = "RELEASEPLAN_API_HTTP2", default_value_t = true, action = clap::ArgAction::Set)]
+    api_http2: bool,
     /// Version the ConfigMaps and Secrets pod templates reference with each
     /// revision (needs list and watch on them); false reads every reference
     /// live, as a plain Deployment does.
@@ -207,11 +212,18 @@ async fn clients(
         .await
         .map_err(|e| MainError::Config(kube::Error::InferConfig(e)))?;
     let counted = RequestMetricsLayer::new(Arc::clone(metrics)).with_liveness(Arc::clone(liveness));
-    let limited = api_client::builder(config.clone())?
+    let http2 = if args.api_http2 {
+        api_client::Http2::Offered
+    } else {
+        api_client::Http2::Off
+    };
+    let limited = api_client::builder(config.clone(), http2)?
         .with_layer(&counted)
         .with_layer(&RateLimitLayer::new(args.qps, args.burst))
         .build();
-    let lease = api_client::builder(config)?.with_layer(&counted).build();
+    let lease = api_client::builder(config, http2)?
+        .with_layer(&counted)
+        .build();
     Ok((limited, lease))
 }
 

@@ -47,14 +47,30 @@ const PING_EVERY: Duration = Duration::from_secs(30);
 /// (client-go's `PingTimeout`).
 const PING_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// Whether the client offers HTTP/2 (`--api-http2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Http2 {
+    /// HTTP/2 when the server chooses it (ALPN), HTTP/1.1 otherwise.
+    Offered,
+    /// HTTP/1.1 only, as kube's own builder: a connection per open watch
+    /// and per request in flight. For a front proxy that mishandles
+    /// HTTP/2, and to compare (client-go's `DISABLE_HTTP2`).
+    Off,
+}
+
+/// How long a pooled HTTP/1.1 connection with no request may stay open
+/// (hyper's default, as kube's builder): a burst opens one per request in
+/// flight, and they would otherwise stay open for good.
+const HTTP1_IDLE: Duration = Duration::from_secs(90);
+
 /// A client builder for `config` that speaks HTTP/2 to a server offering
-/// it over TLS, and HTTP/1.1 otherwise.
+/// it over TLS (unless `http2` is [`Http2::Off`]), and HTTP/1.1 otherwise.
 ///
 /// # Errors
 ///
 /// What kube's own builder reports: an unreadable certificate, key or
 /// token, or a bad TLS server name.
-pub fn builder(config: Config) -> Result<ClientBuilder<Stack>, kube::Error> {
+pub fn builder(config: Config, http2: Http2) -> Result<ClientBuilder<Stack>, kube::Error> {
     if config.proxy_url.is_some() {
         return ClientBuilder::try_from(config);
     }
@@ -73,9 +89,11 @@ pub fn builder(config: Config) -> Result<ClientBuilder<Stack>, kube::Error> {
             https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name))
         }
         None => https,
-    }
-    .enable_all_versions()
-    .wrap_connector(http);
+    };
+    let https = match http2 {
+        Http2::Offered => https.enable_all_versions().wrap_connector(http),
+        Http2::Off => https.enable_http1().wrap_connector(http),
+    };
     // As kube's builder: the connect timeout covers the TLS handshake too (a
     // peer that accepts and then says nothing), and the configuration's read
     // and write timeouts apply (none by default: a watch waits for events).
@@ -91,7 +109,10 @@ pub fn builder(config: Config) -> Result<ClientBuilder<Stack>, kube::Error> {
         // not its last stream: after 90 s with only watches on it, the pool
         // would drop it and the next request open a second one beside it.
         // A dead connection still goes: the pings find it.
-        .pool_idle_timeout(None)
+        .pool_idle_timeout(match http2 {
+            Http2::Offered => None,
+            Http2::Off => Some(HTTP1_IDLE),
+        })
         .http2_initial_stream_window_size(STREAM_WINDOW)
         .http2_initial_connection_window_size(CONNECTION_WINDOW)
         .http2_keep_alive_interval(PING_EVERY)
@@ -197,10 +218,14 @@ mod tests {
 
     /// A client of `builder` for the server at `url`, trusting `ca`.
     fn client(url: &str, ca: Vec<u8>) -> kube::Client {
+        client_with(url, ca, Http2::Offered)
+    }
+
+    fn client_with(url: &str, ca: Vec<u8>, http2: Http2) -> kube::Client {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut config = Config::new(url.parse().unwrap());
         config.root_cert = Some(vec![ca]);
-        builder(config).unwrap().build()
+        builder(config, http2).unwrap().build()
     }
 
     /// Sends `n` requests at once; each must be answered.
@@ -246,7 +271,7 @@ mod tests {
         config.root_cert = Some(vec![pki().0]);
         config.default_retry = false;
         config.connect_timeout = Some(Duration::from_secs(1));
-        let client = builder(config).unwrap().build();
+        let client = builder(config, Http2::Offered).unwrap().build();
         let req = Request::get("/version").body(Vec::new()).unwrap();
         let answer = tokio::time::timeout(Duration::from_secs(20), client.request_text(req)).await;
         assert!(
@@ -265,5 +290,14 @@ mod tests {
         assert_eq!(versions, vec![http::Version::HTTP_11; 5]);
         // Requests in flight together each need a connection of their own.
         assert!(seen.connections.load(Ordering::SeqCst) > 1);
+    }
+
+    #[tokio::test]
+    async fn with_http2_off_a_server_offering_it_is_spoken_to_in_http1() {
+        let (url, ca, seen) = serve(&[b"h2", b"http/1.1"]).await;
+        let client = client_with(&url, ca, Http2::Off);
+        requests(&client, 5).await;
+        let versions = seen.versions.lock().unwrap().clone();
+        assert_eq!(versions, vec![http::Version::HTTP_11; 5]);
     }
 }
