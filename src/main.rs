@@ -31,6 +31,8 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// Releases workloads safely: canary steps, health gates, automatic rollback.
 #[derive(Parser, Debug)]
 #[command(version = releaseplan::build_info::VERSION_LINE, about)]
+// Each bool is an on/off command-line flag, not a state.
+#[allow(clippy::struct_excessive_bools)]
 struct Args {
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "RELEASEPLAN_NAMESPACE")]

@@ -64,13 +64,13 @@ pub enum Http2 {
 const HTTP1_IDLE: Duration = Duration::from_secs(90);
 
 /// A client builder for `config` that speaks HTTP/2 to a server offering
-/// it over TLS (unless `http2` is [`Http2::Off`]), and HTTP/1.1 otherwise.
+/// it over TLS (unless `protocol` is [`Http2::Off`]), and HTTP/1.1 otherwise.
 ///
 /// # Errors
 ///
 /// What kube's own builder reports: an unreadable certificate, key or
 /// token, or a bad TLS server name.
-pub fn builder(config: Config, http2: Http2) -> Result<ClientBuilder<Stack>, kube::Error> {
+pub fn builder(config: Config, protocol: Http2) -> Result<ClientBuilder<Stack>, kube::Error> {
     if config.proxy_url.is_some() {
         return ClientBuilder::try_from(config);
     }
@@ -90,7 +90,7 @@ pub fn builder(config: Config, http2: Http2) -> Result<ClientBuilder<Stack>, kub
         }
         None => https,
     };
-    let https = match http2 {
+    let https = match protocol {
         Http2::Offered => https.enable_all_versions().wrap_connector(http),
         Http2::Off => https.enable_http1().wrap_connector(http),
     };
@@ -109,7 +109,7 @@ pub fn builder(config: Config, http2: Http2) -> Result<ClientBuilder<Stack>, kub
         // not its last stream: after 90 s with only watches on it, the pool
         // would drop it and the next request open a second one beside it.
         // A dead connection still goes: the pings find it.
-        .pool_idle_timeout(match http2 {
+        .pool_idle_timeout(match protocol {
             Http2::Offered => None,
             Http2::Off => Some(HTTP1_IDLE),
         })
