@@ -232,9 +232,11 @@ where
 }
 
 /// Applies `event` to the copy index: with a shard, only the copies of its
-/// own plans. Another shard's copies are neither cached nor wake a plan
-/// (each replica held every plan's copies and woke for each); one whose plan
-/// label moved it to another shard leaves the index, as if deleted.
+/// own plans, as the owned objects' watches do (`owned_in_shard`, here on a
+/// borrowed event). Another shard's copies are neither cached nor wake a
+/// plan (each replica held every plan's copies and woke for each); one whose
+/// plan label moved it to another shard leaves the index, as if deleted.
+/// (An object with no plan label is no copy: the index never holds it.)
 fn copies_apply<K>(
     writer: &mut super::index::PlanCacheWriter<CachedConfig<K>>,
     shard: Option<Shard>,
@@ -242,10 +244,7 @@ fn copies_apply<K>(
 ) where
     CachedConfig<K>: super::Watched + crate::api::cached::Labelled + super::index::Wakes,
 {
-    let theirs = |o: &CachedConfig<K>| {
-        let ns = o.metadata.namespace.as_deref().unwrap_or_default();
-        matches!((shard, o.plan.as_deref()), (Some(s), Some(p)) if !s.owns(ns, p))
-    };
+    let theirs = |o: &CachedConfig<K>| shard.is_some_and(|s| !super::watches::in_shard(s, o));
     match event {
         watcher::Event::Apply(o) | watcher::Event::Delete(o) if theirs(o) => {
             writer.apply(&watcher::Event::Delete(o.clone()));

@@ -204,10 +204,7 @@ pub(crate) fn owned_in_shard<K: Resource + Labelled>(
     shard: Shard,
     event: watcher::Event<K>,
 ) -> (Option<watcher::Event<K>>, bool) {
-    let ours = |o: &K| {
-        let ns = o.meta().namespace.as_deref().unwrap_or_default();
-        o.label(LABEL_PLAN).is_some_and(|p| shard.owns(ns, p))
-    };
+    let ours = |o: &K| in_shard(shard, o);
     match event {
         watcher::Event::Apply(o) | watcher::Event::Delete(o) if !ours(&o) => {
             (Some(watcher::Event::Delete(o)), false)
@@ -215,6 +212,13 @@ pub(crate) fn owned_in_shard<K: Resource + Labelled>(
         watcher::Event::InitApply(o) if !ours(&o) => (None, false),
         event => (Some(event), true),
     }
+}
+
+/// Whether `o` is labelled with a plan of `shard` (an object with no plan
+/// label is no shard's).
+pub(crate) fn in_shard<K: Resource + Labelled>(shard: Shard, o: &K) -> bool {
+    let ns = o.meta().namespace.as_deref().unwrap_or_default();
+    o.label(LABEL_PLAN).is_some_and(|p| shard.owns(ns, p))
 }
 
 /// Drops the errors of a watch stream once its own backoff and the liveness

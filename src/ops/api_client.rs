@@ -1,5 +1,6 @@
 //! The operator's HTTP client to the API server: HTTP/2 when the server
-//! offers it (ALPN), one connection that carries every watch and request.
+//! offers it (ALPN), one connection that carries every watch and request;
+//! HTTP/1.1 only with `--api-http2=false`.
 //!
 //! kube's own stack speaks HTTP/1.1 only, where each open watch holds a
 //! connection of its own and each request in flight another: about 80
@@ -221,6 +222,7 @@ mod tests {
         client_with(url, ca, Http2::Offered)
     }
 
+    /// The same, offering HTTP/2 or not.
     fn client_with(url: &str, ca: Vec<u8>, http2: Http2) -> kube::Client {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut config = Config::new(url.parse().unwrap());
