@@ -11,7 +11,7 @@ use super::gates::GateRunner;
 use super::memory::Memory;
 use super::queue::{Queue, WakeSource};
 use super::watches::{
-    OwnedWatches, ok_only, plan_in_shard, plan_of, scoped, watch_backoff, watched,
+    OwnedWatches, ok_only, plan_in_shard, plan_of, scoped, shard_decoded, watch_backoff, watched,
 };
 use super::{error_policy, reconcile};
 use super::{sweep, templates, trim};
@@ -49,29 +49,32 @@ pub async fn run(
     // read every plan in one response (managedFields included) and decoded
     // it whole before the trim; and it may be older than what the previous
     // leader wrote.
-    let plan_stream = watcher(scoped(&client, ns), super::watches::listed())
-        .backoff(watch_backoff())
-        .inspect(watched::<CachedPlan, _>(&liveness))
-        // Plans of other shards are neither cached nor reconciled.
-        .try_filter({
-            let shard = settings.shard;
-            move |event| std::future::ready(shard.is_none_or(|s| plan_in_shard(s, event)))
-        })
-        .modify(trim::plan)
-        .reflect(plan_writer)
-        // The plan cache holds its first list (the sweep waits for it: the
-        // store's own `wait_until_ready` wakes only its last waiter, the
-        // Controller's).
-        .inspect({
-            let listed = Arc::clone(&plans_listed);
-            move |e| {
-                if matches!(e, Ok(watcher::Event::InitDone)) {
-                    listed.store(true, std::sync::atomic::Ordering::Release);
-                }
+    let plan_stream = shard_decoded(
+        settings.shard,
+        watcher(scoped(&client, ns), super::watches::listed()),
+    )
+    .backoff(watch_backoff())
+    .inspect(watched::<CachedPlan, _>(&liveness))
+    // Plans of other shards are neither cached nor reconciled.
+    .try_filter({
+        let shard = settings.shard;
+        move |event| std::future::ready(shard.is_none_or(|s| plan_in_shard(s, event)))
+    })
+    .modify(trim::plan)
+    .reflect(plan_writer)
+    // The plan cache holds its first list (the sweep waits for it: the
+    // store's own `wait_until_ready` wakes only its last waiter, the
+    // Controller's).
+    .inspect({
+        let listed = Arc::clone(&plans_listed);
+        move |e| {
+            if matches!(e, Ok(watcher::Event::InitDone)) {
+                listed.store(true, std::sync::atomic::Ordering::Release);
             }
-        })
-        .applied_objects()
-        .filter_map(ok_only);
+        }
+    })
+    .applied_objects()
+    .filter_map(ok_only);
     for kind in Error::KINDS {
         let _ = metrics
             .failures

@@ -167,7 +167,7 @@ impl OwnedWatches<'_> {
         let api: Api<K> = scoped(self.client, self.namespace);
         let cache = PlanCache::default();
         let mut writer = cache.writer();
-        let stream = watcher(api, listed().labels(selector))
+        let stream = shard_decoded(shard, watcher(api, listed().labels(selector)))
             .backoff(watch_backoff())
             .inspect(watched::<K, _>(liveness))
             .modify(trim)
@@ -182,6 +182,42 @@ impl OwnedWatches<'_> {
             .touched_objects()
             .filter_map(ok_only);
         (cache, stream)
+    }
+}
+
+/// `stream` (a watch), with the objects of other shards' plans decoded as
+/// their metadata only ([`crate::api::foreign`]); unchanged without shards.
+pub(crate) fn shard_decoded<S: futures::Stream>(
+    shard: Option<Shard>,
+    stream: S,
+) -> ShardDecoded<S> {
+    ShardDecoded {
+        inner: Box::pin(stream),
+        keep: shard.map(|s| s.keep()),
+    }
+}
+
+/// See [`shard_decoded`]: each poll of the watch (where kube decodes its
+/// list pages and events) runs in the shard's decoding scope.
+pub(crate) struct ShardDecoded<S> {
+    inner: std::pin::Pin<Box<S>>,
+    keep: Option<crate::api::foreign::Keep>,
+}
+
+impl<S: futures::Stream> futures::Stream for ShardDecoded<S> {
+    type Item = S::Item;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<S::Item>> {
+        let this = self.get_mut();
+        match this.keep {
+            Some(keep) => {
+                crate::api::foreign::decoding_for(keep, || this.inner.as_mut().poll_next(cx))
+            }
+            None => this.inner.as_mut().poll_next(cx),
+        }
     }
 }
 
@@ -291,6 +327,48 @@ mod tests {
             }
         });
         (Client::new(svc, "ns"), log)
+    }
+
+    /// A sharded watch decodes the other shards' objects as their metadata
+    /// only: kube decodes a list page inside the stream's poll, which runs
+    /// in the shard's decoding scope. Plan `default/web` is shard 1 of 2,
+    /// `default/a` shard 0 (the hash's pinned values).
+    #[tokio::test]
+    async fn a_sharded_watch_decodes_other_shards_objects_as_metadata() {
+        use crate::api::cached::CachedPod;
+        let pod = |name: &str, plan: &str| {
+            serde_json::json!({"kind": "Pod", "apiVersion": "v1",
+                "metadata": {"name": name, "namespace": "default", "resourceVersion": "5",
+                    "labels": {"releaseplan.io/plan": plan}},
+                "status": {"containerStatuses": [{"name": "app", "ready": true, "restartCount": 2}]}})
+        };
+        let list = serde_json::json!({"kind": "PodList", "apiVersion": "v1",
+            "metadata": {"resourceVersion": "5"}, "items": [pod("w", "web"), pod("x", "a")]});
+        let svc = tower::service_fn(move |_req: http::Request<kube::client::Body>| {
+            let body = serde_json::to_vec(&list).unwrap();
+            async move {
+                http::Response::builder()
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(body))
+            }
+        });
+        let client = Client::new(svc, "default");
+        let shard = Shard { index: 1, count: 2 };
+        let events = shard_decoded(
+            Some(shard),
+            watcher(Api::<CachedPod>::namespaced(client, "default"), listed()),
+        );
+        let got: Vec<_> = events.take(4).collect().await;
+        let status = |name: &str| {
+            got.iter().find_map(|e| match e {
+                Ok(watcher::Event::InitApply(p)) if p.metadata.name.as_deref() == Some(name) => {
+                    Some(p.status.is_some())
+                }
+                _ => None,
+            })
+        };
+        assert_eq!(status("w"), Some(true), "this shard's pod, whole: {got:?}");
+        assert_eq!(status("x"), Some(false), "the other shard's pod: metadata");
     }
 
     /// A replica that starts, or takes over a shard, lists each kind of the

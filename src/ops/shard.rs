@@ -19,6 +19,15 @@ pub struct Shard {
 }
 
 impl Shard {
+    /// The plans this shard keeps, for decoding ([`crate::api::foreign`]).
+    pub fn keep(&self) -> crate::api::foreign::Keep {
+        crate::api::foreign::Keep {
+            shard_of: of,
+            index: self.index,
+            count: self.count,
+        }
+    }
+
     /// Whether the plan `namespace/name` belongs to this shard.
     pub fn owns(&self, namespace: &str, name: &str) -> bool {
         of(namespace, name, self.count) == self.index

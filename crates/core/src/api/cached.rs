@@ -15,7 +15,8 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-use super::{ReleasePlan, ReleasePlanSpec, ReleasePlanStatus};
+use super::foreign::{self, unless_foreign};
+use super::{LABEL_PLAN, ReleasePlan, ReleasePlanSpec, ReleasePlanStatus};
 
 /// Implements `k8s_openapi::Resource` and `Metadata` for a namespaced cached
 /// type: (type, apiVersion, group, kind, version, plural).
@@ -312,6 +313,24 @@ impl<L> MetaWire<L> {
     }
 }
 
+/// The metadata of an object made for a plan, its plan (label) noted for
+/// [`foreign`]: the rest of another shard's object is skipped.
+fn meta_by_plan_label<'de, D: Deserializer<'de>>(d: D) -> Result<MetaWire<Labels>, D::Error> {
+    let meta = MetaWire::<Labels>::deserialize(d)?;
+    let plan = meta.labels.as_ref().and_then(|l| l.get(LABEL_PLAN));
+    foreign::metadata_seen(meta.namespace.as_deref(), plan);
+    Ok(meta)
+}
+
+/// The metadata of a plan, its name noted for [`foreign`].
+fn meta_of_plan<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<MetaWire<BTreeMap<String, String>>, D::Error> {
+    let meta = MetaWire::<BTreeMap<String, String>>::deserialize(d)?;
+    foreign::metadata_seen(meta.namespace.as_deref(), meta.name.as_deref());
+    Ok(meta)
+}
+
 /// A pod as the pod checks read it: metadata (labels select the plan,
 /// component and revision) and its containers' states.
 #[derive(Deserialize, Clone, Debug, Default, PartialEq)]
@@ -328,14 +347,15 @@ pub struct CachedPod {
 /// A pod as decoded, before its labels are packed.
 #[derive(Deserialize)]
 struct PodWire {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "meta_by_plan_label")]
     metadata: MetaWire<Labels>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unless_foreign")]
     status: Option<CachedPodStatus>,
 }
 
 impl From<PodWire> for CachedPod {
     fn from(w: PodWire) -> Self {
+        foreign::object_done();
         let (metadata, labels) = w.metadata.split();
         CachedPod {
             metadata,
@@ -405,16 +425,17 @@ pub struct CachedDeployment {
 /// A Deployment as decoded, before its labels are packed.
 #[derive(Deserialize)]
 struct DeploymentWire {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "meta_by_plan_label")]
     metadata: MetaWire<Labels>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unless_foreign")]
     spec: Option<CachedDeploymentSpec>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unless_foreign")]
     status: Option<DeploymentStatus>,
 }
 
 impl From<DeploymentWire> for CachedDeployment {
     fn from(w: DeploymentWire) -> Self {
+        foreign::object_done();
         let (metadata, labels) = w.metadata.split();
         CachedDeployment {
             metadata,
@@ -605,7 +626,7 @@ impl StoredTemplate {
 /// A ControllerRevision as decoded, before its labels are packed.
 #[derive(Deserialize)]
 struct RevisionWire {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "meta_by_plan_label")]
     metadata: MetaWire<Labels>,
     #[serde(default, rename = "data", deserialize_with = "stored_template")]
     stored: StoredTemplate,
@@ -615,6 +636,7 @@ struct RevisionWire {
 
 impl From<RevisionWire> for CachedRevision {
     fn from(w: RevisionWire) -> Self {
+        foreign::object_done();
         let (metadata, labels) = w.metadata.split();
         CachedRevision {
             metadata,
@@ -710,17 +732,29 @@ impl CachedPlan {
 /// A plan as decoded: the types of [`ReleasePlan`], but for managedFields.
 #[derive(Deserialize)]
 struct PlanWire {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "meta_of_plan")]
     metadata: MetaWire<BTreeMap<String, String>>,
+    #[serde(deserialize_with = "unless_foreign")]
     spec: ReleasePlanSpec,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unless_foreign")]
     status: Option<ReleasePlanStatus>,
 }
 
 impl<'de> Deserialize<'de> for CachedPlan {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let w = PlanWire::deserialize(d)?;
+        let foreign = foreign::skipping();
+        foreign::object_done();
         let (metadata, labels) = w.metadata.split();
+        if foreign {
+            // Another shard's plan: its metadata is all the watch reads.
+            return Ok(CachedPlan {
+                metadata: ObjectMeta { labels, ..metadata },
+                spec: Packed::pack(""),
+                status: None,
+                names: Box::default(),
+            });
+        }
         CachedPlan::from_parts(
             ObjectMeta { labels, ..metadata },
             &w.spec,
@@ -741,9 +775,10 @@ namespaced_resource!(
 
 /// Any JSON value, kept as its compact text (a `Value` tree costs several
 /// times the text; a `RawValue` would need the deserializer to be serde_json's
-/// own reader, which kube's watch decoding does not promise).
+/// own reader, which kube's watch decoding does not promise). Another
+/// shard's revision keeps nothing ([`foreign`]).
 fn stored_template<'de, D: Deserializer<'de>>(d: D) -> Result<StoredTemplate, D::Error> {
-    let v = Option::<Value>::deserialize(d)?;
+    let v: Option<Value> = unless_foreign(d)?;
     Ok(StoredTemplate::of(v.as_ref()))
 }
 

@@ -10,6 +10,7 @@ pub mod access;
 pub mod adopt;
 pub mod cached;
 pub mod config;
+pub mod foreign;
 pub mod gate;
 pub mod gateway;
 pub mod kind_gates;
