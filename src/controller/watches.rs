@@ -193,7 +193,7 @@ pub(crate) fn shard_decoded<S: futures::Stream>(
 ) -> ShardDecoded<S> {
     ShardDecoded {
         inner: Box::pin(stream),
-        keep: shard.map(|s| s.keep()),
+        shard,
     }
 }
 
@@ -201,7 +201,7 @@ pub(crate) fn shard_decoded<S: futures::Stream>(
 /// list pages and events) runs in the shard's decoding scope.
 pub(crate) struct ShardDecoded<S> {
     inner: std::pin::Pin<Box<S>>,
-    keep: Option<crate::api::foreign::Keep>,
+    shard: Option<Shard>,
 }
 
 impl<S: futures::Stream> futures::Stream for ShardDecoded<S> {
@@ -212,9 +212,9 @@ impl<S: futures::Stream> futures::Stream for ShardDecoded<S> {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<S::Item>> {
         let this = self.get_mut();
-        match this.keep {
-            Some(keep) => {
-                crate::api::foreign::decoding_for(keep, || this.inner.as_mut().poll_next(cx))
+        match this.shard {
+            Some(shard) => {
+                crate::api::foreign::decoding_for(shard, || this.inner.as_mut().poll_next(cx))
             }
             None => this.inner.as_mut().poll_next(cx),
         }

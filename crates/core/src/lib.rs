@@ -18,3 +18,4 @@ pub mod gates;
 pub mod notify;
 pub mod objects;
 pub mod plan;
+pub mod shard;

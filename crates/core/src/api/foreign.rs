@@ -16,37 +16,19 @@
 //! and `data` (typed objects in struct order, custom resources with sorted
 //! keys); an object whose metadata came later would simply be decoded whole.
 
+use crate::shard::Shard;
 use serde::Deserialize;
 use std::cell::Cell;
 
-/// The plans a sharded replica keeps: those whose `shard_of(namespace, name,
-/// count)` is `index`.
-#[derive(Clone, Copy, Debug)]
-pub struct Keep {
-    /// The plan's shard among `count` (the operator's fixed hash).
-    pub shard_of: fn(&str, &str, u32) -> u32,
-    /// This replica's shard.
-    pub index: u32,
-    /// Shards in all.
-    pub count: u32,
-}
-
-impl Keep {
-    /// Whether the plan `namespace/name` is kept.
-    fn keeps(&self, namespace: &str, plan: &str) -> bool {
-        (self.shard_of)(namespace, plan, self.count) == self.index
-    }
-}
-
 thread_local! {
-    /// The plans kept by the decoding under way on this thread, if sharded.
-    static KEEP: Cell<Option<Keep>> = const { Cell::new(None) };
+    /// The shard of the decoding under way on this thread, if sharded.
+    static KEEP: Cell<Option<Shard>> = const { Cell::new(None) };
     /// Whether the rest of the object being decoded is another shard's.
     static SKIP: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Restores the thread's scope when `decoding_for` ends, even by a panic.
-struct Restore(Option<Keep>);
+struct Restore(Option<Shard>);
 
 impl Drop for Restore {
     fn drop(&mut self) {
@@ -55,10 +37,10 @@ impl Drop for Restore {
     }
 }
 
-/// Runs `f` (a poll of a watch stream) with the objects of plans `keep` does
-/// not keep decoded as their metadata only.
-pub fn decoding_for<R>(keep: Keep, f: impl FnOnce() -> R) -> R {
-    let _restore = Restore(KEEP.with(|k| k.replace(Some(keep))));
+/// Runs `f` (a poll of a watch stream) with the objects of plans `shard`
+/// does not own decoded as their metadata only.
+pub fn decoding_for<R>(shard: Shard, f: impl FnOnce() -> R) -> R {
+    let _restore = Restore(KEEP.with(|k| k.replace(Some(shard))));
     SKIP.with(|s| s.set(false));
     f()
 }
@@ -70,7 +52,7 @@ pub fn decoding_for<R>(keep: Keep, f: impl FnOnce() -> R) -> R {
 pub(crate) fn metadata_seen(namespace: Option<&str>, plan: Option<&str>) {
     let skip = KEEP
         .with(Cell::get)
-        .is_some_and(|keep| plan.is_none_or(|p| !keep.keeps(namespace.unwrap_or_default(), p)));
+        .is_some_and(|shard| plan.is_none_or(|p| !shard.owns(namespace.unwrap_or_default(), p)));
     SKIP.with(|s| s.set(skip));
 }
 
@@ -105,16 +87,11 @@ mod tests {
     use crate::api::cached::{CachedDeployment, CachedPlan, CachedPod, CachedRevision};
     use serde_json::{Value, json};
 
-    /// Plan `ns/name` is kept when its name is "mine" (a stand-in hash).
-    fn keep() -> Keep {
-        fn shard_of(_ns: &str, name: &str, _count: u32) -> u32 {
-            u32::from(name != "mine")
-        }
-        Keep {
-            shard_of,
-            index: 0,
-            count: 2,
-        }
+    /// Shard 0 of 2, which owns plan `ns/mine` and not `ns/other`.
+    fn shard() -> Shard {
+        let shard = Shard { index: 0, count: 2 };
+        assert!(shard.owns("ns", "mine") && !shard.owns("ns", "other"));
+        shard
     }
 
     fn pod(plan: Option<&str>) -> Value {
@@ -170,35 +147,35 @@ mod tests {
 
     #[test]
     fn outside_a_shard_scope_every_object_is_decoded_whole() {
-        let foreign: CachedPod = decode(&pod(Some("theirs")));
+        let foreign: CachedPod = decode(&pod(Some("other")));
         assert_eq!(status_of(&foreign), Some(3));
-        let d: CachedDeployment = decode(&deployment("theirs"));
+        let d: CachedDeployment = decode(&deployment("other"));
         assert_eq!(d.spec.as_ref().and_then(|s| s.replicas), Some(2));
     }
 
     #[test]
     fn another_shards_objects_keep_their_metadata_only() {
-        decoding_for(keep(), || {
-            let theirs: CachedPod = decode(&pod(Some("theirs")));
-            assert_eq!(theirs.status, None, "the status is skipped");
-            assert_eq!(theirs.labels.get("releaseplan.io/plan"), Some("theirs"));
-            assert_eq!(theirs.metadata.resource_version.as_deref(), Some("7"));
+        decoding_for(shard(), || {
+            let other: CachedPod = decode(&pod(Some("other")));
+            assert_eq!(other.status, None, "the status is skipped");
+            assert_eq!(other.labels.get("releaseplan.io/plan"), Some("other"));
+            assert_eq!(other.metadata.resource_version.as_deref(), Some("7"));
             let unlabelled: CachedPod = decode(&pod(None));
             assert_eq!(unlabelled.status, None, "no plan is no shard's");
 
-            let d: CachedDeployment = decode(&deployment("theirs"));
+            let d: CachedDeployment = decode(&deployment("other"));
             assert!(d.spec.is_none() && d.status.is_none(), "{d:?}");
-            let r: CachedRevision = decode_text(&revision("theirs"));
+            let r: CachedRevision = decode_text(&revision("other"));
             assert_eq!(r.stored, crate::api::cached::StoredTemplate::Missing);
-            let p: CachedPlan = decode(&plan("theirs"));
-            assert_eq!(p.metadata.name.as_deref(), Some("theirs"));
+            let p: CachedPlan = decode(&plan("other"));
+            assert_eq!(p.metadata.name.as_deref(), Some("other"));
             assert!(p.spec_text().is_empty() && !p.reads("cfg"));
         });
     }
 
     #[test]
     fn this_shards_objects_are_decoded_whole() {
-        decoding_for(keep(), || {
+        decoding_for(shard(), || {
             let mine: CachedPod = decode(&pod(Some("mine")));
             assert_eq!(status_of(&mine), Some(3));
             let d: CachedDeployment = decode(&deployment("mine"));
@@ -220,8 +197,8 @@ mod tests {
     /// one before it was.
     #[test]
     fn a_page_mixing_shards_decodes_each_object_by_its_own_plan() {
-        let page = json!([pod(Some("theirs")), pod(Some("mine")), pod(Some("theirs"))]);
-        let pods: Vec<CachedPod> = decoding_for(keep(), || decode(&page));
+        let page = json!([pod(Some("other")), pod(Some("mine")), pod(Some("other"))]);
+        let pods: Vec<CachedPod> = decoding_for(shard(), || decode(&page));
         let statuses: Vec<_> = pods.iter().map(status_of).collect();
         assert_eq!(statuses, [None, Some(3), None]);
     }
@@ -231,9 +208,9 @@ mod tests {
     #[test]
     fn an_object_whose_metadata_comes_last_is_decoded_whole() {
         let text = r#"{"status": {"containerStatuses": [{"name": "app", "restartCount": 3}]},
-            "metadata": {"name": "p", "namespace": "ns", "labels": {"releaseplan.io/plan": "theirs"}}}"#;
-        let after_foreign = json!([pod(Some("theirs"))]).to_string();
-        decoding_for(keep(), || {
+            "metadata": {"name": "p", "namespace": "ns", "labels": {"releaseplan.io/plan": "other"}}}"#;
+        let after_foreign = json!([pod(Some("other"))]).to_string();
+        decoding_for(shard(), || {
             let _: Vec<CachedPod> = serde_json::from_str(&after_foreign).expect("decodes");
             let p: CachedPod = serde_json::from_str(text).expect("decodes");
             assert_eq!(status_of(&p), Some(3));
@@ -242,10 +219,10 @@ mod tests {
 
     #[test]
     fn the_scope_ends_with_the_call() {
-        decoding_for(keep(), || {
-            let _: CachedPod = decode(&pod(Some("theirs")));
+        decoding_for(shard(), || {
+            let _: CachedPod = decode(&pod(Some("other")));
         });
-        let after: CachedPod = decode(&pod(Some("theirs")));
+        let after: CachedPod = decode(&pod(Some("other")));
         assert_eq!(status_of(&after), Some(3));
     }
 }
