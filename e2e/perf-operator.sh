@@ -9,8 +9,11 @@
 #   perf report -i $RP_PERF_OUT --no-children --stdio --percent-limit 1
 # A build with symbols: `cargo build --profile profiling --bin releaseplan`.
 # Needs perf (Debian: linux-perf) and kernel.perf_event_paranoid <= 2.
+# With RP_BENCH_SHARDS each replica runs this script: a `%p` in RP_PERF_OUT
+# becomes the replica's pid, a file each.
 set -euo pipefail
 out=${RP_PERF_OUT:?set RP_PERF_OUT to the perf data file}
+out=${out//%p/$$}
 bin=${RP_PERF_BIN:?set RP_PERF_BIN to the operator binary}
 freq=${RP_PERF_FREQ:-99}
 command -v perf >/dev/null || { echo "perf is not installed" >&2; exit 1; }
