@@ -17,6 +17,8 @@ pub mod cli;
 pub mod controller;
 // Lists in the docs checked against the code (docs that cannot drift).
 #[cfg(test)]
+mod canned_api;
+#[cfg(test)]
 mod doc_lists;
 pub mod gates;
 pub mod ops;

@@ -189,6 +189,12 @@ pub(crate) fn is_transport(e: &kube::Error) -> bool {
     )
 }
 
+/// Whether the API server was away for this request (no answer, a 5xx, a
+/// 429): worth asking again, unlike an answer (404, 403, 401, 422...).
+pub(crate) fn is_transient(e: &kube::Error) -> bool {
+    may_have_landed(e) || matches!(e, kube::Error::Api(s) if s.code == 429)
+}
+
 pub(crate) fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }

@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::ListParams;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -96,8 +95,7 @@ pub async fn watch(
     plans: Store<CachedPlan>,
 ) -> (FreezeCaches, BoxStream<'static, ObjectRef<ReleasePlan>>) {
     let api: Api<ReleaseFreeze> = Api::all(client.clone());
-    if let Err(e) = api.list_metadata(&ListParams::default().limit(1)).await {
-        tracing::info!(error = %e, "ReleaseFreezes cannot be listed (CRD not installed, or RBAC): none apply; restart the operator after installing the CRD");
+    if !super::watches::optional_kind_served(&api, "ReleaseFreezes").await {
         return (FreezeCaches::none(), futures::stream::empty().boxed());
     }
     let (freezes, freeze_writer) = reflector::store();

@@ -17,7 +17,7 @@ pub mod config;
 pub mod config_cache;
 mod context;
 pub use releaseplan_core::objects::{controller_revision, deployment};
-mod error;
+pub(crate) mod error;
 pub mod events;
 mod finalizer;
 pub mod freeze;

@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::ListParams;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -101,8 +100,7 @@ pub async fn watch(
     plans: Store<CachedPlan>,
 ) -> (PolicyCaches, BoxStream<'static, ObjectRef<ReleasePlan>>) {
     let api: Api<GatePolicy> = Api::all(client.clone());
-    if let Err(e) = api.list_metadata(&ListParams::default().limit(1)).await {
-        tracing::info!(error = %e, ?mode, "GatePolicies cannot be listed (CRD not installed, or RBAC): none apply; restart the operator after installing the CRD");
+    if !super::watches::optional_kind_served(&api, "GatePolicies").await {
         return (PolicyCaches::none(mode), futures::stream::empty().boxed());
     }
     let (policies, policy_writer) = reflector::store();

@@ -2,7 +2,7 @@
 //! the watch backoff, each result reported to the liveness check, and the
 //! plan an owned object wakes. `run` wires these together.
 
-use super::error::{StartError, is_not_found};
+use super::error::{StartError, is_not_found, is_transient};
 use super::index::{PlanCache, Wakes};
 use crate::api::cached::{CachedPlan, Labelled};
 use crate::api::{LABEL_PLAN, ReleasePlan};
@@ -17,34 +17,98 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::warn;
 
-/// Checks that the CRD is installed and the API reachable. With a watched
-/// namespace the list is in that namespace, so a Role there is enough.
+/// Checks that the CRDs are installed and the API reachable. With a watched
+/// namespace the lists are in that namespace, so a Role there is enough. A
+/// missing CRD or a refusal (RBAC, credentials) is an error, which ends the
+/// process with a clear message; an API server that is away for a moment
+/// (no answer, 5xx, 429) is asked again, so that a restart during an API
+/// outage waits for it instead of crash-looping into a long back-off.
 pub async fn check_crd(client: &Client, namespace: Option<&str>) -> Result<(), StartError> {
-    let api: Api<ReleasePlan> = match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    match api.list(&ListParams::default().limit(1)).await {
-        Ok(_) => {}
-        Err(e) if is_not_found(&e) => return Err(StartError::CrdMissing),
-        Err(e) => return Err(StartError::Kube(e)),
-    }
+    let one = ListParams::default().limit(1);
+    let plans: Api<ReleasePlan> = scoped(client, namespace);
+    until_answered("ReleasePlans", || plans.list_metadata(&one))
+        .await
+        .map_err(|e| missing(e, StartError::CrdMissing))?;
     // The template kinds are watched too: without their CRDs the watches
     // would fail until the liveness check restarts the process, unexplained.
     let templates: Api<crate::api::template::GateTemplate> = scoped(client, namespace);
+    until_answered("GateTemplates", || templates.list_metadata(&one))
+        .await
+        .map_err(|e| missing(e, StartError::TemplateCrdMissing))?;
     let cluster: Api<crate::api::template::ClusterGateTemplate> = Api::all(client.clone());
-    let one = ListParams::default().limit(1);
-    let (t, c) = futures::join!(templates.list(&one), cluster.list(&one));
-    match t.map(drop).and(c.map(drop)) {
-        Ok(()) => {}
-        Err(e) if is_not_found(&e) => return Err(StartError::TemplateCrdMissing),
-        Err(e) => return Err(StartError::Kube(e)),
-    }
+    until_answered("ClusterGateTemplates", || cluster.list_metadata(&one))
+        .await
+        .map_err(|e| missing(e, StartError::TemplateCrdMissing))?;
     let scales: Api<crate::api::ComponentScale> = scoped(client, namespace);
-    match scales.list(&one).await {
-        Ok(_) => Ok(()),
-        Err(e) if is_not_found(&e) => Err(StartError::ScaleCrdMissing),
-        Err(e) => Err(StartError::Kube(e)),
+    until_answered("ComponentScales", || scales.list_metadata(&one))
+        .await
+        .map_err(|e| missing(e, StartError::ScaleCrdMissing))?;
+    Ok(())
+}
+
+/// `crd` when the error is a 404 (the CRD is not installed), else the error.
+fn missing(e: kube::Error, crd: StartError) -> StartError {
+    if is_not_found(&e) {
+        crd
+    } else {
+        StartError::Kube(e)
+    }
+}
+
+/// How long the start-up check waits for an API server that is away before
+/// it ends the process: long enough for an API server restart, short enough
+/// that a wrong address or CA still shows as CrashLoopBackOff.
+const START_PATIENCE: Duration = Duration::from_secs(120);
+
+/// Runs `ask` until it gets an answer, success or not, for at most
+/// [`START_PATIENCE`]: a transient error is asked again (250ms doubling to
+/// 5s), logged at warn; past the patience the last error is returned.
+async fn until_answered<T, F, Fut>(what: &str, mut ask: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let give_up = tokio::time::Instant::now() + START_PATIENCE;
+    let mut delay = Duration::from_millis(250);
+    loop {
+        match ask().await {
+            Err(e) if is_transient(&e) && tokio::time::Instant::now() + delay < give_up => {
+                warn!(error = %e, retry_in = ?delay, "cannot list {what} yet; asking again");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            answer => return answer,
+        }
+    }
+}
+
+/// Whether the cluster serves an optional kind (GatePolicies,
+/// ReleaseFreezes, routes), asked once at start: not found (no CRD) or
+/// forbidden (no RBAC) means no, and the kind stays off until a restart.
+/// Any other error, an API blip, is asked again (250ms doubling to 5s): a
+/// blip at start must not switch a policy or a freeze off for the life of
+/// the process.
+pub(crate) async fn optional_kind_served<K>(api: &Api<K>, kind: &str) -> bool
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let one = ListParams::default().limit(1);
+    let mut delay = Duration::from_millis(250);
+    loop {
+        match api.list_metadata(&one).await {
+            Ok(_) => return true,
+            Err(e) if is_not_found(&e) || matches!(&e, kube::Error::Api(s) if s.code == 403) => {
+                tracing::info!(error = %e, "{kind} cannot be listed (CRD not installed, or RBAC): not watched, none apply; restart the operator after installing the CRD");
+                return false;
+            }
+            // Anything else is asked again: switching a kind off (a
+            // GatePolicy that no longer applies) needs a clear answer.
+            Err(e) => {
+                warn!(error = %e, retry_in = ?delay, "cannot list {kind} yet; asking again");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+        }
     }
 }
 
@@ -327,6 +391,74 @@ mod tests {
             }
         });
         (Client::new(svc, "ns"), log)
+    }
+
+    /// An API blip when the operator first asks for GatePolicies or
+    /// ReleaseFreezes is asked again, not taken for a missing CRD (which
+    /// would switch policies or freezes off until a restart); a missing CRD
+    /// or RBAC is an answer.
+    #[tokio::test(start_paused = true)]
+    async fn a_blip_does_not_switch_an_optional_kind_off() {
+        use crate::api::window::ReleaseFreeze;
+        use crate::canned_api::{answering, empty_list, status};
+        let (client, asked) = answering(vec![status(503), status(500), empty_list()]);
+        let api: Api<ReleaseFreeze> = Api::all(client);
+        assert!(optional_kind_served(&api, "ReleaseFreezes").await);
+        assert_eq!(*asked.lock().unwrap(), 3, "asked until it was answered");
+
+        for code in [404, 403] {
+            let (client, asked) = answering(vec![status(code)]);
+            let api: Api<ReleaseFreeze> = Api::all(client);
+            assert!(
+                !optional_kind_served(&api, "ReleaseFreezes").await,
+                "{code}"
+            );
+            assert_eq!(*asked.lock().unwrap(), 1, "{code} is an answer");
+        }
+        // Nothing but a 404 or a 403 switches the kind off, however long.
+        let (client, asked) = answering(vec![status(401)]);
+        let api: Api<ReleaseFreeze> = Api::all(client);
+        let waited =
+            tokio::time::timeout(Duration::from_secs(600), optional_kind_served(&api, "x")).await;
+        assert!(waited.is_err(), "switched off by a 401");
+        assert!(*asked.lock().unwrap() > 100);
+    }
+
+    /// The start-up check waits out an API server that is away (5xx, 429)
+    /// instead of ending the process, whose restart would meet the same
+    /// outage and crash-loop; a missing CRD or a refusal ends it.
+    #[tokio::test(start_paused = true)]
+    async fn the_start_check_waits_for_the_api_server_but_not_for_a_missing_crd() {
+        use crate::canned_api::{answering, empty_list, status};
+        let (client, asked) = answering(vec![status(503), status(429), empty_list()]);
+        check_crd(&client, Some("ns")).await.unwrap();
+        assert_eq!(
+            *asked.lock().unwrap(),
+            2 + 4,
+            "two blips, then the four kinds"
+        );
+
+        let (client, asked) = answering(vec![status(404)]);
+        let err = check_crd(&client, None).await.unwrap_err();
+        assert!(matches!(err, StartError::CrdMissing), "{err}");
+        assert_eq!(*asked.lock().unwrap(), 1);
+
+        let (client, _) = answering(vec![status(403)]);
+        let err = check_crd(&client, None).await.unwrap_err();
+        assert!(matches!(err, StartError::Kube(_)), "{err}");
+
+        // An API server away for good (a wrong address, say) ends the start
+        // after the patience, so it still shows as CrashLoopBackOff.
+        let (client, _) = answering(vec![status(503)]);
+        let started = tokio::time::Instant::now();
+        let err = check_crd(&client, None).await.unwrap_err();
+        assert!(matches!(err, StartError::Kube(_)), "{err}");
+        assert!(
+            started.elapsed() <= START_PATIENCE,
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(started.elapsed() >= START_PATIENCE - Duration::from_secs(5));
     }
 
     /// A sharded watch decodes the other shards' objects as their metadata

@@ -28,7 +28,6 @@ use kube::api::Api;
 use kube::core::NamespaceResourceScope;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use tracing::warn;
 
 use super::index::PlanCache;
 use super::owned::{labels, meta, write};
@@ -126,7 +125,8 @@ impl Dispatch for RouterKind {
 }
 
 /// The routers the cluster serves: those whose objects can be listed (CRD
-/// installed, RBAC allows them); only these are watched.
+/// installed, RBAC allows them); only these are watched. An API blip is
+/// asked again, not taken for a missing CRD.
 pub async fn served(client: &kube::Client, namespace: Option<&str>) -> Vec<RouterKind> {
     struct Check<'a>(&'a kube::Client, Option<&'a str>);
     impl<'a> Visit for Check<'a> {
@@ -134,16 +134,7 @@ pub async fn served(client: &kube::Client, namespace: Option<&str>) -> Vec<Route
         fn visit<R: Router>(self) -> BoxFuture<'a, bool> {
             Box::pin(async move {
                 let api: Api<R> = super::scoped(self.0, self.1);
-                match api
-                    .list_metadata(&kube::api::ListParams::default().limit(1))
-                    .await
-                {
-                    Ok(_) => true,
-                    Err(e) => {
-                        warn!(kind = R::KIND, error = %e, "cannot be listed: not watched");
-                        false
-                    }
-                }
+                super::watches::optional_kind_served(&api, R::KIND).await
             })
         }
     }
