@@ -224,12 +224,16 @@ async fn clients(
         .with_layer(&RateLimitLayer::new(args.qps, args.burst))
         .build();
     let lease = api_client::builder(config, http2)?
+        .with_layer(&leader::LeaseDeadlineLayer::new(leader::renew_deadline(
+            args.lease_seconds,
+        )))
         .with_layer(&counted)
         .build();
     Ok((limited, lease))
 }
 
-// Start-up in order: clients, health server, leader election, the controller.
+// Start-up in order: clients, health server, the check of the CRDs, leader
+// election, the controller.
 #[allow(clippy::too_many_lines)]
 async fn run(args: Args) -> Result<(), MainError> {
     if args.shards > 1 && !args.leader_election {
@@ -239,7 +243,6 @@ async fn run(args: Args) -> Result<(), MainError> {
     metrics.shards.set(i64::from(args.shards));
     let liveness = Liveness::new(std::time::Duration::from_secs(args.stuck_after_seconds));
     let (client, lease_client) = clients(&args, &metrics, &liveness).await?;
-    controller::check_crd(&client, args.namespace.as_deref()).await?;
 
     let ready = Arc::new(AtomicBool::new(false));
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -279,6 +282,16 @@ async fn run(args: Args) -> Result<(), MainError> {
         health,
         stopped(stop_rx.clone()),
     ));
+    // After the server: while the API server is away the check waits for
+    // it, and the probes answer meanwhile (not ready; alive unless a
+    // request hangs past the bound).
+    tokio::select! {
+        r = controller::check_crd(&client, args.namespace.as_deref()) => r?,
+        () = stopped(stop_rx.clone()) => {
+            let _ = server.await;
+            return Ok(());
+        }
+    }
 
     let id = identity(&args);
     let routers = controller::router::served(&client, args.namespace.as_deref()).await;
@@ -333,8 +346,7 @@ async fn run(args: Args) -> Result<(), MainError> {
             // Renewed while the replicas of another shard count stop.
             tokio::select! {
                 () = leader::other_layouts_gone(lease_client, &cfg, args.shards) => {},
-                r = leader::hold(&manager) => {
-                    r?;
+                () = leader::hold(&manager) => {
                     tracing::error!("leadership lost: exiting so that only the leader writes");
                     std::process::exit(1);
                 }
@@ -364,8 +376,7 @@ async fn run(args: Args) -> Result<(), MainError> {
             ));
             tokio::select! {
                 () = ctrl => {},
-                r = leader::hold(&manager) => {
-                    r?;
+                () = leader::hold(&manager) => {
                     tracing::error!("leadership lost: exiting so that only the leader writes");
                     std::process::exit(1);
                 }

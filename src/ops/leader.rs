@@ -33,14 +33,107 @@ pub struct LeaderConfig {
     pub duration_seconds: u64,
 }
 
+/// How long before its expiry the leader renews the Lease: a third of its
+/// duration, at least a second.
+pub fn renew_grace(duration_seconds: u64) -> std::time::Duration {
+    std::time::Duration::from_secs((duration_seconds / 3).max(1))
+}
+
+/// How long the election's client waits for an answer about the Lease
+/// (`main`'s lease client, [`LeaseDeadlineLayer`]): the renewal grace less
+/// half a second for clocks and timers (at least half a second). A renewal
+/// that has not landed by then could land after the expiry, when a
+/// follower may already lead: the leader stops instead.
+pub fn renew_deadline(duration_seconds: u64) -> std::time::Duration {
+    renew_grace(duration_seconds)
+        .saturating_sub(std::time::Duration::from_millis(500))
+        .max(std::time::Duration::from_millis(500))
+}
+
+/// Gives up on a request for a Lease (a read or a renewal, not a watch)
+/// after `after`: a renewal that has not landed within the grace may land
+/// after the lease's expiry, when a follower may already lead, so the leader
+/// must stop instead (kube's own retries of 429, 503 and 504 run inside the
+/// deadline). Other requests of the election's client are left alone: the
+/// heartbeat must be able to hang (a hung request fails `/healthz`), and a
+/// watch waits for events.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseDeadlineLayer {
+    after: std::time::Duration,
+}
+
+impl LeaseDeadlineLayer {
+    /// Requests for Leases give up after `after`.
+    pub fn new(after: std::time::Duration) -> Self {
+        Self { after }
+    }
+}
+
+impl<S> tower::Layer<S> for LeaseDeadlineLayer {
+    type Service = LeaseDeadline<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        LeaseDeadline {
+            inner,
+            after: self.after,
+        }
+    }
+}
+
+/// The service of [`LeaseDeadlineLayer`].
+#[derive(Debug, Clone)]
+pub struct LeaseDeadline<S> {
+    inner: S,
+    after: std::time::Duration,
+}
+
+/// A Lease request that did not get its answer within the deadline.
+#[derive(Debug, thiserror::Error)]
+#[error("no answer about the lease within {0:?}")]
+pub struct LeaseDeadlineExceeded(std::time::Duration);
+
+impl<S, B> tower::Service<http::Request<B>> for LeaseDeadline<S>
+where
+    S: tower::Service<http::Request<B>>,
+    S::Error: Into<tower::BoxError>,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = tower::BoxError;
+    type Future = futures::future::BoxFuture<'static, Result<S::Response, tower::BoxError>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let bounded = req.uri().path().contains("/leases")
+            && !req.uri().query().is_some_and(|q| q.contains("watch=true"));
+        let after = self.after;
+        let answer = self.inner.call(req);
+        Box::pin(async move {
+            if bounded {
+                match tokio::time::timeout(after, answer).await {
+                    Ok(r) => r.map_err(Into::into),
+                    Err(_) => Err(LeaseDeadlineExceeded(after).into()),
+                }
+            } else {
+                answer.await.map_err(Into::into)
+            }
+        })
+    }
+}
+
 /// Builds the lease manager.
 pub async fn manager(client: Client, cfg: &LeaderConfig) -> Result<LeaseManager, LeaderError> {
-    let grace = (cfg.duration_seconds / 3).max(1);
     Ok(LeaseManagerBuilder::new(client, &cfg.name)
         .with_namespace(&cfg.namespace)
         .with_identity(&cfg.identity)
         .with_duration(cfg.duration_seconds)
-        .with_grace(grace)
+        .with_grace(renew_grace(cfg.duration_seconds).as_secs())
         .with_field_manager(format!("releaseplan-{}", cfg.identity))
         .build()
         .await?)
@@ -71,44 +164,108 @@ async fn released(api: Api<Lease>, name: String) {
     futures::future::pending::<()>().await;
 }
 
+/// Whether a lease error is the API server being away (no answer, a 5xx,
+/// a 429, a request past [`LeaseDeadlineLayer`]'s deadline) or a race with
+/// another replica over the Lease's creation: a follower asks again. Any
+/// other error (403: no RBAC; 404: no such namespace) is an answer, and
+/// ends the start with it.
+fn transient(e: &LeaderError) -> bool {
+    use kube_lease_manager::LeaseManagerError as E;
+    let LeaderError::Lease(e) = e;
+    match e {
+        E::KubeError(k) => crate::controller::error::is_transient(k),
+        E::LeaseAlreadyExists(_) | E::NonexistentLease(_) => true,
+        _ => false,
+    }
+}
+
+/// Builds the lease manager, asking again after a transient error: a
+/// follower has nothing to lose by waiting.
+async fn manager_retried(
+    client: &Client,
+    cfg: &LeaderConfig,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<Option<LeaseManager>, LeaderError> {
+    loop {
+        match manager(client.clone(), cfg).await {
+            Ok(m) => return Ok(Some(m)),
+            Err(e) if transient(&e) => {
+                tracing::warn!(error = %e, lease = %cfg.name, retry_in = ?FOLLOWER_RETRY, "cannot read the lease yet");
+                tokio::select! {
+                    () = tokio::time::sleep(FOLLOWER_RETRY) => {}
+                    _ = stop.changed() => return Ok(None),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A follower's pause after an API error before it asks again.
+const FOLLOWER_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Waits until this process leads and returns the lease manager that holds
 /// the lease; `None` when `stop` fires first. A released lease is noticed at
 /// once: the manager caches the lease until it expires, so a fresh one is
-/// built to read it again.
+/// built to read it again. A transient error is asked again after a
+/// second: a follower does not exit for a blip (its restart would meet the
+/// same outage); any other error is returned.
 pub async fn acquire(
     client: Client,
     cfg: &LeaderConfig,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<Option<LeaseManager>, LeaderError> {
     let api: Api<Lease> = Api::namespaced(client.clone(), &cfg.namespace);
-    let mut current = manager(client.clone(), cfg).await?;
+    let Some(mut current) = manager_retried(&client, cfg, stop).await? else {
+        return Ok(None);
+    };
     loop {
         if *stop.borrow() {
             return Ok(None);
         }
         let released_now = tokio::select! {
-            r = current.changed() => {
-                if r? {
+            r = current.changed() => match r.map_err(LeaderError::from) {
+                Ok(true) => {
                     tracing::info!(identity = %cfg.identity, lease = %cfg.name, "leading");
                     return Ok(Some(current));
                 }
-                false
-            }
+                Ok(false) => false,
+                Err(e) if transient(&e) => {
+                    tracing::warn!(error = %e, lease = %cfg.name, retry_in = ?FOLLOWER_RETRY, "cannot read the lease");
+                    tokio::select! {
+                        () = tokio::time::sleep(FOLLOWER_RETRY) => {}
+                        _ = stop.changed() => return Ok(None),
+                    }
+                    false
+                }
+                Err(e) => return Err(e),
+            },
             () = released(api.clone(), cfg.name.clone()) => true,
             _ = stop.changed() => return Ok(None),
         };
         if released_now {
             tracing::info!("lease released by its holder: trying to take it");
-            current = manager(client.clone(), cfg).await?;
+            let Some(m) = manager_retried(&client, cfg, stop).await? else {
+                return Ok(None);
+            };
+            current = m;
         }
     }
 }
 
-/// Keeps the lease renewed; resolves when leadership is lost.
-pub async fn hold(manager: &LeaseManager) -> Result<(), LeaderError> {
+/// Keeps the lease renewed; resolves when leadership is lost: another holder,
+/// or a renewal that failed (kube's retries of 429, 503 and 504 included) or
+/// did not land within [`renew_grace`], after which the lease may have
+/// expired and a follower may lead.
+pub async fn hold(manager: &LeaseManager) {
     loop {
-        if !manager.changed().await? {
-            return Ok(());
+        match manager.changed().await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot renew the lease");
+                return;
+            }
         }
     }
 }
@@ -199,4 +356,73 @@ fn held(lease: &Lease, now: i64) -> bool {
     let renewed = spec.renew_time.as_ref().or(spec.acquire_time.as_ref());
     let duration = i64::from(spec.lease_duration_seconds.unwrap_or(0));
     holder && renewed.is_some_and(|t| t.0.as_second().saturating_add(duration) > now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::{Layer, Service, ServiceExt};
+
+    /// A follower that cannot read the Lease while the API server is away
+    /// asks again (it used to end the process, whose restart met the same
+    /// outage); a refusal is an answer and ends the start.
+    #[tokio::test(start_paused = true)]
+    async fn a_follower_waits_out_a_blip_but_not_a_refusal() {
+        use crate::canned_api::{answering, status};
+        let cfg = LeaderConfig {
+            namespace: "ns".into(),
+            name: "rp".into(),
+            identity: "me".into(),
+            duration_seconds: 15,
+        };
+        let (_tx, mut stop) = tokio::sync::watch::channel(false);
+        let lease = serde_json::json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "rp", "namespace": "ns", "resourceVersion": "1"}, "spec": {}});
+        let (client, asked) = answering(vec![status(503), status(500), status(429), (200, lease)]);
+        let got = manager_retried(&client, &cfg, &mut stop).await;
+        assert!(matches!(got, Ok(Some(_))), "{:?}", got.err());
+        assert_eq!(*asked.lock().unwrap(), 4);
+
+        let (client, asked) = answering(vec![status(403)]);
+        let got = manager_retried(&client, &cfg, &mut stop).await;
+        assert!(got.is_err(), "a refusal is returned");
+        assert_eq!(*asked.lock().unwrap(), 1);
+    }
+
+    /// A server that never answers a Lease read or renewal in time: the
+    /// request gives up at the deadline. The heartbeat (`/version`) and the
+    /// Lease watch are left to wait.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_request_gives_up_at_the_deadline_and_nothing_else_does() {
+        let never = tower::service_fn(|_req: http::Request<()>| async {
+            tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+            Ok::<_, std::convert::Infallible>(http::Response::new(()))
+        });
+        let mut svc = LeaseDeadlineLayer::new(std::time::Duration::from_secs(5)).layer(never);
+        let req = |uri: &str| http::Request::builder().uri(uri).body(()).unwrap();
+        let lease = "/apis/coordination.k8s.io/v1/namespaces/rp/leases/releaseplan-leader";
+
+        let started = tokio::time::Instant::now();
+        let err = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(req(lease))
+            .await
+            .unwrap_err();
+        assert!(err.is::<LeaseDeadlineExceeded>(), "{err}");
+        assert_eq!(started.elapsed(), std::time::Duration::from_secs(5));
+
+        for uri in [
+            "/version",
+            "/apis/coordination.k8s.io/v1/namespaces/rp/leases?fieldSelector=metadata.name%3Dx&watch=true",
+        ] {
+            let waited = tokio::time::timeout(
+                std::time::Duration::from_secs(60),
+                svc.ready().await.unwrap().call(req(uri)),
+            )
+            .await;
+            assert!(waited.is_err(), "{uri} was cut short: {waited:?}");
+        }
+    }
 }

@@ -80,12 +80,18 @@ async fn sigterm_exits_within_the_grace_when_the_api_server_hangs() {
             op.log_text()
         )
     });
-    // The lease release hangs: the grace ends it, with a failure status and
-    // a log line that says why.
+    // Nothing answers: the lease release gives up at the lease deadline
+    // (the renewal grace less half a second, 4.5 s), or, when a reconcile
+    // was in flight, the grace ends it first. Either way with a failure
+    // status, within the grace, and a log line that says why.
     assert!(!status.success(), "{status}");
-    assert!(took >= GRACE - Duration::from_secs(1), "took {took:?}");
     let log = op.log_text();
-    assert!(log.contains("did not finish within"), "{log}");
+    let deadline = log.contains("no answer about the lease within");
+    let grace = log.contains("did not finish within");
+    assert!(deadline || grace, "{log}");
+    if grace {
+        assert!(took >= GRACE - Duration::from_secs(1), "took {took:?}");
+    }
 }
 
 #[tokio::test]
