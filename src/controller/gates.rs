@@ -31,7 +31,7 @@ use crate::api::{GateStatus, ReleasePlan, ReleasePlanStatus, Trial, Verdict};
 use crate::gates::access::CredentialReader;
 use crate::gates::outbound::GateHttp;
 use crate::gates::prometheus::TemplateVars;
-use crate::gates::{self as g, GateContext, GateResult, GateSpec};
+use crate::gates::{self as g, GateContext, GateResult, GateSpec, NotEvaluated};
 use crate::ops::metrics::{GateKindLabel, Metrics};
 use crate::plan::Target;
 use chrono::Utc;
@@ -42,10 +42,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
-use tracing::debug;
+use tracing::{debug, warn};
 
 /// Added to a gate's own timeouts before the runner gives up on a call.
 const CALL_GRACE: Duration = Duration::from_secs(5);
+/// Pause before a gate that could not be evaluated (the API server away)
+/// is asked again (at most its interval).
+const NOT_EVALUATED_RETRY: Duration = Duration::from_secs(5);
+/// How long a gate may go unevaluated (the API server away) before that
+/// counts as an error of the gate, so that it shows in the plan's status.
+const NOT_EVALUATED_LIMIT: Duration = Duration::from_secs(300);
 
 /// What a plan needs from the runner now.
 #[derive(Debug, Clone, PartialEq)]
@@ -284,6 +290,8 @@ impl GateRunner {
         let Some(gate) = work.gates.get(index) else {
             return;
         };
+        // Since when the gate could not be evaluated, the API server away.
+        let mut away_since: Option<Instant> = None;
         loop {
             let prev = verdicts
                 .lock()
@@ -299,7 +307,33 @@ impl GateRunner {
                 self.forget(&key, &work);
                 return;
             }
-            let result = self.evaluate(gate, work.ctxs.get(index)).await;
+            let result = match self.evaluate(gate, work.ctxs.get(index)).await {
+                Ok(r) => {
+                    away_since = None;
+                    r
+                }
+                Err(n)
+                    if away_since.get_or_insert_with(Instant::now).elapsed()
+                        < NOT_EVALUATED_LIMIT =>
+                {
+                    // Nothing is recorded: the gate is asked again shortly.
+                    warn!(plan = %key.name, gate = gate.name(), reason = %n.reason, retry_in = ?NOT_EVALUATED_RETRY, "gate not evaluated");
+                    tokio::time::sleep(NOT_EVALUATED_RETRY.min(gate.interval())).await;
+                    continue;
+                }
+                // Away for long: an error of the gate, so that the plan's
+                // status says why it waits (and `consecutiveErrors` apply).
+                Err(n) => {
+                    away_since = None;
+                    GateResult::Error {
+                        reason: format!(
+                            "{} (not evaluated for {} min)",
+                            n.reason,
+                            NOT_EVALUATED_LIMIT.as_secs() / 60
+                        ),
+                    }
+                }
+            };
             let trial = work.trials.get(index).copied().unwrap_or_default();
             let st = g::record_with(
                 prev.as_ref(),
@@ -317,23 +351,31 @@ impl GateRunner {
         }
     }
 
-    async fn evaluate(&self, gate: &GateSpec, ctx: Option<&GateContext>) -> GateResult {
+    /// One evaluation; `Err` when the operator could not evaluate it for
+    /// want of the API server (its policies not listed yet, its credentials
+    /// not readable while the API server is away): not the gate's fault.
+    async fn evaluate(
+        &self,
+        gate: &GateSpec,
+        ctx: Option<&GateContext>,
+    ) -> Result<GateResult, NotEvaluated> {
         let bound = gate.worst_case() + CALL_GRACE;
         let Some(ctx) = ctx else {
-            return GateResult::Error {
+            return Ok(GateResult::Error {
                 reason: "no context for this gate (a bug)".into(),
-            };
+            });
         };
         // The policies as cached: read before any call, never fetched here.
         let Some(policy) = self.policy.for_namespace(&ctx.vars.namespace) else {
-            return GateResult::Error {
+            return Err(NotEvaluated {
                 reason: "gate policies not read yet: not called".into(),
-            };
+            });
         };
         let started = Instant::now();
-        let evaluation = crate::gates::evaluate(gate, &self.http, &self.secrets, &policy, ctx);
+        let evaluation =
+            crate::gates::evaluate_checked(gate, &self.http, &self.secrets, &policy, ctx);
         let result = match tokio::time::timeout(bound, evaluation).await {
-            Ok(r) => r,
+            Ok(r) => r?,
             Err(_) => GateResult::Error {
                 reason: format!("no answer within {}s", bound.as_secs()),
             },
@@ -348,7 +390,7 @@ impl GateRunner {
         if matches!(result, GateResult::Error { .. }) {
             self.metrics.gate_errors.get_or_create(&kind).inc();
         }
-        result
+        Ok(result)
     }
 
     fn store(

@@ -240,6 +240,7 @@ impl CredentialReader {
                     namespace: self.namespace.clone(),
                     name: r.name.clone(),
                     why: format!("not read within {}s", self.timeout.as_secs()),
+                    away: true,
                 })
             })
     }
@@ -255,14 +256,15 @@ struct Reads<'a> {
 }
 
 impl Reads<'_> {
-    fn err(&self, kind: Kind, name: &str) -> impl Fn(String) -> AccessError {
+    fn err(&self, kind: Kind, name: &str) -> impl Fn(String, bool) -> AccessError {
         let namespace = self.reader.namespace.clone();
         let name = name.to_string();
-        move |why| AccessError::Unreadable {
+        move |why, away| AccessError::Unreadable {
             kind,
             namespace: namespace.clone(),
             name: name.clone(),
             why,
+            away,
         }
     }
 
@@ -284,18 +286,26 @@ impl Reads<'_> {
         let got = tokio::time::timeout(self.reader.timeout, api.get_opt(name))
             .await
             .map_err(|_| {
-                unreadable(format!(
-                    "the API server did not answer within {}s",
-                    self.reader.timeout.as_secs()
-                ))
+                unreadable(
+                    format!(
+                        "the API server did not answer within {}s",
+                        self.reader.timeout.as_secs()
+                    ),
+                    true,
+                )
             })?
             .map_err(|e| match e {
-                kube::Error::Api(s) if s.code == 403 => unreadable(format!(
-                    "the operator may not read it (HTTP 403: grant get on {}s in {ns})",
-                    kind.to_string().to_lowercase()
-                )),
-                kube::Error::Api(s) => unreadable(format!("HTTP {}", s.code)),
-                _ => unreadable("the API server could not be reached".into()),
+                kube::Error::Api(s) if s.code == 403 => unreadable(
+                    format!(
+                        "the operator may not read it (HTTP 403: grant get on {}s in {ns})",
+                        kind.to_string().to_lowercase()
+                    ),
+                    false,
+                ),
+                kube::Error::Api(s) => {
+                    unreadable(format!("HTTP {}", s.code), s.code == 429 || s.code >= 500)
+                }
+                _ => unreadable("the API server could not be reached".into(), true),
             })?;
         let unavailable = || AccessError::Unavailable {
             kind,

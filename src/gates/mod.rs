@@ -17,7 +17,8 @@ pub mod webhook;
 /// rule, and nothing is sent), reads its credentials through `secrets` (a
 /// failure to read them, or a Secret not bound to the destination, is an
 /// `Error` naming the object), then calls it with the pinned headers.
-/// Does I/O; never called by the pure core.
+/// Does I/O; never called by the pure core. The gate runner uses
+/// [`evaluate_checked`], which tells the API server's absence apart.
 pub async fn evaluate(
     gate: &GateSpec,
     http: &outbound::GateHttp,
@@ -25,6 +26,30 @@ pub async fn evaluate(
     policy: &policy::NamespacePolicy,
     ctx: &GateContext,
 ) -> GateResult {
+    evaluate_checked(gate, http, secrets, policy, ctx)
+        .await
+        .unwrap_or_else(|n| GateResult::Error { reason: n.reason })
+}
+
+/// The gate was not evaluated: the operator could not read its credentials
+/// because the API server was away (no answer, a 5xx, a 429). Not the
+/// gate's fault, so not held against it: the runner asks again, and an API
+/// server restart does not fail (and roll back) a healthy rollout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotEvaluated {
+    /// Why, for the log.
+    pub reason: String,
+}
+
+/// [`evaluate`], with the API server's absence while reading the
+/// credentials as [`NotEvaluated`] rather than an `Error`.
+pub async fn evaluate_checked(
+    gate: &GateSpec,
+    http: &outbound::GateHttp,
+    secrets: &access::CredentialReader,
+    policy: &policy::NamespacePolicy,
+    ctx: &GateContext,
+) -> Result<GateResult, NotEvaluated> {
     let (what, url) = match gate {
         GateSpec::Prometheus(p) => ("prometheus", p.address.as_str()),
         GateSpec::Webhook(w) => ("webhook", w.url.as_str()),
@@ -39,7 +64,7 @@ pub async fn evaluate(
     if let Some(d) = &destination
         && let Err(r) = policy.admit_destination(d)
     {
-        return refused(r);
+        return Ok(refused(r));
     }
     let settings = gate.access();
     if let Some(h) = settings
@@ -49,19 +74,19 @@ pub async fn evaluate(
         .chain(settings.auth.as_ref().map(|_| "Authorization"))
         .find_map(|name| policy.admit_header(name).err())
     {
-        return refused(h);
+        return Ok(refused(h));
     }
     let pinned = match policy.pinned_headers() {
         Ok(p) => p,
-        Err(r) => return refused(r),
+        Err(r) => return Ok(refused(r)),
     };
     if destination.is_none() && policy.governed {
-        return GateResult::Error {
+        return Ok(GateResult::Error {
             reason: format!(
                 "{what} at {} not called: the URL has no host and port the GatePolicy can admit",
                 outbound::redact(url)
             ),
-        };
+        });
     }
     let bound = access::Binding {
         policy,
@@ -71,22 +96,27 @@ pub async fn evaluate(
     let resolve = secrets.resolve(http, settings, &ctx.vars.namespace, &bound);
     let resolved = match tokio::time::timeout(access::READ_TIMEOUT, resolve).await {
         Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
-            return GateResult::Error {
+        Ok(Err(e @ access::AccessError::Unreadable { away: true, .. })) => {
+            return Err(NotEvaluated {
                 reason: format!("{} gate credentials: {e}", gate.kind()),
-            };
+            });
+        }
+        Ok(Err(e)) => {
+            return Ok(GateResult::Error {
+                reason: format!("{} gate credentials: {e}", gate.kind()),
+            });
         }
         Err(_) => {
-            return GateResult::Error {
+            return Err(NotEvaluated {
                 reason: format!(
                     "{} gate credentials: not read within {}s",
                     gate.kind(),
                     access::READ_TIMEOUT.as_secs()
                 ),
-            };
+            });
         }
     };
-    match gate {
+    Ok(match gate {
         GateSpec::Prometheus(p) => prometheus::evaluate_with(http, &resolved, p, &ctx.vars).await,
         GateSpec::Webhook(w) => {
             let body = webhook::WebhookBody {
@@ -100,5 +130,52 @@ pub async fn evaluate(
             };
             webhook::call_with(http, &resolved, w, &body).await
         }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gate whose bearer token the operator cannot read while the API
+    /// server is away is not evaluated (the runner asks again, nothing is
+    /// held against the gate); a refusal (403) is the gate's error, as
+    /// before. Nothing is called: the URL is a closed port of 127.0.0.1.
+    #[tokio::test]
+    async fn credentials_unread_while_the_api_server_is_away_are_not_the_gates_fault() {
+        use crate::canned_api::{answering, status};
+        let health: crate::api::Health = serde_json::from_value(serde_json::json!({
+            "webhooks": [{"name": "smoke", "url": "http://127.0.0.1:9/hook", "retries": 0,
+                "auth": {"bearer": {"secretKeyRef": {"name": "creds", "key": "token"}}}}]
+        }))
+        .unwrap();
+        let gates = GateSpec::all(&health.entries().unwrap()).unwrap();
+        let ctx = GateContext {
+            vars: prometheus::TemplateVars {
+                plan: "shop".into(),
+                namespace: "shop".into(),
+                ..prometheus::TemplateVars::default()
+            },
+            revision: "r1".into(),
+            step: 0,
+        };
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = outbound::GateHttp::new(outbound::OutboundPolicy::default()).unwrap();
+        let policy = policy::NamespacePolicy::open("shop");
+        for code in [503, 500, 429] {
+            let reader =
+                access::CredentialReader::new(answering(vec![status(code)]).0, "ops".into());
+            let got = evaluate_checked(&gates[0], &http, &reader, &policy, &ctx).await;
+            let Err(n) = got else {
+                panic!("{code}: evaluated: {got:?}")
+            };
+            assert!(n.reason.contains(&format!("HTTP {code}")), "{n:?}");
+        }
+        let reader = access::CredentialReader::new(answering(vec![status(403)]).0, "ops".into());
+        let got = evaluate_checked(&gates[0], &http, &reader, &policy, &ctx).await;
+        assert!(
+            matches!(&got, Ok(GateResult::Error { reason }) if reason.contains("HTTP 403")),
+            "{got:?}"
+        );
     }
 }

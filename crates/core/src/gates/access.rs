@@ -207,6 +207,9 @@ pub enum AccessError {
         name: String,
         /// What went wrong, by kind (status code or timeout).
         why: String,
+        /// The API server was away (no answer, a 5xx or a 429), not a
+        /// refusal: worth asking again rather than holding against the gate.
+        away: bool,
     },
     /// The value cannot be used as it is.
     #[error("key {key:?} of {kind} {namespace}/{name} {why}")]
