@@ -33,7 +33,7 @@ use super::events::Events;
 use super::policy::PolicyCaches;
 use crate::api::ReleasePlan;
 use crate::api::access::SecretKeyRef;
-use crate::gates::access::{Binding, CredentialReader};
+use crate::gates::access::{AccessError, Binding, CredentialReader};
 use crate::gates::outbound::{CallError, GateHttp};
 use crate::gates::policy::{Destination, NamespacePolicy};
 use crate::ops::metrics::{Metrics, NotificationLabel};
@@ -56,12 +56,16 @@ const DISPATCH_QUEUE: usize = 1024;
 pub const RECEIVER_QUEUE: usize = 64;
 /// Longest wait for a receiver's answer.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest wait for the API server when reading the ConfigMap.
+/// Longest wait for the API server when reading the ConfigMap, each time.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest time the ConfigMap is asked for again while the API server is away.
+const READ_DEADLINE: Duration = Duration::from_secs(60);
 /// Tries of one delivery (the first and the retries).
 const TRIES: u32 = 4;
 /// The first wait between two tries; doubled each time.
 const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// Longest pause between tries while the API server is away.
+const AWAY_RETRY_MAX: Duration = Duration::from_secs(5);
 /// Failed deliveries in a row after which the plan gets a Warning Event.
 pub const FAILING_AFTER: u32 = 3;
 /// Label of drops before any receiver is known.
@@ -226,28 +230,49 @@ fn tokio_stream_of<T: Send + 'static>(
 /// The namespace's config: `Ok(None)` when it has none.
 async fn read_config(shared: &Shared, namespace: &str) -> Result<Option<NotifyConfig>, String> {
     let api: Api<ConfigMap> = Api::namespaced(shared.client.clone(), namespace);
-    let got = tokio::time::timeout(READ_TIMEOUT, api.get_opt(ncfg::CONFIG_MAP))
-        .await
-        .map_err(|_| {
-            format!(
-                "ConfigMap {} not read: the API server did not answer within {}s",
-                ncfg::CONFIG_MAP,
-                READ_TIMEOUT.as_secs()
-            )
-        })?
-        .map_err(|e| match e {
-            kube::Error::Api(s) => {
-                format!("ConfigMap {} not read: HTTP {}", ncfg::CONFIG_MAP, s.code)
-            }
-            _ => format!(
-                "ConfigMap {} not read: the API server could not be reached",
-                ncfg::CONFIG_MAP
-            ),
-        })?;
-    let Some(cm) = got else { return Ok(None) };
+    let Some(cm) = get_config_map(&api).await? else {
+        return Ok(None);
+    };
     NotifyConfig::parse(&cm.data.unwrap_or_default())
         .map(Some)
         .map_err(|e| e.to_string())
+}
+
+/// Reads the namespace's ConfigMap, asking again while the API server is
+/// away (no answer within [`READ_TIMEOUT`], 5xx, 429) for up to
+/// [`READ_DEADLINE`]: the transition is already marked sent in the status,
+/// so a notice given up here is never sent.
+async fn get_config_map(api: &Api<ConfigMap>) -> Result<Option<ConfigMap>, String> {
+    let deadline = tokio::time::Instant::now() + READ_DEADLINE;
+    let mut delay = Duration::from_millis(250);
+    loop {
+        let why = match tokio::time::timeout(READ_TIMEOUT, api.get_opt(ncfg::CONFIG_MAP)).await {
+            Ok(Ok(got)) => return Ok(got),
+            Ok(Err(kube::Error::Api(s))) if s.code != 429 && s.code < 500 => {
+                return Err(format!(
+                    "ConfigMap {} not read: HTTP {}",
+                    ncfg::CONFIG_MAP,
+                    s.code
+                ));
+            }
+            Ok(Err(kube::Error::Api(s))) => format!("HTTP {}", s.code),
+            Ok(Err(_)) => "the API server could not be reached".to_string(),
+            Err(_) => format!(
+                "the API server did not answer within {}s",
+                READ_TIMEOUT.as_secs()
+            ),
+        };
+        if tokio::time::Instant::now() + delay > deadline {
+            return Err(format!(
+                "ConfigMap {} not read for {}s: {why}",
+                ncfg::CONFIG_MAP,
+                READ_DEADLINE.as_secs()
+            ));
+        }
+        debug!(retry_in = ?delay, "ConfigMap {} not read yet: {why}", ncfg::CONFIG_MAP);
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
 }
 
 /// A Warning Event on the plan about its notifications.
@@ -387,6 +412,10 @@ impl From<&Shared> for SharedRef {
 struct Failed {
     why: String,
     retry: bool,
+    /// The API server was away (a credential not readable for want of an
+    /// answer, the GatePolicies not listed yet): tried again for up to
+    /// [`READ_DEADLINE`], past the receiver's own tries.
+    away: bool,
 }
 
 /// One receiver's worker: its deliveries in order, one at a time.
@@ -398,14 +427,20 @@ async fn work(s: SharedRef, mut rx: mpsc::Receiver<Delivery>) {
         let mut outcome = Err(Failed {
             why: String::new(),
             retry: false,
+            away: false,
         });
-        for attempt in 1..=TRIES {
+        let started = tokio::time::Instant::now();
+        for attempt in 1.. {
             outcome = deliver(&s, &d).await;
             match &outcome {
-                Err(f) if f.retry && attempt < TRIES => {
+                Err(f)
+                    if f.retry
+                        && (attempt < TRIES
+                            || (f.away && started.elapsed() + wait <= READ_DEADLINE)) =>
+                {
                     debug!(namespace = %ns, receiver = %name, attempt, why = %f.why, "notification not delivered yet");
                     tokio::time::sleep(wait).await;
-                    wait *= 2;
+                    wait = (wait * 2).min(AWAY_RETRY_MAX);
                 }
                 _ => break,
             }
@@ -455,6 +490,7 @@ async fn secret(
         .secret_text(r, plan_namespace, &bound)
         .await
         .map_err(|e| Failed {
+            away: matches!(e, AccessError::Unreadable { away: true, .. }),
             why: format!("credentials: {e}"),
             retry: true,
         })
@@ -467,6 +503,7 @@ async fn deliver(s: &SharedRef, d: &Delivery) -> Result<(), Failed> {
         return Err(Failed {
             why: "GatePolicies not listed yet".into(),
             retry: true,
+            away: true,
         });
     };
     let url = secret(s, &d.receiver.url_from.secret_key_ref, ns, &policy, None).await?;
@@ -481,6 +518,7 @@ async fn deliver(s: &SharedRef, d: &Delivery) -> Result<(), Failed> {
             d.receiver.url_from.secret_key_ref.name, d.receiver.url_from.secret_key_ref.key
         ),
         retry: false,
+        away: false,
     })?;
     let destination = Destination::of(&url);
     if let Some(dest) = &destination
@@ -489,6 +527,7 @@ async fn deliver(s: &SharedRef, d: &Delivery) -> Result<(), Failed> {
         return Err(Failed {
             why: format!("not sent: {r}"),
             retry: false,
+            away: false,
         });
     }
     let token = match &d.receiver.token_from {
@@ -510,6 +549,7 @@ async fn deliver(s: &SharedRef, d: &Delivery) -> Result<(), Failed> {
     let req = req.build().map_err(|_| Failed {
         why: "the request cannot be built".into(),
         retry: false,
+        away: false,
     })?;
     match s.http.send(req).await {
         Ok(resp) if resp.status().is_success() => Ok(()),
@@ -518,6 +558,7 @@ async fn deliver(s: &SharedRef, d: &Delivery) -> Result<(), Failed> {
             Err(Failed {
                 why: format!("the receiver answered HTTP {}", code.as_u16()),
                 retry: code.as_u16() == 429 || code.is_server_error(),
+                away: false,
             })
         }
         Err(e) => Err(describe(&e)),
@@ -533,6 +574,7 @@ fn describe(e: &CallError) -> Failed {
             return Failed {
                 why: format!("not sent: {r}"),
                 retry: false,
+                away: false,
             };
         }
         CallError::Transport(_) if e.is_refusal() => {
@@ -540,6 +582,7 @@ fn describe(e: &CallError) -> Failed {
                 why: "not sent: the receiver's address is refused by the operator's egress rules"
                     .into(),
                 retry: false,
+                away: false,
             };
         }
         CallError::Transport(t) => t,
@@ -548,16 +591,19 @@ fn describe(e: &CallError) -> Failed {
         Failed {
             why: format!("no answer within {}s", SEND_TIMEOUT.as_secs()),
             retry: false,
+            away: false,
         }
     } else if t.is_connect() {
         Failed {
             why: "could not connect".into(),
             retry: true,
+            away: false,
         }
     } else {
         Failed {
             why: "the request failed (connection lost)".into(),
             retry: false,
+            away: false,
         }
     }
 }
@@ -566,6 +612,78 @@ fn describe(e: &CallError) -> Failed {
 mod tests {
     use super::*;
     use futures::StreamExt;
+
+    /// The ConfigMap is asked for again while the API server is away, so
+    /// a blip does not lose a transition's notices (its mark is already
+    /// written); a refusal is an answer.
+    #[tokio::test(start_paused = true)]
+    async fn the_config_map_is_asked_for_again_while_the_api_server_is_away() {
+        use crate::canned_api::{answering, status};
+        let config_map = serde_json::json!({"kind": "ConfigMap", "apiVersion": "v1",
+            "metadata": {"name": ncfg::CONFIG_MAP, "namespace": "shop"}});
+        let answers = |answers: Vec<(u16, serde_json::Value)>| {
+            let (client, asked) = answering(answers);
+            let api: Api<ConfigMap> = Api::namespaced(client, "shop");
+            (api, asked)
+        };
+        let (api, asked) = answers(vec![
+            status(503),
+            status(500),
+            status(429),
+            (200, config_map),
+        ]);
+        let got = get_config_map(&api).await.unwrap();
+        assert!(got.is_some());
+        assert_eq!(*asked.lock().unwrap(), 4);
+
+        let (api, asked) = answers(vec![status(403)]);
+        let err = get_config_map(&api).await.unwrap_err();
+        assert!(err.contains("HTTP 403"), "{err}");
+        assert_eq!(*asked.lock().unwrap(), 1);
+
+        let (api, _) = answers(vec![status(503)]);
+        let started = tokio::time::Instant::now();
+        let err = get_config_map(&api).await.unwrap_err();
+        assert!(err.contains("not read for 60s: HTTP 503"), "{err}");
+        assert!(
+            started.elapsed() <= READ_DEADLINE,
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    /// A receiver's Secret unread for want of an answer (a 5xx, a 429) is
+    /// `away`: the worker goes on trying it for up to [`READ_DEADLINE`],
+    /// past its four tries; a refusal (403) is not.
+    #[tokio::test]
+    async fn a_receivers_secret_unread_while_the_api_server_is_away_is_tried_longer() {
+        use crate::canned_api::{answering, status};
+        let client = |code: u16| answering(vec![status(code)]).0;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let metrics = Arc::new(Metrics::new());
+        let reporter = kube::runtime::events::Reporter {
+            controller: "test".into(),
+            instance: None,
+        };
+        let (events, _publisher) = Events::start(client(500), reporter, Arc::clone(&metrics));
+        let shared = |code: u16| SharedRef {
+            http: GateHttp::new(crate::gates::outbound::OutboundPolicy::default()).unwrap(),
+            secrets: CredentialReader::new(client(code), "ops".into()),
+            policy: PolicyCaches::none(crate::gates::policy::Mode::Optional),
+            events: events.clone(),
+            metrics: Arc::clone(&metrics),
+        };
+        let r: SecretKeyRef =
+            serde_json::from_value(serde_json::json!({"name": "hooks", "key": "url"})).unwrap();
+        let open = NamespacePolicy::open("shop");
+        for (code, away) in [(503, true), (500, true), (429, true), (403, false)] {
+            let Err(f) = secret(&shared(code), &r, "shop", &open, None).await else {
+                panic!("{code}: read")
+            };
+            assert!(f.retry, "{code}");
+            assert_eq!(f.away, away, "{code}: {}", f.why);
+        }
+    }
 
     #[tokio::test]
     async fn jobs_are_routed_in_the_order_they_came_whichever_read_answers_first() {
