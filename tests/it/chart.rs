@@ -802,6 +802,74 @@ fn shards_render_the_flag_and_need_election_and_enough_replicas() {
     assert!(err.contains("schema"), "{err}");
 }
 
+/// The notes `helm install` prints name the Leases the replicas hold: the
+/// leader Lease, or with shards one per shard (`<leaseName>-<i>-of-<N>`).
+/// `helm template` leaves NOTES.txt out, and `helm install --dry-run` asks
+/// the cluster's discovery (which other tests' CRD installs disturb), so the
+/// notes are rendered offline from a copy of the chart where they are the
+/// data of a ConfigMap.
+#[test]
+fn the_install_notes_name_each_shards_lease() {
+    let copy = tempfile::tempdir().unwrap();
+    let chart = copy.path().join("releaseplan");
+    run(
+        std::path::Path::new("cp"),
+        &["-r", chart_dir().to_str().unwrap(), chart.to_str().unwrap()],
+        None,
+    );
+    let notes = std::fs::read_to_string(chart.join("templates/NOTES.txt")).unwrap();
+    std::fs::remove_file(chart.join("templates/NOTES.txt")).unwrap();
+    std::fs::write(
+        chart.join("templates/_notes.tpl"),
+        format!("{{{{- define \"test.notes\" -}}}}\n{notes}{{{{- end }}}}\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        chart.join("templates/notes.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n  notes: |\n\
+         {{ include \"test.notes\" . | indent 4 }}\n",
+    )
+    .unwrap();
+    let render = |sets: &[&str]| {
+        let mut args: Vec<String> = [
+            "template",
+            "rp",
+            chart.to_str().unwrap(),
+            "--namespace",
+            "rp-system",
+            "--show-only",
+            "templates/notes.yaml",
+            "--kube-version",
+            &kube_version(),
+            "--set",
+            REPOSITORY,
+        ]
+        .iter()
+        .map(|a| (*a).to_string())
+        .collect();
+        for set in sets {
+            args.extend(["--set".to_string(), (*set).to_string()]);
+        }
+        let out = helm(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let cm: Value = yaml_serde::from_str(&out).expect("the notes ConfigMap");
+        cm["data"]["notes"].as_str().unwrap_or_default().to_string()
+    };
+    let one = render(&[]);
+    assert!(
+        one.contains("kubectl -n rp-system get lease releaseplan-leader -o jsonpath"),
+        "{one}"
+    );
+    let sharded = render(&["replicaCount=4", "leaderElection.shards=3"]);
+    assert!(
+        sharded.contains(
+            "kubectl -n rp-system get lease releaseplan-leader-0-of-3 \
+             releaseplan-leader-1-of-3 releaseplan-leader-2-of-3 -o custom-columns="
+        ),
+        "{sharded}"
+    );
+    assert!(sharded.contains("3 shards"), "{sharded}");
+}
+
 #[test]
 fn a_misspelt_value_is_refused_by_the_schema() {
     for (set, key) in [

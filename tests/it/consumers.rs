@@ -415,6 +415,35 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
     )
     .await;
 
+    // Paused on a gate past its inconclusiveLimit: a webhook that answers
+    // Inconclusive, none tolerated. A human promotes, retries or aborts.
+    let unsure = support::servers::serve(axum::Router::new().route(
+        "/unsure",
+        axum::routing::post(|| async {
+            axum::Json(json!({"verdict": "Inconclusive", "reason": "no traffic yet"}))
+        }),
+    ))
+    .await;
+    create_stable(&client, &ns, "unsure", steps(long_steps())).await;
+    let hooks = json!([{"name": "smoke", "url": format!("http://{unsure}/unsure"),
+        "timeoutSeconds": 2, "retries": 0, "inconclusiveLimit": 0}]);
+    patch_spec(
+        &client,
+        &ns,
+        "unsure",
+        json!({"components": [web(template("shop:2"), 2)], "health": {"webhooks": hooks}}),
+    )
+    .await;
+    wait_condition(&client, &ns, "unsure", "Paused", "GateInconclusive").await;
+    m.check(
+        &client,
+        &ns,
+        "unsure",
+        "paused on an inconclusive gate (`Paused` `GateInconclusive`)",
+        ("InProgress", "Suspended", "InProgress", 4, 1),
+    )
+    .await;
+
     // Halted: a check fails with automatic rollback off.
     let halt = json!({"components": [web(template("shop:1"), 2)], "strategy": {"steps": long_steps()},
         "rollback": {"automatic": false}});
