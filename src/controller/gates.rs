@@ -168,6 +168,46 @@ impl Drop for Running {
     }
 }
 
+/// How long one gate has gone unevaluated for want of the API server, and
+/// what that means for it: nothing recorded at first (asked again after
+/// [`NOT_EVALUATED_RETRY`]), an error of the gate past
+/// [`NOT_EVALUATED_LIMIT`], so that the plan's status says why it waits.
+#[derive(Debug, Default)]
+struct Unevaluated {
+    since: Option<Instant>,
+}
+
+impl Unevaluated {
+    /// The result to record for this evaluation; `Err` when there is
+    /// nothing to record yet. An evaluation resets the count.
+    fn result(
+        &mut self,
+        evaluated: Result<GateResult, NotEvaluated>,
+        now: Instant,
+    ) -> Result<GateResult, NotEvaluated> {
+        match evaluated {
+            Ok(r) => {
+                self.since = None;
+                Ok(r)
+            }
+            Err(n) => {
+                let since = *self.since.get_or_insert(now);
+                if now.saturating_duration_since(since) < NOT_EVALUATED_LIMIT {
+                    return Err(n);
+                }
+                self.since = None;
+                Ok(GateResult::Error {
+                    reason: format!(
+                        "{} (not evaluated for {} min)",
+                        n.reason,
+                        NOT_EVALUATED_LIMIT.as_secs() / 60
+                    ),
+                })
+            }
+        }
+    }
+}
+
 /// Evaluates gates off the reconcile path (see the module docs).
 pub struct GateRunner {
     http: GateHttp,
@@ -290,8 +330,7 @@ impl GateRunner {
         let Some(gate) = work.gates.get(index) else {
             return;
         };
-        // Since when the gate could not be evaluated, the API server away.
-        let mut away_since: Option<Instant> = None;
+        let mut unevaluated = Unevaluated::default();
         loop {
             let prev = verdicts
                 .lock()
@@ -307,31 +346,14 @@ impl GateRunner {
                 self.forget(&key, &work);
                 return;
             }
-            let result = match self.evaluate(gate, work.ctxs.get(index)).await {
-                Ok(r) => {
-                    away_since = None;
-                    r
-                }
-                Err(n)
-                    if away_since.get_or_insert_with(Instant::now).elapsed()
-                        < NOT_EVALUATED_LIMIT =>
-                {
+            let evaluated = self.evaluate(gate, work.ctxs.get(index)).await;
+            let result = match unevaluated.result(evaluated, Instant::now()) {
+                Ok(r) => r,
+                Err(n) => {
                     // Nothing is recorded: the gate is asked again shortly.
                     warn!(plan = %key.name, gate = gate.name(), reason = %n.reason, retry_in = ?NOT_EVALUATED_RETRY, "gate not evaluated");
                     tokio::time::sleep(NOT_EVALUATED_RETRY.min(gate.interval())).await;
                     continue;
-                }
-                // Away for long: an error of the gate, so that the plan's
-                // status says why it waits (and `consecutiveErrors` apply).
-                Err(n) => {
-                    away_since = None;
-                    GateResult::Error {
-                        reason: format!(
-                            "{} (not evaluated for {} min)",
-                            n.reason,
-                            NOT_EVALUATED_LIMIT.as_secs() / 60
-                        ),
-                    }
                 }
             };
             let trial = work.trials.get(index).copied().unwrap_or_default();
@@ -456,4 +478,50 @@ fn target_dry_run(work: &GateWork, name: &str) -> bool {
 
 fn snapshot(v: &Verdicts) -> Vec<GateStatus> {
     v.lock().unwrap_or_else(PoisonError::into_inner).clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gate unevaluated for want of the API server records nothing for
+    /// up to five minutes (a blip does not count against a healthy
+    /// rollout), then an error of the gate that says why; an evaluation in
+    /// between starts the count again.
+    #[test]
+    fn an_unevaluated_gate_records_nothing_until_the_limit_then_an_error() {
+        let away = || {
+            Err(NotEvaluated {
+                reason: "webhook gate credentials: HTTP 503".into(),
+            })
+        };
+        let pass = || Ok(GateResult::Pass { value: 1.0 });
+        let t0 = Instant::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+
+        let mut u = Unevaluated::default();
+        assert!(u.result(away(), at(0)).is_err());
+        assert!(u.result(away(), at(299)).is_err(), "within the limit");
+        let Ok(GateResult::Error { reason }) = u.result(away(), at(300)) else {
+            panic!("past the limit: an error of the gate")
+        };
+        assert!(reason.contains("HTTP 503"), "{reason}");
+        assert!(reason.contains("not evaluated for 5 min"), "{reason}");
+        // The count starts again after the error is recorded.
+        assert!(u.result(away(), at(301)).is_err());
+
+        let mut u = Unevaluated::default();
+        assert!(u.result(away(), at(0)).is_err());
+        assert_eq!(
+            u.result(pass(), at(200)),
+            pass(),
+            "an evaluation is recorded"
+        );
+        assert!(
+            u.result(away(), at(350)).is_err(),
+            "an evaluation resets the count"
+        );
+        assert!(u.result(away(), at(649)).is_err());
+        assert!(u.result(away(), at(650)).is_ok());
+    }
 }

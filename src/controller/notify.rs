@@ -418,6 +418,14 @@ struct Failed {
     away: bool,
 }
 
+/// Whether a delivery that failed at its `attempt`-th try, `elapsed`
+/// after the first, is tried again after `wait`: a retryable failure up to
+/// [`TRIES`] tries; one for want of the API server (`away`) for as long as
+/// the next try starts within [`READ_DEADLINE`], however many tries that is.
+fn try_again(f: &Failed, attempt: u32, elapsed: Duration, wait: Duration) -> bool {
+    f.retry && (attempt < TRIES || (f.away && elapsed + wait <= READ_DEADLINE))
+}
+
 /// One receiver's worker: its deliveries in order, one at a time.
 async fn work(s: SharedRef, mut rx: mpsc::Receiver<Delivery>) {
     let mut failing: u32 = 0;
@@ -433,11 +441,7 @@ async fn work(s: SharedRef, mut rx: mpsc::Receiver<Delivery>) {
         for attempt in 1.. {
             outcome = deliver(&s, &d).await;
             match &outcome {
-                Err(f)
-                    if f.retry
-                        && (attempt < TRIES
-                            || (f.away && started.elapsed() + wait <= READ_DEADLINE)) =>
-                {
+                Err(f) if try_again(f, attempt, started.elapsed(), wait) => {
                     debug!(namespace = %ns, receiver = %name, attempt, why = %f.why, "notification not delivered yet");
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(AWAY_RETRY_MAX);
@@ -683,6 +687,50 @@ mod tests {
             assert!(f.retry, "{code}");
             assert_eq!(f.away, away, "{code}: {}", f.why);
         }
+    }
+
+    /// A failure for want of the API server is tried past the receiver's
+    /// four tries, until the next try would start after [`READ_DEADLINE`];
+    /// any other retryable failure gets four tries, and a final one none.
+    #[test]
+    fn a_delivery_is_tried_longer_only_while_the_api_server_is_away() {
+        let failed = |retry, away| Failed {
+            why: "x".into(),
+            retry,
+            away,
+        };
+        let s = Duration::from_secs;
+        let receiver_down = failed(true, false);
+        for attempt in 1..TRIES {
+            assert!(try_again(&receiver_down, attempt, s(0), s(1)), "{attempt}");
+        }
+        assert!(!try_again(&receiver_down, TRIES, s(7), s(5)));
+        assert!(!try_again(&failed(false, false), 1, s(0), s(1)), "final");
+        assert!(!try_again(&failed(false, true), 1, s(0), s(1)), "final");
+
+        let api_away = failed(true, true);
+        assert!(try_again(&api_away, TRIES, s(7), s(5)));
+        assert!(
+            try_again(&api_away, 12, s(55), s(5)),
+            "starts at the deadline"
+        );
+        assert!(
+            !try_again(&api_away, 12, s(56), s(5)),
+            "would start past it"
+        );
+
+        // The waits of a delivery while the API server is away: doubling
+        // from a second to at most five, all tries starting within the
+        // deadline.
+        let (mut wait, mut elapsed, mut tries) = (RETRY_FIRST, Duration::ZERO, 1);
+        while try_again(&api_away, tries, elapsed, wait) {
+            elapsed += wait;
+            wait = (wait * 2).min(AWAY_RETRY_MAX);
+            tries += 1;
+        }
+        assert!(elapsed <= READ_DEADLINE, "{elapsed:?}");
+        assert!(elapsed > READ_DEADLINE - AWAY_RETRY_MAX, "{elapsed:?}");
+        assert_eq!(tries, 14, "1 + 2 + 4 + 5 * 10 = 57 s of waits");
     }
 
     #[tokio::test]
