@@ -51,12 +51,12 @@ pub fn renew_deadline(duration_seconds: u64) -> std::time::Duration {
 }
 
 /// Gives up on a request for a Lease (a read or a renewal, not a watch)
-/// after `after`: a renewal that has not landed within the grace may land
-/// after the lease's expiry, when a follower may already lead, so the leader
-/// must stop instead (kube's own retries of 429, 503 and 504 run inside the
-/// deadline). Other requests of the election's client are left alone: the
-/// heartbeat must be able to hang (a hung request fails `/healthz`), and a
-/// watch waits for events.
+/// after `after`, its answer's body included: a renewal that has not landed
+/// within the grace may land after the lease's expiry, when a follower may
+/// already lead, so the leader must stop instead (kube's own retries of
+/// 429, 503 and 504 run inside the deadline). Other requests of the
+/// election's client are left alone: the heartbeat must be able to hang (a
+/// hung request fails `/healthz`), and a watch waits for events.
 #[derive(Debug, Clone, Copy)]
 pub struct LeaseDeadlineLayer {
     after: std::time::Duration,
@@ -91,16 +91,16 @@ pub struct LeaseDeadline<S> {
 #[error("no answer about the lease within {0:?}")]
 pub struct LeaseDeadlineExceeded(std::time::Duration);
 
-impl<S, B> tower::Service<http::Request<B>> for LeaseDeadline<S>
+impl<S, B, RB> tower::Service<http::Request<B>> for LeaseDeadline<S>
 where
-    S: tower::Service<http::Request<B>>,
+    S: tower::Service<http::Request<B>, Response = http::Response<RB>>,
     S::Error: Into<tower::BoxError>,
     S::Future: Send + 'static,
-    S::Response: Send + 'static,
+    RB: Send + 'static,
 {
-    type Response = S::Response;
+    type Response = http::Response<DeadlineBody<RB>>;
     type Error = tower::BoxError;
-    type Future = futures::future::BoxFuture<'static, Result<S::Response, tower::BoxError>>;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, tower::BoxError>>;
 
     fn poll_ready(
         &mut self,
@@ -113,17 +113,85 @@ where
         let bounded = req.uri().path().contains("/leases")
             && !req.uri().query().is_some_and(|q| q.contains("watch=true"));
         let after = self.after;
+        let deadline = tokio::time::Instant::now() + after;
         let answer = self.inner.call(req);
         Box::pin(async move {
-            if bounded {
-                match tokio::time::timeout(after, answer).await {
-                    Ok(r) => r.map_err(Into::into),
-                    Err(_) => Err(LeaseDeadlineExceeded(after).into()),
+            if !bounded {
+                let response = answer.await.map_err(Into::into)?;
+                return Ok(response.map(|body| DeadlineBody::new(body, None, after)));
+            }
+            match tokio::time::timeout_at(deadline, answer).await {
+                Ok(r) => {
+                    let response = r.map_err(Into::into)?;
+                    Ok(response.map(|body| DeadlineBody::new(body, Some(deadline), after)))
                 }
-            } else {
-                answer.await.map_err(Into::into)
+                Err(_) => Err(LeaseDeadlineExceeded(after).into()),
             }
         })
+    }
+}
+
+/// The body of an answer through [`LeaseDeadline`]: for a Lease request it
+/// ends in [`LeaseDeadlineExceeded`] if it is not read by the deadline (an
+/// answer whose headers came but whose body stalls), otherwise it is the
+/// body as it came.
+pub struct DeadlineBody<B> {
+    inner: std::pin::Pin<Box<B>>,
+    deadline: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    after: std::time::Duration,
+}
+
+impl<B> std::fmt::Debug for DeadlineBody<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeadlineBody")
+            .field("bounded", &self.deadline.is_some())
+            .field("after", &self.after)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B> DeadlineBody<B> {
+    fn new(body: B, deadline: Option<tokio::time::Instant>, after: std::time::Duration) -> Self {
+        Self {
+            inner: Box::pin(body),
+            deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
+            after,
+        }
+    }
+}
+
+impl<B> http_body::Body for DeadlineBody<B>
+where
+    B: http_body::Body,
+    B::Error: Into<tower::BoxError>,
+{
+    type Data = B::Data;
+    type Error = tower::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        // What has come is read first: the deadline cuts only a wait.
+        if let Poll::Ready(frame) = this.inner.as_mut().poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        match this.deadline.as_mut().map(|d| d.as_mut().poll(cx)) {
+            Some(Poll::Ready(())) => {
+                Poll::Ready(Some(Err(LeaseDeadlineExceeded(this.after).into())))
+            }
+            _ => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -424,5 +492,55 @@ mod tests {
             .await;
             assert!(waited.is_err(), "{uri} was cut short: {waited:?}");
         }
+    }
+
+    /// An answer about a Lease whose headers come in time but whose body
+    /// stalls is cut at the same deadline; a body that came is read whole,
+    /// and the heartbeat's stalled body is left to wait.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_answers_stalled_body_gives_up_at_the_deadline() {
+        use http_body_util::BodyExt;
+        use std::time::Duration;
+        type Frame = http_body::Frame<&'static [u8]>;
+        let stalled = tower::service_fn(|_req: http::Request<()>| async {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let never = futures::stream::pending::<Result<Frame, std::convert::Infallible>>();
+            Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::StreamBody::new(
+                never,
+            )))
+        });
+        let mut svc = LeaseDeadlineLayer::new(Duration::from_secs(5)).layer(stalled);
+        let req = |uri: &str| http::Request::builder().uri(uri).body(()).unwrap();
+        let lease = "/apis/coordination.k8s.io/v1/namespaces/rp/leases/releaseplan-leader";
+
+        let started = tokio::time::Instant::now();
+        let answer = svc.ready().await.unwrap().call(req(lease)).await.unwrap();
+        assert_eq!(started.elapsed(), Duration::from_secs(2), "headers in time");
+        let cut = tokio::time::timeout(Duration::from_secs(60), answer.into_body().collect());
+        let err = cut.await.expect("cut at the deadline").unwrap_err();
+        assert!(err.is::<LeaseDeadlineExceeded>(), "{err}");
+        assert_eq!(started.elapsed(), Duration::from_secs(5), "one deadline");
+
+        let answer = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(req("/version"))
+            .await
+            .unwrap();
+        let waited =
+            tokio::time::timeout(Duration::from_secs(60), answer.into_body().collect()).await;
+        assert!(waited.is_err(), "the heartbeat's body was cut short");
+
+        let whole = tower::service_fn(|_req: http::Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+                &b"{}"[..],
+            )))
+        });
+        let mut svc = LeaseDeadlineLayer::new(Duration::from_secs(5)).layer(whole);
+        let answer = svc.ready().await.unwrap().call(req(lease)).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let body = answer.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"{}", "a body that came is read, even late");
     }
 }
