@@ -1,7 +1,8 @@
 //! kube-apiserver restarts in the middle of a rollout: the operator must not
 //! storm (no conflict loop, no repeated Events), `/healthz` must say the
 //! watches are failing while it is gone, and the rollout must finish within
-//! seconds of its return.
+//! seconds of its return. Then it restarts again while an operator starts:
+//! that one must wait for it, not end at its start-up check.
 //!
 //! A test binary of its own on purpose, outside the one of `tests/it/`: it
 //! stops the API server that every other test uses, so nothing may run beside
@@ -44,7 +45,7 @@ async fn an_api_server_restart_mid_rollout_causes_no_storm() {
     let cluster = std::env::var("RP_CLUSTER_NAME")
         .expect("RP_CLUSTER_NAME (set by the cluster's env file; run through make test)");
     let Harness { client, ns } = Harness::new("apirestart").await;
-    let op = Operator::start(&ns, &["--stuck-after-seconds", "2"]).await;
+    let mut op = Operator::start(&ns, &["--stuck-after-seconds", "2"]).await;
     let steps = json!([
         {"setWeight": 25}, {"pause": {"duration": "2s"}},
         {"setWeight": 50}, {"pause": {"duration": "2s"}},
@@ -67,6 +68,7 @@ async fn an_api_server_restart_mid_rollout_causes_no_storm() {
     // Restart the API server (down for 3s, plus its own stop and start) while
     // polling /healthz.
     let root = cluster::repo_root();
+    let second_cluster = cluster.clone();
     let restart = std::thread::spawn(move || {
         std::process::Command::new(root.join("e2e/restart-apiserver.sh"))
             .arg(&cluster)
@@ -138,4 +140,65 @@ async fn an_api_server_restart_mid_rollout_causes_no_storm() {
         "{conflicts} conflicts:\n{}",
         op.log_text()
     );
+
+    op.terminate().await;
+    an_operator_started_during_an_outage_waits_for_the_api_server(&client, &ns, second_cluster)
+        .await;
+}
+
+/// A replica that starts while the API server is away (a node restarted
+/// during an outage) waits for it, alive, instead of ending at its start-up
+/// check (its restarts would crash-loop into kubelet's back-off); then it
+/// takes the Lease and reconciles.
+async fn an_operator_started_during_an_outage_waits_for_the_api_server(
+    client: &Client,
+    ns: &str,
+    cluster: String,
+) {
+    let before = get(client, ns, "shop")
+        .await
+        .and_then(|p| p.status?.stable_revision)
+        .expect("a stable revision");
+    let root = cluster::repo_root();
+    let restart = std::thread::spawn(move || {
+        std::process::Command::new(root.join("e2e/restart-apiserver.sh"))
+            .arg(&cluster)
+            .arg("10")
+            .status()
+    });
+    wait_until(
+        Duration::from_secs(60),
+        "the API server to stop",
+        || async { client.apiserver_version().await.is_err().then_some(()) },
+    )
+    .await;
+    // Fails at once if the process exits before it is ready.
+    let op = Operator::launcher(ns)
+        .leader_election(ns)
+        .ready_within(Duration::from_secs(170))
+        .start()
+        .await;
+    let status = restart.join().expect("restart thread");
+    assert!(
+        status.as_ref().is_ok_and(std::process::ExitStatus::success),
+        "restart-apiserver.sh: {status:?}"
+    );
+    let log = op.log_text();
+    assert!(
+        log.contains("cannot list ReleasePlans yet"),
+        "the operator did not meet the outage:\n{log}"
+    );
+    set_components(client, ns, "shop", json!([web("shop:3", 4)])).await;
+    wait_until(
+        Duration::from_secs(180),
+        "shop:3 to be released",
+        || async {
+            let p = get(client, ns, "shop").await?;
+            let s = p.status.as_ref()?;
+            let current = s.observed_generation == p.metadata.generation;
+            let released = s.phase == Phase::Stable && s.stable_revision.as_ref() != Some(&before);
+            (current && released).then_some(())
+        },
+    )
+    .await;
 }

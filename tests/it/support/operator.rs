@@ -23,6 +23,7 @@ pub struct Launcher {
     args: Vec<String>,
     envs: Vec<(String, String)>,
     rust_log: String,
+    ready_within: Duration,
 }
 
 /// A free port on 127.0.0.1.
@@ -94,6 +95,14 @@ impl Launcher {
         self
     }
 
+    /// How long [`Launcher::start`] waits for /readyz (30 s unless set): an
+    /// operator started while the API server is away is ready only after
+    /// its return.
+    pub fn ready_within(mut self, limit: Duration) -> Launcher {
+        self.ready_within = limit;
+        self
+    }
+
     /// Starts the process, logging to a file under the temp dir, and waits
     /// for its /readyz. Fails at once, with the log, when it exits instead.
     pub async fn start(self) -> Operator {
@@ -122,7 +131,7 @@ impl Launcher {
             log,
         };
         let url = format!("http://127.0.0.1:{port}/readyz");
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let deadline = std::time::Instant::now() + self.ready_within;
         loop {
             if let Some(Ok(Some(status))) = op.child.as_mut().map(std::process::Child::try_wait) {
                 panic!(
@@ -137,7 +146,8 @@ impl Launcher {
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "timed out after 30s waiting for the operator's /readyz:\n{}",
+                "timed out after {:?} waiting for the operator's /readyz:\n{}",
+                self.ready_within,
                 op.log_text()
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -154,6 +164,7 @@ impl Operator {
             args: Vec::new(),
             envs: Vec::new(),
             rust_log: "info,releaseplan=debug".to_string(),
+            ready_within: Duration::from_secs(30),
         }
     }
 
