@@ -26,7 +26,7 @@ use releaseplan::api::Phase;
 use serde_json::json;
 use std::time::{Duration, Instant};
 use support::fixtures::web;
-use support::operator::{Operator, healthz, sum_metric};
+use support::operator::{Operator, free_port, healthz, sum_metric};
 use support::plans::{create_stable, get, plan_events, set_components, wait_phase};
 use support::{Harness, WAIT, cluster, wait_until};
 
@@ -147,9 +147,12 @@ async fn an_api_server_restart_mid_rollout_causes_no_storm() {
 }
 
 /// A replica that starts while the API server is away (a node restarted
-/// during an outage) waits for it, alive, instead of ending at its start-up
-/// check (its restarts would crash-loop into kubelet's back-off); then it
-/// takes the Lease and reconciles.
+/// during an outage) waits for it instead of ending at its start-up check
+/// (its restarts would crash-loop into kubelet's back-off), and its
+/// `/healthz` says it is alive meanwhile (else kubelet would restart it
+/// anyway); then it takes the Lease and releases. (A follower waiting out
+/// an outage is unit-tested in `ops::leader`: here the election starts
+/// after the check, with the API server back.)
 async fn an_operator_started_during_an_outage_waits_for_the_api_server(
     client: &Client,
     ns: &str,
@@ -173,32 +176,60 @@ async fn an_operator_started_during_an_outage_waits_for_the_api_server(
     )
     .await;
     // Fails at once if the process exits before it is ready.
-    let op = Operator::launcher(ns)
-        .leader_election(ns)
-        .ready_within(Duration::from_secs(170))
-        .start()
-        .await;
+    let port = free_port();
+    let starting = tokio::spawn(
+        Operator::launcher(ns)
+            .leader_election(ns)
+            .port(port)
+            .ready_within(Duration::from_secs(170))
+            .start(),
+    );
+    let mut alive_while_away = 0;
+    while !restart.is_finished() {
+        match healthz(port).await {
+            Some(200) => alive_while_away += 1,
+            Some(code) => panic!("/healthz answered {code} while the API server was away"),
+            None => {} // not listening yet
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let status = restart.join().expect("restart thread");
     assert!(
         status.as_ref().is_ok_and(std::process::ExitStatus::success),
         "restart-apiserver.sh: {status:?}"
     );
+    assert!(
+        alive_while_away > 0,
+        "/healthz never answered during the outage"
+    );
+    let mut op = starting.await.expect("the operator started");
     let log = op.log_text();
     assert!(
         log.contains("cannot list ReleasePlans yet"),
         "the operator did not meet the outage:\n{log}"
     );
+
     set_components(client, ns, "shop", json!([web("shop:3", 4)])).await;
-    wait_until(
-        Duration::from_secs(180),
-        "shop:3 to be released",
-        || async {
-            let p = get(client, ns, "shop").await?;
-            let s = p.status.as_ref()?;
-            let current = s.observed_generation == p.metadata.generation;
-            let released = s.phase == Phase::Stable && s.stable_revision.as_ref() != Some(&before);
-            (current && released).then_some(())
-        },
-    )
-    .await;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        if let Some(exit) = op.exit_status() {
+            panic!("the operator exited ({exit}):\n{}", op.log_text());
+        }
+        let released = get(client, ns, "shop").await.is_some_and(|p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.observed_generation == p.metadata.generation
+                    && s.phase == Phase::Stable
+                    && s.stable_revision.as_ref() != Some(&before)
+            })
+        });
+        if released {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "shop:3 not released within 180 s:\n{}",
+            op.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }

@@ -170,7 +170,7 @@ impl Drop for Running {
 
 /// How long one gate has gone unevaluated for want of the API server, and
 /// what that means for it: nothing recorded at first (asked again after
-/// [`NOT_EVALUATED_RETRY`]), an error of the gate past
+/// [`NOT_EVALUATED_RETRY`], or the gate's interval if shorter), an error of the gate past
 /// [`NOT_EVALUATED_LIMIT`], so that the plan's status says why it waits.
 #[derive(Debug, Default)]
 struct Unevaluated {

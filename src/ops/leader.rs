@@ -54,7 +54,8 @@ pub fn renew_deadline(duration_seconds: u64) -> std::time::Duration {
 /// after `after`, its answer's body included: a renewal that has not landed
 /// within the grace may land after the lease's expiry, when a follower may
 /// already lead, so the leader must stop instead (kube's own retries of
-/// 429, 503 and 504 run inside the deadline). Other requests of the
+/// 429, 503 and 504 run inside the deadline); and a renewal whose body
+/// stalls must not keep `hold` waiting past that expiry either. Other requests of the
 /// election's client are left alone: the heartbeat must be able to hang (a
 /// hung request fails `/healthz`), and a watch waits for events.
 #[derive(Debug, Clone, Copy)]
@@ -132,9 +133,9 @@ where
 }
 
 /// The body of an answer through [`LeaseDeadline`]: for a Lease request it
-/// ends in [`LeaseDeadlineExceeded`] if it is not read by the deadline (an
-/// answer whose headers came but whose body stalls), otherwise it is the
-/// body as it came.
+/// ends in [`LeaseDeadlineExceeded`] if it has not all arrived by the
+/// deadline (an answer whose headers came but whose body stalls); what has
+/// arrived is read even after it. Otherwise it is the body as it came.
 pub struct DeadlineBody<B> {
     inner: std::pin::Pin<Box<B>>,
     deadline: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,

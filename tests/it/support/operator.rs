@@ -24,6 +24,7 @@ pub struct Launcher {
     envs: Vec<(String, String)>,
     rust_log: String,
     ready_within: Duration,
+    port: Option<u16>,
 }
 
 /// A free port on 127.0.0.1.
@@ -103,10 +104,17 @@ impl Launcher {
         self
     }
 
+    /// Serves metrics and probes on `port` (a free one unless set), so that
+    /// a test can probe the process before [`Launcher::start`] returns.
+    pub fn port(mut self, port: u16) -> Launcher {
+        self.port = Some(port);
+        self
+    }
+
     /// Starts the process, logging to a file under the temp dir, and waits
     /// for its /readyz. Fails at once, with the log, when it exits instead.
     pub async fn start(self) -> Operator {
-        let port = free_port();
+        let port = self.port.unwrap_or_else(free_port);
         let dir = std::env::temp_dir().join("releaseplan-tests");
         std::fs::create_dir_all(&dir).expect("log dir");
         let log = dir.join(format!("operator-{}-{port}.log", self.namespace));
@@ -165,12 +173,18 @@ impl Operator {
             envs: Vec::new(),
             rust_log: "info,releaseplan=debug".to_string(),
             ready_within: Duration::from_secs(30),
+            port: None,
         }
     }
 
     /// Starts the operator watching `namespace`, with extra flags, and waits for /readyz.
     pub async fn start(namespace: &str, extra: &[&str]) -> Operator {
         Operator::launcher(namespace).args(extra).start().await
+    }
+
+    /// The exit status, once the process has exited.
+    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+        self.child.as_mut()?.try_wait().ok()?
     }
 
     /// The process id, while it runs.
