@@ -209,6 +209,7 @@ async fn clients(
     args: &Args,
     metrics: &Arc<Metrics>,
     liveness: &Arc<Liveness>,
+    renewals: &leader::Renewals,
 ) -> Result<(kube::Client, kube::Client), MainError> {
     let config = kube::Config::infer()
         .await
@@ -224,9 +225,10 @@ async fn clients(
         .with_layer(&RateLimitLayer::new(args.qps, args.burst))
         .build();
     let lease = api_client::builder(config, http2)?
-        .with_layer(&leader::LeaseDeadlineLayer::new(leader::renew_deadline(
-            args.lease_seconds,
-        )))
+        .with_layer(&leader::LeaseDeadlineLayer::new(
+            leader::renew_deadline(args.lease_seconds),
+            renewals.clone(),
+        ))
         .with_layer(&counted)
         .build();
     Ok((limited, lease))
@@ -242,7 +244,8 @@ async fn run(args: Args) -> Result<(), MainError> {
     let metrics = Arc::new(Metrics::new());
     metrics.shards.set(i64::from(args.shards));
     let liveness = Liveness::new(std::time::Duration::from_secs(args.stuck_after_seconds));
-    let (client, lease_client) = clients(&args, &metrics, &liveness).await?;
+    let renewals = leader::Renewals::default();
+    let (client, lease_client) = clients(&args, &metrics, &liveness, &renewals).await?;
 
     let ready = Arc::new(AtomicBool::new(false));
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -343,10 +346,14 @@ async fn run(args: Args) -> Result<(), MainError> {
             leader::acquire_shard(lease_client.clone(), &cfg, args.shards, &stop).await?
         {
             tracing::info!(shard, shards = args.shards, "serving a shard");
+            let held = LeaderConfig {
+                name: releaseplan::ops::shard::lease_name(&cfg.name, shard, args.shards),
+                ..cfg.clone()
+            };
             // Renewed while the replicas of another shard count stop.
             tokio::select! {
                 () = leader::other_layouts_gone(lease_client, &cfg, args.shards) => {},
-                () = leader::hold(&manager) => {
+                () = leader::hold(&manager, &held, &renewals) => {
                     tracing::error!("leadership lost: exiting so that only the leader writes");
                     std::process::exit(1);
                 }
@@ -376,7 +383,7 @@ async fn run(args: Args) -> Result<(), MainError> {
             ));
             tokio::select! {
                 () = ctrl => {},
-                () = leader::hold(&manager) => {
+                () = leader::hold(&manager, &held, &renewals) => {
                     tracing::error!("leadership lost: exiting so that only the leader writes");
                     std::process::exit(1);
                 }

@@ -33,21 +33,72 @@ pub struct LeaderConfig {
     pub duration_seconds: u64,
 }
 
-/// How long before its expiry the leader renews the Lease: a third of its
-/// duration, at least a second.
+/// How long before its expiry the leader renews the Lease: two thirds of
+/// its duration (10 s of 15), at least a second, so that a renewal that
+/// fails (an API server blip) leaves time to try again before the expiry,
+/// as client-go's leader election does.
 pub fn renew_grace(duration_seconds: u64) -> std::time::Duration {
-    std::time::Duration::from_secs((duration_seconds / 3).max(1))
+    std::time::Duration::from_secs((duration_seconds * 2 / 3).max(1))
 }
 
 /// How long the election's client waits for an answer about the Lease
-/// (`main`'s lease client, [`LeaseDeadlineLayer`]): the renewal grace less
-/// half a second for clocks and timers (at least half a second). A renewal
-/// that has not landed by then could land after the expiry, when a
-/// follower may already lead: the leader stops instead.
+/// (`main`'s lease client, [`LeaseDeadlineLayer`]): a third of the lease
+/// duration less half a second for clocks and timers (4.5 s of 15; at least
+/// half a second), so that a renewal that hangs is given up while a try
+/// can still land before the expiry.
 pub fn renew_deadline(duration_seconds: u64) -> std::time::Duration {
-    renew_grace(duration_seconds)
-        .saturating_sub(std::time::Duration::from_millis(500))
-        .max(std::time::Duration::from_millis(500))
+    std::time::Duration::from_millis(duration_seconds.saturating_mul(1000) / 3)
+        .saturating_sub(CLOCK_MARGIN)
+        .max(CLOCK_MARGIN)
+}
+
+/// Room left for clocks and timers before a Lease's expiry.
+const CLOCK_MARGIN: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The pause between two tries of a failed renewal.
+const RENEW_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// When each Lease was last renewed by this process: the time the last
+/// PATCH of it that the API server accepted was sent, as
+/// [`LeaseDeadlineLayer`] saw it. kube-lease-manager keeps its own expiry
+/// private; this is what a failed renewal's retries are measured against.
+#[derive(Debug, Clone, Default)]
+pub struct Renewals(
+    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>>,
+);
+
+impl Renewals {
+    fn record(&self, lease: &str, sent: tokio::time::Instant) {
+        let mut last = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let at = last.entry(lease.to_string()).or_insert(sent);
+        *at = (*at).max(sent);
+    }
+
+    /// When `lease` was last renewed, if this process ever renewed it.
+    pub fn last(&self, lease: &str) -> Option<tokio::time::Instant> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(lease)
+            .copied()
+    }
+}
+
+/// After a renewal failed at `now`: how long to wait before trying again,
+/// or `None` when a try started now could no longer get its answer
+/// ([`renew_deadline`]) before the lease's expiry (the last accepted
+/// renewal's send time plus the lease duration, less [`CLOCK_MARGIN`]).
+fn renewal_retry(
+    now: tokio::time::Instant,
+    last_renewed: Option<tokio::time::Instant>,
+    duration: std::time::Duration,
+    request_deadline: std::time::Duration,
+) -> Option<std::time::Duration> {
+    let latest_start = (last_renewed? + duration).checked_sub(request_deadline + CLOCK_MARGIN)?;
+    (now < latest_start).then(|| RENEW_RETRY.min(latest_start - now))
 }
 
 /// Gives up on a request for a Lease (a read or a renewal, not a watch)
@@ -58,15 +109,18 @@ pub fn renew_deadline(duration_seconds: u64) -> std::time::Duration {
 /// stalls must not keep `hold` waiting past that expiry either. Other requests of the
 /// election's client are left alone: the heartbeat must be able to hang (a
 /// hung request fails `/healthz`), and a watch waits for events.
-#[derive(Debug, Clone, Copy)]
+/// It also notes each accepted PATCH of a Lease in [`Renewals`].
+#[derive(Debug, Clone)]
 pub struct LeaseDeadlineLayer {
     after: std::time::Duration,
+    renewals: Renewals,
 }
 
 impl LeaseDeadlineLayer {
-    /// Requests for Leases give up after `after`.
-    pub fn new(after: std::time::Duration) -> Self {
-        Self { after }
+    /// Requests for Leases give up after `after`; accepted renewals are
+    /// noted in `renewals`.
+    pub fn new(after: std::time::Duration, renewals: Renewals) -> Self {
+        Self { after, renewals }
     }
 }
 
@@ -76,6 +130,7 @@ impl<S> tower::Layer<S> for LeaseDeadlineLayer {
         LeaseDeadline {
             inner,
             after: self.after,
+            renewals: self.renewals.clone(),
         }
     }
 }
@@ -85,6 +140,7 @@ impl<S> tower::Layer<S> for LeaseDeadlineLayer {
 pub struct LeaseDeadline<S> {
     inner: S,
     after: std::time::Duration,
+    renewals: Renewals,
 }
 
 /// A Lease request that did not get its answer within the deadline.
@@ -113,8 +169,14 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let bounded = req.uri().path().contains("/leases")
             && !req.uri().query().is_some_and(|q| q.contains("watch=true"));
+        let renewal = (bounded && req.method() == http::Method::PATCH)
+            .then(|| req.uri().path().rsplit_once("/leases/"))
+            .flatten()
+            .map(|(_, name)| name.to_string());
         let after = self.after;
-        let deadline = tokio::time::Instant::now() + after;
+        let renewals = self.renewals.clone();
+        let sent = tokio::time::Instant::now();
+        let deadline = sent + after;
         let answer = self.inner.call(req);
         Box::pin(async move {
             if !bounded {
@@ -124,6 +186,11 @@ where
             match tokio::time::timeout_at(deadline, answer).await {
                 Ok(r) => {
                     let response = r.map_err(Into::into)?;
+                    if let Some(lease) = renewal
+                        && response.status().is_success()
+                    {
+                        renewals.record(&lease, sent);
+                    }
                     Ok(response.map(|body| DeadlineBody::new(body, Some(deadline), after)))
                 }
                 Err(_) => Err(LeaseDeadlineExceeded(after).into()),
@@ -322,18 +389,27 @@ pub async fn acquire(
     }
 }
 
-/// Keeps the lease renewed; resolves when leadership is lost: another holder,
-/// or a renewal that failed (kube's retries of 429, 503 and 504 included) or
-/// did not land within [`renew_grace`], after which the lease may have
-/// expired and a follower may lead.
-pub async fn hold(manager: &LeaseManager) {
+/// Keeps the lease `cfg.name` renewed; resolves when leadership is lost:
+/// another holder, or renewals that kept failing until a try could no
+/// longer land before the expiry (after which a follower may lead). A
+/// failed renewal is tried again each second until then, so an API server
+/// blip shorter than about a third of the lease duration costs nothing.
+pub async fn hold(manager: &LeaseManager, cfg: &LeaderConfig, renewals: &Renewals) {
+    let duration = std::time::Duration::from_secs(cfg.duration_seconds);
+    let request_deadline = renew_deadline(cfg.duration_seconds);
     loop {
         match manager.changed().await {
             Ok(true) => {}
             Ok(false) => return,
             Err(e) => {
-                tracing::error!(error = %e, "cannot renew the lease");
-                return;
+                let now = tokio::time::Instant::now();
+                let last = renewals.last(&cfg.name);
+                let Some(wait) = renewal_retry(now, last, duration, request_deadline) else {
+                    tracing::error!(error = %e, lease = %cfg.name, "cannot renew the lease before it expires");
+                    return;
+                };
+                tracing::warn!(error = %e, lease = %cfg.name, retry_in = ?wait, "cannot renew the lease; trying again before it expires");
+                tokio::time::sleep(wait).await;
             }
         }
     }
@@ -467,7 +543,9 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
             Ok::<_, std::convert::Infallible>(http::Response::new(()))
         });
-        let mut svc = LeaseDeadlineLayer::new(std::time::Duration::from_secs(5)).layer(never);
+        let mut svc =
+            LeaseDeadlineLayer::new(std::time::Duration::from_secs(5), Renewals::default())
+                .layer(never);
         let req = |uri: &str| http::Request::builder().uri(uri).body(()).unwrap();
         let lease = "/apis/coordination.k8s.io/v1/namespaces/rp/leases/releaseplan-leader";
 
@@ -510,7 +588,8 @@ mod tests {
                 never,
             )))
         });
-        let mut svc = LeaseDeadlineLayer::new(Duration::from_secs(5)).layer(stalled);
+        let mut svc =
+            LeaseDeadlineLayer::new(Duration::from_secs(5), Renewals::default()).layer(stalled);
         let req = |uri: &str| http::Request::builder().uri(uri).body(()).unwrap();
         let lease = "/apis/coordination.k8s.io/v1/namespaces/rp/leases/releaseplan-leader";
 
@@ -538,10 +617,82 @@ mod tests {
                 &b"{}"[..],
             )))
         });
-        let mut svc = LeaseDeadlineLayer::new(Duration::from_secs(5)).layer(whole);
+        let mut svc =
+            LeaseDeadlineLayer::new(Duration::from_secs(5), Renewals::default()).layer(whole);
         let answer = svc.ready().await.unwrap().call(req(lease)).await.unwrap();
         tokio::time::sleep(Duration::from_secs(10)).await;
         let body = answer.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"{}", "a body that came is read, even late");
+    }
+
+    /// A failed renewal is tried again each second while a try can still
+    /// get its answer before the lease expires (the last accepted renewal
+    /// plus the duration, less the request deadline and half a second);
+    /// the last try is timed to start at that limit; past it, or with no
+    /// renewal known, leadership ends.
+    #[test]
+    fn a_failed_renewal_is_tried_again_while_it_can_land_before_the_expiry() {
+        let s = std::time::Duration::from_secs;
+        let ms = std::time::Duration::from_millis;
+        let t0 = tokio::time::Instant::now();
+        let (duration, deadline) = (s(15), renew_deadline(15));
+        assert_eq!(deadline, ms(4500));
+        assert_eq!(renew_grace(15), s(10), "renewed 10 s before the expiry");
+        let retry = |now, last| renewal_retry(now, last, duration, deadline);
+        // Renewed at t0: expires at t0 + 15; a try must start by t0 + 10.
+        assert_eq!(retry(t0 + s(5), Some(t0)), Some(s(1)), "first failure");
+        assert_eq!(retry(t0 + s(9), Some(t0)), Some(s(1)));
+        assert_eq!(retry(t0 + ms(9600), Some(t0)), Some(ms(400)), "the last");
+        assert_eq!(retry(t0 + s(10), Some(t0)), None, "could land too late");
+        assert_eq!(retry(t0 + s(5), None), None, "no renewal known");
+        // Short leases: the deadline and the margin leave no room.
+        assert_eq!(renew_deadline(1), ms(500));
+        assert_eq!(renewal_retry(t0 + s(1), Some(t0), s(1), ms(500)), None);
+    }
+
+    /// The layer notes a Lease's renewal when the API server accepts its
+    /// PATCH, at the time it was sent; a refused PATCH, a read or another
+    /// Lease's PATCH does not count for it.
+    #[tokio::test(start_paused = true)]
+    async fn an_accepted_renewal_is_noted_at_the_time_it_was_sent() {
+        use std::time::Duration;
+        let slow = tower::service_fn(|req: http::Request<()>| async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let status = if req.uri().query() == Some("refuse") {
+                500
+            } else {
+                200
+            };
+            let mut r = http::Response::new(());
+            *r.status_mut() = http::StatusCode::from_u16(status).unwrap();
+            Ok::<_, std::convert::Infallible>(r)
+        });
+        let renewals = Renewals::default();
+        let mut svc = LeaseDeadlineLayer::new(Duration::from_secs(5), renewals.clone()).layer(slow);
+        let lease = "/apis/coordination.k8s.io/v1/namespaces/rp/leases/releaseplan-leader";
+        let mut send = |method: http::Method, uri: String| {
+            let req = http::Request::builder()
+                .method(method)
+                .uri(uri)
+                .body(())
+                .unwrap();
+            svc.call(req)
+        };
+        let t0 = tokio::time::Instant::now();
+        send(http::Method::PATCH, lease.to_string()).await.unwrap();
+        assert_eq!(renewals.last("releaseplan-leader"), Some(t0), "sent at t0");
+
+        send(http::Method::PATCH, format!("{lease}?refuse"))
+            .await
+            .unwrap();
+        send(http::Method::GET, lease.to_string()).await.unwrap();
+        assert_eq!(renewals.last("releaseplan-leader"), Some(t0), "unchanged");
+
+        let t1 = tokio::time::Instant::now();
+        send(http::Method::PATCH, format!("{lease}-1-of-2"))
+            .await
+            .unwrap();
+        assert_eq!(renewals.last("releaseplan-leader-1-of-2"), Some(t1));
+        assert_eq!(renewals.last("releaseplan-leader"), Some(t0));
     }
 }
