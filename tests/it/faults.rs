@@ -27,6 +27,11 @@
 //!   operator kept about it is swept within seconds, and the size gauges
 //!   (`releaseplan_plan_memory_entries`, `releaseplan_cached_objects`) say so.
 //!
+//! - `a_leader_rides_out_short_outages`: a leader behind 30 s of outages of
+//!   3 s, 2 s apart, keeps its Lease and runs on: a failed renewal is tried
+//!   again while it can still land before the expiry (it used to exit at
+//!   the first failure, which an outage meeting a renewal caused).
+//!
 //! The test's own client talks to the API server directly: only the
 //! operator's network misbehaves.
 
@@ -780,4 +785,61 @@ async fn memory_of_a_plan_deleted_behind_a_black_hole_is_swept() {
         },
     )
     .await;
+}
+
+/// A leader whose network to the API server goes down for 3 s every 5 s,
+/// for 30 s, keeps its Lease (no transition, the same holder) and does not
+/// exit: each 5 s renewal that meets an outage is tried again each second,
+/// and every outage ends within the 5 s a try has before the expiry. The
+/// operator used to exit at the first renewal that failed: 60 % of the
+/// time is down, so one of its six renewals fails with near certainty.
+#[tokio::test]
+async fn a_leader_rides_out_short_outages() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let h = Harness::new("leaseblip").await;
+    let kubeconfig = PathBuf::from(std::env::var("KUBECONFIG").expect("KUBECONFIG"));
+    let proxy = FaultProxy::start(api_server_addr(&kubeconfig)).await;
+    let dir = std::env::temp_dir().join("releaseplan-tests");
+    let cfg = proxy.kubeconfig(&kubeconfig, &dir);
+    let mut op = h
+        .operator()
+        .env("KUBECONFIG", cfg.to_str().unwrap())
+        .leader_election(&h.ns)
+        .args(["--identity", "blip-leader"])
+        .start()
+        .await;
+    let leases: kube::Api<Lease> = kube::Api::namespaced(h.client.clone(), &h.ns);
+    let lease = || async {
+        let l = leases.get_opt("releaseplan-leader").await.ok()??;
+        let spec = l.spec?;
+        Some((spec.holder_identity?, spec.lease_transitions.unwrap_or(0)))
+    };
+    let before = wait_until(Duration::from_secs(30), "the Lease held", || async {
+        lease().await.filter(|(holder, _)| holder == "blip-leader")
+    })
+    .await;
+
+    let flapping = Instant::now();
+    while flapping.elapsed() < Duration::from_secs(30) {
+        proxy.set(Fault::Down);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        proxy.set(Fault::Pass);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        if let Some(exit) = op.exit_status() {
+            panic!("the leader exited ({exit}):\n{}", op.log_text());
+        }
+    }
+    // Renewed since (the last outage is over): still this leader's Lease.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(op.exit_status().is_none(), "{}", op.log_text());
+    assert_eq!(lease().await, Some(before), "{}", op.log_text());
+    let log = op.log_text();
+    assert!(
+        !log.contains("cannot renew the lease before it expires"),
+        "{log}"
+    );
+    println!(
+        "renewals tried again: {}",
+        log.matches("cannot renew the lease; trying again").count()
+    );
 }
