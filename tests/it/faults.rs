@@ -27,10 +27,10 @@
 //!   operator kept about it is swept within seconds, and the size gauges
 //!   (`releaseplan_plan_memory_entries`, `releaseplan_cached_objects`) say so.
 //!
-//! - `a_leader_rides_out_short_outages`: a leader behind 30 s of outages of
-//!   3 s, 2 s apart, keeps its Lease and runs on: a failed renewal is tried
-//!   again while it can still land before the expiry (it used to exit at
-//!   the first failure, which an outage meeting a renewal caused).
+//! - `a_leader_rides_out_short_outages`: a leader behind two outages of
+//!   3.5 and 2.5 s, timed to meet its renewals, keeps its Lease and runs on:
+//!   a failed renewal is tried again while it can still land before the
+//!   expiry (it used to exit at the first failure).
 //!
 //! The test's own client talks to the API server directly: only the
 //! operator's network misbehaves.
@@ -787,12 +787,14 @@ async fn memory_of_a_plan_deleted_behind_a_black_hole_is_swept() {
     .await;
 }
 
-/// A leader whose network to the API server goes down for 3 s every 5 s,
-/// for 30 s, keeps its Lease (no transition, the same holder) and does not
-/// exit: each 5 s renewal that meets an outage is tried again each second,
-/// and every outage ends within the 5 s a try has before the expiry. The
-/// operator used to exit at the first renewal that failed: 60 % of the
-/// time is down, so one of its six renewals fails with near certainty.
+/// A leader whose network to the API server goes down twice, timed from a
+/// renewal it just made (at `r`; the test reads the Lease directly): from
+/// r+4 s to r+7.5 s, over its next renewal (every 5 s: two thirds of the 15 s
+/// lease before the expiry), then from r+9 s to r+11.5 s. It tries the
+/// failed renewal again each second, lands one at about r+8, and keeps its
+/// Lease (the same holder, no transition) and runs on. It used to exit at
+/// the first failed renewal, and renewed only every 10 s: at r+10, in the
+/// second outage.
 #[tokio::test]
 async fn a_leader_rides_out_short_outages() {
     use k8s_openapi::api::coordination::v1::Lease;
@@ -809,37 +811,62 @@ async fn a_leader_rides_out_short_outages() {
         .start()
         .await;
     let leases: kube::Api<Lease> = kube::Api::namespaced(h.client.clone(), &h.ns);
+    // (holder, transitions, renew time in ms since the epoch)
     let lease = || async {
         let l = leases.get_opt("releaseplan-leader").await.ok()??;
         let spec = l.spec?;
-        Some((spec.holder_identity?, spec.lease_transitions.unwrap_or(0)))
+        Some((
+            spec.holder_identity?,
+            spec.lease_transitions.unwrap_or(0),
+            spec.renew_time?.0.as_millisecond(),
+        ))
     };
-    let before = wait_until(Duration::from_secs(30), "the Lease held", || async {
-        lease().await.filter(|(holder, _)| holder == "blip-leader")
+    let (holder, transitions, first) =
+        wait_until(Duration::from_secs(30), "the Lease held", || async {
+            lease()
+                .await
+                .filter(|(holder, _, _)| holder == "blip-leader")
+        })
+        .await;
+    // A renewal just made: the outages are timed from it.
+    let r = wait_until(Duration::from_secs(20), "a renewal", || async {
+        lease()
+            .await
+            .map(|(_, _, renewed)| renewed)
+            .filter(|renewed| *renewed > first)
     })
     .await;
-
-    let flapping = Instant::now();
-    while flapping.elapsed() < Duration::from_secs(30) {
+    let until = |offset_ms: i64| async move {
+        let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        let wait = u64::try_from(r + offset_ms - now).unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+    };
+    for (down, up) in [(4000, 7500), (9000, 11_500)] {
+        until(down).await;
         proxy.set(Fault::Down);
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        until(up).await;
         proxy.set(Fault::Pass);
-        tokio::time::sleep(Duration::from_secs(2)).await;
         if let Some(exit) = op.exit_status() {
             panic!("the leader exited ({exit}):\n{}", op.log_text());
         }
     }
-    // Renewed since (the last outage is over): still this leader's Lease.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    until(20_000).await;
     assert!(op.exit_status().is_none(), "{}", op.log_text());
-    assert_eq!(lease().await, Some(before), "{}", op.log_text());
+    let (now_holder, now_transitions, renewed) = lease().await.expect("the Lease");
+    assert_eq!(
+        (now_holder, now_transitions),
+        (holder, transitions),
+        "{}",
+        op.log_text()
+    );
+    assert!(renewed > r + 11_500, "not renewed since the outages");
     let log = op.log_text();
+    assert!(
+        log.contains("cannot renew the lease; trying again"),
+        "the renewal at r+5 s met no outage:\n{log}"
+    );
     assert!(
         !log.contains("cannot renew the lease before it expires"),
         "{log}"
-    );
-    println!(
-        "renewals tried again: {}",
-        log.matches("cannot renew the lease; trying again").count()
     );
 }
