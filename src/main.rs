@@ -79,7 +79,7 @@ struct Args {
     #[arg(long, env = "RELEASEPLAN_LEASE_NAMESPACE")]
     lease_namespace: Option<String>,
     /// Seconds the lease stays valid without renewal.
-    #[arg(long, env = "RELEASEPLAN_LEASE_SECONDS", default_value_t = 15)]
+    #[arg(long, env = "RELEASEPLAN_LEASE_SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..))]
     lease_seconds: u64,
     /// Identity in the lease and in events (default: POD_NAME, else host name and pid).
     #[arg(long, env = "RELEASEPLAN_IDENTITY")]
@@ -350,6 +350,8 @@ async fn run(args: Args) -> Result<(), MainError> {
                 name: releaseplan::ops::shard::lease_name(&cfg.name, shard, args.shards),
                 ..cfg.clone()
             };
+            // Taking the Lease was no renewal (`leader::Renewals`).
+            renewals.forget(&held.name);
             // Renewed while the replicas of another shard count stop.
             tokio::select! {
                 () = leader::other_layouts_gone(lease_client, &cfg, args.shards) => {},

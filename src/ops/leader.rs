@@ -52,8 +52,13 @@ pub fn renew_deadline(duration_seconds: u64) -> std::time::Duration {
         .max(CLOCK_MARGIN)
 }
 
-/// Room left for clocks and timers before a Lease's expiry.
+/// Room left for timers before a Lease's expiry by a request about it.
 const CLOCK_MARGIN: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Room a failed renewal's last try leaves before the expiry as this
+/// process counts it: for the followers' clocks, which judge the expiry
+/// from the renew time the leader wrote, and may be ahead of ours.
+const RETRY_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The pause between two tries of a failed renewal.
 const RENEW_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -62,6 +67,10 @@ const RENEW_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 /// PATCH of it that the API server accepted was sent, as
 /// [`LeaseDeadlineLayer`] saw it. kube-lease-manager keeps its own expiry
 /// private; this is what a failed renewal's retries are measured against.
+/// Only renewals of a held Lease count: the PATCHes that take a Lease are
+/// [`Renewals::forget`]ed once it is won (the second one, which counts the
+/// transition, is sent after the first one's answer, later than the renew
+/// time the followers go by).
 #[derive(Debug, Clone, Default)]
 pub struct Renewals(
     std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>>,
@@ -77,6 +86,15 @@ impl Renewals {
         *at = (*at).max(sent);
     }
 
+    /// Forgets what was noted of `lease`: called once it is won, so that
+    /// only its renewals count.
+    pub fn forget(&self, lease: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(lease);
+    }
+
     /// When `lease` was last renewed, if this process ever renewed it.
     pub fn last(&self, lease: &str) -> Option<tokio::time::Instant> {
         self.0
@@ -90,20 +108,20 @@ impl Renewals {
 /// After a renewal failed at `now`: how long to wait before trying again,
 /// or `None` when a try started now could no longer get its answer
 /// ([`renew_deadline`]) before the lease's expiry (the last accepted
-/// renewal's send time plus the lease duration, less [`CLOCK_MARGIN`]).
+/// renewal's send time plus the lease duration, less [`RETRY_MARGIN`]).
 fn renewal_retry(
     now: tokio::time::Instant,
     last_renewed: Option<tokio::time::Instant>,
     duration: std::time::Duration,
     request_deadline: std::time::Duration,
 ) -> Option<std::time::Duration> {
-    let latest_start = (last_renewed? + duration).checked_sub(request_deadline + CLOCK_MARGIN)?;
+    let latest_start = (last_renewed? + duration).checked_sub(request_deadline + RETRY_MARGIN)?;
     (now < latest_start).then(|| RENEW_RETRY.min(latest_start - now))
 }
 
 /// Gives up on a request for a Lease (a read or a renewal, not a watch)
 /// after `after`, its answer's body included: a renewal that has not landed
-/// within the grace may land after the lease's expiry, when a follower may
+/// within a third of the lease duration may land after the lease's expiry, when a follower may
 /// already lead, so the leader must stop instead (kube's own retries of
 /// 429, 503 and 504 run inside the deadline); and a renewal whose body
 /// stalls must not keep `hold` waiting past that expiry either. Other requests of the
@@ -393,7 +411,8 @@ pub async fn acquire(
 /// another holder, or renewals that kept failing until a try could no
 /// longer land before the expiry (after which a follower may lead). A
 /// failed renewal is tried again each second until then, so an API server
-/// blip shorter than about a third of the lease duration costs nothing.
+/// blip shorter than a third of the lease duration less 1.5 s (3.5 s of 15)
+/// costs nothing.
 pub async fn hold(manager: &LeaseManager, cfg: &LeaderConfig, renewals: &Renewals) {
     let duration = std::time::Duration::from_secs(cfg.duration_seconds);
     let request_deadline = renew_deadline(cfg.duration_seconds);
@@ -629,7 +648,8 @@ mod tests {
     /// get its answer before the lease expires (the last accepted renewal
     /// plus the duration, less the request deadline and half a second);
     /// the last try is timed to start at that limit; past it, or with no
-    /// renewal known, leadership ends.
+    /// renewal known (the first renewal after the Lease was won), leadership
+    /// ends.
     #[test]
     fn a_failed_renewal_is_tried_again_while_it_can_land_before_the_expiry() {
         let s = std::time::Duration::from_secs;
@@ -639,15 +659,22 @@ mod tests {
         assert_eq!(deadline, ms(4500));
         assert_eq!(renew_grace(15), s(10), "renewed 10 s before the expiry");
         let retry = |now, last| renewal_retry(now, last, duration, deadline);
-        // Renewed at t0: expires at t0 + 15; a try must start by t0 + 10.
+        // Renewed at t0: expires at t0 + 15; a try must start by t0 + 8.5
+        // (its answer by t0 + 13: 2 s for the followers' clocks).
         assert_eq!(retry(t0 + s(5), Some(t0)), Some(s(1)), "first failure");
-        assert_eq!(retry(t0 + s(9), Some(t0)), Some(s(1)));
-        assert_eq!(retry(t0 + ms(9600), Some(t0)), Some(ms(400)), "the last");
-        assert_eq!(retry(t0 + s(10), Some(t0)), None, "could land too late");
+        assert_eq!(retry(t0 + s(7), Some(t0)), Some(s(1)));
+        assert_eq!(retry(t0 + ms(8100), Some(t0)), Some(ms(400)), "the last");
+        assert_eq!(retry(t0 + ms(8500), Some(t0)), None, "could land too late");
         assert_eq!(retry(t0 + s(5), None), None, "no renewal known");
         // Short leases: the deadline and the margin leave no room.
-        assert_eq!(renew_deadline(1), ms(500));
-        assert_eq!(renewal_retry(t0 + s(1), Some(t0), s(1), ms(500)), None);
+        assert_eq!(renew_deadline(2), ms(500));
+        assert_eq!(renewal_retry(t0 + s(1), Some(t0), s(2), ms(500)), None);
+        // Once won, the Lease's taking is forgotten: no retry before a
+        // renewal of it is noted.
+        let renewals = Renewals::default();
+        renewals.record("rp", t0);
+        renewals.forget("rp");
+        assert_eq!(renewals.last("rp"), None);
     }
 
     /// The layer notes a Lease's renewal when the API server accepts its

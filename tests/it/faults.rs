@@ -28,7 +28,7 @@
 //!   (`releaseplan_plan_memory_entries`, `releaseplan_cached_objects`) say so.
 //!
 //! - `a_leader_rides_out_short_outages`: a leader behind two outages of
-//!   3.5 and 2.5 s, timed to meet its renewals, keeps its Lease and runs on:
+//!   2.5 s, timed to meet its renewals, keeps its Lease and runs on:
 //!   a failed renewal is tried again while it can still land before the
 //!   expiry (it used to exit at the first failure).
 //!
@@ -789,9 +789,9 @@ async fn memory_of_a_plan_deleted_behind_a_black_hole_is_swept() {
 
 /// A leader whose network to the API server goes down twice, timed from a
 /// renewal it just made (at `r`; the test reads the Lease directly): from
-/// r+4 s to r+7.5 s, over its next renewal (every 5 s: two thirds of the 15 s
+/// r+4 s to r+6.5 s, over its next renewal (every 5 s: two thirds of the 15 s
 /// lease before the expiry), then from r+9 s to r+11.5 s. It tries the
-/// failed renewal again each second, lands one at about r+8, and keeps its
+/// failed renewal again each second, lands one at about r+7, and keeps its
 /// Lease (the same holder, no transition) and runs on. It used to exit at
 /// the first failed renewal, and renewed only every 10 s: at r+10, in the
 /// second outage.
@@ -841,7 +841,7 @@ async fn a_leader_rides_out_short_outages() {
         let wait = u64::try_from(r + offset_ms - now).unwrap_or(0);
         tokio::time::sleep(Duration::from_millis(wait)).await;
     };
-    for (down, up) in [(4000, 7500), (9000, 11_500)] {
+    for (down, up) in [(4000, 6500), (9000, 11_500)] {
         until(down).await;
         proxy.set(Fault::Down);
         until(up).await;

@@ -81,7 +81,7 @@ async fn sigterm_exits_within_the_grace_when_the_api_server_hangs() {
         )
     });
     // Nothing answers: the lease release gives up at the lease deadline
-    // (the renewal grace less half a second, 4.5 s), or, when a reconcile
+    // (a third of the lease duration less half a second, 4.5 s), or, when a reconcile
     // was in flight, the grace ends it first. Either way with a failure
     // status, within the grace, and a log line that says why.
     assert!(!status.success(), "{status}");
