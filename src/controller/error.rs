@@ -192,7 +192,14 @@ pub(crate) fn is_transport(e: &kube::Error) -> bool {
 /// Whether the API server was away for this request (no answer, a 5xx, a
 /// 429): worth asking again, unlike an answer (404, 403, 401, 422...).
 pub(crate) fn is_transient(e: &kube::Error) -> bool {
-    may_have_landed(e) || matches!(e, kube::Error::Api(s) if s.code == 429)
+    is_transport(e) || matches!(e, kube::Error::Api(s) if away_status(s.code))
+}
+
+/// Whether an API server's status code says it was away (a 5xx, a 429)
+/// rather than answering: the one rule of [`is_transient`], for callers
+/// that hold the code.
+pub(crate) fn away_status(code: u16) -> bool {
+    code == 429 || code >= 500
 }
 
 pub(crate) fn is_conflict(e: &kube::Error) -> bool {

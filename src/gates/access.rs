@@ -302,9 +302,10 @@ impl Reads<'_> {
                     ),
                     false,
                 ),
-                kube::Error::Api(s) => {
-                    unreadable(format!("HTTP {}", s.code), s.code == 429 || s.code >= 500)
-                }
+                kube::Error::Api(s) => unreadable(
+                    format!("HTTP {}", s.code),
+                    crate::controller::error::away_status(s.code),
+                ),
                 _ => unreadable("the API server could not be reached".into(), true),
             })?;
         let unavailable = || AccessError::Unavailable {
