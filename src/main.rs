@@ -6,6 +6,7 @@ use releaseplan::controller::router::Dispatch as _;
 use releaseplan::controller::{self, Settings};
 use releaseplan::gates::outbound::{self, GateHttp, HostRule, OutboundPolicy};
 use releaseplan::ops::api_client;
+use releaseplan::ops::deadline::RequestDeadlineLayer;
 use releaseplan::ops::leader::{self, LeaderConfig};
 use releaseplan::ops::liveness::Liveness;
 use releaseplan::ops::metrics::Metrics;
@@ -17,6 +18,7 @@ use releaseplan::ops::telemetry;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 use tokio::sync::watch;
 
 /// jemalloc rather than glibc's malloc: decoding watch events, hashing and
@@ -88,6 +90,16 @@ struct Args {
     /// for its answer, or a watch keeps failing, this long.
     #[arg(long, env = "RELEASEPLAN_STUCK_AFTER_SECONDS", default_value_t = 120)]
     stuck_after_seconds: u64,
+    /// A request to the API server that is not a watch fails (and is retried
+    /// with backoff) when its whole answer has not come within this many
+    /// seconds; the API server itself gives up on a request after 60.
+    #[arg(long, env = "RELEASEPLAN_API_REQUEST_TIMEOUT_SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    api_request_timeout_seconds: u64,
+    /// A reconcile that has not ended within this many seconds is given up as
+    /// an error and retried with backoff; more than
+    /// `--api-request-timeout-seconds`, less than `--stuck-after-seconds`.
+    #[arg(long, env = "RELEASEPLAN_RECONCILE_TIMEOUT_SECONDS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    reconcile_timeout_seconds: u64,
     /// Networks gates may not call (comma-separated CIDRs or addresses), on
     /// top of link-local and cloud-metadata addresses, which are always refused.
     #[arg(long, env = "RELEASEPLAN_GATE_DENY_CIDRS", value_delimiter = ',', value_parser = outbound::parse_cidr)]
@@ -159,6 +171,10 @@ enum MainError {
         "--shards {0} needs --leader-election: each shard is served by the holder of its Lease"
     )]
     ShardsWithoutElection(u32),
+    #[error(
+        "--reconcile-timeout-seconds {reconcile} must be more than --api-request-timeout-seconds {request}: a reconcile must outlast one request it waits on"
+    )]
+    Deadlines { reconcile: u64, request: u64 },
 }
 
 /// How long a signal waits for in-flight reconciles, Events and the lease
@@ -220,7 +236,13 @@ async fn clients(
     } else {
         api_client::Http2::Off
     };
+    // The deadline inside the count: a request given up is counted and
+    // logged as one that got no answer. Inside the `--qps` limit: it bounds
+    // the API server's time, not the wait for a token (the reconcile's own
+    // deadline bounds that).
+    let deadline = Duration::from_secs(args.api_request_timeout_seconds);
     let limited = api_client::builder(config.clone(), http2)?
+        .with_layer(&RequestDeadlineLayer::new(deadline))
         .with_layer(&counted)
         .with_layer(&RateLimitLayer::new(args.qps, args.burst))
         .build();
@@ -240,6 +262,12 @@ async fn clients(
 async fn run(args: Args) -> Result<(), MainError> {
     if args.shards > 1 && !args.leader_election {
         return Err(MainError::ShardsWithoutElection(args.shards));
+    }
+    if args.reconcile_timeout_seconds <= args.api_request_timeout_seconds {
+        return Err(MainError::Deadlines {
+            reconcile: args.reconcile_timeout_seconds,
+            request: args.api_request_timeout_seconds,
+        });
     }
     let metrics = Arc::new(Metrics::new());
     metrics.shards.set(i64::from(args.shards));
@@ -328,6 +356,7 @@ async fn run(args: Args) -> Result<(), MainError> {
         notify: controller::notify::NotifySettings {
             dashboard_url: args.dashboard_url.clone(),
         },
+        reconcile_deadline: Duration::from_secs(args.reconcile_timeout_seconds),
     };
     if args.leader_election {
         let cfg = LeaderConfig {

@@ -302,4 +302,86 @@ mod tests {
         let versions = seen.versions.lock().unwrap().clone();
         assert_eq!(versions, vec![http::Version::HTTP_11; 5]);
     }
+
+    /// A TCP relay on 127.0.0.1 to the server at `to` that drops what the
+    /// server sends while `lose` is set (the connection stays open).
+    async fn lossy(to: &str, lose: Arc<std::sync::atomic::AtomicBool>) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        let upstream = to.trim_start_matches("https://").to_string();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                tokio::spawn(async move {
+                    let mut b = vec![0u8; 16384];
+                    while let Ok(n) = cr.read(&mut b).await {
+                        if n == 0 || sw.write_all(&b[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                let lose = Arc::clone(&lose);
+                tokio::spawn(async move {
+                    let mut b = vec![0u8; 16384];
+                    while let Ok(n) = sr.read(&mut b).await {
+                        if n == 0 {
+                            break;
+                        }
+                        if !lose.load(Ordering::SeqCst) && cw.write_all(&b[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        url
+    }
+
+    /// An answer lost on a connection that stays open: the request fails at
+    /// the deadline of `ops::deadline` (without it, over HTTP/1.1 it waited
+    /// for good; over HTTP/2 until the next record through the connection
+    /// broke its TLS, up to a ping 30 s later).
+    async fn a_lost_answer_fails_at_the_deadline(http2: Http2) {
+        let (url, ca, _) = serve(&[b"h2", b"http/1.1"]).await;
+        let lose = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let url = lossy(&url, Arc::clone(&lose)).await;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut config = Config::new(url.parse().unwrap());
+        config.root_cert = Some(vec![ca]);
+        let after = Duration::from_secs(2);
+        let client = builder(config, http2)
+            .unwrap()
+            .with_layer(&crate::ops::deadline::RequestDeadlineLayer::new(after))
+            .build();
+        requests(&client, 3).await;
+        lose.store(true, Ordering::SeqCst);
+        let started = std::time::Instant::now();
+        let req = Request::get("/version").body(Vec::new()).unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(20), client.request_text(req)).await;
+        let waited = started.elapsed();
+        let err = answer
+            .expect("no answer and no error within 20 s")
+            .expect_err("the answer was dropped");
+        assert!(
+            format!("{err:?}").contains("RequestDeadlineExceeded"),
+            "{http2:?}: {err:?}"
+        );
+        assert!(
+            waited >= after && waited < after + Duration::from_secs(3),
+            "{http2:?}: failed after {waited:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lost_answer_fails_at_the_deadline_over_http2() {
+        a_lost_answer_fails_at_the_deadline(Http2::Offered).await;
+    }
+
+    #[tokio::test]
+    async fn a_lost_answer_fails_at_the_deadline_over_http1() {
+        a_lost_answer_fails_at_the_deadline(Http2::Off).await;
+    }
 }

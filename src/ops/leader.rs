@@ -5,6 +5,7 @@
 //! the Lease and retry the moment its holder is cleared: a leader that stops on
 //! SIGTERM hands over at once, a killed one within the lease duration.
 
+use crate::ops::deadline::DeadlineBody;
 use crate::ops::shard;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -199,7 +200,7 @@ where
         Box::pin(async move {
             if !bounded {
                 let response = answer.await.map_err(Into::into)?;
-                return Ok(response.map(|body| DeadlineBody::new(body, None, after)));
+                return Ok(response.map(DeadlineBody::unbounded));
             }
             match tokio::time::timeout_at(deadline, answer).await {
                 Ok(r) => {
@@ -209,75 +210,15 @@ where
                     {
                         renewals.record(&lease, sent);
                     }
-                    Ok(response.map(|body| DeadlineBody::new(body, Some(deadline), after)))
+                    Ok(response.map(|body| {
+                        DeadlineBody::new(body, deadline, after, |after| {
+                            LeaseDeadlineExceeded(after).into()
+                        })
+                    }))
                 }
                 Err(_) => Err(LeaseDeadlineExceeded(after).into()),
             }
         })
-    }
-}
-
-/// The body of an answer through [`LeaseDeadline`]: for a Lease request it
-/// ends in [`LeaseDeadlineExceeded`] if it has not all arrived by the
-/// deadline (an answer whose headers came but whose body stalls); what has
-/// arrived is read even after it. Otherwise it is the body as it came.
-pub struct DeadlineBody<B> {
-    inner: std::pin::Pin<Box<B>>,
-    deadline: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
-    after: std::time::Duration,
-}
-
-impl<B> std::fmt::Debug for DeadlineBody<B> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeadlineBody")
-            .field("bounded", &self.deadline.is_some())
-            .field("after", &self.after)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<B> DeadlineBody<B> {
-    fn new(body: B, deadline: Option<tokio::time::Instant>, after: std::time::Duration) -> Self {
-        Self {
-            inner: Box::pin(body),
-            deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
-            after,
-        }
-    }
-}
-
-impl<B> http_body::Body for DeadlineBody<B>
-where
-    B: http_body::Body,
-    B::Error: Into<tower::BoxError>,
-{
-    type Data = B::Data;
-    type Error = tower::BoxError;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        use std::task::Poll;
-        let this = &mut *self;
-        // What has come is read first: the deadline cuts only a wait.
-        if let Poll::Ready(frame) = this.inner.as_mut().poll_frame(cx) {
-            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
-        }
-        match this.deadline.as_mut().map(|d| d.as_mut().poll(cx)) {
-            Some(Poll::Ready(())) => {
-                Poll::Ready(Some(Err(LeaseDeadlineExceeded(this.after).into())))
-            }
-            _ => Poll::Pending,
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
     }
 }
 

@@ -3,6 +3,7 @@
 //! the client-side rate limit and the API request metrics.
 
 pub mod api_client;
+pub mod deadline;
 pub mod leader;
 pub mod liveness;
 pub mod metrics;
