@@ -51,6 +51,9 @@ pub struct Settings {
     pub job_pod_security: crate::gates::pod_security::Level,
     /// Notifications' settings (`--dashboard-url`).
     pub notify: super::notify::NotifySettings,
+    /// How long one reconcile may run before it is given up as an error
+    /// and retried (`--reconcile-timeout-seconds`).
+    pub reconcile_deadline: Duration,
 }
 
 /// Shared state of all reconciles.
@@ -97,6 +100,8 @@ pub struct Context {
     pub job_pod_security: crate::gates::pod_security::Level,
     /// What `/healthz` reads.
     pub liveness: Arc<Liveness>,
+    /// How long one reconcile may run ([`Settings::reconcile_deadline`]).
+    pub reconcile_deadline: Duration,
     /// Plans waiting for their reconcile (metrics only).
     pub queue: Arc<Queue>,
     /// What is kept about each plan between its reconciles.

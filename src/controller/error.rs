@@ -83,12 +83,18 @@ pub enum Error {
     /// is retried with backoff and reported like any failure.
     #[error("internal error (a bug; please report it): {0}")]
     Panic(String),
+    /// The reconcile ran past its deadline (`--reconcile-timeout-seconds`)
+    /// and was given up: something it waited on never ended. Retried with
+    /// backoff; what the plan's memory holds (writes whose answer was lost,
+    /// their Events) is kept for the retry.
+    #[error("the reconcile did not finish within {0:?} and was given up (retrying)")]
+    Deadline(std::time::Duration),
 }
 
 impl Error {
     /// Every [`Error::kind`]: the failures metric exports each at 0 from the
     /// start, so `rate()` and `increase()` see the first failure of a kind.
-    pub const KINDS: [&'static str; 12] = [
+    pub const KINDS: [&'static str; 13] = [
         "api",
         "transport",
         "unavailable",
@@ -101,6 +107,7 @@ impl Error {
         "job",
         "config",
         "panic",
+        "deadline",
     ];
 
     /// Short label for the failures metric.
@@ -122,6 +129,7 @@ impl Error {
             Error::Job { .. } => "job",
             Error::Config { .. } => "config",
             Error::Panic(_) => "panic",
+            Error::Deadline(_) => "deadline",
         }
     }
 }

@@ -89,10 +89,18 @@ pub async fn reconcile(cached: Arc<CachedPlan>, ctx: Arc<Context>) -> Result<Act
     // but for a bug, which is then this plan's error, not the process's.
     let plan = Arc::new(ctx.freshest(&key, cached).decode()?);
     let span = tracing::info_span!("reconcile", plan = %key, generation = plan.metadata.generation.unwrap_or(0));
-    let res = std::panic::AssertUnwindSafe(reconcile_inner(&plan, &ctx).instrument(span))
-        .catch_unwind()
-        .await
-        .unwrap_or_else(|panic| Err(Error::Panic(panic_message(panic.as_ref()))));
+    // The deadline ends even a wait nobody foresaw in an error and a retry,
+    // rather than a plan frozen until the process restarts (kube-runtime runs
+    // no other reconcile of a plan while one is in flight).
+    let deadline = ctx.reconcile_deadline;
+    let inner = std::panic::AssertUnwindSafe(reconcile_inner(&plan, &ctx).instrument(span.clone()))
+        .catch_unwind();
+    let res = if let Ok(res) = tokio::time::timeout(deadline, inner).await {
+        res.unwrap_or_else(|panic| Err(Error::Panic(panic_message(panic.as_ref()))))
+    } else {
+        span.in_scope(|| warn!(?deadline, "reconcile given up at its deadline"));
+        Err(Error::Deadline(deadline))
+    };
     let timer = match &res {
         Ok(next) => next.cause,
         // The error policy requeues.

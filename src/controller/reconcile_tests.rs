@@ -56,6 +56,8 @@ enum Reply {
     Answer(u16, Value),
     /// Drops the connection: the client sees a transport error.
     NoAnswer,
+    /// Never answers (an answer lost on a connection that stays open).
+    Hang,
 }
 
 type Log = Arc<Mutex<Vec<Seen>>>;
@@ -78,6 +80,7 @@ fn fake(handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> (Client, Lo
                     .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
                     .unwrap()),
                 Reply::NoAnswer => Err(std::io::Error::other("connection reset by peer")),
+                Reply::Hang => std::future::pending().await,
             }
         }
     });
@@ -104,6 +107,11 @@ fn echo(seen: &Seen, version: &str) -> Reply {
 
 /// A context whose caches are empty and listed, on `client`.
 fn context(client: Client) -> Arc<Context> {
+    context_with_deadline(client, Duration::from_secs(100))
+}
+
+/// The same, with a reconcile deadline of `deadline`.
+fn context_with_deadline(client: Client, deadline: Duration) -> Arc<Context> {
     // The gate client is built with the process's crypto provider, as main does.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let metrics = Arc::new(Metrics::new());
@@ -165,6 +173,7 @@ fn context(client: Client) -> Arc<Context> {
         template_copies: PlanCache::empty(),
         job_pod_security: crate::gates::pod_security::Level::default(),
         liveness: Liveness::new(Duration::from_secs(60)),
+        reconcile_deadline: deadline,
         memory: Arc::new(Memory::default()),
         plans: plan_cache,
         hashes: super::hashes::HashMemo::default(),
@@ -509,6 +518,63 @@ async fn a_landed_write_is_confirmed_even_after_later_retries_lost_their_answers
     let published = events(&log).await;
     assert_eq!(published, vec!["RolloutStarted".to_string()]);
     let _ = reconcile_inner(&first, &ctx).await;
+    assert_eq!(events(&log).await, published);
+}
+
+/// A fake whose status writes are never answered until the flag is set.
+fn status_answers_hang() -> (Client, Log, Arc<std::sync::atomic::AtomicBool>) {
+    let answer_status = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answer = Arc::clone(&answer_status);
+    let (client, log) = fake(move |seen| {
+        if seen.is("PUT", "/status") && !answer.load(std::sync::atomic::Ordering::Relaxed) {
+            Reply::Hang
+        } else {
+            happy(seen)
+        }
+    });
+    (client, log, answer_status)
+}
+
+#[tokio::test]
+async fn a_reconcile_that_never_ends_is_given_up_at_its_deadline() {
+    let (client, log, _) = status_answers_hang();
+    let ctx = context_with_deadline(client, Duration::from_millis(300));
+    let cached = Arc::new(CachedPlan::new(&plan(&with_finalizer())).unwrap());
+    let started = std::time::Instant::now();
+    let err = tokio::time::timeout(Duration::from_secs(10), super::reconcile(cached, ctx))
+        .await
+        .expect("the reconcile outlived its deadline")
+        .unwrap_err();
+    assert!(matches!(err, Error::Deadline(_)), "{err}");
+    assert_eq!(err.kind(), "deadline");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(log.lock().unwrap().iter().any(|s| s.is("PUT", "/status")));
+}
+
+#[tokio::test]
+async fn a_reconcile_given_up_in_its_status_write_publishes_its_events_once_read_back() {
+    let (client, log, answer_status) = status_answers_hang();
+    let ctx = context(client);
+    // Cut in the middle of the status write, as the reconcile deadline does:
+    // the future is dropped, no answer is ever read.
+    let cut = tokio::time::timeout(
+        Duration::from_millis(300),
+        reconcile_inner(&plan(&with_finalizer()), &ctx),
+    )
+    .await;
+    assert!(cut.is_err(), "the status write hangs");
+    assert!(
+        events(&log).await.is_empty(),
+        "no Event before the transition is known to be written"
+    );
+    // The next reconcile reads the plan with the written status: it landed,
+    // and its transition's Events go out, once.
+    answer_status.store(true, std::sync::atomic::Ordering::Relaxed);
+    let read_back = landed(&log);
+    let _ = reconcile_inner(&read_back, &ctx).await;
+    let published = events(&log).await;
+    assert_eq!(published, vec!["RolloutStarted".to_string()]);
+    let _ = reconcile_inner(&read_back, &ctx).await;
     assert_eq!(events(&log).await, published);
 }
 

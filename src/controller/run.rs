@@ -234,6 +234,7 @@ pub async fn run(
         template_copies,
         job_pod_security: settings.job_pod_security,
         liveness,
+        reconcile_deadline: settings.reconcile_deadline,
         queue: Arc::clone(&queue),
         memory,
         plans: plan_store.clone(),

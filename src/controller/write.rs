@@ -120,6 +120,24 @@ pub(crate) async fn status(
     let mut landed = None;
     if plan.status.as_ref() != Some(&decision.status) {
         let plans: Api<ReleasePlan> = Api::namespaced(ctx.client.clone(), &seen.ns);
+        // Kept as unanswered before it is sent, and dropped once an answer
+        // says it did not land: a reconcile given up at its deadline in the
+        // middle of the write (the future dropped, no answer ever read)
+        // still has its transition confirmed, and its Events published
+        // once, by the next read.
+        ctx.memory.with(&seen.key, |m| {
+            m.unanswered(Unconfirmed {
+                base_version: plan.resource_version(),
+                before: before.clone(),
+                decision: decision.clone(),
+            });
+        });
+        // This write's own entry: the last (one reconcile of a plan at a time).
+        let did_not_land = || {
+            ctx.memory.with(&seen.key, |m| {
+                m.unconfirmed.pop();
+            });
+        };
         match write_status(&plans, plan, &decision.status).await {
             Ok(Some(written)) => {
                 // Written on the version an unanswered write was made on: that
@@ -128,21 +146,15 @@ pub(crate) async fn status(
                 ctx.remember(&written);
                 landed = Some(written);
             }
-            Ok(None) => {}
+            Ok(None) => did_not_land(),
             Err(Error::Kube(e)) if may_have_landed(&e) => {
                 // No answer: the transition may be written. Its Events and
                 // metrics wait for a read that says so.
                 warn!(error = %e, "status write got no answer: its transition is confirmed by the next read");
-                ctx.memory.with(&seen.key, |m| {
-                    m.unanswered(Unconfirmed {
-                        base_version: plan.resource_version(),
-                        before: before.clone(),
-                        decision: decision.clone(),
-                    });
-                });
                 return Err(Error::Kube(e));
             }
             Err(e @ Error::Conflict(_)) => {
+                did_not_land();
                 // Decided on a stale object: read it fresh, so the retry does not
                 // conflict again (after an API server restart the cache may lag
                 // for many seconds), and drop this decision's events.
@@ -151,7 +163,10 @@ pub(crate) async fn status(
                 }
                 return Err(e);
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                did_not_land();
+                return Err(e);
+            }
         }
         ctx.metrics.write("status");
     }
