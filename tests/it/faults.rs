@@ -870,3 +870,259 @@ async fn a_leader_rides_out_short_outages() {
         "{log}"
     );
 }
+
+/// The request deadline and the reconcile deadline of the lost-answer
+/// tests (as environment variables, which an operator without them ignores:
+/// so the same test runs against an older build, `RP_OPERATOR_BIN`), and
+/// their `/healthz` bound, above both.
+const LOST_REQUEST_DEADLINE: u64 = 3;
+const LOST_RECONCILE_DEADLINE: u64 = 6;
+const LOST_STUCK_AFTER: u64 = 8;
+
+/// Lost answers and resets, each at the moment the operator sends a write
+/// (a Deployment apply, a status write: [`FaultProxy::on_next_write`]), over
+/// HTTP/2 or HTTP/1.1, while four plans release one version after another
+/// for `RP_FAULT_SECONDS` (60 by default; seeded: `RP_FAULT_SEED` replays a
+/// run). Then every plan ends Stable on its last version within a bound of
+/// the last fault, `/healthz` is 200, and no reconcile ran past 10 s (the
+/// 10 s bucket of `releaseplan_reconcile_duration_seconds` holds them all).
+/// Without deadlines, a write whose answer was lost on a connection that
+/// stayed up left its reconcile, and so its plan, waiting for good.
+async fn lost_answers_never_stall_a_plan(http2: bool) {
+    let seed = std::env::var("RP_FAULT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    let window = Duration::from_secs(
+        std::env::var("RP_FAULT_SECONDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(60),
+    );
+    println!("fault seed {seed} (replay: RP_FAULT_SEED={seed}), window {window:?}, http2 {http2}");
+
+    let h = Harness::new(if http2 { "lost2" } else { "lost1" }).await;
+    let kubeconfig = PathBuf::from(std::env::var("KUBECONFIG").expect("KUBECONFIG"));
+    let proxy = Arc::new(FaultProxy::start(api_server_addr(&kubeconfig)).await);
+    let cfg = proxy.kubeconfig(&kubeconfig, &std::env::temp_dir().join("releaseplan-tests"));
+    let mut launcher = h
+        .operator()
+        .env("KUBECONFIG", cfg.to_str().unwrap())
+        .env(
+            "RELEASEPLAN_API_REQUEST_TIMEOUT_SECONDS",
+            &LOST_REQUEST_DEADLINE.to_string(),
+        )
+        .env(
+            "RELEASEPLAN_RECONCILE_TIMEOUT_SECONDS",
+            &LOST_RECONCILE_DEADLINE.to_string(),
+        )
+        .env("RELEASEPLAN_API_HTTP2", &http2.to_string())
+        .args(["--stuck-after-seconds", &LOST_STUCK_AFTER.to_string()]);
+    if let Ok(binary) = std::env::var("RP_OPERATOR_BIN") {
+        launcher = launcher.binary(binary);
+    }
+    let op = launcher.start().await;
+    let (client, ns) = (h.client.clone(), h.ns.clone());
+
+    let names: Vec<String> = (0..4).map(|i| format!("w{i}")).collect();
+    futures::future::join_all(names.iter().map(|name| {
+        create_stable(
+            &client,
+            &ns,
+            name,
+            json!({"components": [good("shop:1")], "strategy": {"steps": long_steps()}}),
+        )
+    }))
+    .await;
+
+    // Faults at writes, in the background, for the window.
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let faults = tokio::spawn({
+        let (proxy, log) = (Arc::clone(&proxy), Arc::clone(&log));
+        async move {
+            let mut rng = Rng::new(seed);
+            let start = Instant::now();
+            let mut fired = 0;
+            while start.elapsed() < window {
+                let (fault, lasts) = if rng.range(0, 2) < 2 {
+                    (
+                        Fault::LoseAnswers,
+                        rng.duration(Duration::from_millis(300), Duration::from_secs(6)),
+                    )
+                } else {
+                    (
+                        Fault::Down,
+                        rng.duration(Duration::from_millis(50), Duration::from_millis(500)),
+                    )
+                };
+                if proxy.on_next_write(fault, Duration::from_secs(10)).await {
+                    fired += 1;
+                    log.lock().unwrap().push(format!(
+                        "{:>6.1}s {fault:?} at a write, for {lasts:?}",
+                        start.elapsed().as_secs_f64()
+                    ));
+                    tokio::time::sleep(lasts).await;
+                    proxy.set(Fault::Pass);
+                }
+                tokio::time::sleep(
+                    rng.duration(Duration::from_millis(200), Duration::from_secs(2)),
+                )
+                .await;
+            }
+            proxy.set(Fault::Pass);
+            fired
+        }
+    });
+
+    // Releases, one version after another, for as long as faults come: a
+    // plan that is Stable on its version gets the next.
+    let mut version: BTreeMap<String, u32> = names.iter().map(|n| (n.clone(), 1)).collect();
+    while !faults.is_finished() {
+        for name in &names {
+            let Some(p) = get(&client, &ns, name).await else {
+                continue;
+            };
+            let s = p.status.clone().unwrap_or_default();
+            if s.phase == Phase::Stable && s.observed_generation == p.metadata.generation {
+                let v = version.get_mut(name).unwrap();
+                *v += 1;
+                set_components(&client, &ns, name, json!([good(&format!("shop:{v}"))])).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let fired = faults.await.unwrap();
+    let last_fault = Instant::now();
+    let faults_text = log.lock().unwrap().join("\n");
+    println!("{fired} faults at writes:\n{faults_text}");
+    assert!(
+        fired >= 5,
+        "only {fired} faults met a write:\n{faults_text}"
+    );
+
+    // Every plan ends Stable on its last version, within a bound of the last
+    // fault: the request deadline, the reconcile deadline, the backoff after
+    // failures (at most 30 s...) and a rollout of 6 s of pauses.
+    let bound = Duration::from_secs(90);
+    let ended = {
+        let (client, ns, names) = (client.clone(), ns.clone(), names.clone());
+        tokio::spawn(async move {
+            wait_until(bound, "every plan Stable on its last version", || async {
+                let mut pending = Vec::new();
+                for name in &names {
+                    let p = get(&client, &ns, name)
+                        .await
+                        .ok_or_else(|| format!("{name} is gone"))?;
+                    let s = p.status.clone().unwrap_or_default();
+                    if s.phase != Phase::Stable || s.observed_generation != p.metadata.generation {
+                        pending.push(format!(
+                            "{name}: {} step {} observed {:?} of {:?}",
+                            s.phase, s.current_step, s.observed_generation, p.metadata.generation
+                        ));
+                    }
+                }
+                if pending.is_empty() {
+                    Ok(())
+                } else {
+                    Err(pending.join("; "))
+                }
+            })
+            .await;
+        })
+        .await
+        .is_ok()
+    };
+    assert!(
+        ended,
+        "a plan did not end Stable within {bound:?} of the last fault (seed {seed}):\n{faults_text}\n{}",
+        op.log_text()
+    );
+    println!(
+        "every plan Stable {:?} after the last fault",
+        last_fault.elapsed()
+    );
+    wait_until(HEAL_BOUND, "/healthz 200 after the faults", || async {
+        (healthz(op.port).await == Some(200)).then_some(())
+    })
+    .await;
+    // Each rollout's start and promotion announced exactly once: a write
+    // whose answer was lost (or whose reconcile was given up) has its Events
+    // published once its landing is read, never twice, never lost.
+    let mut problems = Vec::new();
+    for name in &names {
+        let rollouts = (version[name] - 1) as i32;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let count = |events: &[(String, String, String, i32)], reason: &str| -> i32 {
+            events
+                .iter()
+                .filter(|e| e.0 == reason)
+                .map(|e| e.3.max(1))
+                .sum()
+        };
+        let events = loop {
+            let events = plan_events(&client, &ns, name).await;
+            let done = ["RolloutStarted", "Promoted"]
+                .iter()
+                .all(|r| count(&events, r) >= rollouts);
+            if done || Instant::now() > deadline {
+                break events;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        for reason in ["RolloutStarted", "Promoted"] {
+            let got = count(&events, reason);
+            if got != rollouts {
+                problems.push(format!(
+                    "{name}: {got} {reason} Events for {rollouts} rollouts: {:?}",
+                    events.iter().filter(|e| e.0 == reason).collect::<Vec<_>>()
+                ));
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{}\n(seed {seed})\n{faults_text}\n{}",
+        problems.join("\n"),
+        op.log_text()
+    );
+    let metrics = op.metrics().await;
+    let within = |bucket: &str| {
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!(
+                    "releaseplan_reconcile_duration_seconds_bucket{{le=\"{bucket}\"}}"
+                ))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(-1.0)
+    };
+    let (ten, all) = (within("10.0"), within("+Inf"));
+    let given_up = op
+        .log_text()
+        .matches("reconcile given up at its deadline")
+        .count();
+    println!("{all} reconciles, {ten} within 10 s; {given_up} given up at the reconcile deadline");
+    assert!(all > 0.0, "no reconcile counted:\n{metrics}");
+    assert_eq!(
+        ten,
+        all,
+        "a reconcile ran past 10 s (request deadline {LOST_REQUEST_DEADLINE} s, reconcile deadline {LOST_RECONCILE_DEADLINE} s)\n{}",
+        op.log_text()
+    );
+}
+
+#[tokio::test]
+async fn a_lost_answer_never_stalls_a_plan_over_http2() {
+    lost_answers_never_stall_a_plan(true).await;
+}
+
+#[tokio::test]
+async fn a_lost_answer_never_stalls_a_plan_over_http1() {
+    lost_answers_never_stall_a_plan(false).await;
+}

@@ -7,8 +7,12 @@
 //! Faults ([`Fault`]): latency with jitter on every chunk, a bandwidth limit,
 //! an outage (every connection reset, new ones reset at once), a black hole
 //! (connections stay open, nothing moves either way, as when packets are
-//! dropped: the bytes flow again when it ends). Every connection counts in
-//! [`FaultProxy::connections`], so a reconnect storm shows.
+//! dropped: the bytes flow again when it ends), lost answers (what the API
+//! server sends is dropped while requests still reach it and the connection
+//! stays open). [`FaultProxy::on_next_write`] starts a fault at the moment a
+//! request larger than a read (a Deployment apply, a status write) passes.
+//! Every connection counts in [`FaultProxy::connections`], so a reconnect
+//! storm shows.
 //!
 //! Only 127.0.0.1: the proxy listens there and the API server is there.
 
@@ -41,7 +45,17 @@ pub enum Fault {
     Down,
     /// Nothing moves either way; connections stay open (new ones too).
     BlackHole,
+    /// What the API server sends is dropped; what the operator sends still
+    /// reaches it; connections stay open. Under TLS the next record that
+    /// passes after it ends fails the connection (its sequence number is
+    /// off), as behind a middlebox that lost them.
+    LoseAnswers,
 }
+
+/// The least size of a chunk the operator sends that [`FaultProxy::on_next_write`]
+/// takes for a write: a Deployment apply or a status write is several KB,
+/// a read, a ping or a window update a few hundred bytes at most.
+pub const WRITE_BYTES: usize = 1500;
 
 /// A small seeded generator (SplitMix64): the same seed, the same faults.
 #[derive(Debug, Clone)]
@@ -73,6 +87,34 @@ impl Rng {
     }
 }
 
+/// A fault waiting for the next write ([`FaultProxy::on_next_write`]).
+struct Trigger {
+    state: Arc<watch::Sender<State>>,
+    armed: std::sync::Mutex<Option<Fault>>,
+    fired: tokio::sync::Notify,
+}
+
+impl Trigger {
+    /// The armed fault, taken, when a chunk of `n` bytes is a write.
+    fn take(&self, n: usize) -> Option<Fault> {
+        if n < WRITE_BYTES {
+            return None;
+        }
+        self.armed.lock().unwrap().take()
+    }
+
+    /// Sets `fault` on every connection and says it fired.
+    fn fire(&self, fault: Fault) {
+        self.state.send_modify(|s| {
+            s.fault = fault;
+            if fault == Fault::Down {
+                s.resets += 1;
+            }
+        });
+        self.fired.notify_one();
+    }
+}
+
 /// The state every connection follows: the fault, and a generation that an
 /// outage bumps to reset every open connection.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -85,7 +127,8 @@ struct State {
 pub struct FaultProxy {
     /// Where it listens (127.0.0.1).
     pub addr: SocketAddr,
-    state: watch::Sender<State>,
+    state: Arc<watch::Sender<State>>,
+    trigger: Arc<Trigger>,
     connections: Arc<AtomicU64>,
     open: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
@@ -104,6 +147,13 @@ impl FaultProxy {
             fault: Fault::Pass,
             resets: 0,
         });
+        let state = Arc::new(state);
+        let trigger = Arc::new(Trigger {
+            state: Arc::clone(&state),
+            armed: std::sync::Mutex::new(None),
+            fired: tokio::sync::Notify::new(),
+        });
+        let armed = Arc::clone(&trigger);
         let connections = Arc::new(AtomicU64::new(0));
         let count = Arc::clone(&connections);
         let open = Arc::new(AtomicU64::new(0));
@@ -117,9 +167,9 @@ impl FaultProxy {
                 count.fetch_add(1, Ordering::Relaxed);
                 open_now.fetch_add(1, Ordering::Relaxed);
                 seed += 1;
-                let (rx, open_now) = (rx.clone(), Arc::clone(&open_now));
+                let (rx, open_now, armed) = (rx.clone(), Arc::clone(&open_now), Arc::clone(&armed));
                 tokio::spawn(async move {
-                    connection(client, upstream, rx, seed).await;
+                    connection(client, upstream, rx, armed, seed).await;
                     open_now.fetch_sub(1, Ordering::Relaxed);
                 });
             }
@@ -127,6 +177,7 @@ impl FaultProxy {
         FaultProxy {
             addr,
             state,
+            trigger,
             connections,
             open,
             task,
@@ -141,6 +192,23 @@ impl FaultProxy {
                 s.resets += 1;
             }
         });
+    }
+
+    /// Sets `fault` at the moment the next write passes (a chunk of at least
+    /// [`WRITE_BYTES`] from the operator): [`Fault::LoseAnswers`] before it
+    /// reaches the API server, so its answer is lost; [`Fault::Down`] just
+    /// after, so the connection is reset with the write in flight. Returns
+    /// whether a write came within `within` (the fault is disarmed if not).
+    pub async fn on_next_write(&self, fault: Fault, within: Duration) -> bool {
+        let fired = self.trigger.fired.notified();
+        tokio::pin!(fired);
+        fired.as_mut().enable();
+        *self.trigger.armed.lock().unwrap() = Some(fault);
+        if tokio::time::timeout(within, fired).await.is_ok() {
+            return true;
+        }
+        // Not fired, unless it fired just now.
+        self.trigger.armed.lock().unwrap().take().is_none()
     }
 
     /// Connections accepted so far.
@@ -214,6 +282,7 @@ async fn connection(
     client: TcpStream,
     upstream: SocketAddr,
     state: watch::Receiver<State>,
+    trigger: Arc<Trigger>,
     seed: u64,
 ) {
     let born = *state.borrow();
@@ -229,8 +298,15 @@ async fn connection(
     let _ = server.set_nodelay(true);
     let (cr, cw) = client.into_split();
     let (sr, sw) = server.into_split();
-    let up = tokio::spawn(pipe(cr, sw, state.clone(), born.resets, Rng::new(seed)));
-    let down = tokio::spawn(pipe(sr, cw, state, born.resets, Rng::new(!seed)));
+    let up = tokio::spawn(pipe(
+        cr,
+        sw,
+        state.clone(),
+        born.resets,
+        Rng::new(seed),
+        Some(trigger),
+    ));
+    let down = tokio::spawn(pipe(sr, cw, state, born.resets, Rng::new(!seed), None));
     let _ = tokio::join!(up, down);
 }
 
@@ -242,14 +318,18 @@ fn reset(stream: &TcpStream) {
     let _ = stream.set_linger(Some(Duration::ZERO));
 }
 
-/// Copies one direction through the faults.
+/// Copies one direction through the faults: the operator's requests when
+/// `trigger` is given (it watches them for writes), else the API server's
+/// answers.
 async fn pipe(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
     mut state: watch::Receiver<State>,
     resets: u64,
     mut rng: Rng,
+    trigger: Option<Arc<Trigger>>,
 ) {
+    let answers = trigger.is_none();
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let n = tokio::select! {
@@ -263,7 +343,26 @@ async fn pipe(
                 return;
             }
         };
+        // A write with a fault waiting for it: answers lost from before it
+        // passes, or a reset once it has.
+        let after = match trigger.as_ref().and_then(|t| t.take(n).map(|f| (t, f))) {
+            Some((t, Fault::Down)) => Some(t),
+            Some((t, fault)) => {
+                t.fire(fault);
+                None
+            }
+            None => None,
+        };
+        if let Some(t) = after {
+            let _ = to.write_all(&buf[..n]).await;
+            let _ = to.flush().await;
+            t.fire(Fault::Down);
+            reset(from.as_ref());
+            reset(to.as_ref());
+            return;
+        }
         // Hold the chunk as the fault says; an outage meanwhile resets.
+        let mut lost = false;
         loop {
             let s = *state.borrow();
             if s.resets != resets {
@@ -273,6 +372,10 @@ async fn pipe(
             }
             match s.fault {
                 Fault::Pass | Fault::Down => break,
+                Fault::LoseAnswers => {
+                    lost = answers;
+                    break;
+                }
                 Fault::BlackHole => {
                     let _ = state.changed().await;
                 }
@@ -287,6 +390,9 @@ async fn pipe(
                     break;
                 }
             }
+        }
+        if lost {
+            continue;
         }
         if to.write_all(&buf[..n]).await.is_err() {
             break;
