@@ -43,6 +43,22 @@ impl JobGateSpec {
     /// refused fields, restricted defaults filled in). The error is the path
     /// below the Job template and its message.
     pub fn secured(mut self, level: super::pod_security::Level) -> Result<Self, (String, String)> {
+        // The pod template's annotations can turn AppArmor off as its
+        // fields can (the baseline level forbids both).
+        if level != super::pod_security::Level::Privileged
+            && let Some((field, why)) = self
+                .template
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.metadata.as_ref())
+                .and_then(|m| m.annotations.as_ref())
+                .and_then(super::pod_security::baseline_annotations)
+        {
+            return Err((
+                format!("template.spec.template.{field}"),
+                super::pod_security::refusal(&why, level),
+            ));
+        }
         if let Some(pod) = self
             .template
             .spec
@@ -578,6 +594,32 @@ mod tests {
         assert_eq!(field, "template.spec.template.spec.restartPolicy");
         assert!(message.contains("Never or OnFailure"), "{message}");
         assert_eq!(gate(30).timeout, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn an_unconfined_apparmor_annotation_is_refused_below_privileged() {
+        let spec = JobGateSpec::parse(&JobGate {
+            name: "g".into(),
+            check: JobCheck {
+                template: serde_json::json!({"spec": {"template": {
+                    "metadata": {"annotations": {
+                        "container.apparmor.security.beta.kubernetes.io/c": "unconfined"}},
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}}),
+                timeout_seconds: None,
+            },
+            component: None,
+        })
+        .unwrap();
+        use super::super::pod_security::Level;
+        for level in [Level::Restricted, Level::Baseline] {
+            let (field, message) = spec.clone().secured(level).unwrap_err();
+            assert_eq!(
+                field,
+                "template.spec.template.metadata.annotations[\"container.apparmor.security.beta.kubernetes.io/c\"]"
+            );
+            assert!(message.contains("AppArmor"), "{message}");
+        }
+        assert!(spec.secured(Level::Privileged).is_ok());
     }
 
     #[test]

@@ -383,6 +383,28 @@ fn container(c: &Container) -> Option<(String, String)> {
     None
 }
 
+/// The prefix of the pod annotations that set a container's AppArmor profile
+/// (before the `appArmorProfile` field, and still honoured by the kubelet).
+const APPARMOR_ANNOTATION: &str = "container.apparmor.security.beta.kubernetes.io/";
+
+/// What the baseline level refuses among a pod template's annotations: an
+/// AppArmor profile other than the runtime's default or a local one (the
+/// annotation's `unconfined` is the field's `Unconfined`). The field is the
+/// path below the pod template.
+pub fn baseline_annotations(
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> Option<(String, String)> {
+    annotations.iter().find_map(|(key, value)| {
+        let allowed = value == "runtime/default" || value.starts_with("localhost/");
+        (key.starts_with(APPARMOR_ANNOTATION) && !allowed).then(|| {
+            (
+                format!("metadata.annotations[{key:?}]"),
+                format!("the AppArmor profile {value:?} is not allowed"),
+            )
+        })
+    })
+}
+
 /// The message of a Job gate pod refused at `level`.
 pub fn refusal(why: &str, level: Level) -> String {
     format!(
@@ -565,6 +587,29 @@ mod tests {
         assert!(secure(&mut p.clone(), Level::Baseline).is_err());
         assert_eq!(secure(&mut p, Level::Privileged), Ok(()));
         assert_eq!("baseline".parse(), Ok(Level::Baseline));
+    }
+
+    #[test]
+    fn an_unconfined_apparmor_annotation_is_refused_and_the_defaults_are_not() {
+        let annotations = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let key = "container.apparmor.security.beta.kubernetes.io/t";
+        let refused = baseline_annotations(&annotations(&[("team", "a"), (key, "unconfined")]));
+        assert_eq!(
+            refused.map(|(f, _)| f),
+            Some(format!("metadata.annotations[{key:?}]"))
+        );
+        for ok in ["runtime/default", "localhost/my-profile"] {
+            assert_eq!(baseline_annotations(&annotations(&[(key, ok)])), None, "{ok}");
+        }
+        assert_eq!(
+            baseline_annotations(&annotations(&[("example.com/unconfined", "unconfined")])),
+            None
+        );
         assert!("strict".parse::<Level>().is_err());
     }
 }
