@@ -301,7 +301,7 @@ async fn run(args: Args) -> Result<(), MainError> {
     // so a connection that hangs without an error fails /healthz.
     let beat = tokio::spawn(releaseplan::ops::liveness::heartbeat(
         lease_client.clone(),
-        liveness.heartbeat_every(),
+        Arc::clone(&liveness),
     ));
     let health = Health {
         metrics: metrics.clone(),

@@ -12,8 +12,11 @@
 //! A request to the API server that has waited longer than the bound for
 //! its answer (watches aside) fails it too: a black-holed connection holds
 //! a write with no error at all. The process sends one cheap request (the
-//! API server's version) every half bound, so even an idle operator notices
-//! ([`heartbeat`]).
+//! API server's version) every half bound, so even an idle operator
+//! notices ([`heartbeat`]): `/healthz` fails when none has ended (answered,
+//! or failed at once) for longer than the bound. Each heartbeat gives up
+//! after half the bound, so one whose answer was lost (the connection
+//! stays open, nothing will ever come) does not hold the next one back.
 //!
 //! Watches are named by their resource (`deployments`, `releaseplans`), the
 //! word of the request path, so the request layer and the streams agree.
@@ -30,6 +33,9 @@ pub struct Liveness {
     next: AtomicU64,
     in_flight: Mutex<HashMap<u64, (Instant, Work)>>,
     failing_since: Mutex<HashMap<String, Instant>>,
+    /// When a heartbeat last ended with an answer or an error (not a
+    /// wait given up); `None` until [`heartbeat`] starts.
+    heard: Mutex<Option<Instant>>,
 }
 
 /// What is in flight.
@@ -64,6 +70,7 @@ impl Liveness {
             next: AtomicU64::new(0),
             in_flight: Mutex::new(HashMap::new()),
             failing_since: Mutex::new(HashMap::new()),
+            heard: Mutex::new(None),
         })
     }
 
@@ -88,6 +95,16 @@ impl Liveness {
             liveness: Arc::clone(self),
             id,
         }
+    }
+
+    /// A heartbeat ended: answered, or failed without a wait (refused,
+    /// reset). Either way the network is not holding requests.
+    pub fn heard(&self) {
+        self.heard_at(Instant::now());
+    }
+
+    fn heard_at(&self, at: Instant) {
+        *self.heard.lock().unwrap_or_else(PoisonError::into_inner) = Some(at);
     }
 
     /// How often [`heartbeat`] asks the API server: twice within the bound.
@@ -152,18 +169,38 @@ impl Liveness {
                 self.bound.as_secs()
             ));
         }
+        let heard = *self.heard.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(heard) = heard
+            && now.saturating_duration_since(heard) > self.bound
+        {
+            return Err(format!(
+                "the heartbeat to the API server has had no answer for {}s (bound {}s)",
+                now.saturating_duration_since(heard).as_secs(),
+                self.bound.as_secs()
+            ));
+        }
         Ok(())
     }
 }
 
 /// Asks the API server for its version every [`Liveness::heartbeat_every`],
-/// one request at a time, forever: through a client whose request layer
-/// reports to the liveness check, a request that hangs fails `/healthz`
-/// even when nothing else is sent. Its answer is not needed.
-pub async fn heartbeat(client: kube::Client, every: Duration) {
+/// one request at a time, forever, each given up after the same time: one
+/// that ends (an answer or an error) is [`Liveness::heard`]; `/healthz`
+/// fails when none has for longer than the bound, even when nothing else is
+/// sent. Its answer is not needed.
+pub async fn heartbeat(client: kube::Client, liveness: Arc<Liveness>) {
+    let every = liveness.heartbeat_every();
+    liveness.heard();
     loop {
-        if let Err(e) = client.apiserver_version().await {
-            tracing::debug!(error = %e, "heartbeat to the API server failed");
+        match tokio::time::timeout(every, client.apiserver_version()).await {
+            Ok(Ok(_)) => liveness.heard(),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "heartbeat to the API server failed");
+                liveness.heard();
+            }
+            Err(_) => {
+                tracing::debug!(after = ?every, "heartbeat to the API server got no answer");
+            }
         }
         tokio::time::sleep(every).await;
     }
@@ -197,6 +234,22 @@ mod tests {
         drop(guard);
         assert!(l.check(now + Duration::from_secs(11)).is_ok());
         assert_eq!(l.heartbeat_every(), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_heartbeat_without_answer_for_the_bound_is_stuck_until_one_ends() {
+        let l = Liveness::new(Duration::from_secs(10));
+        let now = Instant::now();
+        assert!(
+            l.check(now + Duration::from_secs(60)).is_ok(),
+            "no heartbeat yet"
+        );
+        l.heard_at(now);
+        assert!(l.check(now + Duration::from_secs(9)).is_ok());
+        let err = l.check(now + Duration::from_secs(11)).unwrap_err();
+        assert!(err.contains("heartbeat"), "{err}");
+        l.heard_at(now + Duration::from_secs(11));
+        assert!(l.check(now + Duration::from_secs(12)).is_ok());
     }
 
     #[test]
