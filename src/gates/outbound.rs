@@ -58,8 +58,13 @@ const METADATA_V4: [Ipv4Addr; 4] = [
     // hands out extension settings and certificates.
     Ipv4Addr::new(168, 63, 129, 16),
 ];
-/// AWS's IPv6 instance metadata address, fd00:ec2::254.
-const METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
+/// IPv6 instance metadata addresses (not link-local).
+const METADATA_V6: [Ipv6Addr; 2] = [
+    // AWS (IMDS over IPv6).
+    Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254),
+    // GCP (metadata.google.internal on IPv6 and dual-stack VMs).
+    Ipv6Addr::new(0xfd20, 0xce, 0, 0, 0, 0, 0, 0x254),
+];
 
 /// Classifies an address. Pure: sends nothing. An IPv4 address embedded in
 /// IPv6 (mapped `::ffff:a.b.c.d`, or NAT64 `64:ff9b::a.b.c.d`) is classified
@@ -71,7 +76,7 @@ pub fn classify(ip: IpAddr) -> AddressClass {
             if let Some(v4) = embedded_v4(v6) {
                 return classify_v4(v4);
             }
-            if v6 == METADATA_V6 {
+            if METADATA_V6.contains(&v6) {
                 AddressClass::Metadata
             } else if v6.segments()[0] & 0xffc0 == 0xfe80 {
                 AddressClass::LinkLocal
@@ -550,6 +555,7 @@ mod tests {
             "168.63.129.16",
             "::ffff:168.63.129.16",
             "fd00:ec2::254",
+            "fd20:ce::254",
             "::ffff:169.254.169.254",
             "64:ff9b::a9fe:a9fe",
         ] {
@@ -571,6 +577,7 @@ mod tests {
             "169.255.0.0",
             "fec0::1",
             "fd00:ec2::253",
+            "fd20:ce::253",
             "::1",
             "8.8.8.8",
         ] {
