@@ -553,10 +553,8 @@ fn default_values_render_least_privilege_rbac_and_a_restricted_deployment() {
 
     assert_eq!(one(&objs, "PodDisruptionBudget")["spec"]["minAvailable"], 1);
     let np = one(&objs, "NetworkPolicy");
-    assert_eq!(
-        np["spec"]["ingress"],
-        json!([{"ports": [{"port": "http-metrics", "protocol": "TCP"}]}])
-    );
+    // No pod may reach the metrics port until a namespace is named.
+    assert_eq!(np["spec"]["ingress"], json!([]));
     assert_eq!(np["spec"]["egress"], json!([{}]));
     assert_eq!(
         one(&objs, "Service")["spec"]["ports"][0]["targetPort"],
@@ -2074,6 +2072,43 @@ fn gate_outbound_values_become_flags() {
         let err = render_error(&[set]);
         assert!(err.contains("schema"), "{set}: {err}");
     }
+}
+
+#[test]
+fn network_policy_lets_only_the_named_namespaces_scrape_metrics() {
+    let objs = render(
+        "rp",
+        "rp-system",
+        &["networkPolicy.metricsNamespaces={monitoring,observability}"],
+    );
+    assert_eq!(
+        one(&objs, "NetworkPolicy")["spec"]["ingress"],
+        serde_json::json!([{
+            "ports": [{"port": "http-metrics", "protocol": "TCP"}],
+            "from": [
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}}
+            ]
+        }])
+    );
+    // Peers of its own beside them.
+    let objs = render(
+        "rp",
+        "rp-system",
+        &[
+            "networkPolicy.metricsNamespaces={monitoring}",
+            "networkPolicy.metricsFrom[0].podSelector.matchLabels.app=vm",
+        ],
+    );
+    assert_eq!(
+        one(&objs, "NetworkPolicy")["spec"]["ingress"][0]["from"],
+        serde_json::json!([
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}},
+            {"podSelector": {"matchLabels": {"app": "vm"}}}
+        ])
+    );
+    let err = render_error(&["networkPolicy.metricsNamespaces={Not_A_Name}"]);
+    assert!(err.contains("schema"), "{err}");
 }
 
 #[test]
