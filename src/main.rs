@@ -247,6 +247,7 @@ async fn clients(
         .with_layer(&RateLimitLayer::new(args.qps, args.burst))
         .build();
     let lease = api_client::builder(config, http2)?
+        .with_layer(&RequestDeadlineLayer::new(deadline))
         .with_layer(&leader::LeaseDeadlineLayer::new(
             leader::renew_deadline(args.lease_seconds),
             renewals.clone(),

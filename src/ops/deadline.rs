@@ -12,8 +12,12 @@
 //! help: it is per connection, and a connection that carries watches is
 //! never quiet.
 //!
-//! Watches keep their own rules: one that receives nothing is healthy, and a
-//! connection that stops answering pings is dropped (`ops::api_client`).
+//! A watch gets its answer's headers within the deadline too (the API
+//! server sends them at once): a watch whose first answer was lost would
+//! otherwise wait for good, its cache going stale and `/healthz` failing.
+//! After the headers, watches keep their own rules: one that receives
+//! nothing is healthy, and a connection that stops answering pings is
+//! dropped (`ops::api_client`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -40,8 +44,9 @@ pub fn is_long_running(uri: &http::Uri) -> bool {
     })
 }
 
-/// Gives up on each request that is not long-running ([`is_long_running`])
-/// after `after`, its answer's body included.
+/// Gives up on each request after `after`: on the headers of its answer
+/// for a long-running one ([`is_long_running`]), on the whole answer, body
+/// included, for any other.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestDeadlineLayer {
     after: Duration,
@@ -92,21 +97,19 @@ where
         let deadline = tokio::time::Instant::now() + after;
         let answer = self.inner.call(req);
         Box::pin(async move {
-            if !bounded {
-                let response = answer.await.map_err(Into::into)?;
-                return Ok(response.map(DeadlineBody::unbounded));
-            }
-            match tokio::time::timeout_at(deadline, answer).await {
-                Ok(r) => {
-                    let response = r.map_err(Into::into)?;
-                    Ok(response.map(|body| {
-                        DeadlineBody::new(body, deadline, after, |after| {
-                            RequestDeadlineExceeded(after).into()
-                        })
-                    }))
+            let response = match tokio::time::timeout_at(deadline, answer).await {
+                Ok(r) => r.map_err(Into::into)?,
+                Err(_) => return Err(RequestDeadlineExceeded(after).into()),
+            };
+            Ok(response.map(|body| {
+                if bounded {
+                    DeadlineBody::new(body, deadline, after, |after| {
+                        RequestDeadlineExceeded(after).into()
+                    })
+                } else {
+                    DeadlineBody::unbounded(body)
                 }
-                Err(_) => Err(RequestDeadlineExceeded(after).into()),
-            }
+            }))
         })
     }
 }
@@ -270,9 +273,26 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_watch_whose_answer_never_comes_fails_at_the_deadline() {
+        let never = tower::service_fn(|_: http::Request<()>| async {
+            std::future::pending::<Result<http::Response<Stalls>, std::convert::Infallible>>()
+                .await
+        });
+        let mut svc = RequestDeadlineLayer::new(Duration::from_secs(5)).layer(never);
+        let err = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(request("/apis/apps/v1/deployments?watch=true"))
+            .await
+            .unwrap_err();
+        assert!(err.is::<RequestDeadlineExceeded>(), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_watch_waits_as_long_as_it_streams() {
         let slow = tower::service_fn(|_: http::Request<()>| async {
-            tokio::time::sleep(Duration::from_secs(600)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
             Ok::<_, std::convert::Infallible>(http::Response::new(Stalls(Some(b"{}"))))
         });
         let mut svc = RequestDeadlineLayer::new(Duration::from_secs(5)).layer(slow);

@@ -126,8 +126,8 @@ fn renewal_retry(
 /// already lead, so the leader must stop instead (kube's own retries of
 /// 429, 503 and 504 run inside the deadline); and a renewal whose body
 /// stalls must not keep `hold` waiting past that expiry either. Other requests of the
-/// election's client are left alone: the heartbeat must be able to hang (a
-/// hung request fails `/healthz`), and a watch waits for events.
+/// election's client keep the longer deadline every request has
+/// (`ops::deadline`); the heartbeat has its own (`ops::liveness`).
 /// It also notes each accepted PATCH of a Lease in [`Renewals`].
 #[derive(Debug, Clone)]
 pub struct LeaseDeadlineLayer {
