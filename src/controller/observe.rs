@@ -98,7 +98,8 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
     // Template gates: resolved purely from the cached templates and what
     // status recorded for the step.
     let refs = plan.spec.health.template_refs();
-    let (copies, template_copies) = super::template_copies::observe(ctx, &ns, &name, &uid);
+    let (copies, template_copies) =
+        super::template_copies::observe(&ctx.template_copies, &ns, &name, &uid);
     // The Pod Security level of the namespace's Job gates: its GatePolicies'
     // (from the watch cache), else the operator's.
     let pod_security = ctx

@@ -9,8 +9,10 @@
 use super::FIELD_MANAGER;
 use super::context::Context;
 use super::error::{Error, is_not_found, namespace_terminating};
-use super::index::plan_objects;
-use crate::api::template::{GateTemplateSpec, LABEL_TEMPLATE_COPY, TEMPLATE_COPY_KEY};
+use super::index::{PlanCache, plan_objects};
+use crate::api::template::{
+    GateTemplateSpec, LABEL_TEMPLATE_COPY, TEMPLATE_COPY_KEY, content_hash,
+};
 use crate::api::{LABEL_PLAN, ReleasePlan};
 use crate::gates::template::{CopyIntents, CopyObs};
 use k8s_openapi::ByteString;
@@ -28,25 +30,47 @@ pub const SECRET_TYPE: &str = "releaseplan.io/gate-template";
 /// read), and each copy's name and hash. A copy whose content does not parse
 /// is listed (so it is pruned) but holds no content.
 pub(crate) fn observe(
-    ctx: &Context,
+    cache: &PlanCache<Secret>,
     ns: &str,
     plan: &str,
     uid: &str,
 ) -> (BTreeMap<String, GateTemplateSpec>, Vec<CopyObs>) {
     let mut contents = BTreeMap::new();
     let mut copies = Vec::new();
-    for s in plan_objects(&ctx.template_copies, ns, plan, uid) {
-        let Some(hash) = s.labels().get(LABEL_TEMPLATE_COPY).cloned() else {
+    for s in plan_objects(cache, ns, plan, uid) {
+        let Some(label) = s.labels().get(LABEL_TEMPLATE_COPY).cloned() else {
             continue;
         };
+        // The label is not trusted: anyone who may create or edit Secrets
+        // in the namespace could swap a copy's content (a ClusterGateTemplate
+        // Job's pod, exempt from the pod-security check, among them). A copy
+        // counts only when the plan is its controller and its content hashes
+        // to its label.
+        if !s
+            .owner_references()
+            .iter()
+            .any(|r| r.uid == uid && r.controller == Some(true))
+        {
+            continue;
+        }
         let content = s
             .data
             .as_ref()
             .and_then(|d| d.get(TEMPLATE_COPY_KEY))
             .and_then(|b| serde_json::from_slice::<GateTemplateSpec>(&b.0).ok());
-        if let Some(c) = content {
-            contents.insert(hash.clone(), c);
-        }
+        let hash = match content {
+            Some(c) if content_hash(&c) == label => {
+                contents.insert(label.clone(), c);
+                label
+            }
+            // Listed under what it holds, so that it is pruned and a true
+            // copy made again; its content is never read.
+            Some(c) => {
+                warn!(secret = %s.name_any(), "a template copy's content does not match its hash: not used, deleted");
+                content_hash(&c)
+            }
+            None => label,
+        };
         copies.push(CopyObs {
             name: s.name_any(),
             hash,
@@ -142,4 +166,79 @@ pub(crate) async fn act(
         }
     }
     failed.map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::watcher;
+
+    fn plan() -> ReleasePlan {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "releaseplan.io/v1alpha1", "kind": "ReleasePlan",
+            "metadata": {"name": "shop", "namespace": "ns", "uid": "u1"},
+            "spec": {"components": []}
+        }))
+        .unwrap()
+    }
+
+    fn content(url: &str) -> GateTemplateSpec {
+        serde_json::from_value(serde_json::json!({
+            "gate": {"webhook": {"url": url}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_copy_counts_only_when_the_plan_controls_it_and_its_content_is_its_hash() {
+        let p = plan();
+        let genuine = content("http://checks.example/a");
+        let hash = content_hash(&genuine);
+        let name = crate::api::template::copy_name("shop", &hash);
+        let as_made = secret(&p, &name, &hash, &serde_json::to_vec(&genuine).unwrap());
+        // The same label and owner, another content: swapped by hand.
+        let swapped_content = content("http://attacker.example/b");
+        let mut swapped = secret(
+            &p,
+            "shop-gate-template-other",
+            &hash,
+            &serde_json::to_vec(&swapped_content).unwrap(),
+        );
+        swapped.metadata.name = Some("shop-gate-template-other".into());
+        // The right content and label, but no owner: not the operator's.
+        let mut unowned = as_made.clone();
+        unowned.metadata.name = Some("shop-gate-template-unowned".into());
+        unowned.metadata.owner_references = None;
+
+        let cache = PlanCache::<Secret>::empty();
+        let mut writer = cache.writer();
+        writer.apply(&watcher::Event::Init);
+        for s in [as_made.clone(), swapped, unowned] {
+            writer.apply(&watcher::Event::InitApply(s));
+        }
+        writer.apply(&watcher::Event::InitDone);
+
+        let (contents, copies) = observe(&cache, "ns", "shop", "u1");
+        assert_eq!(contents.len(), 1);
+        assert_eq!(
+            contents.get(&hash),
+            Some(&genuine),
+            "the genuine copy is read"
+        );
+        let mut listed: Vec<(String, String)> =
+            copies.into_iter().map(|c| (c.name, c.hash)).collect();
+        listed.sort();
+        assert_eq!(
+            listed,
+            vec![
+                (name, hash),
+                // Listed under what it holds: not wanted, so pruned.
+                (
+                    "shop-gate-template-other".to_string(),
+                    content_hash(&swapped_content)
+                ),
+            ],
+            "the unowned Secret is not listed (never deleted either)"
+        );
+    }
 }

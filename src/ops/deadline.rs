@@ -275,8 +275,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_watch_whose_answer_never_comes_fails_at_the_deadline() {
         let never = tower::service_fn(|_: http::Request<()>| async {
-            std::future::pending::<Result<http::Response<Stalls>, std::convert::Infallible>>()
-                .await
+            std::future::pending::<Result<http::Response<Stalls>, std::convert::Infallible>>().await
         });
         let mut svc = RequestDeadlineLayer::new(Duration::from_secs(5)).layer(never);
         let err = svc
