@@ -264,6 +264,7 @@ mod tests {
                 source: kube::Error::LinesCodecMaxLineLengthExceeded,
             },
             Error::Panic("boom".into()),
+            Error::Deadline(std::time::Duration::from_secs(100)),
         ];
         let kinds: Vec<&str> = errors.iter().map(Error::kind).collect();
         assert_eq!(kinds, Error::KINDS);
