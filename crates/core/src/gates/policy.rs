@@ -147,6 +147,62 @@ pub enum PolicyRefusal {
     },
 }
 
+impl PolicyRefusal {
+    /// What an administrator changes to allow it: the GatePolicy field, and
+    /// the Helm chart's value that fills that field of the chart's own
+    /// GatePolicy (for the host, Gateway or entry point refused), so the
+    /// message tells a newcomer the one value to set.
+    pub fn remedy(&self) -> String {
+        match self {
+            PolicyRefusal::NotSelected { namespace, .. } => format!(
+                "allow it with a GatePolicy whose spec.namespaceSelector selects namespace {namespace} (Helm chart: gatePolicy.namespaceSelector)"
+            ),
+            PolicyRefusal::Destination { host, .. } => format!(
+                "allow it with spec.destinations.hosts of a GatePolicy (Helm chart: --set 'gatePolicy.hosts={{{host}}}')"
+            ),
+            PolicyRefusal::Credential { secret, host, .. } => format!(
+                "bind Secret {secret} to {host} in spec.credentials of a GatePolicy (Helm chart: gatePolicy.credentials)"
+            ),
+            PolicyRefusal::Pinned { .. } => {
+                "remove the header from the gate: the policy sets it (spec.pinnedHeaders)".into()
+            }
+            PolicyRefusal::PinConflict { .. } => {
+                "pin the header to one value in spec.pinnedHeaders of the GatePolicies".into()
+            }
+            PolicyRefusal::Route { what, .. } if what.starts_with("Gateway ") => format!(
+                "allow {what} with spec.routes.parentRefs of a GatePolicy (Helm chart: gatePolicy.parentRefs)"
+            ),
+            PolicyRefusal::Route { what, .. } if what.starts_with("every entry point") => {
+                "list the route's traefik.entryPoints and allow them with spec.routes.entryPoints of a GatePolicy (Helm chart: gatePolicy.entryPoints)".into()
+            }
+            PolicyRefusal::Route { what, .. } => format!(
+                "allow {what} with spec.routes.entryPoints of a GatePolicy (Helm chart: gatePolicy.entryPoints)"
+            ),
+        }
+    }
+}
+
+/// Why a gate may not be called at all (see [`NamespacePolicy::admit_gate`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GateRefusal {
+    /// A rule of the GatePolicy refuses it.
+    #[error(transparent)]
+    Policy(PolicyRefusal),
+    /// The namespace is governed and the URL has no host and port to judge.
+    #[error("the URL has no host and port the GatePolicy can admit")]
+    NoHost,
+}
+
+impl GateRefusal {
+    /// What an administrator (or the plan's author) changes to allow it.
+    pub fn remedy(&self) -> String {
+        match self {
+            GateRefusal::Policy(r) => r.remedy(),
+            GateRefusal::NoHost => "give the gate a URL with a host".into(),
+        }
+    }
+}
+
 /// One host pattern: `host`, `*.domain`, an address or CIDR, with an
 /// optional port.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -523,6 +579,70 @@ impl NamespacePolicy {
                     policy: p.name.clone(),
                     namespace: self.namespace.clone(),
                 });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a gate may be called at all: its destination, the headers it
+    /// sets (not one a policy pins), the pins themselves (no header pinned
+    /// to two values), and, when governed, a URL with a host and port the
+    /// policy can judge. What the caller does before any request, and what
+    /// the controller checks before a release starts. Credentials bound to
+    /// other hosts ([`NamespacePolicy::admit_credential`]) and the
+    /// operator's own address rules are checked when the call is made.
+    pub fn admit_gate(&self, gate: &super::GateSpec) -> Result<(), GateRefusal> {
+        let url = match gate {
+            super::GateSpec::Prometheus(p) => p.address.as_str(),
+            super::GateSpec::Webhook(w) => w.url.as_str(),
+        };
+        // A URL that does not parse fails in the call itself, with its own message.
+        let destination = url::Url::parse(url.trim())
+            .ok()
+            .and_then(|u| Destination::of(&u));
+        if let Some(d) = &destination {
+            self.admit_destination(d).map_err(GateRefusal::Policy)?;
+        }
+        let settings = gate.access();
+        if let Some(r) = settings
+            .headers
+            .iter()
+            .map(|h| h.name.as_str())
+            .chain(settings.auth.as_ref().map(|_| "Authorization"))
+            .find_map(|name| self.admit_header(name).err())
+        {
+            return Err(GateRefusal::Policy(r));
+        }
+        self.pinned_headers().map_err(GateRefusal::Policy)?;
+        if destination.is_none() && self.governed {
+            return Err(GateRefusal::NoHost);
+        }
+        Ok(())
+    }
+
+    /// Whether a component's route may be written: its Gateways
+    /// (`gatewayAPI.parentRefs`) or Traefik entry points (none listed: every
+    /// one) must be allowed. The kind of the refused route with the refusal.
+    pub fn admit_traffic(
+        &self,
+        t: &crate::api::Traffic,
+    ) -> Result<(), (&'static str, PolicyRefusal)> {
+        if let Some(gw) = &t.gateway_api {
+            for r in &gw.parent_refs {
+                self.admit_parent(r).map_err(|e| ("HTTPRoute", e))?;
+            }
+        }
+        if let Some(tr) = &t.traefik {
+            // No entry points: Traefik attaches the route to every one.
+            let every = ["every entry point (entryPoints is empty)".to_string()];
+            let eps = if tr.entry_points.is_empty() {
+                &every[..]
+            } else {
+                &tr.entry_points[..]
+            };
+            for ep in eps {
+                self.admit_entry_point(ep)
+                    .map_err(|e| ("IngressRoute", e))?;
             }
         }
         Ok(())

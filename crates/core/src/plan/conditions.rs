@@ -203,6 +203,7 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
         ),
         phase => cond(RECONCILING, false, R::from(phase), msg.clone()),
     };
+    let policy_hold = facts.policy_hold(s.phase);
     let stalled = if halted {
         cond(
             STALLED,
@@ -210,6 +211,10 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
             R::RolloutHalted,
             failure.clone().unwrap_or_default(),
         )
+    } else if let Some(text) = policy_hold {
+        // Waits for an administrator, not for a pod: Stalled, and it goes
+        // on by itself once the policy allows it (the watch wakes the plan).
+        cond(STALLED, true, R::GatePolicyRefused, text)
     } else if s.phase == Phase::RolledBack {
         let text = match (&failure, &s.stable_revision) {
             (Some(f), Some(_)) => {
@@ -294,6 +299,9 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
         ),
         Phase::RollingOut if inconclusive.is_some() => {
             cond(PROGRESSING, true, R::GateInconclusive, msg.clone())
+        }
+        Phase::RollingOut if policy_hold.is_some() => {
+            cond(PROGRESSING, true, R::GatePolicyRefused, msg.clone())
         }
         Phase::RollingOut if paused => cond(PROGRESSING, true, R::Paused, msg.clone()),
         Phase::RollingOut => cond(PROGRESSING, true, R::RollingOut, msg.clone()),
