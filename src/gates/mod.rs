@@ -15,8 +15,8 @@ pub mod webhook;
 /// Evaluates the gate once: checks its destination and headers against the
 /// administrator's `policy` (a refusal is `Refused`, naming the policy and
 /// rule, and nothing is sent), reads its credentials through `secrets` (a
-/// failure to read them, or a Secret not bound to the destination, is an
-/// `Error` naming the object), then calls it with the pinned headers.
+/// failure to read them is an `Error` naming the object; a Secret not bound
+/// to the destination is `Refused`), then calls it with the pinned headers.
 /// Does I/O; never called by the pure core. The gate runner uses
 /// [`evaluate_checked`], which tells the API server's absence apart.
 pub async fn evaluate(
