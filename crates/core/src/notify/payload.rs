@@ -76,12 +76,12 @@ pub fn default_template(trigger: Trigger) -> &'static str {
 pub const MAX_TEMPLATE_BYTES: usize = 4096;
 /// Instructions of the template engine one render may run (minijinja's
 /// fuel): a deterministic time budget. The built-in texts take under 100.
-pub const FUEL: u64 = 20_000;
+pub const FUEL: u64 = 10_000;
 /// Most bytes one render may write before it is stopped (the text sent is
 /// cut to [`MAX_TEXT`] characters anyway).
 pub const MAX_RENDERED_BYTES: usize = 16 * 1024;
 /// Most items of `range()` in a template.
-pub const MAX_RANGE: usize = 1000;
+pub const MAX_RANGE: usize = 100;
 /// The only statements a template may hold: no `set`, `macro`, `call`,
 /// `filter` or `include`, which build text in memory, out of the output's
 /// reach.

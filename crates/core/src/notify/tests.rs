@@ -444,21 +444,28 @@ fn two_nested_loops_of_100000_fail_fast_in_bounded_memory_with_the_default_text(
     assert!(problem.contains("notification budget"), "{problem}");
 }
 
-/// Each budget on its own: the fuel (a million loop iterations), the
-/// output (a long text), and what could build text out of the output's
-/// reach (repetition, `set`, macros, filters that join or pad) is refused;
-/// a template within the budget renders.
+/// Each budget on its own: the fuel (ten thousand loop iterations), the
+/// size of `range()`, the output (a long text), and what could build text
+/// out of the output's reach (repetition, `set`, macros, filters that join
+/// or pad) is refused; a template within the budget renders.
 #[test]
 fn each_notification_budget_stops_a_render() {
     let render = |t: &str| Message::new(plan(), notice(Trigger::Promoted), Some(t), None).1;
-    let fuel =
-        render("{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}");
+    let fuel = render("{% for i in range(100) %}{% for j in range(100) %}{% endfor %}{% endfor %}");
     assert!(
         fuel.as_deref()
-            .is_some_and(|p| p.contains("more than 20000 template instructions")),
+            .is_some_and(|p| p.contains("more than 10000 template instructions")),
         "{fuel:?}"
     );
-    let long = render("{% for i in range(1000) %}{{ plan.uid }}{{ message }}{% endfor %}");
+    let wide = render("{% for i in range(101) %}{% endfor %}");
+    assert!(
+        wide.as_deref()
+            .is_some_and(|p| p.contains("range() of more than 100 items")),
+        "{wide:?}"
+    );
+    let long = render(
+        "{% for i in range(100) %}{% for j in range(100) %}{{ message }}{% endfor %}{% endfor %}",
+    );
     assert!(
         long.as_deref()
             .is_some_and(|p| p.contains("longer than 16384 bytes")),
@@ -533,4 +540,34 @@ fn a_config_with_a_template_over_budget_refuses_that_template_only() {
         why.contains("ConfigMap releaseplan-notifications key \"template.rolloutStarted\" is over the notification budget"),
         "{why}"
     );
+}
+
+/// The time budget is the fuel: the slowest templates found within the
+/// budget (a 4 KiB template concatenating 300 ranges, uppercased at each
+/// step of a loop; a loop asking a range's last item) stop in milliseconds
+/// (about 150 ms and 15 ms in a debug build, a tenth of it optimised).
+#[test]
+fn the_slowest_templates_within_the_budget_stop_in_milliseconds() {
+    let cat = (0..300)
+        .map(|_| "range(100)")
+        .collect::<Vec<_>>()
+        .join(" ~ ");
+    let slow = [
+        format!(
+            "{{% for i in range(100) %}}{{% for j in range(100) %}}{{% if ({cat})|upper|length > 0 %}}{{% endif %}}{{% endfor %}}{{% endfor %}}"
+        ),
+        "{% for i in range(100) %}{% for j in range(100) %}{% if range(100)|last > 0 %}{% endif %}{% endfor %}{% endfor %}".to_string(),
+    ];
+    for t in &slow {
+        assert!(t.len() <= payload::MAX_TEMPLATE_BYTES, "{}", t.len());
+        let started = std::time::Instant::now();
+        let (_, p) = Message::new(plan(), notice(Trigger::Promoted), Some(t), None);
+        let took = started.elapsed();
+        assert!(
+            p.as_deref()
+                .is_some_and(|p| p.contains("more than 10000 template instructions")),
+            "{p:?}"
+        );
+        assert!(took < std::time::Duration::from_secs(2), "took {took:?}");
+    }
 }
