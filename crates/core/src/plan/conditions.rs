@@ -325,6 +325,9 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
     };
     let paused_cond = if let Some(text) = inconclusive {
         cond(PAUSED, true, R::GateInconclusive, text)
+    } else if let Some(text) = policy_hold.filter(|_| s.phase == Phase::RollingOut) {
+        // Held by the administrator's policy until it allows the gate.
+        cond(PAUSED, true, R::GatePolicyRefused, text)
     } else if paused {
         let why = if s.pause_requested {
             R::PauseRequested
@@ -356,9 +359,17 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
         }
         progressing = cond(PROGRESSING, true, reason, text);
     }
+    // Conditions of a plan held by the policy were judged on this
+    // generation, even where status keeps its observed generation (a Stable
+    // plan whose new revision does not start): `wait` reads them so.
+    let generation = if policy_hold.is_some() {
+        Some(obs.generation)
+    } else {
+        s.observed_generation
+    };
     finish(
         obs,
-        s.observed_generation,
+        generation,
         vec![
             ready,
             reconciling,

@@ -194,6 +194,15 @@ pub fn decide(obs: &Observation, templates: &Templates) -> Decision {
     let facts = machine::Facts::gather(obs, target);
     let (phase, cause) = machine::run(obs.status.phase, &facts);
     let mut status = apply_cause(obs, target, &facts, phase, &cause);
+    // A generation the policy holds was judged: observed, so that kstatus,
+    // Argo CD and `wait` report its Stalled condition, not "not reconciled
+    // yet". Only where no consumer reads the observed generation as done:
+    // a Stable or RolledBack plan keeps its own (its conditions still carry
+    // the generation they were judged on, see `conditions::compute`), and
+    // there a new generation is what starts the next release.
+    if matches!(phase, Phase::Pending | Phase::RollingOut) && facts.policy_hold(phase).is_some() {
+        status.observed_generation = Some(obs.generation);
+    }
     let (deployments, delete) = desired::intents(obs, target, &status, templates);
     status.components = desired::component_status(obs, target, &status, &deployments);
     let carried: Vec<&crate::api::config::CarriedConfig> =

@@ -106,6 +106,15 @@ fn a_first_release_the_policy_refuses_does_not_start_and_starts_when_allowed() {
     }
     assert_eq!(sim.condition("Reconciling").as_deref(), Some("False"));
     assert_eq!(sim.condition("Ready").as_deref(), Some("False"));
+    // Judged: GitOps tools and `wait` see the Stalled condition of this
+    // generation, not "not reconciled yet".
+    assert_eq!(sim.status.observed_generation, Some(sim.generation));
+    assert!(
+        sim.status
+            .conditions
+            .iter()
+            .all(|c| c.observed_generation == Some(sim.generation))
+    );
     assert!(
         sim.status
             .message
@@ -154,6 +163,17 @@ fn a_new_revision_the_policy_refuses_does_not_start() {
     );
     assert_eq!(stalled(&sim).1, "GatePolicyRefused");
     never_rolled_back(&sim);
+    // Stable keeps the generation it is stable for (nothing may read the
+    // held one as done); the conditions carry the one they judged.
+    assert_eq!(sim.status.observed_generation, Some(1));
+    assert_eq!(sim.condition("Ready").as_deref(), Some("False"));
+    let held = sim
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Stalled")
+        .unwrap();
+    assert_eq!(held.observed_generation, Some(sim.generation));
 
     sim.policy = Some(chart_policy(&["*.shop.example"]));
     sim.reconcile();
@@ -199,6 +219,16 @@ fn a_rollout_whose_gate_becomes_refused_holds_and_is_not_rolled_back() {
         .find(|c| c.type_ == "Progressing")
         .unwrap();
     assert_eq!(progressing.reason, "GatePolicyRefused");
+    let paused = sim
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Paused")
+        .unwrap();
+    assert_eq!(
+        (paused.status.as_str(), paused.reason.as_str()),
+        ("True", "GatePolicyRefused")
+    );
 
     sim.policy = Some(chart_policy(&["hooks.shop.example:8080"]));
     sim.settle();
