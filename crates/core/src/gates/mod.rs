@@ -161,7 +161,7 @@ impl GateSpec {
 
 /// How a gate status refused by policy begins its message
 /// ([`GateResult::Refused`], [`is_refused`]).
-pub const REFUSED_PREFIX: &str = "refused by policy, not called: ";
+pub const REFUSED_PREFIX: &str = "refused by policy: ";
 
 /// Whether the gate's last evaluation was refused by policy (its status is
 /// what [`record_with`] wrote for a [`GateResult::Refused`]): the step

@@ -232,7 +232,7 @@ impl Facts {
             Phase::Pending => true,
             Phase::RollingOut => !self.halted,
             Phase::Stable => self.revision_changed,
-            Phase::RolledBack => self.new_generation,
+            Phase::RolledBack => self.new_generation || self.request == Some(Action::Retry),
             Phase::RollbackInProgress => false,
         };
         self.refused.as_deref().filter(|_| holds && !self.deleting)

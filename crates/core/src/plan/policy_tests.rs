@@ -276,6 +276,28 @@ fn a_crash_loop_still_rolls_back_while_the_policy_holds() {
     assert!(sim.has_event("RollbackStarted"), "{:?}", sim.events);
 }
 
+/// A retry of a rolled-back release the policy refuses does not start it;
+/// the Warning says why (the request is acknowledged: asked again once
+/// the policy allows it, it starts).
+#[test]
+fn a_retry_the_policy_refuses_is_said_and_starts_nothing() {
+    let mut sim = stable_sim(gated());
+    sim.change_image("web", "shop:2");
+    sim.crashing.insert(sim.hash_of("web"));
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::RolledBack);
+    sim.crashing.clear();
+    sim.policy = Some(chart_policy(&[]));
+    sim.ask(Action::Retry);
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::RolledBack);
+    assert_eq!(count(&sim, "GatePolicyRefused"), 1, "{:?}", sim.events);
+    sim.policy = Some(chart_policy(&["hooks.shop.example:8080"]));
+    sim.ask(Action::Retry);
+    sim.reconcile();
+    assert_eq!(sim.status.phase, Phase::RollingOut);
+}
+
 #[derive(Debug, Clone)]
 enum PolicyOp {
     Refuse,
