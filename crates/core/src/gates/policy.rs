@@ -158,10 +158,10 @@ impl PolicyRefusal {
                 "allow it with a GatePolicy whose spec.namespaceSelector selects namespace {namespace} (Helm chart: gatePolicy.namespaceSelector)"
             ),
             PolicyRefusal::Destination { host, .. } => format!(
-                "allow it with spec.destinations.hosts of a GatePolicy (Helm chart: --set 'gatePolicy.hosts={{{host}}}')"
+                "allow it with spec.destinations.hosts of a GatePolicy (Helm chart: list it in gatePolicy.hosts, e.g. --set 'gatePolicy.hosts={{{host}}}')"
             ),
             PolicyRefusal::Credential { secret, host, .. } => format!(
-                "bind Secret {secret} to {host} in spec.credentials of a GatePolicy (Helm chart: gatePolicy.credentials)"
+                "bind Secret {secret} to {host} in spec.credentials of a GatePolicy (Helm chart: gatePolicy.credentials), or list {host} in its annotation releaseplan.io/gate-hosts"
             ),
             PolicyRefusal::Pinned { .. } => {
                 "remove the header from the gate: the policy sets it (spec.pinnedHeaders)".into()
@@ -172,7 +172,7 @@ impl PolicyRefusal {
             PolicyRefusal::Route { what, .. } if what.starts_with("Gateway ") => format!(
                 "allow {what} with spec.routes.parentRefs of a GatePolicy (Helm chart: gatePolicy.parentRefs)"
             ),
-            PolicyRefusal::Route { what, .. } if what.starts_with("every entry point") => {
+            PolicyRefusal::Route { what, .. } if what.contains("(entryPoints is empty)") => {
                 "list the route's traefik.entryPoints and allow them with spec.routes.entryPoints of a GatePolicy (Helm chart: gatePolicy.entryPoints)".into()
             }
             PolicyRefusal::Route { what, .. } => format!(
@@ -834,6 +834,117 @@ mod tests {
                 .contains("GatePolicy broken has a namespaceSelector that cannot be evaluated"),
             "{e}"
         );
+    }
+
+    /// What the controller judges before a release: a gate is refused for
+    /// its destination, a header the policy pins, or no host; a route for
+    /// its Gateway or entry points; each refusal says which GatePolicy
+    /// field, and which value of the chart, would allow it.
+    #[test]
+    fn gates_and_routes_are_judged_whole_and_each_refusal_says_what_allows_it() {
+        use crate::api::{GatewayRoute, TraefikRoute, Traffic};
+        let gate = |url: &str, headers: &[&str]| {
+            let mut g = serde_json::json!({"name": "smoke", "url": url});
+            g["headers"] = headers
+                .iter()
+                .map(|h| serde_json::json!({"name": h, "value": "x"}))
+                .collect();
+            let health: crate::api::Health =
+                serde_json::from_value(serde_json::json!({"webhooks": [g]})).unwrap();
+            crate::gates::GateSpec::all(&health.entries().unwrap())
+                .unwrap()
+                .remove(0)
+        };
+        let chart = policy(
+            "releaseplan-default",
+            GatePolicySpec {
+                destinations: Destinations {
+                    hosts: vec!["prometheus.monitoring.svc:9090".into()],
+                    ..Default::default()
+                },
+                pinned_headers: vec![PinnedHeader {
+                    name: "X-Scope-OrgID".into(),
+                    value: "a".into(),
+                }],
+                routes: RoutePolicy {
+                    parent_refs: vec![AllowedParent {
+                        namespace: Some("infra".into()),
+                        name: Some("public".into()),
+                    }],
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        );
+        let p = NamespacePolicy::select("shop", &BTreeMap::new(), &[chart], Mode::Required);
+        assert_eq!(
+            p.admit_gate(&gate("http://prometheus.monitoring.svc:9090/", &[])),
+            Ok(())
+        );
+        let e = p
+            .admit_gate(&gate("http://hooks.shop.svc:8080/smoke", &[]))
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("host hooks.shop.svc:8080 is not allowed"),
+            "{e}"
+        );
+        assert_eq!(
+            e.remedy(),
+            "allow it with spec.destinations.hosts of a GatePolicy (Helm chart: list it in gatePolicy.hosts, e.g. --set 'gatePolicy.hosts={hooks.shop.svc:8080}')"
+        );
+        let e = p
+            .admit_gate(&gate(
+                "http://prometheus.monitoring.svc:9090/",
+                &["x-scope-orgid"],
+            ))
+            .unwrap_err();
+        assert!(e.to_string().contains("spec.pinnedHeaders"), "{e}");
+        assert!(e.remedy().contains("remove the header"), "{}", e.remedy());
+        let unselected = NamespacePolicy::select("shop", &BTreeMap::new(), &[], Mode::Required);
+        let e = unselected
+            .admit_gate(&gate("http://prometheus.monitoring.svc:9090/", &[]))
+            .unwrap_err();
+        assert!(
+            e.remedy().contains("gatePolicy.namespaceSelector"),
+            "{}",
+            e.remedy()
+        );
+        // Routes: the Gateway, then Traefik's entry points (none: every one).
+        let gw = |ns: &str, name: &str| Traffic {
+            gateway_api: Some(GatewayRoute {
+                parent_refs: vec![ParentRef {
+                    namespace: Some(ns.into()),
+                    name: name.into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(p.admit_traffic(&gw("infra", "public")), Ok(()));
+        let (kind, e) = p.admit_traffic(&gw("infra", "internal")).unwrap_err();
+        assert_eq!(kind, "HTTPRoute");
+        assert!(
+            e.remedy().contains("gatePolicy.parentRefs"),
+            "{}",
+            e.remedy()
+        );
+        let every = Traffic {
+            traefik: Some(TraefikRoute::default()),
+            ..Default::default()
+        };
+        let (kind, e) = p.admit_traffic(&every).unwrap_err();
+        assert_eq!(kind, "IngressRoute");
+        assert!(e.remedy().contains("traefik.entryPoints"), "{}", e.remedy());
+        // Not governed: everything is admitted (the operator's own rules
+        // are checked when the call is made).
+        let open = NamespacePolicy::open("shop");
+        assert_eq!(
+            open.admit_gate(&gate("http://anything:1/", &["x-scope-orgid"])),
+            Ok(())
+        );
+        assert_eq!(open.admit_traffic(&every), Ok(()));
     }
 
     #[test]
