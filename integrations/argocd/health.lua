@@ -46,7 +46,8 @@ end
 
 -- Needs a human: halted (RolloutHalted), rolled back (RolledBack), slow
 -- rollback (RollbackSlow), invalid spec (InvalidSpec), template refused by
--- the API server (DeploymentRefused).
+-- the API server (DeploymentRefused), gate or route refused by the
+-- GatePolicy (GatePolicyRefused).
 local stalled = condition("Stalled")
 if stalled ~= nil and stalled.status == "True" then
   hs.status = "Degraded"

@@ -20,7 +20,8 @@ Exit codes of `wait`:
   1  error: plan not found, CRD not installed, no cluster reachable, bad arguments
   2  the current generation was rolled back (phase RolledBack)
   3  Stalled=True for another reason: InvalidSpec, RolloutHalted (a check failed with
-     rollback.automatic: false), RollbackSlow
+     rollback.automatic: false), RollbackSlow, GatePolicyRefused (the GatePolicy
+     refuses a gate or route: the release does not start until it allows it)
   4  timed out
 `set image --wait` and `restart --wait` exit like `wait`; `lint` exits 2 when a
 plan is invalid. Other commands exit 0 on success and 1 on error.";

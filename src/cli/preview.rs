@@ -814,6 +814,7 @@ async fn gates_now(
             GateResult::Fail { reason, .. } => ("Failed", Some(reason.clone())),
             GateResult::Inconclusive { reason } => ("Inconclusive", Some(reason.clone())),
             GateResult::Error { reason } => ("Error", Some(reason.clone())),
+            GateResult::Refused { reason } => ("Refused", Some(reason.clone())),
         };
         out.push(GateNowView {
             name: gate.name().to_string(),

@@ -22,7 +22,7 @@ pub const EXIT_ERROR: i32 = 1;
 /// Exit code: the current generation was rolled back (`RolledBack`).
 pub const EXIT_ROLLED_BACK: i32 = 2;
 /// Exit code: `Stalled=True` for another reason (`InvalidSpec`, `RolloutHalted`,
-/// `RollbackSlow`): nothing moves without a human.
+/// `RollbackSlow`, `GatePolicyRefused`): nothing moves without a human.
 pub const EXIT_STALLED: i32 = 3;
 /// Exit code: the timeout passed first.
 pub const EXIT_TIMEOUT: i32 = 4;
@@ -240,6 +240,23 @@ mod tests {
     fn stable_current_generation_is_0() {
         let d = decide(&with(|v| v["status"]["phase"] = json!("Stable")));
         assert_eq!(d, Decision::Done(0, "revision tn5wd9cz2h is stable".into()));
+    }
+
+    /// A new revision the GatePolicy holds: the plan stays Stable on its
+    /// old generation, and its Stalled condition, judged on the new one,
+    /// ends `wait` with 3 rather than a wait until the timeout.
+    #[test]
+    fn a_new_generation_held_by_the_policy_is_3() {
+        let d = decide(&with(|v| {
+            v["status"]["phase"] = json!("Stable");
+            v["metadata"]["generation"] = json!(4);
+            v["status"]["conditions"] = json!([stalled("GatePolicyRefused", 4)]);
+        }));
+        assert_eq!(code(&d), Some(3), "{d:?}");
+        assert!(
+            matches!(&d, Decision::Done(_, m) if m.starts_with("stalled (GatePolicyRefused)")),
+            "{d:?}"
+        );
     }
 
     #[test]

@@ -337,6 +337,16 @@ fn route(shared: &Shared, job: Job, config: Result<Option<NotifyConfig>, String>
         if receivers.is_empty() {
             continue;
         }
+        // A template refused as over the budget: the built-in text, and a
+        // Warning naming the ConfigMap and key at each notice it would have
+        // written (tenants read their plans' Events, not the operator's log).
+        if let Some(why) = config.refused_templates.get(&notice.trigger) {
+            warn_plan(
+                shared,
+                &job.reference,
+                &format!("notification text: {why}; the built-in text was sent"),
+            );
+        }
         let template = config.templates.get(&notice.trigger).map(String::as_str);
         let (message, problem) = Message::new(job.plan.clone(), notice, template, link.clone());
         if let Some(p) = problem {

@@ -98,16 +98,14 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
     // Template gates: resolved purely from the cached templates and what
     // status recorded for the step.
     let refs = plan.spec.health.template_refs();
-    let (copies, template_copies) =
-        super::template_copies::observe(&ctx.template_copies, &ns, &name, &uid);
-    // The Pod Security level of the namespace's Job gates: its GatePolicies'
-    // (from the watch cache), else the operator's.
-    let pod_security = ctx
-        .policy
-        .for_namespace(&ns)
-        .map_or(ctx.job_pod_security, |p| {
-            p.job_pod_security(ctx.job_pod_security)
-        });
+    let (copies, template_copies) = super::template_copies::observe(ctx, &ns, &name, &uid);
+    // The namespace's GatePolicies (from the watch cache): the Pod Security
+    // level of its Job gates (else the operator's), and what its gates may
+    // call and its routes attach to, judged by the core before a release.
+    let policy = ctx.policy.for_namespace(&ns);
+    let pod_security = policy.as_ref().map_or(ctx.job_pod_security, |p| {
+        p.job_pod_security(ctx.job_pod_security)
+    });
     let resolution = crate::gates::template::resolve_with(
         &refs,
         &status,
@@ -120,7 +118,11 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
     let freezes = ctx.freezes.for_plan(&ns, plan.labels());
     let hasher = ctx.hashes.of(plan);
     let target = Target::from_spec_hashed(&plan.spec, pod_security, &hasher)
-        .map(|t| t.with_templates(resolution).with_freezes(freezes));
+        .map(|t| t.with_templates(resolution).with_freezes(freezes))
+        .map(|t| match &policy {
+            Some(p) => t.with_policy(&plan.spec.components, p),
+            None => t,
+        });
     let (request, invalid_request) = match pending_request(plan) {
         Ok(r) => (r, None),
         Err(bad) => (None, Some(bad)),

@@ -30,6 +30,16 @@ pub const SECRET_TYPE: &str = "releaseplan.io/gate-template";
 /// read), and each copy's name and hash. A copy whose content does not parse
 /// is listed (so it is pruned) but holds no content.
 pub(crate) fn observe(
+    ctx: &Context,
+    ns: &str,
+    plan: &str,
+    uid: &str,
+) -> (BTreeMap<String, GateTemplateSpec>, Vec<CopyObs>) {
+    read(&ctx.template_copies, ns, plan, uid)
+}
+
+/// [`observe`] from `cache`.
+fn read(
     cache: &PlanCache<Secret>,
     ns: &str,
     plan: &str,
@@ -218,7 +228,7 @@ mod tests {
         }
         writer.apply(&watcher::Event::InitDone);
 
-        let (contents, copies) = observe(&cache, "ns", "shop", "u1");
+        let (contents, copies) = read(&cache, "ns", "shop", "u1");
         assert_eq!(contents.len(), 1);
         assert_eq!(
             contents.get(&hash),

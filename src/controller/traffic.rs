@@ -205,26 +205,9 @@ fn route_refusal(
         // Unreachable while reconciles wait for the caches; refused, not open.
         return Some(refused("HTTPRoute", "gate policies not read yet".into()));
     };
-    if let Some(gw) = &spec.gateway_api {
-        for r in &gw.parent_refs {
-            if let Err(e) = policy.admit_parent(r) {
-                return Some(refused("HTTPRoute", e.to_string()));
-            }
-        }
-    }
-    if let Some(t) = &spec.traefik {
-        // No entry points: Traefik attaches the route to every one.
-        let every = ["every entry point (entryPoints is empty)".to_string()];
-        let eps = if t.entry_points.is_empty() {
-            &every[..]
-        } else {
-            &t.entry_points[..]
-        };
-        for ep in eps {
-            if let Err(e) = policy.admit_entry_point(ep) {
-                return Some(refused("IngressRoute", e.to_string()));
-            }
-        }
+    // The same rule the core judged before the release started.
+    if let Err((kind, e)) = policy.admit_traffic(spec) {
+        return Some(refused(kind, e.to_string()));
     }
     None
 }

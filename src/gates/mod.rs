@@ -13,10 +13,10 @@ pub mod prometheus;
 pub mod webhook;
 
 /// Evaluates the gate once: checks its destination and headers against the
-/// administrator's `policy` (a refusal is an `Error` naming the policy and
+/// administrator's `policy` (a refusal is `Refused`, naming the policy and
 /// rule, and nothing is sent), reads its credentials through `secrets` (a
-/// failure to read them, or a Secret not bound to the destination, is an
-/// `Error` naming the object), then calls it with the pinned headers.
+/// failure to read them is an `Error` naming the object; a Secret not bound
+/// to the destination is `Refused`), then calls it with the pinned headers.
 /// Does I/O; never called by the pure core. The gate runner uses
 /// [`evaluate_checked`], which tells the API server's absence apart.
 pub async fn evaluate(
@@ -54,40 +54,25 @@ pub async fn evaluate_checked(
         GateSpec::Prometheus(p) => ("prometheus", p.address.as_str()),
         GateSpec::Webhook(w) => ("webhook", w.url.as_str()),
     };
-    let refused = |r: policy::PolicyRefusal| GateResult::Error {
-        reason: format!("{what} at {} not called: {r}", outbound::redact(url)),
-    };
-    // A URL that does not parse fails in the call itself, with its own message.
+    // Configuration, not a health verdict: `Refused`, which holds the step.
+    if let Err(r) = policy.admit_gate(gate) {
+        return Ok(GateResult::Refused {
+            reason: format!("{what} at {} not called: {r}", outbound::redact(url)),
+        });
+    }
     let destination = reqwest::Url::parse(url.trim())
         .ok()
         .and_then(|u| policy::Destination::of(&u));
-    if let Some(d) = &destination
-        && let Err(r) = policy.admit_destination(d)
-    {
-        return Ok(refused(r));
-    }
     let settings = gate.access();
-    if let Some(h) = settings
-        .headers
-        .iter()
-        .map(|h| h.name.as_str())
-        .chain(settings.auth.as_ref().map(|_| "Authorization"))
-        .find_map(|name| policy.admit_header(name).err())
-    {
-        return Ok(refused(h));
-    }
     let pinned = match policy.pinned_headers() {
         Ok(p) => p,
-        Err(r) => return Ok(refused(r)),
+        // Checked by `admit_gate` just above; kept for the type.
+        Err(r) => {
+            return Ok(GateResult::Refused {
+                reason: format!("{what} at {} not called: {r}", outbound::redact(url)),
+            });
+        }
     };
-    if destination.is_none() && policy.governed {
-        return Ok(GateResult::Error {
-            reason: format!(
-                "{what} at {} not called: the URL has no host and port the GatePolicy can admit",
-                outbound::redact(url)
-            ),
-        });
-    }
     let bound = access::Binding {
         policy,
         destination: destination.as_ref(),
@@ -98,6 +83,11 @@ pub async fn evaluate_checked(
         Ok(Ok(r)) => r,
         Ok(Err(e @ access::AccessError::Unreadable { away: true, .. })) => {
             return Err(NotEvaluated {
+                reason: format!("{} gate credentials: {e}", gate.kind()),
+            });
+        }
+        Ok(Err(e @ access::AccessError::Policy(_))) => {
+            return Ok(GateResult::Refused {
                 reason: format!("{} gate credentials: {e}", gate.kind()),
             });
         }

@@ -51,8 +51,15 @@ pub async fn evaluate_with(
         Ok(request) => http.send_on(client, request).await,
         Err(e) => Err(CallError::from(e)),
     };
-    let error = |e: CallError| GateResult::Error {
-        reason: describe("prometheus", &gate.address, timeout, &e),
+    // An address the operator's own rules refuse is configuration, not an
+    // answer of Prometheus: `Refused`, which holds the step.
+    let error = |e: CallError| {
+        let reason = describe("prometheus", &gate.address, timeout, &e);
+        if e.is_refusal() {
+            GateResult::Refused { reason }
+        } else {
+            GateResult::Error { reason }
+        }
     };
     let response = match sent {
         Ok(r) => r,

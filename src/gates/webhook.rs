@@ -24,8 +24,8 @@ const MAX_REASON_CHARS: usize = 256;
 /// 200ms, 400ms, ... (at most 5s); the last attempt decides: a non-2xx answer
 /// gives `Fail` with its status code (and the start of its body only when
 /// the operator allows it, see [`GateHttp::body_excerpt`]); a 3xx is not
-/// followed; a transport problem or an address the operator refuses gives
-/// `Error` (a refusal is not retried: it would be refused again).
+/// followed; a transport problem gives `Error`; an address the operator
+/// refuses gives `Refused` (not retried: it would be refused again).
 ///
 /// Worst case the call takes `(retries + 1) * timeout` plus the pauses.
 pub async fn call(http: &GateHttp, gate: &WebhookSpec, body: &WebhookBody) -> GateResult {
@@ -85,7 +85,12 @@ async fn call_once(
         Ok(r) => r,
         Err(e) => {
             let reason = describe("webhook", &gate.url, timeout, &e);
-            return (GateResult::Error { reason }, !e.is_refusal());
+            // The operator's own rules refused the address: configuration,
+            // not an answer of the gate (and asking again changes nothing).
+            if e.is_refusal() {
+                return (GateResult::Refused { reason }, false);
+            }
+            return (GateResult::Error { reason }, true);
         }
     };
     let status = response.status();

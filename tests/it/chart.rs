@@ -801,7 +801,8 @@ fn shards_render_the_flag_and_need_election_and_enough_replicas() {
 }
 
 /// The notes `helm install` prints name the Leases the replicas hold: the
-/// leader Lease, or with shards one per shard (`<leaseName>-<i>-of-<N>`).
+/// leader Lease, or with shards one per shard (`<leaseName>-<i>-of-<N>`);
+/// while `gatePolicy.hosts` is empty they show how to list a host.
 /// `helm template` leaves NOTES.txt out, and `helm install --dry-run` asks
 /// the cluster's discovery (which other tests' CRD installs disturb), so the
 /// notes are rendered offline from a copy of the chart where they are the
@@ -866,6 +867,22 @@ fn the_install_notes_name_each_shards_lease() {
         "{sharded}"
     );
     assert!(sharded.contains("3 shards"), "{sharded}");
+    // With the default policy, the one value a first gated plan needs.
+    assert!(
+        one.contains("--set 'gatePolicy.hosts={prometheus.monitoring.svc:9090}'")
+            && one.contains("GatePolicyRefused"),
+        "{one}"
+    );
+    for set in [
+        "gatePolicy.hosts={prometheus.monitoring.svc:9090}",
+        "gatePolicy.singleTenant=true",
+    ] {
+        let notes = render(&[set]);
+        assert!(
+            !notes.contains("gatePolicy.hosts is empty"),
+            "{set}: {notes}"
+        );
+    }
 }
 
 #[test]

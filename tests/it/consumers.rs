@@ -577,6 +577,82 @@ async fn each_consumer_reads_each_state_of_a_live_plan() {
     )
     .await;
 
+    // Held by the administrator's GatePolicy (issue #50): a GatePolicy that
+    // selects this namespace alone (by a label) and lists no host. A first
+    // release whose gate calls a host it does not list does not start; a
+    // new revision of a stable plan does not either, and that plan keeps
+    // the generation it is stable for. Nothing later in this test has a
+    // gate, and the policy goes before it goes on.
+    let tenant = "releaseplan-test/tenant";
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {tenant: ns}}})),
+        )
+        .await
+        .unwrap();
+    let policies: Api<releaseplan::api::policy::GatePolicy> = Api::all(client.clone());
+    let policy_name = format!("{ns}-consumers");
+    let policy = serde_json::from_value(json!({
+        "apiVersion": "releaseplan.io/v1alpha1", "kind": "GatePolicy",
+        "metadata": {"name": policy_name},
+        "spec": {"namespaceSelector": {"matchLabels": {tenant: ns}}, "destinations": {"hosts": []}}}))
+    .unwrap();
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    let gated = |image: &str| {
+        json!({"components": [web(template(image), 2)],
+               "health": {"webhooks": [{"name": "smoke", "url": "http://127.0.0.1:9/hook"}]}})
+    };
+    create(&client, &ns, &plan("held", gated("shop:1"))).await;
+    wait_condition(&client, &ns, "held", "Stalled", "GatePolicyRefused").await;
+    m.check(
+        &client,
+        &ns,
+        "held",
+        "first release held by the GatePolicy (`Stalled` `GatePolicyRefused`)",
+        ("Failed", "Degraded", "Failed", 3, 1),
+    )
+    .await;
+    create_stable(
+        &client,
+        &ns,
+        "kept",
+        json!({"components": [web(template("shop:1"), 2)]}),
+    )
+    .await;
+    patch_spec(&client, &ns, "kept", gated("shop:2")).await;
+    wait_until(WAIT, "kept: the new revision held", || async {
+        let p = get(&client, &ns, "kept").await?;
+        let c = p
+            .status
+            .as_ref()?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Stalled")?
+            .clone();
+        (c.status == "True"
+            && c.reason == "GatePolicyRefused"
+            && c.observed_generation == p.metadata.generation)
+            .then_some(())
+    })
+    .await;
+    m.check(
+        &client,
+        &ns,
+        "kept",
+        "new revision held by the GatePolicy (`Stable`, `Stalled` `GatePolicyRefused`, `observedGeneration` behind)",
+        ("InProgress", "Progressing", "InProgress", 3, 1),
+    )
+    .await;
+    policies
+        .delete(&policy_name, &DeleteParams::default())
+        .await
+        .unwrap();
+
     // Being deleted: a finalizer of ours keeps the object after the
     // operator's own finalizer is gone, as any other controller's would.
     let plans: Api<ReleasePlan> = Api::namespaced(client.clone(), &ns);

@@ -125,8 +125,11 @@ fn hook(url: &str) -> Value {
     json!({"name": "smoke", "url": url, "retries": 0, "timeoutSeconds": 5})
 }
 
-/// The message of the rollout's failure, once it rolled back.
-async fn failure_after(client: &Client, ns: &str, image: &str, health: Value) -> String {
+/// The message of the `Stalled` condition once the policy holds the plan
+/// after its spec changed (reason `GatePolicyRefused`, the message holding
+/// `expect`): a refusal is configuration, so the new revision does not
+/// start, or its rollout holds; it is never rolled back.
+async fn held_after(client: &Client, ns: &str, image: &str, health: Value, expect: &str) -> String {
     patch_spec(
         client,
         ns,
@@ -134,11 +137,19 @@ async fn failure_after(client: &Client, ns: &str, image: &str, health: Value) ->
         json!({"components": [web(image, 1)], "health": health}),
     )
     .await;
-    let p = wait_phase(client, ns, "shop", Phase::RolledBack, WAIT).await;
-    p.status
-        .and_then(|s| s.failure)
-        .map(|f| f.message)
-        .unwrap_or_default()
+    let (_, _, m) = wait_until(WAIT, &format!("the policy to hold {image}"), || async {
+        let p = support::plans::get(client, ns, "shop").await?;
+        condition(&p, "Stalled")
+            .filter(|(s, r, m)| s == "True" && r == "GatePolicyRefused" && m.contains(expect))
+    })
+    .await;
+    let p = support::plans::get(client, ns, "shop").await.unwrap();
+    let phase = p.status.map(|s| s.phase);
+    assert!(
+        matches!(phase, Some(Phase::Stable | Phase::RollingOut)),
+        "held, not rolled back: {phase:?}"
+    );
+    m
 }
 
 #[tokio::test]
@@ -245,20 +256,19 @@ async fn a_tenant_gate_reaches_only_what_its_policy_allows() {
     }
 
     // Another tenant's service, by address: not listed.
-    let m = failure_after(
+    let expect = format!(
+        "host 127.0.0.1:{} is not allowed for namespace {ns}: no spec.destinations of GatePolicy {policy} admits it",
+        other_tenant.port()
+    );
+    let m = held_after(
         &client,
         &ns,
         "shop:2",
         json!({"webhooks": [hook(&format!("http://127.0.0.1:{}/hook", other_tenant.port()))]}),
+        &expect,
     )
     .await;
-    assert!(
-        m.contains(&format!(
-            "not called: host 127.0.0.1:{} is not allowed for namespace {ns}: no spec.destinations of GatePolicy {policy} admits it",
-            other_tenant.port()
-        )),
-        "{m}"
-    );
+    assert!(m.contains("gate smoke"), "{m}");
 
     // The API server, by its in-cluster name (never resolved) and by a
     // name that resolves to the stand-in.
@@ -269,32 +279,33 @@ async fn a_tenant_gate_reaches_only_what_its_policy_allows() {
     .iter()
     .enumerate()
     {
-        let m = failure_after(
+        let host = url.split('/').nth(2).unwrap();
+        held_after(
             &client,
             &ns,
             &format!("shop:api{i}"),
             json!({"webhooks": [hook(url)]}),
+            &format!(
+                "host {host} is not allowed for namespace {ns}: no spec.destinations of GatePolicy {policy}"
+            ),
         )
         .await;
-        assert!(
-            m.contains(&format!(
-                "is not allowed for namespace {ns}: no spec.destinations of GatePolicy {policy}"
-            )),
-            "{m}"
-        );
     }
 
     // The pinned header, set by the plan: refused, whatever its case.
     let mut override_pin = hook(&format!("http://127.0.0.1:{}/hook", allowed.port()));
     override_pin["headers"] = json!([{"name": "x-scope-orgid", "value": "team-b"}]);
     let before = count(&allowed_seen);
-    let m = failure_after(&client, &ns, "shop:3", json!({"webhooks": [override_pin]})).await;
-    assert!(
-        m.contains(&format!(
+    held_after(
+        &client,
+        &ns,
+        "shop:3",
+        json!({"webhooks": [override_pin]}),
+        &format!(
             "header x-scope-orgid is pinned by GatePolicy {policy} (spec.pinnedHeaders) for namespace {ns}: a plan may not set it"
-        )),
-        "{m}"
-    );
+        ),
+    )
+    .await;
     assert_eq!(
         count(&allowed_seen),
         before,
@@ -305,25 +316,35 @@ async fn a_tenant_gate_reaches_only_what_its_policy_allows() {
     // allows, without credentials).
     let mut stolen = hook(&format!("http://127.0.0.1:{}/hook", second.port()));
     stolen["auth"] = bearer;
-    let m = failure_after(&client, &ns, "shop:4", json!({"webhooks": [stolen]})).await;
-    assert!(
-        m.contains(&format!(
+    // Only known when the call is made (the Secret's annotations are read
+    // then): the rollout starts and holds on the refused gate.
+    held_after(
+        &client,
+        &ns,
+        "shop:4",
+        json!({"webhooks": [stolen]}),
+        &format!(
             "Secret mimir-token may not be sent to 127.0.0.1:{}: it has no annotation releaseplan.io/gate-hosts and no spec.credentials of GatePolicy {policy} binds it to that host",
             second.port()
-        )),
-        "{m}"
-    );
+        ),
+    )
+    .await;
 
     // None of the refused calls reached anyone.
     assert_eq!(count(&other_seen), 0, "another tenant's service was called");
     assert_eq!(count(&api_seen), 0, "the API server stand-in was called");
     assert_eq!(count(&second_seen), 0, "the Secret went to the wrong host");
-    // The refusals are Warning Events of the plan, naming the rule.
+    // The refusals are Warning Events of the plan, naming the rule; none
+    // of them rolled anything back.
     let events = plan_events(&client, &ns, "shop").await;
     assert!(
-        events
-            .iter()
-            .any(|(_, t, note, _)| t == "Warning" && note.contains("spec.pinnedHeaders")),
+        events.iter().any(|(r, t, note, _)| r == "GatePolicyRefused"
+            && t == "Warning"
+            && note.contains("spec.pinnedHeaders")),
+        "{events:?}"
+    );
+    assert!(
+        !events.iter().any(|(r, ..)| r == "RollbackStarted"),
         "{events:?}"
     );
     drop(op);
@@ -421,7 +442,7 @@ async fn two_tenants_get_their_own_destinations_and_pins() {
     );
     // Not the other's.
     match call(pa, a.clone(), svc_b.port()).await {
-        GateResult::Error { reason } => assert!(
+        GateResult::Refused { reason } => assert!(
             reason.contains(&format!(
                 "no spec.destinations of GatePolicy {a}-own admits it"
             )),
@@ -433,7 +454,7 @@ async fn two_tenants_get_their_own_destinations_and_pins() {
     // A namespace no policy selects gets nothing in the required mode.
     let pc = policy_of(c.clone(), 0).await;
     match call(pc, c.clone(), svc_a.port()).await {
-        GateResult::Error { reason } => assert!(
+        GateResult::Refused { reason } => assert!(
             reason.contains(&format!("namespace {c} is selected by no GatePolicy and the operator requires one (--gate-policy=required)")),
             "{reason}"
         ),
@@ -468,20 +489,28 @@ async fn a_route_to_a_gateway_the_policy_does_not_allow_is_not_written() {
         &support::fixtures::plan("shop", json!({"components": [c]})),
     )
     .await;
+    // Judged before the release starts: the plan does not start (no
+    // Deployment), and says what would allow the route.
     let stalled = wait_until(WAIT, "the plan to report the refused route", || {
         let client = client.clone();
         let ns = ns.clone();
         async move {
             let p = support::plans::get(&client, &ns, "shop").await?;
-            condition(&p, "Stalled").filter(|(s, r, _)| s == "True" && r == "TrafficRefused")
+            condition(&p, "Stalled").filter(|(s, r, _)| s == "True" && r == "GatePolicyRefused")
         }
     })
     .await;
     assert!(
         stalled.2.contains(&format!(
-            "HTTPRoute shop-web not written: Gateway infra/internal is not allowed for routes of namespace {ns}: no spec.routes of GatePolicy {policy} admits it"
-        )),
+            "the HTTPRoute of component web is refused by policy: Gateway infra/internal is not allowed for routes of namespace {ns}: no spec.routes of GatePolicy {policy} admits it"
+        )) && stalled.2.contains("gatePolicy.parentRefs"),
         "{stalled:?}"
+    );
+    assert!(
+        support::plans::revisions(&client, &ns, "shop")
+            .await
+            .is_empty(),
+        "the release did not start"
     );
     let routes: Api<kube::api::DynamicObject> = Api::namespaced_with(
         client.clone(),
@@ -512,6 +541,111 @@ async fn a_route_to_a_gateway_the_policy_does_not_allow_is_not_written() {
     })
     .await;
     assert_eq!(route.name_any(), "shop-web");
+    drop(op);
+    delete_policy(&client, &policy).await;
+}
+
+/// The first-install bug (issue #50, part 4). The operator runs as the
+/// chart runs it by default: `--gate-policy=required` and the chart's
+/// GatePolicy with `gatePolicy.hosts: []` (here selecting only this test's
+/// namespace). A new plan of three replicas with one webhook gate used to
+/// come up, have its gate refused, and be "rolled back to stable revision
+/// none": scaled to zero. Now the release does not start (no Deployment, so
+/// nothing to scale to zero, and no call), the plan is Stalled with a
+/// message naming the gate, the destination and `gatePolicy.hosts`; once
+/// the GatePolicy lists the host, it is released by itself.
+#[tokio::test]
+async fn the_charts_default_policy_holds_a_gated_first_release_until_the_host_is_listed() {
+    let h = Harness::new("gate-policy-first").await;
+    let (client, ns) = (h.client.clone(), h.ns.clone());
+    label(&client, &ns, &ns).await;
+    let (hook_addr, hook_seen) = stand_in().await;
+    let host = format!("127.0.0.1:{}", hook_addr.port());
+    // What charts/releaseplan/templates/gatepolicy.yaml renders with the
+    // default values.
+    let chart_spec = |hosts: Vec<String>| {
+        json!({
+            "destinations": {"hosts": hosts, "ownNamespaceServices": false},
+            "routes": {"parentRefs": [], "entryPoints": []}
+        })
+    };
+    let policy = format!("{ns}-default");
+    put_policy(&client, &policy, &ns, chart_spec(Vec::new())).await;
+    let op = h.operator().args(["--gate-policy=required"]).start().await;
+    support::plans::create(
+        &client,
+        &ns,
+        &support::fixtures::plan(
+            "shop",
+            json!({"components": [web("shop:1", 3)],
+                   "strategy": {"steps": [{"setWeight": 50}]},
+                   "health": {"webhooks": [hook(&format!("http://{host}/hook"))]}}),
+        ),
+    )
+    .await;
+    let (_, _, message) = wait_until(WAIT, "the plan held by the policy", || {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            let p = support::plans::get(&client, &ns, "shop").await?;
+            condition(&p, "Stalled").filter(|(s, r, _)| s == "True" && r == "GatePolicyRefused")
+        }
+    })
+    .await;
+    for part in [
+        "gate smoke".to_string(),
+        format!("host {host} is not allowed for namespace {ns}"),
+        format!("GatePolicy {policy}"),
+        "spec.destinations.hosts".to_string(),
+        format!("--set 'gatePolicy.hosts={{{host}}}'"),
+    ] {
+        assert!(message.contains(&part), "{part:?} not in {message}");
+    }
+    // The issue saw the rollback 10 s after the plan came up: give it longer.
+    tokio::time::sleep(std::time::Duration::from_secs(15)).await;
+    let p = support::plans::get(&client, &ns, "shop").await.unwrap();
+    assert_eq!(p.status.as_ref().map(|s| s.phase), Some(Phase::Pending));
+    assert!(
+        support::plans::revisions(&client, &ns, "shop")
+            .await
+            .is_empty(),
+        "no Deployment: the release did not start"
+    );
+    assert_eq!(count(&hook_seen), 0, "the refused gate was not called");
+    let events = plan_events(&client, &ns, "shop").await;
+    assert!(
+        !events
+            .iter()
+            .any(|(r, ..)| r == "RollbackStarted" || r == "RolledBack" || r == "GateFailed"),
+        "{events:?}"
+    );
+    let warnings: Vec<_> = events
+        .iter()
+        .filter(|(r, ..)| r == "GatePolicyRefused")
+        .collect();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one Warning, not one per reconcile: {events:?}"
+    );
+    assert!(warnings[0].2.contains("gatePolicy.hosts"), "{warnings:?}");
+
+    // The administrator sets the one value: the change wakes the plan, and
+    // the release goes through with its gate called.
+    put_policy(&client, &policy, &ns, chart_spec(vec![host.clone()])).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
+    let revs = support::plans::revisions(&client, &ns, "shop").await;
+    assert_eq!(
+        support::plans::by_image(&revs, "shop:1").map(|(r, _)| r),
+        Some(3),
+        "{revs:?}"
+    );
+    assert!(count(&hook_seen) > 0, "the gate was called once allowed");
+    let p = support::plans::get(&client, &ns, "shop").await.unwrap();
+    assert_eq!(
+        condition(&p, "Stalled").map(|(s, ..)| s).as_deref(),
+        Some("False")
+    );
     drop(op);
     delete_policy(&client, &policy).await;
 }

@@ -365,12 +365,41 @@ async fn an_address_denied_by_the_flag_is_never_called() {
         .with_state((200, calls.clone()));
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     let _op = Operator::start(&ns, &["--gate-deny-cidrs", "10.0.0.0/8,127.0.0.2/32"]).await;
-    let phase = hooked_rollout(&client, &ns, &format!("http://{addr}/check")).await;
-    assert_eq!(phase, Phase::RolledBack);
-    let seen = status_and_events(&client, &ns).await;
+    // A refusal by the operator's own rules is configuration, not a health
+    // verdict: the rollout holds (Stalled, GatePolicyRefused), never rolls back.
+    let (client, ns) = (client.clone(), ns.clone());
+    create_stable(
+        &client,
+        &ns,
+        "shop",
+        json!({"components": [web("shop:1", 2)]}),
+    )
+    .await;
+    let hooks = json!([{"name": "smoke", "url": format!("http://{addr}/check"), "timeoutSeconds": 2, "retries": 1}]);
+    plans::patch_spec(
+        &client,
+        &ns,
+        "shop",
+        json!({"components": [web("shop:2", 2)], "strategy": {"steps": [{"setWeight": 50}]}, "health": {"webhooks": hooks}}),
+    )
+    .await;
+    let (_, _, seen) = wait_until(WAIT, "the rollout held by the refusal", || async {
+        let p = plans::get(&client, &ns, "shop").await?;
+        plans::condition(&p, "Stalled").filter(|(s, r, _)| s == "True" && r == "GatePolicyRefused")
+    })
+    .await;
     assert!(
         seen.contains("address 127.0.0.2 of 127.0.0.2 is refused by the operator (--gate-deny-cidrs 127.0.0.2/32)"),
-        "the verdict says why: {seen}"
+        "the condition says why: {seen}"
+    );
+    let p = plans::get(&client, &ns, "shop").await.unwrap();
+    assert_eq!(p.status.map(|s| s.phase), Some(Phase::RollingOut), "held");
+    let events = plans::plan_events(&client, &ns, "shop").await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.0 == "RollbackStarted" || e.0 == "GateFailed"),
+        "{events:?}"
     );
     assert!(
         calls.lock().unwrap().is_empty(),

@@ -605,7 +605,7 @@ async fn a_denied_address_is_never_called() {
     });
     let g = hook(format!("http://{addr}/hook?token=sekrit"), 1, 5);
     match call(&http, &g, &body()).await {
-        GateResult::Error { reason } => {
+        GateResult::Refused { reason } => {
             assert!(
                 reason.contains(&format!(
                     "webhook at http://{addr}/hook not called: address 127.0.0.2 of 127.0.0.2 is refused by the operator (--gate-deny-cidrs 127.0.0.2/32)"
@@ -618,14 +618,14 @@ async fn a_denied_address_is_never_called() {
             );
             assert!(!reason.contains("sekrit"), "{reason}");
         }
-        other => panic!("a denied address should be an error: {other:?}"),
+        other => panic!("a denied address should be refused: {other:?}"),
     }
     let g = gate(&format!("http://{addr}"), "up", "< 1");
     match evaluate(&http, &g, &vars("")).await {
-        GateResult::Error { reason } => {
+        GateResult::Refused { reason } => {
             assert!(reason.contains("refused by the operator"), "{reason}")
         }
-        other => panic!("a denied address should be an error: {other:?}"),
+        other => panic!("a denied address should be refused: {other:?}"),
     }
     // The same server is called without the deny list.
     let g = gate(&format!("http://{addr}"), "up", "< 1");
@@ -648,7 +648,7 @@ async fn resolved_addresses_are_checked() {
     });
     let g = gate(&format!("http://localhost:{port}"), "up", "< 1");
     match evaluate(&http, &g, &vars("")).await {
-        GateResult::Error { reason } => {
+        GateResult::Refused { reason } => {
             assert!(
                 reason.starts_with(&format!(
                     "prometheus at http://localhost:{port}/ not called: address "
@@ -660,7 +660,7 @@ async fn resolved_addresses_are_checked() {
                 "{reason}"
             );
         }
-        other => panic!("a denied address should be an error: {other:?}"),
+        other => panic!("a denied address should be refused: {other:?}"),
     }
     assert!(seen.lock().unwrap().is_empty());
 
@@ -671,12 +671,12 @@ async fn resolved_addresses_are_checked() {
     });
     let g = gate(&format!("http://127.0.0.1:{port}"), "up", "< 1");
     match evaluate(&http, &g, &vars("")).await {
-        GateResult::Error { reason } => assert!(
+        GateResult::Refused { reason } => assert!(
             reason
                 .contains("host 127.0.0.1 (127.0.0.1) is not in the operator's --gate-allow-hosts"),
             "{reason}"
         ),
-        other => panic!("an address not allowed should be an error: {other:?}"),
+        other => panic!("an address not allowed should be refused: {other:?}"),
     }
     assert!(seen.lock().unwrap().is_empty());
     let g = gate(&format!("http://localhost:{port}"), "up", "< 1");

@@ -604,3 +604,128 @@ async fn a_leader_killed_mid_rollout_hands_over_and_each_notice_arrives_once() {
     // The follower sent the two transitions it wrote, and only those.
     assert_eq!(sent_to_hook(&b, &ns).await, 2.0, "{}", b.metrics().await);
 }
+
+/// The peak resident memory of a process (VmHWM), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the operator runs");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM")
+        * 1024
+}
+
+/// Issue #50, part 1: a tenant's `template.rolloutStarted` of two nested
+/// loops of 100,000 grew the operator past 1.3 GiB in 5 s and got it
+/// killed, for every namespace. Within the budget the notice still arrives,
+/// with the built-in text; a Warning on the plan names the ConfigMap and
+/// key; a template refused when the ConfigMap is read (`set` doubling a
+/// string) does the same for its trigger; the operator's peak memory stays
+/// small and another plan keeps releasing.
+#[tokio::test]
+async fn a_template_over_budget_is_refused_and_the_notice_goes_out_with_the_default_text() {
+    let h = Harness::new("notify-budget").await;
+    let (client, ns) = (h.client.clone(), h.ns.clone());
+    let (addr, log) = recorder::start().await;
+    let data: BTreeMap<&str, String> = [("hook", format!("http://127.0.0.1:{}/hook", addr.port()))]
+        .into_iter()
+        .collect();
+    put_secret(&client, &ns, &data).await;
+    let receivers =
+        "- name: hook\n  type: webhook\n  urlFrom: {secretKeyRef: {name: hooks, key: hook}}\n";
+    let nested = "{% for i in range(100000) %}{% for j in range(100000) %}{{ plan.namespace }}/{{ plan.name }}: {{ message }} {% endfor %}{% endfor %}";
+    let doubling =
+        "{% set a = message %}{% for i in range(60) %}{% set a = a ~ a %}{% endfor %}{{ a }}";
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "releaseplan-notifications"},
+        "data": {
+            "receivers": receivers,
+            "subscriptions": "- triggers: [rolloutStarted, promoted]\n  receivers: [hook]\n",
+            "template.rolloutStarted": nested,
+            "template.promoted": doubling,
+        },
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect("create the ConfigMap");
+    let mut op = start_operator(&h).await;
+    let pid = op.pid().expect("the operator's pid");
+    let before = peak_rss(pid);
+
+    for name in ["shop", "other"] {
+        create(
+            &client,
+            &ns,
+            &plan(name, json!({"components": [web("shop:1", 1)]})),
+        )
+        .await;
+    }
+    // Both notices of `shop` arrive, with the built-in texts.
+    let started = wait_until(WAIT, "shop's rolloutStarted notice", || {
+        let got = log.at("hook");
+        let found = got
+            .iter()
+            .find(|r| r.body["plan"]["name"] == "shop" && r.body["trigger"] == "rolloutStarted")
+            .cloned();
+        async move { found.ok_or_else(|| format!("{:?}", sequence(&got))) }
+    })
+    .await;
+    let text = started.body["text"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with(&format!("{ns}/shop: "))
+            && !text.contains(&format!("{ns}/shop: {ns}/shop")),
+        "the built-in text: {text}"
+    );
+    let promoted = wait_until(WAIT, "shop's promoted notice", || {
+        let got = log.at("hook");
+        let found = got
+            .iter()
+            .find(|r| r.body["plan"]["name"] == "shop" && r.body["trigger"] == "promoted")
+            .cloned();
+        async move { found.ok_or_else(|| format!("{:?}", sequence(&got))) }
+    })
+    .await;
+    let text = promoted.body["text"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with(&format!("{ns}/shop: revision ")) && text.contains(" promoted"),
+        "the built-in text: {text}"
+    );
+    // Each refusal is a Warning on the plan naming the ConfigMap and key.
+    for key in ["template.rolloutStarted", "template.promoted"] {
+        let want = format!("ConfigMap releaseplan-notifications key \"{key}\"");
+        wait_until(WAIT, &format!("a Warning naming {key}"), || {
+            let client = client.clone();
+            let ns = ns.clone();
+            let want = want.clone();
+            async move {
+                let events = plan_events(&client, &ns, "shop").await;
+                events
+                    .iter()
+                    .find(|(reason, type_, note, _)| {
+                        reason == "NotificationFailed"
+                            && type_ == "Warning"
+                            && note.contains(&want)
+                            && note.contains("notification budget")
+                            && note.contains("the built-in text was sent")
+                    })
+                    .cloned()
+                    .ok_or_else(|| format!("{events:?}"))
+            }
+        })
+        .await;
+    }
+    // Another plan keeps releasing: its first release, then a new revision.
+    wait_phase(&client, &ns, "other", Phase::Stable, WAIT).await;
+    set_components(&client, &ns, "other", json!([web("shop:2", 1)])).await;
+    wait_phase(&client, &ns, "other", Phase::Stable, WAIT).await;
+    // The operator is alive and its memory did not grow with the template.
+    let peak = peak_rss(pid);
+    assert!(
+        peak < before + (64 << 20),
+        "peak RSS grew from {before} to {peak} bytes"
+    );
+    assert!(op.exit_status().is_none(), "the operator still runs");
+}

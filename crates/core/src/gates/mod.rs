@@ -159,6 +159,21 @@ impl GateSpec {
     }
 }
 
+/// How a gate status refused by policy begins its message
+/// ([`GateResult::Refused`], [`is_refused`]).
+pub const REFUSED_PREFIX: &str = "refused by policy: ";
+
+/// Whether the gate's last evaluation was refused by policy (its status is
+/// what [`record_with`] wrote for a [`GateResult::Refused`]): the step
+/// holds on it, and the plan says which rule would allow the call.
+pub fn is_refused(st: &GateStatus) -> bool {
+    st.verdict == Verdict::Pending
+        && st
+            .message
+            .as_deref()
+            .is_some_and(|m| m.starts_with(REFUSED_PREFIX))
+}
+
 /// Evaluations a gate tolerates in a step before it fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -196,6 +211,15 @@ pub enum GateResult {
         /// Why, for `GateStatus.message`.
         reason: String,
     },
+    /// The gate was not called because a rule of the administrator refuses
+    /// it: the GatePolicy (destination, header, credential binding) or the
+    /// operator's own flags (`--gate-allow-hosts`, `--gate-deny-cidrs`,
+    /// metadata and link-local addresses). Configuration, not a health
+    /// verdict: it neither passes nor fails the gate (see [`record_with`]).
+    Refused {
+        /// Which rule refused what, for `GateStatus.message`.
+        reason: String,
+    },
 }
 
 impl GateResult {
@@ -204,7 +228,9 @@ impl GateResult {
         match self {
             GateResult::Pass { value } => Some(*value),
             GateResult::Fail { value, .. } => *value,
-            GateResult::Inconclusive { .. } | GateResult::Error { .. } => None,
+            GateResult::Inconclusive { .. }
+            | GateResult::Error { .. }
+            | GateResult::Refused { .. } => None,
         }
     }
 
@@ -271,6 +297,11 @@ pub fn record(
 ///   verdict is `Inconclusive`; past it the verdict stays `Inconclusive` and
 ///   `awaiting_decision` is set: the rollout pauses for a human (the machine
 ///   reads it; never a failure).
+/// - `Refused`: the administrator's rules refused the call; nothing was
+///   sent and nothing is counted: the verdict is `Pending` (the step holds,
+///   a rollout is never failed or rolled back by its own configuration) and
+///   the message says which rule would allow it. The passes in a row start
+///   again (the gate was not judged).
 ///
 /// `Failed` and `awaiting_decision` are final for the step: later results
 /// keep them (the controller resets gate statuses at every step change), a
@@ -368,6 +399,14 @@ pub fn record_with(
                     ),
                 )
             }
+        }
+        GateResult::Refused { reason } => {
+            errors = 0;
+            passes = 0;
+            (
+                Verdict::Pending,
+                format!("{REFUSED_PREFIX}{reason}; the step holds until the policy allows it"),
+            )
         }
         GateResult::Inconclusive { reason } => {
             errors = 0;
@@ -967,7 +1006,54 @@ mod tests {
             Just(GateResult::Error {
                 reason: "refused".into()
             }),
+            Just(GateResult::Refused {
+                reason: "host h:80 is not allowed".into()
+            }),
         ]
+    }
+
+    /// A call the policy refuses is configuration, not a health verdict:
+    /// however often it is refused, the gate is neither failed nor passed
+    /// nor awaiting a decision, nothing is counted against it, and its
+    /// status says so ([`is_refused`]). Once allowed, it is judged as usual.
+    #[test]
+    fn a_refusal_by_policy_holds_the_gate_and_counts_nothing() {
+        let refused = GateResult::Refused {
+            reason: "host prometheus.monitoring.svc:9090 is not allowed".into(),
+        };
+        let s = run_trial(
+            &[refused.clone(), refused.clone(), refused.clone()],
+            STRICT,
+            Trial::default(),
+        );
+        assert_eq!(
+            verdicts(&s),
+            [Verdict::Pending, Verdict::Pending, Verdict::Pending]
+        );
+        for st in &s {
+            assert_eq!(
+                (st.failures, st.inconclusive, st.consecutive_errors),
+                (0, 0, 0)
+            );
+            assert!(!st.awaiting_decision);
+            assert!(is_refused(st), "{st:?}");
+            assert!(
+                st.message
+                    .as_deref()
+                    .unwrap()
+                    .contains("prometheus.monitoring.svc:9090"),
+                "{st:?}"
+            );
+        }
+        // Still due: asked again at its interval, so it goes on once allowed.
+        let i = Duration::from_secs(30);
+        assert_eq!(next_due(s.last(), i, t(1000)), Some(Duration::ZERO));
+        let allowed = record(s.last(), "errors", &pass(0.0), 0, 3, t(1000));
+        assert_eq!(allowed.verdict, Verdict::Passed);
+        assert!(!is_refused(&allowed));
+        // An error is not a refusal, even with the word in it.
+        let e = record(None, "errors", &error(), 0, 3, t(0));
+        assert!(!is_refused(&e));
     }
 
     proptest::proptest! {
@@ -1010,6 +1096,21 @@ mod tests {
             }
             if results.iter().all(|r| matches!(r, GateResult::Error { .. })) {
                 proptest::prop_assert!(s.iter().all(|st| st.verdict != Verdict::Passed));
+            }
+            // A refusal by policy never fails a gate, passes it or asks a
+            // human: it leaves every count as it was.
+            for (i, (r, st)) in results.iter().zip(&s).enumerate() {
+                if matches!(r, GateResult::Refused { .. }) {
+                    let before = if i > 0 { Some(&s[i - 1]) } else { None };
+                    let was_failed = before.is_some_and(|b| b.verdict == Verdict::Failed);
+                    let was_awaiting = before.is_some_and(|b| b.awaiting_decision);
+                    if !was_failed && !was_awaiting {
+                        proptest::prop_assert_eq!(st.verdict, Verdict::Pending);
+                        proptest::prop_assert!(!st.awaiting_decision);
+                    }
+                    proptest::prop_assert_eq!(st.failures, before.map_or(0, |b| b.failures));
+                    proptest::prop_assert_eq!(st.inconclusive, before.map_or(0, |b| b.inconclusive));
+                }
             }
         }
     }

@@ -604,7 +604,11 @@ mod tests {
             Some(format!("metadata.annotations[{key:?}]"))
         );
         for ok in ["runtime/default", "localhost/my-profile"] {
-            assert_eq!(baseline_annotations(&annotations(&[(key, ok)])), None, "{ok}");
+            assert_eq!(
+                baseline_annotations(&annotations(&[(key, ok)])),
+                None,
+                "{ok}"
+            );
         }
         assert_eq!(
             baseline_annotations(&annotations(&[("example.com/unconfined", "unconfined")])),

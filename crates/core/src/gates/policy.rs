@@ -147,6 +147,62 @@ pub enum PolicyRefusal {
     },
 }
 
+impl PolicyRefusal {
+    /// What an administrator changes to allow it: the GatePolicy field, and
+    /// the Helm chart's value that fills that field of the chart's own
+    /// GatePolicy (for the host, Gateway or entry point refused), so the
+    /// message tells a newcomer the one value to set.
+    pub fn remedy(&self) -> String {
+        match self {
+            PolicyRefusal::NotSelected { namespace, .. } => format!(
+                "allow it with a GatePolicy whose spec.namespaceSelector selects namespace {namespace} (Helm chart: gatePolicy.namespaceSelector)"
+            ),
+            PolicyRefusal::Destination { host, .. } => format!(
+                "allow it with spec.destinations.hosts of a GatePolicy (Helm chart: list it in gatePolicy.hosts, e.g. --set 'gatePolicy.hosts={{{host}}}')"
+            ),
+            PolicyRefusal::Credential { secret, host, .. } => format!(
+                "bind Secret {secret} to {host} in spec.credentials of a GatePolicy (Helm chart: gatePolicy.credentials), or list {host} in its annotation releaseplan.io/gate-hosts"
+            ),
+            PolicyRefusal::Pinned { .. } => {
+                "remove the header from the gate: the policy sets it (spec.pinnedHeaders)".into()
+            }
+            PolicyRefusal::PinConflict { .. } => {
+                "pin the header to one value in spec.pinnedHeaders of the GatePolicies".into()
+            }
+            PolicyRefusal::Route { what, .. } if what.starts_with("Gateway ") => format!(
+                "allow {what} with spec.routes.parentRefs of a GatePolicy (Helm chart: gatePolicy.parentRefs)"
+            ),
+            PolicyRefusal::Route { what, .. } if what.contains("(entryPoints is empty)") => {
+                "list the route's traefik.entryPoints and allow them with spec.routes.entryPoints of a GatePolicy (Helm chart: gatePolicy.entryPoints)".into()
+            }
+            PolicyRefusal::Route { what, .. } => format!(
+                "allow {what} with spec.routes.entryPoints of a GatePolicy (Helm chart: gatePolicy.entryPoints)"
+            ),
+        }
+    }
+}
+
+/// Why a gate may not be called at all (see [`NamespacePolicy::admit_gate`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GateRefusal {
+    /// A rule of the GatePolicy refuses it.
+    #[error(transparent)]
+    Policy(PolicyRefusal),
+    /// The namespace is governed and the URL has no host and port to judge.
+    #[error("the URL has no host and port the GatePolicy can admit")]
+    NoHost,
+}
+
+impl GateRefusal {
+    /// What an administrator (or the plan's author) changes to allow it.
+    pub fn remedy(&self) -> String {
+        match self {
+            GateRefusal::Policy(r) => r.remedy(),
+            GateRefusal::NoHost => "give the gate a URL with a host".into(),
+        }
+    }
+}
+
 /// One host pattern: `host`, `*.domain`, an address or CIDR, with an
 /// optional port.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -528,6 +584,70 @@ impl NamespacePolicy {
         Ok(())
     }
 
+    /// Whether a gate may be called at all: its destination, the headers it
+    /// sets (not one a policy pins), the pins themselves (no header pinned
+    /// to two values), and, when governed, a URL with a host and port the
+    /// policy can judge. What the caller does before any request, and what
+    /// the controller checks before a release starts. Credentials bound to
+    /// other hosts ([`NamespacePolicy::admit_credential`]) and the
+    /// operator's own address rules are checked when the call is made.
+    pub fn admit_gate(&self, gate: &super::GateSpec) -> Result<(), GateRefusal> {
+        let url = match gate {
+            super::GateSpec::Prometheus(p) => p.address.as_str(),
+            super::GateSpec::Webhook(w) => w.url.as_str(),
+        };
+        // A URL that does not parse fails in the call itself, with its own message.
+        let destination = url::Url::parse(url.trim())
+            .ok()
+            .and_then(|u| Destination::of(&u));
+        if let Some(d) = &destination {
+            self.admit_destination(d).map_err(GateRefusal::Policy)?;
+        }
+        let settings = gate.access();
+        if let Some(r) = settings
+            .headers
+            .iter()
+            .map(|h| h.name.as_str())
+            .chain(settings.auth.as_ref().map(|_| "Authorization"))
+            .find_map(|name| self.admit_header(name).err())
+        {
+            return Err(GateRefusal::Policy(r));
+        }
+        self.pinned_headers().map_err(GateRefusal::Policy)?;
+        if destination.is_none() && self.governed {
+            return Err(GateRefusal::NoHost);
+        }
+        Ok(())
+    }
+
+    /// Whether a component's route may be written: its Gateways
+    /// (`gatewayAPI.parentRefs`) or Traefik entry points (none listed: every
+    /// one) must be allowed. The kind of the refused route with the refusal.
+    pub fn admit_traffic(
+        &self,
+        t: &crate::api::Traffic,
+    ) -> Result<(), (&'static str, PolicyRefusal)> {
+        if let Some(gw) = &t.gateway_api {
+            for r in &gw.parent_refs {
+                self.admit_parent(r).map_err(|e| ("HTTPRoute", e))?;
+            }
+        }
+        if let Some(tr) = &t.traefik {
+            // No entry points: Traefik attaches the route to every one.
+            let every = ["every entry point (entryPoints is empty)".to_string()];
+            let eps = if tr.entry_points.is_empty() {
+                &every[..]
+            } else {
+                &tr.entry_points[..]
+            };
+            for ep in eps {
+                self.admit_entry_point(ep)
+                    .map_err(|e| ("IngressRoute", e))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Whether an HTTPRoute of the namespace may name the Gateway `r`.
     pub fn admit_parent(&self, r: &ParentRef) -> Result<(), PolicyRefusal> {
         if !self.governed {
@@ -714,6 +834,117 @@ mod tests {
                 .contains("GatePolicy broken has a namespaceSelector that cannot be evaluated"),
             "{e}"
         );
+    }
+
+    /// What the controller judges before a release: a gate is refused for
+    /// its destination, a header the policy pins, or no host; a route for
+    /// its Gateway or entry points; each refusal says which GatePolicy
+    /// field, and which value of the chart, would allow it.
+    #[test]
+    fn gates_and_routes_are_judged_whole_and_each_refusal_says_what_allows_it() {
+        use crate::api::{GatewayRoute, TraefikRoute, Traffic};
+        let gate = |url: &str, headers: &[&str]| {
+            let mut g = serde_json::json!({"name": "smoke", "url": url});
+            g["headers"] = headers
+                .iter()
+                .map(|h| serde_json::json!({"name": h, "value": "x"}))
+                .collect();
+            let health: crate::api::Health =
+                serde_json::from_value(serde_json::json!({"webhooks": [g]})).unwrap();
+            crate::gates::GateSpec::all(&health.entries().unwrap())
+                .unwrap()
+                .remove(0)
+        };
+        let chart = policy(
+            "releaseplan-default",
+            GatePolicySpec {
+                destinations: Destinations {
+                    hosts: vec!["prometheus.monitoring.svc:9090".into()],
+                    ..Default::default()
+                },
+                pinned_headers: vec![PinnedHeader {
+                    name: "X-Scope-OrgID".into(),
+                    value: "a".into(),
+                }],
+                routes: RoutePolicy {
+                    parent_refs: vec![AllowedParent {
+                        namespace: Some("infra".into()),
+                        name: Some("public".into()),
+                    }],
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        );
+        let p = NamespacePolicy::select("shop", &BTreeMap::new(), &[chart], Mode::Required);
+        assert_eq!(
+            p.admit_gate(&gate("http://prometheus.monitoring.svc:9090/", &[])),
+            Ok(())
+        );
+        let e = p
+            .admit_gate(&gate("http://hooks.shop.svc:8080/smoke", &[]))
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("host hooks.shop.svc:8080 is not allowed"),
+            "{e}"
+        );
+        assert_eq!(
+            e.remedy(),
+            "allow it with spec.destinations.hosts of a GatePolicy (Helm chart: list it in gatePolicy.hosts, e.g. --set 'gatePolicy.hosts={hooks.shop.svc:8080}')"
+        );
+        let e = p
+            .admit_gate(&gate(
+                "http://prometheus.monitoring.svc:9090/",
+                &["x-scope-orgid"],
+            ))
+            .unwrap_err();
+        assert!(e.to_string().contains("spec.pinnedHeaders"), "{e}");
+        assert!(e.remedy().contains("remove the header"), "{}", e.remedy());
+        let unselected = NamespacePolicy::select("shop", &BTreeMap::new(), &[], Mode::Required);
+        let e = unselected
+            .admit_gate(&gate("http://prometheus.monitoring.svc:9090/", &[]))
+            .unwrap_err();
+        assert!(
+            e.remedy().contains("gatePolicy.namespaceSelector"),
+            "{}",
+            e.remedy()
+        );
+        // Routes: the Gateway, then Traefik's entry points (none: every one).
+        let gw = |ns: &str, name: &str| Traffic {
+            gateway_api: Some(GatewayRoute {
+                parent_refs: vec![ParentRef {
+                    namespace: Some(ns.into()),
+                    name: name.into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(p.admit_traffic(&gw("infra", "public")), Ok(()));
+        let (kind, e) = p.admit_traffic(&gw("infra", "internal")).unwrap_err();
+        assert_eq!(kind, "HTTPRoute");
+        assert!(
+            e.remedy().contains("gatePolicy.parentRefs"),
+            "{}",
+            e.remedy()
+        );
+        let every = Traffic {
+            traefik: Some(TraefikRoute::default()),
+            ..Default::default()
+        };
+        let (kind, e) = p.admit_traffic(&every).unwrap_err();
+        assert_eq!(kind, "IngressRoute");
+        assert!(e.remedy().contains("traefik.entryPoints"), "{}", e.remedy());
+        // Not governed: everything is admitted (the operator's own rules
+        // are checked when the call is made).
+        let open = NamespacePolicy::open("shop");
+        assert_eq!(
+            open.admit_gate(&gate("http://anything:1/", &["x-scope-orgid"])),
+            Ok(())
+        );
+        assert_eq!(open.admit_traffic(&every), Ok(()));
     }
 
     #[test]

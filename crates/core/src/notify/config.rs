@@ -94,6 +94,10 @@ pub struct NotifyConfig {
     pub subscriptions: BTreeSet<(Trigger, String)>,
     /// Message templates by trigger (minijinja), replacing the built-in ones.
     pub templates: BTreeMap<Trigger, String>,
+    /// Templates refused as over the budget (`payload::check_budget`), by
+    /// trigger, with why (naming the ConfigMap and key): their trigger's
+    /// notices are sent with the built-in text, and the plan is warned.
+    pub refused_templates: BTreeMap<Trigger, String>,
 }
 
 /// What is wrong with a notification setting; names the key and the item.
@@ -207,6 +211,17 @@ impl NotifyConfig {
                             place: format!("ConfigMap {CONFIG_MAP} key {k:?}"),
                             trigger: name.to_string(),
                         })?;
+                    // Over the budget: refused alone (the built-in text is
+                    // sent), not the whole ConfigMap.
+                    if let Err(why) = super::payload::check_budget(text) {
+                        cfg.refused_templates.insert(
+                            trigger,
+                            format!(
+                                "ConfigMap {CONFIG_MAP} key {k:?} is over the notification budget ({why}): refused"
+                            ),
+                        );
+                        continue;
+                    }
                     super::payload::check_template(text).map_err(|message| {
                         ConfigError::Template {
                             key: k.to_string(),

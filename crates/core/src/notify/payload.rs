@@ -70,25 +70,237 @@ pub fn default_template(trigger: Trigger) -> &'static str {
     }
 }
 
+/// Longest template accepted, in bytes: `template.<trigger>` is written by
+/// anyone who can edit the namespace's ConfigMap, and the operator serves
+/// every namespace.
+pub const MAX_TEMPLATE_BYTES: usize = 4096;
+/// Instructions of the template engine one render may run (minijinja's
+/// fuel): a deterministic time budget. The built-in texts take under 100.
+pub const FUEL: u64 = 10_000;
+/// Most bytes one render may write before it is stopped (the text sent is
+/// cut to [`MAX_TEXT`] characters anyway).
+pub const MAX_RENDERED_BYTES: usize = 16 * 1024;
+/// Most items of `range()` in a template.
+pub const MAX_RANGE: usize = 100;
+/// The only statements a template may hold: no `set`, `macro`, `call`,
+/// `filter` or `include`, which build text in memory, out of the output's
+/// reach.
+const STATEMENTS: [&str; 6] = ["if", "elif", "else", "endif", "for", "endfor"];
+
+/// The template engine of notification texts. Tenants write the templates
+/// and one operator renders them for every namespace, so it holds only what
+/// cannot grow a value past its inputs: no filter that repeats, joins,
+/// replaces, pads or lists (`join`, `replace`, `indent`, `format`, `list`,
+/// `tojson`...), `range()` of at most [`MAX_RANGE`] items, the tests, and a
+/// [`FUEL`] budget. With the statements and operators [`check_budget`]
+/// refuses, the largest value a render can build is a few times the
+/// template's size, and its time is bounded by the fuel.
 fn env() -> minijinja::Environment<'static> {
-    let mut env = minijinja::Environment::new();
+    use minijinja::{filters as f, tests as t};
+    let mut env = minijinja::Environment::empty();
     // Message text is plain text: nothing is HTML-escaped, undefined
     // fields are errors (a typo shows at once, not as an empty string).
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    env.set_fuel(Some(FUEL));
+    env.add_filter("upper", f::upper);
+    env.add_filter("lower", f::lower);
+    env.add_filter("title", f::title);
+    env.add_filter("capitalize", f::capitalize);
+    env.add_filter("trim", f::trim);
+    env.add_filter("default", f::default);
+    env.add_filter("d", f::default);
+    env.add_filter("length", f::length);
+    env.add_filter("count", f::length);
+    env.add_filter("round", f::round);
+    env.add_filter("abs", f::abs);
+    env.add_filter("int", f::int);
+    env.add_filter("float", f::float);
+    env.add_filter("first", f::first);
+    env.add_filter("last", f::last);
+    env.add_test("none", t::is_none);
+    env.add_test("defined", t::is_defined);
+    env.add_test("undefined", t::is_undefined);
+    env.add_test("number", t::is_number);
+    env.add_test("string", t::is_string);
+    env.add_test("true", t::is_true);
+    env.add_test("false", t::is_false);
+    env.add_test("odd", t::is_odd);
+    env.add_test("even", t::is_even);
+    env.add_test("divisibleby", t::is_divisibleby);
+    env.add_test("eq", t::is_eq);
+    env.add_test("ne", t::is_ne);
+    env.add_test("lt", t::is_lt);
+    env.add_test("le", t::is_le);
+    env.add_test("gt", t::is_gt);
+    env.add_test("ge", t::is_ge);
+    env.add_test("in", t::is_in);
+    env.add_test("startingwith", t::is_startingwith);
+    env.add_test("endingwith", t::is_endingwith);
+    env.add_function("range", range);
     env
 }
 
-/// Whether a template compiles; the error says where it does not.
+/// minijinja's `range()`, refused past [`MAX_RANGE`] items.
+fn range(
+    lower: isize,
+    upper: Option<isize>,
+    step: Option<isize>,
+) -> Result<minijinja::Value, minijinja::Error> {
+    let r = minijinja::functions::range(lower, upper, step)?;
+    if r.len().is_some_and(|n| n > MAX_RANGE) {
+        return Err(minijinja::Error::new(
+            minijinja::ErrorKind::InvalidOperation,
+            format!("range() of more than {MAX_RANGE} items is over the notification budget"),
+        ));
+    }
+    Ok(r)
+}
+
+/// Whether a template stays within the budget before it is compiled: at
+/// most [`MAX_TEMPLATE_BYTES`], only the statements `if` and `for` (with
+/// their `elif`, `else`, `end…`), and no `*` operator (string and list
+/// repetition). The error says what is over.
+pub fn check_budget(text: &str) -> Result<(), String> {
+    if text.len() > MAX_TEMPLATE_BYTES {
+        return Err(format!(
+            "{} bytes, more than the {MAX_TEMPLATE_BYTES} allowed",
+            text.len()
+        ));
+    }
+    let mut rest = text;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let close = match after.chars().next() {
+            Some('{') => "}}",
+            Some('%') => "%}",
+            Some('#') => "#}",
+            _ => {
+                rest = after;
+                continue;
+            }
+        };
+        let body = &after[1..];
+        let end = tag_end(body, close).unwrap_or(body.len());
+        let inside = &body[..end];
+        if close == "%}" {
+            let word: String = inside
+                .trim_start_matches(['-', '+'])
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !STATEMENTS.contains(&word.as_str()) {
+                return Err(format!(
+                    "statement {{% {word} %}} is not allowed (only if and for)"
+                ));
+            }
+        }
+        if close != "#}" && outside_strings(inside).any(|c| c == '*') {
+            return Err("the * operator (repetition) is not allowed".into());
+        }
+        rest = body.get(end + close.len()..).unwrap_or_default();
+    }
+    Ok(())
+}
+
+/// Where a tag's body ends: the first `close` outside a string literal.
+fn tag_end(body: &str, close: &str) -> Option<usize> {
+    let mut quote = None;
+    let mut escaped = false;
+    for (i, c) in body.char_indices() {
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' {
+                    escaped = true;
+                } else if c == q {
+                    quote = None;
+                }
+            }
+            None if c == '"' || c == '\'' => quote = Some(c),
+            None if body[i..].starts_with(close) => return Some(i),
+            None => {}
+        }
+    }
+    None
+}
+
+/// The characters of a tag's body outside string literals.
+fn outside_strings(body: &str) -> impl Iterator<Item = char> + '_ {
+    let mut quote = None;
+    let mut escaped = false;
+    body.chars().filter(move |&c| match quote {
+        Some(q) => {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == q {
+                quote = None;
+            }
+            false
+        }
+        None if c == '"' || c == '\'' => {
+            quote = Some(c);
+            false
+        }
+        None => true,
+    })
+}
+
+/// Whether a template is within the budget and compiles; the error says
+/// what is over or where it does not compile.
 pub fn check_template(text: &str) -> Result<(), String> {
+    check_budget(text).map_err(|e| format!("over the notification budget: {e}"))?;
     env()
         .template_from_str(text)
         .map(|_| ())
         .map_err(|e| e.to_string())
 }
 
-/// Renders `template` over `ctx`'s fields (`plan.name`, `revision`, `step`...).
+/// Output past [`MAX_RENDERED_BYTES`]: the render stops there.
+#[derive(Debug, thiserror::Error)]
+#[error("the text is longer than {MAX_RENDERED_BYTES} bytes")]
+struct TooLong;
+
+/// Where a render writes: refuses bytes past [`MAX_RENDERED_BYTES`].
+struct Capped(Vec<u8>);
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > MAX_RENDERED_BYTES {
+            return Err(std::io::Error::other(TooLong));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Renders `template` over `ctx`'s fields (`plan.name`, `revision`, `step`...)
+/// within the budget: its size and statements ([`check_budget`]), [`FUEL`]
+/// and [`MAX_RENDERED_BYTES`]. The error says which budget was exceeded.
 pub fn render(template: &str, ctx: &impl Serialize) -> Result<String, String> {
-    let text = env().render_str(template, ctx).map_err(|e| e.to_string())?;
+    check_budget(template).map_err(|e| format!("over the notification budget: {e}"))?;
+    let env = env();
+    let tmpl = env.template_from_str(template).map_err(|e| e.to_string())?;
+    let mut out = Capped(Vec::new());
+    if let Err(e) = tmpl.render_captured_to(ctx, &mut out) {
+        return Err(match e.kind() {
+            minijinja::ErrorKind::OutOfFuel => {
+                format!("over the notification budget: more than {FUEL} template instructions")
+            }
+            minijinja::ErrorKind::WriteFailure => format!(
+                "over the notification budget: the text is longer than {MAX_RENDERED_BYTES} bytes"
+            ),
+            _ => e.to_string(),
+        });
+    }
+    let text = String::from_utf8_lossy(&out.0);
     Ok(text.chars().take(MAX_TEXT).collect())
 }
 
@@ -123,7 +335,10 @@ impl Message {
             Err(e) => (
                 render(built_in, &msg).unwrap_or_else(|_| msg.notice.message.clone()),
                 Some(format!(
-                    "template of {} does not render: {e}",
+                    "ConfigMap {} key \"{}{}\" (template of {}) does not render: {e}",
+                    super::config::CONFIG_MAP,
+                    super::config::TEMPLATE_PREFIX,
+                    msg.notice.trigger,
                     msg.notice.trigger
                 )),
             ),

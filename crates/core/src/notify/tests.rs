@@ -191,10 +191,12 @@ fn a_template_sees_the_status_fields_and_a_broken_one_falls_back() {
     assert!(problem.is_none());
     assert_eq!(m.text, "shop abc123 step 3/4 https://dash/prod/shop");
     let (m, problem) = Message::new(plan(), notice(Trigger::Promoted), Some("{{ nope }}"), None);
+    let problem = problem.unwrap();
     assert!(
-        problem
-            .unwrap()
-            .contains("template of promoted does not render")
+        problem.contains(
+            "ConfigMap releaseplan-notifications key \"template.promoted\" (template of promoted) does not render"
+        ),
+        "{problem}"
     );
     assert!(m.text.starts_with("prod/shop: revision abc123 promoted"));
     assert!(check_template("{% if %}").is_err());
@@ -403,5 +405,169 @@ fn promoted_and_rolled_back_resolve_the_rollouts_problems() {
         // A resolution has the very labels the problem fired with.
         let (halted, _) = Message::new(plan(), notice(Trigger::Halted), None, None);
         assert_eq!(alerts[3]["labels"], halted.alertmanager()[0]["labels"]);
+    }
+}
+
+/// The process's peak resident memory (VmHWM), in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// The attack: two nested loops of 100,000 in `template.rolloutStarted`
+/// grew the operator past 1.3 GiB in 5 s. Within the budget it fails at
+/// once, with the process's peak memory unchanged, and the built-in text is
+/// what is sent; the problem names the ConfigMap and key.
+#[test]
+fn two_nested_loops_of_100000_fail_fast_in_bounded_memory_with_the_default_text() {
+    let attack = "{% for i in range(100000) %}{% for j in range(100000) %}{{ plan.namespace }}/{{ plan.name }} {{ message }} {% endfor %}{% endfor %}";
+    let peak = peak_rss();
+    let started = std::time::Instant::now();
+    let (m, problem) = Message::new(plan(), notice(Trigger::RolloutStarted), Some(attack), None);
+    let took = started.elapsed();
+    let grown = peak_rss().saturating_sub(peak);
+    assert!(took < std::time::Duration::from_secs(1), "took {took:?}");
+    assert!(grown < 64 << 20, "peak memory grew by {grown} bytes");
+    let (default, none) = Message::new(plan(), notice(Trigger::RolloutStarted), None, None);
+    assert!(none.is_none());
+    assert_eq!(m.text, default.text, "the built-in text");
+    let problem = problem.unwrap();
+    assert!(
+        problem.contains("ConfigMap releaseplan-notifications key \"template.rolloutStarted\""),
+        "{problem}"
+    );
+    assert!(problem.contains("notification budget"), "{problem}");
+}
+
+/// Each budget on its own: the fuel (ten thousand loop iterations), the
+/// size of `range()`, the output (a long text), and what could build text
+/// out of the output's reach (repetition, `set`, macros, filters that join
+/// or pad) is refused; a template within the budget renders.
+#[test]
+fn each_notification_budget_stops_a_render() {
+    let render = |t: &str| Message::new(plan(), notice(Trigger::Promoted), Some(t), None).1;
+    let fuel = render("{% for i in range(100) %}{% for j in range(100) %}{% endfor %}{% endfor %}");
+    assert!(
+        fuel.as_deref()
+            .is_some_and(|p| p.contains("more than 10000 template instructions")),
+        "{fuel:?}"
+    );
+    let wide = render("{% for i in range(101) %}{% endfor %}");
+    assert!(
+        wide.as_deref()
+            .is_some_and(|p| p.contains("range() of more than 100 items")),
+        "{wide:?}"
+    );
+    let long = render(
+        "{% for i in range(100) %}{% for j in range(100) %}{{ message }}{% endfor %}{% endfor %}",
+    );
+    assert!(
+        long.as_deref()
+            .is_some_and(|p| p.contains("longer than 16384 bytes")),
+        "{long:?}"
+    );
+    for (t, why) in [
+        ("{{ 'x' * 100000000 }}", "the * operator"),
+        ("{{ [1] * 1000 }}", "the * operator"),
+        (
+            "{% set a = message %}{% set a = a ~ a %}{{ a }}",
+            "statement {% set %}",
+        ),
+        (
+            "{%- macro f() %}x{% endmacro %}{{ f() }}",
+            "statement {% macro %}",
+        ),
+        (
+            "{% filter upper %}x{% endfilter %}",
+            "statement {% filter %}",
+        ),
+        ("{% raw %}{{ x }}{% endraw %}", "statement {% raw %}"),
+    ] {
+        let p = render(t);
+        assert!(p.as_deref().is_some_and(|p| p.contains(why)), "{t}: {p:?}");
+        assert!(check_template(t).unwrap_err().contains(why), "{t}");
+    }
+    let big = format!(
+        "{}{{{{ plan.name }}}}",
+        "x".repeat(payload::MAX_TEMPLATE_BYTES)
+    );
+    assert!(
+        check_template(&big)
+            .unwrap_err()
+            .contains("more than the 4096 allowed")
+    );
+    // Filters that join, repeat or pad are not there at all.
+    for t in [
+        "{{ range(10) | join(message) }}",
+        "{{ message | indent(100000000) }}",
+        "{{ message | replace('a', message) }}",
+    ] {
+        assert!(render(t).is_some(), "{t}");
+    }
+    // A `*` or a statement name inside a string literal is text.
+    let (m, p) = Message::new(
+        plan(),
+        notice(Trigger::Promoted),
+        Some(
+            "{{ '*' }} {{ \"{% set %}\" }}{% if step > 1 %} {{ plan.name | upper }}{% endif %}{% for c in range(3) %}{{ c }}{% endfor %}{% if durationSeconds is not none %} {{ durationSeconds // 60 }}{% endif %}",
+        ),
+        None,
+    );
+    assert!(p.is_none(), "{p:?}");
+    assert_eq!(m.text, "* {% set %} SHOP012 14");
+}
+
+/// A template over the budget is refused alone: the rest of the ConfigMap
+/// is used, the trigger gets the built-in text, and the refusal names the
+/// ConfigMap and key.
+#[test]
+fn a_config_with_a_template_over_budget_refuses_that_template_only() {
+    let c = NotifyConfig::parse(&data(&[
+        ("receivers", RECEIVERS),
+        ("template.promoted", "{{ plan.name }} is live"),
+        ("template.rolloutStarted", "{% set a = 'x' %}{{ a }}"),
+    ]))
+    .unwrap();
+    assert!(c.templates.contains_key(&Trigger::Promoted));
+    assert!(!c.templates.contains_key(&Trigger::RolloutStarted));
+    let why = &c.refused_templates[&Trigger::RolloutStarted];
+    assert!(
+        why.contains("ConfigMap releaseplan-notifications key \"template.rolloutStarted\" is over the notification budget"),
+        "{why}"
+    );
+}
+
+/// The time budget is the fuel: the slowest templates found within the
+/// budget (a 4 KiB template concatenating 300 ranges, uppercased at each
+/// step of a loop; a loop asking a range's last item) stop in milliseconds
+/// (about 150 ms and 15 ms in a debug build, a tenth of it optimised).
+#[test]
+fn the_slowest_templates_within_the_budget_stop_in_milliseconds() {
+    let cat = (0..300)
+        .map(|_| "range(100)")
+        .collect::<Vec<_>>()
+        .join(" ~ ");
+    let slow = [
+        format!(
+            "{{% for i in range(100) %}}{{% for j in range(100) %}}{{% if ({cat})|upper|length > 0 %}}{{% endif %}}{{% endfor %}}{{% endfor %}}"
+        ),
+        "{% for i in range(100) %}{% for j in range(100) %}{% if range(100)|last > 0 %}{% endif %}{% endfor %}{% endfor %}".to_string(),
+    ];
+    for t in &slow {
+        assert!(t.len() <= payload::MAX_TEMPLATE_BYTES, "{}", t.len());
+        let started = std::time::Instant::now();
+        let (_, p) = Message::new(plan(), notice(Trigger::Promoted), Some(t), None);
+        let took = started.elapsed();
+        assert!(
+            p.as_deref()
+                .is_some_and(|p| p.contains("more than 10000 template instructions")),
+            "{p:?}"
+        );
+        assert!(took < std::time::Duration::from_secs(2), "took {took:?}");
     }
 }

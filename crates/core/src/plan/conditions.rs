@@ -203,6 +203,7 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
         ),
         phase => cond(RECONCILING, false, R::from(phase), msg.clone()),
     };
+    let policy_hold = facts.policy_hold(s.phase);
     let stalled = if halted {
         cond(
             STALLED,
@@ -210,6 +211,10 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
             R::RolloutHalted,
             failure.clone().unwrap_or_default(),
         )
+    } else if let Some(text) = policy_hold {
+        // Waits for an administrator, not for a pod: Stalled, and it goes
+        // on by itself once the policy allows it (the watch wakes the plan).
+        cond(STALLED, true, R::GatePolicyRefused, text)
     } else if s.phase == Phase::RolledBack {
         let text = match (&failure, &s.stable_revision) {
             (Some(f), Some(_)) => {
@@ -295,6 +300,9 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
         Phase::RollingOut if inconclusive.is_some() => {
             cond(PROGRESSING, true, R::GateInconclusive, msg.clone())
         }
+        Phase::RollingOut if policy_hold.is_some() => {
+            cond(PROGRESSING, true, R::GatePolicyRefused, msg.clone())
+        }
         Phase::RollingOut if paused => cond(PROGRESSING, true, R::Paused, msg.clone()),
         Phase::RollingOut => cond(PROGRESSING, true, R::RollingOut, msg.clone()),
         Phase::Stable => cond(PROGRESSING, false, R::Stable, msg.clone()),
@@ -317,6 +325,9 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
     };
     let paused_cond = if let Some(text) = inconclusive {
         cond(PAUSED, true, R::GateInconclusive, text)
+    } else if let Some(text) = policy_hold.filter(|_| s.phase == Phase::RollingOut) {
+        // Held by the administrator's policy until it allows the gate.
+        cond(PAUSED, true, R::GatePolicyRefused, text)
     } else if paused {
         let why = if s.pause_requested {
             R::PauseRequested
@@ -348,9 +359,17 @@ pub fn compute(obs: &Observation, s: &ReleasePlanStatus, facts: &Facts) -> Vec<C
         }
         progressing = cond(PROGRESSING, true, reason, text);
     }
+    // Conditions of a plan held by the policy were judged on this
+    // generation, even where status keeps its observed generation (a Stable
+    // plan whose new revision does not start): `wait` reads them so.
+    let generation = if policy_hold.is_some() {
+        Some(obs.generation)
+    } else {
+        s.observed_generation
+    };
     finish(
         obs,
-        s.observed_generation,
+        generation,
         vec![
             ready,
             reconciling,

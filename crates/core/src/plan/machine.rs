@@ -95,6 +95,11 @@ pub struct Facts {
     /// A release window or freeze holds what would come next (a rollout's
     /// start or its next step); never set for what is never held.
     pub held: Option<Hold>,
+    /// The administrator's policy refuses a gate or route of the plan (see
+    /// `plan::policy`), or refused a gate of the step when it was called:
+    /// what, and what would allow it. A release does not start and a
+    /// rollout does not advance; neither is ever rolled back for it.
+    pub refused: Option<String>,
 }
 
 impl Facts {
@@ -160,6 +165,10 @@ impl Facts {
             step,
             steps,
             held: None,
+            refused: target
+                .policy_blocks
+                .first()
+                .map(super::policy::PolicyBlock::message),
         };
         match s.phase {
             Phase::RollingOut => {
@@ -172,6 +181,20 @@ impl Facts {
                         let why = g.message.unwrap_or_else(|| "inconclusive".into());
                         (g.name, why)
                     });
+                // The operator's own address rules are only known when the
+                // call is made: the runner records that refusal in the gate.
+                if facts.refused.is_none() {
+                    facts.refused = super::step_gates(obs, target)
+                        .into_iter()
+                        .find(|g| !g.dry_run && crate::gates::is_refused(g))
+                        .map(|g| {
+                            format!(
+                                "gate {}: {}",
+                                g.name,
+                                g.message.as_deref().unwrap_or_default()
+                            )
+                        });
+                }
             }
             Phase::RollbackInProgress => {
                 facts.rollback_complete = desired::rollback_complete(obs, target, s);
@@ -197,6 +220,22 @@ impl Facts {
             }
             Phase::Pending | Phase::RollbackInProgress => false,
         }
+    }
+
+    /// What the policy's refusal holds in a plan at `phase` (the phase the
+    /// machine left it in), for conditions, the message and the Event: a
+    /// release that would start (a first release, a new revision, a new
+    /// generation after a rollback) or a rollout under way (not halted: its
+    /// failure says more). `None` when it holds nothing.
+    pub fn policy_hold(&self, phase: Phase) -> Option<&str> {
+        let holds = match phase {
+            Phase::Pending => true,
+            Phase::RollingOut => !self.halted,
+            Phase::Stable => self.revision_changed,
+            Phase::RolledBack => self.new_generation || self.request == Some(Action::Retry),
+            Phase::RollbackInProgress => false,
+        };
+        self.refused.as_deref().filter(|_| holds && !self.deleting)
     }
 
     /// A hold is in force and no `promote --override-window` lifts it for
@@ -325,7 +364,9 @@ impl Planner {
     }
 
     fn pending(&mut self, f: &Facts) -> Outcome<Phase> {
-        if f.deleting {
+        if f.deleting || f.refused.is_some() {
+            // A release whose gates or routes the policy refuses does not
+            // start: nothing is created until the policy allows them.
             return Handled;
         }
         self.go(Phase::RollingOut, Cause::Start { superseded: false })
@@ -361,10 +402,12 @@ impl Planner {
         if f.deleting || f.request == Some(Action::Abort) {
             return Super;
         }
-        if f.revision_changed {
+        // A newer revision the policy refuses does not replace this
+        // rollout: this one holds (below) until the policy allows it.
+        if f.revision_changed && f.refused.is_none() {
             return self.go(Phase::RollingOut, Cause::Start { superseded: true });
         }
-        if f.new_generation {
+        if f.new_generation && !f.revision_changed {
             return self.set(Cause::AcceptGeneration);
         }
         if f.halted {
@@ -381,6 +424,11 @@ impl Planner {
                 );
             }
             return self.set(Cause::Halted(failure.clone()));
+        }
+        if f.refused.is_some() {
+            // Configuration, not a verdict: hold, never roll back. Pod
+            // failures above still roll back; abort and deletion still work.
+            return Handled;
         }
         let at_final = f.current == CurrentStep::Final;
         if f.awaiting.is_some() {
@@ -443,7 +491,7 @@ impl Planner {
             return Handled;
         }
         if f.new_generation || f.request == Some(Action::Retry) {
-            if f.held_back() {
+            if f.held_back() || f.refused.is_some() {
                 return Handled;
             }
             return self.go(Phase::RollingOut, Cause::Start { superseded: false });
@@ -456,8 +504,9 @@ impl Planner {
             return Handled;
         }
         if f.revision_changed {
-            if f.held_back() {
-                // The new revision waits for a window; the stable one serves.
+            if f.held_back() || f.refused.is_some() {
+                // The new revision waits for a window or for the policy;
+                // the stable one serves.
                 return Handled;
             }
             return self.go(Phase::RollingOut, Cause::Start { superseded: false });

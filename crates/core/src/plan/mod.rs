@@ -20,6 +20,7 @@ pub mod desired;
 pub mod machine;
 pub mod observation;
 pub mod order;
+pub mod policy;
 pub mod reasons;
 pub mod replicas;
 pub mod request;
@@ -193,6 +194,15 @@ pub fn decide(obs: &Observation, templates: &Templates) -> Decision {
     let facts = machine::Facts::gather(obs, target);
     let (phase, cause) = machine::run(obs.status.phase, &facts);
     let mut status = apply_cause(obs, target, &facts, phase, &cause);
+    // A generation the policy holds was judged: observed, so that kstatus,
+    // Argo CD and `wait` report its Stalled condition, not "not reconciled
+    // yet". Only where no consumer reads the observed generation as done:
+    // a Stable or RolledBack plan keeps its own (its conditions still carry
+    // the generation they were judged on, see `conditions::compute`), and
+    // there a new generation is what starts the next release.
+    if matches!(phase, Phase::Pending | Phase::RollingOut) && facts.policy_hold(phase).is_some() {
+        status.observed_generation = Some(obs.generation);
+    }
     let (deployments, delete) = desired::intents(obs, target, &status, templates);
     status.components = desired::component_status(obs, target, &status, &deployments);
     let carried: Vec<&crate::api::config::CarriedConfig> =
@@ -253,7 +263,18 @@ pub fn decide(obs: &Observation, templates: &Templates) -> Decision {
         let msg = status.message.take().unwrap_or_default();
         status.message = Some(format!("{msg}; {text}"));
     }
+    if let Some(text) = facts.policy_hold(status.phase) {
+        let msg = status.message.take().unwrap_or_default();
+        status.message = Some(if status.phase == Phase::RollingOut {
+            format!(
+                "{text}; the rollout holds until the policy allows it (never rolled back for it); {msg}"
+            )
+        } else {
+            format!("{text}; the release does not start until the policy allows it")
+        });
+    }
     status.conditions = conditions::compute(obs, &status, &facts);
+    events.extend(policy_event(obs, &facts, &status));
     events.extend(windows::held_event(&obs.status, &status));
     let adopted = adopt::condition(obs, &status).map(|(ok, reason, message)| {
         conditions::one(
@@ -471,6 +492,31 @@ fn invalid_request(obs: &Observation, status: &mut ReleasePlanStatus) -> Option<
         type_: EventType::Warning,
         reason: EventReason::InvalidRequest,
         message: bad.message.clone(),
+    })
+}
+
+/// A Warning when the policy's refusal starts holding the plan, or says
+/// something new: once, not at every reconcile (the persisted `Stalled`
+/// condition already says it).
+fn policy_event(
+    obs: &Observation,
+    facts: &machine::Facts,
+    status: &ReleasePlanStatus,
+) -> Option<EventIntent> {
+    let text = facts.policy_hold(status.phase)?;
+    let said = obs.status.conditions.iter().any(|c| {
+        c.type_ == conditions::STALLED
+            && c.reason == reasons::ConditionReason::GatePolicyRefused.as_str()
+            && c.message == text
+    });
+    (!said).then(|| EventIntent {
+        type_: EventType::Warning,
+        reason: EventReason::GatePolicyRefused,
+        message: if status.phase == Phase::RollingOut {
+            format!("{text}; the rollout holds (it is not rolled back for this)")
+        } else {
+            format!("{text}; the release does not start until the policy allows it")
+        },
     })
 }
 

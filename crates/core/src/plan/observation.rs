@@ -92,6 +92,9 @@ pub struct Target {
     pub windows: Vec<super::windows::Window>,
     /// The ReleaseFreezes that select the plan ([`Target::with_freezes`]).
     pub freezes: Vec<super::windows::Freeze>,
+    /// Gates and routes the administrator's GatePolicy refuses
+    /// ([`Target::with_policy`]): the release does not start, or holds.
+    pub policy_blocks: Vec<super::policy::PolicyBlock>,
 }
 
 impl Target {
@@ -179,6 +182,7 @@ impl Target {
             config_missing: Vec::new(),
             windows: super::windows::parse(&spec.strategy.windows)?,
             freezes: Vec::new(),
+            policy_blocks: Vec::new(),
         })
     }
 
@@ -295,6 +299,20 @@ impl Target {
     #[must_use]
     pub fn with_freezes(mut self, freezes: Vec<super::windows::Freeze>) -> Target {
         self.freezes = freezes;
+        self
+    }
+
+    /// Judges the plan's gates (template gates included: call it after
+    /// [`Target::with_templates`]) and the routes of its `components` (as
+    /// written in the spec) against the GatePolicy that governs its
+    /// namespace, as the controller's caches hold it ([`super::policy`]).
+    #[must_use]
+    pub fn with_policy(
+        mut self,
+        components: &[crate::api::Component],
+        policy: &crate::gates::policy::NamespacePolicy,
+    ) -> Target {
+        self.policy_blocks = super::policy::blocks(&self, components, policy);
         self
     }
 

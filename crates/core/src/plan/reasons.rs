@@ -111,6 +111,10 @@ reasons! {
         /// A notification receiver keeps failing, or the plan's notification
         /// settings cannot be used (docs/notifications.md).
         NotificationFailed,
+        /// The administrator's GatePolicy (or the operator's own address
+        /// rules) refuses a gate or route of the plan: the release does not
+        /// start, or holds, until the policy allows it; never a rollback.
+        GatePolicyRefused,
     }
 }
 
@@ -185,6 +189,10 @@ reasons! {
         OutsideReleaseWindow,
         /// A ReleaseFreeze holds the plan (`Progressing`, True).
         ReleaseFrozen,
+        /// The administrator's GatePolicy refuses a gate or route of the
+        /// plan: the release does not start, or a running one holds, until
+        /// the policy allows it (`Stalled`, True).
+        GatePolicyRefused,
     }
 }
 

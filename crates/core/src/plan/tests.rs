@@ -110,6 +110,12 @@ struct Sim {
     adopted: Option<adopt::AdoptedObs>,
     /// The ReleaseFreezes that select the plan.
     freezes: Vec<windows::Freeze>,
+    /// The GatePolicy that governs the namespace, as the controller's caches
+    /// hold it (`None`: the target is not judged against one).
+    policy: Option<crate::gates::policy::NamespacePolicy>,
+    /// Gates whose calls the runner found refused by the operator's own
+    /// address rules (recorded as `Refused`, not passed).
+    refused_calls: BTreeSet<String>,
 }
 
 impl Sim {
@@ -139,6 +145,8 @@ impl Sim {
             revision_config: BTreeMap::new(),
             adopted: None,
             freezes: Vec::new(),
+            policy: None,
+            refused_calls: BTreeSet::new(),
         }
     }
 
@@ -162,6 +170,10 @@ impl Sim {
     fn target(&self) -> (Result<Target, SpecError>, crate::plan::Templates) {
         match Target::from_spec(&self.spec) {
             Ok(t) => {
+                let t = match &self.policy {
+                    Some(p) => t.with_policy(&self.spec.components, p),
+                    None => t,
+                };
                 let (t, templates) = t
                     .with_freezes(self.freezes.clone())
                     .with_scales(&self.scale_obs())
@@ -253,10 +265,18 @@ impl Sim {
             .map(|t| t.gates)
             .unwrap_or_default()
             .into_iter()
-            .map(|g| GateStatus {
-                name: g.name().to_string(),
-                verdict: Verdict::Passed,
-                ..Default::default()
+            .map(|g| {
+                if self.refused_calls.contains(g.name()) {
+                    let refused = crate::gates::GateResult::Refused {
+                        reason: format!("webhook at {} not called: host is not in the operator's --gate-allow-hosts", g.name()),
+                    };
+                    return crate::gates::record(None, g.name(), &refused, 0, 0, self.now);
+                }
+                GateStatus {
+                    name: g.name().to_string(),
+                    verdict: Verdict::Passed,
+                    ..Default::default()
+                }
             })
             .collect();
         Observation {
@@ -2517,6 +2537,8 @@ mod gate_trials;
 mod notify_tests;
 #[path = "order_tests.rs"]
 mod order_tests;
+#[path = "policy_tests.rs"]
+mod policy_sim;
 #[path = "window_tests.rs"]
 mod window_sim;
 
