@@ -64,6 +64,18 @@ pub enum Http2 {
 /// flight, and they would otherwise stay open for good.
 const HTTP1_IDLE: Duration = Duration::from_secs(90);
 
+/// kube's retries of a 429, 503 or 504 answer, made short: they are silent
+/// (inside the request layer that logs and counts), and kube's own policy
+/// (`RetryPolicy::server_retry`: 15 tries, 5 ms doubling up to 1000 s, with
+/// jitter) could hold one request for minutes. Five tries from 100 ms,
+/// doubling up to 2 s: a few seconds at most, then the answer is the
+/// caller's (retried with backoff, logged, counted), well inside the request
+/// deadline (`ops::deadline`).
+fn retry_policy() -> RetryPolicy {
+    RetryPolicy::new(Duration::from_millis(100), Duration::from_secs(2), 5, true)
+        .unwrap_or_else(|_| RetryPolicy::server_retry())
+}
+
 /// A client builder for `config` that speaks HTTP/2 to a server offering
 /// it over TLS (unless `protocol` is [`Http2::Off`]), and HTTP/1.1 otherwise.
 ///
@@ -125,7 +137,7 @@ pub fn builder(config: Config, protocol: Http2) -> Result<ClientBuilder<Stack>, 
         .option_layer(
             config
                 .default_retry
-                .then(|| RetryLayer::new(RetryPolicy::server_retry())),
+                .then(|| RetryLayer::new(retry_policy())),
         )
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
@@ -383,5 +395,58 @@ mod tests {
     #[tokio::test]
     async fn a_lost_answer_fails_at_the_deadline_over_http1() {
         a_lost_answer_fails_at_the_deadline(Http2::Off).await;
+    }
+
+    /// A server answering 503 to everything: its answer reaches the caller
+    /// within seconds (kube's own policy retried silently for minutes).
+    #[tokio::test]
+    async fn a_server_answering_503_is_retried_for_seconds_not_minutes() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let tries = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&tries);
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let tries = Arc::clone(&counted);
+                tokio::spawn(async move {
+                    let service =
+                        hyper::service::service_fn(move |_: Request<hyper::body::Incoming>| {
+                            tries.fetch_add(1, Ordering::SeqCst);
+                            async {
+                                Ok::<_, std::convert::Infallible>(
+                                    Response::builder()
+                                        .status(503)
+                                        .body(http_body_util::Full::new(
+                                            hyper::body::Bytes::from_static(b"{}"),
+                                        ))
+                                        .unwrap(),
+                                )
+                            }
+                        });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                        .await;
+                });
+            }
+        });
+        let client = builder(Config::new(url.parse().unwrap()), Http2::Off)
+            .unwrap()
+            .build();
+        let started = std::time::Instant::now();
+        let req = Request::get("/version").body(Vec::new()).unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(60), client.request_text(req))
+            .await
+            .expect("still retrying after 60 s");
+        assert!(answer.is_err(), "{answer:?}");
+        assert_eq!(
+            tries.load(Ordering::SeqCst),
+            6,
+            "the first try and five more"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }
