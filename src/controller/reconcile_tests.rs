@@ -438,11 +438,17 @@ fn landed(log: &Log) -> Arc<ReleasePlan> {
 /// A fake whose status writes get no answer until the flag is set; the
 /// other writes are answered.
 fn status_answers_lost() -> (Client, Log, Arc<std::sync::atomic::AtomicBool>) {
+    status_answers(|| Reply::NoAnswer)
+}
+
+/// A fake whose status writes get `reply` until the flag is set; the other
+/// writes are answered.
+fn status_answers(reply: fn() -> Reply) -> (Client, Log, Arc<std::sync::atomic::AtomicBool>) {
     let answer_status = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let answer = Arc::clone(&answer_status);
     let (client, log) = fake(move |seen| {
         if seen.is("PUT", "/status") && !answer.load(std::sync::atomic::Ordering::Relaxed) {
-            Reply::NoAnswer
+            reply()
         } else {
             happy(seen)
         }
@@ -523,16 +529,7 @@ async fn a_landed_write_is_confirmed_even_after_later_retries_lost_their_answers
 
 /// A fake whose status writes are never answered until the flag is set.
 fn status_answers_hang() -> (Client, Log, Arc<std::sync::atomic::AtomicBool>) {
-    let answer_status = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let answer = Arc::clone(&answer_status);
-    let (client, log) = fake(move |seen| {
-        if seen.is("PUT", "/status") && !answer.load(std::sync::atomic::Ordering::Relaxed) {
-            Reply::Hang
-        } else {
-            happy(seen)
-        }
-    });
-    (client, log, answer_status)
+    status_answers(|| Reply::Hang)
 }
 
 #[tokio::test]

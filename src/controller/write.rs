@@ -120,25 +120,25 @@ pub(crate) async fn status(
     let mut landed = None;
     if plan.status.as_ref() != Some(&decision.status) {
         let plans: Api<ReleasePlan> = Api::namespaced(ctx.client.clone(), &seen.ns);
-        // Kept as unanswered before it is sent, and dropped once an answer
-        // says it did not land: a reconcile given up at its deadline in the
-        // middle of the write (the future dropped, no answer ever read)
-        // still has its transition confirmed, and its Events published
-        // once, by the next read.
-        ctx.memory.with(&seen.key, |m| {
-            m.unanswered(Unconfirmed {
-                base_version: plan.resource_version(),
-                before: before.clone(),
-                decision: decision.clone(),
-            });
-        });
-        // This write's own entry: the last (one reconcile of a plan at a time).
-        let did_not_land = || {
-            ctx.memory.with(&seen.key, |m| {
-                m.unconfirmed.pop();
-            });
+        // Kept as unanswered unless an answer says whether it landed, also
+        // when the write is cut off (the reconcile given up at its deadline,
+        // the future dropped): the next read then confirms its transition,
+        // and its Events are published once.
+        let mut unanswered = Unanswered {
+            ctx,
+            key: &seen.key,
+            plan,
+            before,
+            decision,
+            answered: false,
         };
-        match write_status(&plans, plan, &decision.status).await {
+        let result = write_status(&plans, plan, &decision.status).await;
+        unanswered.answered = match &result {
+            Err(Error::Kube(e)) => !may_have_landed(e),
+            _ => true,
+        };
+        drop(unanswered);
+        match result {
             Ok(Some(written)) => {
                 // Written on the version an unanswered write was made on: that
                 // one did not land (it would have made this one conflict).
@@ -146,7 +146,7 @@ pub(crate) async fn status(
                 ctx.remember(&written);
                 landed = Some(written);
             }
-            Ok(None) => did_not_land(),
+            Ok(None) => {}
             Err(Error::Kube(e)) if may_have_landed(&e) => {
                 // No answer: the transition may be written. Its Events and
                 // metrics wait for a read that says so.
@@ -154,7 +154,6 @@ pub(crate) async fn status(
                 return Err(Error::Kube(e));
             }
             Err(e @ Error::Conflict(_)) => {
-                did_not_land();
                 // Decided on a stale object: read it fresh, so the retry does not
                 // conflict again (after an API server restart the cache may lag
                 // for many seconds), and drop this decision's events.
@@ -163,10 +162,7 @@ pub(crate) async fn status(
                 }
                 return Err(e);
             }
-            Err(e) => {
-                did_not_land();
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         }
         ctx.metrics.write("status");
     }
@@ -177,4 +173,32 @@ pub(crate) async fn status(
     }
     record_metrics(ctx, &metrics_key(plan), before, decision);
     Ok(landed)
+}
+
+/// A status write in flight: unless it is marked answered, dropping it keeps
+/// its transition as unanswered ([`confirm_unanswered`]). A drop guard, so
+/// that a write cut off by the reconcile's deadline is kept too, and the
+/// decision is copied only when no answer came.
+struct Unanswered<'a> {
+    ctx: &'a Context,
+    key: &'a ObjectRef<ReleasePlan>,
+    plan: &'a ReleasePlan,
+    before: &'a ReleasePlanStatus,
+    decision: &'a Decision,
+    answered: bool,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        self.ctx.memory.with(self.key, |m| {
+            m.unanswered(Unconfirmed {
+                base_version: self.plan.resource_version(),
+                before: self.before.clone(),
+                decision: self.decision.clone(),
+            });
+        });
+    }
 }

@@ -38,10 +38,8 @@ pub struct RequestDeadlineExceeded(pub Duration);
 /// Whether a request streams for as long as it is open (a watch, a followed
 /// log): those have no deadline.
 pub fn is_long_running(uri: &http::Uri) -> bool {
-    uri.query().is_some_and(|q| {
-        q.split('&')
-            .any(|kv| matches!(kv, "watch=true" | "watch=1" | "follow=true" | "follow=1"))
-    })
+    crate::ops::requests::is_watch(uri)
+        || crate::ops::requests::query_has(uri, &["follow=true", "follow=1"])
 }
 
 /// Gives up on each request after `after`: on the headers of its answer

@@ -186,8 +186,8 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let bounded = req.uri().path().contains("/leases")
-            && !req.uri().query().is_some_and(|q| q.contains("watch=true"));
+        let bounded =
+            req.uri().path().contains("/leases") && !crate::ops::requests::is_watch(req.uri());
         let renewal = (bounded && req.method() == http::Method::PATCH)
             .then(|| req.uri().path().rsplit_once("/leases/"))
             .flatten()

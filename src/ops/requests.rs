@@ -165,10 +165,19 @@ pub fn classify(method: &http::Method, uri: &http::Uri) -> (&'static str, String
 }
 
 /// The API server's verb for `method` on a named object or a collection.
+/// Whether a request is a watch (`watch=true` or `watch=1` in its query).
+pub fn is_watch(uri: &http::Uri) -> bool {
+    query_has(uri, &["watch=true", "watch=1"])
+}
+
+/// Whether the query of `uri` has one of `pairs` (`key=value`).
+pub(crate) fn query_has(uri: &http::Uri, pairs: &[&str]) -> bool {
+    uri.query()
+        .is_some_and(|q| q.split('&').any(|kv| pairs.contains(&kv)))
+}
+
 fn verb(method: &http::Method, uri: &http::Uri, named: bool) -> &'static str {
-    let watch = uri
-        .query()
-        .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
+    let watch = is_watch(uri);
     match *method {
         http::Method::GET if watch => "watch",
         http::Method::GET if named => "get",

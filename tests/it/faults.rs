@@ -359,8 +359,9 @@ async fn settles(
     .is_ok()
 }
 
-#[tokio::test]
-async fn plans_end_right_under_random_network_faults() {
+/// The faults' seed (`RP_FAULT_SEED`, else the clock) and window
+/// (`RP_FAULT_SECONDS`, else `default`).
+fn seed_and_window(default: Duration) -> (u64, Duration) {
     let seed = std::env::var("RP_FAULT_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -370,12 +371,16 @@ async fn plans_end_right_under_random_network_faults() {
                 .unwrap()
                 .as_nanos() as u64
         });
-    let window = Duration::from_secs(
-        std::env::var("RP_FAULT_SECONDS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(120),
-    );
+    let window = std::env::var("RP_FAULT_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(default, Duration::from_secs);
+    (seed, window)
+}
+
+#[tokio::test]
+async fn plans_end_right_under_random_network_faults() {
+    let (seed, window) = seed_and_window(Duration::from_secs(120));
     println!("fault seed {seed} (replay: RP_FAULT_SEED={seed}), window {window:?}");
 
     let h = Harness::new("faults").await;
@@ -889,21 +894,7 @@ const LOST_STUCK_AFTER: u64 = 8;
 /// Without deadlines, a write whose answer was lost on a connection that
 /// stayed up left its reconcile, and so its plan, waiting for good.
 async fn lost_answers_never_stall_a_plan(http2: bool) {
-    let seed = std::env::var("RP_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    let window = Duration::from_secs(
-        std::env::var("RP_FAULT_SECONDS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(60),
-    );
+    let (seed, window) = seed_and_window(Duration::from_secs(60));
     println!("fault seed {seed} (replay: RP_FAULT_SEED={seed}), window {window:?}, http2 {http2}");
 
     let h = Harness::new(if http2 { "lost2" } else { "lost1" }).await;

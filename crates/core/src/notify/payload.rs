@@ -203,50 +203,50 @@ pub fn check_budget(text: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Where a tag's body ends: the first `close` outside a string literal.
-fn tag_end(body: &str, close: &str) -> Option<usize> {
-    let mut quote = None;
-    let mut escaped = false;
-    for (i, c) in body.char_indices() {
-        match quote {
+/// Where a scan of a tag's body is: inside a string literal (its quote, and
+/// whether the last character escaped the next) or not.
+#[derive(Default)]
+struct Literals {
+    quote: Option<char>,
+    escaped: bool,
+}
+
+impl Literals {
+    /// Takes the next character; whether it is code (outside a string
+    /// literal and not one of its quotes).
+    fn code(&mut self, c: char) -> bool {
+        match self.quote {
             Some(q) => {
-                if escaped {
-                    escaped = false;
+                if self.escaped {
+                    self.escaped = false;
                 } else if c == '\\' {
-                    escaped = true;
+                    self.escaped = true;
                 } else if c == q {
-                    quote = None;
+                    self.quote = None;
                 }
+                false
             }
-            None if c == '"' || c == '\'' => quote = Some(c),
-            None if body[i..].starts_with(close) => return Some(i),
-            None => {}
+            None if c == '"' || c == '\'' => {
+                self.quote = Some(c);
+                false
+            }
+            None => true,
         }
     }
-    None
+}
+
+/// Where a tag's body ends: the first `close` outside a string literal.
+fn tag_end(body: &str, close: &str) -> Option<usize> {
+    let mut literals = Literals::default();
+    body.char_indices()
+        .find(|&(i, c)| literals.code(c) && body[i..].starts_with(close))
+        .map(|(i, _)| i)
 }
 
 /// The characters of a tag's body outside string literals.
 fn outside_strings(body: &str) -> impl Iterator<Item = char> + '_ {
-    let mut quote = None;
-    let mut escaped = false;
-    body.chars().filter(move |&c| match quote {
-        Some(q) => {
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == q {
-                quote = None;
-            }
-            false
-        }
-        None if c == '"' || c == '\'' => {
-            quote = Some(c);
-            false
-        }
-        None => true,
-    })
+    let mut literals = Literals::default();
+    body.chars().filter(move |&c| literals.code(c))
 }
 
 /// Whether a template is within the budget and compiles; the error says
