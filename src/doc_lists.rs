@@ -421,6 +421,7 @@ fn api_conditions_table_names_every_condition_reason_and_no_other() {
         ROLLBACK_IN_PROGRESS,
         PAUSED,
         ADOPTED,
+        crate::plan::config::CONFIG_VERSIONED,
     ];
     let known: BTreeSet<&str> = reasons
         .iter()

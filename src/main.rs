@@ -133,6 +133,18 @@ struct Args {
     /// live, as a plain Deployment does.
     #[arg(long, env = "RELEASEPLAN_CONFIG_VERSIONING", default_value_t = true, action = clap::ArgAction::Set)]
     config_versioning: bool,
+    /// Namespaces where config versioning may read and copy ConfigMaps and
+    /// Secrets, comma-separated; `*` for every namespace the operator watches.
+    /// Empty: none (config is read live, and plans that reference config say
+    /// so in their ConfigVersioned condition). The RBAC must grant the same:
+    /// the chart's config.namespaces renders both.
+    #[arg(
+        long,
+        env = "RELEASEPLAN_CONFIG_NAMESPACES",
+        value_delimiter = ',',
+        value_parser = releaseplan::controller::config_cache::ConfigNamespaces::parse_entry
+    )]
+    config_namespaces: Vec<String>,
     /// Pod Security Standard level of the Job gates tenants write (in plans and
     /// GateTemplates): restricted (fields left unset get the restricted values),
     /// baseline or privileged (no check). ClusterGateTemplates are not held to it.
@@ -351,6 +363,9 @@ async fn run(args: Args) -> Result<(), MainError> {
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
             .unwrap_or_else(|| "default".into()),
         config_versioning: args.config_versioning,
+        config_namespaces: releaseplan::controller::config_cache::ConfigNamespaces::from_list(
+            &args.config_namespaces,
+        ),
         gate_policy: args.gate_policy,
         job_pod_security: args.gate_job_pod_security,
         shard: None,

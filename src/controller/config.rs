@@ -3,7 +3,7 @@
 //! copies to write and prune. Decides nothing: [`crate::plan::config`] does.
 
 use super::FIELD_MANAGER;
-use super::config_cache::obs;
+use super::config_cache::{Access, obs};
 use super::context::Context;
 use super::error::{Error, refusal_of};
 use super::index::plan_objects;
@@ -32,26 +32,35 @@ pub(crate) fn observe(
     owned: &[Arc<CachedDeployment>],
     stored: &[Arc<CachedRevision>],
 ) -> ConfigObservation {
-    if !ctx.config.enabled {
-        return ConfigObservation {
-            disabled: true,
-            ..ConfigObservation::default()
-        };
-    }
+    let config = match ctx.config.of(ns) {
+        Access::Granted(c) => c,
+        Access::Off => {
+            return ConfigObservation {
+                disabled: true,
+                ..ConfigObservation::default()
+            };
+        }
+        Access::Denied => {
+            return ConfigObservation {
+                denied: true,
+                ..ConfigObservation::default()
+            };
+        }
+    };
     let name = plan.name_any();
     let uid = plan.uid().unwrap_or_default();
     let mut objects = BTreeMap::new();
     for c in &plan.spec.components {
         for (kind, n) in references(&c.template) {
-            if let Some(o) = ctx.config.get(ns, kind, &n) {
+            if let Some(o) = config.get(ns, kind, &n) {
                 objects.insert((kind, n), o);
             }
         }
     }
-    for o in plan_objects(&ctx.config.map_copies, ns, &name, &uid) {
+    for o in plan_objects(&config.map_copies, ns, &name, &uid) {
         objects.insert((ConfigKind::ConfigMap, o.name_any()), obs(&o, Some(&name)));
     }
-    for o in plan_objects(&ctx.config.secret_copies, ns, &name, &uid) {
+    for o in plan_objects(&config.secret_copies, ns, &name, &uid) {
         objects.insert((ConfigKind::Secret, o.name_any()), obs(&o, Some(&name)));
     }
     // Copies created but not cached yet: as they were created.
@@ -75,6 +84,7 @@ pub(crate) fn observe(
         objects,
         in_use,
         disabled: false,
+        denied: false,
     }
 }
 

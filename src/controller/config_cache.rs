@@ -14,7 +14,125 @@ use futures::{Stream, StreamExt};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
+use k8s_openapi::api::core::v1::Secret;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Where the operator may read and copy ConfigMaps and Secrets
+/// (`--config-namespaces`): the access the chart's RBAC grants, told to the
+/// operator, so it watches only where it may and tells plans elsewhere why
+/// their config is not versioned (docs/decisions.md, "Config access by
+/// namespace").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigNamespaces {
+    /// Every namespace the operator watches (`*`: cluster-wide access).
+    All,
+    /// Only these; none: config is versioned nowhere.
+    Only(BTreeSet<String>),
+}
+
+impl ConfigNamespaces {
+    /// From the flag's list: `*` anywhere in it means every namespace.
+    pub fn from_list(list: &[String]) -> Self {
+        if list.iter().any(|n| n == "*") {
+            ConfigNamespaces::All
+        } else {
+            ConfigNamespaces::Only(list.iter().filter(|n| !n.is_empty()).cloned().collect())
+        }
+    }
+
+    /// One entry of `--config-namespaces`: `*` or a namespace name.
+    pub fn parse_entry(s: &str) -> Result<String, String> {
+        let s = s.trim();
+        let label = !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-');
+        if s == "*" || s.is_empty() || label {
+            Ok(s.to_string())
+        } else {
+            Err(format!(
+                "{s:?} is neither \"*\" nor a namespace name (lower-case letters, digits and '-', at most 63)"
+            ))
+        }
+    }
+}
+
+/// What the operator may do with config in one namespace.
+pub(crate) enum Access<'a> {
+    /// Config versioning is off (`--config-versioning=false`).
+    Off,
+    /// Not granted here (`--config-namespaces` does not name the namespace),
+    /// or granted but the API server refuses the watch (RBAC missing).
+    Denied,
+    /// Watched: its caches.
+    Granted(&'a ConfigCaches),
+}
+
+/// The config caches of every namespace where the operator may read config.
+#[derive(Clone)]
+pub struct ConfigScope {
+    versioning: bool,
+    /// By namespace; `None`: one watch of every watched namespace (`*`).
+    watched: BTreeMap<Option<String>, ConfigCaches>,
+}
+
+impl ConfigScope {
+    /// Config versioning off: every reference is read live.
+    pub fn off() -> Self {
+        ConfigScope {
+            versioning: false,
+            watched: BTreeMap::new(),
+        }
+    }
+
+    /// What the operator may do with config in `ns`.
+    pub(crate) fn of(&self, ns: &str) -> Access<'_> {
+        if !self.versioning {
+            return Access::Off;
+        }
+        match self
+            .watched
+            .get(&None)
+            .or_else(|| self.watched.get(&Some(ns.to_string())))
+        {
+            Some(c) if !c.forbidden.load(Ordering::Relaxed) => Access::Granted(c),
+            _ => Access::Denied,
+        }
+    }
+
+    /// Whether the operator may copy config in `ns`: config versioning is
+    /// on and it is granted there.
+    pub(crate) fn may_copy(&self, ns: &str) -> bool {
+        matches!(self.of(ns), Access::Granted(_))
+    }
+
+    /// Whether config versioning is on.
+    pub fn enabled(&self) -> bool {
+        self.versioning
+    }
+
+    /// Whether every watch has its first list, or is refused (a namespace
+    /// whose RBAC is missing must not hold every other plan).
+    pub fn synced(&self) -> bool {
+        self.watched
+            .values()
+            .all(|c| c.synced() || c.forbidden.load(Ordering::Relaxed))
+    }
+
+    /// Objects of `kind` cached, in every namespace.
+    pub fn len(&self, kind: ConfigKind) -> usize {
+        self.watched.values().map(|c| c.len(kind)).sum()
+    }
+
+    /// Estimated bytes of the cached objects of `kind`, in every namespace.
+    pub fn footprint(&self, kind: ConfigKind) -> usize {
+        self.watched.values().map(|c| c.footprint(kind)).sum()
+    }
+}
 
 /// The caches of ConfigMaps and Secrets: every object by name (the sources a
 /// template names), and the plans' copies by plan.
@@ -28,26 +146,31 @@ pub struct ConfigCaches {
     pub map_copies: PlanCache<CachedConfigMap>,
     /// The copies made for plans, by plan.
     pub secret_copies: PlanCache<CachedSecret>,
-    /// Config versioning is on (`--config-versioning`).
-    pub enabled: bool,
+    /// The template gates' copies (Secrets too: the same access).
+    pub template_copies: PlanCache<Secret>,
+    /// The API server refuses the watch (403): the operator was told it may
+    /// read config here, but RBAC does not grant it. Cleared when a watch
+    /// answers again.
+    forbidden: Arc<AtomicBool>,
 }
 
 impl ConfigCaches {
-    /// Caches with nothing watched: config versioning is off, and every
-    /// reference is read live.
+    /// Caches with nothing watched, synced (for tests).
+    #[cfg(test)]
     pub fn empty() -> Self {
         ConfigCaches {
             maps: reflector::store().0,
             secrets: reflector::store().0,
             map_copies: PlanCache::empty(),
             secret_copies: PlanCache::empty(),
-            enabled: false,
+            template_copies: PlanCache::empty(),
+            forbidden: Arc::default(),
         }
     }
 
-    /// Whether both first lists are in.
+    /// Whether the first lists are in.
     pub fn synced(&self) -> bool {
-        self.map_copies.synced() && self.secret_copies.synced()
+        self.map_copies.synced() && self.secret_copies.synced() && self.template_copies.synced()
     }
 
     /// Objects of `kind` cached: sources and copies.
@@ -126,23 +249,78 @@ pub fn plans_reading(
     })
 }
 
-/// Watches ConfigMaps and Secrets into their caches; the stream yields the
-/// plans each change wakes (those reading the object, and the plan a copy
-/// belongs to).
-pub fn watch(
-    client: &kube::Client,
-    ns: Option<&str>,
-    shard: Option<Shard>,
-    liveness: &Arc<crate::ops::liveness::Liveness>,
+/// The wakes of config changes, and the template copies' changes.
+pub(crate) type ScopeStreams = (
+    futures::stream::BoxStream<'static, ObjectRef<ReleasePlan>>,
+    futures::stream::BoxStream<'static, Result<Secret, watcher::Error>>,
+);
+
+/// Watches config where the operator may read it: once over `watched` (the
+/// operator's namespace, or all) with `*`, else in each granted namespace it
+/// watches. Nothing with config versioning off.
+pub(crate) fn watch_scope(
+    owned: &super::watches::OwnedWatches<'_>,
+    versioning: bool,
+    granted: &ConfigNamespaces,
+    plans: &Store<CachedPlan>,
+) -> (ConfigScope, ScopeStreams) {
+    let mut scope = ConfigScope {
+        versioning,
+        watched: BTreeMap::new(),
+    };
+    let mut wakes = Vec::new();
+    let mut copies = Vec::new();
+    let namespaces: Vec<Option<&str>> = match (versioning, granted) {
+        (false, _) => Vec::new(),
+        (true, ConfigNamespaces::All) => vec![owned.namespace],
+        (true, ConfigNamespaces::Only(list)) => list
+            .iter()
+            .map(String::as_str)
+            .filter(|n| owned.namespace.is_none_or(|w| w == *n))
+            .map(Some)
+            .collect(),
+    };
+    for ns in namespaces {
+        let here = super::watches::OwnedWatches {
+            namespace: ns,
+            ..*owned
+        };
+        let (caches, wake, copy) = watch(&here, plans.clone());
+        let key = match granted {
+            ConfigNamespaces::All => None,
+            ConfigNamespaces::Only(_) => ns.map(str::to_string),
+        };
+        scope.watched.insert(key, caches);
+        wakes.push(wake.boxed());
+        copies.push(copy.boxed());
+    }
+    (
+        scope,
+        (
+            futures::stream::select_all(wakes).boxed(),
+            futures::stream::select_all(copies).boxed(),
+        ),
+    )
+}
+
+/// Watches ConfigMaps and Secrets of `owned`'s namespace (or all) into their
+/// caches, and the template gates' copies; the first stream yields the plans
+/// each change wakes (those reading the object, and the plan a copy belongs
+/// to), the second the template copies' changes.
+fn watch(
+    owned: &super::watches::OwnedWatches<'_>,
     plans: Store<CachedPlan>,
 ) -> (
     ConfigCaches,
     impl Stream<Item = ObjectRef<ReleasePlan>> + Send + 'static,
+    impl Stream<Item = Result<Secret, watcher::Error>> + Send + 'static,
 ) {
+    let (client, ns, shard, liveness) = (owned.client, owned.namespace, owned.shard, owned.liveness);
     let (maps, map_writer) = reflector::store();
     let (secrets, secret_writer) = reflector::store();
     let map_copies = PlanCache::default();
     let secret_copies = PlanCache::default();
+    let forbidden = Arc::new(AtomicBool::new(false));
     let map_stream = config_watch(
         scoped::<CachedConfigMap>(client, ns),
         map_writer,
@@ -150,6 +328,7 @@ pub fn watch(
         shard,
         plans.clone(),
         liveness,
+        (Arc::clone(&forbidden), ns.map(str::to_string)),
     );
     let secret_stream = config_watch(
         scoped::<CachedSecret>(client, ns),
@@ -158,17 +337,56 @@ pub fn watch(
         shard,
         plans,
         liveness,
+        (Arc::clone(&forbidden), ns.map(str::to_string)),
     );
+    // Only the template gates' copies: config copies carry the plan label
+    // too, and their values are never cached.
+    let (template_copies, copy_stream) =
+        owned.watch_selected(&TEMPLATE_COPIES, super::template_copies::trim);
     (
         ConfigCaches {
             maps,
             secrets,
             map_copies,
             secret_copies,
-            enabled: true,
+            template_copies,
+            forbidden,
         },
         futures::stream::select(map_stream, secret_stream),
+        copy_stream,
     )
+}
+
+/// The selector of the template gates' copies.
+static TEMPLATE_COPIES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{},{}",
+        crate::api::template::LABEL_TEMPLATE_COPY,
+        crate::api::LABEL_PLAN
+    )
+});
+
+/// Notes in `forbidden` whether the API server refuses the watch (403, RBAC
+/// missing where the operator was told it may read) or answers it.
+fn note_forbidden<T>(
+    forbidden: Arc<AtomicBool>,
+    ns: Option<String>,
+) -> impl FnMut(&Result<T, watcher::Error>) + Send + 'static {
+    move |r| match r {
+        Err(
+            watcher::Error::InitialListFailed(kube::Error::Api(s))
+            | watcher::Error::WatchStartFailed(kube::Error::Api(s)),
+        ) if s.code == 403 => {
+            if !forbidden.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    namespace = ns.as_deref().unwrap_or("*"),
+                    "the API server refuses to list ConfigMaps or Secrets where --config-namespaces grants it: config is read live there until RBAC allows it (the chart's config.namespaces renders that RBAC)"
+                );
+            }
+        }
+        Ok(_) => forbidden.store(false, Ordering::Relaxed),
+        Err(_) => {}
+    }
 }
 
 fn config_watch<K>(
@@ -178,6 +396,7 @@ fn config_watch<K>(
     shard: Option<Shard>,
     plans: Store<CachedPlan>,
     liveness: &Arc<crate::ops::liveness::Liveness>,
+    (forbidden, ns): (Arc<AtomicBool>, Option<String>),
 ) -> impl Stream<Item = ObjectRef<ReleasePlan>> + Send + 'static
 where
     CachedConfig<K>: super::Watched + crate::api::cached::Labelled + super::index::Wakes,
@@ -188,6 +407,7 @@ where
     // Secrets above all) can be many megabytes in one response.
     watcher(api, super::watches::listed())
         .backoff(watch_backoff())
+        .inspect(note_forbidden(forbidden, ns))
         .inspect(watched::<CachedConfig<K>, _>(liveness))
         .modify(trim::<K>)
         .inspect({
@@ -285,6 +505,77 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn the_flag_lists_namespaces_or_star_and_refuses_other_names() {
+        let list = |v: &[&str]| {
+            ConfigNamespaces::from_list(&v.iter().map(|s| (*s).to_string()).collect::<Vec<_>>())
+        };
+        assert_eq!(list(&[]), ConfigNamespaces::Only(BTreeSet::new()));
+        assert_eq!(list(&[""]), ConfigNamespaces::Only(BTreeSet::new()));
+        assert_eq!(list(&["shop", "*"]), ConfigNamespaces::All);
+        assert_eq!(
+            list(&["shop", "pay"]),
+            ConfigNamespaces::Only(["pay".to_string(), "shop".to_string()].into())
+        );
+        for ok in ["*", "shop", "a-1", ""] {
+            assert!(ConfigNamespaces::parse_entry(ok).is_ok(), "{ok}");
+        }
+        for bad in ["Shop", "-a", "a-", "a.b", "**", &"a".repeat(64)] {
+            let e = ConfigNamespaces::parse_entry(bad).unwrap_err();
+            assert!(e.contains("namespace name"), "{e}");
+        }
+    }
+
+    /// A scope granting `granted` (synced caches), as `watch_scope` builds it.
+    fn scope(granted: &[&str]) -> ConfigScope {
+        ConfigScope {
+            versioning: true,
+            watched: granted
+                .iter()
+                .map(|n| (Some((*n).to_string()), ConfigCaches::empty()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn access_is_where_the_flag_grants_and_the_api_server_agrees() {
+        let s = scope(&["shop"]);
+        assert!(matches!(s.of("shop"), Access::Granted(_)));
+        assert!(s.may_copy("shop"));
+        assert!(matches!(s.of("pay"), Access::Denied));
+        assert!(!s.may_copy("pay"));
+        assert!(matches!(ConfigScope::off().of("shop"), Access::Off));
+        assert!(!ConfigScope::off().may_copy("shop"));
+        let all = ConfigScope {
+            versioning: true,
+            watched: [(None, ConfigCaches::empty())].into(),
+        };
+        assert!(matches!(all.of("anything"), Access::Granted(_)));
+        // Granted by the flag, refused by RBAC: denied, and not a cache that
+        // holds every plan until it lists.
+        let s = ConfigScope {
+            versioning: true,
+            watched: [(Some("shop".to_string()), ConfigCaches {
+                map_copies: PlanCache::default(),
+                ..ConfigCaches::empty()
+            })]
+            .into(),
+        };
+        assert!(!s.synced(), "not listed yet");
+        let caches = &s.watched[&Some("shop".to_string())];
+        let mut note = note_forbidden::<()>(Arc::clone(&caches.forbidden), Some("shop".into()));
+        let refused = kube::core::Status::failure("secrets is forbidden", "Forbidden").with_code(403);
+        note(&Err(watcher::Error::InitialListFailed(kube::Error::Api(Box::new(refused)))));
+        assert!(matches!(s.of("shop"), Access::Denied));
+        assert!(s.synced(), "a refused namespace does not hold the others");
+        // Another error says nothing of access; an answer clears it.
+        note(&Err(watcher::Error::NoResourceVersion));
+        assert!(matches!(s.of("shop"), Access::Denied));
+        note(&Ok(()));
+        assert!(matches!(s.of("shop"), Access::Granted(_)));
+        assert!(!s.synced());
+    }
+
+    #[test]
     fn the_trim_keeps_what_makes_a_copy_and_no_value() {
         let mut s: CachedSecret = serde_json::from_value(json!({
             "metadata": {"name": "db-x", "namespace": "n",
@@ -351,7 +642,8 @@ mod tests {
             secrets: reflector::store().0,
             map_copies: copies,
             secret_copies: PlanCache::empty(),
-            enabled: true,
+            template_copies: PlanCache::empty(),
+            forbidden: Arc::default(),
         };
         let mut apply = |e: watcher::Event<CachedConfigMap>| {
             copy_writer.apply(&e);

@@ -47,6 +47,8 @@ pub struct Settings {
     pub shard: Option<Shard>,
     /// Version referenced ConfigMaps and Secrets with each revision.
     pub config_versioning: bool,
+    /// Where the operator may read and copy them (`--config-namespaces`).
+    pub config_namespaces: super::config_cache::ConfigNamespaces,
     /// The Pod Security Standard level of tenants' Job gates.
     pub job_pod_security: crate::gates::pod_security::Level,
     /// Notifications' settings (`--dashboard-url`).
@@ -91,11 +93,10 @@ pub struct Context {
     pub freezes: super::freeze::FreezeCaches,
     /// Caches of the GateTemplates and ClusterGateTemplates plans refer to.
     pub gate_templates: templates::TemplateCaches,
-    /// Caches of ConfigMaps and Secrets (digests only) and the plans' copies.
-    pub config: super::config_cache::ConfigCaches,
-    /// Cache of the template gates' copies (Secrets labelled
-    /// `releaseplan.io/gate-template-copy`), by plan.
-    pub template_copies: PlanCache<k8s_openapi::api::core::v1::Secret>,
+    /// Caches of ConfigMaps and Secrets (digests only), the plans' copies and
+    /// the template gates' copies, in each namespace the operator may read
+    /// config in.
+    pub config: super::config_cache::ConfigScope,
     /// The Pod Security Standard level of tenants' Job gates (`--gate-job-pod-security`).
     pub job_pod_security: crate::gates::pod_security::Level,
     /// What `/healthz` reads.
@@ -180,7 +181,6 @@ impl Context {
             && self.templates.synced()
             && self.pods.synced()
             && self.jobs.synced()
-            && self.template_copies.synced()
             && self.services.synced()
             && self.scales.synced()
             && self.hpas.synced()

@@ -213,7 +213,7 @@ async fn reconcile_inner(plan: &Arc<ReleasePlan>, ctx: &Context) -> Result<Next,
     let jobs = act::jobs(ctx, &plan, &seen.key, acted.refusal.is_some(), &decision).await;
     // Before status records their hash: a copy exists for each recorded one
     // (kept only with config versioning's access to Secrets).
-    let copies = if ctx.config.enabled {
+    let copies = if ctx.config.may_copy(&seen.ns) {
         template_copies::act(ctx, &plan, &seen.ns, &decision.template_copies).await
     } else {
         Ok(())

@@ -126,25 +126,14 @@ pub async fn run(
     let (services, service_stream) = owned.watch(trim::service);
     let (scales, scale_stream) = owned.watch(trim::scale);
     let (hpas, hpa_stream) = owned.watch(trim::hpa);
-    // Only the template gates' copies: config copies carry the plan label
-    // too, and their values are never cached. Secrets are listed only with
-    // config versioning's RBAC: without it, no copy is kept.
-    let (template_copies, copy_stream) = if settings.config_versioning {
-        let (cache, stream) = owned.watch_selected(
-            &format!(
-                "{},{}",
-                crate::api::template::LABEL_TEMPLATE_COPY,
-                crate::api::LABEL_PLAN
-            ),
-            super::template_copies::trim,
-        );
-        (cache, stream.boxed())
-    } else {
-        (
-            super::index::PlanCache::empty(),
-            futures::stream::empty().boxed(),
-        )
-    };
+    // Config, and the template gates' copies (Secrets too), only where the
+    // operator may read them.
+    let (config, (config_wake, copy_stream)) = super::config_cache::watch_scope(
+        &owned,
+        settings.config_versioning,
+        &settings.config_namespaces,
+        &plan_store,
+    );
     // The HPA controller writes status at every sync: only what the plan
     // reads wakes it.
     let hpa_stream = hpa_stream.filter({
@@ -190,16 +179,6 @@ pub async fn run(
     );
     let (gate_templates, template_wake) =
         templates::watch(&client, ns, &liveness, plan_store.clone());
-    let (config, config_wake) = if settings.config_versioning {
-        let (caches, wakes) =
-            super::config_cache::watch(&client, ns, settings.shard, &liveness, plan_store.clone());
-        (caches, wakes.boxed())
-    } else {
-        (
-            super::config_cache::ConfigCaches::empty(),
-            futures::stream::empty().boxed(),
-        )
-    };
     let (events, publisher) = Events::start(client.clone(), reporter, Arc::clone(&metrics));
     let notifier = super::notify::Notifier::start(
         client.clone(),
@@ -231,7 +210,6 @@ pub async fn run(
         freezes,
         gate_templates,
         config,
-        template_copies,
         job_pod_security: settings.job_pod_security,
         liveness,
         reconcile_deadline: settings.reconcile_deadline,

@@ -78,7 +78,7 @@ fn sizes(ctx: &Context, plans: &Store<CachedPlan>) {
     set(plural(&ctx.jobs), ctx.jobs.len());
     set(plural(&ctx.services), ctx.services.len());
     set(plural(&ctx.templates), ctx.templates.len());
-    if ctx.config.enabled {
+    if ctx.config.enabled() {
         for (resource, kind) in CONFIG_KINDS {
             set(resource.into(), ctx.config.len(kind));
         }
@@ -110,7 +110,7 @@ fn sizes(ctx: &Context, plans: &Store<CachedPlan>) {
     bytes(plural(&ctx.deployments), ctx.deployments.footprint());
     bytes(plural(&ctx.pods), ctx.pods.footprint());
     bytes(plural(&ctx.templates), ctx.templates.footprint());
-    if ctx.config.enabled {
+    if ctx.config.enabled() {
         for (resource, kind) in CONFIG_KINDS {
             bytes(resource.into(), ctx.config.footprint(kind));
         }

@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
+use super::config_cache::Access;
 use std::collections::BTreeMap;
 use tracing::{info, warn};
 
@@ -35,7 +36,10 @@ pub(crate) fn observe(
     plan: &str,
     uid: &str,
 ) -> (BTreeMap<String, GateTemplateSpec>, Vec<CopyObs>) {
-    read(&ctx.template_copies, ns, plan, uid)
+    match ctx.config.of(ns) {
+        Access::Granted(c) => read(&c.template_copies, ns, plan, uid),
+        Access::Off | Access::Denied => (BTreeMap::new(), Vec::new()),
+    }
 }
 
 /// [`observe`] from `cache`.

@@ -185,6 +185,7 @@ impl<K> Watched for K where
 }
 
 /// What every watch of the objects made for plans shares.
+#[derive(Clone, Copy)]
 pub(crate) struct OwnedWatches<'a> {
     /// The operator's client.
     pub(crate) client: &'a Client,

@@ -157,22 +157,13 @@ true
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-{{- if .Values.config.versioning }}
-# Config released with the code (config.versioning): ConfigMaps and Secrets
-# are cached (list, watch) as a digest of their content, never the values;
-# a source is read in full by name (get) only to copy it; the immutable
-# copies are created (create) and pruned with their revisions (delete).
-- apiGroups: [""]
-  resources: ["configmaps", "secrets"]
-  verbs: ["get", "list", "watch", "create", "delete"]
-{{- else }}
-# Each namespace's notification settings (docs/notifications.md), read by
-# name when a transition notifies (config.versioning grants get already).
+# Each namespace's notification settings (docs/notifications.md): the
+# ConfigMap releaseplan-notifications only (resourceNames), read by name
+# when a transition notifies.
 - apiGroups: [""]
   resources: ["configmaps"]
   resourceNames: ["releaseplan-notifications"]
   verbs: ["get"]
-{{- end }}
 # Events are created, never patched: a repeat is a new Event, not a series
 # (src/controller/events.rs).
 - apiGroups: ["events.k8s.io"]

@@ -170,7 +170,9 @@ impl Operator {
             namespace: namespace.to_string(),
             binary: PathBuf::from(env!("CARGO_BIN_EXE_releaseplan")),
             args: Vec::new(),
-            envs: Vec::new(),
+            // Config versioning where the operator watches (the chart's
+            // default grants none): a test of the default sets it back.
+            envs: vec![("RELEASEPLAN_CONFIG_NAMESPACES".into(), "*".into())],
             rust_log: "info,releaseplan=debug".to_string(),
             ready_within: Duration::from_secs(30),
             port: None,

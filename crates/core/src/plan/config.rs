@@ -44,6 +44,11 @@ pub struct ConfigObservation {
     /// without the RBAC to watch ConfigMaps and Secrets): every reference is
     /// read live.
     pub disabled: bool,
+    /// The operator may not read or copy config in the plan's namespace
+    /// (`--config-namespaces` does not name it, or its RBAC is missing there):
+    /// nothing is observed, nothing is copied or pruned, and each reference
+    /// reads the copy its recorded revision reads, else the object live.
+    pub denied: bool,
 }
 
 /// Name of the copy of `source` with content `digest` made for `plan`:
@@ -73,6 +78,9 @@ pub struct Versioned {
     /// template's order: with the spec's template, all the rewritten
     /// template depends on (a memo of its hash is keyed by it).
     pub renamed: Vec<String>,
+    /// References read live only because the operator may not read config
+    /// in the namespace ([`ConfigObservation::denied`]): the plan says so.
+    pub unversioned: Vec<ConfigRef>,
 }
 
 fn is_live(cfg: &ComponentConfig, disabled: bool, kind: ConfigKind, name: &str) -> bool {
@@ -112,6 +120,28 @@ pub fn version(
         };
         if is_live(&cfg, seen.disabled, kind, name) {
             carried.insert(key, live);
+            return;
+        }
+        if seen.denied {
+            // Neither the source nor its copies can be seen: the revision
+            // keeps the copy status says it reads (pods read it, the operator
+            // need not), so losing access starts no rollout.
+            match recorded
+                .iter()
+                .find(|r| r.kind == kind && r.name == *name && !r.live && r.copy.is_some())
+            {
+                Some(r) => {
+                    carried.insert(key, r.clone());
+                    *name = r.copy.clone().unwrap_or_default();
+                    rewritten = true;
+                }
+                None => {
+                    if !out.unversioned.contains(&key) {
+                        out.unversioned.push(key.clone());
+                    }
+                    carried.insert(key, live);
+                }
+            }
             return;
         }
         match seen.objects.get(&key) {
@@ -242,7 +272,9 @@ pub fn intents(
     deleting: bool,
 ) -> ConfigIntents {
     let mut out = ConfigIntents::default();
-    if deleting {
+    // Without access, copies can be neither seen nor written: the ones that
+    // exist stay (a revision may read them) until access returns.
+    if deleting || seen.denied {
         return out;
     }
     for c in carried {
@@ -270,4 +302,23 @@ pub fn intents(
         }
     }
     out
+}
+
+/// Condition type set while config the plan references is read live only
+/// because the operator may not read it in the plan's namespace: a team that
+/// expects each revision to carry its config learns that it does not, and
+/// what an administrator changes for it.
+pub const CONFIG_VERSIONED: &str = "ConfigVersioned";
+
+/// What [`CONFIG_VERSIONED`] says: the references read live, by component,
+/// and the chart value and flag that would grant access.
+pub fn unversioned_text(unversioned: &[(String, ConfigRef)]) -> String {
+    let names: Vec<String> = unversioned
+        .iter()
+        .map(|(c, (kind, name))| format!("{c}: {} {name}", kind.as_str()))
+        .collect();
+    format!(
+        "config is read live, not versioned with each revision ({}): the operator may not read ConfigMaps and Secrets in this namespace; a revision made before keeps the copies it reads; an administrator grants access by listing the namespace in the chart value config.namespaces (operator flag --config-namespaces)",
+        names.join(", ")
+    )
 }

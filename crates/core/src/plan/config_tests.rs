@@ -440,3 +440,113 @@ fn the_names_read_decide_the_rewritten_template() {
         }
     }
 }
+
+fn config_versioned(
+    sim: &Sim,
+) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    sim.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == config::CONFIG_VERSIONED)
+}
+
+#[test]
+fn losing_access_to_the_namespace_starts_no_rollout_and_says_so_once() {
+    // Released with copies; then the namespace leaves --config-namespaces
+    // (the chart upgrade that made "none" the default).
+    let mut sim = with_config();
+    let versioned = sim.hash_of("web");
+    assert!(config_versioned(&sim).is_none(), "nothing to say while versioned");
+    sim.config_denied = true;
+    assert_eq!(
+        sim.hash_of("web"),
+        versioned,
+        "the revision keeps the copies status records: no new revision"
+    );
+    let before = sim.events.len();
+    sim.settle();
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::Stable);
+    assert_eq!(sim.at("web", &versioned), 10);
+    // Every reference has a recorded copy: nothing is read live, nothing to say.
+    assert!(config_versioned(&sim).is_none());
+    assert_eq!(sim.events.len(), before);
+    // The copies stay: without access nothing is pruned.
+    let last = sim.last.as_ref().unwrap();
+    assert!(last.config.create.is_empty() && last.config.delete.is_empty());
+
+    // A reference added without access is read live, and the plan says so,
+    // in one Warning, whatever the number of reconciles.
+    let mut t = config_template("shop:2");
+    let spec = t.spec.as_mut().unwrap();
+    spec.containers[0].env_from.as_mut().unwrap().push(
+        serde_json::from_value(json!({"secretRef": {"name": "web-extra"}})).unwrap(),
+    );
+    sim.spec.components[0].template = t;
+    sim.generation += 1;
+    sim.release();
+    let new = sim.hash_of("web");
+    assert!(
+        sim.reads(&new)
+            .contains(&copy(ConfigKind::ConfigMap, "web-config", "v1")),
+        "the new revision still reads the recorded copy"
+    );
+    assert!(
+        sim.reads(&new)
+            .contains(&(ConfigKind::Secret, "web-extra".to_string())),
+        "the new reference is read live"
+    );
+    let c = config_versioned(&sim).expect("ConfigVersioned is set");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "ConfigAccessDenied")
+    );
+    assert!(
+        c.message.contains("web: Secret web-extra") && c.message.contains("config.namespaces"),
+        "{}",
+        c.message
+    );
+    let warnings = sim
+        .events
+        .iter()
+        .filter(|e| e.reason == EventReason::ConfigNotVersioned)
+        .count();
+    assert_eq!(warnings, 1, "one Warning, not one per reconcile");
+
+    // Access back: the reference is versioned (a new revision with its
+    // copy), and the condition goes.
+    sim.config_denied = false;
+    sim.write_config(ConfigKind::Secret, "web-extra", "x1");
+    assert_ne!(sim.hash_of("web"), new);
+    sim.release();
+    assert!(config_versioned(&sim).is_none());
+}
+
+#[test]
+fn a_denied_namespace_reads_every_reference_live_from_the_first_release() {
+    let mut sim = Sim::new(config_spec());
+    sim.config_denied = true;
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::Stable, "not held: read live");
+    assert_eq!(
+        sim.hash_of("web"),
+        revision::template_hash(&config_template("shop:1")),
+        "the spec's own template, unrewritten"
+    );
+    let c = config_versioned(&sim).expect("ConfigVersioned is set");
+    assert_eq!(c.status, "False");
+    assert!(
+        c.message.contains("web: ConfigMap web-config") && c.message.contains("web: Secret web-db"),
+        "{}",
+        c.message
+    );
+    // A component that reads its config live by choice has nothing to say.
+    let mut sim = Sim::new(config_spec());
+    sim.spec.components[0].config = Some(ComponentConfig {
+        versioned: false,
+        live: Vec::new(),
+    });
+    sim.config_denied = true;
+    sim.settle();
+    assert!(config_versioned(&sim).is_none());
+}

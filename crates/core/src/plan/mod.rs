@@ -287,6 +287,7 @@ pub fn decide(obs: &Observation, templates: &Templates) -> Decision {
         )
     });
     status.conditions.extend(adopted);
+    events.extend(config_access(obs, target, &mut status));
     let finalize = obs.deleting
         && (match phase {
             Phase::Pending | Phase::Stable | Phase::RolledBack => true,
@@ -517,6 +518,38 @@ fn policy_event(
         } else {
             format!("{text}; the release does not start until the policy allows it")
         },
+    })
+}
+
+/// The `ConfigVersioned` condition, False while config the plan references
+/// is read live for want of access to its namespace, and a Warning when it
+/// says something new. Absent otherwise: nothing to say.
+fn config_access(
+    obs: &Observation,
+    target: &Target,
+    status: &mut ReleasePlanStatus,
+) -> Option<EventIntent> {
+    if target.config_unversioned.is_empty() {
+        return None;
+    }
+    let text = config::unversioned_text(&target.config_unversioned);
+    let said = obs
+        .status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == config::CONFIG_VERSIONED && c.message == text);
+    status.conditions.push(conditions::one(
+        obs,
+        status.observed_generation,
+        config::CONFIG_VERSIONED,
+        false,
+        reasons::ConditionReason::ConfigAccessDenied,
+        text.clone(),
+    ));
+    (!said).then(|| EventIntent {
+        type_: EventType::Warning,
+        reason: EventReason::ConfigNotVersioned,
+        message: text,
     })
 }
 

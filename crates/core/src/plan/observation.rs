@@ -88,6 +88,9 @@ pub struct Target {
     /// Referenced ConfigMaps and Secrets that do not exist, by component: the
     /// plan holds until they do.
     pub config_missing: Vec<(String, config::ConfigRef)>,
+    /// References read live only because the operator may not read config in
+    /// the plan's namespace, by component ([`config::CONFIG_VERSIONED`]).
+    pub config_unversioned: Vec<(String, config::ConfigRef)>,
     /// `spec.strategy.windows`, parsed: when a rollout may start or advance.
     pub windows: Vec<super::windows::Window>,
     /// The ReleaseFreezes that select the plan ([`Target::with_freezes`]).
@@ -180,6 +183,7 @@ impl Target {
             template_contents: BTreeMap::new(),
             template_problems: Vec::new(),
             config_missing: Vec::new(),
+            config_unversioned: Vec::new(),
             windows: super::windows::parse(&spec.strategy.windows)?,
             freezes: Vec::new(),
             policy_blocks: Vec::new(),
@@ -222,6 +226,8 @@ impl Target {
             );
             self.config_missing
                 .extend(v.missing.iter().map(|m| (c.name.clone(), m.clone())));
+            self.config_unversioned
+                .extend(v.unversioned.iter().map(|m| (c.name.clone(), m.clone())));
             let keeps = config::keeps_unversioned(recorded, &t.hash, &v);
             match v.template {
                 Some(rewritten) if !keeps => {

@@ -92,6 +92,10 @@ reasons! {
         /// The API server refused (or did not take) the write of a copy of a
         /// ConfigMap or Secret: the revision that reads it waits.
         ConfigRefused,
+        /// Config a plan references is read live, not versioned with each
+        /// revision: the operator may not read ConfigMaps and Secrets in the
+        /// plan's namespace (`ConfigVersioned` False says what grants it).
+        ConfigNotVersioned,
         /// A component adopted a running Deployment (`adopt`): it is scaled down as
         /// the first revision's pods become ready.
         AdoptionStarted,
@@ -172,6 +176,9 @@ reasons! {
         GateTemplateInvalid,
         /// A ConfigMap or Secret the template references does not exist.
         ConfigMissing,
+        /// `ConfigVersioned`: config the plan references is read live because
+        /// the operator may not read ConfigMaps and Secrets in its namespace.
+        ConfigAccessDenied,
         /// The API server refused a copy of a ConfigMap or Secret for good.
         ConfigRefused,
         /// A copy of a ConfigMap or Secret could not be written, and is retried.

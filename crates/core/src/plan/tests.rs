@@ -116,6 +116,9 @@ struct Sim {
     /// Gates whose calls the runner found refused by the operator's own
     /// address rules (recorded as `Refused`, not passed).
     refused_calls: BTreeSet<String>,
+    /// The operator may not read config in the plan's namespace: it sees
+    /// none of `config` (`--config-namespaces` does not list it).
+    config_denied: bool,
 }
 
 impl Sim {
@@ -147,12 +150,19 @@ impl Sim {
             freezes: Vec::new(),
             policy: None,
             refused_calls: BTreeSet::new(),
+            config_denied: false,
         }
     }
 
     /// The config as the controller observes it: every object, and the
     /// copies the kept Deployments read.
     fn config_obs(&self) -> config::ConfigObservation {
+        if self.config_denied {
+            return config::ConfigObservation {
+                denied: true,
+                ..config::ConfigObservation::default()
+            };
+        }
         config::ConfigObservation {
             objects: self.config.clone(),
             in_use: self
@@ -163,6 +173,7 @@ impl Sim {
                 .cloned()
                 .collect(),
             disabled: false,
+            denied: false,
         }
     }
 
