@@ -11,10 +11,10 @@ use crate::api::config::{CachedConfig, CachedConfigMap, CachedSecret, ConfigKind
 use crate::ops::shard::Shard;
 use crate::plan::config::{ConfigObs, references};
 use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
-use k8s_openapi::api::core::v1::Secret;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -315,7 +315,8 @@ fn watch(
     impl Stream<Item = ObjectRef<ReleasePlan>> + Send + 'static,
     impl Stream<Item = Result<Secret, watcher::Error>> + Send + 'static,
 ) {
-    let (client, ns, shard, liveness) = (owned.client, owned.namespace, owned.shard, owned.liveness);
+    let (client, ns, shard, liveness) =
+        (owned.client, owned.namespace, owned.shard, owned.liveness);
     let (maps, map_writer) = reflector::store();
     let (secrets, secret_writer) = reflector::store();
     let map_copies = PlanCache::default();
@@ -554,17 +555,23 @@ mod tests {
         // holds every plan until it lists.
         let s = ConfigScope {
             versioning: true,
-            watched: [(Some("shop".to_string()), ConfigCaches {
-                map_copies: PlanCache::default(),
-                ..ConfigCaches::empty()
-            })]
+            watched: [(
+                Some("shop".to_string()),
+                ConfigCaches {
+                    map_copies: PlanCache::default(),
+                    ..ConfigCaches::empty()
+                },
+            )]
             .into(),
         };
         assert!(!s.synced(), "not listed yet");
         let caches = &s.watched[&Some("shop".to_string())];
         let mut note = note_forbidden::<()>(Arc::clone(&caches.forbidden), Some("shop".into()));
-        let refused = kube::core::Status::failure("secrets is forbidden", "Forbidden").with_code(403);
-        note(&Err(watcher::Error::InitialListFailed(kube::Error::Api(Box::new(refused)))));
+        let refused =
+            kube::core::Status::failure("secrets is forbidden", "Forbidden").with_code(403);
+        note(&Err(watcher::Error::InitialListFailed(kube::Error::Api(
+            Box::new(refused),
+        ))));
         assert!(matches!(s.of("shop"), Access::Denied));
         assert!(s.synced(), "a refused namespace does not hold the others");
         // Another error says nothing of access; an answer clears it.

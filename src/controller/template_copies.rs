@@ -7,6 +7,7 @@
 //! ([`crate::gates::template::copy_intents`]).
 
 use super::FIELD_MANAGER;
+use super::config_cache::Access;
 use super::context::Context;
 use super::error::{Error, is_not_found, namespace_terminating};
 use super::index::{PlanCache, plan_objects};
@@ -20,7 +21,6 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
-use super::config_cache::Access;
 use std::collections::BTreeMap;
 use tracing::{info, warn};
 

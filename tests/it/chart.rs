@@ -188,9 +188,10 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
             "horizontalpodautoscalers",
             &["create", "delete", "get", "list", "patch", "watch"],
         ),
-        // Config released with the code (`config.versioning`, the default).
-        ("", "configmaps", CONFIG_VERBS),
-        ("", "secrets", CONFIG_VERBS),
+        // Each namespace's notification settings, by name (resourceNames):
+        // config versioning's rules are in a ClusterRole of their own, bound
+        // only in the namespaces `config.namespaces` lists.
+        ("", "configmaps", &["get"]),
     ]
     .iter()
     .map(|(g, r, v)| {
@@ -466,13 +467,25 @@ fn default_values_render_least_privilege_rbac_and_a_restricted_deployment() {
             if std::ptr::eq(r, credentials) {
                 continue;
             }
-            // Config versioning's rule, and no other, names them: never
-            // update or patch (the user's objects are only read).
-            if ["secrets", "configmaps"].contains(&resource.as_str()) {
-                assert_eq!(verbs, CONFIG_VERBS, "{resource}");
+            // No Secret anywhere by default (`config.namespaces` is empty);
+            // of ConfigMaps, the notification settings' by name only.
+            assert_ne!(resource, "secrets", "{}", r["metadata"]["name"]);
+            if resource == "configmaps" {
+                assert_eq!(verbs, ["get"], "{resource}");
+            }
+        }
+        for rule in r["rules"].as_array().into_iter().flatten() {
+            if !std::ptr::eq(r, credentials) && strings(&rule["resources"]) == ["configmaps"] {
+                assert_eq!(rule["resourceNames"], json!(["releaseplan-notifications"]));
             }
         }
     }
+    assert!(
+        !objs.iter().any(|o| o["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.ends_with("-config"))),
+        "no config access rendered by default"
+    );
     let sa = one(&objs, "ServiceAccount")["metadata"]["name"].clone();
     for b in of_kind(&objs, "ClusterRoleBinding")
         .into_iter()
@@ -626,14 +639,8 @@ fn watch_namespace_renders_roles_only_and_the_service_monitor_on_request() {
         .into_iter()
         .find(|r| r["metadata"]["namespace"] == "apps")
         .expect("a Role in apps");
-    let mut without: Vec<_> = expected_rules()
-        .into_iter()
-        .filter(|(g, r, _)| !(g.is_empty() && (r == "configmaps" || r == "secrets")))
-        .collect();
-    // But for the namespace's notification ConfigMap, by name.
-    without.push((String::new(), "configmaps".into(), vec!["get".into()]));
-    without.sort();
-    assert_eq!(rules(apps_role), without);
+    // The namespace's notification ConfigMap only, by name.
+    assert_eq!(rules(apps_role), expected_rules());
     let named: Vec<&Value> = apps_role["rules"]
         .as_array()
         .unwrap()
@@ -670,6 +677,114 @@ fn watch_namespace_renders_roles_only_and_the_service_monitor_on_request() {
             .iter()
             .any(|a| a.contains("lease") || a.contains("leader"))
     );
+}
+
+/// The objects of `objs` that grant config versioning's access: the
+/// ClusterRole `<release>-config` and what binds it (kind, namespace).
+fn config_grants(objs: &[Value]) -> (Option<&Value>, Vec<(String, String)>) {
+    let role = of_kind(objs, "ClusterRole").into_iter().find(|r| {
+        r["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.ends_with("-config"))
+    });
+    let bindings = objs
+        .iter()
+        .filter(|o| matches!(kind_of(o), "RoleBinding" | "ClusterRoleBinding"))
+        .filter(|b| {
+            b["roleRef"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("-config"))
+        })
+        .map(|b| {
+            (
+                kind_of(b).to_string(),
+                b["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        })
+        .collect();
+    (role, bindings)
+}
+
+#[test]
+fn config_access_is_granted_only_in_the_namespaces_listed() {
+    let config_rules = || {
+        let v = |verbs: &[&str]| verbs.iter().map(|x| (*x).to_string()).collect::<Vec<_>>();
+        vec![
+            (String::new(), "configmaps".to_string(), v(CONFIG_VERBS)),
+            (String::new(), "secrets".to_string(), v(CONFIG_VERBS)),
+        ]
+    };
+    let args = |objs: &[Value]| {
+        strings(&one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"])
+    };
+    // Listed: a RoleBinding in each, to a ClusterRole bound nowhere else.
+    let objs = render("rp", "rp-system", &["config.namespaces={shop,pay}"]);
+    let (role, bindings) = config_grants(&objs);
+    assert_eq!(rules(role.expect("the config ClusterRole")), config_rules());
+    assert_eq!(
+        bindings,
+        [
+            ("RoleBinding".to_string(), "shop".to_string()),
+            ("RoleBinding".to_string(), "pay".to_string())
+        ]
+    );
+    assert!(
+        args(&objs)
+            .iter()
+            .any(|a| a == "--config-namespaces=shop,pay")
+    );
+    // Every namespace, by name: the one cluster-wide grant.
+    let objs = render("rp", "rp-system", &["config.namespaces={*}"]);
+    let (_, bindings) = config_grants(&objs);
+    assert_eq!(
+        bindings,
+        [("ClusterRoleBinding".to_string(), String::new())]
+    );
+    assert!(args(&objs).iter().any(|a| a == "--config-namespaces=*"));
+    // Watching one namespace: only there, whatever else is listed.
+    let objs = render(
+        "rp",
+        "rp-system",
+        &["watchNamespace=apps", "config.namespaces={*}"],
+    );
+    assert_eq!(
+        config_grants(&objs).1,
+        [("RoleBinding".to_string(), "apps".to_string())]
+    );
+    let objs = render(
+        "rp",
+        "rp-system",
+        &["watchNamespace=apps", "config.namespaces={apps,shop}"],
+    );
+    assert_eq!(
+        config_grants(&objs).1,
+        [("RoleBinding".to_string(), "apps".to_string())]
+    );
+    // Versioning off: nothing, whatever is listed, and the operator is told.
+    let objs = render(
+        "rp",
+        "rp-system",
+        &["config.versioning=false", "config.namespaces={shop}"],
+    );
+    let (role, bindings) = config_grants(&objs);
+    assert!(role.is_none() && bindings.is_empty());
+    assert!(args(&objs).iter().any(|a| a == "--config-versioning=false"));
+    assert!(
+        !args(&objs)
+            .iter()
+            .any(|a| a.starts_with("--config-namespaces"))
+    );
+    // None by default: no flag, the binary's default is none too.
+    assert!(
+        !args(&render("rp", "rp-system", &[]))
+            .iter()
+            .any(|a| a.starts_with("--config-namespaces"))
+    );
+    let err = render_error(&["config.namespaces={Shop}"]);
+    assert!(err.contains("schema"), "{err}");
 }
 
 #[test]
@@ -1444,8 +1559,8 @@ async fn assert_secrets_only_got_by_name_in_the_release_namespace(
     );
 }
 
-/// Secrets and ConfigMaps with config versioning (the default), watching
-/// `apps` only: in `apps`, what copying config takes (list, watch, get,
+/// Secrets and ConfigMaps with config versioning in `apps` only
+/// (`config.namespaces`): in `apps`, what copying config takes (list, watch, get,
 /// create, delete), never update or patch (the user's objects are only
 /// read); in any other namespace but the release one (gate credentials),
 /// nothing.
@@ -1707,6 +1822,8 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
     let client = cluster::client().await;
     let apps = cluster::test_namespace(&client, &format!("{prefix}-apps")).await;
     let set = format!("watchNamespace={apps}");
+    // Config versioning in the apps namespace, and nowhere else.
+    let config = format!("config.namespaces[0]={apps}");
     // The chart's GatePolicy for the apps namespace: the test's webhook on
     // 127.0.0.1, its bearer Secret bound there, its Gateway in the namespace.
     let tenant = format!("gatePolicy.namespaceSelector.matchLabels.rptenant={apps}");
@@ -1716,6 +1833,7 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
         "gatePolicy.credentials[0].secretName=hooks-token",
         "gatePolicy.credentials[0].hosts[0]=127.0.0.1",
         "gatePolicy.parentRefs[0].name=gw",
+        &config,
     ];
     if watch_namespace {
         sets.push(&set);
@@ -1729,9 +1847,8 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
         .await
         .expect("label the apps namespace");
     let i = install(&client, prefix, &sets).await;
-    if watch_namespace {
-        assert_config_access_only_in_the_watched_namespace(&i, &apps).await;
-    }
+    // With the cluster role too: Secrets only where config.namespaces lists.
+    assert_config_access_only_in_the_watched_namespace(&i, &apps).await;
     if watch_namespace {
         // Namespaced RBAC: nothing in the other namespaces.
         let other = cluster::test_namespace(&client, &format!("{prefix}-other")).await;
@@ -1744,7 +1861,10 @@ async fn rollout_with_chart_rbac(prefix: &str, watch_namespace: bool) {
     let pod_name = format!("{}-0", i.release);
     let kubeconfig = i.kubeconfig.to_str().expect("utf-8 path");
     let mut op = Operator::launcher(&apps)
-        .args(["--gate-policy=required"])
+        .args([
+            "--gate-policy=required",
+            &format!("--config-namespaces={apps}"),
+        ])
         .leader_election(&i.namespace)
         .env("KUBECONFIG", kubeconfig)
         .env("POD_NAME", &pod_name)
@@ -2053,6 +2173,132 @@ async fn the_operator_rolls_out_with_the_chart_cluster_role_only() {
 #[tokio::test]
 async fn the_operator_rolls_out_with_the_chart_namespaced_role_only() {
     rollout_with_chart_rbac("chart-opns", true).await;
+}
+
+/// A tenant's plan in a namespace `config.namespaces` does not list: the
+/// operator, with nothing but the chart's RBAC, never reads or copies the
+/// Secret the plan's template names; the pods read it live, and the plan
+/// says why. The namespace that is listed is the only one whose Secrets the
+/// operator may list.
+#[tokio::test]
+async fn a_tenant_cannot_make_the_operator_read_or_copy_a_secret_of_a_namespace_not_listed() {
+    let client = cluster::client().await;
+    let tenant = cluster::test_namespace(&client, "chart-tenant").await;
+    let granted = cluster::test_namespace(&client, "chart-granted").await;
+    let listed = format!("config.namespaces[0]={granted}");
+    let i = install(&client, "chart-cfgns", &[listed.as_str()]).await;
+    let c = &i.sa_client;
+    // RBAC: the listed namespace's Secrets, nobody else's.
+    assert!(may(c, "list", "", "secrets", Some(&granted)).await);
+    for ns in [tenant.as_str(), "default", "kube-system"] {
+        for verb in ["get", "list", "watch", "create"] {
+            assert!(
+                !may(c, verb, "", "secrets", Some(ns)).await,
+                "{verb} secrets in {ns}"
+            );
+        }
+    }
+    assert!(!may(c, "list", "", "secrets", None).await);
+    let read = Api::<Secret>::namespaced(c.clone(), &tenant)
+        .get("shop-secret")
+        .await;
+    assert!(is_forbidden(&read), "{read:?}");
+
+    // The tenant's plan names a Secret and a ConfigMap of its namespace.
+    Api::<Secret>::namespaced(client.clone(), &tenant)
+        .patch(
+            "shop-secret",
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "shop-secret"}, "stringData": {"TOKEN": "t"}})),
+        )
+        .await
+        .expect("create the tenant's Secret");
+    Api::<ConfigMap>::namespaced(client.clone(), &tenant)
+        .patch(
+            "shop-config",
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "shop-config"}, "data": {"GREETING": "hi"}})),
+        )
+        .await
+        .expect("create the tenant's ConfigMap");
+    let kubeconfig = i.kubeconfig.to_str().expect("utf-8 path");
+    let op = Operator::launcher(&tenant)
+        .args([format!("--config-namespaces={granted}")])
+        .env("KUBECONFIG", kubeconfig)
+        .env("POD_NAMESPACE", &i.namespace)
+        .start()
+        .await;
+    let mut web = web("shop:1", 2);
+    web["template"]["spec"]["containers"][0]["envFrom"] = json!([
+        {"configMapRef": {"name": "shop-config"}},
+        {"secretRef": {"name": "shop-secret"}}]);
+    create(
+        &client,
+        &tenant,
+        &plan("shop", json!({"components": [web]})),
+    )
+    .await;
+    // Not held: Stable, with no request refused (wait_stable reads the log).
+    wait_stable(&client, &op, &tenant, "shop").await;
+    let p = plans::get(&client, &tenant, "shop")
+        .await
+        .expect("the plan");
+    let (status, reason, message) =
+        plans::condition(&p, "ConfigVersioned").expect("the ConfigVersioned condition");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "ConfigAccessDenied")
+    );
+    for part in [
+        "web: Secret shop-secret",
+        "web: ConfigMap shop-config",
+        "config.namespaces",
+    ] {
+        assert!(message.contains(part), "{part} in {message}");
+    }
+    // The pods read the tenant's objects themselves: nothing was copied.
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &tenant)
+        .list(&ListParams::default().labels(releaseplan::api::LABEL_PLAN))
+        .await
+        .expect("list Deployments");
+    assert_eq!(deployments.items.len(), 1);
+    let env_from = serde_json::to_value(
+        &deployments.items[0]
+            .spec
+            .as_ref()
+            .expect("spec")
+            .template
+            .spec
+            .as_ref()
+            .expect("pod spec")
+            .containers[0]
+            .env_from,
+    )
+    .expect("json");
+    assert_eq!(
+        env_from,
+        json!([{"configMapRef": {"name": "shop-config"}}, {"secretRef": {"name": "shop-secret"}}])
+    );
+    let copies = Api::<Secret>::namespaced(client.clone(), &tenant)
+        .list(&ListParams::default().labels(releaseplan::api::LABEL_PLAN))
+        .await
+        .expect("list Secrets");
+    assert!(
+        copies.items.is_empty(),
+        "no copy of a Secret: {:?}",
+        copies.items.len()
+    );
+    let events = plans::plan_events(&client, &tenant, "shop").await;
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.0 == "ConfigNotVersioned")
+            .count(),
+        1,
+        "{events:?}"
+    );
 }
 
 #[test]

@@ -428,6 +428,100 @@ async fn an_operator_upgrade_starts_no_rollout_for_plans_reading_config() {
     );
 }
 
+/// The chart upgrade that made "no namespace" the default of
+/// `config.namespaces`: the plan's revision reads copies, the operator
+/// restarted without access to its namespace keeps that revision (no pod
+/// replaced); a new reference is read live and the plan says so, once.
+#[tokio::test]
+async fn losing_config_access_replaces_no_pod_and_a_new_reference_is_read_live() {
+    let h = Harness::new("config-denied").await;
+    let before = Operator::start(&h.ns, &[]).await;
+    let first = stable_with_config(&h, template("shop:1")).await;
+    let (hash, _) = hashes(&first);
+    let dep = deployment(&h.client, &h.ns, &format!("shop-web-{hash}")).await;
+    let (cm_copy, secret_copy) = reads(&dep);
+    assert!(cm_copy.starts_with("web-config-") && secret_copy.starts_with("web-db-"));
+    let pods = || async {
+        let mut uids: Vec<String> =
+            Api::<k8s_openapi::api::core::v1::Pod>::namespaced(h.client.clone(), &h.ns)
+                .list(&ListParams::default().labels("releaseplan.io/plan=shop"))
+                .await
+                .expect("pods")
+                .items
+                .iter()
+                .filter_map(|p| p.metadata.uid.clone())
+                .collect();
+        uids.sort();
+        uids
+    };
+    let uids = pods().await;
+    drop(before);
+
+    // Without access (the binary's default: no namespace).
+    let after = Operator::launcher(&h.ns)
+        .env("RELEASEPLAN_CONFIG_NAMESPACES", "")
+        .start()
+        .await;
+    // Its first reconciles of the plan: the revision stays.
+    wait_until(WAIT, "the new operator's reconciles", || async {
+        (after.counter("releaseplan_reconcile_runs_total").await >= 2.0).then_some(())
+    })
+    .await;
+    let p = wait_phase(&h.client, &h.ns, "shop", Phase::Stable, WAIT).await;
+    assert_eq!(hashes(&p).0, hash, "no new revision: {}", after.log_text());
+    assert_eq!(pods().await, uids, "no pod replaced");
+    assert!(
+        condition(&p, "ConfigVersioned").is_none(),
+        "every reference keeps its copy"
+    );
+    let dep = deployment(&h.client, &h.ns, &format!("shop-web-{hash}")).await;
+    assert_eq!(reads(&dep), (cm_copy.clone(), secret_copy.clone()));
+
+    // A new reference: read live, said once; the recorded copies kept.
+    let mut t = with_config(template("shop:2"));
+    t["spec"]["containers"][0]["envFrom"] = json!([
+        {"configMapRef": {"name": "web-config"}},
+        {"secretRef": {"name": "web-extra"}}]);
+    apply_secret(&h.client, &h.ns, "web-extra", json!({"X": "1"})).await;
+    set_components(&h.client, &h.ns, "shop", json!([web_with(t, 2)])).await;
+    let said = wait_until(WAIT, "ConfigVersioned False", || async {
+        let p = plans::get(&h.client, &h.ns, "shop").await?;
+        condition(&p, "ConfigVersioned").filter(|c| c.0 == "False")
+    })
+    .await;
+    assert_eq!(said.1, "ConfigAccessDenied");
+    assert!(said.2.contains("web: Secret web-extra"), "{}", said.2);
+    let rolling = plans::get(&h.client, &h.ns, "shop").await.expect("plan");
+    let (new, _) = hashes(&rolling);
+    let new_dep = wait_until(WAIT, "the new revision's Deployment", || async {
+        Api::<Deployment>::namespaced(h.client.clone(), &h.ns)
+            .get_opt(&format!("shop-web-{new}"))
+            .await
+            .ok()?
+    })
+    .await;
+    let spec = new_dep
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("pod spec");
+    let env_from = serde_json::to_value(&spec.containers[0].env_from).expect("json");
+    assert_eq!(
+        env_from,
+        json!([{"configMapRef": {"name": cm_copy}}, {"secretRef": {"name": "web-extra"}}]),
+        "the recorded copy, and the new Secret itself"
+    );
+    let events = plan_events(&h.client, &h.ns, "shop").await;
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.0 == "ConfigNotVersioned")
+            .count(),
+        1,
+        "{events:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_copy_the_quota_refuses_holds_only_its_revision_and_status_says_so() {
     let h = Harness::new("config-quota").await;

@@ -456,7 +456,10 @@ fn losing_access_to_the_namespace_starts_no_rollout_and_says_so_once() {
     // (the chart upgrade that made "none" the default).
     let mut sim = with_config();
     let versioned = sim.hash_of("web");
-    assert!(config_versioned(&sim).is_none(), "nothing to say while versioned");
+    assert!(
+        config_versioned(&sim).is_none(),
+        "nothing to say while versioned"
+    );
     sim.config_denied = true;
     assert_eq!(
         sim.hash_of("web"),
@@ -479,9 +482,11 @@ fn losing_access_to_the_namespace_starts_no_rollout_and_says_so_once() {
     // in one Warning, whatever the number of reconciles.
     let mut t = config_template("shop:2");
     let spec = t.spec.as_mut().unwrap();
-    spec.containers[0].env_from.as_mut().unwrap().push(
-        serde_json::from_value(json!({"secretRef": {"name": "web-extra"}})).unwrap(),
-    );
+    spec.containers[0]
+        .env_from
+        .as_mut()
+        .unwrap()
+        .push(serde_json::from_value(json!({"secretRef": {"name": "web-extra"}})).unwrap());
     sim.spec.components[0].template = t;
     sim.generation += 1;
     sim.release();
