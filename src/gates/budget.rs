@@ -89,6 +89,8 @@ impl std::fmt::Debug for GateBudget {
 pub struct Permit {
     _namespace: Option<OwnedSemaphorePermit>,
     _global: Option<OwnedSemaphorePermit>,
+    /// Keeps the namespace's share in the map while the call runs: a new
+    /// share made meanwhile would let the namespace pass its limit.
     _share: Arc<Share>,
 }
 
@@ -119,11 +121,6 @@ impl GateBudget {
             namespace_rate: quota(limits.per_second_per_namespace).map(RateLimiter::keyed),
             shares: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// The limits it was made with.
-    pub fn limits(&self) -> Limits {
-        self.limits
     }
 
     /// The share of `namespace`, made when it has none; drops the shares
