@@ -15,6 +15,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::post;
 use releaseplan::api::Phase;
+use releaseplan::controller::gates::HELD_BY_BUDGET;
 use serde_json::json;
 use support::fixtures::{template, web_with};
 use support::plans::{self, create_stable, wait_phase};
@@ -42,8 +43,8 @@ async fn slow_hook(load: Arc<Load>) -> &'static str {
 /// 4 plans of 6 webhook gates each (24 gates asking at once) against a slow
 /// server, with a budget of 2 calls in flight and 4 a second: the server
 /// never sees more than 2 calls at once, calls were held back (the metric
-/// says so), no gate counts a failure, and every release is promoted, none
-/// rolled back.
+/// says so, and a waiting gate's status says "not evaluated yet"), no gate
+/// counts a failure, and every release is promoted, none rolled back.
 #[tokio::test]
 async fn a_namespace_flooding_gate_calls_is_held_to_its_budget_and_nothing_rolls_back() {
     let h = Harness::new("gate-budget").await;
@@ -86,6 +87,21 @@ async fn a_namespace_flooding_gate_calls_is_held_to_its_budget_and_nothing_rolls
         )
         .await;
     }
+    // 24 gates ask at once, 2 are let through: the others wait for the
+    // budget, seconds at 4 calls a second, and a plan's status says so.
+    wait_until(WAIT, "a held gate to say why in status", || async {
+        for name in &names {
+            let p = plans::get(&client, &ns, name).await?;
+            let held = p.status.iter().flat_map(|s| &s.gates).any(|g| {
+                g.last_evaluated.is_none() && g.message.as_deref() == Some(HELD_BY_BUDGET)
+            });
+            if held {
+                return Some(());
+            }
+        }
+        None
+    })
+    .await;
     // Each gate is called at least once before its plan is promoted.
     wait_until(WAIT, "every gate called once", || async {
         let n = load.calls.load(Ordering::SeqCst) - before;
