@@ -242,38 +242,36 @@ mod tests {
     }
 
     /// Without the namespace's share first (global slots only), the same
-    /// flood would keep `b` behind all of `a`'s queued calls: this is the
-    /// order the test above relies on, shown on the global queue alone.
+    /// flood keeps `b` behind all of `a`'s queued calls: the global queue
+    /// alone is first come, first served, which is why the share comes
+    /// first. Each call is polled once by hand to take its place in order.
     #[tokio::test]
     async fn the_global_queue_alone_is_first_come_first_served() {
-        let budget = Arc::new(GateBudget::new(limits(1, 0, 0, 0)));
+        use std::task::Poll;
+        let budget = GateBudget::new(limits(1, 0, 0, 0));
         let first = budget.acquire("a").await;
-        let queued: Vec<_> = (0..3)
-            .map(|_| {
-                let budget = Arc::clone(&budget);
-                tokio::spawn(async move { budget.acquire("a").await })
-            })
-            .collect();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let b = {
-            let budget = Arc::clone(&budget);
-            tokio::spawn(async move { budget.acquire("b").await })
-        };
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        drop(first);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!b.is_finished(), "b is behind a's three queued calls");
-        for t in queued {
-            t.abort();
+        let mut queued: Vec<_> = (0..3).map(|_| Box::pin(budget.acquire("a"))).collect();
+        for q in &mut queued {
+            assert!(futures::poll!(q.as_mut()).is_pending());
         }
-        b.abort();
+        let mut b = std::pin::pin!(budget.acquire("b"));
+        assert!(futures::poll!(b.as_mut()).is_pending());
+        drop(first);
+        assert!(
+            futures::poll!(b.as_mut()).is_pending(),
+            "b is behind a's three queued calls"
+        );
+        let Poll::Ready(next) = futures::poll!(queued[0].as_mut()) else {
+            panic!("a's first queued call did not get the freed slot")
+        };
+        drop(next);
     }
 
     /// A namespace's calls per second are bounded by its own rate; another
     /// namespace's call is not held by it.
     #[tokio::test]
     async fn the_rate_of_a_namespace_holds_its_own_calls_only() {
-        let budget = Arc::new(GateBudget::new(limits(0, 0, 100, 4)));
+        let budget = GateBudget::new(limits(0, 0, 100, 4));
         let start = Instant::now();
         // A burst of 4, then 4 a second: the 12th call about 2 s in.
         for _ in 0..12 {
@@ -284,12 +282,15 @@ mod tests {
             took >= Duration::from_millis(1500),
             "12 calls at 4/s took {took:?}"
         );
-        let start = Instant::now();
-        drop(budget.acquire("b").await);
+        // At 1 a second, `a`'s second call waits; `b`'s first does not.
+        let budget = GateBudget::new(limits(0, 0, 100, 1));
+        drop(budget.acquire("a").await);
+        let mut a = std::pin::pin!(budget.acquire("a"));
+        assert!(futures::poll!(a.as_mut()).is_pending(), "a's second call");
+        let mut b = std::pin::pin!(budget.acquire("b"));
         assert!(
-            start.elapsed() < Duration::from_secs(1),
-            "b waited on a's rate: {:?}",
-            start.elapsed()
+            futures::poll!(b.as_mut()).is_ready(),
+            "b waited on a's rate"
         );
     }
 
