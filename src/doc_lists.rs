@@ -146,6 +146,11 @@ fn sample_metrics() -> String {
     let _ = m.gate_dry_run.get_or_create(&gate);
     let _ = m.gate_duration.get_or_create(&kind);
     let _ = m.gate_errors.get_or_create(&kind);
+    let _ = m
+        .gate_calls_held
+        .get_or_create(&crate::ops::metrics::NamespaceLabel {
+            namespace: "ns".into(),
+        });
     let _ = m.kube_requests.get_or_create(&RequestLabel {
         verb: "get".into(),
         resource: "pods".into(),

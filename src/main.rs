@@ -112,6 +112,33 @@ struct Args {
     /// Events (sanitized, at most 1024); 0 keeps bodies out.
     #[arg(long, env = "RELEASEPLAN_GATE_ERROR_BODY_CHARS", default_value_t = 0)]
     gate_error_body_chars: u16,
+    /// Largest answer a gate reads, in bytes: a bigger one is an error of
+    /// the gate, and never held whole (a gate's answer is one number).
+    #[arg(long, env = "RELEASEPLAN_GATE_MAX_ANSWER_BYTES", default_value = "262144", value_parser = clap::value_parser!(u32).range(1024..=16_777_216))]
+    gate_max_answer_bytes: u32,
+    /// Prometheus and webhook gate calls in flight at once, all namespaces
+    /// together (0: no limit). A call over budget waits: its gate is not
+    /// evaluated yet, never failed.
+    #[arg(long, env = "RELEASEPLAN_GATE_CALLS_IN_FLIGHT", default_value_t = 32)]
+    gate_calls_in_flight: u32,
+    /// Gate calls in flight at once of one namespace (0: no limit): a
+    /// namespace over it waits on its own share, not on the others'.
+    #[arg(
+        long,
+        env = "RELEASEPLAN_GATE_CALLS_IN_FLIGHT_PER_NAMESPACE",
+        default_value_t = 8
+    )]
+    gate_calls_in_flight_per_namespace: u32,
+    /// Gate calls started per second, all namespaces together (0: no limit).
+    #[arg(long, env = "RELEASEPLAN_GATE_CALLS_PER_SECOND", default_value_t = 50)]
+    gate_calls_per_second: u32,
+    /// Gate calls started per second in one namespace (0: no limit).
+    #[arg(
+        long,
+        env = "RELEASEPLAN_GATE_CALLS_PER_SECOND_PER_NAMESPACE",
+        default_value_t = 10
+    )]
+    gate_calls_per_second_per_namespace: u32,
     /// Namespace whose Secrets and ConfigMaps gates may reference (auth,
     /// headers, CA bundles) (default: POD_NAMESPACE, the operator's own,
     /// else `default`).
@@ -356,7 +383,14 @@ async fn run(args: Args) -> Result<(), MainError> {
             deny: args.gate_deny_cidrs.clone(),
             allow: args.gate_allow_hosts.clone(),
             error_body_chars: args.gate_error_body_chars,
-        })?,
+        })?
+        .with_max_answer_bytes(args.gate_max_answer_bytes as usize),
+        gate_budget: releaseplan::gates::budget::Limits {
+            in_flight: args.gate_calls_in_flight,
+            in_flight_per_namespace: args.gate_calls_in_flight_per_namespace,
+            per_second: args.gate_calls_per_second,
+            per_second_per_namespace: args.gate_calls_per_second_per_namespace,
+        },
         gate_credentials_namespace: args
             .gate_credentials_namespace
             .clone()

@@ -37,6 +37,9 @@ pub struct Settings {
     pub instance: Option<String>,
     /// The HTTP client of gates, with the operator's outbound policy.
     pub gate_http: crate::gates::outbound::GateHttp,
+    /// The budget of gate calls: in flight and per second, per namespace
+    /// and in all (`--gate-calls-*`).
+    pub gate_budget: crate::gates::budget::Limits,
     /// The namespace whose Secrets and ConfigMaps gates may reference (the
     /// operator's own).
     pub gate_credentials_namespace: String,

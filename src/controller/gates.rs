@@ -12,6 +12,12 @@
 //! gates (settled, failed, deleted), or when its gate has failed or awaits a
 //! human's decision (past its `inconclusiveLimit`).
 //!
+//! Each call first waits for a permit of the budget of gate calls (see
+//! [`crate::gates::budget`]: calls in flight and per second, per namespace
+//! and in all). A gate waiting there is not evaluated yet: nothing is
+//! recorded against it, a gate never evaluated says in its message that it
+//! waits for the budget, and `releaseplan_gate_calls_held_total` counts it.
+//!
 //! Each evaluation first reads the gate's credentials and CA bundle (see
 //! [`crate::gates::access`]) in the task, so a reconcile never waits on that
 //! either. The gate series of the metrics (`releaseplan_gate_value`,
@@ -29,10 +35,11 @@ use super::policy::PolicyCaches;
 use crate::api::cached::CachedPlan;
 use crate::api::{GateStatus, ReleasePlan, ReleasePlanStatus, Trial, Verdict};
 use crate::gates::access::CredentialReader;
+use crate::gates::budget::{GateBudget, Permit};
 use crate::gates::outbound::GateHttp;
 use crate::gates::prometheus::TemplateVars;
 use crate::gates::{self as g, GateContext, GateResult, GateSpec, NotEvaluated};
-use crate::ops::metrics::{GateKindLabel, Metrics};
+use crate::ops::metrics::{GateKindLabel, GaugeGuard, Metrics, NamespaceLabel};
 use crate::plan::Target;
 use chrono::Utc;
 use futures::channel::mpsc::UnboundedSender;
@@ -40,6 +47,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
@@ -52,6 +60,8 @@ const NOT_EVALUATED_RETRY: Duration = Duration::from_secs(5);
 /// How long a gate may go unevaluated (the API server away) before that
 /// counts as an error of the gate, so that it shows in the plan's status.
 const NOT_EVALUATED_LIMIT: Duration = Duration::from_secs(300);
+/// The message of a gate never evaluated while its call waits for the budget.
+pub const HELD_BY_BUDGET: &str = "not evaluated yet: waiting for the operator's budget of gate calls (in flight and per second, of this namespace and of all)";
 
 /// What a plan needs from the runner now.
 #[derive(Debug, Clone, PartialEq)]
@@ -213,6 +223,7 @@ pub struct GateRunner {
     http: GateHttp,
     secrets: CredentialReader,
     policy: PolicyCaches,
+    budget: GateBudget,
     metrics: Arc<Metrics>,
     wake: UnboundedSender<ObjectRef<ReleasePlan>>,
     plans: Store<CachedPlan>,
@@ -222,10 +233,12 @@ pub struct GateRunner {
 impl GateRunner {
     /// A runner whose results wake plans through `wake`; `plans` is the
     /// controller's cache, so a task of a plan that is gone stops by itself.
+    /// Every call takes a permit of `budget` first.
     pub fn new(
         http: GateHttp,
         secrets: CredentialReader,
         policy: PolicyCaches,
+        budget: GateBudget,
         metrics: Arc<Metrics>,
         wake: UnboundedSender<ObjectRef<ReleasePlan>>,
         plans: Store<CachedPlan>,
@@ -235,6 +248,7 @@ impl GateRunner {
             http,
             secrets,
             policy,
+            budget,
             metrics,
             wake,
             plans,
@@ -342,11 +356,14 @@ impl GateRunner {
                 return; // Failed or awaiting a decision: final for this step.
             };
             tokio::time::sleep(wait).await;
+            let permit = self.permit(&key, index, &verdicts).await;
             if !self.plan_exists(&key, &work.uid) {
                 self.forget(&key, &work);
                 return;
             }
+            let in_flight = GaugeGuard::new(&self.metrics.gate_calls_in_flight);
             let evaluated = self.evaluate(gate, work.ctxs.get(index)).await;
+            drop((in_flight, permit));
             let result = match unevaluated.result(evaluated, Instant::now()) {
                 Ok(r) => r,
                 Err(n) => {
@@ -371,6 +388,50 @@ impl GateRunner {
                 return;
             }
         }
+    }
+
+    /// Waits for the budget's permit to call the gate at `index`. A call
+    /// held back is not evaluated yet: counted by namespace, and a gate never
+    /// evaluated says so in its message (the plan is woken to show it);
+    /// nothing is recorded against the gate.
+    async fn permit(
+        &self,
+        key: &ObjectRef<ReleasePlan>,
+        index: usize,
+        verdicts: &Verdicts,
+    ) -> Permit {
+        let namespace = key.namespace.as_deref().unwrap_or_default();
+        let mut acquire = std::pin::pin!(self.budget.acquire(namespace));
+        if let Poll::Ready(permit) = futures::poll!(acquire.as_mut()) {
+            return permit;
+        }
+        self.metrics
+            .gate_calls_held
+            .get_or_create(&NamespaceLabel {
+                namespace: namespace.to_string(),
+            })
+            .inc();
+        let noted = {
+            let mut v = verdicts.lock().unwrap_or_else(PoisonError::into_inner);
+            match v.get_mut(index) {
+                Some(st)
+                    if st.last_evaluated.is_none()
+                        && st.verdict == Verdict::Pending
+                        && st.message.as_deref() != Some(HELD_BY_BUDGET) =>
+                {
+                    st.message = Some(HELD_BY_BUDGET.to_string());
+                    true
+                }
+                _ => false,
+            }
+        };
+        if noted {
+            // The reconcile shows why the gate waits; a closed channel means shutdown.
+            let _ = self.wake.unbounded_send(key.clone());
+        }
+        debug!(plan = %key, index, "gate call held back by the budget");
+        let _waiting = GaugeGuard::new(&self.metrics.gate_calls_waiting);
+        acquire.await
     }
 
     /// One evaluation; `Err` when the operator could not evaluate it for
@@ -523,5 +584,192 @@ mod tests {
         );
         assert!(u.result(away(), at(649)).is_err());
         assert!(u.result(away(), at(650)).is_ok());
+    }
+
+    /// A runner over real HTTP gates on 127.0.0.1, with `limits`, whose
+    /// plans are those of `plans` (namespace, name, uid).
+    fn runner(
+        limits: crate::gates::budget::Limits,
+        plans: &[(&str, &str, &str)],
+    ) -> Arc<GateRunner> {
+        use kube::runtime::{reflector, watcher};
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let (store, mut writer) = reflector::store::<CachedPlan>();
+        for (ns, name, uid) in plans {
+            let p: ReleasePlan = serde_json::from_value(serde_json::json!({
+                "apiVersion": "releaseplan.io/v1alpha1", "kind": "ReleasePlan",
+                "metadata": {"name": name, "namespace": ns, "uid": uid, "resourceVersion": "1"},
+                "spec": {"components": []}
+            }))
+            .unwrap();
+            writer.apply_watcher_event(&watcher::Event::Apply(CachedPlan::new(&p).unwrap()));
+        }
+        let (wake, rx) = futures::channel::mpsc::unbounded();
+        // The wakes are not read here; the channel stays open.
+        std::mem::forget(rx);
+        let http = GateHttp::new(crate::gates::outbound::OutboundPolicy::default()).unwrap();
+        GateRunner::new(
+            http,
+            CredentialReader::new(crate::canned_api::answering(Vec::new()).0, "ops".into()),
+            PolicyCaches::none(crate::gates::policy::Mode::Optional),
+            GateBudget::new(limits),
+            Arc::new(Metrics::new()),
+            wake,
+            store,
+        )
+    }
+
+    /// The work of `gates` webhook gates calling `url`, for the plan `uid`.
+    fn webhook_work(ns: &str, plan: &str, uid: &str, url: &str, gates: usize) -> GateWork {
+        let hooks: Vec<_> = (0..gates)
+            .map(|i| serde_json::json!({"name": format!("g{i}"), "url": url, "retries": 0}))
+            .collect();
+        let health: crate::api::Health =
+            serde_json::from_value(serde_json::json!({ "webhooks": hooks })).unwrap();
+        let gates = GateSpec::all(&health.entries().unwrap()).unwrap();
+        let ctx = GateContext {
+            vars: TemplateVars {
+                plan: plan.into(),
+                namespace: ns.into(),
+                ..TemplateVars::default()
+            },
+            revision: "r1".into(),
+            step: 0,
+        };
+        GateWork {
+            uid: uid.into(),
+            rollout: 1,
+            step_started: None,
+            ctxs: vec![ctx; gates.len()],
+            trials: vec![Trial::default(); gates.len()],
+            seed: Vec::new(),
+            gates,
+        }
+    }
+
+    /// A server that answers 200 after `delay`, counting the calls in flight
+    /// and the most at once.
+    async fn hook_server(delay: Duration) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let now = Arc::new(AtomicUsize::new(0));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let (n, p) = (Arc::clone(&now), Arc::clone(&peak));
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move || {
+                let (n, p) = (Arc::clone(&n), Arc::clone(&p));
+                async move {
+                    p.fetch_max(n.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                    tokio::time::sleep(delay).await;
+                    n.fetch_sub(1, Ordering::SeqCst);
+                    "ok"
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{addr}/hook"), peak)
+    }
+
+    /// Namespace `flood` has 10 plans of 16 webhook gates against a server
+    /// that takes 2 s to answer, and the budget lets 2 calls be in flight,
+    /// 2 per namespace. Namespace `quiet`'s one gate is still evaluated
+    /// within seconds: it waits for one of `flood`'s calls, not for its
+    /// backlog of 160 calls (about 160 s at 2 at a time). `flood`'s gates
+    /// that wait are not evaluated yet: no failure, the message says why;
+    /// never more than 2 calls reach its server at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_flooding_namespace_does_not_hold_another_namespaces_gate() {
+        use crate::gates::budget::Limits;
+        use std::sync::atomic::Ordering;
+        let (slow, slow_peak) = hook_server(Duration::from_secs(2)).await;
+        let (fast, _) = hook_server(Duration::ZERO).await;
+        let mut plans: Vec<(String, String, String)> = (0..10)
+            .map(|i| {
+                (
+                    "flood".to_string(),
+                    format!("p{i}"),
+                    format!("uid-flood-{i}"),
+                )
+            })
+            .collect();
+        plans.push(("quiet".into(), "q".into(), "uid-quiet".into()));
+        let refs: Vec<(&str, &str, &str)> = plans
+            .iter()
+            .map(|(a, b, c)| (a.as_str(), b.as_str(), c.as_str()))
+            .collect();
+        let limits = Limits {
+            in_flight: 2,
+            in_flight_per_namespace: 2,
+            per_second: 0,
+            per_second_per_namespace: 0,
+        };
+        let runner = runner(limits, &refs);
+        let key = |ns: &str, name: &str| ObjectRef::<ReleasePlan>::new(name).within(ns);
+        let flood: Vec<(ObjectRef<ReleasePlan>, GateWork)> = plans[..10]
+            .iter()
+            .map(|(ns, name, uid)| (key(ns, name), webhook_work(ns, name, uid, &slow, 16)))
+            .collect();
+        for (k, w) in &flood {
+            runner.observe(k, Some(w.clone()));
+        }
+        // The flood fills the global budget before the quiet gate asks.
+        let start = Instant::now();
+        while runner.metrics.gate_calls_in_flight.get() < 2 {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the flood never started"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let quiet_key = key("quiet", "q");
+        let quiet = webhook_work("quiet", "q", "uid-quiet", &fast, 1);
+        let asked = Instant::now();
+        let verdict = loop {
+            let v = runner.observe(&quiet_key, Some(quiet.clone()));
+            if v[0].last_evaluated.is_some() {
+                break v[0].clone();
+            }
+            assert!(
+                asked.elapsed() < Duration::from_secs(30),
+                "the quiet namespace's gate waited behind the flood: {v:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(verdict.verdict, Verdict::Passed, "{verdict:?}");
+
+        let held = runner
+            .metrics
+            .gate_calls_held
+            .get_or_create(&NamespaceLabel {
+                namespace: "flood".into(),
+            })
+            .get();
+        assert!(held > 0, "the flood was never held back");
+        let statuses: Vec<GateStatus> = flood
+            .iter()
+            .flat_map(|(k, w)| runner.observe(k, Some(w.clone())))
+            .collect();
+        assert!(
+            statuses
+                .iter()
+                .all(|s| s.failures == 0 && s.verdict != Verdict::Failed),
+            "a held gate was counted against: {statuses:?}"
+        );
+        assert!(
+            statuses
+                .iter()
+                .any(|s| s.last_evaluated.is_none() && s.message.as_deref() == Some(HELD_BY_BUDGET)),
+            "no waiting gate says why"
+        );
+        assert!(
+            slow_peak.load(Ordering::SeqCst) <= 2,
+            "the flood passed its budget"
+        );
+        for (k, _) in &flood {
+            runner.observe(k, None);
+        }
+        runner.observe(&quiet_key, None);
     }
 }

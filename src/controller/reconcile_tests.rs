@@ -128,6 +128,7 @@ fn context_with_deadline(client: Client, deadline: Duration) -> Arc<Context> {
         http,
         CredentialReader::new(client.clone(), "ops".into()),
         crate::controller::policy::PolicyCaches::none(crate::gates::policy::Mode::Optional),
+        crate::gates::budget::GateBudget::new(crate::gates::budget::Limits::NONE),
         Arc::clone(&metrics),
         wake,
         plans,

@@ -173,6 +173,7 @@ pub async fn run(
             settings.gate_credentials_namespace.clone(),
         ),
         policy.clone(),
+        crate::gates::budget::GateBudget::new(settings.gate_budget),
         Arc::clone(&metrics),
         wake_tx,
         plan_store.clone(),

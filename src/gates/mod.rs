@@ -7,6 +7,7 @@
 pub use releaseplan_core::gates::*;
 
 pub mod access;
+pub mod budget;
 pub(crate) mod http;
 pub mod outbound;
 pub mod prometheus;

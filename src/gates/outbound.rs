@@ -34,6 +34,11 @@ pub use releaseplan_core::gates::text::{redact, sanitize};
 /// Largest `--gate-error-body-chars` honoured.
 pub const MAX_ERROR_BODY_CHARS: u16 = 1024;
 
+/// Default of `--gate-max-answer-bytes`: a gate's answer is one number (a
+/// Prometheus instant vector of one series is well under 1 KiB), and every
+/// call in flight may hold this much, so 32 calls hold at most 8 MiB.
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 256 * 1024;
+
 /// What an address is, as far as gates are concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AddressClass {
@@ -369,6 +374,8 @@ pub struct GateHttp {
     client: reqwest::Client,
     policy: Arc<OutboundPolicy>,
     with_ca: CaClients,
+    /// Largest answer body a gate reads (`--gate-max-answer-bytes`).
+    max_answer_bytes: usize,
 }
 
 impl GateHttp {
@@ -383,7 +390,23 @@ impl GateHttp {
             client,
             policy,
             with_ca: CaClients::default(),
+            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
         })
+    }
+
+    /// The same client, reading answers of at most `bytes` (a bigger one is
+    /// an error of the gate, never read whole).
+    #[must_use]
+    pub fn with_max_answer_bytes(self, bytes: usize) -> GateHttp {
+        GateHttp {
+            max_answer_bytes: bytes,
+            ..self
+        }
+    }
+
+    /// The largest answer body a gate reads.
+    pub fn max_answer_bytes(&self) -> usize {
+        self.max_answer_bytes
     }
 
     /// A client like [`GateHttp::client`] that also trusts the CA

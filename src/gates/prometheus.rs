@@ -10,10 +10,6 @@ use super::access::Resolved;
 use super::http::{read_limited, redirect_reason};
 use super::outbound::{CallError, GateHttp, describe};
 
-/// Largest response body read from Prometheus; a bigger answer is an error
-/// (a gate query must return one number, not thousands of series).
-const MAX_BODY: usize = 4 * 1024 * 1024;
-
 /// Evaluates a gate once: renders its query, asks Prometheus with the gate's
 /// timeout, and interprets the answer. Transport problems, refused
 /// addresses, redirects, HTTP errors and unreadable answers give
@@ -71,13 +67,18 @@ pub async fn evaluate_with(
             reason: redirect_reason("prometheus", &response),
         };
     }
-    let (body, complete) = match read_limited(response, MAX_BODY).await {
+    // A gate query returns one number, not thousands of series: a bigger
+    // answer is an error, and never held whole (`--gate-max-answer-bytes`).
+    let max = http.max_answer_bytes();
+    let (body, complete) = match read_limited(response, max).await {
         Ok(b) => b,
         Err(e) => return error(e.into()),
     };
     if !complete {
         return GateResult::Error {
-            reason: format!("prometheus answer is larger than {MAX_BODY} bytes"),
+            reason: format!(
+                "prometheus answer is larger than {max} bytes (the operator's --gate-max-answer-bytes): make the query return one series"
+            ),
         };
     }
     let detail = usize::from(http.policy().error_body_chars);

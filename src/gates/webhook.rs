@@ -97,7 +97,7 @@ async fn call_once(
     if status.is_success() {
         let value = f64::from(status.as_u16());
         // A body cut short or unreadable is no explicit verdict: a 2xx passes.
-        let body = read_limited(response, MAX_VERDICT_BODY)
+        let body = read_limited(response, MAX_VERDICT_BODY.min(http.max_answer_bytes()))
             .await
             .map(|(b, _)| b)
             .unwrap_or_default();
@@ -113,7 +113,7 @@ async fn call_once(
     let reason = if status.is_redirection() {
         redirect_reason("webhook", &response)
     } else {
-        let text = match read_limited(response, MAX_ERROR_BODY).await {
+        let text = match read_limited(response, MAX_ERROR_BODY.min(http.max_answer_bytes())).await {
             Ok((b, _)) => http.body_excerpt(&b),
             // A body cut short still tells the status code.
             Err(_) => String::new(),

@@ -78,6 +78,13 @@ pub struct GateKindLabel {
     pub kind: String,
 }
 
+/// Label set with the namespace of a plan.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NamespaceLabel {
+    /// Namespace of the plan.
+    pub namespace: String,
+}
+
 /// Label set of a gate verdict.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GateLabel {
@@ -189,6 +196,14 @@ pub struct Metrics {
     /// Gate evaluations that ended in an error (no answer, refused, bad
     /// answer, unreadable credentials), by gate kind.
     pub gate_errors: Family<GateKindLabel, Counter>,
+    /// Gate calls that had to wait for the budget of gate calls
+    /// (`--gate-calls-*`), by the plan's namespace: while one waits, its
+    /// gate is not evaluated yet.
+    pub gate_calls_held: Family<NamespaceLabel, Counter>,
+    /// Gate calls waiting for the budget now.
+    pub gate_calls_waiting: Gauge,
+    /// Gate calls in flight now (holding a place in the budget).
+    pub gate_calls_in_flight: Gauge,
     /// The gates with `gate_value`/`gate_failures` series, per plan
     /// (`namespace/name`), so they can be removed with the rollout.
     gate_series: Mutex<HashMap<String, BTreeSet<String>>>,
@@ -274,6 +289,9 @@ impl Metrics {
         let gate_duration: Family<GateKindLabel, Histogram, fn() -> Histogram> =
             Family::new_with_constructor(gate_histogram);
         let gate_errors = Family::<GateKindLabel, Counter>::default();
+        let gate_calls_held = Family::<NamespaceLabel, Counter>::default();
+        let gate_calls_waiting = Gauge::default();
+        let gate_calls_in_flight = Gauge::default();
         let leader = Gauge::default();
         let shard = Gauge::default();
         shard.set(-1);
@@ -344,6 +362,21 @@ impl Metrics {
             "gate_errors",
             "Gate evaluations that ended in an error (no answer, refused call, bad answer, unreadable credentials), by gate kind",
             gate_errors.clone(),
+        );
+        registry.register(
+            "gate_calls_held",
+            "Gate calls that waited for the budget of gate calls (in flight and per second, per namespace and in all), by namespace: not evaluated yet while they wait",
+            gate_calls_held.clone(),
+        );
+        registry.register(
+            "gate_calls_waiting",
+            "Gate calls waiting for the budget of gate calls now",
+            gate_calls_waiting.clone(),
+        );
+        registry.register(
+            "gate_calls_in_flight",
+            "Gate calls in flight now, within the budget of gate calls",
+            gate_calls_in_flight.clone(),
         );
         registry.register(
             "leader",
@@ -464,6 +497,9 @@ impl Metrics {
             gate_dry_run,
             gate_duration,
             gate_errors,
+            gate_calls_held,
+            gate_calls_waiting,
+            gate_calls_in_flight,
             gate_series: Mutex::new(HashMap::new()),
             leader,
             shard,
@@ -658,6 +694,25 @@ fn plan_label(key: &str, s: PlanState) -> PlanLabel {
         plan: plan.to_string(),
         phase: s.phase.to_string(),
         halted: s.halted.to_string(),
+    }
+}
+
+/// One more on a gauge while this lives (a call waiting, a call in flight):
+/// the count comes down however the work ends, a cancelled task included.
+#[derive(Debug)]
+pub struct GaugeGuard(Gauge);
+
+impl GaugeGuard {
+    /// Adds one to `gauge` until the guard is dropped.
+    pub fn new(gauge: &Gauge) -> GaugeGuard {
+        gauge.inc();
+        GaugeGuard(gauge.clone())
+    }
+}
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 

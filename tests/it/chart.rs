@@ -524,6 +524,11 @@ fn default_values_render_least_privilege_rbac_and_a_restricted_deployment() {
         "--worker-threads=0",
         "--qps=200",
         "--burst=400",
+        "--gate-max-answer-bytes=262144",
+        "--gate-calls-in-flight=32",
+        "--gate-calls-in-flight-per-namespace=8",
+        "--gate-calls-per-second=50",
+        "--gate-calls-per-second-per-namespace=10",
     ] {
         assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
     }

@@ -761,3 +761,37 @@ async fn transport_errors_are_named_by_kind_only() {
         other => panic!("a TLS failure should be an error: {other:?}"),
     }
 }
+
+/// A Prometheus answer larger than `--gate-max-answer-bytes` (256 KiB by
+/// default) is an error of the gate that names the limit, never read
+/// whole; the same answer within a larger limit is read and interpreted.
+#[tokio::test]
+async fn an_answer_over_the_answer_limit_is_an_error() {
+    use axum::response::IntoResponse;
+    // One series, padded with a label 300 KiB long: valid JSON, one number.
+    let padding = "x".repeat(300 * 1024);
+    let answer = format!(
+        r#"{{"status":"success","data":{{"resultType":"vector","result":[{{"metric":{{"pad":"{padding}"}},"value":[0,"0"]}}]}}}}"#
+    );
+    let addr = serve(Router::new().fallback(move || {
+        let answer = answer.clone();
+        async move { answer.into_response() }
+    }))
+    .await;
+    let g = gate(&format!("http://{addr}"), "up", "< 1");
+    match evaluate(&gate_http(), &g, &vars("")).await {
+        GateResult::Error { reason } => {
+            assert!(
+                reason.contains("larger than 262144 bytes")
+                    && reason.contains("--gate-max-answer-bytes"),
+                "{reason}"
+            );
+        }
+        other => panic!("an answer over the limit should be an error: {other:?}"),
+    }
+    let roomy = gate_http().with_max_answer_bytes(1024 * 1024);
+    assert_eq!(
+        evaluate(&roomy, &g, &vars("")).await,
+        GateResult::Pass { value: 0.0 }
+    );
+}

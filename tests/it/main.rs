@@ -38,6 +38,7 @@ mod failure_modes;
 mod faults;
 mod freezes;
 mod gate_access;
+mod gate_budget;
 mod gate_policy;
 mod gate_templates;
 mod gate_trials;
