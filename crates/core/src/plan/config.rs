@@ -126,21 +126,18 @@ pub fn version(
             // Neither the source nor its copies can be seen: the revision
             // keeps the copy status says it reads (pods read it, the operator
             // need not), so losing access starts no rollout.
-            match recorded
+            if let Some(r) = recorded
                 .iter()
                 .find(|r| r.kind == kind && r.name == *name && !r.live && r.copy.is_some())
             {
-                Some(r) => {
-                    carried.insert(key, r.clone());
-                    *name = r.copy.clone().unwrap_or_default();
-                    rewritten = true;
+                carried.insert(key, r.clone());
+                *name = r.copy.clone().unwrap_or_default();
+                rewritten = true;
+            } else {
+                if !out.unversioned.contains(&key) {
+                    out.unversioned.push(key.clone());
                 }
-                None => {
-                    if !out.unversioned.contains(&key) {
-                        out.unversioned.push(key.clone());
-                    }
-                    carried.insert(key, live);
-                }
+                carried.insert(key, live);
             }
             return;
         }

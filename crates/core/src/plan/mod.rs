@@ -546,7 +546,7 @@ fn config_access(
         reasons::ConditionReason::ConfigAccessDenied,
         text.clone(),
     ));
-    (!said).then(|| EventIntent {
+    (!said).then_some(EventIntent {
         type_: EventType::Warning,
         reason: EventReason::ConfigNotVersioned,
         message: text,
