@@ -1495,3 +1495,91 @@ fn chart_readme_rbac_table_is_the_templates_rules() {
         );
     }
 }
+
+/// Every `.rs` file's text under `dir` (relative to the repository).
+fn sources(dir: &str) -> String {
+    fn walk(path: &std::path::Path, out: &mut String) {
+        for entry in std::fs::read_dir(path).unwrap().flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|e| e == "rs") {
+                out.push_str(&std::fs::read_to_string(&p).unwrap());
+            }
+        }
+    }
+    let mut out = String::new();
+    walk(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir),
+        &mut out,
+    );
+    out
+}
+
+#[test]
+fn security_table_names_real_flags_values_and_tests() {
+    // docs/security.md's table of what a tenant gains and what limits it:
+    // each flag it names is the operator's, with the default it gives; each
+    // chart value exists; each test it cites as proof exists.
+    let doc = read("docs/security.md");
+    let table = rows(section(
+        &doc,
+        "## What a plan author gains through the operator, and what limits it",
+    ));
+    assert!(table.len() >= 10, "the table: {table:?}");
+    let flags = operator_flags();
+    let values: yaml_serde::Value =
+        yaml_serde::from_str(&read("charts/releaseplan/values.yaml")).unwrap();
+    let code = [sources("src"), sources("crates"), sources("tests")].concat();
+    let (mut flags_seen, mut values_seen, mut tests_seen) = (0, 0, 0);
+    for row in &table {
+        let text = row.join(" | ");
+        for token in backticked(&text) {
+            if let Some(flag) = token.strip_prefix("--") {
+                let name = flag.split('=').next().unwrap_or_default();
+                let f = flags
+                    .iter()
+                    .find(|f| f.long == name)
+                    .unwrap_or_else(|| panic!("docs/security.md names --{name}, no operator flag"));
+                flags_seen += 1;
+                // "`--flag` (8)": the default it gives is the code's.
+                let after = &text[text.find(&format!("`{token}`")).unwrap() + token.len() + 2..];
+                if let Some(given) = after.strip_prefix(" (")
+                    && let Some(default) = &f.default
+                {
+                    let given: String = given.chars().take_while(char::is_ascii_digit).collect();
+                    if !given.is_empty() && given.len() == default.len() {
+                        assert_eq!(&given, default, "docs/security.md: default of --{name}");
+                    }
+                }
+            } else if token.contains('.')
+                && !token.contains(['/', ' ', '('])
+                && let Some(top) = token.split('.').next()
+                && values.get(top).is_some()
+            {
+                // A chart value (`gates.budget.*`: its parent).
+                let path = token.trim_end_matches(".*");
+                let found = path.split('.').try_fold(&values, |v, key| v.get(key));
+                assert!(
+                    found.is_some(),
+                    "docs/security.md names chart value {token}, not in values.yaml"
+                );
+                values_seen += 1;
+            } else if token.matches('_').count() >= 3
+                && token
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            {
+                assert!(
+                    code.contains(&format!("fn {token}(")),
+                    "docs/security.md cites test {token}, which does not exist"
+                );
+                tests_seen += 1;
+            }
+        }
+    }
+    assert!(
+        flags_seen >= 5 && values_seen >= 3 && tests_seen >= 5,
+        "flags {flags_seen}, values {values_seen}, tests {tests_seen}"
+    );
+}
