@@ -55,7 +55,9 @@ say "notifications: a webhook receiver, the namespace's ConfigMap releaseplan-no
 notify_start "$RUN"
 
 say "starting the operator (log: $RUN/operator.log)"
-"$BIN/releaseplan" --metrics-addr 127.0.0.1:0 >"$RUN/operator.log" 2>&1 &
+# Config released with the code in the demo's namespace (the default grants
+# it nowhere: --config-namespaces, the chart's config.namespaces).
+"$BIN/releaseplan" --metrics-addr 127.0.0.1:0 --config-namespaces=default >"$RUN/operator.log" 2>&1 &
 OP_PID=$!
 
 say "first release of examples/demo.yaml: straight to full scale"
