@@ -1003,6 +1003,19 @@ fn the_install_notes_name_each_shards_lease() {
             "{set}: {notes}"
         );
     }
+    // Config versioned nowhere by default: the value that grants it.
+    assert!(
+        one.contains("--set 'config.namespaces={shop,payments}'")
+            && one.contains("ConfigVersioned"),
+        "{one}"
+    );
+    for set in ["config.namespaces={shop}", "config.versioning=false"] {
+        let notes = render(&[set]);
+        assert!(
+            !notes.contains("config.namespaces is empty"),
+            "{set}: {notes}"
+        );
+    }
 }
 
 #[test]
