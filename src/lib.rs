@@ -21,4 +21,5 @@ mod canned_api;
 #[cfg(test)]
 mod doc_lists;
 pub mod gates;
+mod kube_errors;
 pub mod ops;

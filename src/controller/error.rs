@@ -188,48 +188,11 @@ pub(crate) fn refusal_of(kind: &'static str, name: &str, e: &kube::Error) -> Ref
     }
 }
 
-/// Whether a request failed on the way (connection refused or reset, TLS,
-/// timeout, a body cut short): no answer came, and the write may have landed.
-pub(crate) fn is_transport(e: &kube::Error) -> bool {
-    matches!(
-        e,
-        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_)
-    )
-}
-
-/// Whether the API server was away for this request (no answer, a 5xx, a
-/// 429): worth asking again, unlike an answer (404, 403, 401, 422...).
-pub(crate) fn is_transient(e: &kube::Error) -> bool {
-    is_transport(e) || matches!(e, kube::Error::Api(s) if away_status(s.code))
-}
-
-/// Whether an API server's status code says it was away (a 5xx, a 429)
-/// rather than answering: the one rule of [`is_transient`], for callers
-/// that hold the code.
-pub(crate) fn away_status(code: u16) -> bool {
-    code == 429 || code >= 500
-}
-
-pub(crate) fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409)
-}
-
-pub(crate) fn is_not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
-}
-
-/// Whether a failed write may still have been applied: it got no answer, or
-/// a 5xx one (a timeout of the API server's own may come after etcd wrote).
-pub(crate) fn may_have_landed(e: &kube::Error) -> bool {
-    is_transport(e) || matches!(e, kube::Error::Api(s) if s.code >= 500)
-}
-
-/// Whether the API server refused a write because the namespace is being
-/// deleted: nothing to report then, the plan's own deletion follows.
-pub(crate) fn namespace_terminating(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 403
-        && s.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating")))
-}
+// The answers of the API server, classified below the controller, so `ops`
+// and `gates` need not import it.
+pub(crate) use crate::kube_errors::{
+    is_conflict, is_not_found, is_transient, is_transport, may_have_landed, namespace_terminating,
+};
 
 #[cfg(test)]
 mod tests {

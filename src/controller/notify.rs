@@ -248,7 +248,7 @@ async fn get_config_map(api: &Api<ConfigMap>) -> Result<Option<ConfigMap>, Strin
     loop {
         let why = match tokio::time::timeout(READ_TIMEOUT, api.get_opt(ncfg::CONFIG_MAP)).await {
             Ok(Ok(got)) => return Ok(got),
-            Ok(Err(kube::Error::Api(s))) if !super::error::away_status(s.code) => {
+            Ok(Err(kube::Error::Api(s))) if !crate::kube_errors::away_status(s.code) => {
                 return Err(format!(
                     "ConfigMap {} not read: HTTP {}",
                     ncfg::CONFIG_MAP,

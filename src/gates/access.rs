@@ -304,7 +304,7 @@ impl Reads<'_> {
                 ),
                 kube::Error::Api(s) => unreadable(
                     format!("HTTP {}", s.code),
-                    crate::controller::error::away_status(s.code),
+                    crate::kube_errors::away_status(s.code),
                 ),
                 _ => unreadable("the API server could not be reached".into(), true),
             })?;

@@ -268,7 +268,7 @@ fn transient(e: &LeaderError) -> bool {
     use kube_lease_manager::LeaseManagerError as E;
     let LeaderError::Lease(e) = e;
     match e {
-        E::KubeError(k) => crate::controller::error::is_transient(k),
+        E::KubeError(k) => crate::kube_errors::is_transient(k),
         E::LeaseAlreadyExists(_) | E::NonexistentLease(_) => true,
         _ => false,
     }
