@@ -2,12 +2,12 @@
 //! (ControllerRevisions), the Services and routes, and the Jobs; only what
 //! differs from the caches is written. Decides nothing.
 
-use super::FIELD_MANAGER;
-use super::context::{Context, version_of};
-use super::controller_revision::Write;
-use super::error::{Error, is_not_found, namespace_terminating, of_refusal, refusal_of};
+use super::context::Context;
+use super::error::{Error, is_not_found, namespace_terminating, of_refusal};
+use super::keys::version_of;
+use super::observe;
 use super::observe::Seen;
-use super::{controller_revision, deployment, observe};
+use super::outcome::{Acted, FIELD_MANAGER, failed, failed_write};
 use crate::api::ReleasePlan;
 use crate::api::cached::{CachedDeployment, CachedRevision};
 use crate::plan::{Decision, Refusal, TemplateSource};
@@ -15,37 +15,12 @@ use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use std::collections::BTreeMap;
+use releaseplan_core::objects::controller_revision;
+use releaseplan_core::objects::controller_revision::Write;
+use releaseplan_core::objects::deployment;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
-
-/// What a failed Deployment write comes to: nothing to report in a
-/// terminating namespace, else a refusal for status.
-pub(crate) fn failed_write(deployment: &str, e: &kube::Error) -> Acted {
-    failed("Deployment", deployment, e)
-}
-
-/// What a failed write of an object of `kind` comes to.
-pub(crate) fn failed(kind: &'static str, name: &str, e: &kube::Error) -> Acted {
-    if namespace_terminating(e) {
-        Acted::NamespaceTerminating
-    } else {
-        Acted::Refused(refusal_of(kind, name, e))
-    }
-}
-
-/// What acting on a decision came to.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Acted {
-    /// Every write went through (or none was needed).
-    Done,
-    /// The first write that failed; the rest were not tried (they would most
-    /// likely fail the same way).
-    Refused(Refusal),
-    /// The namespace is being deleted: the plan's deletion follows.
-    NamespaceTerminating,
-}
 
 /// What acting on a decision came to.
 pub(crate) struct Outcome {
@@ -535,78 +510,6 @@ pub(crate) fn latest_template(
         .or(cached)
 }
 
-/// How long the answer to a Deployment apply stands in for the cache at
-/// most. It goes sooner, as soon as the watch has delivered its version
-/// ([`latest_deployments`]): well under a second, or many seconds in a
-/// burst of thousands of writes. This bound matters only when that watch
-/// stops delivering, and then at worst the write is made once more, which
-/// changes nothing.
-pub(crate) const STAND_IN_TTL: Duration = Duration::from_secs(60);
-
-/// How long a config copy just created stands in for the cache: a watch
-/// delivers it in well under a second; past this the cache is the truth
-/// again (a copy created again is refused as existing, which changes nothing).
-pub(crate) const COPY_STAND_IN_TTL: Duration = Duration::from_secs(10);
-
-/// The plan's Deployments as last seen: the cache's, each replaced by the
-/// answer to this process's own apply while the cache has not caught up with
-/// it, and those applied but not cached yet added. Without this, a reconcile
-/// woken right after an apply (by the status write that followed it) finds
-/// the old or no Deployment and applies it again.
-///
-/// An answer goes when the Deployment watch has delivered its version: then
-/// the cache is the truth, and one that the cache lacks was deleted (before
-/// or after its first watch event), to be created again. A lagging watch
-/// (a burst at a cold start) keeps it standing in for as long as it lags,
-/// up to [`STAND_IN_TTL`]. Also returns, when an answer stands in for a
-/// Deployment the cache does not hold, how long until it expires (the
-/// reconcile comes back then, should no watch event wake it first).
-/// `seen` is the Deployment cache's [`PlanCache::seen`], read before
-/// `cached` was.
-pub(crate) fn latest_deployments(
-    ctx: &Context,
-    key: &ObjectRef<ReleasePlan>,
-    seen: u64,
-    cached: Vec<Arc<CachedDeployment>>,
-) -> (Vec<Arc<CachedDeployment>>, Option<Duration>) {
-    ctx.memory.with(key, |m| {
-        stand_in_deployments(seen, &mut m.written_deployments, cached)
-    })
-}
-
-/// [`latest_deployments`] on the written answers kept for one plan.
-pub(crate) fn stand_in_deployments(
-    seen: u64,
-    written: &mut BTreeMap<String, (Instant, Arc<CachedDeployment>)>,
-    mut cached: Vec<Arc<CachedDeployment>>,
-) -> (Vec<Arc<CachedDeployment>>, Option<Duration>) {
-    let mut stand_in: Option<Duration> = None;
-    written.retain(|name, (at, written)| {
-        let Some(left) = STAND_IN_TTL.checked_sub(at.elapsed()) else {
-            return false;
-        };
-        let written_version = version_of(&**written);
-        // The watch has delivered the write (and whatever came after it).
-        if written_version.is_some_and(|v| v <= seen) {
-            return false;
-        }
-        match cached.iter_mut().find(|d| d.name_any() == *name) {
-            // The cache has it (or newer): the answer is no longer needed.
-            Some(c) if version_of(&**c) >= written_version => false,
-            Some(c) => {
-                *c = Arc::clone(written);
-                true
-            }
-            None => {
-                cached.push(Arc::clone(written));
-                stand_in = Some(stand_in.map_or(left, |s| s.min(left)));
-                true
-            }
-        }
-    });
-    (cached, stand_in)
-}
-
 /// Keeps the answer to a Deployment apply, in the cache's form.
 fn remember_deployment(ctx: &Context, key: &ObjectRef<ReleasePlan>, written: &Deployment) {
     let Some(name) = written.metadata.name.clone() else {
@@ -681,76 +584,5 @@ pub(crate) async fn delete_template(
         }
         Err(e) if is_not_found(&e) => Ok(()),
         Err(e) => Err(e),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::index::PlanCache;
-    use super::*;
-    use kube::runtime::watcher;
-
-    fn deployment(name: &str, version: u64) -> Arc<CachedDeployment> {
-        let d: CachedDeployment = serde_json::from_value(serde_json::json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name, "namespace": "ns", "resourceVersion": version.to_string(),
-                         "labels": {"releaseplan.io/plan": "shop"}},
-        }))
-        .unwrap();
-        Arc::new(d)
-    }
-
-    fn versions(ds: &[Arc<CachedDeployment>]) -> Vec<(String, String)> {
-        ds.iter()
-            .map(|d| (d.name_any(), d.resource_version().unwrap_or_default()))
-            .collect()
-    }
-
-    #[test]
-    fn an_applied_deployment_stands_in_until_its_watch_has_delivered_its_version() {
-        let cache = PlanCache::<CachedDeployment>::default();
-        let mut writer = cache.writer();
-        writer.apply(&watcher::Event::Init);
-        writer.apply(&watcher::Event::InitApply((*deployment("old", 5)).clone()));
-        writer.apply(&watcher::Event::InitDone);
-        let mut written = BTreeMap::new();
-        // Applied long enough ago that a fixed 10 s would have dropped them.
-        let at = Instant::now() - Duration::from_secs(15);
-        written.insert("old".to_string(), (at, deployment("old", 7)));
-        written.insert("new".to_string(), (at, deployment("new", 8)));
-
-        // The watch lags: both answers stand in, the new one for a while.
-        let (seen, stand_in) =
-            stand_in_deployments(cache.seen(), &mut written, vec![deployment("old", 5)]);
-        assert_eq!(
-            versions(&seen),
-            [("old".into(), "7".into()), ("new".into(), "8".into())]
-        );
-        let left = stand_in.unwrap();
-        assert!(left > Duration::from_secs(40) && left <= STAND_IN_TTL - Duration::from_secs(15));
-
-        // The watch delivers "old" at 7: its answer goes, "new" still stands in.
-        writer.apply(&watcher::Event::Apply((*deployment("old", 7)).clone()));
-        let (seen, _) =
-            stand_in_deployments(cache.seen(), &mut written, vec![deployment("old", 7)]);
-        assert_eq!(
-            versions(&seen),
-            [("old".into(), "7".into()), ("new".into(), "8".into())]
-        );
-        assert_eq!(written.len(), 1);
-
-        // Then a later event (of another object): "new" was deleted before
-        // the cache ever held it, so the cache is the truth again.
-        writer.apply(&watcher::Event::Apply((*deployment("other", 9)).clone()));
-        let (seen, stand_in) =
-            stand_in_deployments(cache.seen(), &mut written, vec![deployment("old", 7)]);
-        assert_eq!(versions(&seen), [("old".into(), "7".into())]);
-        assert!(stand_in.is_none() && written.is_empty());
-
-        // Past the bound an answer goes, lagging watch or not.
-        let long_ago = Instant::now() - STAND_IN_TTL - Duration::from_secs(1);
-        written.insert("late".to_string(), (long_ago, deployment("late", 20)));
-        let (seen, _) = stand_in_deployments(cache.seen(), &mut written, Vec::new());
-        assert!(seen.is_empty() && written.is_empty());
     }
 }

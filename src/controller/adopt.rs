@@ -11,7 +11,8 @@
 
 use super::context::Context;
 use super::error::{Error, is_not_found};
-use super::{Acted, FIELD_MANAGER, failed};
+use super::outcome::FIELD_MANAGER;
+use super::outcome::{Acted, failed};
 use crate::api::{ANNOTATION_ADOPTED_REPLICAS, LABEL_COMPONENT, LABEL_PLAN, LABEL_REVISION};
 use crate::api::{ReleasePlan, cached::CachedDeployment};
 use crate::plan::adopt::{AdoptIntent, AdoptedObs, AdoptedState, Found};

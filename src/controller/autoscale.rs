@@ -15,9 +15,11 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use tracing::{info, warn};
 
+use super::context::Context;
+use super::error::is_not_found;
 use super::index::PlanCache;
+use super::outcome::{Acted, failed};
 use super::owned::{labels, meta, write};
-use super::{Acted, Context, failed, is_not_found};
 use crate::api::cached::Labelled as _;
 use crate::api::scale::ComponentScale;
 use crate::api::{LABEL_COMPONENT, ReleasePlan};

@@ -2,11 +2,11 @@
 //! templates reference as observed (from [`super::config_cache`]), and the
 //! copies to write and prune. Decides nothing: [`crate::plan::config`] does.
 
-use super::FIELD_MANAGER;
 use super::config_cache::{Access, obs};
 use super::context::Context;
 use super::error::{Error, refusal_of};
 use super::index::plan_objects;
+use super::outcome::FIELD_MANAGER;
 use crate::api::cached::{CachedDeployment, CachedRevision};
 use crate::api::config::{
     ANNOTATION_CONFIG_DIGEST, ANNOTATION_CONFIG_SOURCE, ConfigKind, digest_of_map, digest_of_secret,
@@ -21,6 +21,11 @@ use kube::{Api, Client, Resource, ResourceExt};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tracing::info;
+
+/// How long a config copy just created stands in for the cache: a watch
+/// delivers it in well under a second; past this the cache is the truth
+/// again (a copy created again is refused as existing, which changes nothing).
+pub(crate) const COPY_STAND_IN_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What the plan's config looks like in the caches: each object its
 /// templates (and recorded copies) name, every copy made for it, and the
@@ -66,7 +71,7 @@ pub(crate) fn observe(
     // Copies created but not cached yet: as they were created.
     ctx.memory.with(&ObjectRef::from_obj(plan), |m| {
         m.written_copies.retain(|key, (at, written)| {
-            if objects.contains_key(key) || at.elapsed() > super::act::COPY_STAND_IN_TTL {
+            if objects.contains_key(key) || at.elapsed() > COPY_STAND_IN_TTL {
                 return false;
             }
             objects.insert(key.clone(), written.clone());
@@ -245,7 +250,7 @@ pub(crate) async fn act(
                 });
             }
             Ok(false) => {}
-            Err(e) if super::namespace_terminating(&e) => {}
+            Err(e) if super::error::namespace_terminating(&e) => {}
             Err(e) => {
                 refusal.get_or_insert_with(|| refusal_of(c.kind.as_str(), &c.name, &e));
             }
@@ -260,7 +265,7 @@ pub(crate) async fn act(
             Ok(()) => {
                 info!(plan = %plan.name_any(), kind = %kind, copy = %name, "unused config copy deleted");
             }
-            Err(e) if super::is_not_found(&e) => {}
+            Err(e) if super::error::is_not_found(&e) => {}
             Err(e) => {
                 first_error.get_or_insert(Error::Config {
                     name: format!("{kind} {name}"),

@@ -4,7 +4,7 @@
 //! them for a reconcile.
 
 use super::index::PlanCache;
-use super::{ok_only, scoped, watch_backoff, watched};
+use super::watches::{ok_only, scoped, watch_backoff, watched};
 use crate::api::ReleasePlan;
 use crate::api::cached::{CachedPlan, Footprint};
 use crate::api::config::{CachedConfig, CachedConfigMap, CachedSecret, ConfigKind};
@@ -343,7 +343,7 @@ fn watch(
     // Only the template gates' copies: config copies carry the plan label
     // too, and their values are never cached.
     let (template_copies, copy_stream) =
-        owned.watch_selected(&TEMPLATE_COPIES, super::template_copies::trim);
+        owned.watch_selected(&TEMPLATE_COPIES, super::trim::template_copy);
     (
         ConfigCaches {
             maps,
@@ -400,7 +400,7 @@ fn config_watch<K>(
     (forbidden, ns): (Arc<AtomicBool>, Option<String>),
 ) -> impl Stream<Item = ObjectRef<ReleasePlan>> + Send + 'static
 where
-    CachedConfig<K>: super::Watched + crate::api::cached::Labelled + super::index::Wakes,
+    CachedConfig<K>: super::watches::Watched + crate::api::cached::Labelled + super::index::Wakes,
     K: crate::api::config::KindOf + PartialEq + Send + Sync + 'static,
 {
     // The most recent list, in pages: a list "of any version" comes from the
@@ -463,7 +463,7 @@ fn copies_apply<K>(
     shard: Option<Shard>,
     event: &watcher::Event<CachedConfig<K>>,
 ) where
-    CachedConfig<K>: super::Watched + crate::api::cached::Labelled + super::index::Wakes,
+    CachedConfig<K>: super::watches::Watched + crate::api::cached::Labelled + super::index::Wakes,
 {
     let theirs = |o: &CachedConfig<K>| shard.is_some_and(|s| !super::watches::in_shard(s, o));
     match event {

@@ -17,10 +17,11 @@ use crate::plan::Refusal;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Service;
+use kube::Client;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Client, ResourceExt};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
 use tracing::warn;
 
 /// Settings of the controller.
@@ -153,7 +154,7 @@ impl Context {
         key: &ObjectRef<ReleasePlan>,
         cached: Arc<CachedPlan>,
     ) -> Arc<CachedPlan> {
-        let stored = self.plans.get(&cached_key(key));
+        let stored = self.plans.get(&super::keys::cached_key(key));
         self.memory.freshest(key, cached, stored)
     }
 
@@ -205,47 +206,10 @@ impl Context {
 /// How soon a plan is tried again while the caches fill.
 pub(crate) const CACHE_SYNC_RETRY: Duration = Duration::from_millis(250);
 
-/// A resourceVersion as a number. Versions are opaque to clients, but the
-/// API server's are etcd revisions; `None` for one that does not parse, which
-/// every comparison takes as "the cache wins" (or "wakes").
-pub(crate) fn version_number(version: Option<&str>) -> Option<u64> {
-    version.and_then(|v| v.parse::<u64>().ok())
-}
-
-/// An object's resourceVersion as a number ([`version_number`]).
-pub(crate) fn version_of<K: kube::Resource>(o: &K) -> Option<u64> {
-    version_number(o.meta().resource_version.as_deref())
-}
-
-/// Whether `a` has a later resourceVersion than `b`; anything that does not
-/// parse is taken as not newer, so the cache wins.
-pub(crate) fn newer(a: &CachedPlan, b: &CachedPlan) -> bool {
-    matches!((version_of(a), version_of(b)), (Some(x), Some(y)) if x > y)
-}
-
 /// Exponential backoff: 1s, 2s, 4s ... capped at 5 minutes.
 pub fn backoff_delay(failures: u32) -> Duration {
     let exp = failures.saturating_sub(1).min(9);
     Duration::from_secs((1u64 << exp).min(300))
-}
-
-/// The key of a cached plan in the maps of the context.
-pub(crate) fn key_of(cached: &CachedPlan) -> ObjectRef<ReleasePlan> {
-    ObjectRef::new(&cached.name_any()).within(&cached.namespace().unwrap_or_default())
-}
-
-/// The key of a plan in the plan cache (and the controller's queue).
-pub(crate) fn cached_key(key: &ObjectRef<ReleasePlan>) -> ObjectRef<CachedPlan> {
-    ObjectRef::new(&key.name).within(key.namespace.as_deref().unwrap_or_default())
-}
-
-/// A plan's key in the metrics: `namespace/name`.
-pub(crate) fn metrics_key(plan: &ReleasePlan) -> String {
-    format!(
-        "{}/{}",
-        plan.namespace().unwrap_or_default(),
-        plan.name_any()
-    )
 }
 
 #[cfg(test)]

@@ -179,7 +179,8 @@ impl Publisher {
 /// Whether a failed create may succeed when tried again: no answer, or the
 /// API server busy or failing (429, 5xx).
 fn retried(e: &kube::Error) -> bool {
-    super::is_transport(e) || matches!(e, kube::Error::Api(s) if s.code == 429 || s.code >= 500)
+    super::error::is_transport(e)
+        || matches!(e, kube::Error::Api(s) if s.code == 429 || s.code >= 500)
 }
 
 /// The Event object for `ev` about `reference`, named `<object>.<time in

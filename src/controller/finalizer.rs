@@ -1,8 +1,9 @@
 //! The finalizer: added on a plan's first reconcile, and the exits a
 //! deleted plan takes (gone already, foreground deletion, settled).
 
-use super::context::{Context, metrics_key};
+use super::context::Context;
 use super::error::{Error, is_conflict, is_not_found};
+use super::keys::metrics_key;
 use crate::api::{FINALIZER, ReleasePlan};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;

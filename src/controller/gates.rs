@@ -329,7 +329,7 @@ impl GateRunner {
 
     fn plan_exists(&self, key: &ObjectRef<ReleasePlan>, uid: &str) -> bool {
         self.plans
-            .get(&super::cached_key(key))
+            .get(&super::keys::cached_key(key))
             .is_some_and(|p| p.uid().as_deref() == Some(uid))
     }
 

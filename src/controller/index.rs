@@ -295,7 +295,7 @@ impl<K: Labelled + Wakes> PlanCacheWriter<K> {
     /// need not wake the plan: most of a Deployment's updates while it starts
     /// are such.
     pub fn apply(&mut self, event: &watcher::Event<K>) -> bool {
-        let version = |o: &K| super::context::version_of(o).unwrap_or(0);
+        let version = |o: &K| super::keys::version_of(o).unwrap_or(0);
         match event {
             watcher::Event::Apply(obj) => {
                 let mut index = self.write();

@@ -1,7 +1,8 @@
 //! Acts on the Job gates' intents: creates the Jobs the core asked for and
 //! deletes those it no longer wants. Decides nothing (see `gates::job`).
 
-use super::{Context, Error, is_not_found, namespace_terminating};
+use super::context::Context;
+use super::error::{Error, is_not_found, namespace_terminating};
 use crate::api::ReleasePlan;
 use crate::gates::job::{self, JobIntents, JobObs, JobState};
 use k8s_openapi::api::batch::v1::Job;

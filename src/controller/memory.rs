@@ -86,7 +86,7 @@ pub(crate) struct PlanMemory {
     /// holds them: a reconcile right after a write must not write again.
     pub written_templates: BTreeMap<String, (Instant, Arc<CachedRevision>)>,
     /// The same for Deployments: the answer to this process's last apply of
-    /// each, until the cache holds that version (`act::latest_deployments`).
+    /// each, until the cache holds that version (`stand_in::latest_deployments`).
     pub written_deployments: BTreeMap<String, (Instant, Arc<CachedDeployment>)>,
     /// The config copies this process created, until their cache holds them
     /// (`config::observe`): the decision right after must not create them
@@ -214,12 +214,12 @@ impl Memory {
         let mut best = dispatched;
         if let Some(s) = stored
             && s.uid() == best.uid()
-            && super::context::newer(&s, &best)
+            && super::keys::newer(&s, &best)
         {
             best = s;
         }
         self.with(key, |m| match &m.fresh {
-            Some(f) if f.uid() == best.uid() && super::context::newer(f, &best) => Arc::clone(f),
+            Some(f) if f.uid() == best.uid() && super::keys::newer(f, &best) => Arc::clone(f),
             Some(_) => {
                 m.fresh = None;
                 best
@@ -233,14 +233,14 @@ impl Memory {
     /// own until the plan's next reconcile (which, after a quiet write,
     /// may never come). Reads the map without creating an entry.
     pub fn cache_caught_up(&self, key: &ObjectRef<ReleasePlan>, version: Option<&str>) {
-        let Some(cached) = super::context::version_number(version) else {
+        let Some(cached) = super::keys::version_number(version) else {
             return;
         };
         let mut plans = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(entry) = plans.get_mut(key) else {
             return;
         };
-        let kept = entry.fresh.as_deref().map(super::context::version_of);
+        let kept = entry.fresh.as_deref().map(super::keys::version_of);
         if let Some(kept) = kept
             && kept.is_none_or(|kept| kept <= cached)
         {

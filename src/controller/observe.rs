@@ -87,7 +87,7 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
     // What the watch had delivered is read before the cache: a later event
     // may not be in what was read.
     let seen = ctx.deployments.seen();
-    let (owned, stand_in) = super::act::latest_deployments(
+    let (owned, stand_in) = super::stand_in::latest_deployments(
         ctx,
         &key,
         seen,

@@ -11,7 +11,8 @@ use kube::{Resource, ResourceExt};
 use tracing::info;
 
 use super::deployment::{MANAGED_BY, is_subset};
-use super::{Acted, FIELD_MANAGER, failed};
+use super::outcome::FIELD_MANAGER;
+use super::outcome::{Acted, failed};
 use crate::api::{LABEL_COMPONENT, LABEL_PLAN, ReleasePlan};
 
 /// The labels of an owned object of `component`.

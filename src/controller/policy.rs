@@ -16,7 +16,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
-use super::{watch_backoff, watched};
+use super::watches::{watch_backoff, watched};
 use crate::api::ReleasePlan;
 use crate::api::cached::CachedPlan;
 use crate::api::policy::GatePolicy;
@@ -149,14 +149,14 @@ pub async fn watch(
     // namespace's labels: the plans of that namespace.
     let policy_wakes = policy_stream
         .touched_objects()
-        .filter_map(super::ok_only)
+        .filter_map(super::watches::ok_only)
         .flat_map({
             let plans = plans.clone();
             move |_| futures::stream::iter(plans_in(&plans, None))
         });
     let namespace_wakes = namespace_stream
         .touched_objects()
-        .filter_map(super::ok_only)
+        .filter_map(super::watches::ok_only)
         .flat_map(move |n| {
             let refs = n.map_or_else(|_| Vec::new(), |n| plans_in(&plans, Some(&n.name_any())));
             futures::stream::iter(refs)

@@ -261,7 +261,7 @@ impl Queue {
             quiet.remove(&key);
             return true;
         }
-        let number = super::context::version_number;
+        let number = super::keys::version_number;
         if let (Some(v), Some(base)) = (number(version), number(q.base.as_deref()))
             && v <= base
         {

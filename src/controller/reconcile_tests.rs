@@ -6,13 +6,14 @@
 //! against the real API server; these pin the controller's own logic.)
 
 use super::context::Context;
+use super::error::Error;
 use super::events::Events;
 use super::gates::GateRunner;
 use super::index::PlanCache;
 use super::memory::Memory;
 use super::queue::Queue;
+use super::reconcile::reconcile_inner;
 use super::templates::TemplateCaches;
-use super::{Error, reconcile_inner};
 use crate::api::ReleasePlan;
 use crate::api::cached::CachedPlan;
 use crate::gates::access::CredentialReader;
@@ -538,10 +539,13 @@ async fn a_reconcile_that_never_ends_is_given_up_at_its_deadline() {
     let ctx = context_with_deadline(client, Duration::from_millis(300));
     let cached = Arc::new(CachedPlan::new(&plan(&with_finalizer())).unwrap());
     let started = std::time::Instant::now();
-    let err = tokio::time::timeout(Duration::from_secs(10), super::reconcile(cached, ctx))
-        .await
-        .expect("the reconcile outlived its deadline")
-        .unwrap_err();
+    let err = tokio::time::timeout(
+        Duration::from_secs(10),
+        super::reconcile::reconcile(cached, ctx),
+    )
+    .await
+    .expect("the reconcile outlived its deadline")
+    .unwrap_err();
     assert!(matches!(err, Error::Deadline(_)), "{err}");
     assert_eq!(err.kind(), "deadline");
     assert!(started.elapsed() >= Duration::from_millis(300));

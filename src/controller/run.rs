@@ -4,16 +4,18 @@
 //! beside it. The top floor of the controller: it imports the rest, nothing
 //! imports it but `main`.
 
-use super::context::{Context, Settings, cached_key};
+use super::context::{Context, Settings};
 use super::error::Error;
 use super::events::Events;
 use super::gates::GateRunner;
+use super::keys::cached_key;
 use super::memory::Memory;
 use super::queue::{Queue, WakeSource};
+use super::reconcile::error_policy;
+use super::reconcile::reconcile;
 use super::watches::{
     OwnedWatches, ok_only, plan_in_shard, plan_of, scoped, shard_decoded, watch_backoff, watched,
 };
-use super::{error_policy, reconcile};
 use super::{sweep, templates, trim};
 use crate::api::cached::{CachedDeployment, CachedPlan, CachedPod, CachedRevision};
 use crate::api::{ComponentScale, ReleasePlan};
@@ -93,7 +95,7 @@ pub async fn run(
                 Ok(p) => {
                     let (ns, name) = (p.metadata.namespace.as_deref(), p.name_any());
                     let version = p.metadata.resource_version.as_deref();
-                    memory.cache_caught_up(&super::context::key_of(p), version);
+                    memory.cache_caught_up(&super::keys::key_of(p), version);
                     let quiet = queue.quiet_landing(ns, &name, version);
                     if !quiet {
                         queue.changed(ns, &name, WakeSource::Plan);

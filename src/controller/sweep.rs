@@ -9,7 +9,8 @@
 //! has no last reconcile: without the sweep its memory, gate tasks, queue
 //! entry and phase series would stay for the life of the process.
 
-use super::{Context, cached_key};
+use super::context::Context;
+use super::keys::cached_key;
 use crate::api::ReleasePlan;
 use crate::api::cached::{CachedPlan, Footprint as _};
 use crate::ops::metrics::ResourceLabel;

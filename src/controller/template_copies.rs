@@ -6,11 +6,11 @@
 //! listed); created and deleted as the core decides
 //! ([`crate::gates::template::copy_intents`]).
 
-use super::FIELD_MANAGER;
 use super::config_cache::Access;
 use super::context::Context;
 use super::error::{Error, is_not_found, namespace_terminating};
 use super::index::{PlanCache, plan_objects};
+use super::outcome::FIELD_MANAGER;
 use crate::api::template::{
     GateTemplateSpec, LABEL_TEMPLATE_COPY, TEMPLATE_COPY_KEY, content_hash,
 };
@@ -91,12 +91,6 @@ fn read(
         });
     }
     (contents, copies)
-}
-
-/// Keeps of a cached copy what is read: labels, owner, data.
-pub fn trim(s: &mut Secret) {
-    s.metadata.managed_fields = None;
-    s.metadata.annotations = None;
 }
 
 /// The Secret of a copy: labelled with the plan and the hash, owned by the

@@ -10,7 +10,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
-use super::{ok_only, scoped, watch_backoff, watched};
+use super::watches::{ok_only, scoped, watch_backoff, watched};
 use crate::api::ReleasePlan;
 use crate::api::cached::CachedPlan;
 use crate::api::template::{
@@ -141,7 +141,7 @@ fn template_watch<K>(
     liveness: &Arc<Liveness>,
 ) -> impl Stream<Item = ObjectRef<ReleasePlan>> + Send + 'static
 where
-    K: super::Watched,
+    K: super::watches::Watched,
 {
     watcher(api, watcher::Config::default().any_semantic())
         .backoff(watch_backoff())

@@ -15,10 +15,11 @@ use kube::ResourceExt;
 use kube::api::Api;
 use tracing::warn;
 
+use super::context::Context;
 use super::deployment::revision_labels;
+use super::outcome::Acted;
 use super::owned::{labels, meta, write};
 use super::router::{Dispatch as _, Routes};
-use super::{Acted, Context};
 use crate::api::{LABEL_REVISION, LABEL_ROLE, ReleasePlan, Traffic};
 use crate::plan::Target;
 use crate::plan::traffic::{TrafficIntent, TrafficObs};

@@ -67,6 +67,13 @@ pub fn pod(p: &mut CachedPod) {
 /// The prefix of the labels the operator reads on pods.
 const OUR_LABELS: &str = "releaseplan.io/";
 
+/// Keeps of a cached template copy (a Secret) what is read: labels, owner,
+/// data.
+pub fn template_copy(s: &mut k8s_openapi::api::core::v1::Secret) {
+    s.metadata.managed_fields = None;
+    s.metadata.annotations = None;
+}
+
 /// A Job keeps its labels, owner references, creation time and status
 /// conditions: what a Job gate reads. Its spec (a whole pod template) is not.
 pub fn job(j: &mut Job) {

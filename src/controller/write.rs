@@ -2,8 +2,9 @@
 //! metrics go out only for a status that was written (or, when the answer
 //! was lost, once a read shows it landed).
 
-use super::context::{Context, metrics_key};
+use super::context::Context;
 use super::error::{Error, is_conflict, is_not_found, may_have_landed};
+use super::keys::metrics_key;
 use super::memory::Unconfirmed;
 use super::observe::Seen;
 use crate::api::{Outcome, ReleasePlan, ReleasePlanStatus};

@@ -30,8 +30,9 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::index::PlanCache;
+use super::outcome::Acted;
 use super::owned::{labels, meta, write};
-use super::{Acted, Watched};
+use super::watches::Watched;
 use crate::api::cached::Labelled;
 use crate::api::{ReleasePlan, RouterKind, Traffic};
 use crate::plan::traffic::{Names, RouteObs, TrafficIntent};
@@ -133,7 +134,7 @@ pub async fn served(client: &kube::Client, namespace: Option<&str>) -> Vec<Route
         type Out = BoxFuture<'a, bool>;
         fn visit<R: Router>(self) -> BoxFuture<'a, bool> {
             Box::pin(async move {
-                let api: Api<R> = super::scoped(self.0, self.1);
+                let api: Api<R> = super::watches::scoped(self.0, self.1);
                 super::watches::optional_kind_served(&api, R::KIND).await
             })
         }
