@@ -788,6 +788,20 @@ fn operator_defaults_are_the_charts() {
         ("config-versioning", value("config.versioning")),
         ("gate-error-body-chars", value("gates.errorBodyChars")),
         ("gate-job-pod-security", value("gates.jobPodSecurity")),
+        ("gate-max-answer-bytes", value("gates.maxAnswerBytes")),
+        ("gate-calls-in-flight", value("gates.budget.callsInFlight")),
+        (
+            "gate-calls-in-flight-per-namespace",
+            value("gates.budget.callsInFlightPerNamespace"),
+        ),
+        (
+            "gate-calls-per-second",
+            value("gates.budget.callsPerSecond"),
+        ),
+        (
+            "gate-calls-per-second-per-namespace",
+            value("gates.budget.callsPerSecondPerNamespace"),
+        ),
         (
             "gate-policy",
             if single_tenant {
@@ -805,6 +819,7 @@ fn operator_defaults_are_the_charts() {
         ("gate-deny-cidrs", value("gates.denyCidrs")),
         ("gate-allow-hosts", value("gates.allowHosts")),
         ("dashboard-url", value("notifications.dashboardUrl")),
+        ("config-namespaces", value("config.namespaces")),
     ]);
     // Flags the chart leaves to the binary's default: POD_NAME and
     // POD_NAMESPACE are what the defaults read (`--lease-namespace` is
