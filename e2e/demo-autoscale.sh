@@ -57,7 +57,9 @@ YAML
 usage 10m
 
 say "starting the operator (log: $RUN/operator.log)"
-"$BIN/releaseplan" --metrics-addr 127.0.0.1:0 >"$RUN/operator.log" 2>&1 &
+# Single-tenant, in namespace default: as e2e/demo.sh says why.
+"$BIN/releaseplan" --operator-namespace default --gate-policy optional \
+  --metrics-addr 127.0.0.1:0 >"$RUN/operator.log" 2>&1 &
 OP_PID=$!
 
 say "first release of examples/autoscaled.yaml: web autoscaled (HPA 2..6 at 50% CPU), api fixed at 2"

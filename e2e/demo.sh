@@ -55,9 +55,14 @@ say "notifications: a webhook receiver, the namespace's ConfigMap releaseplan-no
 notify_start "$RUN"
 
 say "starting the operator (log: $RUN/operator.log)"
+# Run by hand, the operator must be told its namespace (the chart's pod gets
+# it from POD_NAMESPACE), and its gate policy defaults to the chart's
+# `required`: this one-person cluster runs it single-tenant, as
+# `gatePolicy.singleTenant: true` does (docs/security.md, "Gate policy").
 # Config released with the code in the demo's namespace (the default grants
 # it nowhere: --config-namespaces, the chart's config.namespaces).
-"$BIN/releaseplan" --metrics-addr 127.0.0.1:0 --config-namespaces=default >"$RUN/operator.log" 2>&1 &
+"$BIN/releaseplan" --operator-namespace default --gate-policy optional \
+  --config-namespaces=default --metrics-addr 127.0.0.1:0 >"$RUN/operator.log" 2>&1 &
 OP_PID=$!
 
 say "first release of examples/demo.yaml: straight to full scale"

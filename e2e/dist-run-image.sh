@@ -41,7 +41,7 @@ log "unpacked $(file -b "$work/releaseplan")"
 kubectl apply --server-side -f "$REPO_ROOT/crds/" >/dev/null
 kubectl wait --for condition=established --timeout=60s crd --all >/dev/null
 
-"$work/releaseplan" --leader-election --lease-namespace default --identity dist-image \
+"$work/releaseplan" --leader-election --operator-namespace default --identity dist-image \
   --metrics-addr 127.0.0.1:0 >"$work/operator.log" 2>&1 &
 op_pid=$!
 for _ in $(seq 60); do

@@ -756,6 +756,117 @@ fn operations_values_table_defaults_are_the_charts() {
     assert!(checked >= 10, "only {checked} values checked");
 }
 
+/// How the chart passes each operator flag, against the binary's default
+/// (issue 50 §5: a binary run by hand is no more open than a default
+/// install). Every flag is in one list, so a new flag is compared too.
+#[test]
+fn operator_defaults_are_the_charts() {
+    let values: yaml_serde::Value =
+        yaml_serde::from_str(&read("charts/releaseplan/values.yaml")).unwrap();
+    let value = |path: &str| -> String {
+        let v = path
+            .split('.')
+            .try_fold(&values, |v, key| v.get(key))
+            .unwrap_or_else(|| panic!("charts/releaseplan/values.yaml has no {path}"));
+        match v {
+            yaml_serde::Value::String(s) => s.clone(),
+            yaml_serde::Value::Sequence(s) if s.is_empty() => String::new(),
+            other => yaml_serde::to_string(other).unwrap().trim().to_string(),
+        }
+    };
+    let single_tenant = value("gatePolicy.singleTenant") == "true";
+    // Flags the chart sets from a value: the default it passes.
+    let passed: BTreeMap<&str, String> = BTreeMap::from([
+        ("concurrency", value("concurrency")),
+        ("worker-threads", value("workerThreads")),
+        ("qps", value("qps")),
+        ("burst", value("burst")),
+        ("metrics-addr", format!("[::]:{}", value("metricsPort"))),
+        ("lease-name", value("leaderElection.leaseName")),
+        ("lease-seconds", value("leaderElection.leaseSeconds")),
+        ("shards", value("leaderElection.shards")),
+        ("config-versioning", value("config.versioning")),
+        ("gate-error-body-chars", value("gates.errorBodyChars")),
+        ("gate-job-pod-security", value("gates.jobPodSecurity")),
+        ("gate-max-answer-bytes", value("gates.maxAnswerBytes")),
+        ("gate-calls-in-flight", value("gates.budget.callsInFlight")),
+        (
+            "gate-calls-in-flight-per-namespace",
+            value("gates.budget.callsInFlightPerNamespace"),
+        ),
+        (
+            "gate-calls-per-second",
+            value("gates.budget.callsPerSecond"),
+        ),
+        (
+            "gate-calls-per-second-per-namespace",
+            value("gates.budget.callsPerSecondPerNamespace"),
+        ),
+        (
+            "gate-policy",
+            if single_tenant {
+                "optional"
+            } else {
+                "required"
+            }
+            .to_string(),
+        ),
+    ]);
+    // Flags without a default value, set by the chart only from a value
+    // that is empty by default.
+    let unset: BTreeMap<&str, String> = BTreeMap::from([
+        ("namespace", value("watchNamespace")),
+        ("gate-deny-cidrs", value("gates.denyCidrs")),
+        ("gate-allow-hosts", value("gates.allowHosts")),
+        ("dashboard-url", value("notifications.dashboardUrl")),
+        ("config-namespaces", value("config.namespaces")),
+    ]);
+    // Flags the chart leaves to the binary's default: POD_NAME and
+    // POD_NAMESPACE are what the defaults read (`--lease-namespace` is
+    // passed as `$(POD_NAMESPACE)`, the same).
+    let left = [
+        "operator-namespace",
+        "lease-namespace",
+        "gate-credentials-namespace",
+        "identity",
+        "api-http2",
+        "stuck-after-seconds",
+        "api-request-timeout-seconds",
+        "reconcile-timeout-seconds",
+    ];
+    // Deliberately not the chart's, neither a matter of what tenants can
+    // reach: the log format (text for a person at a terminal, JSON for the
+    // chart's log collector) and leader election (the chart runs two
+    // replicas; one process run by hand needs no Lease, nor RBAC on one).
+    let different = BTreeMap::from([
+        ("log-json", value("logging.json")),
+        ("leader-election", value("leaderElection.enabled")),
+    ]);
+    for (flag, chart) in &different {
+        assert_eq!(chart, "true", "values.yaml: the default behind --{flag}");
+    }
+    for f in operator_flags() {
+        let long = f.long.as_str();
+        if let Some(chart) = passed.get(long) {
+            assert_eq!(
+                f.default.as_deref(),
+                Some(chart.as_str()),
+                "the default of --{long} (src/main.rs) is not the chart's (charts/releaseplan/values.yaml)"
+            );
+        } else if let Some(chart) = unset.get(long) {
+            assert!(
+                f.default.is_none() && chart.is_empty(),
+                "--{long}: no default in src/main.rs, and none in values.yaml ({chart:?})"
+            );
+        } else {
+            assert!(
+                left.contains(&long) || different.contains_key(long),
+                "--{long}: compare its default with the chart's in doc_lists::operator_defaults_are_the_charts"
+            );
+        }
+    }
+}
+
 // ---------------------------------------------------------------- plugin
 
 /// The plugin's commands (`set image` as one), with their arguments.

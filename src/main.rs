@@ -39,6 +39,12 @@ struct Args {
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "RELEASEPLAN_NAMESPACE")]
     namespace: Option<String>,
+    /// The namespace the operator runs in, where its Lease and the gates'
+    /// credentials live (default: the pod's service account namespace; the
+    /// chart sets POD_NAMESPACE). Without one the operator does not start:
+    /// guessing `default` would read credentials from the wrong namespace.
+    #[arg(long, env = "POD_NAMESPACE")]
+    operator_namespace: Option<String>,
     /// Reconciles run at once. Each spends most of its time waiting on the API
     /// server, so this is about round trips in flight; `--qps` bounds the load.
     #[arg(long, env = "RELEASEPLAN_CONCURRENCY", default_value_t = 32)]
@@ -77,7 +83,7 @@ struct Args {
         default_value = "releaseplan-leader"
     )]
     lease_name: String,
-    /// Namespace of the leader Lease (default: POD_NAMESPACE, else `default`).
+    /// Namespace of the leader Lease (default: `--operator-namespace`).
     #[arg(long, env = "RELEASEPLAN_LEASE_NAMESPACE")]
     lease_namespace: Option<String>,
     /// Seconds the lease stays valid without renewal.
@@ -140,15 +146,16 @@ struct Args {
     )]
     gate_calls_per_second_per_namespace: u32,
     /// Namespace whose Secrets and ConfigMaps gates may reference (auth,
-    /// headers, CA bundles) (default: POD_NAMESPACE, the operator's own,
-    /// else `default`).
+    /// headers, CA bundles) (default: `--operator-namespace`, the operator's
+    /// own).
     #[arg(long, env = "RELEASEPLAN_GATE_CREDENTIALS_NAMESPACE")]
     gate_credentials_namespace: Option<String>,
     /// `required`: a namespace that no GatePolicy selects gets no gate call
     /// and no route; `optional`: it keeps the operator-wide rules (a
     /// namespace some GatePolicy selects gets only what its policies allow
-    /// either way).
-    #[arg(long, env = "RELEASEPLAN_GATE_POLICY", default_value = "optional")]
+    /// either way). `required` by default, as the chart: a binary run by
+    /// hand is no more open than an install.
+    #[arg(long, env = "RELEASEPLAN_GATE_POLICY", default_value = "required")]
     gate_policy: releaseplan::gates::policy::Mode,
     /// Offer HTTP/2 to the API server: one connection carries every watch and
     /// request. false speaks HTTP/1.1, a connection per watch and per request
@@ -214,6 +221,29 @@ enum MainError {
         "--reconcile-timeout-seconds {reconcile} must be more than --api-request-timeout-seconds {request}: a reconcile must outlast one request it waits on"
     )]
     Deadlines { reconcile: u64, request: u64 },
+    #[error(
+        "cannot tell which namespace the operator runs in: set --operator-namespace or POD_NAMESPACE (in a pod: from fieldRef metadata.namespace, as the chart does). Its Lease and the gates' credentials live there; it no longer falls back to `default`"
+    )]
+    NoNamespace,
+}
+
+/// Where a pod with a mounted service account token finds its namespace.
+const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// The namespace the operator runs in: `--operator-namespace` (or
+/// POD_NAMESPACE), else the service account's, else an error. Never a
+/// guess: a wrong one would serve another namespace's Secrets as gate
+/// credentials.
+fn own_namespace(args: &Args) -> Result<String, MainError> {
+    let given = args.operator_namespace.as_deref().map(str::trim);
+    if let Some(ns) = given.filter(|ns| !ns.is_empty()) {
+        return Ok(ns.to_string());
+    }
+    std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE)
+        .ok()
+        .map(|ns| ns.trim().to_string())
+        .filter(|ns| !ns.is_empty())
+        .ok_or(MainError::NoNamespace)
 }
 
 /// How long a signal waits for in-flight reconciles, Events and the lease
@@ -309,6 +339,7 @@ async fn run(args: Args) -> Result<(), MainError> {
             request: args.api_request_timeout_seconds,
         });
     }
+    let own = own_namespace(&args)?;
     let metrics = Arc::new(Metrics::new());
     metrics.shards.set(i64::from(args.shards));
     let liveness = Liveness::new(std::time::Duration::from_secs(args.stuck_after_seconds));
@@ -394,8 +425,7 @@ async fn run(args: Args) -> Result<(), MainError> {
         gate_credentials_namespace: args
             .gate_credentials_namespace
             .clone()
-            .or_else(|| std::env::var("POD_NAMESPACE").ok())
-            .unwrap_or_else(|| "default".into()),
+            .unwrap_or_else(|| own.clone()),
         config_versioning: args.config_versioning,
         config_namespaces: releaseplan::controller::config_cache::ConfigNamespaces::from_list(
             &args.config_namespaces,
@@ -410,11 +440,7 @@ async fn run(args: Args) -> Result<(), MainError> {
     };
     if args.leader_election {
         let cfg = LeaderConfig {
-            namespace: args
-                .lease_namespace
-                .clone()
-                .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                .unwrap_or_else(|| "default".into()),
+            namespace: args.lease_namespace.clone().unwrap_or(own),
             name: args.lease_name.clone(),
             identity: id,
             duration_seconds: args.lease_seconds,

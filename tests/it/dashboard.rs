@@ -102,18 +102,65 @@ async fn stable_plan(client: &Client, ns: &str, name: &str) {
     wait_phase(client, ns, name, Phase::Stable, WAIT).await;
 }
 
-/// A raw HTTP/1.1 request to the dashboard (to check what a browser would
-/// not let a page send): the status code.
-fn raw_status(port: u16, request: &str) -> u16 {
+/// A raw HTTP/1.1 request to the dashboard on 127.0.0.1 (to check what a
+/// browser would not let a page send): the whole answer.
+fn raw(port: u16, request: &str) -> String {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(WAIT)).unwrap();
     s.write_all(request.as_bytes()).unwrap();
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
-    out.split_whitespace()
+    out
+}
+
+/// The status code of an answer from [`raw`].
+fn status(answer: &str) -> u16 {
+    answer
+        .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {out:?}"))
+        .unwrap_or_else(|| panic!("no status line in {answer:?}"))
+}
+
+fn raw_status(port: u16, request: &str) -> u16 {
+    status(&raw(port, request))
+}
+
+/// A GET of `path` on 127.0.0.1:`port` with `extra` header lines.
+fn get_request(port: u16, path: &str, extra: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}Connection: close\r\n\r\n")
+}
+
+/// Issue 50, part 5: the pages, the data and the page's token go only to a
+/// request that shows the token; other local processes get a 401 and
+/// nothing else. The URL's token sets an HttpOnly SameSite=Strict cookie
+/// that the page's own requests carry.
+fn check_every_request_needs_the_token(port: u16, token: &str, plan: &str) {
+    for path in ["/", "/app.js", "/api/plans", "/api/stream", "/nothing-here"] {
+        for extra in [
+            String::new(),
+            format!("Cookie: rp_token_{port}=wrong\r\n"),
+            format!("Cookie: rp_token_{}={token}\r\n", port + 1),
+        ] {
+            let answer = raw(port, &get_request(port, path, &extra));
+            assert_eq!(status(&answer), 401, "GET {path} {extra:?}: {answer}");
+            assert!(!answer.contains(token), "the token in {answer}");
+            assert!(!answer.contains(plan), "the plan in {answer}");
+        }
+    }
+    let answer = raw(port, &get_request(port, &format!("/?token={token}"), ""));
+    assert_eq!(status(&answer), 200, "{answer}");
+    let cookie = format!("rp_token_{port}={token}; Path=/; HttpOnly; SameSite=Strict");
+    assert!(
+        answer.lines().any(|l| l
+            .split_once(':')
+            .is_some_and(|(k, v)| k.eq_ignore_ascii_case("set-cookie") && v.trim() == cookie)),
+        "{answer}"
+    );
+    let with_cookie = format!("Cookie: rp_token_{port}={token}\r\n");
+    let answer = raw(port, &get_request(port, "/api/plans", &with_cookie));
+    assert_eq!(status(&answer), 200, "{answer}");
+    assert!(answer.contains(plan), "{answer}");
 }
 
 #[tokio::test]
@@ -243,17 +290,28 @@ async fn the_bar_advances_and_promote_moves_the_plan_on() {
     b.wait_text(WAIT, "#plan h2", "Stable").await;
     b.wait_text(WAIT, "#plan", "Promoted").await;
 
-    // What other local pages cannot do: a POST without the page's token, or
-    // from another origin, or to another Host name, never reaches the cluster.
+    // What other local pages and processes cannot do: read anything
+    // without the token; a POST without the page's token (the cookie alone
+    // is not enough), or from another origin, or to another Host name,
+    // never reaches the cluster.
     let port = dash.port();
+    check_every_request_needs_the_token(port, &dash.token(), "shop");
     let post = |extra: &str| {
         format!(
             "POST /api/plans/{ns}/shop/actions/pause HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n"
         )
     };
-    assert_eq!(raw_status(port, &post("")), 403);
+    let cookie = format!("Cookie: rp_token_{port}={}\r\n", dash.token());
+    assert_eq!(raw_status(port, &post("")), 401);
+    assert_eq!(raw_status(port, &post(&cookie)), 403);
     assert_eq!(
-        raw_status(port, &post("Origin: http://evil.example\r\n")),
+        raw_status(
+            port,
+            &post(&format!(
+                "{cookie}x-releaseplan-token: {}\r\nOrigin: http://evil.example\r\n",
+                dash.token()
+            ))
+        ),
         403
     );
     assert_eq!(
@@ -416,3 +474,96 @@ async fn an_action_without_permission_shows_the_api_servers_refusal() {
 }
 
 use kube::ResourceExt;
+
+/// Bound beyond loopback (0.0.0.0: every address of this machine), the
+/// dashboard says so on stderr, and still wants the token on every request
+/// (the traffic here goes to 127.0.0.1 only).
+#[tokio::test]
+async fn bound_beyond_loopback_it_warns_and_still_wants_the_token() {
+    let Harness { client, ns } = Harness::new("dash-wide").await;
+    create(
+        &client,
+        &ns,
+        &plan("wide", json!({"components": [web("wide:1", 1)]})),
+    )
+    .await;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-releaseplan"))
+        .args([
+            "dashboard",
+            "-n",
+            &ns,
+            "--address",
+            "0.0.0.0",
+            "--port",
+            "0",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run kubectl-releaseplan dashboard");
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    // stderr read on a thread of its own, line by line, to the end: a
+    // dashboard that never warns fails the test after WAIT, not hangs it.
+    let (lines, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines.send(line);
+        }
+    });
+    let (url, warning) = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut url = String::new();
+        std::io::BufReader::new(stdout).read_line(&mut url).unwrap();
+        let deadline = std::time::Instant::now() + WAIT;
+        let mut warning = String::new();
+        while let Ok(line) =
+            rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+        {
+            if line.starts_with("warning:") {
+                warning = line;
+                break;
+            }
+        }
+        (url.trim().to_string(), warning)
+    })
+    .await
+    .unwrap();
+    assert!(
+        warning.starts_with("warning: listening on 0.0.0.0:")
+            && warning.contains("beyond loopback")
+            && warning.contains("with your kubeconfig's identity"),
+        "{warning:?}"
+    );
+    let parsed = url::Url::parse(&url).unwrap();
+    assert_eq!(parsed.host_str(), Some("0.0.0.0"), "{url}");
+    let port = parsed.port().unwrap();
+    let token = parsed
+        .query_pairs()
+        .find(|(k, _)| k == "token")
+        .map(|(_, v)| v.into_owned())
+        .unwrap();
+    assert!(
+        !warning.contains(&token),
+        "the token is printed once, on stdout"
+    );
+    wait_until(WAIT, "the plan in the dashboard's store", || async {
+        let answer = raw(
+            port,
+            &get_request(
+                port,
+                "/api/plans",
+                &format!("x-releaseplan-token: {token}\r\n"),
+            ),
+        );
+        (status(&answer) == 200 && answer.contains("wide")).then_some(())
+    })
+    .await;
+    check_every_request_needs_the_token(port, &token, "wide");
+    let _ = child.kill();
+    let _ = child.wait();
+}

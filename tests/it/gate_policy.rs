@@ -546,7 +546,8 @@ async fn a_route_to_a_gateway_the_policy_does_not_allow_is_not_written() {
 }
 
 /// The first-install bug (issue #50, part 4). The operator runs as the
-/// chart runs it by default: `--gate-policy=required` and the chart's
+/// chart runs it by default: `--gate-policy=required` (the binary's own
+/// default since issue #50, part 5, so left unset here) and the chart's
 /// GatePolicy with `gatePolicy.hosts: []` (here selecting only this test's
 /// namespace). A new plan of three replicas with one webhook gate used to
 /// come up, have its gate refused, and be "rolled back to stable revision
@@ -571,7 +572,7 @@ async fn the_charts_default_policy_holds_a_gated_first_release_until_the_host_is
     };
     let policy = format!("{ns}-default");
     put_policy(&client, &policy, &ns, chart_spec(Vec::new())).await;
-    let op = h.operator().args(["--gate-policy=required"]).start().await;
+    let op = h.operator().policy_default().start().await;
     support::plans::create(
         &client,
         &ns,
@@ -648,4 +649,50 @@ async fn the_charts_default_policy_holds_a_gated_first_release_until_the_host_is
     );
     drop(op);
     delete_policy(&client, &policy).await;
+}
+
+/// The binary's own default is the chart's (issue #50, part 5): run with no
+/// `--gate-policy`, a namespace that no GatePolicy selects gets no gate
+/// call; its gated plan does not start and says which flag decides. With
+/// the old default (`optional`) the gate was called and the plan released.
+#[tokio::test]
+async fn the_binarys_default_policy_refuses_a_namespace_no_policy_selects() {
+    let h = Harness::new("gate-policy-binary").await;
+    let (client, ns) = (h.client.clone(), h.ns.clone());
+    let (hook_addr, hook_seen) = stand_in().await;
+    let op = h.operator().policy_default().start().await;
+    support::plans::create(
+        &client,
+        &ns,
+        &support::fixtures::plan(
+            "shop",
+            json!({"components": [web("shop:1", 1)],
+                   "strategy": {"steps": [{"setWeight": 50}]},
+                   "health": {"webhooks": [hook(&format!("http://{hook_addr}/hook"))]}}),
+        ),
+    )
+    .await;
+    let (_, _, message) = wait_until(WAIT, "the plan held by the default policy", || {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            let p = support::plans::get(&client, &ns, "shop").await?;
+            condition(&p, "Stalled").filter(|(s, r, _)| s == "True" && r == "GatePolicyRefused")
+        }
+    })
+    .await;
+    assert!(
+        message.contains(&format!(
+            "namespace {ns} is selected by no GatePolicy and the operator requires one (--gate-policy=required)"
+        )),
+        "{message}"
+    );
+    assert_eq!(count(&hook_seen), 0, "the refused gate was not called");
+    assert!(
+        support::plans::revisions(&client, &ns, "shop")
+            .await
+            .is_empty(),
+        "no Deployment: the release did not start"
+    );
+    drop(op);
 }

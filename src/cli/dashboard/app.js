@@ -3,6 +3,9 @@
 // namespace/name and redrawn only when their data changed, once per frame.
 "use strict";
 const token = document.querySelector('meta[name="rp-token"]').content;
+// The token came in the URL once; the server keeps it in a cookie since:
+// take it out of the address bar and the history.
+if (location.search) history.replaceState(null, "", location.pathname + location.hash);
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"})[c]);
 const RANK = {failing: 0, moving: 1, settled: 2};

@@ -12,7 +12,7 @@
 //!
 //! [`server`] serves the page and runs the watches; [`store`] holds what they
 //! have seen; [`model`] computes what the page shows; [`guard`] keeps other
-//! sites and host names out.
+//! sites, host names and requests without the per-run token out.
 
 pub mod guard;
 pub mod model;

@@ -2,7 +2,9 @@
 //! event endpoints fed by the [`Store`], the buttons' endpoint, and the
 //! watches that fill the store. Runs until Ctrl-C.
 
-use super::guard::{allowed_hosts, check_host, new_token, post_refusal};
+use super::guard::{
+    TOKEN_QUERY, TokenGate, allowed_hosts, check_host, check_token, new_token, post_refusal,
+};
 use super::model::{Detail, Row};
 use super::store::{Key, Note, Store, Tracked};
 use crate::api::{LABEL_PLAN, ReleasePlan};
@@ -34,10 +36,13 @@ use tokio::sync::broadcast;
 
 /// Extra help of the command.
 pub const AFTER_HELP: &str = "\
-The first line on stdout is the URL to open. The server binds 127.0.0.1 unless
---address says otherwise, answers only requests addressed to it by that name
-(Host header), and accepts a button's POST only with the page's per-run token
-and from its own origin, so other web pages cannot press the buttons.
+The first line on stdout is the URL to open, with the per-run token
+(?token=...): every request needs it (the page keeps it in an HttpOnly,
+SameSite=Strict cookie), so other local users and processes see nothing. The
+server binds 127.0.0.1 unless --address says otherwise (then it warns on
+stderr), answers only requests addressed to it by that name (Host header),
+and accepts a button's POST only with the token in a header and from its own
+origin, so other web pages cannot press the buttons.
 Everything it shows and does is with your kubeconfig's identity (and --as):
 it needs list and watch on releaseplans, deployments and events, and the
 buttons need patch on releaseplans.";
@@ -88,6 +93,8 @@ pub async fn serve(ctx: Ctx, args: &DashboardArgs) -> Result<i32, CliError> {
         })?;
     let addr = listener.local_addr()?;
     let token = new_token()?;
+    let gate = Arc::new(TokenGate::new(token.clone(), addr.port()));
+    let url = format!("http://{addr}/?{TOKEN_QUERY}={token}");
     // Host header values the server answers to; empty: any (non-loopback bind).
     let hosts: Arc<[String]> = allowed_hosts(addr).into();
     let scope = if args.all_namespaces {
@@ -137,19 +144,35 @@ pub async fn serve(ctx: Ctx, args: &DashboardArgs) -> Result<i32, CliError> {
         .route("/api/plans/{ns}/{name}", get(detail_json))
         .route("/api/plans/{ns}/{name}/stream", get(detail_stream))
         .route("/api/plans/{ns}/{name}/actions/{action}", post(act))
+        .layer(middleware::from_fn_with_state(gate, check_token))
         .layer(middleware::from_fn_with_state(hosts, check_host))
         .with_state(app);
-    // The URL first, alone on its line: scripts and tests read it.
-    println!("http://{addr}/");
+    // The URL first, alone on its line: scripts and tests read it. The only
+    // place the token is printed.
+    println!("{url}");
     eprintln!(
         "serving the ReleasePlan dashboard of {scope} at http://{addr}/ with your kubeconfig's identity; Ctrl-C stops it"
     );
+    if !addr.ip().is_loopback() {
+        eprintln!("{}", beyond_loopback_warning(addr));
+    }
     axum::serve(listener, router)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })
         .await?;
     Ok(0)
+}
+
+/// The warning of a server bound beyond loopback: who can reach it, and
+/// what they get with the token.
+fn beyond_loopback_warning(addr: std::net::SocketAddr) -> String {
+    format!(
+        "warning: listening on {addr}, beyond loopback: whoever can reach this port and learns the token \
+         sees the plans and presses the buttons with your kubeconfig's identity; the token travels \
+         unencrypted (plain HTTP) and the Host check is off. Bind 127.0.0.1 (the default) unless this \
+         machine and its network are yours alone."
+    )
 }
 
 /// An API of `K` in `namespace`, or in every namespace.
@@ -201,6 +224,7 @@ fn asset(content_type: &'static str, body: String) -> Response {
             (header::CACHE_CONTROL, "no-store"),
             (header::X_FRAME_OPTIONS, "DENY"),
             (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::REFERRER_POLICY, "no-referrer"),
             (
                 header::CONTENT_SECURITY_POLICY,
                 "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",

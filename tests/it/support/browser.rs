@@ -15,7 +15,8 @@ use std::time::Duration;
 /// A running `kubectl-releaseplan dashboard`; killed on drop.
 pub struct Dashboard {
     child: Child,
-    /// The URL it printed first, e.g. `http://127.0.0.1:40123/`.
+    /// The URL it printed first, with its per-run token, e.g.
+    /// `http://127.0.0.1:40123/?token=9f…`.
     pub url: String,
 }
 
@@ -50,12 +51,22 @@ impl Dashboard {
 
     /// The port it listens on.
     pub fn port(&self) -> u16 {
-        self.url
-            .trim_end_matches('/')
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
+        url::Url::parse(&self.url)
+            .ok()
+            .and_then(|u| u.port())
             .expect("port in the URL")
+    }
+
+    /// Its per-run token, from the URL.
+    pub fn token(&self) -> String {
+        url::Url::parse(&self.url)
+            .ok()
+            .and_then(|u| {
+                u.query_pairs()
+                    .find(|(k, _)| k == "token")
+                    .map(|(_, v)| v.into_owned())
+            })
+            .expect("a token in the URL")
     }
 }
 

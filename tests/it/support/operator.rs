@@ -2,6 +2,13 @@
 //! namespace: [`Operator::launcher`] builds the command line (flags,
 //! environment, leader election), [`Launcher::start`] runs it and waits for
 //! `/readyz`, and the [`Operator`] reads its metrics and stops it.
+//!
+//! The binary's defaults are the chart's (`--gate-policy=required`, and no
+//! start without its own namespace); the tests run it as a single-tenant
+//! install in the test's namespace instead: `POD_NAMESPACE` is the test
+//! namespace and `RELEASEPLAN_GATE_POLICY=optional`, as environment so
+//! that a test's own flag wins and an older release's binary
+//! (tests/upgrade_release.rs) that knows neither ignores them.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -25,6 +32,7 @@ pub struct Launcher {
     rust_log: String,
     ready_within: Duration,
     port: Option<u16>,
+    open_policy: bool,
 }
 
 /// A free port on 127.0.0.1.
@@ -84,6 +92,13 @@ impl Launcher {
         self.args(["--leader-election", "--lease-namespace", lease_namespace])
     }
 
+    /// Leaves the gate policy to the binary's default (`required`, the
+    /// chart's) instead of the harness's `optional`.
+    pub fn policy_default(mut self) -> Launcher {
+        self.open_policy = false;
+        self
+    }
+
     /// Runs `binary` instead of the one cargo built for this package.
     pub fn binary(mut self, binary: impl Into<PathBuf>) -> Launcher {
         self.binary = binary.into();
@@ -120,13 +135,21 @@ impl Launcher {
         let log = dir.join(format!("operator-{}-{port}.log", self.namespace));
         let out = std::fs::File::create(&log).expect("log file");
         let err = out.try_clone().expect("log file");
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        command
             .arg("--namespace")
             .arg(&self.namespace)
             .arg("--metrics-addr")
             .arg(format!("127.0.0.1:{port}"))
             .args(&self.args)
             .env("RUST_LOG", &self.rust_log)
+            .env("POD_NAMESPACE", &self.namespace);
+        if self.open_policy {
+            command.env("RELEASEPLAN_GATE_POLICY", "optional");
+        } else {
+            command.env_remove("RELEASEPLAN_GATE_POLICY");
+        }
+        let child = command
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out)
@@ -164,7 +187,8 @@ impl Launcher {
 }
 
 impl Operator {
-    /// A launcher of the operator watching `namespace`, with no other flags.
+    /// A launcher of the operator watching `namespace`, running in it
+    /// (`POD_NAMESPACE`), with the open gate policy and no other flags.
     pub fn launcher(namespace: &str) -> Launcher {
         Launcher {
             namespace: namespace.to_string(),
@@ -176,6 +200,7 @@ impl Operator {
             rust_log: "info,releaseplan=debug".to_string(),
             ready_within: Duration::from_secs(30),
             port: None,
+            open_policy: true,
         }
     }
 

@@ -21,13 +21,14 @@ use crate::api::ParentRef;
 use crate::api::policy::{ANNOTATION_GATE_HOSTS, GatePolicySpec, PodSecurityLevel};
 use crate::gates::pod_security::Level;
 
-/// Whether a namespace that no policy selects is governed.
+/// Whether a namespace that no policy selects is governed. Closed by
+/// default, as the chart and the binary are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
     /// Not governed: the operator-wide rules (`--gate-allow-hosts`...) only.
-    #[default]
     Optional,
     /// Governed by nothing, so nothing is allowed (`--gate-policy=required`).
+    #[default]
     Required,
 }
 
