@@ -13,14 +13,14 @@ use std::sync::{Mutex, PoisonError};
 /// Label set of a failed reconcile: what failed.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabel {
-    /// The error's kind ([`crate::controller::Error::kind`]): `api`, `conflict`...
+    /// The error's kind (the controller's error kinds): `api`, `conflict`...
     pub error: String,
 }
 
 /// Label set of a wake: what woke the plan.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WakeLabel {
-    /// One of [`crate::controller::WakeSource::ALL`]: `plan`, `deployment`, `pod`...
+    /// What woke the plan (the controller's wake sources): `plan`, `deployment`, `pod`...
     pub source: &'static str,
 }
 
@@ -254,6 +254,22 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Exports every wake source and every timer cause of the controller
+    /// from zero, so a rate over them has a start: the controller owns those
+    /// lists and names them here when it starts.
+    pub fn prime(
+        &self,
+        wakes: impl IntoIterator<Item = &'static str>,
+        timers: impl IntoIterator<Item = &'static str>,
+    ) {
+        for source in wakes {
+            let _ = self.wakes.get_or_create(&WakeLabel { source });
+        }
+        for cause in timers {
+            let _ = self.timed_reconciles.get_or_create(&TimerLabel { cause });
+        }
+    }
+
     /// Creates and registers every metric under the `releaseplan` prefix.
     // One registration per metric family, each with its help text.
     #[allow(clippy::too_many_lines)]
@@ -403,24 +419,17 @@ impl Metrics {
             "Answer time of requests to the Kubernetes API server (watches excluded), by verb",
             kube_request_duration.clone(),
         );
+        // Every source and cause is exported from zero once the controller
+        // names them ([`Metrics::prime`]): it owns those lists.
         let wakes = Family::<WakeLabel, Counter>::default();
-        for source in crate::controller::WakeSource::ALL {
-            let _ = wakes.get_or_create(&WakeLabel {
-                source: source.as_str(),
-            });
-        }
         registry.register(
             "wakes",
             "Changes that woke a ReleasePlan for a reconcile, by source",
             wakes.clone(),
         );
         let timed_reconciles = Family::<TimerLabel, Counter>::default();
-        let causes = crate::plan::machine::Requeue::ALL
-            .iter()
-            .map(|r| r.as_str())
-            .chain(crate::controller::queue::TIMERS);
-        for cause in causes {
-            let _ = timed_reconciles.get_or_create(&TimerLabel { cause });
+        for r in crate::plan::machine::Requeue::ALL {
+            let _ = timed_reconciles.get_or_create(&TimerLabel { cause: r.as_str() });
         }
         registry.register(
             "timed_reconciles",
