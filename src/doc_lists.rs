@@ -124,6 +124,7 @@ fn sample_metrics() -> String {
         ResourceLabel, VerbLabel, WriteLabel,
     };
     let m = Metrics::new();
+    crate::controller::queue::prime(&m);
     let gate = GateLabel {
         namespace: "ns".into(),
         plan: "p".into(),

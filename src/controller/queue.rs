@@ -309,6 +309,14 @@ impl Queue {
     }
 }
 
+/// Exports every wake source and timer cause from zero ([`Metrics::prime`]).
+pub(crate) fn prime(metrics: &Metrics) {
+    metrics.prime(
+        WakeSource::ALL.iter().map(|s| s.as_str()),
+        TIMERS.iter().copied(),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,6 +324,7 @@ mod tests {
     #[test]
     fn a_plan_waits_once_until_its_reconcile_and_a_requeue_is_no_wait() {
         let metrics = Arc::new(Metrics::new());
+        prime(&metrics);
         let q = Queue::new(Arc::clone(&metrics));
         q.changed(Some("a"), "p", WakeSource::Plan);
         q.changed(Some("a"), "p", WakeSource::Pod);
@@ -349,6 +358,7 @@ mod tests {
     #[test]
     fn a_timed_reconcile_is_counted_by_the_cause_its_last_reconcile_gave() {
         let metrics = Arc::new(Metrics::new());
+        prime(&metrics);
         let q = Queue::new(Arc::clone(&metrics));
         q.timer(Some("a"), "p", Some("safety"));
         q.started(Some("a"), "p");

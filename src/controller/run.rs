@@ -43,10 +43,7 @@ pub async fn run(
     liveness: Arc<Liveness>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    metrics.prime(
-        super::queue::WakeSource::ALL.iter().map(|s| s.as_str()),
-        super::queue::TIMERS.iter().copied(),
-    );
+    super::queue::prime(&metrics);
     let ns = settings.namespace.as_deref();
     let (plan_store, plan_writer) = reflector::store::<CachedPlan>();
     let plans_listed = Arc::new(std::sync::atomic::AtomicBool::new(false));
