@@ -2324,11 +2324,23 @@ fn gate_outbound_values_become_flags() {
     let args_of = |objs: &[Value]| {
         strings(&one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"])
     };
-    // Defaults: no flag but the gate policy's, the operator's defaults
-    // (link-local and metadata refused).
+    // Defaults: no outbound flag, the operator's defaults (link-local and
+    // metadata refused); the gate policy and the budget of gate calls, at
+    // the operator's defaults too.
     let args = args_of(&render("rp", "rp-system", &[]));
     let gate_flags: Vec<&String> = args.iter().filter(|a| a.starts_with("--gate-")).collect();
-    assert_eq!(gate_flags, ["--gate-policy=required"], "{args:?}");
+    assert_eq!(
+        gate_flags,
+        [
+            "--gate-policy=required",
+            "--gate-max-answer-bytes=262144",
+            "--gate-calls-in-flight=32",
+            "--gate-calls-in-flight-per-namespace=8",
+            "--gate-calls-per-second=50",
+            "--gate-calls-per-second-per-namespace=10"
+        ],
+        "{args:?}"
+    );
     let args = args_of(&render(
         "rp",
         "rp-system",
