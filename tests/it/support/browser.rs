@@ -180,17 +180,28 @@ impl Browser {
         .await
     }
 
-    /// Clicks the element matching `css` (waiting for it to exist).
+    /// Clicks the element matching `css` (waiting for it to exist). The
+    /// dashboard re-renders its page at each refresh, so an element found
+    /// can be replaced before the click lands (a stale reference): then the
+    /// new one is found and clicked, as a user's click would reach it.
     pub async fn click(&self, css: &str) {
-        self.client
-            .wait()
-            .at_most(Duration::from_secs(60))
-            .for_element(Locator::Css(css))
-            .await
-            .expect("element to click")
-            .click()
-            .await
-            .expect("click");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let found = self
+                .client
+                .wait()
+                .at_most(Duration::from_secs(60))
+                .for_element(Locator::Css(css))
+                .await
+                .expect("element to click");
+            match found.click().await {
+                Ok(()) => return,
+                Err(fantoccini::error::CmdError::Standard(e))
+                    if e.error == fantoccini::error::ErrorStatus::StaleElementReference
+                        && std::time::Instant::now() < deadline => {}
+                Err(e) => panic!("click {css}: {e:?}"),
+            }
+        }
     }
 
     /// Saves a screenshot as `<target>/dashboard-screenshots/<name>.png`,
