@@ -76,8 +76,10 @@ pub(crate) enum Access<'a> {
 #[derive(Clone)]
 pub struct ConfigScope {
     versioning: bool,
-    /// By namespace; `None`: one watch of every watched namespace (`*`).
-    watched: BTreeMap<Option<String>, ConfigCaches>,
+    /// With `*`: one watch of every namespace the operator watches.
+    all: Option<ConfigCaches>,
+    /// Else one per granted namespace.
+    by_namespace: BTreeMap<String, ConfigCaches>,
 }
 
 impl ConfigScope {
@@ -85,7 +87,8 @@ impl ConfigScope {
     pub fn off() -> Self {
         ConfigScope {
             versioning: false,
-            watched: BTreeMap::new(),
+            all: None,
+            by_namespace: BTreeMap::new(),
         }
     }
 
@@ -94,11 +97,7 @@ impl ConfigScope {
         if !self.versioning {
             return Access::Off;
         }
-        match self
-            .watched
-            .get(&None)
-            .or_else(|| self.watched.get(&Some(ns.to_string())))
-        {
+        match self.all.as_ref().or_else(|| self.by_namespace.get(ns)) {
             Some(c) if !c.forbidden.load(Ordering::Relaxed) => Access::Granted(c),
             _ => Access::Denied,
         }
@@ -118,19 +117,23 @@ impl ConfigScope {
     /// Whether every watch has its first list, or is refused (a namespace
     /// whose RBAC is missing must not hold every other plan).
     pub fn synced(&self) -> bool {
-        self.watched
-            .values()
+        self.caches()
             .all(|c| c.synced() || c.forbidden.load(Ordering::Relaxed))
     }
 
     /// Objects of `kind` cached, in every namespace.
     pub fn len(&self, kind: ConfigKind) -> usize {
-        self.watched.values().map(|c| c.len(kind)).sum()
+        self.caches().map(|c| c.len(kind)).sum()
+    }
+
+    /// Every namespace's caches.
+    fn caches(&self) -> impl Iterator<Item = &ConfigCaches> {
+        self.all.iter().chain(self.by_namespace.values())
     }
 
     /// Estimated bytes of the cached objects of `kind`, in every namespace.
     pub fn footprint(&self, kind: ConfigKind) -> usize {
-        self.watched.values().map(|c| c.footprint(kind)).sum()
+        self.caches().map(|c| c.footprint(kind)).sum()
     }
 }
 
@@ -266,7 +269,8 @@ pub(crate) fn watch_scope(
 ) -> (ConfigScope, ScopeStreams) {
     let mut scope = ConfigScope {
         versioning,
-        watched: BTreeMap::new(),
+        all: None,
+        by_namespace: BTreeMap::new(),
     };
     let mut wakes = Vec::new();
     let mut copies = Vec::new();
@@ -286,11 +290,12 @@ pub(crate) fn watch_scope(
             ..*owned
         };
         let (caches, wake, copy) = watch(&here, plans.clone());
-        let key = match granted {
-            ConfigNamespaces::All => None,
-            ConfigNamespaces::Only(_) => ns.map(str::to_string),
-        };
-        scope.watched.insert(key, caches);
+        match (granted, ns) {
+            (ConfigNamespaces::Only(_), Some(ns)) => {
+                scope.by_namespace.insert(ns.to_string(), caches);
+            }
+            _ => scope.all = Some(caches),
+        }
         wakes.push(wake.boxed());
         copies.push(copy.boxed());
     }
@@ -530,9 +535,10 @@ mod tests {
     fn scope(granted: &[&str]) -> ConfigScope {
         ConfigScope {
             versioning: true,
-            watched: granted
+            all: None,
+            by_namespace: granted
                 .iter()
-                .map(|n| (Some((*n).to_string()), ConfigCaches::empty()))
+                .map(|n| ((*n).to_string(), ConfigCaches::empty()))
                 .collect(),
         }
     }
@@ -548,15 +554,17 @@ mod tests {
         assert!(!ConfigScope::off().may_copy("shop"));
         let all = ConfigScope {
             versioning: true,
-            watched: [(None, ConfigCaches::empty())].into(),
+            all: Some(ConfigCaches::empty()),
+            by_namespace: BTreeMap::new(),
         };
         assert!(matches!(all.of("anything"), Access::Granted(_)));
         // Granted by the flag, refused by RBAC: denied, and not a cache that
         // holds every plan until it lists.
         let s = ConfigScope {
             versioning: true,
-            watched: [(
-                Some("shop".to_string()),
+            all: None,
+            by_namespace: [(
+                "shop".to_string(),
                 ConfigCaches {
                     map_copies: PlanCache::default(),
                     ..ConfigCaches::empty()
@@ -565,7 +573,7 @@ mod tests {
             .into(),
         };
         assert!(!s.synced(), "not listed yet");
-        let caches = &s.watched[&Some("shop".to_string())];
+        let caches = &s.by_namespace["shop"];
         let mut note = note_forbidden::<()>(Arc::clone(&caches.forbidden), Some("shop".into()));
         let refused =
             kube::core::Status::failure("secrets is forbidden", "Forbidden").with_code(403);

@@ -750,24 +750,14 @@ fn config_access_is_granted_only_in_the_namespaces_listed() {
     );
     assert!(args(&objs).iter().any(|a| a == "--config-namespaces=*"));
     // Watching one namespace: only there, whatever else is listed.
-    let objs = render(
-        "rp",
-        "rp-system",
-        &["watchNamespace=apps", "config.namespaces={*}"],
-    );
-    assert_eq!(
-        config_grants(&objs).1,
-        [("RoleBinding".to_string(), "apps".to_string())]
-    );
-    let objs = render(
-        "rp",
-        "rp-system",
-        &["watchNamespace=apps", "config.namespaces={apps,shop}"],
-    );
-    assert_eq!(
-        config_grants(&objs).1,
-        [("RoleBinding".to_string(), "apps".to_string())]
-    );
+    for listed in ["config.namespaces={*}", "config.namespaces={apps,shop}"] {
+        let objs = render("rp", "rp-system", &["watchNamespace=apps", listed]);
+        assert_eq!(
+            config_grants(&objs).1,
+            [("RoleBinding".to_string(), "apps".to_string())],
+            "{listed}"
+        );
+    }
     // Versioning off: nothing, whatever is listed, and the operator is told.
     let objs = render(
         "rp",

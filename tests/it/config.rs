@@ -98,6 +98,22 @@ async fn greeting(client: &Client, ns: &str, copy: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The uids of plan `shop`'s pods, sorted: the same list later means no pod
+/// was replaced.
+async fn pod_uids(client: &Client, ns: &str) -> Vec<String> {
+    let mut uids: Vec<String> =
+        Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns)
+            .list(&ListParams::default().labels("releaseplan.io/plan=shop"))
+            .await
+            .expect("pods")
+            .items
+            .iter()
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
+    uids.sort();
+    uids
+}
+
 fn hashes(p: &ReleasePlan) -> (String, Option<String>) {
     let c = &p.status.as_ref().expect("status").components[0];
     (
@@ -366,19 +382,7 @@ async fn an_operator_upgrade_starts_no_rollout_for_plans_reading_config() {
         ("web-config".to_string(), "web-db".to_string()),
         "read in place"
     );
-    let pods = |client: Client, ns: String| async move {
-        let mut uids: Vec<String> = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client, &ns)
-            .list(&ListParams::default().labels("releaseplan.io/plan=shop"))
-            .await
-            .expect("pods")
-            .items
-            .iter()
-            .filter_map(|p| p.metadata.uid.clone())
-            .collect();
-        uids.sort();
-        uids
-    };
-    let uids = pods(h.client.clone(), h.ns.clone()).await;
+    let uids = pod_uids(&h.client, &h.ns).await;
     drop(before);
 
     // The upgrade: the plan's revision stays, its content is recorded.
@@ -403,11 +407,7 @@ async fn an_operator_upgrade_starts_no_rollout_for_plans_reading_config() {
         s.history.len(),
         first.status.as_ref().expect("status").history.len()
     );
-    assert_eq!(
-        pods(h.client.clone(), h.ns.clone()).await,
-        uids,
-        "no pod replaced"
-    );
+    assert_eq!(pod_uids(&h.client, &h.ns).await, uids, "no pod replaced");
 
     // The first content change after the upgrade is released, with copies.
     apply_config_map(&h.client, &h.ns, "web-config", json!({"GREETING": "bye"})).await;
@@ -441,20 +441,7 @@ async fn losing_config_access_replaces_no_pod_and_a_new_reference_is_read_live()
     let dep = deployment(&h.client, &h.ns, &format!("shop-web-{hash}")).await;
     let (cm_copy, secret_copy) = reads(&dep);
     assert!(cm_copy.starts_with("web-config-") && secret_copy.starts_with("web-db-"));
-    let pods = || async {
-        let mut uids: Vec<String> =
-            Api::<k8s_openapi::api::core::v1::Pod>::namespaced(h.client.clone(), &h.ns)
-                .list(&ListParams::default().labels("releaseplan.io/plan=shop"))
-                .await
-                .expect("pods")
-                .items
-                .iter()
-                .filter_map(|p| p.metadata.uid.clone())
-                .collect();
-        uids.sort();
-        uids
-    };
-    let uids = pods().await;
+    let uids = pod_uids(&h.client, &h.ns).await;
     drop(before);
 
     // Without access (the binary's default: no namespace).
@@ -478,7 +465,7 @@ async fn losing_config_access_replaces_no_pod_and_a_new_reference_is_read_live()
     .await;
     let p = wait_phase(&h.client, &h.ns, "shop", Phase::Stable, WAIT).await;
     assert_eq!(hashes(&p).0, hash, "no new revision: {}", after.log_text());
-    assert_eq!(pods().await, uids, "no pod replaced");
+    assert_eq!(pod_uids(&h.client, &h.ns).await, uids, "no pod replaced");
     assert!(
         condition(&p, "ConfigVersioned").is_none(),
         "every reference keeps its copy"
