@@ -1244,8 +1244,9 @@ fn gates_doc_gives_the_revision_hash_alphabet() {
 /// Fields of the spec that docs/api.md documents as one row, without rows
 /// for what is inside: the PodTemplateSpec of a component, and a Job gate's
 /// Job template (in `gates` and in the deprecated `jobs`).
-const OPAQUE_SPEC_FIELDS: [&str; 5] = [
+const OPAQUE_SPEC_FIELDS: [&str; 6] = [
     "spec.components[].template",
+    "spec.components[].statefulSet.volumeClaimTemplates",
     "spec.components[].autoscaling.metrics",
     "spec.components[].autoscaling.behavior",
     "spec.health.gates[].job.template",

@@ -907,6 +907,7 @@ pub(super) async fn run(global: &Global, args: &PreviewArgs) -> Result<i32, CliE
         generation,
         status,
         revisions: revisions.clone(),
+        workloads: releaseplan_core::plan::stateful::WorkloadObs::default(),
         now: chrono::Utc::now(),
         ready_after: Duration::ZERO,
     };

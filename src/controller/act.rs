@@ -127,6 +127,10 @@ async fn objects(
     let ns = &seen.ns;
     let written = (&seen.owned[..], &seen.stored[..]);
     let acted = match deployments(ctx, plan, ns, written, waiting, decision).await {
+        Acted::Done => super::stateful::act(ctx, plan, seen, waiting, decision).await,
+        other => other,
+    };
+    let acted = match acted {
         Acted::Done => super::adopt::act(ctx, plan, ns, &seen.obs.adopted, &decision.adopt).await,
         other => other,
     };
@@ -227,7 +231,8 @@ pub(crate) async fn deployments(
             (TemplateSource::Existing, Some(d)) => std::borrow::Cow::Owned(d.template()),
             // Gone, and the spec has moved on: the template stored for the revision.
             (TemplateSource::Existing, None) => {
-                match stored_template(ctx, ns, stored, intent).await {
+                let revision = (&*intent.component, &*intent.hash, &*intent.name);
+                match stored_template(ctx, ns, stored, revision, intent.replicas).await {
                     Ok(Some(t)) => std::borrow::Cow::Owned(t),
                     Ok(None) => continue,
                     Err(acted) => return acted,
@@ -281,17 +286,14 @@ pub(crate) async fn deployments(
 /// spec no longer has, read whole (the cache keeps only its hash): `None`
 /// when none is stored or it is unusable (logged), a refusal when the read
 /// fails.
-async fn stored_template(
+pub(crate) async fn stored_template(
     ctx: &Context,
     ns: &str,
     stored: &[Arc<CachedRevision>],
-    intent: &crate::plan::DeploymentIntent,
+    (component, hash, object): (&str, &str, &str),
+    replicas: i32,
 ) -> Result<Option<k8s_openapi::api::core::v1::PodTemplateSpec>, Acted> {
-    let found = controller_revision::find(
-        stored.iter().map(AsRef::as_ref),
-        &intent.component,
-        &intent.hash,
-    );
+    let found = controller_revision::find(stored.iter().map(AsRef::as_ref), component, hash);
     let whole = match found {
         Some(cr) => {
             let name = cr.name_any();
@@ -303,18 +305,18 @@ async fn stored_template(
         }
         None => None,
     };
-    match whole.map(|cr| controller_revision::template(&cr, &intent.hash)) {
+    match whole.map(|cr| controller_revision::template(&cr, hash)) {
         Some(Ok(t)) => {
-            info!(deployment = %intent.name, "recreating the revision Deployment from its stored template");
+            info!(object = %object, revision = %hash, "taking the revision's template from where it is stored");
             Ok(Some(t))
         }
         Some(Err(e)) => {
-            warn!(deployment = %intent.name, error = %e, "revision Deployment is gone and its stored template is not usable: cannot recreate it");
+            warn!(object = %object, revision = %hash, error = %e, "the revision's template is not in the spec nor in its object, and its stored template is not usable: cannot write it");
             Ok(None)
         }
         None => {
-            if intent.replicas > 0 {
-                warn!(deployment = %intent.name, "revision Deployment is gone, its template is not in the spec and no ControllerRevision stores it: cannot recreate it");
+            if replicas > 0 {
+                warn!(object = %object, revision = %hash, "the revision's template is not in the spec nor in its object, and no ControllerRevision stores it: cannot write it");
             }
             Ok(None)
         }
@@ -381,16 +383,26 @@ pub(crate) async fn store_templates(
     let plan_name = plan.name_any();
     let key = ObjectRef::from_obj(plan);
     let mut failed = None;
-    for intent in &decision.deployments {
-        let TemplateSource::Spec(template) = &intent.template else {
+    let spec_templates = decision
+        .deployments
+        .iter()
+        .map(|i| (&i.component, &i.hash, &i.template))
+        .chain(
+            decision
+                .stateful_sets
+                .iter()
+                .map(|i| (&i.component, &i.hash, &i.template)),
+        );
+    for (component, hash, template) in spec_templates {
+        let TemplateSource::Spec(template) = template else {
             continue;
         };
-        let name = controller_revision::name(&plan_name, &intent.component, &intent.hash);
+        let name = controller_revision::name(&plan_name, component, hash);
         let existing = latest_template(ctx, &key, ns, &name);
         let write = controller_revision::to_write(
             plan,
-            &intent.component,
-            &intent.hash,
+            component,
+            hash,
             template,
             decision.status.rollout_count,
             existing.as_deref(),

@@ -123,6 +123,19 @@ pub trait Wakes: Resource + Clone + PartialEq {
 impl Wakes for crate::api::cached::CachedPod {
     fn wakes(old: Option<&Self>, new: &Self) -> bool {
         use crate::gates::pods::failure_view;
+        // A StatefulSet component's revisions are counted from its pods:
+        // one that appears, goes, becomes ready or not, or terminates wakes.
+        if new
+            .label(releaseplan_core::objects::stateful_set::LABEL_WORKLOAD)
+            .is_some()
+        {
+            return old.is_none_or(|old| {
+                old.labels != new.labels
+                    || old.status.as_ref().map(|s| s.ready) != new.status.as_ref().map(|s| s.ready)
+                    || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
+                    || failure_view(old) != failure_view(new)
+            });
+        }
         let view = failure_view(new);
         match old {
             None => !view.is_empty(),
@@ -134,12 +147,15 @@ impl Wakes for crate::api::cached::CachedPod {
     }
 
     fn wakes_when_gone(gone: &Self) -> bool {
-        !crate::gates::pods::failure_view(gone).is_empty()
+        gone.label(releaseplan_core::objects::stateful_set::LABEL_WORKLOAD)
+            .is_some()
+            || !crate::gates::pods::failure_view(gone).is_empty()
     }
 }
 
 // Any change of these but their resourceVersion may change a decision.
 impl Wakes for crate::api::cached::CachedDeployment {}
+impl Wakes for k8s_openapi::api::apps::v1::StatefulSet {}
 impl Wakes for crate::api::cached::CachedRevision {}
 impl Wakes for crate::api::ComponentScale {}
 impl Wakes for k8s_openapi::api::batch::v1::Job {}

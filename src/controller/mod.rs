@@ -35,6 +35,7 @@ mod reconcile_tests;
 pub mod router;
 mod run;
 mod stand_in;
+mod stateful;
 mod sweep;
 mod template_copies;
 pub mod templates;

@@ -10,6 +10,7 @@ use crate::api::{ComponentScale, LABEL_REVISION, Phase, ReleasePlan, ReleasePlan
 use crate::plan::{InvalidRequest, Request};
 use crate::plan::{Observation, PodFailure, Target};
 use chrono::Utc;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
@@ -63,6 +64,8 @@ pub(crate) struct Seen {
     pub templates: crate::plan::Templates,
     /// The revision Deployments.
     pub owned: Vec<Arc<CachedDeployment>>,
+    /// The StatefulSets of StatefulSet components.
+    pub stateful_sets: Vec<Arc<StatefulSet>>,
     /// The stored templates (ControllerRevisions).
     pub stored: Vec<Arc<CachedRevision>>,
     /// The stable and canary Services.
@@ -94,6 +97,7 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         plan_objects(&ctx.deployments, &ns, &name, &uid),
     );
     let stored = plan_objects(&ctx.templates, &ns, &name, &uid);
+    let (stateful_sets, workloads) = observe_workloads(ctx, &ns, &name, &uid);
     let status = plan.status.clone().unwrap_or_default();
     // Template gates: resolved purely from the cached templates and what
     // status recorded for the step.
@@ -102,10 +106,7 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
     // The namespace's GatePolicies (from the watch cache): the Pod Security
     // level of its Job gates (else the operator's), and what its gates may
     // call and its routes attach to, judged by the core before a release.
-    let policy = ctx.policy.for_namespace(&ns);
-    let pod_security = policy.as_ref().map_or(ctx.job_pod_security, |p| {
-        p.job_pod_security(ctx.job_pod_security)
-    });
+    let (policy, pod_security) = policy_of(ctx, &ns);
     let resolution = crate::gates::template::resolve_with(
         &refs,
         &status,
@@ -166,7 +167,8 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         target,
         pod_failures: pod_failures(ctx, plan, &ns, &name, &status),
         status,
-        revisions: owned.iter().filter_map(|d| revision_of_cached(d)).collect(),
+        revisions: revisions(&owned, &workloads),
+        workloads,
         gates,
         jobs: observe_jobs(ctx, &key, &ns, &name, &uid),
         traffic,
@@ -186,12 +188,73 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         obs,
         templates,
         owned,
+        stateful_sets,
         stored,
         services,
         scales,
         hpas,
         stand_in,
     })
+}
+
+/// The revisions: of each Deployment, and of the StatefulSets' pods.
+fn revisions(
+    owned: &[Arc<CachedDeployment>],
+    workloads: &releaseplan_core::plan::stateful::WorkloadObs,
+) -> Vec<crate::plan::RevisionObs> {
+    owned
+        .iter()
+        .filter_map(|d| revision_of_cached(d))
+        .chain(releaseplan_core::plan::stateful::revisions(workloads))
+        .collect()
+}
+
+/// The namespace's GatePolicy, and the Pod Security level of the plan's Job
+/// gates it sets (else the operator's).
+fn policy_of(
+    ctx: &Context,
+    ns: &str,
+) -> (
+    Option<crate::gates::policy::NamespacePolicy>,
+    crate::gates::pod_security::Level,
+) {
+    let policy = ctx.policy.for_namespace(ns);
+    let level = policy.as_ref().map_or(ctx.job_pod_security, |p| {
+        p.job_pod_security(ctx.job_pod_security)
+    });
+    (policy, level)
+}
+
+/// The plan's StatefulSets, and as the core reads them with their pods.
+fn observe_workloads(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    uid: &str,
+) -> (
+    Vec<Arc<StatefulSet>>,
+    releaseplan_core::plan::stateful::WorkloadObs,
+) {
+    use releaseplan_core::objects::stateful_set;
+    let sets = plan_objects(&ctx.stateful_sets, ns, name, uid);
+    let stateful_sets: Vec<_> = sets
+        .iter()
+        .filter_map(|s| stateful_set::observe(s))
+        .collect();
+    let pods = if stateful_sets.is_empty() {
+        Vec::new()
+    } else {
+        ctx.pods
+            .of_plan(ns, name)
+            .iter()
+            .filter_map(|p| stateful_set::pod(p, &stateful_sets))
+            .collect()
+    };
+    let seen = releaseplan_core::plan::stateful::WorkloadObs {
+        stateful_sets,
+        pods,
+    };
+    (sets, seen)
 }
 
 /// The plan's Jobs from the cache, and the creates refused in its last

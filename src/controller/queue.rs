@@ -52,11 +52,13 @@ pub enum WakeSource {
     Freeze,
     /// A ConfigMap or Secret it reads, or one of their copies.
     Config,
+    /// One of its StatefulSets.
+    StatefulSet,
 }
 
 impl WakeSource {
     /// Every source, each a series from the start.
-    pub const ALL: [WakeSource; 15] = [
+    pub const ALL: [WakeSource; 16] = [
         WakeSource::Plan,
         WakeSource::Deployment,
         WakeSource::Pod,
@@ -72,6 +74,7 @@ impl WakeSource {
         WakeSource::Policy,
         WakeSource::Freeze,
         WakeSource::Config,
+        WakeSource::StatefulSet,
     ];
 
     /// Its bit in a set of sources.
@@ -97,6 +100,7 @@ impl WakeSource {
             WakeSource::Policy => "policy",
             WakeSource::Freeze => "freeze",
             WakeSource::Config => "config",
+            WakeSource::StatefulSet => "stateful_set",
         }
     }
 }

@@ -103,6 +103,15 @@ pub fn hpa(h: &mut k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler) {
     }
 }
 
+/// A StatefulSet keeps its spec (compared with the desired one before an
+/// apply, and its template re-applied in a rollback's first step); its pods
+/// say what is ready, so its status is not kept.
+pub fn stateful_set(s: &mut k8s_openapi::api::apps::v1::StatefulSet) {
+    s.managed_fields_mut().clear();
+    s.annotations_mut().clear();
+    s.status = None;
+}
+
 /// A Service keeps its metadata and spec (the selector is read, the spec
 /// compared); managedFields, annotations and status are never read.
 pub fn service(s: &mut Service) {

@@ -170,10 +170,15 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
         ),
         (
             "apps",
+            "statefulsets",
+            &["create", "delete", "get", "list", "patch", "watch"],
+        ),
+        (
+            "apps",
             "controllerrevisions",
             &["create", "delete", "list", "patch", "watch"],
         ),
-        ("", "pods", &["list", "watch"]),
+        ("", "pods", &["delete", "list", "watch"]),
         ("", "services", &["create", "get", "list", "patch", "watch"]),
         ("batch", "jobs", &["create", "delete", "list", "watch"]),
         ("events.k8s.io", "events", &["create"]),

@@ -109,6 +109,13 @@ true
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# The StatefulSet of each StatefulSet component: cached (list, watch),
+# created (create), then written with server-side apply (patch); read one by
+# one (get) only when a create finds the name taken, to tell ours from
+# someone else's; deleted (delete) when its component leaves the plan.
+- apiGroups: ["apps"]
+  resources: ["statefulsets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # The stored template of each revision: cached (list, watch), written with
 # server-side apply (patch, and create for a new one), pruned (delete).
 - apiGroups: ["apps"]
@@ -120,10 +127,13 @@ true
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["list", "watch", "create", "delete"]
-# Cached (list, watch) for the pod health checks.
+# Cached (list, watch) for the pod health checks and to count a StatefulSet
+# component's pods by revision; delete: only a StatefulSet component's pod
+# that is not Ready on a revision its set is leaving (a StatefulSet never
+# moves past such a pod by itself; its claims stay).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch"]
+  verbs: ["list", "watch", "delete"]
 # The stable and canary Services of components with traffic settings, and
 # their routes (one rule per router: HTTPRoutes, Traefik IngressRoutes):
 # cached (list, watch), created (create), then written with server-side

@@ -227,6 +227,7 @@ macro_rules! labelled_by_meta {
 
 labelled_by_meta!(
     k8s_openapi::api::apps::v1::Deployment,
+    k8s_openapi::api::apps::v1::StatefulSet,
     k8s_openapi::api::apps::v1::ControllerRevision,
     k8s_openapi::api::batch::v1::Job,
     k8s_openapi::api::core::v1::Service,
@@ -375,6 +376,26 @@ pub struct CachedPodStatus {
     /// Containers, in order.
     #[serde(default)]
     pub container_statuses: Vec<CachedContainerStatus>,
+    /// Its `Ready` condition is True (what a StatefulSet component's
+    /// revisions count).
+    #[serde(default, rename = "conditions", deserialize_with = "ready_condition")]
+    pub ready: bool,
+}
+
+/// Whether a pod's conditions hold `Ready: True`, read without keeping them.
+fn ready_condition<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    #[derive(Deserialize)]
+    struct Condition {
+        #[serde(default, rename = "type")]
+        type_: String,
+        #[serde(default)]
+        status: String,
+    }
+    let conditions = Option::<Vec<Condition>>::deserialize(d)?;
+    Ok(conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// One container's status: name, readiness, restarts and its waiting state.

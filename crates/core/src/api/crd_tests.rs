@@ -124,8 +124,9 @@ fn carries_the_cel_rules_and_bounds() {
     let component = schema_at(spec, &["components", "[]"]);
     assert_eq!(
         rules(component).len(),
-        5,
-        "replicas or autoscaling, containers, reserved labels, unique container and init container names"
+        8,
+        "replicas or autoscaling, containers, reserved labels, unique container and init container names, \
+         statefulSet only with its kind, traffic/autoscaling/adopt only for Deployments, kind kept"
     );
     assert_eq!(
         component.required,
@@ -294,7 +295,7 @@ fn api_docs_show_the_full_example_and_every_field() {
     // are documented by Kubernetes.
     property_names(
         schema_at(schema, &["spec"]),
-        &["template", "metrics", "behavior"],
+        &["template", "metrics", "behavior", "volumeClaimTemplates"],
         &mut names,
     );
     property_names(schema_at(schema, &["status"]), &["conditions"], &mut names);

@@ -22,6 +22,7 @@ pub mod template;
 pub mod time;
 pub mod traefik;
 pub mod window;
+pub mod workload;
 
 #[cfg(test)]
 mod crd_tests;
@@ -193,6 +194,9 @@ pub struct ReleasePlanSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(
     validation = Rule::new("has(self.replicas) || has(self.autoscaling)").message("replicas is required unless autoscaling is set").field_path(".replicas"),
+    validation = Rule::new(workload::STATEFUL_SET_ONLY_RULE).message(workload::STATEFUL_SET_ONLY_MESSAGE).field_path(".statefulSet"),
+    validation = Rule::new(workload::DEPLOYMENT_ONLY_RULE).message(workload::DEPLOYMENT_ONLY_MESSAGE).field_path(".kind"),
+    validation = Rule::new(workload::KIND_KEPT_RULE).message(workload::KIND_KEPT_MESSAGE).field_path(".kind"),
     validation = Rule::new("size(self.template.spec.containers) >= 1").message("template.spec.containers must hold at least one container").field_path(".template.spec.containers"),
     validation = Rule::new("!has(self.template.metadata) || !has(self.template.metadata.labels) || self.template.metadata.labels.all(k, !k.startsWith('releaseplan.io/'))").message("template.metadata.labels must not use the reserved prefix releaseplan.io/").field_path(".template.metadata.labels"),
     validation = Rule::new("self.template.spec.containers.all(c, self.template.spec.containers.exists_one(d, d.name == c.name))").message("template.spec.containers: container names must be unique").field_path(".template.spec.containers"),
@@ -218,6 +222,17 @@ pub struct Component {
     /// and every step splits that total.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<Autoscaling>,
+
+    /// What runs the pods: `Deployment` (default; one per revision) or `StatefulSet`
+    /// (one, named `<plan>-<component>`; the canary is its highest ordinals, moved by
+    /// partition, and every pod keeps its name and volumes across revisions).
+    #[serde(default, skip_serializing_if = "workload::WorkloadKind::is_default")]
+    pub kind: workload::WorkloadKind,
+
+    /// StatefulSet settings (`kind: StatefulSet` only): its headless Service, volume
+    /// claim templates, pod management policy and claim retention.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stateful_set: Option<workload::StatefulSetSettings>,
 
     /// The pod template of the component. A change to it starts a new revision.
     #[schemars(schema_with = "pod_template_schema")]

@@ -39,6 +39,11 @@ fn canonical(v: Value) -> Option<Value> {
     }
 }
 
+/// `len` characters of [`ALPHABET`] from a digest (names shortened with a hash).
+pub(crate) fn encode_digest(digest: &[u8], len: usize) -> String {
+    encode(digest, len)
+}
+
 fn encode(digest: &[u8], len: usize) -> String {
     digest
         .iter()

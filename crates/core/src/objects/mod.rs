@@ -6,3 +6,4 @@
 pub mod autoscaling;
 pub mod controller_revision;
 pub mod deployment;
+pub mod stateful_set;

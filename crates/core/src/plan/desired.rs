@@ -7,6 +7,7 @@
 //! the revisions that stay cover the full count with ready pods.
 
 use super::replicas::canary_replicas;
+use super::stateful::StatefulSetIntent;
 use super::traffic;
 use super::{
     DeploymentIntent, Observation, RevisionObs, Target, TemplateSource, order, revisions_of,
@@ -38,6 +39,7 @@ fn wanted(
     let revs = revisions_of(obs, &c.name);
     let r = replicas_of(target, c);
     let in_spec = target.component(&c.name).is_some();
+    let stateful = super::stateful::is_stateful(obs, target, &c.name);
     let mut want = BTreeMap::new();
     match status.phase {
         Phase::Pending => {}
@@ -80,6 +82,13 @@ fn wanted(
                 };
                 want.insert(st.clone(), stable);
             }
+            (Some(cur), Some(st)) if stateful => {
+                // One set: the ordinals the new revision takes, the stable
+                // one gives up (the set replaces a pod, never adds one).
+                let canary = canary_replicas(r, order::weight(target, status, &c.name));
+                want.insert(cur.clone(), canary);
+                want.insert(st.clone(), r - canary);
+            }
             (Some(cur), Some(st)) => {
                 let canary = canary_replicas(r, order::weight(target, status, &c.name));
                 want.insert(cur.clone(), canary);
@@ -111,8 +120,13 @@ fn wanted(
                 );
             }
             if let Some(st) = &c.stable_hash {
-                let cur_ready = c.current_hash.as_ref().map_or(0, |h| ready(&revs, h));
-                let kept = observed_replicas(&revs, st).unwrap_or(0).max(r - cur_ready);
+                let kept = if stateful {
+                    let cur = c.current_hash.as_ref();
+                    r - cur.and_then(|h| observed_replicas(&revs, h)).unwrap_or(0)
+                } else {
+                    let cur_ready = c.current_hash.as_ref().map_or(0, |h| ready(&revs, h));
+                    observed_replicas(&revs, st).unwrap_or(0).max(r - cur_ready)
+                };
                 want.insert(st.clone(), kept.clamp(0, r));
             }
         }
@@ -164,21 +178,46 @@ fn covered(revs: &BTreeMap<&str, &RevisionObs>, want: &BTreeMap<String, i32>, r:
     have >= r
 }
 
-/// The Deployments to scale or create, and those to delete.
+/// The workload objects to write and delete.
+#[derive(Debug, Default)]
+pub struct Workloads {
+    /// Deployments to scale or create.
+    pub deployments: Vec<DeploymentIntent>,
+    /// Deployments to delete.
+    pub delete: Vec<String>,
+    /// StatefulSets to write.
+    pub stateful_sets: Vec<StatefulSetIntent>,
+    /// StatefulSets to delete (components gone).
+    pub delete_stateful_sets: Vec<String>,
+    /// Pods a StatefulSet cannot move past.
+    pub delete_pods: Vec<String>,
+}
+
+/// The Deployments and StatefulSets to write, and those to delete.
 pub fn intents(
     obs: &Observation,
     target: &Target,
     status: &ReleasePlanStatus,
     templates: &super::Templates,
-) -> (Vec<DeploymentIntent>, Vec<String>) {
+) -> Workloads {
     let plan = plan_name(obs);
     let mut out = Vec::new();
     let mut delete = Vec::new();
+    let mut sets = Vec::new();
+    let mut delete_pods = Vec::new();
     let settled = matches!(status.phase, Phase::Stable | Phase::RolledBack);
     for c in &status.components {
         let revs = revisions_of(obs, &c.name);
         let r = replicas_of(target, c);
         let want = wanted(obs, target, status, c);
+        if super::stateful::is_stateful(obs, target, &c.name) {
+            let set = super::stateful::intent(obs, target, c, &want, templates);
+            if let Some(i) = set.as_ref().filter(|_| !obs.deleting) {
+                delete_pods.extend(super::stateful::stuck_pods(obs, i));
+            }
+            sets.extend(set);
+            continue;
+        }
         // With nothing to keep (no stable revision to return to), nothing is protected.
         // An adopted Deployment is the stable capacity of a first rollout.
         let is_covered =
@@ -254,16 +293,10 @@ pub fn intents(
             }
         }
     }
-    // Components gone from the spec and from the record: their Deployments go
+    // Components gone from the spec and from the record: their objects go
     // once the plan is settled on a revision without them.
-    if status.phase == Phase::Stable {
-        let known: BTreeSet<&str> = status.components.iter().map(|c| c.name.as_str()).collect();
-        for rev in &obs.revisions {
-            if !known.contains(rev.component.as_str()) {
-                delete.push(rev.name.clone());
-            }
-        }
-    }
+    let (gone, delete_sets) = gone(obs, status);
+    delete.extend(gone);
     // Never delete what we also scale.
     let scaled: BTreeSet<&str> = out
         .iter()
@@ -272,7 +305,37 @@ pub fn intents(
         .collect();
     delete.retain(|d| !scaled.contains(d.as_str()));
     out.retain(|i| !delete.contains(&i.name));
-    (out, delete)
+    Workloads {
+        deployments: out,
+        delete,
+        stateful_sets: sets,
+        delete_stateful_sets: delete_sets,
+        delete_pods,
+    }
+}
+
+/// The Deployments and StatefulSets of components gone from the spec and
+/// from the record, once the plan is Stable on a revision without them.
+fn gone(obs: &Observation, status: &ReleasePlanStatus) -> (Vec<String>, Vec<String>) {
+    let mut delete = Vec::new();
+    let mut delete_sets = Vec::new();
+    if status.phase == Phase::Stable {
+        let known: BTreeSet<&str> = status.components.iter().map(|c| c.name.as_str()).collect();
+        let sets_seen = &obs.workloads.stateful_sets;
+        for rev in &obs.revisions {
+            if !known.contains(rev.component.as_str())
+                && !sets_seen.iter().any(|s| s.name == rev.name)
+            {
+                delete.push(rev.name.clone());
+            }
+        }
+        for set in sets_seen {
+            if !known.contains(set.component.as_str()) {
+                delete_sets.push(set.name.clone());
+            }
+        }
+    }
+    (delete, delete_sets)
 }
 
 fn plan_name(obs: &Observation) -> String {
@@ -357,6 +420,7 @@ pub fn component_status(
     target: &Target,
     status: &ReleasePlanStatus,
     intents: &[DeploymentIntent],
+    sets: &[StatefulSetIntent],
 ) -> Vec<ComponentStatus> {
     status
         .components
@@ -365,10 +429,14 @@ pub fn component_status(
             let revs = revisions_of(obs, &c.name);
             let want_of = |h: &Option<String>| {
                 h.as_ref().map_or(0, |h| {
-                    intents
-                        .iter()
-                        .find(|i| i.component == c.name && &i.hash == h)
-                        .map_or(0, |i| i.replicas)
+                    let set = sets.iter().find(|s| s.component == c.name);
+                    match set {
+                        Some(s) => s.revisions.get(h).copied().unwrap_or(0),
+                        None => intents
+                            .iter()
+                            .find(|i| i.component == c.name && &i.hash == h)
+                            .map_or(0, |i| i.replicas),
+                    }
                 })
             };
             let ready_of = |h: &Option<String>| h.as_ref().map_or(0, |h| ready(&revs, h));

@@ -27,6 +27,7 @@ pub mod request;
 pub mod simulate;
 pub mod spec;
 pub mod spec_error;
+pub mod stateful;
 pub mod steps;
 pub mod traffic;
 pub mod windows;
@@ -114,6 +115,12 @@ pub struct Decision {
     pub deployments: Vec<DeploymentIntent>,
     /// Deployments to delete (pruned history, removed components).
     pub delete: Vec<String>,
+    /// The StatefulSets of StatefulSet components.
+    pub stateful_sets: Vec<stateful::StatefulSetIntent>,
+    /// StatefulSets to delete (removed components).
+    pub delete_stateful_sets: Vec<String>,
+    /// Pods a StatefulSet cannot move past ([`stateful::stuck_pods`]).
+    pub delete_pods: Vec<String>,
     /// Jobs of Job gates to create and delete.
     pub jobs: JobIntents,
     /// Services and routes of components with traffic settings.
@@ -158,6 +165,9 @@ impl Decision {
             && !self.finalize
             && self.deployments == earlier.deployments
             && self.delete == earlier.delete
+            && self.stateful_sets == earlier.stateful_sets
+            && self.delete_stateful_sets == earlier.delete_stateful_sets
+            && self.delete_pods.is_empty()
             && self.jobs == earlier.jobs
             && self.traffic == earlier.traffic
             && self.scales == earlier.scales
@@ -203,8 +213,15 @@ pub fn decide(obs: &Observation, templates: &Templates) -> Decision {
     if matches!(phase, Phase::Pending | Phase::RollingOut) && facts.policy_hold(phase).is_some() {
         status.observed_generation = Some(obs.generation);
     }
-    let (deployments, delete) = desired::intents(obs, target, &status, templates);
-    status.components = desired::component_status(obs, target, &status, &deployments);
+    let desired::Workloads {
+        deployments,
+        delete,
+        stateful_sets,
+        delete_stateful_sets,
+        delete_pods,
+    } = desired::intents(obs, target, &status, templates);
+    status.components =
+        desired::component_status(obs, target, &status, &deployments, &stateful_sets);
     let carried: Vec<&crate::api::config::CarriedConfig> =
         target.components.iter().flat_map(|c| &c.config).collect();
     let config = config::intents(&obs.config, &carried, status.phase, obs.deleting);
@@ -304,6 +321,9 @@ pub fn decide(obs: &Observation, templates: &Templates) -> Decision {
         status,
         deployments,
         delete,
+        stateful_sets,
+        delete_stateful_sets,
+        delete_pods,
         jobs,
         traffic,
         scales,
@@ -591,6 +611,9 @@ fn invalid_spec(obs: &Observation, e: &SpecError) -> Decision {
         status,
         deployments: Vec::new(),
         delete: Vec::new(),
+        stateful_sets: Vec::new(),
+        delete_stateful_sets: Vec::new(),
+        delete_pods: Vec::new(),
         jobs: JobIntents::default(),
         // Services and routes stay as they are.
         traffic: Vec::new(),
@@ -876,3 +899,7 @@ fn push_history(
 mod template_tests;
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+#[path = "stateful_tests.rs"]
+mod stateful_tests;

@@ -44,6 +44,10 @@ pub struct TargetComponent {
     pub adopt: Option<String>,
     /// The components it waits for (`dependsOn`), listed before it.
     pub depends_on: Vec<super::order::Dep>,
+    /// What runs its pods (`kind`).
+    pub kind: crate::api::workload::WorkloadKind,
+    /// Its StatefulSet settings (`statefulSet`), when set.
+    pub stateful_set: Option<crate::api::workload::StatefulSetSettings>,
 }
 
 /// The spec, validated and digested into what the machine needs.
@@ -153,6 +157,8 @@ impl Target {
                 config: Vec::new(),
                 adopt: c.adopt.as_ref().map(|a| a.deployment.clone()),
                 depends_on: depends_on.remove(&c.name).unwrap_or_default(),
+                kind: c.kind,
+                stateful_set: c.stateful_set.clone(),
             })
             .collect();
         let revision = revision::plan_revision(
@@ -500,8 +506,12 @@ pub struct Observation {
     pub target: Result<Target, SpecError>,
     /// The persisted status.
     pub status: ReleasePlanStatus,
-    /// Every revision Deployment the plan owns.
+    /// Every revision Deployment the plan owns, and the revisions of its
+    /// StatefulSet components as their pods count them
+    /// ([`super::stateful::revisions`]).
     pub revisions: Vec<RevisionObs>,
+    /// The StatefulSets of StatefulSet components, and their pods.
+    pub workloads: super::stateful::WorkloadObs,
     /// Failure signals of pods of revisions being rolled out.
     pub pod_failures: Vec<PodFailure>,
     /// Gate results as read: the runner's latest verdicts while it evaluates

@@ -39,6 +39,8 @@ pub struct Start {
     pub status: ReleasePlanStatus,
     /// The live revision Deployments (ready as observed).
     pub revisions: Vec<RevisionObs>,
+    /// The live StatefulSets and their pods (ready as observed).
+    pub workloads: super::stateful::WorkloadObs,
     /// The time the simulation starts at (its clock only moves from there).
     pub now: DateTime<Utc>,
     /// How long a new or scaled-up pod takes to become ready.
@@ -128,11 +130,20 @@ struct Rev {
     ready_at: DateTime<Utc>,
 }
 
+/// A StatefulSet as the simulation plays it: its pods by ordinal, each with
+/// the time it becomes ready.
+#[derive(Debug, Clone)]
+struct Set {
+    obs: super::stateful::StatefulSetObs,
+    pods: BTreeMap<i32, (super::stateful::WorkloadPod, DateTime<Utc>)>,
+}
+
 /// The cluster as the simulation plays it.
 struct World {
     start: Start,
     status: ReleasePlanStatus,
     revs: BTreeMap<String, Rev>,
+    sets: BTreeMap<String, Set>,
     now: DateTime<Utc>,
     jobs: Vec<JobObs>,
     traffic: BTreeMap<String, traffic::TrafficObs>,
@@ -201,7 +212,7 @@ impl World {
             generation: self.start.generation,
             target,
             status: self.status.clone(),
-            revisions: self.revs.values().map(|r| r.obs.clone()).collect(),
+            revisions: self.revisions(),
             pod_failures: Vec::new(),
             gates,
             jobs: self.jobs.clone(),
@@ -216,6 +227,7 @@ impl World {
             invalid_request: None,
             refusal: None,
             template_copies: Vec::new(),
+            workloads: self.workloads(),
             deleting: false,
         }
     }
@@ -264,6 +276,16 @@ impl World {
         for name in &d.delete {
             self.revs.remove(name);
         }
+        self.sets
+            .retain(|_, s| !d.delete_stateful_sets.contains(&s.obs.name));
+        for set in self.sets.values_mut() {
+            set.pods
+                .retain(|_, (p, _)| !d.delete_pods.contains(&p.name));
+        }
+        // The StatefulSet controller recreates what was deleted.
+        for i in &d.stateful_sets {
+            self.apply_set(i, ready_at);
+        }
         for j in &d.jobs.create {
             if !self.jobs.iter().any(|o| o.name == j.name) {
                 // A Job gate's Job succeeds (gates pass in a preview).
@@ -308,11 +330,79 @@ impl World {
         }
     }
 
+    /// One StatefulSet written, and its controller's work done at once:
+    /// missing ordinals created, those at or above the partition moved to
+    /// the template it runs (the older template below it).
+    fn apply_set(&mut self, i: &super::stateful::StatefulSetIntent, ready_at: DateTime<Utc>) {
+        let set = self.sets.entry(i.component.clone()).or_insert_with(|| Set {
+            obs: super::stateful::StatefulSetObs {
+                name: i.name.clone(),
+                component: i.component.clone(),
+                hash: Some(i.hash.clone()),
+                replicas: 0,
+                partition: 0,
+            },
+            pods: BTreeMap::new(),
+        });
+        let older = set.obs.hash.clone().unwrap_or_else(|| i.hash.clone());
+        set.obs.hash = Some(i.hash.clone());
+        set.obs.replicas = i.replicas;
+        set.obs.partition = i.partition;
+        set.pods.retain(|o, _| *o < i.replicas);
+        for o in 0..i.replicas {
+            let hash = if o >= i.partition {
+                i.hash.clone()
+            } else {
+                set.pods
+                    .get(&o)
+                    .map_or_else(|| older.clone(), |(p, _)| p.hash.clone())
+            };
+            if set.pods.get(&o).is_some_and(|(p, _)| p.hash == hash) {
+                continue;
+            }
+            let pod = super::stateful::WorkloadPod {
+                name: format!("{}-{o}", set.obs.name),
+                component: i.component.clone(),
+                hash,
+                ordinal: Some(o),
+                ready: false,
+                terminating: false,
+            };
+            set.pods.insert(o, (pod, ready_at));
+        }
+    }
+
+    fn workloads(&self) -> super::stateful::WorkloadObs {
+        super::stateful::WorkloadObs {
+            stateful_sets: self.sets.values().map(|s| s.obs.clone()).collect(),
+            pods: self
+                .sets
+                .values()
+                .flat_map(|s| s.pods.values().map(|(p, _)| p.clone()))
+                .collect(),
+        }
+    }
+
+    /// The revision Deployments, and the revisions of the StatefulSets as
+    /// their pods count them.
+    fn revisions(&self) -> Vec<RevisionObs> {
+        let mut out: Vec<RevisionObs> = self.revs.values().map(|r| r.obs.clone()).collect();
+        out.extend(super::stateful::revisions(&self.workloads()));
+        out
+    }
+
     /// Pods whose time has come are ready.
     fn pods_ready(&mut self) {
         for r in self.revs.values_mut() {
             if r.ready_at <= self.now {
                 r.obs.ready = r.obs.replicas;
+            }
+        }
+        for set in self.sets.values_mut() {
+            for (p, at) in set.pods.values_mut() {
+                if *at <= self.now {
+                    p.ready = true;
+                }
             }
         }
     }
@@ -323,23 +413,30 @@ impl World {
             .values()
             .filter(|r| r.obs.ready < r.obs.replicas)
             .map(|r| r.ready_at)
+            .chain(
+                self.sets
+                    .values()
+                    .flat_map(|s| s.pods.values())
+                    .filter(|(p, _)| !p.ready)
+                    .map(|(_, at)| *at),
+            )
             .min()
     }
 
     fn pods_of(&self, component: &str) -> i32 {
-        self.revs
-            .values()
-            .filter(|r| r.obs.component == component)
-            .map(|r| r.obs.replicas.max(0))
+        self.revisions()
+            .iter()
+            .filter(|r| r.component == component)
+            .map(|r| r.replicas.max(0))
             .sum()
     }
 
     fn replicas_of(&self, component: &str, hash: Option<&str>) -> i32 {
         let Some(hash) = hash else { return 0 };
-        self.revs
-            .values()
-            .find(|r| r.obs.component == component && r.obs.hash == hash)
-            .map_or(0, |r| r.obs.replicas)
+        self.revisions()
+            .iter()
+            .find(|r| r.component == component && r.hash == hash)
+            .map_or(0, |r| r.replicas)
     }
 
     fn fingerprint(&self) -> (ReleasePlanStatus, Vec<(String, i32, i32)>) {
@@ -349,9 +446,9 @@ impl World {
         status.message = None;
         (
             status,
-            self.revs
+            self.revisions()
                 .iter()
-                .map(|(n, r)| (n.clone(), r.obs.replicas, r.obs.ready))
+                .map(|r| (format!("{}/{}", r.name, r.hash), r.replicas, r.ready))
                 .collect(),
         )
     }
@@ -425,6 +522,27 @@ pub fn simulate(start: Start) -> Simulation {
                     Rev {
                         obs: r.clone(),
                         ready_at: t0,
+                    },
+                )
+            })
+            .collect(),
+        sets: start
+            .workloads
+            .stateful_sets
+            .iter()
+            .map(|s| {
+                let pods = start
+                    .workloads
+                    .pods
+                    .iter()
+                    .filter(|p| p.component == s.component)
+                    .filter_map(|p| Some((p.ordinal?, (p.clone(), t0))))
+                    .collect();
+                (
+                    s.component.clone(),
+                    Set {
+                        obs: s.clone(),
+                        pods,
                     },
                 )
             })
@@ -555,7 +673,7 @@ pub fn simulate(start: Start) -> Simulation {
         steps,
         end,
         status: w.status.clone(),
-        revisions: w.revs.values().map(|r| r.obs.clone()).collect(),
+        revisions: w.revisions(),
         created: w.created,
         templates,
     }

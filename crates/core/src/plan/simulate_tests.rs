@@ -33,6 +33,8 @@ fn spec(replicas: &[i32], image: &str, steps: Vec<Step>) -> ReleasePlanSpec {
                 config: None,
                 adopt: None,
                 depends_on: Vec::new(),
+                kind: Default::default(),
+                stateful_set: None,
             })
             .collect(),
         strategy: ApiStrategy {
@@ -67,6 +69,7 @@ fn start(spec: ReleasePlanSpec) -> Start {
         generation: 1,
         status: ReleasePlanStatus::default(),
         revisions: Vec::new(),
+        workloads: Default::default(),
         now: Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap(),
         ready_after: Duration::ZERO,
     }

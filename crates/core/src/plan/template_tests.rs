@@ -28,6 +28,8 @@ fn spec() -> ReleasePlanSpec {
             config: None,
             adopt: None,
             depends_on: Vec::new(),
+            kind: Default::default(),
+            stateful_set: None,
         }],
         ..Default::default()
     };
@@ -157,6 +159,7 @@ fn observe_with_copies(
                 hash: c.hash.clone(),
             })
             .collect(),
+        workloads: Default::default(),
         deleting: false,
     }
 }

@@ -31,6 +31,8 @@ fn component(name: &str, image: &str, replicas: i32) -> Component {
         config: None,
         adopt: None,
         depends_on: Vec::new(),
+        kind: Default::default(),
+        stateful_set: None,
     }
 }
 
@@ -308,6 +310,7 @@ impl Sim {
             invalid_request: None,
             refusal: None,
             template_copies: Vec::new(),
+            workloads: Default::default(),
             deleting: self.deleting,
         }
     }
@@ -1825,6 +1828,7 @@ proptest! {
             invalid_request: None,
             refusal: None,
             template_copies: Vec::new(),
+            workloads: Default::default(),
             deleting,
         };
         let d = decide(&obs, &BTreeMap::new());
