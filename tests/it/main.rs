@@ -57,6 +57,7 @@ mod rollback;
 mod runtime;
 mod server_side_apply;
 mod shutdown;
+mod stateful;
 mod template_admission;
 mod traffic;
 mod traffic_gitops;

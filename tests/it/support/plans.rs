@@ -24,6 +24,18 @@ pub async fn create(client: &Client, ns: &str, p: &ReleasePlan) {
 
 /// Merge-patches a plan's spec (as a user or GitOps tool would).
 pub async fn patch_spec(client: &Client, ns: &str, name: &str, spec: Value) {
+    patch_spec_result(client, ns, name, spec)
+        .await
+        .expect("cannot patch the ReleasePlan");
+}
+
+/// [`patch_spec`], the API server's answer returned (a refusal to check).
+pub async fn patch_spec_result(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    spec: Value,
+) -> Result<ReleasePlan, kube::Error> {
     Api::<ReleasePlan>::namespaced(client.clone(), ns)
         .patch(
             name,
@@ -31,7 +43,6 @@ pub async fn patch_spec(client: &Client, ns: &str, name: &str, spec: Value) {
             &Patch::Merge(json!({ "spec": spec })),
         )
         .await
-        .expect("cannot patch the ReleasePlan");
 }
 
 /// Sets the component list of a plan (a JSON merge patch replaces lists whole).
