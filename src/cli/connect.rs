@@ -6,7 +6,8 @@ use super::error::{CliError, chain};
 use crate::api::{LABEL_PLAN, ReleasePlan};
 use clap::Args;
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
@@ -230,6 +231,34 @@ impl Ctx {
             .items;
         list.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         Ok(list)
+    }
+
+    /// The StatefulSets of a plan's StatefulSet components and their pods.
+    pub async fn stateful_sets(
+        &self,
+        name: &str,
+    ) -> Result<(Vec<StatefulSet>, Vec<Pod>), CliError> {
+        let selector = format!("{LABEL_PLAN}={name}");
+        let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
+        let sets = api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| self.error(&format!("list the StatefulSets of {name}"), e))?
+            .items;
+        if sets.is_empty() {
+            return Ok((sets, Vec::new()));
+        }
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let selector = format!(
+            "{selector},{}",
+            releaseplan_core::objects::stateful_set::LABEL_WORKLOAD
+        );
+        let pods = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| self.error(&format!("list the pods of {name}"), e))?
+            .items;
+        Ok((sets, pods))
     }
 
     /// The same connection working in `namespace` (the dashboard serves

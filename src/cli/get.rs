@@ -5,7 +5,14 @@
 use super::connect::Ctx;
 use super::error::CliError;
 use super::text::{columns, step_text, traffic_text};
-use super::view::{self, Format, images};
+use super::view::{self, Format, Live, images};
+
+/// A plan's objects: its Deployments, StatefulSets and their pods.
+type Objects = (
+    Vec<Deployment>,
+    Vec<k8s_openapi::api::apps::v1::StatefulSet>,
+    Vec<k8s_openapi::api::core::v1::Pod>,
+);
 use crate::api::{ReleasePlan, ReleasePlanStatus};
 use crate::plan::{RevisionObs, revision_of};
 use futures::StreamExt;
@@ -60,11 +67,51 @@ fn rev_of(d: &Deployment) -> Option<Rev> {
     Some(Rev { obs, image, config })
 }
 
+/// The line of a component: its kind, replicas and ready pods.
+fn component_text(
+    name: &str,
+    stateful: bool,
+    cs: Option<&crate::api::ComponentStatus>,
+    settled: bool,
+) -> String {
+    let kind = if stateful { "  StatefulSet" } else { "" };
+    match cs {
+        Some(c) if settled => format!(
+            "{name}{kind}  replicas {}  ({}/{} ready)",
+            c.replicas, c.current_ready, c.current_replicas
+        ),
+        Some(c) => format!(
+            "{name}{kind}  replicas {}  (current {}/{} ready, stable {}/{} ready)",
+            c.replicas, c.current_ready, c.current_replicas, c.stable_ready, c.stable_replicas
+        ),
+        None => format!("{name}  (not in status)"),
+    }
+}
+
+/// A StatefulSet component's revision, as a row of the tree.
+fn set_rev(r: &super::live::SetRevision) -> Rev {
+    Rev {
+        obs: RevisionObs {
+            name: r.set.clone(),
+            component: r.component.clone(),
+            hash: r.hash.clone(),
+            replicas: r.replicas,
+            ready: r.ready,
+            current: r.replicas,
+            created: None,
+        },
+        image: r.images.join(","),
+        config: format!("ordinals {}", super::live::ordinals_text(&r.ordinals)),
+    }
+}
+
 /// The components of the plan with their revision Deployments, in status order,
 /// then any component only the Deployments know of.
-fn component_nodes(status: &ReleasePlanStatus, deployments: &[Deployment]) -> Vec<Node> {
+fn component_nodes(status: &ReleasePlanStatus, live: Live<'_>) -> Vec<Node> {
     let mut by_component: BTreeMap<String, Vec<Rev>> = BTreeMap::new();
-    for rev in deployments.iter().filter_map(rev_of) {
+    let sets = super::live::set_revisions(live, status);
+    let set_revs = sets.iter().map(set_rev);
+    for rev in live.deployments.iter().filter_map(rev_of).chain(set_revs) {
         by_component
             .entry(rev.obs.component.clone())
             .or_default()
@@ -127,26 +174,17 @@ fn component_nodes(status: &ReleasePlanStatus, deployments: &[Deployment]) -> Ve
                     && !revs.iter().any(|r| r.obs.hash == hash)
                     && !(what == "stable" && current.as_deref() == Some(hash))
                 {
-                    children.push(Node::leaf(format!(
-                        "{hash}  no Deployment ({what} revision)"
-                    )));
+                    let object = if sets.iter().any(|r| r.component == name) {
+                        "no pod"
+                    } else {
+                        "no Deployment"
+                    };
+                    children.push(Node::leaf(format!("{hash}  {object} ({what} revision)")));
                 }
             }
-            let mut text = match cs {
-                Some(c) if current.is_some() && current == stable => format!(
-                    "{name}  replicas {}  ({}/{} ready)",
-                    c.replicas, c.current_ready, c.current_replicas
-                ),
-                Some(c) => format!(
-                    "{name}  replicas {}  (current {}/{} ready, stable {}/{} ready)",
-                    c.replicas,
-                    c.current_ready,
-                    c.current_replicas,
-                    c.stable_ready,
-                    c.stable_replicas
-                ),
-                None => format!("{name}  (not in status)"),
-            };
+            let stateful = sets.iter().any(|r| r.component == name);
+            let mut text =
+                component_text(&name, stateful, cs, current.is_some() && current == stable);
             if let Some(a) = cs.and_then(|c| c.autoscaling.as_ref()) {
                 text.push_str(&autoscaling_text(a));
             }
@@ -169,7 +207,7 @@ fn component_nodes(status: &ReleasePlanStatus, deployments: &[Deployment]) -> Ve
 /// components with their revisions, the gates and the conditions.
 // One section after another (plan, components, gates, conditions), read top to bottom as it prints.
 #[allow(clippy::too_many_lines)]
-pub fn render_tree(plan: &ReleasePlan, deployments: &[Deployment]) -> String {
+pub fn render_tree(plan: &ReleasePlan, live: Live<'_>) -> String {
     let status = plan.status.clone().unwrap_or_default();
     let name = plan.name_any();
     let ns = plan.namespace().unwrap_or_default();
@@ -229,7 +267,7 @@ pub fn render_tree(plan: &ReleasePlan, deployments: &[Deployment]) -> String {
         let _ = writeln!(out, "│ {line}");
     }
 
-    let components = component_nodes(&status, deployments);
+    let components = component_nodes(&status, live);
     top.push(Node {
         text: if components.is_empty() {
             "components: none yet".into()
@@ -293,6 +331,13 @@ pub fn render_tree(plan: &ReleasePlan, deployments: &[Deployment]) -> String {
     out
 }
 
+/// Reads a plan's objects.
+async fn read(ctx: &Ctx, name: &str) -> Result<Objects, CliError> {
+    let deployments = ctx.deployments(name).await?;
+    let (sets, pods) = ctx.stateful_sets(name).await?;
+    Ok((deployments, sets, pods))
+}
+
 /// `get`: the tree (or the `-o` document) of a plan; with `watch`, redrawn on
 /// every change.
 pub(super) async fn run(
@@ -301,13 +346,20 @@ pub(super) async fn run(
     watch: bool,
     output: Option<Format>,
 ) -> Result<i32, CliError> {
-    let render = |plan: &ReleasePlan, deployments: &[Deployment]| match output {
-        Some(f) => view::to_text(&view::plan_view(plan, Some(deployments)), f, watch),
-        None => render_tree(plan, deployments),
+    let render = |plan: &ReleasePlan, (deployments, sets, pods): &Objects| {
+        let live = Live {
+            deployments,
+            stateful_sets: sets,
+            pods,
+        };
+        match output {
+            Some(f) => view::to_text(&view::plan_view(plan, Some(live)), f, watch),
+            None => render_tree(plan, live),
+        }
     };
     let plan = ctx.plan(name).await?;
-    let deployments = ctx.deployments(name).await?;
-    let mut last = render(&plan, &deployments);
+    let objects = read(ctx, name).await?;
+    let mut last = render(&plan, &objects);
     let mut out = std::io::stdout();
     if !watch {
         out.write_all(last.as_bytes())?;
@@ -346,10 +398,10 @@ pub(super) async fn run(
                 Err(_) => continue,
             },
         };
-        let Ok(deployments) = ctx.deployments(name).await else {
+        let Ok(objects) = read(ctx, name).await else {
             continue;
         };
-        let text = render(&plan, &deployments);
+        let text = render(&plan, &objects);
         if text != last {
             draw(&mut out, &text)?;
             last = text;
@@ -469,7 +521,13 @@ mod tests {
                 "worker:1",
             ),
         ];
-        let text = render_tree(&plan(), &deployments);
+        let text = render_tree(
+            &plan(),
+            Live {
+                deployments: &deployments,
+                ..Live::default()
+            },
+        );
         let expected = "\
 ReleasePlan prod/shop  RollingOut  step 2/4  weight 25%
 │ stable      x8r2kq7b4m
@@ -504,7 +562,13 @@ ReleasePlan prod/shop  RollingOut  step 2/4  weight 25%
         if let Some(s) = unset.spec.as_mut() {
             s.replicas = None;
         }
-        let text = render_tree(&plan(), &[d.clone(), unset.clone()]);
+        let text = render_tree(
+            &plan(),
+            Live {
+                deployments: &[d.clone(), unset.clone()],
+                ..Live::default()
+            },
+        );
         assert!(text.contains("web2hash22  1/3 ready"), "{text}");
         assert!(text.contains("web1hash11  1/1 ready"), "{text}");
         let seen = |d: &Deployment| revision_of(d).map(|r| (r.ready, r.replicas));
@@ -517,7 +581,7 @@ ReleasePlan prod/shop  RollingOut  step 2/4  weight 25%
         let mut v = plan_json();
         v.as_object_mut().unwrap().remove("status");
         let p: ReleasePlan = serde_json::from_value(v).unwrap();
-        let text = render_tree(&p, &[]);
+        let text = render_tree(&p, Live::default());
         assert!(
             text.starts_with("ReleasePlan prod/shop  Pending  step 1/4  weight 0%\n"),
             "{text}"
@@ -534,7 +598,7 @@ ReleasePlan prod/shop  RollingOut  step 2/4  weight 25%
         v["status"]["failure"] = json!({"revision": "tn5wd9cz2h", "gate": "podHealth", "reason": "CrashLoopBackOff", "message": "pod x crashed"});
         v["status"]["pauseRequested"] = json!(true);
         let p: ReleasePlan = serde_json::from_value(v).unwrap();
-        let text = render_tree(&p, &[]);
+        let text = render_tree(&p, Live::default());
         assert!(
             text.contains("│ failure     podHealth (CrashLoopBackOff): pod x crashed"),
             "{text}"

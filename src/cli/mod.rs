@@ -31,6 +31,7 @@ pub mod get;
 pub mod history;
 pub mod lint;
 pub mod list;
+pub mod live;
 pub mod preview;
 pub mod request;
 pub mod text;

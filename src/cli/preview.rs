@@ -21,6 +21,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use releaseplan_core::plan::stateful::WorkloadObs;
 use serde::Serialize;
 use serde_json::Value;
 use std::path::Path;
@@ -870,7 +871,7 @@ pub(super) async fn run(global: &Global, args: &PreviewArgs) -> Result<i32, CliE
         plan.metadata.namespace = Some(ctx.namespace.clone());
     }
     let name = plan.name_any();
-    let (live, revisions) = match (&ctx, args.live) {
+    let (live, revisions, workloads) = match (&ctx, args.live) {
         (Some(ctx), true) => match ctx.plans().get_opt(&name).await {
             Ok(Some(p)) => {
                 let revs = ctx
@@ -879,18 +880,19 @@ pub(super) async fn run(global: &Global, args: &PreviewArgs) -> Result<i32, CliE
                     .iter()
                     .filter_map(revision_of)
                     .collect();
-                (Some(p), revs)
+                let (sets, pods) = ctx.stateful_sets(&name).await?;
+                (Some(p), revs, super::live::workloads(&sets, &pods))
             }
             Ok(None) => {
                 eprintln!(
                     "note: no live plan {}/{name}: previewed as a new plan",
                     ctx.namespace
                 );
-                (None, Vec::new())
+                (None, Vec::new(), WorkloadObs::default())
             }
             Err(e) => return Err(ctx.error(&format!("read releaseplan {name}"), e)),
         },
-        _ => (None, Vec::new()),
+        _ => (None, Vec::new(), WorkloadObs::default()),
     };
     let status: ReleasePlanStatus = live
         .as_ref()
@@ -907,7 +909,7 @@ pub(super) async fn run(global: &Global, args: &PreviewArgs) -> Result<i32, CliE
         generation,
         status,
         revisions: revisions.clone(),
-        workloads: releaseplan_core::plan::stateful::WorkloadObs::default(),
+        workloads: workloads.clone(),
         now: chrono::Utc::now(),
         ready_after: Duration::ZERO,
     };
@@ -920,10 +922,16 @@ pub(super) async fn run(global: &Global, args: &PreviewArgs) -> Result<i32, CliE
         Some(ctx) => Some(dry_runs(ctx, &plan, &doc, &min).await),
         None => None,
     };
+    // What runs now: the Deployments, and the StatefulSets' pods by revision.
+    let running: Vec<_> = revisions
+        .iter()
+        .cloned()
+        .chain(releaseplan_core::plan::stateful::revisions(&workloads))
+        .collect();
     let mut view = document(
         &plan,
         live.as_ref(),
-        &revisions,
+        &running,
         &min,
         &expected,
         args.ready_after,

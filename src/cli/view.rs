@@ -16,6 +16,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
 use serde::Serialize;
 
+pub use super::live::Live;
+
 /// The `apiVersion` of every document the plugin prints with `-o`.
 pub const API_VERSION: &str = "plugin.releaseplan.io/v1";
 
@@ -73,11 +75,12 @@ pub struct FailureView {
     pub message: String,
 }
 
-/// One revision Deployment of a component (only in `get`).
+/// One revision of a component (only in `get`).
 #[derive(Serialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct RevisionView {
-    /// Deployment name.
+    /// Its Deployment; for a StatefulSet component, the StatefulSet all its
+    /// revisions share.
     pub deployment: String,
     /// Template hash.
     pub hash: String,
@@ -93,6 +96,9 @@ pub struct RevisionView {
     /// versioned reference, the revision's own copy.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub config: Vec<String>,
+    /// A StatefulSet component's: the ordinals of the pods on this revision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ordinals: Option<Vec<i32>>,
 }
 
 /// One component of a plan.
@@ -101,6 +107,9 @@ pub struct RevisionView {
 pub struct ComponentView {
     /// Component name.
     pub name: String,
+    /// `StatefulSet` for a StatefulSet component (absent for a Deployment one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
     /// Replicas once released.
     pub replicas: i32,
     /// Template hash being rolled to (or live).
@@ -214,44 +223,24 @@ pub(crate) fn images(d: &Deployment) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The view of `plan`; with `deployments`, each component lists its revision
-/// Deployments (`get`), without (`None`, `list`) `revisions` is `null`.
-pub fn plan_view(plan: &ReleasePlan, deployments: Option<&[Deployment]>) -> PlanView {
+/// The view of `plan`; with `live`, each component lists its revisions
+/// (`get`), without (`None`, `list`) `revisions` is `null`.
+pub fn plan_view(plan: &ReleasePlan, live: Option<Live<'_>>) -> PlanView {
     let s = plan.status.clone().unwrap_or_default();
+    let sets = live
+        .map(|l| super::live::set_revisions(l, &s))
+        .unwrap_or_default();
     let components = s
         .components
         .iter()
         .map(|c| {
-            let revisions = deployments.map(|ds| {
-                let mut revs: Vec<RevisionView> = ds
-                    .iter()
-                    .filter_map(|d| revision_of(d).map(|r| (r, images(d), config_read(d))))
-                    .filter(|(r, _, _)| r.component == c.name)
-                    .map(|(r, images, config)| {
-                        let current = c.current_hash.as_deref() == Some(r.hash.as_str());
-                        let stable = c.stable_hash.as_deref() == Some(r.hash.as_str());
-                        let role = match (current, stable) {
-                            (true, true) => "current,stable",
-                            (true, false) => "current",
-                            (false, true) => "stable",
-                            (false, false) => "old",
-                        };
-                        RevisionView {
-                            deployment: r.name,
-                            hash: r.hash,
-                            replicas: r.replicas,
-                            ready: r.ready,
-                            role: role.into(),
-                            images,
-                            config,
-                        }
-                    })
-                    .collect();
-                revs.sort_by(|a, b| a.deployment.cmp(&b.deployment));
-                revs
-            });
+            let revisions = live.map(|l| revisions_view(c, l, &sets));
+            let stateful = sets.iter().any(|r| r.component == c.name)
+                || plan_kind(plan, &c.name)
+                    == Some(crate::api::workload::WorkloadKind::StatefulSet);
             ComponentView {
                 name: c.name.clone(),
+                kind: stateful.then_some("StatefulSet"),
                 replicas: c.replicas,
                 current_hash: c.current_hash.clone(),
                 stable_hash: c.stable_hash.clone(),
@@ -309,6 +298,71 @@ pub fn plan_view(plan: &ReleasePlan, deployments: Option<&[Deployment]>) -> Plan
             })
             .collect(),
     }
+}
+
+/// A component's revisions: its Deployments, then its StatefulSet's.
+fn revisions_view(
+    c: &crate::api::ComponentStatus,
+    l: Live<'_>,
+    sets: &[super::live::SetRevision],
+) -> Vec<RevisionView> {
+    let mut revs: Vec<RevisionView> = l
+        .deployments
+        .iter()
+        .filter_map(|d| revision_of(d).map(|r| (r, images(d), config_read(d))))
+        .filter(|(r, _, _)| r.component == c.name)
+        .map(|(r, images, config)| {
+            let role = role_of(c, &r.hash);
+            RevisionView {
+                deployment: r.name,
+                hash: r.hash,
+                replicas: r.replicas,
+                ready: r.ready,
+                role: role.into(),
+                images,
+                config,
+                ordinals: None,
+            }
+        })
+        .collect();
+    revs.sort_by(|a, b| a.deployment.cmp(&b.deployment));
+    revs.extend(
+        sets.iter()
+            .filter(|r| r.component == c.name)
+            .map(|r| RevisionView {
+                deployment: r.set.clone(),
+                hash: r.hash.clone(),
+                replicas: r.replicas,
+                ready: r.ready,
+                role: role_of(c, &r.hash).into(),
+                images: r.images.clone(),
+                config: Vec::new(),
+                ordinals: Some(r.ordinals.clone()),
+            }),
+    );
+    revs
+}
+
+/// The role of revision `hash` of component `c`.
+fn role_of(c: &crate::api::ComponentStatus, hash: &str) -> &'static str {
+    match (
+        c.current_hash.as_deref() == Some(hash),
+        c.stable_hash.as_deref() == Some(hash),
+    ) {
+        (true, true) => "current,stable",
+        (true, false) => "current",
+        (false, true) => "stable",
+        (false, false) => "old",
+    }
+}
+
+/// The kind the spec gives component `name`.
+fn plan_kind(plan: &ReleasePlan, name: &str) -> Option<crate::api::workload::WorkloadKind> {
+    plan.spec
+        .components
+        .iter()
+        .find(|c| c.name == name)
+        .map(|c| c.kind)
 }
 
 /// `list -o`: the plans, sorted by namespace and name.
@@ -410,7 +464,14 @@ mod tests {
             deployment("shop-web-web2hash22", "web", "web2hash22", 1, 1, "web:2"),
             deployment("shop-web-web1hash11", "web", "web1hash11", 3, 3, "web:1"),
         ];
-        let v = serde_json::to_value(plan_view(&plan(), Some(&ds))).unwrap();
+        let v = serde_json::to_value(plan_view(
+            &plan(),
+            Some(Live {
+                deployments: &ds,
+                ..Live::default()
+            }),
+        ))
+        .unwrap();
         assert_eq!(v["apiVersion"], "plugin.releaseplan.io/v1");
         assert_eq!(v["kind"], "Plan");
         assert_eq!(

@@ -7,7 +7,7 @@ use super::error::{Error, is_not_found, namespace_terminating, of_refusal};
 use super::keys::version_of;
 use super::observe;
 use super::observe::Seen;
-use super::outcome::{Acted, FIELD_MANAGER, failed, failed_write};
+use super::outcome::{Acted, FIELD_MANAGER, failed_write};
 use crate::api::ReleasePlan;
 use crate::api::cached::{CachedDeployment, CachedRevision};
 use crate::plan::{Decision, Refusal, TemplateSource};
@@ -232,7 +232,7 @@ pub(crate) async fn deployments(
             // Gone, and the spec has moved on: the template stored for the revision.
             (TemplateSource::Existing, None) => {
                 let revision = (&*intent.component, &*intent.hash, &*intent.name);
-                match stored_template(ctx, ns, stored, revision, intent.replicas).await {
+                match super::stored::template(ctx, ns, stored, revision, intent.replicas).await {
                     Ok(Some(t)) => std::borrow::Cow::Owned(t),
                     Ok(None) => continue,
                     Err(acted) => return acted,
@@ -280,47 +280,6 @@ pub(crate) async fn deployments(
         }
     }
     Acted::Done
-}
-
-/// The template stored for a revision whose Deployment is gone and which the
-/// spec no longer has, read whole (the cache keeps only its hash): `None`
-/// when none is stored or it is unusable (logged), a refusal when the read
-/// fails.
-pub(crate) async fn stored_template(
-    ctx: &Context,
-    ns: &str,
-    stored: &[Arc<CachedRevision>],
-    (component, hash, object): (&str, &str, &str),
-    replicas: i32,
-) -> Result<Option<k8s_openapi::api::core::v1::PodTemplateSpec>, Acted> {
-    let found = controller_revision::find(stored.iter().map(AsRef::as_ref), component, hash);
-    let whole = match found {
-        Some(cr) => {
-            let name = cr.name_any();
-            let revisions: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), ns);
-            match revisions.get_opt(&name).await {
-                Ok(whole) => whole,
-                Err(e) => return Err(failed("ControllerRevision", &name, &e)),
-            }
-        }
-        None => None,
-    };
-    match whole.map(|cr| controller_revision::template(&cr, hash)) {
-        Some(Ok(t)) => {
-            info!(object = %object, revision = %hash, "taking the revision's template from where it is stored");
-            Ok(Some(t))
-        }
-        Some(Err(e)) => {
-            warn!(object = %object, revision = %hash, error = %e, "the revision's template is not in the spec nor in its object, and its stored template is not usable: cannot write it");
-            Ok(None)
-        }
-        None => {
-            if replicas > 0 {
-                warn!(object = %object, revision = %hash, "the revision's template is not in the spec nor in its object, and no ControllerRevision stores it: cannot write it");
-            }
-            Ok(None)
-        }
-    }
 }
 
 /// What decides whether an observed Deployment matches its intent, hashed:

@@ -10,10 +10,10 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use tracing::info;
 
-use super::deployment::{MANAGED_BY, is_subset};
 use super::outcome::FIELD_MANAGER;
 use super::outcome::{Acted, failed};
 use crate::api::{LABEL_COMPONENT, LABEL_PLAN, ReleasePlan};
+use releaseplan_core::objects::deployment::{MANAGED_BY, is_subset};
 
 /// The labels of an owned object of `component`.
 pub(super) fn labels(plan: &str, component: &str) -> BTreeMap<String, String> {

@@ -56,6 +56,12 @@ pub enum WakeSource {
     StatefulSet,
 }
 
+/// A set of [`WakeSource`]s, one bit each: room for 32 (a compile-time
+/// check below keeps [`WakeSource::ALL`] within it).
+type Sources = u32;
+
+const _: () = assert!(WakeSource::ALL.len() <= Sources::BITS as usize);
+
 impl WakeSource {
     /// Every source, each a series from the start.
     pub const ALL: [WakeSource; 16] = [
@@ -78,8 +84,8 @@ impl WakeSource {
     ];
 
     /// Its bit in a set of sources.
-    fn bit(self) -> u16 {
-        1 << (self as u16)
+    fn bit(self) -> Sources {
+        1 << (self as Sources)
     }
 
     /// The metric's label value.
@@ -130,7 +136,7 @@ struct Quiet {
 /// Plans waiting for their reconcile, since when, and what woke them (a bit
 /// per [`WakeSource`], logged at debug level when the reconcile starts).
 pub struct Queue {
-    pending: Mutex<HashMap<Key, (Instant, u16)>>,
+    pending: Mutex<HashMap<Key, (Instant, Sources)>>,
     /// Of each plan with a timed requeue ahead, why (a cause of
     /// `releaseplan_timed_reconciles_total`): kept only while one is ahead.
     timers: Mutex<HashMap<Key, &'static str>>,
@@ -294,7 +300,7 @@ impl Queue {
             .collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, (Instant, u16)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, (Instant, Sources)>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

@@ -58,7 +58,7 @@ pub(crate) async fn act(
             }
             // Another revision's template (a rollback): the one stored for it.
             (TemplateSource::Existing, _) => {
-                match super::act::stored_template(
+                match super::stored::template(
                     ctx,
                     ns,
                     &seen.stored,

@@ -16,13 +16,13 @@ use kube::api::Api;
 use tracing::warn;
 
 use super::context::Context;
-use super::deployment::revision_labels;
 use super::outcome::Acted;
 use super::owned::{labels, meta, write};
 use super::router::{Dispatch as _, Routes};
 use crate::api::{LABEL_REVISION, LABEL_ROLE, ReleasePlan, Traffic};
 use crate::plan::Target;
 use crate::plan::traffic::{TrafficIntent, TrafficObs};
+use releaseplan_core::objects::deployment::revision_labels;
 
 /// The two Services of a component.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,6 +19,26 @@ use support::operator::Operator;
 use support::plans::{create, request, set_components, wait_phase};
 use support::{Harness, WAIT, wait_until};
 
+/// Runs the plugin; its standard output (it must succeed).
+async fn plugin(args: &[&str]) -> String {
+    let args: Vec<String> = args.iter().map(ToString::to_string).collect();
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-releaseplan"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{args:?}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    })
+    .await
+    .unwrap()
+}
+
 /// `count` PersistentVolumes of a storage class of the namespace's own, so
 /// its claims bind to them and to nothing else.
 async fn volumes(client: &Client, ns: &str, count: usize) -> String {
@@ -194,6 +214,50 @@ async fn a_stateful_canary_moves_the_highest_ordinals_keeps_the_volumes_and_surv
         .spec
         .and_then(|s| s.update_strategy?.rolling_update?.partition);
     assert_eq!(partition, Some(2));
+
+    // The plugin shows the kind and each revision's ordinals.
+    let get = plugin(&["get", "shop", "-n", &ns, "-o", "json"]).await;
+    let v: Value = serde_json::from_str(&get).unwrap();
+    let component = &v["components"][0];
+    assert_eq!(component["kind"], "StatefulSet", "{get}");
+    let revs = component["revisions"].as_array().unwrap();
+    let by_role = |role: &str| revs.iter().find(|r| r["role"] == role).cloned().unwrap();
+    assert_eq!(by_role("current")["ordinals"], json!([2]), "{get}");
+    assert_eq!(by_role("current")["images"], json!(["db:2"]), "{get}");
+    assert_eq!(by_role("stable")["ordinals"], json!([0, 1]), "{get}");
+    assert_eq!(by_role("stable")["deployment"], "shop-db");
+    let tree = plugin(&["get", "shop", "-n", &ns]).await;
+    assert!(
+        tree.contains("db  StatefulSet") && tree.contains("ordinals 0-1"),
+        "{tree}"
+    );
+    // A preview of db:3 from the live plan starts from its pods and the
+    // one set: it ends Stable with never a pod more than the replicas.
+    let next = plan(
+        "shop",
+        json!({"components": [db(template("db:3"), 3, &class)], "strategy": {"steps": steps}}),
+    );
+    let file = std::env::temp_dir().join(format!("{ns}-shop.json"));
+    std::fs::write(&file, serde_json::to_string(&next).unwrap()).unwrap();
+    let preview = plugin(&[
+        "preview",
+        "-f",
+        file.to_str().unwrap(),
+        "--live",
+        "-n",
+        &ns,
+        "-o",
+        "json",
+    ])
+    .await;
+    let v: Value = serde_json::from_str(&preview).unwrap();
+    assert_eq!(
+        (v["result"].as_str(), v["fromLive"].as_bool()),
+        (Some("Stable"), Some(true)),
+        "{preview}"
+    );
+    assert_eq!(v["peak"][0]["pods"], 3, "{preview}");
+    assert_eq!(v["peak"][0]["extraPods"], 0, "{preview}");
 
     // The operator dies at the pause; a new one carries on from status.
     op.kill();

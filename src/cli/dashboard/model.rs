@@ -4,11 +4,10 @@
 //! Pure functions of the plan, unit-tested.
 
 use crate::api::{Phase, ReleasePlan};
-use crate::cli::view::{HistoryView, PlanView, plan_view};
+use crate::cli::view::{HistoryView, Live, PlanView, plan_view};
 use crate::plan::Action;
 use crate::plan::steps::strategy_steps;
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Event as KubeEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::Serialize;
@@ -186,11 +185,11 @@ pub struct Row {
 /// their revisions and `actions` says which buttons apply; without (the
 /// overview, which has no buttons) neither is there: the reasons would be a
 /// third of a 1,000-plan snapshot.
-pub fn row(plan: &ReleasePlan, deployments: Option<&[Deployment]>) -> Row {
-    let view = plan_view(plan, deployments);
+pub fn row(plan: &ReleasePlan, live: Option<Live<'_>>) -> Row {
+    let view = plan_view(plan, live);
     let (attention, attention_text) = attention(plan);
     let status = plan.status.clone().unwrap_or_default();
-    let actions = match deployments {
+    let actions = match live {
         None => Vec::new(),
         Some(_) => Action::ALL
             .into_iter()
@@ -321,7 +320,7 @@ mod tests {
     fn the_buttons_are_the_cores_actions_in_its_order() {
         // The page draws one button per entry, in this order, with no table
         // of its own: the core's `Action::ALL`, each by its word.
-        let r = serde_json::to_value(row(&plan(), Some(&[]))).unwrap();
+        let r = serde_json::to_value(row(&plan(), Some(Live::default()))).unwrap();
         let words: Vec<&str> = r["actions"]
             .as_array()
             .unwrap_or_else(|| panic!("actions is not a list: {}", r["actions"]))
@@ -338,7 +337,7 @@ mod tests {
     #[test]
     fn a_row_says_which_buttons_apply() {
         let mut p = plan();
-        let r = row(&p, Some(&[]));
+        let r = row(&p, Some(Live::default()));
         assert_eq!(r.key, format!("{}/{}", r.view.namespace, r.view.name));
         assert_eq!(r.actions.len(), Action::ALL.len());
         // The overview has no buttons, and its rows no reasons.
@@ -346,7 +345,7 @@ mod tests {
         let overview = serde_json::to_value(row(&p, None)).unwrap();
         assert!(overview.get("actions").is_none(), "{overview}");
         p.status.as_mut().unwrap().phase = Phase::Stable;
-        let r = row(&p, Some(&[]));
+        let r = row(&p, Some(Live::default()));
         let why_not = |word: &str| {
             r.actions
                 .iter()

@@ -6,8 +6,9 @@
 use super::model::{Detail, EventRow, GatePoint, Row, event_row, row};
 use crate::api::{LABEL_PLAN, ReleasePlan};
 use crate::cli::error::chain;
+use crate::cli::view::Live;
 use crate::cli::view::history_view;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Event as KubeEvent;
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::{Resource, ResourceExt};
@@ -27,6 +28,8 @@ pub struct Store {
     plans: BTreeMap<Key, ReleasePlan>,
     /// Revision Deployments by (namespace, Deployment name).
     deployments: BTreeMap<Key, Deployment>,
+    /// StatefulSets of StatefulSet components by (namespace, name).
+    stateful_sets: BTreeMap<Key, StatefulSet>,
     /// Events by plan, then by Event name.
     events: BTreeMap<Key, BTreeMap<String, EventRow>>,
     /// Gate values seen since the dashboard started, by plan and gate.
@@ -96,6 +99,27 @@ impl Tracked for Deployment {
     }
     fn clear(store: &mut Store) {
         store.deployments.clear();
+    }
+}
+
+impl Tracked for StatefulSet {
+    const KIND: &'static str = "statefulsets";
+    fn upsert(mut self, store: &mut Store) -> Option<Key> {
+        self.metadata.managed_fields = None;
+        let ns = self.namespace().unwrap_or_default();
+        let plan = self.labels().get(LABEL_PLAN).cloned()?;
+        store
+            .stateful_sets
+            .insert((ns.clone(), self.name_any()), self);
+        Some((ns, plan))
+    }
+    fn remove(&self, store: &mut Store) -> Option<Key> {
+        let ns = self.namespace().unwrap_or_default();
+        store.stateful_sets.remove(&(ns.clone(), self.name_any()));
+        Some((ns, self.labels().get(LABEL_PLAN).cloned()?))
+    }
+    fn clear(store: &mut Store) {
+        store.stateful_sets.clear();
     }
 }
 
@@ -179,6 +203,18 @@ impl Store {
             .filter(|(_, d)| d.labels().get(LABEL_PLAN) == Some(&key.1))
             .map(|(_, d)| d.clone())
             .collect();
+        let sets: Vec<StatefulSet> = self
+            .stateful_sets
+            .range((key.0.clone(), String::new())..)
+            .take_while(|((ns, _), _)| *ns == key.0)
+            .filter(|(_, s)| s.labels().get(LABEL_PLAN) == Some(&key.1))
+            .map(|(_, s)| s.clone())
+            .collect();
+        let live = Live {
+            deployments: &deployments,
+            stateful_sets: &sets,
+            pods: &[],
+        };
         let mut events: Vec<EventRow> = self
             .events
             .get(key)
@@ -186,7 +222,7 @@ impl Store {
             .unwrap_or_default();
         events.sort_by_key(|e| std::cmp::Reverse(e.last));
         Some(Detail {
-            plan: row(plan, Some(&deployments)),
+            plan: row(plan, Some(live)),
             conditions: plan
                 .status
                 .as_ref()
