@@ -458,3 +458,31 @@ async fn the_api_server_refuses_what_a_stateful_set_cannot_have_or_change() {
     let msg = change.expect_err("kind changed").to_string();
     assert!(msg.contains("kind cannot change"), "{msg}");
 }
+
+#[tokio::test]
+async fn a_change_kubernetes_keeps_immutable_is_reported_as_refused() {
+    let Harness { client, ns } = Harness::new("sts-immutable").await;
+    let class = volumes(&client, &ns, 1).await;
+    let _op = Operator::start(&ns, &[]).await;
+    let spec = json!({"components": [db(template("db:1"), 1, &class)]});
+    create(&client, &ns, &plan("shop", spec)).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
+    // A new image and another headless Service: the API server refuses the
+    // StatefulSet's new serviceName, and the plan says so.
+    let mut moved = db(template("db:2"), 1, &class);
+    moved["statefulSet"]["serviceName"] = json!("db-2");
+    set_components(&client, &ns, "shop", json!([moved])).await;
+    let (status, reason, message) = wait_until(WAIT, "the refusal in status", || async {
+        let p = support::plans::get(&client, &ns, "shop").await?;
+        support::plans::condition(&p, "Stalled").filter(|(s, _, _)| s == "True")
+    })
+    .await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "DeploymentRefused"),
+        "{message}"
+    );
+    assert!(message.contains("StatefulSet shop-db"), "{message}");
+    // Nothing moved: the pod still runs db:1.
+    wait_pods(&client, &ns, &[("shop-db-0", "db:1")], "db-0 untouched").await;
+}

@@ -460,7 +460,9 @@ impl Refusal {
     /// What the refused object is: the one place its kind is read.
     pub fn refused_kind(&self) -> RefusedKind {
         match self.kind {
-            "Deployment" => RefusedKind::Deployment,
+            // The workloads: a revision's Deployment, a component's
+            // StatefulSet, or the pod it cannot move past.
+            "Deployment" | "StatefulSet" | "Pod" => RefusedKind::Deployment,
             "ComponentScale" | "HorizontalPodAutoscaler" => RefusedKind::Autoscaler,
             "ConfigMap" | "Secret" => RefusedKind::Config,
             _ => RefusedKind::Traffic,
