@@ -6,7 +6,7 @@ use super::error::{CliError, chain};
 use crate::api::{LABEL_PLAN, ReleasePlan};
 use clap::Args;
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -233,11 +233,12 @@ impl Ctx {
         Ok(list)
     }
 
-    /// The StatefulSets of a plan's StatefulSet components and their pods.
-    pub async fn stateful_sets(
+    /// The StatefulSets and DaemonSets of a plan's StatefulSet and
+    /// DaemonSet components, and their pods.
+    pub async fn workload_objects(
         &self,
         name: &str,
-    ) -> Result<(Vec<StatefulSet>, Vec<Pod>), CliError> {
+    ) -> Result<(Vec<StatefulSet>, Vec<DaemonSet>, Vec<Pod>), CliError> {
         let selector = format!("{LABEL_PLAN}={name}");
         let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
         let sets = api
@@ -245,8 +246,14 @@ impl Ctx {
             .await
             .map_err(|e| self.error(&format!("list the StatefulSets of {name}"), e))?
             .items;
-        if sets.is_empty() {
-            return Ok((sets, Vec::new()));
+        let api: Api<DaemonSet> = Api::namespaced(self.client.clone(), &self.namespace);
+        let daemons = api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| self.error(&format!("list the DaemonSets of {name}"), e))?
+            .items;
+        if sets.is_empty() && daemons.is_empty() {
+            return Ok((sets, daemons, Vec::new()));
         }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
         let selector = format!(
@@ -258,7 +265,7 @@ impl Ctx {
             .await
             .map_err(|e| self.error(&format!("list the pods of {name}"), e))?
             .items;
-        Ok((sets, pods))
+        Ok((sets, daemons, pods))
     }
 
     /// The same connection working in `namespace` (the dashboard serves

@@ -11,6 +11,7 @@ use super::view::{self, Format, Live, images};
 type Objects = (
     Vec<Deployment>,
     Vec<k8s_openapi::api::apps::v1::StatefulSet>,
+    Vec<k8s_openapi::api::apps::v1::DaemonSet>,
     Vec<k8s_openapi::api::core::v1::Pod>,
 );
 use crate::api::{ReleasePlan, ReleasePlanStatus};
@@ -70,11 +71,11 @@ fn rev_of(d: &Deployment) -> Option<Rev> {
 /// The line of a component: its kind, replicas and ready pods.
 fn component_text(
     name: &str,
-    stateful: bool,
+    kind: Option<&str>,
     cs: Option<&crate::api::ComponentStatus>,
     settled: bool,
 ) -> String {
-    let kind = if stateful { "  StatefulSet" } else { "" };
+    let kind = kind.map(|k| format!("  {k}")).unwrap_or_default();
     match cs {
         Some(c) if settled => format!(
             "{name}{kind}  replicas {}  ({}/{} ready)",
@@ -101,7 +102,11 @@ fn set_rev(r: &super::live::SetRevision) -> Rev {
             created: None,
         },
         image: r.images.join(","),
-        config: format!("ordinals {}", super::live::ordinals_text(&r.ordinals)),
+        config: if r.kind == "DaemonSet" {
+            format!("nodes {}", r.nodes.join(","))
+        } else {
+            format!("ordinals {}", super::live::ordinals_text(&r.ordinals))
+        },
     }
 }
 
@@ -182,9 +187,8 @@ fn component_nodes(status: &ReleasePlanStatus, live: Live<'_>) -> Vec<Node> {
                     children.push(Node::leaf(format!("{hash}  {object} ({what} revision)")));
                 }
             }
-            let stateful = sets.iter().any(|r| r.component == name);
-            let mut text =
-                component_text(&name, stateful, cs, current.is_some() && current == stable);
+            let kind = sets.iter().find(|r| r.component == name).map(|r| r.kind);
+            let mut text = component_text(&name, kind, cs, current.is_some() && current == stable);
             if let Some(a) = cs.and_then(|c| c.autoscaling.as_ref()) {
                 text.push_str(&autoscaling_text(a));
             }
@@ -334,8 +338,8 @@ pub fn render_tree(plan: &ReleasePlan, live: Live<'_>) -> String {
 /// Reads a plan's objects.
 async fn read(ctx: &Ctx, name: &str) -> Result<Objects, CliError> {
     let deployments = ctx.deployments(name).await?;
-    let (sets, pods) = ctx.stateful_sets(name).await?;
-    Ok((deployments, sets, pods))
+    let (sets, daemons, pods) = ctx.workload_objects(name).await?;
+    Ok((deployments, sets, daemons, pods))
 }
 
 /// `get`: the tree (or the `-o` document) of a plan; with `watch`, redrawn on
@@ -346,10 +350,11 @@ pub(super) async fn run(
     watch: bool,
     output: Option<Format>,
 ) -> Result<i32, CliError> {
-    let render = |plan: &ReleasePlan, (deployments, sets, pods): &Objects| {
+    let render = |plan: &ReleasePlan, (deployments, sets, daemons, pods): &Objects| {
         let live = Live {
             deployments,
             stateful_sets: sets,
+            daemon_sets: daemons,
             pods,
         };
         match output {

@@ -9,10 +9,10 @@
 //! ordinals come from the partition and the counts from the plan's status.
 
 use crate::api::{LABEL_COMPONENT, LABEL_REVISION, ReleasePlanStatus};
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use releaseplan_core::objects::stateful_set;
+use releaseplan_core::objects::{daemon_set, stateful_set};
 use releaseplan_core::plan::stateful::ordinal;
 use std::collections::BTreeMap;
 
@@ -23,6 +23,8 @@ pub struct Live<'a> {
     pub deployments: &'a [Deployment],
     /// The StatefulSets of its StatefulSet components.
     pub stateful_sets: &'a [StatefulSet],
+    /// The DaemonSets of its DaemonSet components.
+    pub daemon_sets: &'a [DaemonSet],
     /// The pods of those StatefulSets (empty: counted from status).
     pub pods: &'a [Pod],
 }
@@ -40,8 +42,13 @@ pub struct SetRevision {
     pub replicas: i32,
     /// Its ready pods.
     pub ready: i32,
-    /// The ordinals of its pods.
+    /// The ordinals of its pods (a StatefulSet's).
     pub ordinals: Vec<i32>,
+    /// The nodes of its pods (a DaemonSet's; without pods, the nodes it is
+    /// limited to, when it is).
+    pub nodes: Vec<String>,
+    /// `StatefulSet` or `DaemonSet`.
+    pub kind: &'static str,
     /// Its container images.
     pub images: Vec<String>,
 }
@@ -63,8 +70,74 @@ fn ready(p: &Pod) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// The revisions of each StatefulSet component, newest template first.
+/// The revisions of each StatefulSet component, newest template first, then
+/// those of each DaemonSet component.
 pub fn set_revisions(live: Live<'_>, status: &ReleasePlanStatus) -> Vec<SetRevision> {
+    let mut out = stateful_revisions(live, status);
+    out.extend(daemon_revisions(live, status));
+    out
+}
+
+/// One revision per DaemonSet: its pods' nodes, or without pods the nodes
+/// it is limited to and the counts of status.
+fn daemon_revisions(live: Live<'_>, status: &ReleasePlanStatus) -> Vec<SetRevision> {
+    use releaseplan_core::plan::daemon::NodeScope;
+    let mut out = Vec::new();
+    for d in live.daemon_sets {
+        let Some(seen) = daemon_set::observe(d) else {
+            continue;
+        };
+        let c = status.components.iter().find(|c| c.name == seen.component);
+        let pods: Vec<&Pod> = live
+            .pods
+            .iter()
+            .filter(|p| p.labels().get(LABEL_COMPONENT) == Some(&seen.component))
+            .filter(|p| p.labels().get(LABEL_REVISION) == Some(&seen.hash))
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        let images = images_of(d.spec.as_ref().and_then(|s| s.template.spec.as_ref()));
+        let (replicas, ready, mut nodes) = if pods.is_empty() {
+            let (replicas, ready) = c.map_or((0, 0), |c| {
+                if c.current_hash.as_deref() == Some(seen.hash.as_str()) {
+                    (c.current_replicas, c.current_ready)
+                } else if c.stable_hash.as_deref() == Some(seen.hash.as_str()) {
+                    (c.stable_replicas, c.stable_ready)
+                } else {
+                    (0, 0)
+                }
+            });
+            let nodes = match &seen.nodes {
+                NodeScope::Only(n) => n.clone(),
+                NodeScope::All | NodeScope::Except(_) => Vec::new(),
+            };
+            (replicas, ready, nodes)
+        } else {
+            let n = i32::try_from(pods.len()).unwrap_or(i32::MAX);
+            let r = pods.iter().filter(|p| ready(p)).count();
+            let nodes = pods
+                .iter()
+                .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+                .collect();
+            (n, i32::try_from(r).unwrap_or(i32::MAX), nodes)
+        };
+        nodes.sort();
+        out.push(SetRevision {
+            set: d.name_any(),
+            component: seen.component.clone(),
+            hash: seen.hash.clone(),
+            replicas,
+            ready,
+            ordinals: Vec::new(),
+            nodes,
+            kind: "DaemonSet",
+            images,
+        });
+    }
+    out
+}
+
+/// The revisions of each StatefulSet component, newest template first.
+fn stateful_revisions(live: Live<'_>, status: &ReleasePlanStatus) -> Vec<SetRevision> {
     let mut out = Vec::new();
     for set in live.stateful_sets {
         let Some(seen) = stateful_set::observe(set) else {
@@ -95,6 +168,8 @@ pub fn set_revisions(live: Live<'_>, status: &ReleasePlanStatus) -> Vec<SetRevis
                 replicas: 0,
                 ready: 0,
                 ordinals: Vec::new(),
+                nodes: Vec::new(),
+                kind: "StatefulSet",
                 images: images_of(p.spec.as_ref()),
             });
             r.replicas += 1;
@@ -141,6 +216,8 @@ fn from_partition(
             replicas,
             ready,
             ordinals: (p..n).collect(),
+            nodes: Vec::new(),
+            kind: "StatefulSet",
             images,
         });
     }
@@ -160,32 +237,36 @@ fn from_partition(
             replicas,
             ready,
             ordinals: (0..p).collect(),
+            nodes: Vec::new(),
+            kind: "StatefulSet",
             images: Vec::new(),
         });
     }
     out
 }
 
-/// The StatefulSets and their pods as the operator's core reads them (what
-/// `preview` starts a live plan's simulation from).
+/// The StatefulSets, DaemonSets and their pods as the operator's core reads
+/// them (what `preview` starts a live plan's simulation from).
 pub fn workloads(
     sets: &[StatefulSet],
+    daemons: &[DaemonSet],
     pods: &[Pod],
 ) -> releaseplan_core::plan::stateful::WorkloadObs {
-    let stateful_sets: Vec<_> = sets.iter().filter_map(stateful_set::observe).collect();
-    let pods = pods
+    let mut seen = releaseplan_core::plan::stateful::WorkloadObs {
+        stateful_sets: sets.iter().filter_map(stateful_set::observe).collect(),
+        daemon_sets: daemons.iter().filter_map(daemon_set::observe).collect(),
+        pods: Vec::new(),
+    };
+    seen.pods = pods
         .iter()
         .filter_map(|p| {
             let cached: crate::api::cached::CachedPod = serde_json::to_value(p)
                 .ok()
                 .and_then(|v| serde_json::from_value(v).ok())?;
-            stateful_set::pod(&cached, &stateful_sets)
+            stateful_set::pod(&cached, &seen)
         })
         .collect();
-    releaseplan_core::plan::stateful::WorkloadObs {
-        stateful_sets,
-        pods,
-    }
+    seen
 }
 
 /// `0-2,4`: ordinals as ranges.

@@ -880,8 +880,12 @@ pub(super) async fn run(global: &Global, args: &PreviewArgs) -> Result<i32, CliE
                     .iter()
                     .filter_map(revision_of)
                     .collect();
-                let (sets, pods) = ctx.stateful_sets(&name).await?;
-                (Some(p), revs, super::live::workloads(&sets, &pods))
+                let (sets, daemons, pods) = ctx.workload_objects(&name).await?;
+                (
+                    Some(p),
+                    revs,
+                    super::live::workloads(&sets, &daemons, &pods),
+                )
             }
             Ok(None) => {
                 eprintln!(

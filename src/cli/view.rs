@@ -99,6 +99,9 @@ pub struct RevisionView {
     /// A StatefulSet component's: the ordinals of the pods on this revision.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ordinals: Option<Vec<i32>>,
+    /// A DaemonSet component's: the nodes of the pods on this revision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<Vec<String>>,
 }
 
 /// One component of a plan.
@@ -107,7 +110,7 @@ pub struct RevisionView {
 pub struct ComponentView {
     /// Component name.
     pub name: String,
-    /// `StatefulSet` for a StatefulSet component (absent for a Deployment one).
+    /// `StatefulSet` or `DaemonSet` (absent for a Deployment component).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<&'static str>,
     /// Replicas once released.
@@ -235,12 +238,18 @@ pub fn plan_view(plan: &ReleasePlan, live: Option<Live<'_>>) -> PlanView {
         .iter()
         .map(|c| {
             let revisions = live.map(|l| revisions_view(c, l, &sets));
-            let stateful = sets.iter().any(|r| r.component == c.name)
-                || plan_kind(plan, &c.name)
-                    == Some(crate::api::workload::WorkloadKind::StatefulSet);
+            let kind = sets
+                .iter()
+                .find(|r| r.component == c.name)
+                .map(|r| r.kind)
+                .or_else(|| {
+                    plan_kind(plan, &c.name)
+                        .filter(|k| !k.is_default())
+                        .map(crate::api::workload::WorkloadKind::as_str)
+                });
             ComponentView {
                 name: c.name.clone(),
-                kind: stateful.then_some("StatefulSet"),
+                kind,
                 replicas: c.replicas,
                 current_hash: c.current_hash.clone(),
                 stable_hash: c.stable_hash.clone(),
@@ -322,6 +331,7 @@ fn revisions_view(
                 images,
                 config,
                 ordinals: None,
+                nodes: None,
             }
         })
         .collect();
@@ -337,7 +347,8 @@ fn revisions_view(
                 role: role_of(c, &r.hash).into(),
                 images: r.images.clone(),
                 config: Vec::new(),
-                ordinals: Some(r.ordinals.clone()),
+                ordinals: (r.kind == "StatefulSet").then(|| r.ordinals.clone()),
+                nodes: (r.kind == "DaemonSet").then(|| r.nodes.clone()),
             }),
     );
     revs

@@ -131,6 +131,10 @@ async fn objects(
         other => other,
     };
     let acted = match acted {
+        Acted::Done => super::daemon::act(ctx, plan, seen, waiting, decision).await,
+        other => other,
+    };
+    let acted = match acted {
         Acted::Done => super::adopt::act(ctx, plan, ns, &seen.obs.adopted, &decision.adopt).await,
         other => other,
     };
@@ -349,6 +353,12 @@ pub(crate) async fn store_templates(
         .chain(
             decision
                 .stateful_sets
+                .iter()
+                .map(|i| (&i.component, &i.hash, &i.template)),
+        )
+        .chain(
+            decision
+                .daemon_sets
                 .iter()
                 .map(|i| (&i.component, &i.hash, &i.template)),
         );

@@ -14,7 +14,7 @@ use crate::ops::liveness::Liveness;
 use crate::ops::metrics::Metrics;
 use crate::ops::shard::Shard;
 use crate::plan::Refusal;
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Service;
@@ -71,6 +71,8 @@ pub struct Context {
     pub deployments: PlanCache<CachedDeployment>,
     /// Cache of the StatefulSets of StatefulSet components, by plan.
     pub stateful_sets: PlanCache<StatefulSet>,
+    /// Cache of the DaemonSets of DaemonSet components (one per revision), by plan.
+    pub daemon_sets: PlanCache<DaemonSet>,
     /// Cache of the ControllerRevisions that store the revisions' templates, by plan.
     pub templates: PlanCache<CachedRevision>,
     /// Cache of the pods of revision Deployments (labels and container states), by plan.
@@ -186,6 +188,7 @@ impl Context {
     pub(crate) fn caches_synced(&self) -> bool {
         self.deployments.synced()
             && self.stateful_sets.synced()
+            && self.daemon_sets.synced()
             && self.templates.synced()
             && self.pods.synced()
             && self.jobs.synced()

@@ -156,6 +156,7 @@ impl Wakes for crate::api::cached::CachedPod {
 // Any change of these but their resourceVersion may change a decision.
 impl Wakes for crate::api::cached::CachedDeployment {}
 impl Wakes for k8s_openapi::api::apps::v1::StatefulSet {}
+impl Wakes for k8s_openapi::api::apps::v1::DaemonSet {}
 impl Wakes for crate::api::cached::CachedRevision {}
 impl Wakes for crate::api::ComponentScale {}
 impl Wakes for k8s_openapi::api::batch::v1::Job {}

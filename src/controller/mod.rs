@@ -12,6 +12,7 @@ mod autoscale;
 pub mod config;
 pub mod config_cache;
 mod context;
+mod daemon;
 pub(crate) mod error;
 pub mod events;
 mod finalizer;

@@ -10,7 +10,7 @@ use crate::api::{ComponentScale, LABEL_REVISION, Phase, ReleasePlan, ReleasePlan
 use crate::plan::{InvalidRequest, Request};
 use crate::plan::{Observation, PodFailure, Target};
 use chrono::Utc;
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
@@ -66,6 +66,8 @@ pub(crate) struct Seen {
     pub owned: Vec<Arc<CachedDeployment>>,
     /// The StatefulSets of StatefulSet components.
     pub stateful_sets: Vec<Arc<StatefulSet>>,
+    /// The DaemonSets of DaemonSet components.
+    pub daemon_sets: Vec<Arc<DaemonSet>>,
     /// The stored templates (ControllerRevisions).
     pub stored: Vec<Arc<CachedRevision>>,
     /// The stable and canary Services.
@@ -97,7 +99,7 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         plan_objects(&ctx.deployments, &ns, &name, &uid),
     );
     let stored = plan_objects(&ctx.templates, &ns, &name, &uid);
-    let (stateful_sets, workloads) = observe_workloads(ctx, &ns, &name, &uid);
+    let (stateful_sets, daemon_sets, workloads) = observe_workloads(ctx, &ns, &name, &uid);
     let status = plan.status.clone().unwrap_or_default();
     // Template gates: resolved purely from the cached templates and what
     // status recorded for the step.
@@ -124,10 +126,8 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
             Some(p) => t.with_policy(&plan.spec.components, p),
             None => t,
         });
-    let (request, invalid_request) = match pending_request(plan) {
-        Ok(r) => (r, None),
-        Err(bad) => (None, Some(bad)),
-    };
+    let (request, invalid_request) =
+        pending_request(plan).map_or_else(|bad| (None, Some(bad)), |r| (r, None));
     let work = target
         .as_ref()
         .ok()
@@ -155,6 +155,7 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         Ok(t) => {
             let (t, templates) = t
                 .with_scales(&scale_obs)
+                .with_workloads(&workloads)
                 .with_config_hashed(&name, &plan.spec, &status, &config, &hasher);
             (Ok(t), templates)
         }
@@ -189,6 +190,7 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         templates,
         owned,
         stateful_sets,
+        daemon_sets,
         stored,
         services,
         scales,
@@ -225,7 +227,8 @@ fn policy_of(
     (policy, level)
 }
 
-/// The plan's StatefulSets, and as the core reads them with their pods.
+/// The plan's StatefulSets and DaemonSets, and as the core reads them with
+/// their pods.
 fn observe_workloads(
     ctx: &Context,
     ns: &str,
@@ -233,28 +236,32 @@ fn observe_workloads(
     uid: &str,
 ) -> (
     Vec<Arc<StatefulSet>>,
+    Vec<Arc<DaemonSet>>,
     releaseplan_core::plan::stateful::WorkloadObs,
 ) {
-    use releaseplan_core::objects::stateful_set;
+    use releaseplan_core::objects::{daemon_set, stateful_set};
     let sets = plan_objects(&ctx.stateful_sets, ns, name, uid);
-    let stateful_sets: Vec<_> = sets
-        .iter()
-        .filter_map(|s| stateful_set::observe(s))
-        .collect();
-    let pods = if stateful_sets.is_empty() {
-        Vec::new()
-    } else {
-        ctx.pods
+    let daemons = plan_objects(&ctx.daemon_sets, ns, name, uid);
+    let mut seen = releaseplan_core::plan::stateful::WorkloadObs {
+        stateful_sets: sets
+            .iter()
+            .filter_map(|s| stateful_set::observe(s))
+            .collect(),
+        daemon_sets: daemons
+            .iter()
+            .filter_map(|d| daemon_set::observe(d))
+            .collect(),
+        pods: Vec::new(),
+    };
+    if !seen.stateful_sets.is_empty() || !seen.daemon_sets.is_empty() {
+        seen.pods = ctx
+            .pods
             .of_plan(ns, name)
             .iter()
-            .filter_map(|p| stateful_set::pod(p, &stateful_sets))
-            .collect()
-    };
-    let seen = releaseplan_core::plan::stateful::WorkloadObs {
-        stateful_sets,
-        pods,
-    };
-    (sets, seen)
+            .filter_map(|p| stateful_set::pod(p, &seen))
+            .collect();
+    }
+    (sets, daemons, seen)
 }
 
 /// The plan's Jobs from the cache, and the creates refused in its last

@@ -54,6 +54,8 @@ pub enum WakeSource {
     Config,
     /// One of its StatefulSets.
     StatefulSet,
+    /// One of its DaemonSets.
+    DaemonSet,
 }
 
 /// A set of [`WakeSource`]s, one bit each: room for 32 (a compile-time
@@ -64,7 +66,7 @@ const _: () = assert!(WakeSource::ALL.len() <= Sources::BITS as usize);
 
 impl WakeSource {
     /// Every source, each a series from the start.
-    pub const ALL: [WakeSource; 16] = [
+    pub const ALL: [WakeSource; 17] = [
         WakeSource::Plan,
         WakeSource::Deployment,
         WakeSource::Pod,
@@ -81,6 +83,7 @@ impl WakeSource {
         WakeSource::Freeze,
         WakeSource::Config,
         WakeSource::StatefulSet,
+        WakeSource::DaemonSet,
     ];
 
     /// Its bit in a set of sources.
@@ -107,6 +110,7 @@ impl WakeSource {
             WakeSource::Freeze => "freeze",
             WakeSource::Config => "config",
             WakeSource::StatefulSet => "stateful_set",
+            WakeSource::DaemonSet => "daemon_set",
         }
     }
 }

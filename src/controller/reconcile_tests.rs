@@ -154,6 +154,7 @@ fn context_with_deadline(client: Client, deadline: Duration) -> Arc<Context> {
         client,
         deployments: PlanCache::empty(),
         stateful_sets: PlanCache::empty(),
+        daemon_sets: PlanCache::empty(),
         templates: PlanCache::empty(),
         pods: PlanCache::empty(),
         jobs: PlanCache::empty(),

@@ -22,7 +22,7 @@ use crate::api::{ComponentScale, ReleasePlan};
 use crate::ops::liveness::Liveness;
 use crate::ops::metrics::{ErrorLabel, Metrics};
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Service;
@@ -126,6 +126,7 @@ pub async fn run(
     };
     let (deployments, deploy_stream) = owned.watch(trim::deployment);
     let (stateful_sets, set_stream) = owned.watch(trim::stateful_set);
+    let (daemon_sets, daemon_stream) = owned.watch(trim::daemon_set);
     let (pods, pod_stream) = owned.watch(trim::pod);
     let (jobs, job_stream) = owned.watch(trim::job);
     let (services, service_stream) = owned.watch(trim::service);
@@ -202,6 +203,7 @@ pub async fn run(
         client: client.clone(),
         deployments,
         stateful_sets,
+        daemon_sets,
         templates,
         pods,
         jobs,
@@ -240,6 +242,10 @@ pub async fn run(
         .watches_stream(set_stream, {
             let wake = wakes(&queue, WakeSource::StatefulSet);
             move |s: StatefulSet| wake(plan_of(&s))
+        })
+        .watches_stream(daemon_stream, {
+            let wake = wakes(&queue, WakeSource::DaemonSet);
+            move |d: DaemonSet| wake(plan_of(&d))
         })
         .watches_stream(pod_stream, {
             let wake = wakes(&queue, WakeSource::Pod);

@@ -76,6 +76,7 @@ fn sizes(ctx: &Context, plans: &Store<CachedPlan>) {
     set(CachedPlan::plural(&()), plans.len());
     set(plural(&ctx.deployments), ctx.deployments.len());
     set(plural(&ctx.stateful_sets), ctx.stateful_sets.len());
+    set(plural(&ctx.daemon_sets), ctx.daemon_sets.len());
     set(plural(&ctx.pods), ctx.pods.len());
     set(plural(&ctx.jobs), ctx.jobs.len());
     set(plural(&ctx.services), ctx.services.len());

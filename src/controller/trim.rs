@@ -61,6 +61,13 @@ pub fn pod(p: &mut CachedPod) {
     meta.uid = None;
     meta.resource_version = None;
     meta.creation_timestamp = None;
+    // The node matters only for a DaemonSet component's pods.
+    if p.labels
+        .get(releaseplan_core::objects::stateful_set::LABEL_WORKLOAD)
+        != Some("DaemonSet")
+    {
+        p.node = None;
+    }
     p.labels.retain(|k, _| k.starts_with(OUR_LABELS));
 }
 
@@ -110,6 +117,24 @@ pub fn stateful_set(s: &mut k8s_openapi::api::apps::v1::StatefulSet) {
     s.managed_fields_mut().clear();
     s.annotations_mut().clear();
     s.status = None;
+}
+
+/// A DaemonSet keeps its spec (compared before an apply; its template taken
+/// back while its revision runs) and of its status what the core reads: the
+/// nodes its controller counts and whether it has seen the latest spec. Its
+/// pods say the rest; its other counts change with every pod and would wake
+/// the plan for nothing.
+pub fn daemon_set(d: &mut k8s_openapi::api::apps::v1::DaemonSet) {
+    d.managed_fields_mut().clear();
+    d.annotations_mut().clear();
+    d.status = d
+        .status
+        .take()
+        .map(|s| k8s_openapi::api::apps::v1::DaemonSetStatus {
+            desired_number_scheduled: s.desired_number_scheduled,
+            observed_generation: s.observed_generation,
+            ..Default::default()
+        });
 }
 
 /// A Service keeps its metadata and spec (the selector is read, the spec

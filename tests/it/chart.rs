@@ -175,6 +175,11 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
         ),
         (
             "apps",
+            "daemonsets",
+            &["create", "delete", "get", "list", "patch", "watch"],
+        ),
+        (
+            "apps",
             "controllerrevisions",
             &["create", "delete", "list", "patch", "watch"],
         ),

@@ -116,6 +116,11 @@ true
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# The DaemonSet of each revision of each DaemonSet component: as for
+# StatefulSets; deleted (delete) once its revision runs on no node.
+- apiGroups: ["apps"]
+  resources: ["daemonsets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # The stored template of each revision: cached (list, watch), written with
 # server-side apply (patch, and create for a new one), pruned (delete).
 - apiGroups: ["apps"]

@@ -44,7 +44,8 @@ stderr), answers only requests addressed to it by that name (Host header),
 and accepts a button's POST only with the token in a header and from its own
 origin, so other web pages cannot press the buttons.
 Everything it shows and does is with your kubeconfig's identity (and --as):
-it needs list and watch on releaseplans, deployments, statefulsets and events, and the
+it needs list and watch on releaseplans, deployments, statefulsets, daemonsets
+and events, and the
 buttons need patch on releaseplans.";
 
 const INDEX_HTML: &str = include_str!("index.html");
@@ -130,6 +131,11 @@ pub async fn serve(ctx: Ctx, args: &DashboardArgs) -> Result<i32, CliError> {
         app.clone(),
     ));
     tokio::spawn(follow::<k8s_openapi::api::apps::v1::StatefulSet>(
+        scoped(client.clone(), ns.as_deref()),
+        watcher::Config::default().labels(LABEL_PLAN),
+        app.clone(),
+    ));
+    tokio::spawn(follow::<k8s_openapi::api::apps::v1::DaemonSet>(
         scoped(client.clone(), ns.as_deref()),
         watcher::Config::default().labels(LABEL_PLAN),
         app.clone(),

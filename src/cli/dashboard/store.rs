@@ -8,7 +8,7 @@ use crate::api::{LABEL_PLAN, ReleasePlan};
 use crate::cli::error::chain;
 use crate::cli::view::Live;
 use crate::cli::view::history_view;
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Event as KubeEvent;
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::{Resource, ResourceExt};
@@ -30,6 +30,8 @@ pub struct Store {
     deployments: BTreeMap<Key, Deployment>,
     /// StatefulSets of StatefulSet components by (namespace, name).
     stateful_sets: BTreeMap<Key, StatefulSet>,
+    /// DaemonSets of DaemonSet components by (namespace, name).
+    daemon_sets: BTreeMap<Key, DaemonSet>,
     /// Events by plan, then by Event name.
     events: BTreeMap<Key, BTreeMap<String, EventRow>>,
     /// Gate values seen since the dashboard started, by plan and gate.
@@ -123,6 +125,27 @@ impl Tracked for StatefulSet {
     }
 }
 
+impl Tracked for DaemonSet {
+    const KIND: &'static str = "daemonsets";
+    fn upsert(mut self, store: &mut Store) -> Option<Key> {
+        self.metadata.managed_fields = None;
+        let ns = self.namespace().unwrap_or_default();
+        let plan = self.labels().get(LABEL_PLAN).cloned()?;
+        store
+            .daemon_sets
+            .insert((ns.clone(), self.name_any()), self);
+        Some((ns, plan))
+    }
+    fn remove(&self, store: &mut Store) -> Option<Key> {
+        let ns = self.namespace().unwrap_or_default();
+        store.daemon_sets.remove(&(ns.clone(), self.name_any()));
+        Some((ns, self.labels().get(LABEL_PLAN).cloned()?))
+    }
+    fn clear(store: &mut Store) {
+        store.daemon_sets.clear();
+    }
+}
+
 impl Tracked for KubeEvent {
     const KIND: &'static str = "events";
     fn upsert(self, store: &mut Store) -> Option<Key> {
@@ -210,9 +233,17 @@ impl Store {
             .filter(|(_, s)| s.labels().get(LABEL_PLAN) == Some(&key.1))
             .map(|(_, s)| s.clone())
             .collect();
+        let daemons: Vec<DaemonSet> = self
+            .daemon_sets
+            .range((key.0.clone(), String::new())..)
+            .take_while(|((ns, _), _)| *ns == key.0)
+            .filter(|(_, d)| d.labels().get(LABEL_PLAN) == Some(&key.1))
+            .map(|(_, d)| d.clone())
+            .collect();
         let live = Live {
             deployments: &deployments,
             stateful_sets: &sets,
+            daemon_sets: &daemons,
             pods: &[],
         };
         let mut events: Vec<EventRow> = self

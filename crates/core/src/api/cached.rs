@@ -228,6 +228,7 @@ macro_rules! labelled_by_meta {
 labelled_by_meta!(
     k8s_openapi::api::apps::v1::Deployment,
     k8s_openapi::api::apps::v1::StatefulSet,
+    k8s_openapi::api::apps::v1::DaemonSet,
     k8s_openapi::api::apps::v1::ControllerRevision,
     k8s_openapi::api::batch::v1::Job,
     k8s_openapi::api::core::v1::Service,
@@ -343,6 +344,9 @@ pub struct CachedPod {
     pub labels: Labels,
     /// What the pod checks read of its status.
     pub status: Option<CachedPodStatus>,
+    /// `spec.nodeName` (kept only for a DaemonSet component's pods: their
+    /// nodes are what its rollout moves).
+    pub node: Option<String>,
 }
 
 /// A pod as decoded, before its labels are packed.
@@ -352,6 +356,16 @@ struct PodWire {
     metadata: MetaWire<Labels>,
     #[serde(default, deserialize_with = "unless_foreign")]
     status: Option<CachedPodStatus>,
+    #[serde(default, deserialize_with = "unless_foreign")]
+    spec: Option<PodSpecWire>,
+}
+
+/// Of a pod's spec, the node it runs on.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct PodSpecWire {
+    #[serde(default)]
+    node_name: Option<String>,
 }
 
 impl From<PodWire> for CachedPod {
@@ -362,6 +376,7 @@ impl From<PodWire> for CachedPod {
             metadata,
             labels: labels.unwrap_or_default(),
             status: w.status,
+            node: w.spec.and_then(|s| s.node_name),
         }
     }
 }

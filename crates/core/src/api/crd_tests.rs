@@ -124,9 +124,10 @@ fn carries_the_cel_rules_and_bounds() {
     let component = schema_at(spec, &["components", "[]"]);
     assert_eq!(
         rules(component).len(),
-        8,
-        "replicas or autoscaling, containers, reserved labels, unique container and init container names, \
-         statefulSet only with its kind, traffic/autoscaling/adopt only for Deployments, kind kept"
+        10,
+        "replicas or autoscaling (or a DaemonSet), containers, reserved labels, unique container and init container names, \
+         statefulSet only with its kind, traffic/autoscaling/adopt only for Deployments, kind kept, \
+         no replicas for a DaemonSet, daemonSet only with its kind"
     );
     assert_eq!(
         component.required,

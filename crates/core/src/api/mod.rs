@@ -193,7 +193,9 @@ pub struct ReleasePlanSpec {
 /// One workload of the plan: a Deployment per revision of its template.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(
-    validation = Rule::new("has(self.replicas) || has(self.autoscaling)").message("replicas is required unless autoscaling is set").field_path(".replicas"),
+    validation = Rule::new("has(self.replicas) || has(self.autoscaling) || (has(self.kind) && self.kind == 'DaemonSet')").message("replicas is required unless autoscaling is set (or kind is DaemonSet)").field_path(".replicas"),
+    validation = Rule::new(workload::NO_DAEMON_REPLICAS_RULE).message(workload::NO_DAEMON_REPLICAS_MESSAGE).field_path(".replicas"),
+    validation = Rule::new(workload::DAEMON_SET_ONLY_RULE).message(workload::DAEMON_SET_ONLY_MESSAGE).field_path(".daemonSet"),
     validation = Rule::new(workload::STATEFUL_SET_ONLY_RULE).message(workload::STATEFUL_SET_ONLY_MESSAGE).field_path(".statefulSet"),
     validation = Rule::new(workload::DEPLOYMENT_ONLY_RULE).message(workload::DEPLOYMENT_ONLY_MESSAGE).field_path(".kind"),
     validation = Rule::new(workload::KIND_KEPT_RULE).message(workload::KIND_KEPT_MESSAGE).field_path(".kind"),
@@ -233,6 +235,11 @@ pub struct Component {
     /// claim templates, pod management policy and claim retention.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stateful_set: Option<workload::StatefulSetSettings>,
+
+    /// DaemonSet settings (`kind: DaemonSet` only): how many nodes at most are
+    /// without a ready pod while nodes move between revisions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon_set: Option<workload::DaemonSetSettings>,
 
     /// The pod template of the component. A change to it starts a new revision.
     #[schemars(schema_with = "pod_template_schema")]

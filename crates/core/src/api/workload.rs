@@ -8,6 +8,7 @@
 //! would do by hand.
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -33,17 +34,25 @@ pub enum WorkloadKind {
     Deployment,
     /// One StatefulSet; the canary is its highest ordinals (by partition).
     StatefulSet,
+    /// One DaemonSet per revision, split by node: the canary is a share of
+    /// the nodes.
+    DaemonSet,
 }
 
 impl WorkloadKind {
     /// Every kind, for the lists checked against the docs.
-    pub const ALL: [WorkloadKind; 2] = [WorkloadKind::Deployment, WorkloadKind::StatefulSet];
+    pub const ALL: [WorkloadKind; 3] = [
+        WorkloadKind::Deployment,
+        WorkloadKind::StatefulSet,
+        WorkloadKind::DaemonSet,
+    ];
 
     /// The kind's name, as written in a plan.
     pub fn as_str(self) -> &'static str {
         match self {
             WorkloadKind::Deployment => "Deployment",
             WorkloadKind::StatefulSet => "StatefulSet",
+            WorkloadKind::DaemonSet => "DaemonSet",
         }
     }
 
@@ -77,6 +86,46 @@ pub struct StatefulSetSettings {
     /// scaled down. Default: kept in both cases.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistent_volume_claim_retention_policy: Option<ClaimRetention>,
+}
+
+/// The settings only a DaemonSet component has.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonSetSettings {
+    /// Most nodes at once without a ready pod of the component while nodes
+    /// move between revisions: a count, or a percent of the eligible nodes
+    /// (rounded down, at least 1). Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "int_or_percent")]
+    pub max_unavailable: Option<IntOrString>,
+}
+
+impl DaemonSetSettings {
+    /// `maxUnavailable` as a count of `nodes` (at least 1).
+    pub fn max_unavailable(&self, nodes: i32) -> i32 {
+        let n = match &self.max_unavailable {
+            None => 1,
+            Some(IntOrString::Int(i)) => *i,
+            Some(IntOrString::String(s)) => s
+                .strip_suffix('%')
+                .and_then(|p| p.trim().parse::<i64>().ok())
+                .map_or(1, |p| {
+                    i32::try_from(i64::from(nodes.max(0)) * p.clamp(0, 100) / 100).unwrap_or(1)
+                }),
+        };
+        n.max(1)
+    }
+}
+
+/// Schema of an int-or-percent (`2`, `"25%"`), as Kubernetes writes it.
+fn int_or_percent(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "anyOf": [
+            {"type": "integer", "minimum": 1},
+            {"type": "string", "pattern": "^([1-9][0-9]?|100)%$"}
+        ]
+    })
 }
 
 /// How a StatefulSet starts and stops its pods.
@@ -156,6 +205,18 @@ pub const STATEFUL_SET_ONLY_RULE: &str =
     "!has(self.statefulSet) || (has(self.kind) && self.kind == 'StatefulSet')";
 /// Message of [`STATEFUL_SET_ONLY_RULE`].
 pub const STATEFUL_SET_ONLY_MESSAGE: &str = "statefulSet is set only with kind: StatefulSet";
+/// CEL: DaemonSet settings only with that kind.
+pub const DAEMON_SET_ONLY_RULE: &str =
+    "!has(self.daemonSet) || (has(self.kind) && self.kind == 'DaemonSet')";
+/// Message of [`DAEMON_SET_ONLY_RULE`].
+pub const DAEMON_SET_ONLY_MESSAGE: &str = "daemonSet is set only with kind: DaemonSet";
+/// CEL: a DaemonSet runs one pod per eligible node, it has no replica count.
+pub const NO_DAEMON_REPLICAS_RULE: &str =
+    "!has(self.kind) || self.kind != 'DaemonSet' || !has(self.replicas)";
+/// Message of [`NO_DAEMON_REPLICAS_RULE`].
+pub const NO_DAEMON_REPLICAS_MESSAGE: &str =
+    "replicas is not set with kind: DaemonSet: it runs one pod on each node its template allows";
+
 /// CEL (a transition rule: components are a list keyed by name): a
 /// component keeps its kind; its pods, volumes and history belong to it.
 pub const KIND_KEPT_RULE: &str = "(has(self.kind) ? self.kind : 'Deployment') == (has(oldSelf.kind) ? oldSelf.kind : 'Deployment')";
@@ -165,7 +226,7 @@ pub const KIND_KEPT_MESSAGE: &str =
 /// CEL: what only a Deployment component has.
 pub const DEPLOYMENT_ONLY_RULE: &str = "!has(self.kind) || self.kind == 'Deployment' || (!has(self.traffic) && !has(self.autoscaling) && !has(self.adopt))";
 /// Message of [`DEPLOYMENT_ONLY_RULE`].
-pub const DEPLOYMENT_ONLY_MESSAGE: &str = "traffic, autoscaling and adopt are for Deployment components only: a StatefulSet's canary is its highest ordinals, by partition";
+pub const DEPLOYMENT_ONLY_MESSAGE: &str = "traffic, autoscaling and adopt are for Deployment components only: a StatefulSet's canary is its highest ordinals, by partition, and a DaemonSet's a share of its nodes";
 
 #[cfg(test)]
 mod tests {

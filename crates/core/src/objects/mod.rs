@@ -5,5 +5,6 @@
 
 pub mod autoscaling;
 pub mod controller_revision;
+pub mod daemon_set;
 pub mod deployment;
 pub mod stateful_set;

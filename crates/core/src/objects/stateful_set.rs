@@ -4,7 +4,7 @@
 use super::deployment::{MANAGED_BY, is_subset};
 use crate::api::cached::CachedPod;
 use crate::api::{LABEL_COMPONENT, LABEL_PLAN, LABEL_REVISION, ReleasePlan};
-use crate::plan::stateful::{StatefulSetIntent, StatefulSetObs, WorkloadPod, ordinal};
+use crate::plan::stateful::{StatefulSetIntent, StatefulSetObs, WorkloadObs, WorkloadPod, ordinal};
 use k8s_openapi::api::apps::v1::{
     RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
     StatefulSetSpec, StatefulSetUpdateStrategy,
@@ -134,16 +134,21 @@ pub fn observe(s: &StatefulSet) -> Option<StatefulSetObs> {
     })
 }
 
-/// A pod of one of `sets` as the core reads it; `None` when it belongs to
-/// none of them or lacks our labels.
-pub fn pod(p: &CachedPod, sets: &[StatefulSetObs]) -> Option<WorkloadPod> {
+/// A pod of a StatefulSet or DaemonSet component of `seen` as the core
+/// reads it; `None` when it belongs to none of them or lacks our labels.
+pub fn pod(p: &CachedPod, seen: &WorkloadObs) -> Option<WorkloadPod> {
     let component = p.labels.get(LABEL_COMPONENT)?;
     let hash = p.labels.get(LABEL_REVISION)?;
     p.labels.get(LABEL_WORKLOAD)?;
-    let set = sets.iter().find(|s| s.component == component)?;
+    let set = seen.stateful_sets.iter().find(|s| s.component == component);
+    let daemon = seen.daemon_sets.iter().any(|d| d.component == component);
+    if set.is_none() && !daemon {
+        return None;
+    }
     let name = p.metadata.name.clone().unwrap_or_default();
     Some(WorkloadPod {
-        ordinal: ordinal(&set.name, &name),
+        ordinal: set.and_then(|s| ordinal(&s.name, &name)),
+        node: p.node.clone(),
         name,
         component: component.to_string(),
         hash: hash.to_string(),
@@ -222,11 +227,14 @@ mod tests {
 
     #[test]
     fn a_pod_is_read_with_its_ordinal_and_readiness() {
-        let sets = vec![StatefulSetObs {
-            name: "shop-db".into(),
-            component: "db".into(),
+        let sets = WorkloadObs {
+            stateful_sets: vec![StatefulSetObs {
+                name: "shop-db".into(),
+                component: "db".into(),
+                ..Default::default()
+            }],
             ..Default::default()
-        }];
+        };
         let p: CachedPod = serde_json::from_value(json!({
             "metadata": {"name": "shop-db-2", "labels": {LABEL_PLAN: "shop", LABEL_COMPONENT: "db", LABEL_REVISION: "h2", LABEL_WORKLOAD: "StatefulSet"}},
             "status": {"conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}

@@ -39,7 +39,10 @@ fn wanted(
     let revs = revisions_of(obs, &c.name);
     let r = replicas_of(target, c);
     let in_spec = target.component(&c.name).is_some();
-    let stateful = super::stateful::is_stateful(obs, target, &c.name);
+    // StatefulSets and DaemonSets replace a pod (or a node's pod), never
+    // add one beside it.
+    let daemon = super::daemon::is_daemon(obs, target, &c.name);
+    let stateful = daemon || super::stateful::is_stateful(obs, target, &c.name);
     let mut want = BTreeMap::new();
     match status.phase {
         Phase::Pending => {}
@@ -53,6 +56,11 @@ fn wanted(
                 // Removed from the spec: keeps serving until the rollout is promoted.
                 let _ = cur;
                 want.insert(st.clone(), r);
+            }
+            // A first DaemonSet runs on every node at once: no node has an
+            // older pod to keep.
+            (Some(cur), None) if daemon => {
+                want.insert(cur.clone(), r);
             }
             (Some(cur), None) => {
                 want.insert(
@@ -191,6 +199,10 @@ pub struct Workloads {
     pub delete_stateful_sets: Vec<String>,
     /// Pods a StatefulSet cannot move past.
     pub delete_pods: Vec<String>,
+    /// DaemonSets to write.
+    pub daemon_sets: Vec<super::daemon::DaemonSetIntent>,
+    /// DaemonSets to delete.
+    pub delete_daemon_sets: Vec<String>,
 }
 
 /// The Deployments and StatefulSets to write, and those to delete.
@@ -203,19 +215,13 @@ pub fn intents(
     let plan = plan_name(obs);
     let mut out = Vec::new();
     let mut delete = Vec::new();
-    let mut sets = Vec::new();
-    let mut delete_pods = Vec::new();
+    let mut kept = Workloads::default();
     let settled = matches!(status.phase, Phase::Stable | Phase::RolledBack);
     for c in &status.components {
         let revs = revisions_of(obs, &c.name);
         let r = replicas_of(target, c);
         let want = wanted(obs, target, status, c);
-        if super::stateful::is_stateful(obs, target, &c.name) {
-            let set = super::stateful::intent(obs, target, c, &want, templates);
-            if let Some(i) = set.as_ref().filter(|_| !obs.deleting) {
-                delete_pods.extend(super::stateful::stuck_pods(obs, i));
-            }
-            sets.extend(set);
+        if workload_intents(obs, target, c, &want, templates, &mut kept) {
             continue;
         }
         // With nothing to keep (no stable revision to return to), nothing is protected.
@@ -308,10 +314,36 @@ pub fn intents(
     Workloads {
         deployments: out,
         delete,
-        stateful_sets: sets,
         delete_stateful_sets: delete_sets,
-        delete_pods,
+        ..kept
     }
+}
+
+/// The StatefulSet or DaemonSets of a component that runs in one (into
+/// `out`); false for a Deployment component.
+fn workload_intents(
+    obs: &Observation,
+    target: &Target,
+    c: &ComponentStatus,
+    want: &BTreeMap<String, i32>,
+    templates: &super::Templates,
+    out: &mut Workloads,
+) -> bool {
+    if super::daemon::is_daemon(obs, target, &c.name) {
+        let (sets, gone) = super::daemon::intents(obs, target, c, want, templates);
+        out.daemon_sets.extend(sets);
+        out.delete_daemon_sets.extend(gone);
+        return true;
+    }
+    if super::stateful::is_stateful(obs, target, &c.name) {
+        let set = super::stateful::intent(obs, target, c, want, templates);
+        if let Some(i) = set.as_ref().filter(|_| !obs.deleting) {
+            out.delete_pods.extend(super::stateful::stuck_pods(obs, i));
+        }
+        out.stateful_sets.extend(set);
+        return true;
+    }
+    false
 }
 
 /// The Deployments and StatefulSets of components gone from the spec and

@@ -16,6 +16,7 @@ pub mod adopt;
 pub mod autoscale;
 pub mod conditions;
 pub mod config;
+pub mod daemon;
 pub mod desired;
 pub mod machine;
 pub mod observation;
@@ -121,6 +122,10 @@ pub struct Decision {
     pub delete_stateful_sets: Vec<String>,
     /// Pods a StatefulSet cannot move past ([`stateful::stuck_pods`]).
     pub delete_pods: Vec<String>,
+    /// The DaemonSets of DaemonSet components, one per revision that runs.
+    pub daemon_sets: Vec<daemon::DaemonSetIntent>,
+    /// DaemonSets of revisions that run nowhere any more.
+    pub delete_daemon_sets: Vec<String>,
     /// Jobs of Job gates to create and delete.
     pub jobs: JobIntents,
     /// Services and routes of components with traffic settings.
@@ -168,6 +173,8 @@ impl Decision {
             && self.stateful_sets == earlier.stateful_sets
             && self.delete_stateful_sets == earlier.delete_stateful_sets
             && self.delete_pods.is_empty()
+            && self.daemon_sets == earlier.daemon_sets
+            && self.delete_daemon_sets == earlier.delete_daemon_sets
             && self.jobs == earlier.jobs
             && self.traffic == earlier.traffic
             && self.scales == earlier.scales
@@ -219,6 +226,8 @@ pub fn decide(obs: &Observation, templates: &Templates) -> Decision {
         stateful_sets,
         delete_stateful_sets,
         delete_pods,
+        daemon_sets,
+        delete_daemon_sets,
     } = desired::intents(obs, target, &status, templates);
     status.components =
         desired::component_status(obs, target, &status, &deployments, &stateful_sets);
@@ -324,6 +333,8 @@ pub fn decide(obs: &Observation, templates: &Templates) -> Decision {
         stateful_sets,
         delete_stateful_sets,
         delete_pods,
+        daemon_sets,
+        delete_daemon_sets,
         jobs,
         traffic,
         scales,
@@ -614,6 +625,8 @@ fn invalid_spec(obs: &Observation, e: &SpecError) -> Decision {
         stateful_sets: Vec::new(),
         delete_stateful_sets: Vec::new(),
         delete_pods: Vec::new(),
+        daemon_sets: Vec::new(),
+        delete_daemon_sets: Vec::new(),
         jobs: JobIntents::default(),
         // Services and routes stay as they are.
         traffic: Vec::new(),
@@ -903,3 +916,7 @@ mod tests;
 #[cfg(test)]
 #[path = "stateful_tests.rs"]
 mod stateful_tests;
+
+#[cfg(test)]
+#[path = "daemon_tests.rs"]
+mod daemon_tests;

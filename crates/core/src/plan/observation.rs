@@ -48,6 +48,8 @@ pub struct TargetComponent {
     pub kind: crate::api::workload::WorkloadKind,
     /// Its StatefulSet settings (`statefulSet`), when set.
     pub stateful_set: Option<crate::api::workload::StatefulSetSettings>,
+    /// Its DaemonSet settings (`daemonSet`), when set.
+    pub daemon_set: Option<crate::api::workload::DaemonSetSettings>,
 }
 
 /// The spec, validated and digested into what the machine needs.
@@ -159,6 +161,7 @@ impl Target {
                 depends_on: depends_on.remove(&c.name).unwrap_or_default(),
                 kind: c.kind,
                 stateful_set: c.stateful_set.clone(),
+                daemon_set: c.daemon_set.clone(),
             })
             .collect();
         let revision = revision::plan_revision(
@@ -301,6 +304,18 @@ impl Target {
                 .and_then(|s| s.replicas)
             {
                 c.replicas = r.clamp(0, MAX_REPLICAS);
+            }
+        }
+        self
+    }
+
+    /// Takes the replicas of each DaemonSet component from the nodes it runs
+    /// on, as observed ([`super::daemon::node_count`]): one pod per node.
+    #[must_use]
+    pub fn with_workloads(mut self, seen: &super::stateful::WorkloadObs) -> Target {
+        for c in &mut self.components {
+            if c.kind == crate::api::workload::WorkloadKind::DaemonSet {
+                c.replicas = super::daemon::node_count(seen, &c.name);
             }
         }
         self
@@ -462,7 +477,7 @@ impl Refusal {
         match self.kind {
             // The workloads: a revision's Deployment, a component's
             // StatefulSet, or the pod it cannot move past.
-            "Deployment" | "StatefulSet" | "Pod" => RefusedKind::Deployment,
+            "Deployment" | "StatefulSet" | "DaemonSet" | "Pod" => RefusedKind::Deployment,
             "ComponentScale" | "HorizontalPodAutoscaler" => RefusedKind::Autoscaler,
             "ConfigMap" | "Secret" => RefusedKind::Config,
             _ => RefusedKind::Traffic,

@@ -144,6 +144,12 @@ struct World {
     status: ReleasePlanStatus,
     revs: BTreeMap<String, Rev>,
     sets: BTreeMap<String, Set>,
+    /// The DaemonSets, by name.
+    daemons: BTreeMap<String, super::daemon::DaemonSetObs>,
+    /// Each DaemonSet component's pod on each node, by (component, node).
+    node_pods: BTreeMap<(String, String), (super::stateful::WorkloadPod, DateTime<Utc>)>,
+    /// The nodes DaemonSets run on: the live pods', else three.
+    nodes: Vec<String>,
     now: DateTime<Utc>,
     jobs: Vec<JobObs>,
     traffic: BTreeMap<String, traffic::TrafficObs>,
@@ -180,12 +186,10 @@ impl World {
                     disabled: true,
                     ..config::ConfigObservation::default()
                 };
-                let (t, templates) = t.with_scales(&self.scale_obs()).with_config(
-                    &self.start.plan,
-                    spec,
-                    &self.status,
-                    &seen,
-                );
+                let (t, templates) = t
+                    .with_scales(&self.scale_obs())
+                    .with_workloads(&self.workloads())
+                    .with_config(&self.start.plan, spec, &self.status, &seen);
                 (Ok(t), templates)
             }
             Err(e) => (Err(e), BTreeMap::new()),
@@ -286,6 +290,7 @@ impl World {
         for i in &d.stateful_sets {
             self.apply_set(i, ready_at);
         }
+        self.apply_daemons(d, ready_at);
         for j in &d.jobs.create {
             if !self.jobs.iter().any(|o| o.name == j.name) {
                 // A Job gate's Job succeeds (gates pass in a preview).
@@ -367,18 +372,78 @@ impl World {
                 ordinal: Some(o),
                 ready: false,
                 terminating: false,
+                node: None,
             };
             set.pods.insert(o, (pod, ready_at));
+        }
+    }
+
+    /// The DaemonSets written and deleted, and their controller's work done
+    /// at once: each node runs the pod of the revision whose nodes hold it.
+    fn apply_daemons(&mut self, d: &Decision, ready_at: DateTime<Utc>) {
+        use super::daemon::NodeScope;
+        for i in &d.daemon_sets {
+            let o = self.daemons.entry(i.name.clone()).or_default();
+            o.name.clone_from(&i.name);
+            o.component.clone_from(&i.component);
+            o.hash.clone_from(&i.hash);
+            o.nodes = i.nodes.clone();
+        }
+        self.daemons
+            .retain(|n, _| !d.delete_daemon_sets.contains(n));
+        let components: std::collections::BTreeSet<String> =
+            self.daemons.values().map(|o| o.component.clone()).collect();
+        self.node_pods.retain(|(c, _), _| components.contains(c));
+        for o in self.daemons.values_mut() {
+            o.scheduled = 0;
+            o.counted = true;
+        }
+        for c in &components {
+            for node in &self.nodes {
+                let runs = self.daemons.values_mut().find(|o| {
+                    &o.component == c
+                        && match &o.nodes {
+                            NodeScope::All => true,
+                            NodeScope::Only(n) => n.contains(node),
+                            NodeScope::Except(n) => !n.contains(node),
+                        }
+                });
+                let key = (c.clone(), node.clone());
+                let Some(o) = runs else {
+                    self.node_pods.remove(&key);
+                    continue;
+                };
+                o.scheduled += 1;
+                if self
+                    .node_pods
+                    .get(&key)
+                    .is_some_and(|(p, _)| p.hash == o.hash)
+                {
+                    continue;
+                }
+                let pod = super::stateful::WorkloadPod {
+                    name: format!("{}-{node}", o.name),
+                    component: c.clone(),
+                    hash: o.hash.clone(),
+                    ordinal: None,
+                    ready: false,
+                    terminating: false,
+                    node: Some(node.clone()),
+                };
+                self.node_pods.insert(key, (pod, ready_at));
+            }
         }
     }
 
     fn workloads(&self) -> super::stateful::WorkloadObs {
         super::stateful::WorkloadObs {
             stateful_sets: self.sets.values().map(|s| s.obs.clone()).collect(),
+            daemon_sets: self.daemons.values().cloned().collect(),
             pods: self
                 .sets
                 .values()
                 .flat_map(|s| s.pods.values().map(|(p, _)| p.clone()))
+                .chain(self.node_pods.values().map(|(p, _)| p.clone()))
                 .collect(),
         }
     }
@@ -405,6 +470,11 @@ impl World {
                 }
             }
         }
+        for (p, at) in self.node_pods.values_mut() {
+            if *at <= self.now {
+                p.ready = true;
+            }
+        }
     }
 
     /// The next time a pod becomes ready, if any is still starting.
@@ -417,6 +487,7 @@ impl World {
                 self.sets
                     .values()
                     .flat_map(|s| s.pods.values())
+                    .chain(self.node_pods.values())
                     .filter(|(p, _)| !p.ready)
                     .map(|(_, at)| *at),
             )
@@ -547,6 +618,39 @@ pub fn simulate(start: Start) -> Simulation {
                 )
             })
             .collect(),
+        daemons: start
+            .workloads
+            .daemon_sets
+            .iter()
+            .map(|d| (d.name.clone(), d.clone()))
+            .collect(),
+        node_pods: start
+            .workloads
+            .pods
+            .iter()
+            .filter(|p| {
+                start
+                    .workloads
+                    .daemon_sets
+                    .iter()
+                    .any(|d| d.component == p.component)
+            })
+            .filter_map(|p| Some(((p.component.clone(), p.node.clone()?), (p.clone(), t0))))
+            .collect(),
+        nodes: {
+            let mut nodes: Vec<String> = start
+                .workloads
+                .pods
+                .iter()
+                .filter_map(|p| p.node.clone())
+                .collect();
+            nodes.sort();
+            nodes.dedup();
+            if nodes.is_empty() {
+                nodes = (1..=3).map(|i| format!("node-{i}")).collect();
+            }
+            nodes
+        },
         now: t0,
         jobs: Vec::new(),
         traffic: BTreeMap::new(),

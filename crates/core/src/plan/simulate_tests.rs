@@ -35,6 +35,7 @@ fn spec(replicas: &[i32], image: &str, steps: Vec<Step>) -> ReleasePlanSpec {
                 depends_on: Vec::new(),
                 kind: Default::default(),
                 stateful_set: None,
+                daemon_set: None,
             })
             .collect(),
         strategy: ApiStrategy {

@@ -59,7 +59,15 @@ pub fn check_spec_at(
                 format!("duplicate component name {:?}", c.name),
             ));
         }
+        let daemon = c.kind == crate::api::workload::WorkloadKind::DaemonSet;
         match (c.replicas, &c.autoscaling) {
+            (Some(_), _) if daemon => {
+                return Err(err(
+                    format!("spec.components[{i}].replicas"),
+                    crate::api::workload::NO_DAEMON_REPLICAS_MESSAGE,
+                ));
+            }
+            (None, None) if daemon => {}
             (Some(r), _) if r < 0 => {
                 return Err(err(
                     format!("spec.components[{i}].replicas"),

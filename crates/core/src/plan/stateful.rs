@@ -51,15 +51,19 @@ pub struct WorkloadPod {
     pub ready: bool,
     /// It is being deleted.
     pub terminating: bool,
+    /// The node it runs on (`spec.nodeName`), once scheduled.
+    pub node: Option<String>,
 }
 
-/// What the controller saw of the StatefulSet components: the objects and
-/// their pods.
+/// What the controller saw of the StatefulSet and DaemonSet components:
+/// the objects and their pods.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct WorkloadObs {
     /// The plan's StatefulSets.
     pub stateful_sets: Vec<StatefulSetObs>,
-    /// The pods of its StatefulSet components.
+    /// The plan's DaemonSets.
+    pub daemon_sets: Vec<super::daemon::DaemonSetObs>,
+    /// The pods of its StatefulSet and DaemonSet components.
     pub pods: Vec<WorkloadPod>,
 }
 
@@ -84,9 +88,16 @@ pub struct StatefulSetIntent {
     pub revisions: BTreeMap<String, i32>,
 }
 
-/// The pod count and ready pods of each revision of each StatefulSet
-/// component, from its pods: what the rest of the core reads as revisions.
+/// The pod count and ready pods of each revision of each StatefulSet and
+/// DaemonSet component, from its pods: what the rest of the core reads as
+/// revisions.
 pub fn revisions(seen: &WorkloadObs) -> Vec<RevisionObs> {
+    let mut out = set_revisions(seen);
+    out.extend(super::daemon::revisions(seen));
+    out
+}
+
+fn set_revisions(seen: &WorkloadObs) -> Vec<RevisionObs> {
     let mut by: BTreeMap<(&str, &str), RevisionObs> = BTreeMap::new();
     for p in &seen.pods {
         let Some(set) = seen

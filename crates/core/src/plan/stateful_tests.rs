@@ -75,6 +75,7 @@ impl World {
         WorkloadObs {
             stateful_sets: self.set.iter().cloned().collect(),
             pods: self.pods.values().cloned().collect(),
+            ..WorkloadObs::default()
         }
     }
 
@@ -227,6 +228,7 @@ impl World {
                             ordinal: Some(o),
                             ready: false,
                             terminating: false,
+                            node: None,
                         },
                     );
                     return;

@@ -30,6 +30,7 @@ fn spec() -> ReleasePlanSpec {
             depends_on: Vec::new(),
             kind: Default::default(),
             stateful_set: None,
+            daemon_set: None,
         }],
         ..Default::default()
     };

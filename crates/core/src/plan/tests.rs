@@ -33,6 +33,7 @@ fn component(name: &str, image: &str, replicas: i32) -> Component {
         depends_on: Vec::new(),
         kind: Default::default(),
         stateful_set: None,
+        daemon_set: None,
     }
 }
 
