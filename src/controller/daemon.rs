@@ -5,7 +5,7 @@
 use super::context::Context;
 use super::error::is_not_found;
 use super::observe::Seen;
-use super::outcome::{Acted, failed};
+use super::outcome::{Acted, FIELD_MANAGER, failed};
 use crate::api::ReleasePlan;
 use crate::plan::{Decision, TemplateSource};
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -78,7 +78,23 @@ pub(crate) async fn act(
             continue;
         }
         info!(daemon_set = %intent.name, revision = %intent.hash, nodes = ?intent.nodes, "writing");
-        match super::owned::write(&api, "DaemonSet", &desired, observed, &uid).await {
+        if observed.is_some() {
+            // Applied whole, even when only a node list went away (a subset
+            // check alone would find nothing to write).
+            match api
+                .patch(
+                    &intent.name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&desired),
+                )
+                .await
+            {
+                Ok(_) => ctx.metrics.write("apply"),
+                Err(e) => return failed("DaemonSet", &intent.name, &e),
+            }
+            continue;
+        }
+        match super::owned::write(&api, "DaemonSet", &desired, None, &uid).await {
             Ok(true) => ctx.metrics.write("apply"),
             Ok(false) => {}
             Err(acted) => return acted,

@@ -33,6 +33,7 @@ mod cluster;
 mod config;
 mod consumers;
 mod controller;
+mod daemon;
 mod dashboard;
 mod failure_modes;
 mod faults;

@@ -1,11 +1,14 @@
 //! The DaemonSet of one revision of a DaemonSet component, and what the core
 //! reads of one. Pure: the controller does the I/O.
 //!
-//! The nodes a revision may run on are one requirement on `metadata.name`
-//! (`matchFields`) added to every required node selector term of the
+//! The nodes a revision may run on are requirements on `metadata.name`
+//! (`matchFields`) added to the required node selector terms of the
 //! template, so the template's own affinity still applies (terms are ORed,
-//! requirements within a term ANDed). The operator owns `metadata.name`
-//! requirements in a DaemonSet component's template: any there are replaced.
+//! requirements within a term ANDed). Kubernetes takes one value per such
+//! requirement: "only these nodes" is one copy of each term per node
+//! (`In [node]`), "all but these" one `NotIn [node]` per node in every
+//! term. The operator owns `metadata.name` requirements in a DaemonSet
+//! component's template: any there are replaced.
 
 use super::deployment::{MANAGED_BY, is_subset, revision_labels};
 use super::stateful_set::LABEL_WORKLOAD;
@@ -41,36 +44,52 @@ fn scoped(template: &PodTemplateSpec, nodes: &NodeScope) -> PodTemplateSpec {
             fields.retain(|f| f.key != NODE_NAME);
         }
     }
-    let requirement = match nodes {
-        NodeScope::All => None,
-        NodeScope::Only(n) => Some(("In", n)),
-        NodeScope::Except(n) => Some(("NotIn", n)),
-    }
-    .filter(|(_, n)| !n.is_empty())
-    .map(|(op, n)| NodeSelectorRequirement {
-        key: NODE_NAME.into(),
-        operator: op.into(),
-        values: Some(n.clone()),
-    });
-    if let Some(r) = requirement {
-        if terms.is_empty() {
-            terms.push(NodeSelectorTerm::default());
-        }
-        for term in &mut terms {
-            term.match_fields
-                .get_or_insert_with(Vec::new)
-                .push(r.clone());
-        }
-    }
     for term in &mut terms {
         if term.match_fields.as_ref().is_some_and(Vec::is_empty) {
             term.match_fields = None;
         }
     }
-    // A term left with nothing was ours alone (an empty term matches no node).
+    // A term left with nothing was ours alone (an empty term matches no node);
+    // copies of one term (one per node) are one again.
     terms.retain(|t| {
         t.match_fields.is_some() || t.match_expressions.as_ref().is_some_and(|e| !e.is_empty())
     });
+    terms.dedup();
+    let one = |op: &str, node: &String| NodeSelectorRequirement {
+        key: NODE_NAME.into(),
+        operator: op.into(),
+        values: Some(vec![node.clone()]),
+    };
+    match nodes {
+        NodeScope::Only(n) if !n.is_empty() => {
+            if terms.is_empty() {
+                terms.push(NodeSelectorTerm::default());
+            }
+            terms = terms
+                .iter()
+                .flat_map(|t| {
+                    n.iter().map(move |node| {
+                        let mut t = t.clone();
+                        t.match_fields
+                            .get_or_insert_with(Vec::new)
+                            .push(one("In", node));
+                        t
+                    })
+                })
+                .collect();
+        }
+        NodeScope::Except(n) if !n.is_empty() => {
+            if terms.is_empty() {
+                terms.push(NodeSelectorTerm::default());
+            }
+            for t in &mut terms {
+                t.match_fields
+                    .get_or_insert_with(Vec::new)
+                    .extend(n.iter().map(|node| one("NotIn", node)));
+            }
+        }
+        _ => {}
+    }
     node.required_during_scheduling_ignored_during_execution =
         (!terms.is_empty()).then_some(NodeSelector {
             node_selector_terms: terms,
@@ -170,14 +189,24 @@ fn scope_of(d: &DaemonSet) -> NodeScope {
         })
         .map(|s| s.node_selector_terms.as_slice())
         .unwrap_or_default();
-    let found = terms
-        .iter()
-        .flat_map(|t| t.match_fields.iter().flatten())
-        .find(|f| f.key == NODE_NAME);
-    match found {
-        Some(f) if f.operator == "In" => NodeScope::Only(f.values.clone().unwrap_or_default()),
-        Some(f) if f.operator == "NotIn" => NodeScope::Except(f.values.clone().unwrap_or_default()),
-        _ => NodeScope::All,
+    let names = |op: &str| -> Vec<String> {
+        let mut n: Vec<String> = terms
+            .iter()
+            .flat_map(|t| t.match_fields.iter().flatten())
+            .filter(|f| f.key == NODE_NAME && f.operator == op)
+            .flat_map(|f| f.values.iter().flatten().cloned())
+            .collect();
+        n.sort();
+        n.dedup();
+        n
+    };
+    let (only, except) = (names("In"), names("NotIn"));
+    if !only.is_empty() {
+        NodeScope::Only(only)
+    } else if !except.is_empty() {
+        NodeScope::Except(except)
+    } else {
+        NodeScope::All
     }
 }
 
@@ -243,13 +272,15 @@ mod tests {
         let v = serde_json::to_value(&d).unwrap();
         let terms = &v["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             ["nodeSelectorTerms"];
-        for t in terms.as_array().unwrap() {
-            assert_eq!(
-                t["matchFields"],
-                json!([{"key": "metadata.name", "operator": "In", "values": ["n1", "n2"]}])
-            );
-            assert!(t["matchExpressions"].is_array());
-        }
+        // Kubernetes takes one node per requirement: each term once per node.
+        let terms = terms.as_array().unwrap();
+        assert_eq!(terms.len(), 4);
+        let one =
+            |node: &str| json!([{"key": "metadata.name", "operator": "In", "values": [node]}]);
+        assert_eq!(terms[0]["matchFields"], one("n1"));
+        assert_eq!(terms[1]["matchFields"], one("n2"));
+        assert_eq!(terms[0]["matchExpressions"], terms[1]["matchExpressions"]);
+        assert_eq!(terms[2]["matchExpressions"][0]["key"], "tier");
         assert_eq!(v["spec"]["updateStrategy"]["type"], "OnDelete");
         assert_eq!(
             v["spec"]["template"]["metadata"]["labels"][LABEL_WORKLOAD],
@@ -267,6 +298,28 @@ mod tests {
         assert_eq!(
             observe(&again).unwrap().nodes,
             NodeScope::Except(vec!["n3".into()])
+        );
+        let two = build(
+            &plan(),
+            &intent(NodeScope::Except(vec!["n3".into(), "n4".into()])),
+            &again.spec.clone().unwrap().template,
+            true,
+        );
+        let v = serde_json::to_value(&two).unwrap();
+        let terms = v["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+            ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert_eq!(
+            terms.len(),
+            2,
+            "the template's own two terms, each without n3 and n4"
+        );
+        assert_eq!(terms[0]["matchFields"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            observe(&two).unwrap().nodes,
+            NodeScope::Except(vec!["n3".into(), "n4".into()])
         );
         let all = build(
             &plan(),

@@ -452,23 +452,24 @@ pub fn component_status(
     target: &Target,
     status: &ReleasePlanStatus,
     intents: &[DeploymentIntent],
-    sets: &[StatefulSetIntent],
 ) -> Vec<ComponentStatus> {
     status
         .components
         .iter()
         .map(|c| {
             let revs = revisions_of(obs, &c.name);
+            // A StatefulSet's or DaemonSets' pods per revision are what the
+            // core wants of each (one object runs them all).
+            let in_place = (super::stateful::is_stateful(obs, target, &c.name)
+                || super::daemon::is_daemon(obs, target, &c.name))
+            .then(|| wanted(obs, target, status, c));
             let want_of = |h: &Option<String>| {
-                h.as_ref().map_or(0, |h| {
-                    let set = sets.iter().find(|s| s.component == c.name);
-                    match set {
-                        Some(s) => s.revisions.get(h).copied().unwrap_or(0),
-                        None => intents
-                            .iter()
-                            .find(|i| i.component == c.name && &i.hash == h)
-                            .map_or(0, |i| i.replicas),
-                    }
+                h.as_ref().map_or(0, |h| match &in_place {
+                    Some(want) => want.get(h).copied().unwrap_or(0),
+                    None => intents
+                        .iter()
+                        .find(|i| i.component == c.name && &i.hash == h)
+                        .map_or(0, |i| i.replicas),
                 })
             };
             let ready_of = |h: &Option<String>| h.as_ref().map_or(0, |h| ready(&revs, h));

@@ -229,8 +229,7 @@ pub fn decide(obs: &Observation, templates: &Templates) -> Decision {
         daemon_sets,
         delete_daemon_sets,
     } = desired::intents(obs, target, &status, templates);
-    status.components =
-        desired::component_status(obs, target, &status, &deployments, &stateful_sets);
+    status.components = desired::component_status(obs, target, &status, &deployments);
     let carried: Vec<&crate::api::config::CarriedConfig> =
         target.components.iter().flat_map(|c| &c.config).collect();
     let config = config::intents(&obs.config, &carried, status.phase, obs.deleting);
