@@ -1696,3 +1696,76 @@ fn security_table_names_real_flags_values_and_tests() {
         "flags {flags_seen}, values {values_seen}, tests {tests_seen}"
     );
 }
+
+/// Each kind the controller caches for plans
+/// ([`crate::controller::kinds::OWNED_KINDS`]) is watched in `run.rs`,
+/// wakes its plan, is waited for by `caches_synced`, counted by the size
+/// gauges, granted list and watch by the chart, and named in the docs'
+/// lists of caches; and `run.rs` watches no plan-labelled kind the table
+/// lacks.
+#[test]
+fn every_owned_kind_is_watched_cached_granted_and_documented() {
+    use crate::controller::kinds::OWNED_KINDS;
+    let run = read("src/controller/run.rs");
+    let context = read("src/controller/context.rs");
+    let sweep = read("src/controller/sweep.rs");
+    let ops = read("docs/operations.md");
+    let rules = chart_rules();
+    let cached_row = ops
+        .lines()
+        .find(|l| l.starts_with("| `releaseplan_cached_objects`"))
+        .expect("the releaseplan_cached_objects row of docs/operations.md");
+    let mut problems = Vec::new();
+    for k in OWNED_KINDS {
+        let watch = format!("let ({}, ", k.cache);
+        if !run
+            .lines()
+            .any(|l| l.contains(&watch) && l.contains("owned.watch("))
+        {
+            problems.push(format!(
+                "{}: no `{watch}… = owned.watch(…)` in run.rs",
+                k.plural
+            ));
+        }
+        if !run.contains(&format!("WakeSource::{:?}", k.wakes)) {
+            problems.push(format!(
+                "{}: run.rs never wakes a plan as {:?}",
+                k.plural, k.wakes
+            ));
+        }
+        if !context.contains(&format!("self.{}.synced()", k.cache)) {
+            problems.push(format!("{}: caches_synced does not wait for it", k.plural));
+        }
+        if !sweep.contains(&format!("ctx.{}.len()", k.cache)) {
+            problems.push(format!("{}: sweep.rs has no size gauge for it", k.plural));
+        }
+        let verbs = rules.get(&(k.group.to_string(), k.plural.to_string()));
+        if !verbs.is_some_and(|v| v.contains("list") && v.contains("watch")) {
+            problems.push(format!(
+                "{}: the chart does not grant list and watch",
+                k.plural
+            ));
+        }
+        if !cached_row.contains(&format!("`{}`", k.plural)) {
+            problems.push(format!(
+                "{}: docs/operations.md's releaseplan_cached_objects row does not name it",
+                k.plural
+            ));
+        }
+    }
+    for line in run.lines().filter(|l| l.contains("owned.watch(")) {
+        let Some(var) = line
+            .trim()
+            .strip_prefix("let (")
+            .and_then(|l| l.split(',').next())
+        else {
+            continue;
+        };
+        if !OWNED_KINDS.iter().any(|k| k.cache == var) {
+            problems.push(format!(
+                "run.rs watches `{var}`, which src/controller/kinds.rs does not list"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}

@@ -22,6 +22,7 @@ mod hashes;
 pub mod index;
 pub mod jobs;
 mod keys;
+pub(crate) mod kinds;
 mod memory;
 pub mod notify;
 pub mod observe;

@@ -77,6 +77,8 @@ fn sizes(ctx: &Context, plans: &Store<CachedPlan>) {
     set(plural(&ctx.deployments), ctx.deployments.len());
     set(plural(&ctx.stateful_sets), ctx.stateful_sets.len());
     set(plural(&ctx.daemon_sets), ctx.daemon_sets.len());
+    set(plural(&ctx.scales), ctx.scales.len());
+    set(plural(&ctx.hpas), ctx.hpas.len());
     set(plural(&ctx.pods), ctx.pods.len());
     set(plural(&ctx.jobs), ctx.jobs.len());
     set(plural(&ctx.services), ctx.services.len());
