@@ -1,6 +1,7 @@
 //! The kinds of object the controller caches for plans (selected by the plan
 //! label, each a watch, a cache on [`super::context::Context`] and a wake
-//! source): one row each. Adding an owned kind starts with a row here;
+//! source): one row each, read by the test only (the caches are of different
+//! types, each a field of its own). Adding an owned kind starts with a row here;
 //! `doc_lists::every_owned_kind_is_watched_cached_granted_and_documented`
 //! then names every place that still lacks it (the watch in `run.rs`, the
 //! cache's first list in `caches_synced`, the size gauge in `sweep.rs`, the

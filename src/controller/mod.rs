@@ -22,6 +22,7 @@ mod hashes;
 pub mod index;
 pub mod jobs;
 mod keys;
+#[cfg(test)]
 pub(crate) mod kinds;
 mod memory;
 pub mod notify;
