@@ -234,24 +234,34 @@ impl Ctx {
     }
 
     /// The StatefulSets and DaemonSets of a plan's StatefulSet and
-    /// DaemonSet components, and their pods.
+    /// DaemonSet components, and their pods: read only for the kinds the
+    /// plan has (a plan of Deployments needs no right on them).
     pub async fn workload_objects(
         &self,
-        name: &str,
+        plan: &ReleasePlan,
     ) -> Result<(Vec<StatefulSet>, Vec<DaemonSet>, Vec<Pod>), CliError> {
+        use crate::api::workload::WorkloadKind;
+        let name = plan.metadata.name.clone().unwrap_or_default();
+        let has = |k: WorkloadKind| plan.spec.components.iter().any(|c| c.kind == k);
         let selector = format!("{LABEL_PLAN}={name}");
-        let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
-        let sets = api
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .map_err(|e| self.error(&format!("list the StatefulSets of {name}"), e))?
-            .items;
-        let api: Api<DaemonSet> = Api::namespaced(self.client.clone(), &self.namespace);
-        let daemons = api
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .map_err(|e| self.error(&format!("list the DaemonSets of {name}"), e))?
-            .items;
+        let sets = if has(WorkloadKind::StatefulSet) {
+            let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), &self.namespace);
+            api.list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| self.error(&format!("list the StatefulSets of {name}"), e))?
+                .items
+        } else {
+            Vec::new()
+        };
+        let daemons = if has(WorkloadKind::DaemonSet) {
+            let api: Api<DaemonSet> = Api::namespaced(self.client.clone(), &self.namespace);
+            api.list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| self.error(&format!("list the DaemonSets of {name}"), e))?
+                .items
+        } else {
+            Vec::new()
+        };
         if sets.is_empty() && daemons.is_empty() {
             return Ok((sets, daemons, Vec::new()));
         }

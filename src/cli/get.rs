@@ -336,9 +336,9 @@ pub fn render_tree(plan: &ReleasePlan, live: Live<'_>) -> String {
 }
 
 /// Reads a plan's objects.
-async fn read(ctx: &Ctx, name: &str) -> Result<Objects, CliError> {
-    let deployments = ctx.deployments(name).await?;
-    let (sets, daemons, pods) = ctx.workload_objects(name).await?;
+async fn read(ctx: &Ctx, plan: &ReleasePlan) -> Result<Objects, CliError> {
+    let deployments = ctx.deployments(&plan.name_any()).await?;
+    let (sets, daemons, pods) = ctx.workload_objects(plan).await?;
     Ok((deployments, sets, daemons, pods))
 }
 
@@ -363,7 +363,7 @@ pub(super) async fn run(
         }
     };
     let plan = ctx.plan(name).await?;
-    let objects = read(ctx, name).await?;
+    let objects = read(ctx, &plan).await?;
     let mut last = render(&plan, &objects);
     let mut out = std::io::stdout();
     if !watch {
@@ -403,7 +403,7 @@ pub(super) async fn run(
                 Err(_) => continue,
             },
         };
-        let Ok(objects) = read(ctx, name).await else {
+        let Ok(objects) = read(ctx, &plan).await else {
             continue;
         };
         let text = render(&plan, &objects);

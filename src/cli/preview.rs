@@ -880,7 +880,7 @@ pub(super) async fn run(global: &Global, args: &PreviewArgs) -> Result<i32, CliE
                     .iter()
                     .filter_map(revision_of)
                     .collect();
-                let (sets, daemons, pods) = ctx.workload_objects(&name).await?;
+                let (sets, daemons, pods) = ctx.workload_objects(&p).await?;
                 (
                     Some(p),
                     revs,

@@ -37,7 +37,7 @@ pub(crate) async fn template(
     };
     match whole.map(|cr| controller_revision::template(&cr, hash)) {
         Some(Ok(t)) => {
-            info!(object = %object, revision = %hash, "taking the revision's template from where it is stored");
+            info!(object = %object, revision = %hash, "writing the revision's object from its stored template");
             Ok(Some(t))
         }
         Some(Err(e)) => {

@@ -880,3 +880,52 @@ fn docs_name_every_reason() {
         "docs/api.md does not name these reasons: {missing:?}"
     );
 }
+
+/// A plan of a StatefulSet and a DaemonSet reads the same to every consumer
+/// as a plan of Deployments: its status has the same phases and conditions
+/// whatever runs its pods (issue #51). Released, then rolled back by a
+/// crash-looping DaemonSet revision.
+#[tokio::test]
+async fn each_consumer_reads_a_stateful_and_daemon_plan_as_any_other() {
+    rp_health();
+    let client = cluster::client().await;
+    crd::install(&client).await;
+    let ns = cluster::test_namespace(&client, "consumers-kinds").await;
+    let mut m = Matrix { rows: Vec::new() };
+    let _op = Operator::start(&ns, &[]).await;
+    let kinds = |agent: Value| {
+        json!({
+            "components": [
+                {"name": "db", "kind": "StatefulSet", "replicas": 2, "template": template("db:1")},
+                {"name": "agent", "kind": "DaemonSet", "template": agent},
+            ],
+            "strategy": {"steps": [{"setWeight": 50}, {"pause": {"duration": "1s"}}]},
+            "health": {"progressDeadlineSeconds": 600}
+        })
+    };
+    create_stable(&client, &ns, "kinds", kinds(template("agent:1"))).await;
+    m.check(
+        &client,
+        &ns,
+        "kinds",
+        "StatefulSet and DaemonSet released (`Stable`)",
+        ("Current", "Healthy", "Current", 0, 0),
+    )
+    .await;
+    patch_spec(
+        &client,
+        &ns,
+        "kinds",
+        json!({"components": kinds(faulty_template("agent:2", "crash-loop"))["components"]}),
+    )
+    .await;
+    wait_phase(&client, &ns, "kinds", Phase::RolledBack, WAIT).await;
+    m.check(
+        &client,
+        &ns,
+        "kinds",
+        "StatefulSet and DaemonSet `RolledBack`",
+        ("Failed", "Degraded", "Failed", 2, 1),
+    )
+    .await;
+}
