@@ -318,3 +318,86 @@ async fn a_crash_looping_daemon_canary_goes_back_on_every_node_never_more_than_m
         "only the stable revision's DaemonSet is left"
     );
 }
+
+/// A StatefulSet and a DaemonSet behind a webhook gate: a gate that answers
+/// 503 rolls both back, one that answers 204 lets both through.
+#[tokio::test]
+async fn a_webhook_gate_holds_and_rolls_back_a_stateful_set_and_a_daemon_set_as_one() {
+    use axum::Router;
+    use axum::http::StatusCode;
+    use axum::routing::post;
+    let Harness { client, ns } = Harness::new("ds-gated").await;
+    let nodes = plain_nodes(&client).await;
+    let code = std::sync::Arc::new(std::sync::atomic::AtomicU16::new(503));
+    let addr = support::servers::serve(Router::new().route(
+        "/check",
+        post({
+            let code = code.clone();
+            move || {
+                let code = code.clone();
+                async move {
+                    StatusCode::from_u16(code.load(std::sync::atomic::Ordering::SeqCst)).unwrap()
+                }
+            }
+        }),
+    ))
+    .await;
+    let _op = Operator::start(&ns, &[]).await;
+    let components = |v: &str| {
+        json!([
+            {"name": "db", "kind": "StatefulSet", "replicas": 2,
+             "template": support::fixtures::template(&format!("db:{v}"))},
+            agent(&format!("agent:{v}"), &ns, None, None),
+        ])
+    };
+    create(
+        &client,
+        &ns,
+        &plan("shop", json!({"components": components("1")})),
+    )
+    .await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
+    let hooks = json!([{"name": "smoke", "url": format!("http://{addr}/check"), "timeoutSeconds": 2, "retries": 0}]);
+    support::plans::patch_spec(
+        &client,
+        &ns,
+        "shop",
+        json!({"components": components("2"), "strategy": {"steps": [{"setWeight": 50}]}, "health": {"webhooks": hooks}}),
+    )
+    .await;
+    let p = wait_phase(&client, &ns, "shop", Phase::RolledBack, WAIT).await;
+    assert_eq!(
+        p.status.unwrap().failure.map(|f| f.gate).as_deref(),
+        Some("smoke")
+    );
+    let all = |image: &str| -> BTreeMap<String, String> {
+        nodes
+            .iter()
+            .map(|n| (n.clone(), image.to_string()))
+            .collect()
+    };
+    wait_images(&client, &ns, &all("agent:1"), "agent:1 back on every node").await;
+    let images = |pods: Vec<Pod>| -> Vec<String> {
+        let mut v: Vec<String> = pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.spec.as_ref()?.containers.first()?.image.clone())
+            .collect();
+        v.sort();
+        v
+    };
+    wait_until(WAIT, "db back on db:1", || async {
+        let pods = Api::<Pod>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default().labels("releaseplan.io/component=db"))
+            .await
+            .ok()?;
+        (images(pods.items) == ["db:1", "db:1"]).then_some(())
+    })
+    .await;
+
+    // The gate passes now: a new revision goes through.
+    code.store(204, std::sync::atomic::Ordering::SeqCst);
+    support::plans::patch_spec(&client, &ns, "shop", json!({"components": components("3")})).await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
+    wait_images(&client, &ns, &all("agent:3"), "agent:3 on every node").await;
+}
