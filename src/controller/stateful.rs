@@ -6,7 +6,7 @@
 use super::context::Context;
 use super::error::is_not_found;
 use super::observe::Seen;
-use super::outcome::{Acted, failed};
+use super::outcome::{Acted, FIELD_MANAGER, failed};
 use crate::api::ReleasePlan;
 use crate::plan::{Decision, TemplateSource};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -97,8 +97,26 @@ pub(crate) async fn act(
             }
             continue;
         }
+        if observed.is_some_and(|o| stateful_set::up_to_date(&desired, o)) {
+            continue;
+        }
         info!(stateful_set = %intent.name, replicas = intent.replicas, partition = intent.partition, revision = %intent.hash, "writing");
-        match super::owned::write(&api, "StatefulSet", &desired, observed, &uid).await {
+        if observed.is_some() {
+            // Ours (cached by the plan's label and owner): applied whole.
+            match api
+                .patch(
+                    &intent.name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&desired),
+                )
+                .await
+            {
+                Ok(_) => ctx.metrics.write("apply"),
+                Err(e) => return failed("StatefulSet", &intent.name, &e),
+            }
+            continue;
+        }
+        match super::owned::write(&api, "StatefulSet", &desired, None, &uid).await {
             Ok(true) => ctx.metrics.write("apply"),
             Ok(false) => {}
             Err(acted) => return acted,
