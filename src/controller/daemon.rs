@@ -3,17 +3,20 @@
 //! run nowhere any more deleted. Decides nothing.
 
 use super::context::Context;
-use super::error::is_not_found;
 use super::observe::Seen;
-use super::outcome::{Acted, FIELD_MANAGER, failed};
+use super::outcome::Acted;
+use super::owned;
+
+/// The kind, in refusals and logs.
+const KIND: &str = "DaemonSet";
 use crate::api::ReleasePlan;
 use crate::plan::{Decision, TemplateSource};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+
 use kube::{Api, ResourceExt};
 use releaseplan_core::objects::{daemon_set, deployment};
 use std::borrow::Cow;
-use tracing::{info, warn};
+use tracing::info;
 
 /// Writes the decision's DaemonSets, then deletes those of revisions that
 /// run nowhere. A new one of a component in `waiting` (its config copies
@@ -57,44 +60,20 @@ pub(crate) async fn act(
         };
         let owned = deployment::should_own(plan, observed.map(|o| &o.metadata));
         let desired = daemon_set::build(plan, intent, &template, owned);
-        if observed.is_some_and(|o| daemon_set::up_to_date(&desired, o)) {
+        let fresh = observed.map(|o| daemon_set::up_to_date(&desired, o));
+        if fresh == Some(true) {
             continue;
         }
-        if deleting {
-            // Only the template of what exists: the garbage collector may be
-            // stripping owner references (see the Deployments' writer).
-            let Some(_) = observed else { continue };
-            let patch = serde_json::json!({"spec": {
-                "template": desired.spec.as_ref().map(|s| &s.template),
-            }});
-            match api
-                .patch(&intent.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => ctx.metrics.write("apply"),
-                Err(e) if is_not_found(&e) || decision.finalize => {}
-                Err(e) => return failed("DaemonSet", &intent.name, &e),
-            }
-            continue;
-        }
-        info!(daemon_set = %intent.name, revision = %intent.hash, nodes = ?intent.nodes, "writing");
-        if observed.is_some() {
-            // Applied whole, even when only a node list went away (a subset
-            // check alone would find nothing to write).
-            match api
-                .patch(
-                    &intent.name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&desired),
-                )
-                .await
-            {
-                Ok(_) => ctx.metrics.write("apply"),
-                Err(e) => return failed("DaemonSet", &intent.name, &e),
-            }
-            continue;
-        }
-        match super::owned::write(&api, "DaemonSet", &desired, None, &uid).await {
+        let written = if deleting {
+            // Only the template (its node list) of what exists.
+            let Some(spec) = &desired.spec else { continue };
+            let spec = serde_json::json!({ "template": spec.template });
+            owned::patch_spec_while_deleted(&api, KIND, &intent.name, spec, decision.finalize).await
+        } else {
+            info!(daemon_set = %intent.name, revision = %intent.hash, nodes = ?intent.nodes, "writing");
+            owned::write_judged(&api, KIND, &desired, fresh, &uid).await
+        };
+        match written {
             Ok(true) => ctx.metrics.write("apply"),
             Ok(false) => {}
             Err(acted) => return acted,
@@ -105,20 +84,10 @@ pub(crate) async fn act(
             continue;
         };
         info!(daemon_set = %name, "deleting the DaemonSet of a revision that runs nowhere now");
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: o.uid(),
-                resource_version: None,
-            }),
-            ..DeleteParams::background()
-        };
-        match api.delete(name, &params).await {
-            Ok(_) => ctx.metrics.write("delete"),
-            Err(e) if is_not_found(&e) => {}
-            Err(e) if deleting && decision.finalize => {
-                warn!(daemon_set = %name, error = %e, "delete during deletion failed");
-            }
-            Err(e) => return failed("DaemonSet", name, &e),
+        match owned::delete(&api, KIND, o.as_ref(), deleting && decision.finalize).await {
+            Ok(true) => ctx.metrics.write("delete"),
+            Ok(false) => {}
+            Err(acted) => return acted,
         }
     }
     Acted::Done

@@ -13,7 +13,8 @@ use tracing::info;
 use super::outcome::FIELD_MANAGER;
 use super::outcome::{Acted, failed};
 use crate::api::{LABEL_COMPONENT, LABEL_PLAN, ReleasePlan};
-use releaseplan_core::objects::deployment::{MANAGED_BY, is_subset};
+use releaseplan_core::objects::deployment::MANAGED_BY;
+use releaseplan_core::objects::has_desired;
 
 /// The labels of an owned object of `component`.
 pub(super) fn labels(plan: &str, component: &str) -> BTreeMap<String, String> {
@@ -35,17 +36,6 @@ pub(super) fn meta(plan: &ReleasePlan, name: &str, labels: BTreeMap<String, Stri
     }
 }
 
-/// Whether an observed object already has every field of the desired one.
-fn up_to_date<K: serde::Serialize>(desired: &K, observed: &K) -> bool {
-    match (
-        serde_json::to_value(desired),
-        serde_json::to_value(observed),
-    ) {
-        (Ok(d), Ok(o)) => is_subset(&d, &o),
-        _ => false,
-    }
-}
-
 /// Writes one object: applied when cached (ours), created when not, so an
 /// object of the same name made by someone else is refused, never taken over.
 pub(super) async fn write<K>(
@@ -62,9 +52,30 @@ where
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
 {
+    let fresh = cached.is_some_and(|o| has_desired(desired, o.as_ref()));
+    write_judged(api, kind, desired, cached.is_some().then_some(fresh), uid).await
+}
+
+/// [`write`], whether the cached object already matches judged by the
+/// caller (`None`: not cached). A workload compares more than a subset: a
+/// node list that went away.
+pub(super) async fn write_judged<K>(
+    api: &Api<K>,
+    kind: &'static str,
+    desired: &K,
+    cached_fresh: Option<bool>,
+    uid: &str,
+) -> Result<bool, Acted>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
     let name = desired.meta().name.clone().unwrap_or_default();
-    if let Some(o) = cached {
-        if up_to_date(desired, o.as_ref()) {
+    if let Some(fresh) = cached_fresh {
+        if fresh {
             return Ok(false);
         }
         info!(kind, name = %name, "applying");
@@ -104,5 +115,61 @@ where
             }
         }
         Err(e) => Err(failed(kind, &name, &e)),
+    }
+}
+
+/// Deletes an object of the plan's it has cached (only that one: a uid
+/// precondition), in the background; gone already is done. While the plan
+/// is deleted and may be finalized (`tolerate`), a failure is only logged.
+pub(super) async fn delete<K>(
+    api: &Api<K>,
+    kind: &'static str,
+    cached: &K,
+    tolerate: bool,
+) -> Result<bool, Acted>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let name = cached.name_any();
+    let params = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: cached.uid(),
+            resource_version: None,
+        }),
+        ..kube::api::DeleteParams::background()
+    };
+    match api.delete(&name, &params).await {
+        Ok(_) => Ok(true),
+        Err(e) if super::error::is_not_found(&e) => Ok(false),
+        Err(e) if tolerate => {
+            tracing::warn!(kind, name = %name, error = %e, "delete during deletion failed");
+            Ok(false)
+        }
+        Err(e) => Err(failed(kind, &name, &e)),
+    }
+}
+
+/// While a plan is deleted, only a merge patch of the spec of what exists
+/// (never an apply: the garbage collector may be stripping owner
+/// references, see the Deployments' writer); gone already, or a failure
+/// when the deletion may proceed anyway (`tolerate`), is no error.
+pub(super) async fn patch_spec_while_deleted<K>(
+    api: &Api<K>,
+    kind: &'static str,
+    name: &str,
+    spec: serde_json::Value,
+    tolerate: bool,
+) -> Result<bool, Acted>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = serde_json::json!({ "spec": spec });
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(e) if super::error::is_not_found(&e) || tolerate => Ok(false),
+        Err(e) => Err(failed(kind, name, &e)),
     }
 }

@@ -6,16 +6,20 @@
 use super::context::Context;
 use super::error::is_not_found;
 use super::observe::Seen;
-use super::outcome::{Acted, FIELD_MANAGER, failed};
+use super::outcome::{Acted, failed};
+use super::owned;
+
+/// The kind, in refusals and logs.
+const KIND: &str = "StatefulSet";
 use crate::api::ReleasePlan;
 use crate::plan::{Decision, TemplateSource};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 use releaseplan_core::objects::{deployment, stateful_set};
 use std::borrow::Cow;
-use tracing::{info, warn};
+use tracing::info;
 
 /// Writes the decision's StatefulSets, then deletes the pods they cannot
 /// move past and the sets of removed components. A new set of a component
@@ -75,48 +79,23 @@ pub(crate) async fn act(
         };
         let owned = deployment::should_own(plan, observed.map(|o| &o.metadata));
         let desired = stateful_set::build(plan, intent, &template, owned);
-        if deleting {
-            // Only the spec of what exists: the garbage collector may be
-            // stripping owner references (see the Deployments' writer).
-            let Some(o) = observed else { continue };
-            if stateful_set::up_to_date(&desired, o) {
-                continue;
-            }
-            let patch = serde_json::json!({"spec": {
+        let fresh = observed.map(|o| stateful_set::up_to_date(&desired, o));
+        if fresh == Some(true) {
+            continue;
+        }
+        let written = if deleting {
+            let Some(spec) = &desired.spec else { continue };
+            let spec = serde_json::json!({
                 "replicas": intent.replicas,
-                "template": desired.spec.as_ref().map(|s| &s.template),
-                "updateStrategy": desired.spec.as_ref().and_then(|s| s.update_strategy.as_ref()),
-            }});
-            match api
-                .patch(&intent.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => ctx.metrics.write("apply"),
-                Err(e) if is_not_found(&e) || decision.finalize => {}
-                Err(e) => return failed("StatefulSet", &intent.name, &e),
-            }
-            continue;
-        }
-        if observed.is_some_and(|o| stateful_set::up_to_date(&desired, o)) {
-            continue;
-        }
-        info!(stateful_set = %intent.name, replicas = intent.replicas, partition = intent.partition, revision = %intent.hash, "writing");
-        if observed.is_some() {
-            // Ours (cached by the plan's label and owner): applied whole.
-            match api
-                .patch(
-                    &intent.name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&desired),
-                )
-                .await
-            {
-                Ok(_) => ctx.metrics.write("apply"),
-                Err(e) => return failed("StatefulSet", &intent.name, &e),
-            }
-            continue;
-        }
-        match super::owned::write(&api, "StatefulSet", &desired, None, &uid).await {
+                "template": spec.template,
+                "updateStrategy": spec.update_strategy,
+            });
+            owned::patch_spec_while_deleted(&api, KIND, &intent.name, spec, decision.finalize).await
+        } else {
+            info!(stateful_set = %intent.name, replicas = intent.replicas, partition = intent.partition, revision = %intent.hash, "writing");
+            owned::write_judged(&api, KIND, &desired, fresh, &uid).await
+        };
+        match written {
             Ok(true) => ctx.metrics.write("apply"),
             Ok(false) => {}
             Err(acted) => return acted,
@@ -145,20 +124,10 @@ async fn delete(ctx: &Context, plan: &ReleasePlan, seen: &Seen, decision: &Decis
             continue;
         };
         info!(stateful_set = %name, "deleting the StatefulSet of a removed component");
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: o.uid(),
-                resource_version: None,
-            }),
-            ..DeleteParams::background()
-        };
-        match api.delete(name, &params).await {
-            Ok(_) => ctx.metrics.write("delete"),
-            Err(e) if is_not_found(&e) => {}
-            Err(e) if deleting && decision.finalize => {
-                warn!(stateful_set = %name, error = %e, "delete during deletion failed");
-            }
-            Err(e) => return failed("StatefulSet", name, &e),
+        match owned::delete(&api, KIND, o.as_ref(), deleting && decision.finalize).await {
+            Ok(true) => ctx.metrics.write("delete"),
+            Ok(false) => {}
+            Err(acted) => return acted,
         }
     }
     Acted::Done

@@ -40,13 +40,6 @@ pub enum WorkloadKind {
 }
 
 impl WorkloadKind {
-    /// Every kind, for the lists checked against the docs.
-    pub const ALL: [WorkloadKind; 3] = [
-        WorkloadKind::Deployment,
-        WorkloadKind::StatefulSet,
-        WorkloadKind::DaemonSet,
-    ];
-
     /// The kind's name, as written in a plan.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -10,7 +10,7 @@
 //! term. The operator owns `metadata.name` requirements in a DaemonSet
 //! component's template: any there are replaced.
 
-use super::deployment::{MANAGED_BY, is_subset, revision_labels};
+use super::deployment::{MANAGED_BY, revision_labels};
 use super::stateful_set::LABEL_WORKLOAD;
 use crate::api::{LABEL_COMPONENT, LABEL_REVISION, ReleasePlan};
 use crate::plan::daemon::{DaemonSetIntent, DaemonSetObs, NodeScope};
@@ -20,7 +20,6 @@ use k8s_openapi::api::core::v1::{
     PodTemplateSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use kube::Resource;
 use std::collections::BTreeMap;
 
 /// The field the node requirement is on.
@@ -129,17 +128,7 @@ pub fn build(
     let mut own_labels = selector.clone();
     own_labels.insert(MANAGED_BY.into(), "releaseplan".into());
     DaemonSet {
-        metadata: ObjectMeta {
-            name: Some(intent.name.clone()),
-            namespace: plan.metadata.namespace.clone(),
-            labels: Some(own_labels),
-            owner_references: if owned {
-                plan.controller_owner_ref(&()).map(|o| vec![o])
-            } else {
-                None
-            },
-            ..ObjectMeta::default()
-        },
+        metadata: super::plan_meta(plan, &intent.name, own_labels, owned),
         spec: Some(DaemonSetSpec {
             selector: LabelSelector {
                 match_labels: Some(selector),
@@ -162,16 +151,7 @@ pub fn build(
 /// Whether an observed DaemonSet already has every field of the desired one
 /// (and no node requirement the desired one lacks).
 pub fn up_to_date(desired: &DaemonSet, observed: &DaemonSet) -> bool {
-    let (Ok(mut d), Ok(o)) = (
-        serde_json::to_value(desired),
-        serde_json::to_value(observed),
-    ) else {
-        return false;
-    };
-    if let Some(obj) = d.as_object_mut() {
-        obj.remove("status");
-    }
-    is_subset(&d, &o) && scope_of(observed) == scope_of(desired)
+    super::has_desired(desired, observed) && scope_of(observed) == scope_of(desired)
 }
 
 /// The nodes a DaemonSet's template allows, as far as the operator limits

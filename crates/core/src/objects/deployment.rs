@@ -8,7 +8,6 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Resource;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -42,17 +41,7 @@ pub fn build(
     let mut labels = selector.clone();
     labels.insert(MANAGED_BY.into(), "releaseplan".into());
     Deployment {
-        metadata: ObjectMeta {
-            name: Some(intent.name.clone()),
-            namespace: plan.metadata.namespace.clone(),
-            labels: Some(labels),
-            owner_references: if owned {
-                plan.controller_owner_ref(&()).map(|o| vec![o])
-            } else {
-                None
-            },
-            ..ObjectMeta::default()
-        },
+        metadata: super::plan_meta(plan, &intent.name, labels, owned),
         spec: Some(DeploymentSpec {
             replicas: Some(intent.replicas),
             selector: LabelSelector {

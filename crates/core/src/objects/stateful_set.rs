@@ -1,7 +1,7 @@
 //! The StatefulSet of a StatefulSet component, what the core reads of one,
 //! and of its pods. Pure: the controller does the I/O.
 
-use super::deployment::{MANAGED_BY, is_subset};
+use super::deployment::MANAGED_BY;
 use crate::api::cached::CachedPod;
 use crate::api::{LABEL_COMPONENT, LABEL_PLAN, LABEL_REVISION, ReleasePlan};
 use crate::plan::stateful::{StatefulSetIntent, StatefulSetObs, WorkloadObs, WorkloadPod, ordinal};
@@ -11,7 +11,6 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use kube::Resource;
 use std::collections::BTreeMap;
 
 /// Label on the pods of a StatefulSet component: their readiness is read
@@ -55,17 +54,7 @@ pub fn build(
         })
         .collect::<Vec<_>>();
     StatefulSet {
-        metadata: ObjectMeta {
-            name: Some(intent.name.clone()),
-            namespace: plan.metadata.namespace.clone(),
-            labels: Some(own_labels),
-            owner_references: if owned {
-                plan.controller_owner_ref(&()).map(|o| vec![o])
-            } else {
-                None
-            },
-            ..ObjectMeta::default()
-        },
+        metadata: super::plan_meta(plan, &intent.name, own_labels, owned),
         spec: Some(StatefulSetSpec {
             replicas: Some(intent.replicas),
             selector: LabelSelector {
@@ -100,16 +89,7 @@ pub fn build(
 
 /// Whether an observed StatefulSet already has every field of the desired one.
 pub fn up_to_date(desired: &StatefulSet, observed: &StatefulSet) -> bool {
-    let (Ok(mut d), Ok(o)) = (
-        serde_json::to_value(desired),
-        serde_json::to_value(observed),
-    ) else {
-        return false;
-    };
-    if let Some(obj) = d.as_object_mut() {
-        obj.remove("status");
-    }
-    is_subset(&d, &o)
+    super::has_desired(desired, observed)
 }
 
 /// The StatefulSet as the core reads it; `None` without our component label.

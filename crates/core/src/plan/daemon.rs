@@ -16,7 +16,7 @@
 //! counts (`desiredNumberScheduled`): the operator never evaluates node
 //! selectors, affinities or taints itself.
 
-use super::{ComponentStatus, Observation, RevisionObs, Target, TemplateSource, Templates};
+use super::{ComponentStatus, Observation, Target, TemplateSource, Templates};
 use crate::api::revision::deployment_name;
 use crate::api::workload::WorkloadKind;
 use std::collections::{BTreeMap, BTreeSet};
@@ -69,14 +69,7 @@ pub struct DaemonSetIntent {
 /// Whether the component runs in DaemonSets: by the spec, or, once the spec
 /// no longer has it, by what is observed.
 pub fn is_daemon(obs: &Observation, target: &Target, component: &str) -> bool {
-    match target.component(component) {
-        Some(c) => c.kind == WorkloadKind::DaemonSet,
-        None => obs
-            .workloads
-            .daemon_sets
-            .iter()
-            .any(|s| s.component == component),
-    }
+    super::stateful::kind_of(obs, target, component) == WorkloadKind::DaemonSet
 }
 
 /// The eligible nodes of a component, sorted: those its pods run on (not
@@ -268,38 +261,4 @@ fn canary_nodes(
     );
     canary.sort();
     canary
-}
-
-/// The pods and ready pods of each revision of each DaemonSet component,
-/// from its pods, named after the revision's DaemonSet.
-pub fn revisions(seen: &super::stateful::WorkloadObs) -> Vec<RevisionObs> {
-    let mut by: BTreeMap<(&str, &str), RevisionObs> = BTreeMap::new();
-    for p in &seen.pods {
-        if !seen.daemon_sets.iter().any(|d| d.component == p.component) {
-            continue;
-        }
-        let name = seen
-            .daemon_sets
-            .iter()
-            .find(|d| d.component == p.component && d.hash == p.hash)
-            .map(|d| d.name.clone())
-            .unwrap_or_default();
-        let r = by
-            .entry((p.component.as_str(), p.hash.as_str()))
-            .or_insert_with(|| RevisionObs {
-                name,
-                component: p.component.clone(),
-                hash: p.hash.clone(),
-                replicas: 0,
-                ready: 0,
-                current: 0,
-                created: None,
-            });
-        r.replicas += 1;
-        r.current += 1;
-        if p.ready && !p.terminating {
-            r.ready += 1;
-        }
-    }
-    by.into_values().collect()
 }

@@ -92,25 +92,31 @@ pub struct StatefulSetIntent {
 /// DaemonSet component, from its pods: what the rest of the core reads as
 /// revisions.
 pub fn revisions(seen: &WorkloadObs) -> Vec<RevisionObs> {
-    let mut out = set_revisions(seen);
-    out.extend(super::daemon::revisions(seen));
-    out
-}
-
-fn set_revisions(seen: &WorkloadObs) -> Vec<RevisionObs> {
     let mut by: BTreeMap<(&str, &str), RevisionObs> = BTreeMap::new();
     for p in &seen.pods {
-        let Some(set) = seen
+        // Named after the component's StatefulSet, or the revision's
+        // DaemonSet (none while it goes).
+        let set = seen
             .stateful_sets
             .iter()
-            .find(|s| s.component == p.component)
-        else {
-            continue;
+            .find(|s| s.component == p.component);
+        let daemons = seen
+            .daemon_sets
+            .iter()
+            .filter(|d| d.component == p.component);
+        let name = match set {
+            Some(s) => s.name.clone(),
+            None if daemons.clone().next().is_some() => daemons
+                .clone()
+                .find(|d| d.hash == p.hash)
+                .map(|d| d.name.clone())
+                .unwrap_or_default(),
+            None => continue,
         };
         let r = by
             .entry((p.component.as_str(), p.hash.as_str()))
             .or_insert_with(|| RevisionObs {
-                name: set.name.clone(),
+                name,
                 component: p.component.clone(),
                 hash: p.hash.clone(),
                 replicas: 0,
@@ -130,13 +136,22 @@ fn set_revisions(seen: &WorkloadObs) -> Vec<RevisionObs> {
 /// Whether the component runs in a StatefulSet: by the spec, or, once the
 /// spec no longer has it, by what is observed.
 pub fn is_stateful(obs: &Observation, target: &Target, component: &str) -> bool {
-    match target.component(component) {
-        Some(c) => c.kind == WorkloadKind::StatefulSet,
-        None => obs
-            .workloads
-            .stateful_sets
-            .iter()
-            .any(|s| s.component == component),
+    kind_of(obs, target, component) == WorkloadKind::StatefulSet
+}
+
+/// What runs a component's pods: the spec's `kind`, or, once the spec no
+/// longer has the component, what is observed of it.
+pub fn kind_of(obs: &Observation, target: &Target, component: &str) -> WorkloadKind {
+    if let Some(c) = target.component(component) {
+        return c.kind;
+    }
+    let seen = &obs.workloads;
+    if seen.stateful_sets.iter().any(|s| s.component == component) {
+        WorkloadKind::StatefulSet
+    } else if seen.daemon_sets.iter().any(|d| d.component == component) {
+        WorkloadKind::DaemonSet
+    } else {
+        WorkloadKind::Deployment
     }
 }
 
