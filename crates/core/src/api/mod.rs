@@ -9,6 +9,7 @@
 pub mod access;
 pub mod adopt;
 pub mod cached;
+pub mod capacity;
 pub mod config;
 pub mod foreign;
 pub mod gate;
@@ -18,6 +19,7 @@ pub mod order;
 pub mod policy;
 pub mod revision;
 pub mod scale;
+pub mod serving;
 pub mod template;
 pub mod time;
 pub mod traefik;
@@ -148,6 +150,7 @@ pub fn crd() -> CustomResourceDefinition {
 )]
 #[x_kube(
     validation = Rule::new("self.components.all(c, self.components.exists_one(d, d.name == c.name))").message("spec.components: component names must be unique").field_path(".components"),
+    validation = Rule::new("!has(self.strategy.blueGreen) || self.components.all(c, !has(c.capacity))").message("strategy.blueGreen runs both revisions at full scale: capacity is for canary steps").field_path(".strategy.blueGreen"),
     validation = Rule::new("!has(self.strategy.blueGreen) || self.components.all(c, has(c.traffic))").message("strategy.blueGreen needs traffic on every component: its stable Service is the active one, its canary Service the preview").field_path(".strategy.blueGreen"),
     validation = Rule::new("!self.strategy.steps.exists(s, has(s.setCanaryScale) || has(s.setHeaderRoute)) || self.components.exists(c, has(c.traffic) && (has(c.traffic.gatewayAPI) || has(c.traffic.traefik)))").message("strategy.steps: setCanaryScale and setHeaderRoute need a router: set traffic.gatewayAPI or traffic.traefik on a component").field_path(".strategy.steps"),
     validation = Rule::new(gate::GATE_COMPONENTS_RULE).message("health: a gate's component must name one of spec.components").field_path(".health"),
@@ -197,6 +200,7 @@ pub struct ReleasePlanSpec {
     validation = Rule::new(workload::NO_DAEMON_REPLICAS_RULE).message(workload::NO_DAEMON_REPLICAS_MESSAGE).field_path(".replicas"),
     validation = Rule::new(workload::DAEMON_SET_ONLY_RULE).message(workload::DAEMON_SET_ONLY_MESSAGE).field_path(".daemonSet"),
     validation = Rule::new(workload::STATEFUL_SET_ONLY_RULE).message(workload::STATEFUL_SET_ONLY_MESSAGE).field_path(".statefulSet"),
+    validation = Rule::new(capacity::CAPACITY_DEPLOYMENT_ONLY_RULE).message(capacity::CAPACITY_DEPLOYMENT_ONLY_MESSAGE).field_path(".capacity"),
     validation = Rule::new(workload::DEPLOYMENT_ONLY_RULE).message(workload::DEPLOYMENT_ONLY_MESSAGE).field_path(".kind"),
     validation = Rule::new(workload::KIND_KEPT_RULE).message(workload::KIND_KEPT_MESSAGE).field_path(".kind"),
     validation = Rule::new("size(self.template.spec.containers) >= 1").message("template.spec.containers must hold at least one container").field_path(".template.spec.containers"),
@@ -240,6 +244,20 @@ pub struct Component {
     /// without a ready pod while nodes move between revisions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub daemon_set: Option<workload::DaemonSetSettings>,
+
+    /// Pods the release may add above `replicas` and leave missing below it
+    /// (`maxSurge`, `maxUnavailable`, as a Deployment's rolling update; Deployment
+    /// components only). Without it a step adds the new pods before the stable ones
+    /// go, as always; with `maxSurge: 0` a step takes stable pods away first and
+    /// brings the new ones up in their place (nodes that are full, such as GPUs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<capacity::Capacity>,
+
+    /// A request the operator sends to each pod (an OpenAI-compatible `/v1/models`
+    /// naming the model): a pod counts as ready only once it answers, and a step's
+    /// progress deadline grows by `warmup`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving: Option<serving::Serving>,
 
     /// The pod template of the component. A change to it starts a new revision.
     #[schemars(schema_with = "pod_template_schema")]

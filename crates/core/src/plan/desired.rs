@@ -224,6 +224,16 @@ pub fn intents(
         if workload_intents(obs, target, c, &want, templates, &mut kept) {
             continue;
         }
+        // Within a capacity, every revision's count comes from the one
+        // rolling replacement (the revisions being left included).
+        let limited = super::capacity::limit(obs, target, status, c, &want).map(|l| l.want);
+        let want = match &limited {
+            Some(l) => want
+                .keys()
+                .map(|h| (h.clone(), l.get(h).copied().unwrap_or(0)))
+                .collect(),
+            None => want,
+        };
         // With nothing to keep (no stable revision to return to), nothing is protected.
         // An adopted Deployment is the stable capacity of a first rollout.
         let is_covered =
@@ -260,7 +270,9 @@ pub fn intents(
             let held = !want.is_empty()
                 && (traffic::held(obs, target, &c.name, hash)
                     || traffic::draining(obs, target, &c.name).is_some());
-            let replicas = if is_covered && !held && !blue_green_kept(obs, target, status) {
+            let replicas = if let Some(w) = limited.as_ref().and_then(|l| l.get(*hash)) {
+                *w
+            } else if is_covered && !held && !blue_green_kept(obs, target, status) {
                 0
             } else {
                 rev.replicas.clamp(0, r.max(0))

@@ -14,6 +14,7 @@
 
 pub mod adopt;
 pub mod autoscale;
+pub mod capacity;
 pub mod conditions;
 pub mod config;
 pub mod daemon;
@@ -916,6 +917,9 @@ mod tests;
 #[path = "stateful_tests.rs"]
 mod stateful_tests;
 
+#[cfg(test)]
+#[path = "capacity_tests.rs"]
+mod capacity_tests;
 #[cfg(test)]
 #[path = "daemon_tests.rs"]
 mod daemon_tests;

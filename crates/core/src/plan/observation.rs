@@ -50,6 +50,10 @@ pub struct TargetComponent {
     pub stateful_set: Option<crate::api::workload::StatefulSetSettings>,
     /// Its DaemonSet settings (`daemonSet`), when set.
     pub daemon_set: Option<crate::api::workload::DaemonSetSettings>,
+    /// Its release capacity (`capacity`), when set.
+    pub capacity: Option<crate::api::capacity::Capacity>,
+    /// Its model-ready check (`serving`), when set.
+    pub serving: Option<crate::api::serving::Serving>,
 }
 
 /// The spec, validated and digested into what the machine needs.
@@ -162,6 +166,8 @@ impl Target {
                 kind: c.kind,
                 stateful_set: c.stateful_set.clone(),
                 daemon_set: c.daemon_set.clone(),
+                capacity: c.capacity.clone(),
+                serving: c.serving.clone(),
             })
             .collect();
         let revision = revision::plan_revision(

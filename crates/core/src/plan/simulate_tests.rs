@@ -36,6 +36,8 @@ fn spec(replicas: &[i32], image: &str, steps: Vec<Step>) -> ReleasePlanSpec {
                 kind: Default::default(),
                 stateful_set: None,
                 daemon_set: None,
+                capacity: None,
+                serving: None,
             })
             .collect(),
         strategy: ApiStrategy {

@@ -31,6 +31,8 @@ fn spec() -> ReleasePlanSpec {
             kind: Default::default(),
             stateful_set: None,
             daemon_set: None,
+            capacity: None,
+            serving: None,
         }],
         ..Default::default()
     };

@@ -34,6 +34,8 @@ fn component(name: &str, image: &str, replicas: i32) -> Component {
         kind: Default::default(),
         stateful_set: None,
         daemon_set: None,
+        capacity: None,
+        serving: None,
     }
 }
 

@@ -245,6 +245,20 @@ pub fn intents(
                     return r.clone();
                 }
                 let step = step_route(target, status, c);
+                // Within a capacity the stable revision comes back pod by
+                // pod: the route leaves the new one only as fast as the
+                // stable pods are ready to take its requests.
+                if status.phase == Phase::RollbackInProgress
+                    && let Some(r) = seen_route
+                    && let Some(w) =
+                        super::capacity::rollback_canary_weight(obs, target, c, r.canary_weight)
+                {
+                    return RouteObs {
+                        stable_weight: 100 - w,
+                        canary_weight: w,
+                        headers: Vec::new(),
+                    };
+                }
                 if status.phase == Phase::Stable {
                     // Leave the canary Service only once the stable one
                     // selects the promoted revision, and that change has
@@ -279,9 +293,13 @@ pub fn intents(
                     } else if have >= want {
                         step
                     } else {
-                        // Some pods ready: no more than the route has already.
-                        let w =
-                            seen_route.map_or(0, |r| r.canary_weight.clamp(0, step.canary_weight));
+                        // Some pods ready: no more than the route has already,
+                        // or, within a capacity (where the new pods come up
+                        // only as the stable ones go), their ready share.
+                        let had = seen_route.map_or(0, |r| r.canary_weight);
+                        let w = super::capacity::ready_share(obs, target, &c.name, cur)
+                            .map_or(had, |share| had.max(share))
+                            .clamp(0, step.canary_weight);
                         RouteObs {
                             stable_weight: 100 - w,
                             canary_weight: w,
@@ -338,8 +356,11 @@ pub fn stable_service_moves(
     }
     let r = t.replicas;
     let cur = c.current_hash.as_deref().unwrap_or_default();
+    // Within a capacity the new revision has every pod only once the stable
+    // one has none: the Service moves once it may be that short.
+    let short = super::capacity::limits(target, &c.name).map_or(0, |l| l.unavailable);
     canary_replicas(r, order::weight(target, status, &c.name)) >= r
-        && ready(&revisions_of(obs, &c.name), cur) >= r
+        && ready(&revisions_of(obs, &c.name), cur) >= r - short
 }
 
 /// Whether observed traffic still reaches revision `hash` of a component:

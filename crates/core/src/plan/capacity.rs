@@ -1,0 +1,158 @@
+//! Releases within a fixed capacity (`capacity.maxSurge`,
+//! `capacity.maxUnavailable`).
+//!
+//! Without `capacity` the new revision's pods come up beside the stable ones
+//! and the stable revision gives up only what the new one has ready
+//! ([`super::desired`]). On nodes that are full (every GPU taken) that canary
+//! stays Pending for ever. With `capacity` the revisions replace each other as
+//! a Deployment's rolling update does: the revisions being left give up pods
+//! first, as far as `maxUnavailable` allows (pods that are not ready first:
+//! they serve nothing), and the revision coming up takes the room freed, as
+//! far as `maxSurge` allows. The same rule runs both ways: a rollout brings
+//! the new revision up, a rollback the stable one.
+
+use super::{Observation, RevisionObs, Target, order, revisions_of};
+use crate::api::capacity::Limits;
+use crate::api::workload::WorkloadKind;
+use crate::api::{ComponentStatus, Phase, ReleasePlanStatus};
+use std::collections::BTreeMap;
+
+/// The wanted replicas of every revision of a component, within its limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limited {
+    /// The revision coming up and the ones being left, by hash.
+    pub want: BTreeMap<String, i32>,
+}
+
+/// The limits of a component released within a capacity: a Deployment
+/// component with `capacity`, outside blue-green (which the CRD refuses).
+pub fn limits(target: &Target, component: &str) -> Option<Limits> {
+    let t = target.component(component)?;
+    if t.kind != WorkloadKind::Deployment || target.blue_green.is_some() {
+        return None;
+    }
+    t.capacity.as_ref().map(|c| c.limits(t.replicas))
+}
+
+/// The wanted replicas of a component's revisions within its capacity, from
+/// the targets [`super::desired`] computed (`want`); `None` when the
+/// component has no capacity or nothing moves between revisions.
+pub fn limit(
+    obs: &Observation,
+    target: &Target,
+    status: &ReleasePlanStatus,
+    c: &ComponentStatus,
+    want: &BTreeMap<String, i32>,
+) -> Option<Limited> {
+    let limits = limits(target, &c.name)?;
+    let r = target.component(&c.name)?.replicas.max(0);
+    let revs = revisions_of(obs, &c.name);
+    let (up, up_target, kept) = match (status.phase, &c.current_hash, &c.stable_hash) {
+        (Phase::RollingOut, Some(cur), Some(st)) if cur != st => {
+            // The stable revision gives up its share whatever traffic still
+            // reaches it: within a capacity the new pods need its room, and
+            // the Services and route follow the ready pods instead
+            // ([`super::traffic`]).
+            let new = want.get(cur).copied().unwrap_or(0).clamp(0, r);
+            (cur, new, Some((st.as_str(), r - new)))
+        }
+        (Phase::RollbackInProgress, _, Some(st))
+            if order::rollback_waits_on(obs, target, status, &c.name).is_empty() =>
+        {
+            (st, r, None)
+        }
+        (Phase::RolledBack, _, Some(st)) => (st, r, None),
+        _ => return None,
+    };
+    // Every other revision is being left, down to zero (the stable one, in
+    // a rollout, down to its share).
+    let mut left: Vec<(&str, i32)> = revs
+        .keys()
+        .filter(|h| **h != up.as_str() && Some(**h) != kept.map(|k| k.0))
+        .map(|h| (*h, 0))
+        .collect();
+    // The stable revision last: older revisions go first.
+    left.extend(kept);
+    Some(Limited {
+        want: replace(&revs, limits, r, (up, up_target), &left),
+    })
+}
+
+fn replicas(revs: &BTreeMap<&str, &RevisionObs>, hash: &str) -> i32 {
+    revs.get(hash).map_or(0, |r| r.replicas.max(0))
+}
+
+fn ready(revs: &BTreeMap<&str, &RevisionObs>, hash: &str) -> i32 {
+    revs.get(hash)
+        .map_or(0, |r| r.ready.clamp(0, r.replicas.max(0)))
+}
+
+/// One move of a rolling replacement: `left` revisions go down towards their
+/// targets (their not-ready pods first, then ready ones while the ready pods
+/// stay at `replicas - unavailable`), then `up` comes up in the room left
+/// under `replicas + surge`. A revision is never scaled past its target, and
+/// the one coming up never down (unless its target is lower).
+fn replace(
+    revs: &BTreeMap<&str, &RevisionObs>,
+    limits: Limits,
+    r: i32,
+    (up, up_target): (&str, i32),
+    left: &[(&str, i32)],
+) -> BTreeMap<String, i32> {
+    let mut out = BTreeMap::new();
+    let up_ready = ready(revs, up);
+    let left_ready: i32 = left.iter().map(|(h, _)| ready(revs, h)).sum();
+    // Ready pods that may go: what is ready beyond `replicas - unavailable`.
+    let mut budget = (up_ready + left_ready - (r - limits.unavailable)).max(0);
+    let mut after = 0;
+    for (h, target) in left {
+        let have = replicas(revs, h);
+        let excess = (have - target).max(0);
+        // Not-ready pods serve nothing: they go first and cost no budget
+        // (a ReplicaSet deletes its not-ready pods first).
+        let unready = (have - ready(revs, h)).clamp(0, excess);
+        let ready_gone = budget.min(excess - unready);
+        budget -= ready_gone;
+        let w = have - unready - ready_gone;
+        after += w;
+        out.insert((*h).to_string(), w);
+    }
+    let up_have = replicas(revs, up);
+    let room = r + limits.surge - after;
+    let up_want = room.clamp(up_have.min(up_target), up_target.max(0));
+    out.insert(up.to_string(), up_want);
+    out
+}
+
+/// The ready pods of revision `hash` as a share (0-100) of the component's
+/// replicas, rounded down; `None` without a capacity.
+pub fn ready_share(obs: &Observation, target: &Target, component: &str, hash: &str) -> Option<i32> {
+    limits(target, component)?;
+    let r = target.component(component)?.replicas.max(0);
+    if r == 0 {
+        return Some(100);
+    }
+    let revs = revisions_of(obs, component);
+    i32::try_from(i64::from(ready(&revs, hash)) * 100 / i64::from(r)).ok()
+}
+
+/// During a rollback within a capacity, the share of requests a router may
+/// still send to the new revision: no more than it had, and no less than the
+/// stable revision cannot yet serve (its ready pods of `replicas`), so an
+/// abort never sends every request to pods that are not ready.
+pub fn rollback_canary_weight(
+    obs: &Observation,
+    target: &Target,
+    c: &ComponentStatus,
+    had: i32,
+) -> Option<i32> {
+    limits(target, &c.name)?;
+    let r = target.component(&c.name)?.replicas.max(0);
+    let st = c.stable_hash.as_ref()?;
+    let revs = revisions_of(obs, &c.name);
+    if r == 0 {
+        return Some(0);
+    }
+    let stable_share = i32::try_from(i64::from(ready(&revs, st)) * 100 / i64::from(r)).ok()?;
+    Some((100 - stable_share).clamp(0, had.clamp(0, 100)))
+}
