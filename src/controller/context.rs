@@ -96,6 +96,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Evaluates Prometheus and webhook gates beside the reconciles.
     pub gates: Arc<GateRunner>,
+    /// Asks the pods of components with `serving` whether they serve.
+    pub(crate) serving: Arc<super::serving::ServingProbes>,
     /// The GatePolicies and namespaces' labels, as cached.
     pub policy: super::policy::PolicyCaches,
     /// The ReleaseFreezes and namespaces' labels, as cached.
@@ -207,6 +209,7 @@ impl Context {
         self.hashes
             .forget((key.namespace.as_deref().unwrap_or_default(), &key.name));
         self.gates.observe(key, None);
+        self.serving.forget(key);
     }
 }
 

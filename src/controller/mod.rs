@@ -36,6 +36,7 @@ mod reconcile;
 mod reconcile_tests;
 pub mod router;
 mod run;
+mod serving;
 mod stand_in;
 mod stateful;
 mod stored;

@@ -161,6 +161,14 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         }
         Err(e) => (Err(e), BTreeMap::new()),
     };
+    let mut revisions = revisions(&owned, &workloads);
+    serving_ready(
+        ctx,
+        &key,
+        (&ns, &name),
+        target.as_ref().ok(),
+        &mut revisions,
+    );
     let obs = Observation {
         plan: name.clone(),
         now: Utc::now(),
@@ -168,7 +176,7 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         target,
         pod_failures: pod_failures(ctx, plan, &ns, &name, &status),
         status,
-        revisions: revisions(&owned, &workloads),
+        revisions,
         workloads,
         gates,
         jobs: observe_jobs(ctx, &key, &ns, &name, &uid),
@@ -209,6 +217,67 @@ fn revisions(
         .filter_map(|d| revision_of_cached(d))
         .chain(releaseplan_core::plan::stateful::revisions(workloads))
         .collect()
+}
+
+/// Of components with `serving`, a revision's ready pods are only those
+/// Ready pods that have answered the check ([`super::serving`]): a model
+/// server is ready when it serves, not when its probe passes.
+fn serving_ready(
+    ctx: &Context,
+    key: &ObjectRef<ReleasePlan>,
+    (ns, name): (&str, &str),
+    target: Option<&Target>,
+    revisions: &mut [RevisionObs],
+) {
+    let checks: BTreeMap<&str, &releaseplan_core::api::serving::Serving> = target
+        .iter()
+        .flat_map(|t| &t.components)
+        .filter_map(|c| c.serving.as_ref().map(|s| (c.name.as_str(), s)))
+        .collect();
+    if checks.is_empty() {
+        ctx.serving.answered(key, Vec::new());
+        return;
+    }
+    let pods = ctx.pods.of_plan(ns, name);
+    let mut asks = Vec::new();
+    let mut of_revision: Vec<(&str, &str, String)> = Vec::new();
+    for p in &pods {
+        let (Some(component), Some(hash)) = (
+            p.labels.get(crate::api::LABEL_COMPONENT),
+            p.labels.get(LABEL_REVISION),
+        ) else {
+            continue;
+        };
+        let Some(serving) = checks.get(component) else {
+            continue;
+        };
+        let status = p.status.as_ref();
+        let (Some(ip), true, None) = (
+            status.and_then(|s| s.pod_ip),
+            status.is_some_and(|s| s.ready),
+            p.metadata.deletion_timestamp.as_ref(),
+        ) else {
+            continue;
+        };
+        let pod = p.metadata.name.clone().unwrap_or_default();
+        of_revision.push((component, hash, pod.clone()));
+        asks.push(super::serving::Ask {
+            pod,
+            ip,
+            serving: (*serving).clone(),
+        });
+    }
+    let answered = ctx.serving.answered(key, asks);
+    for rev in revisions
+        .iter_mut()
+        .filter(|r| checks.contains_key(r.component.as_str()))
+    {
+        let serving = of_revision
+            .iter()
+            .filter(|(c, h, pod)| *c == rev.component && *h == rev.hash && answered.contains(pod))
+            .count();
+        rev.ready = rev.ready.min(i32::try_from(serving).unwrap_or(i32::MAX));
+    }
 }
 
 /// The namespace's GatePolicy, and the Pod Security level of the plan's Job

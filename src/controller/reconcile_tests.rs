@@ -119,6 +119,7 @@ fn context_with_deadline(client: Client, deadline: Duration) -> Arc<Context> {
     let (plans, _) = reflector::store::<CachedPlan>();
     let plan_cache = plans.clone();
     let (wake, _) = futures::channel::mpsc::unbounded();
+    let (wake_serving, _) = futures::channel::mpsc::unbounded();
     let http = GateHttp::new(OutboundPolicy {
         deny: Vec::new(),
         allow: Vec::new(),
@@ -167,6 +168,7 @@ fn context_with_deadline(client: Client, deadline: Duration) -> Arc<Context> {
         queue: Arc::new(Queue::new(Arc::clone(&metrics))),
         metrics,
         gates,
+        serving: super::serving::ServingProbes::new(reqwest::Client::new(), wake_serving),
         policy: crate::controller::policy::PolicyCaches::none(crate::gates::policy::Mode::Optional),
         freezes: crate::controller::freeze::FreezeCaches::none(),
         gate_templates: TemplateCaches {

@@ -172,6 +172,8 @@ pub async fn run(
         plan_store.clone(),
     ))
     .await;
+    let serving =
+        super::serving::ServingProbes::new(settings.gate_http.client().clone(), wake_tx.clone());
     let gates = GateRunner::new(
         settings.gate_http.clone(),
         crate::gates::access::CredentialReader::new(
@@ -215,6 +217,7 @@ pub async fn run(
         notifier,
         metrics,
         gates,
+        serving,
         policy,
         freezes,
         gate_templates,

@@ -395,6 +395,14 @@ pub struct CachedPodStatus {
     /// revisions count).
     #[serde(default, rename = "conditions", deserialize_with = "ready_condition")]
     pub ready: bool,
+    /// `status.podIP`: where a component's `serving` check asks the pod
+    /// (an address that does not parse reads as none).
+    #[serde(default, rename = "podIP", deserialize_with = "pod_ip")]
+    pub pod_ip: Option<std::net::IpAddr>,
+}
+
+fn pod_ip<'de, D: Deserializer<'de>>(d: D) -> Result<Option<std::net::IpAddr>, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.and_then(|s| s.parse().ok()))
 }
 
 /// Whether a pod's conditions hold `Ready: True`, read without keeping them.

@@ -125,10 +125,11 @@ fn carries_the_cel_rules_and_bounds() {
     let component = schema_at(spec, &["components", "[]"]);
     assert_eq!(
         rules(component).len(),
-        11,
+        12,
         "replicas or autoscaling (or a DaemonSet), containers, reserved labels, unique container and init container names, \
          statefulSet only with its kind, traffic/autoscaling/adopt only for Deployments, kind kept, \
-         no replicas for a DaemonSet, daemonSet only with its kind, capacity only for Deployments"
+         no replicas for a DaemonSet, daemonSet only with its kind, capacity only for Deployments, \
+         serving not with hostNetwork"
     );
     assert_eq!(
         component.required,

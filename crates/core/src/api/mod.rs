@@ -201,6 +201,7 @@ pub struct ReleasePlanSpec {
     validation = Rule::new(workload::DAEMON_SET_ONLY_RULE).message(workload::DAEMON_SET_ONLY_MESSAGE).field_path(".daemonSet"),
     validation = Rule::new(workload::STATEFUL_SET_ONLY_RULE).message(workload::STATEFUL_SET_ONLY_MESSAGE).field_path(".statefulSet"),
     validation = Rule::new(capacity::CAPACITY_DEPLOYMENT_ONLY_RULE).message(capacity::CAPACITY_DEPLOYMENT_ONLY_MESSAGE).field_path(".capacity"),
+    validation = Rule::new("!has(self.serving) || !has(self.template.spec.hostNetwork) || !self.template.spec.hostNetwork").message("serving asks each pod on its own IP: not with template.spec.hostNetwork (the node's address)").field_path(".serving"),
     validation = Rule::new(workload::DEPLOYMENT_ONLY_RULE).message(workload::DEPLOYMENT_ONLY_MESSAGE).field_path(".kind"),
     validation = Rule::new(workload::KIND_KEPT_RULE).message(workload::KIND_KEPT_MESSAGE).field_path(".kind"),
     validation = Rule::new("size(self.template.spec.containers) >= 1").message("template.spec.containers must hold at least one container").field_path(".template.spec.containers"),

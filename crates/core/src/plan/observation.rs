@@ -65,7 +65,8 @@ pub struct Target {
     pub revision: String,
     /// Canary steps, parsed.
     pub steps: Vec<Step>,
-    /// How long a step may wait for ready pods.
+    /// How long a step may wait for ready pods: `progressDeadlineSeconds`
+    /// plus the longest `serving.warmup`.
     pub progress_deadline: Duration,
     /// Roll back without a human when a gate fails.
     pub automatic_rollback: bool,
@@ -179,7 +180,15 @@ impl Target {
             components,
             revision,
             steps,
-            progress_deadline: seconds(spec.progress_deadline_seconds()),
+            // A model server's pods may load for minutes: the longest
+            // warm-up of a component is added to every step's deadline.
+            progress_deadline: seconds(spec.progress_deadline_seconds())
+                + spec
+                    .components
+                    .iter()
+                    .filter_map(|c| c.serving.as_ref().map(crate::api::serving::Serving::warmup))
+                    .max()
+                    .unwrap_or_default(),
             automatic_rollback: spec.rollback.automatic,
             paused: spec.paused,
             revision_history_limit: spec.revision_history_limit(),
