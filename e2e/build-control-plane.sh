@@ -222,6 +222,21 @@ build_gateway_crds() {
   log "gateway-api CRDs v$GATEWAY_API_VERSION ready"
 }
 
+# The Gateway API Inference Extension CRDs, from the module's config/crd/bases:
+# InferencePool (inference.networking.k8s.io/v1) and the alpha multi-cluster
+# InferencePoolImport (inference.networking.x-k8s.io/v1alpha1) beside it.
+build_inference_crds() {
+  local moddir
+  [ -f "$INFERENCE_CRDS/inference.networking.k8s.io_inferencepools.yaml" ] && {
+    log "inference extension CRDs v$INFERENCE_EXTENSION_VERSION cached"; return; }
+  moddir=$(module_dir "sigs.k8s.io/gateway-api-inference-extension@v$INFERENCE_EXTENSION_VERSION")
+  mkdir -p "$INFERENCE_CRDS"
+  cp "$moddir"/config/crd/bases/inference.networking.k8s.io_inferencepools.yaml \
+     "$moddir"/config/crd/bases/inference.networking.x-k8s.io_inferencepoolimports.yaml "$INFERENCE_CRDS/"
+  chmod -R u+w "$INFERENCE_CRDS"
+  log "inference extension CRDs v$INFERENCE_EXTENSION_VERSION ready"
+}
+
 # Traefik's own CRDs (IngressRoute and the others its Kubernetes CRD provider
 # watches), from the Traefik module: the router of traffic.traefik
 # (tests/it/traffic.rs, rollout_through_a_traefik_ingress_route).
@@ -310,12 +325,12 @@ build_krew() {
 start=$(date +%s)
 case "${1:-all}" in
   all) build_etcd; build_kwok; build_metrics_server; build_helm; build_k8s; build_consumers
-    build_monitoring_crds; build_traefik; build_gateway_crds; build_traefik_crds ;;
+    build_monitoring_crds; build_traefik; build_gateway_crds; build_inference_crds; build_traefik_crds ;;
   k8s) build_k8s ;; etcd) build_etcd ;; kwok) build_kwok ;; helm) build_helm ;;
   metrics-server) build_metrics_server ;;
   consumers) build_consumers ;;
   monitoring-crds) build_monitoring_crds ;;
-  traefik) build_traefik; build_gateway_crds; build_traefik_crds ;;
+  traefik) build_traefik; build_gateway_crds; build_inference_crds; build_traefik_crds ;;
   argo-rollouts) build_argo_rollouts ;;
   krew) build_krew ;;
   *) die "usage: $0 [all|k8s|etcd|kwok|metrics-server|helm|consumers|monitoring-crds|traefik|argo-rollouts|krew]" ;;

@@ -16,6 +16,10 @@
 # scrape as the prometheus-operator does for a ServiceMonitor (target labels
 # namespace, service, job, endpoint from the Service; honor_labels from the
 # endpoint's honorLabels).
+# RP_PROMETHEUS_FILE_SD=/abs/path/targets.json scrapes the targets that file
+# lists (file_sd_configs, re-read every 1s, so targets and their labels can
+# change while it runs) instead of TARGET, which may then be "-";
+# RP_PROMETHEUS_TARGET_LABELS is then refused: give labels in the file.
 set -euo pipefail
 # shellcheck source=e2e/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -54,8 +58,16 @@ stop() {
 }
 
 start() {
-  local target="${1:-}"
-  [[ "$target" =~ ^[^[:space:]/\'\"]+:[0-9]+$ ]] || usage
+  local target="${1:-}" file_sd="${RP_PROMETHEUS_FILE_SD:-}"
+  if [ -n "$file_sd" ]; then
+    [[ "$file_sd" == /* && "$file_sd" != *[[:space:]\'\"]* ]] ||
+      die "RP_PROMETHEUS_FILE_SD must be an absolute path without spaces or quotes, got '$file_sd'"
+    [ -z "${RP_PROMETHEUS_TARGET_LABELS:-}" ] ||
+      die "RP_PROMETHEUS_TARGET_LABELS does not apply with RP_PROMETHEUS_FILE_SD: put the labels in $file_sd"
+    [[ "$target" == "-" || "$target" =~ ^[^[:space:]/\'\"]+:[0-9]+$ ]] || usage
+  else
+    [[ "$target" =~ ^[^[:space:]/\'\"]+:[0-9]+$ ]] || usage
+  fi
   local bin="${PROMETHEUS_BIN:-$(command -v prometheus || true)}"
   [ -x "$bin" ] || die "prometheus is not installed: apt-get install prometheus (or set PROMETHEUS_BIN)"
   command -v curl >/dev/null || die "curl is not installed"
@@ -74,7 +86,22 @@ start() {
       labels+=$'\n'"          ${BASH_REMATCH[1]}: '${BASH_REMATCH[2]}'"
     done
   fi
-  cat >"$DIR/prometheus.yml" <<EOF
+  if [ -n "$file_sd" ]; then
+    cat >"$DIR/prometheus.yml" <<EOF
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: target
+    honor_labels: $honor
+    file_sd_configs:
+      - files: ['$file_sd']
+        refresh_interval: 1s
+EOF
+    target="the targets in $file_sd"
+  else
+    cat >"$DIR/prometheus.yml" <<EOF
 global:
   scrape_interval: 1s
   scrape_timeout: 1s
@@ -85,6 +112,7 @@ scrape_configs:
     static_configs:
       - targets: ['$target']$labels
 EOF
+  fi
 
   local web=() scheme=http curl_args=()
   if [ -n "${RP_PROMETHEUS_WEB_CONFIG:-}" ]; then
