@@ -805,6 +805,9 @@ async fn gates_now(
                 revision: component
                     .and_then(|c| c.current_hash.clone())
                     .unwrap_or_default(),
+                stable_revision: component
+                    .and_then(|c| c.stable_hash.clone())
+                    .unwrap_or_default(),
             },
             revision: target.revision.clone(),
             step: first.map_or(0, |s| s.step),
@@ -812,6 +815,7 @@ async fn gates_now(
         let r = crate::gates::evaluate(gate, &http, &secrets, &policy, &gctx).await;
         let (verdict, message) = match &r {
             GateResult::Pass { .. } => ("Passed", None),
+            GateResult::NotApplicable { reason } => ("Passed", Some(reason.clone())),
             GateResult::Fail { reason, .. } => ("Failed", Some(reason.clone())),
             GateResult::Inconclusive { reason } => ("Inconclusive", Some(reason.clone())),
             GateResult::Error { reason } => ("Error", Some(reason.clone())),

@@ -115,6 +115,9 @@ impl GateWork {
                     revision: component
                         .and_then(|c| c.current_hash.clone())
                         .unwrap_or_default(),
+                    stable_revision: component
+                        .and_then(|c| c.stable_hash.clone())
+                        .unwrap_or_default(),
                 },
                 revision: status.current_revision.clone().unwrap_or_default(),
                 step: status.current_step,

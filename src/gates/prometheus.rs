@@ -28,6 +28,14 @@ pub async fn evaluate_with(
     gate: &PrometheusSpec,
     vars: &TemplateVars,
 ) -> GateResult {
+    // A first release has no stable revision to compare with: such a
+    // query would only ever find no data.
+    if vars.stable_revision.is_empty() && compares_with_stable(&gate.query) {
+        return GateResult::NotApplicable {
+            reason: "the query compares with the stable revision, and this first release has none"
+                .into(),
+        };
+    }
     let timeout = gate.timeout;
     let query = render_query(&gate.query, vars);
     let url = match query_url(&gate.address, &query, timeout) {

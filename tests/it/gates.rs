@@ -98,6 +98,7 @@ fn vars(revision: &str) -> TemplateVars {
         namespace: "default".into(),
         component: "web".into(),
         revision: revision.into(),
+        stable_revision: String::new(),
     }
 }
 

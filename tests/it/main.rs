@@ -48,6 +48,7 @@ mod gates;
 mod job_gates;
 mod leader;
 mod metrics_pipeline;
+mod model_servers;
 mod monitoring;
 mod notifications;
 mod notify_alertmanager;

@@ -137,6 +137,10 @@ fn the_charts_copies_are_the_integrations_files() {
             "charts/releaseplan/files/releaseplan-dashboard.json",
             "integrations/grafana/releaseplan-dashboard.json",
         ),
+        (
+            "charts/releaseplan/files/vllm-gate-templates.yaml",
+            "integrations/vllm/gate-templates.yaml",
+        ),
     ] {
         assert!(
             read(copy) == read(original),

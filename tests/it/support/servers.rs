@@ -69,7 +69,23 @@ impl Prometheus {
         )
     }
 
+    /// A Prometheus scraping every second the targets the file_sd list at
+    /// `targets` names (re-read every second, so they may come and go).
+    pub fn start_file_sd(targets: &std::path::Path) -> Prometheus {
+        Prometheus::start_args(
+            "-",
+            &[(
+                "RP_PROMETHEUS_FILE_SD",
+                targets.to_str().expect("utf-8 path"),
+            )],
+        )
+    }
+
     fn start_with(target: SocketAddr, envs: &[(&str, &str)]) -> Prometheus {
+        Prometheus::start_args(&target.to_string(), envs)
+    }
+
+    fn start_args(target: &str, envs: &[(&str, &str)]) -> Prometheus {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let name = format!(
             "test-{}-{}",
@@ -77,7 +93,7 @@ impl Prometheus {
             COUNTER.fetch_add(1, Ordering::Relaxed)
         );
         let out = Command::new(script())
-            .args(["start", &name, &target.to_string()])
+            .args(["start", &name, target])
             .envs(envs.iter().copied())
             .output()
             .expect("cannot run e2e/prometheus.sh");

@@ -205,6 +205,13 @@ pub enum GateResult {
         /// Why, for `GateStatus.message`.
         reason: String,
     },
+    /// Nothing to evaluate, which counts as a pass: a query comparing the
+    /// new revision with the stable one (`{{stableRevision}}`) on a first
+    /// release, which has no stable revision.
+    NotApplicable {
+        /// Why, for `GateStatus.message`.
+        reason: String,
+    },
     /// The evaluation itself went wrong: timeout, connection refused, bad
     /// JSON, a Prometheus error answer. Never a pass; counted as a failure.
     Error {
@@ -229,6 +236,7 @@ impl GateResult {
             GateResult::Pass { value } => Some(*value),
             GateResult::Fail { value, .. } => *value,
             GateResult::Inconclusive { .. }
+            | GateResult::NotApplicable { .. }
             | GateResult::Error { .. }
             | GateResult::Refused { .. } => None,
         }
@@ -236,7 +244,10 @@ impl GateResult {
 
     /// Whether this evaluation passed.
     pub fn is_pass(&self) -> bool {
-        matches!(self, GateResult::Pass { .. })
+        matches!(
+            self,
+            GateResult::Pass { .. } | GateResult::NotApplicable { .. }
+        )
     }
 }
 
@@ -355,6 +366,11 @@ pub fn record_with(
     };
 
     let (verdict, message) = match result {
+        GateResult::NotApplicable { reason } => {
+            errors = 0;
+            passes = need_passes;
+            (Verdict::Passed, format!("passed without a query: {reason}"))
+        }
         GateResult::Pass { value } => {
             errors = 0;
             passes = passes.saturating_add(1);

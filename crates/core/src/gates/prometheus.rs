@@ -14,7 +14,7 @@ use crate::api::PrometheusGate;
 use crate::api::time::parse_duration;
 
 /// Values substituted into a gate's query: `{{plan}}`, `{{namespace}}`,
-/// `{{component}}`, `{{revision}}`.
+/// `{{component}}`, `{{revision}}`, `{{stableRevision}}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TemplateVars {
     /// Name of the ReleasePlan.
@@ -25,6 +25,9 @@ pub struct TemplateVars {
     pub component: String,
     /// Revision (template hash) being rolled out.
     pub revision: String,
+    /// The component's stable revision (template hash), which a query
+    /// compares the new one with; empty before a first release.
+    pub stable_revision: String,
 }
 
 /// Interval of a Prometheus gate without `interval`.
@@ -94,7 +97,8 @@ impl PrometheusSpec {
     }
 }
 
-/// Replaces `{{plan}}`, `{{namespace}}`, `{{component}}` and `{{revision}}`
+/// Replaces `{{plan}}`, `{{namespace}}`, `{{component}}`, `{{revision}}` and
+/// `{{stableRevision}}`
 /// (spaces inside the braces allowed: `{{ plan }}`) with their values. Any
 /// other `{{...}}` is left as written, so Prometheus reports it.
 pub fn render_query(query: &str, vars: &TemplateVars) -> String {
@@ -112,6 +116,7 @@ pub fn render_query(query: &str, vars: &TemplateVars) -> String {
             "namespace" => Some(&vars.namespace),
             "component" => Some(&vars.component),
             "revision" => Some(&vars.revision),
+            "stableRevision" => Some(&vars.stable_revision),
             _ => None,
         };
         match value {
@@ -122,6 +127,23 @@ pub fn render_query(query: &str, vars: &TemplateVars) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// Whether a query compares the new revision with the stable one
+/// (`{{stableRevision}}`, spaces inside the braces allowed).
+pub fn compares_with_stable(query: &str) -> bool {
+    let mut rest = query;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else {
+            return false;
+        };
+        if after[..end].trim() == "stableRevision" {
+            return true;
+        }
+        rest = &after[end + 2..];
+    }
+    false
 }
 
 /// Builds `<address>/api/v1/query?query=...&timeout=...` with a URL parser,
@@ -322,6 +344,7 @@ mod tests {
             namespace: "prod".into(),
             component: "web".into(),
             revision: "7f3c".into(),
+            stable_revision: "2b9d".into(),
         };
         assert_eq!(
             render_query(
@@ -331,6 +354,14 @@ mod tests {
             r#"sum(rate(errors{ns="prod",app="shop-web",rev="7f3c"}[1m]))"#
         );
         assert_eq!(render_query("{{revision}}{{revision}}", &vars), "7f3c7f3c");
+        assert_eq!(
+            render_query("{{revision}}/{{ stableRevision }}", &vars),
+            "7f3c/2b9d"
+        );
+        assert!(compares_with_stable("x{r=\"{{ stableRevision }}\"}"));
+        assert!(!compares_with_stable(
+            "x{r=\"{{revision}}\"} {{stableRevision"
+        ));
     }
 
     #[test]

@@ -1,0 +1,345 @@
+//! Model servers on the local control plane: kwok nodes advertising
+//! `nvidia.com/gpu`, filled to the last GPU, the real kube-scheduler placing
+//! pods on them, and stand-in vLLM servers (`e2e/model-server.py`) on the
+//! pods' own loopback IPs (support::gpu).
+//!
+//! - Without `capacity`, a canary on full GPUs stays Pending (the scheduler
+//!   finds no GPU) and the release fails on its progress deadline; with
+//!   `capacity: {maxSurge: 0, maxUnavailable: 1}` the same release completes,
+//!   never more pods than GPUs, never fewer than three of four ready.
+//! - With `serving`, a pod that is Ready but still loading its model does
+//!   not count, and `serving.warmup` keeps a short progress deadline from
+//!   failing a model that loads for longer.
+//! - The ready-made vLLM gate (integrations/vllm) against a real Prometheus
+//!   scraping the stand-ins rolls back a version whose time to first token
+//!   is three times the stable one's, and lets an equal one through.
+
+use crate::support;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, Client};
+use releaseplan::api::Phase;
+use releaseplan::api::template::ClusterGateTemplate;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+use support::fixtures::plan;
+use support::gpu::{GpuNodes, ModelServers, model_server_template};
+use support::operator::Operator;
+use support::plans::{create, get, set_components, wait_phase};
+use support::servers::Prometheus;
+use support::{Harness, WAIT, wait_until};
+
+/// The `llama` component: `replicas` pods of `image` with the stand-in's
+/// settings `env`, and the extra fields `extra` (capacity, serving).
+fn llama(ns: &str, image: &str, replicas: i32, env: &[(&str, &str)], extra: &Value) -> Value {
+    let mut c = json!({
+        "name": "llama", "replicas": replicas,
+        "template": model_server_template(ns, image, env)
+    });
+    if let Some(m) = extra.as_object() {
+        for (k, v) in m {
+            c[k] = v.clone();
+        }
+    }
+    c
+}
+
+/// The plan's pods that are not terminating: (image, scheduled, ready).
+async fn llama_pods(client: &Client, ns: &str) -> Vec<(String, bool, bool)> {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels("releaseplan.io/component=llama"))
+        .await
+        .unwrap();
+    pods.items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            let image = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.containers.first())
+                .and_then(|c| c.image.clone())
+                .unwrap_or_default();
+            let scheduled = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+            let ready = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            (image, scheduled, ready)
+        })
+        .collect()
+}
+
+/// Whether a pod of `image` is Pending because no node has a GPU free.
+async fn unschedulable(client: &Client, ns: &str, image: &str) -> bool {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels("releaseplan.io/component=llama"))
+        .await
+        .unwrap();
+    pods.items.iter().any(|p| {
+        let img = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.first())
+            .and_then(|c| c.image.as_deref());
+        let cond = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"));
+        img == Some(image)
+            && cond.is_some_and(|c| {
+                c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+                    && c.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("nvidia.com/gpu"))
+            })
+    })
+}
+
+#[tokio::test]
+async fn on_full_gpus_the_default_leaves_the_canary_pending_and_no_surge_completes() {
+    let Harness { client, ns } = Harness::new("gpu-full").await;
+    // Two nodes of two GPUs: four GPUs for four replicas, none spare.
+    let _nodes = GpuNodes::add(&client, &ns, 2, 2, None).await;
+    let _op = Operator::start(&ns, &[]).await;
+    let steps = json!([{"setWeight": 50}, {"pause": {"duration": "2s"}}]);
+    let spec = json!({
+        "components": [llama(&ns, "vllm:0.6.3", 4, &[], &json!({}))],
+        "strategy": {"steps": steps},
+        "health": {"progressDeadlineSeconds": 20}
+    });
+    create(&client, &ns, &plan("llama", spec)).await;
+    wait_phase(&client, &ns, "llama", Phase::Stable, WAIT).await;
+
+    // Without capacity: the canary comes up beside the stable pods, which
+    // hold every GPU. The real scheduler leaves it Pending, and the release
+    // fails on its progress deadline although nothing is wrong with it.
+    set_components(
+        &client,
+        &ns,
+        "llama",
+        json!([llama(&ns, "vllm:0.7.0", 4, &[], &json!({}))]),
+    )
+    .await;
+    wait_until(WAIT, "a canary pod Pending for want of a GPU", || async {
+        unschedulable(&client, &ns, "vllm:0.7.0")
+            .await
+            .then_some(())
+    })
+    .await;
+    let p = wait_phase(&client, &ns, "llama", Phase::RolledBack, WAIT).await;
+    let failure = p.status.unwrap().failure.unwrap();
+    assert_eq!(failure.reason, "ProgressDeadlineExceeded", "{failure:?}");
+
+    // With no surge: a stable pod goes first, the canary takes its GPU.
+    let capacity = json!({"capacity": {"maxSurge": 0, "maxUnavailable": 1}});
+    set_components(
+        &client,
+        &ns,
+        "llama",
+        json!([llama(&ns, "vllm:0.7.1", 4, &[], &capacity)]),
+    )
+    .await;
+    wait_phase(&client, &ns, "llama", Phase::RollingOut, WAIT).await;
+    let started = Instant::now();
+    let mut worst = (0usize, 4usize);
+    loop {
+        let pods = llama_pods(&client, &ns).await;
+        worst.0 = worst.0.max(pods.len());
+        // Ready pods counted once the release began replacing them.
+        if pods.iter().any(|(i, _, _)| i == "vllm:0.7.1") {
+            worst.1 = worst.1.min(pods.iter().filter(|(_, _, r)| *r).count());
+        }
+        let phase = get(&client, &ns, "llama")
+            .await
+            .and_then(|p| p.status)
+            .map(|s| s.phase);
+        if phase == Some(Phase::Stable)
+            && pods.len() == 4
+            && pods.iter().all(|(i, s, r)| i == "vllm:0.7.1" && *s && *r)
+        {
+            break;
+        }
+        assert_ne!(
+            phase,
+            Some(Phase::RolledBack),
+            "the release within capacity failed"
+        );
+        assert!(
+            started.elapsed() < WAIT,
+            "not released within {WAIT:?}: {pods:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        worst.0 <= 4,
+        "never more pods than replicas + maxSurge: {}",
+        worst.0
+    );
+    assert!(
+        worst.1 >= 3,
+        "never fewer ready than replicas - maxUnavailable: {}",
+        worst.1
+    );
+}
+
+#[tokio::test]
+async fn a_loading_model_server_does_not_count_and_its_warmup_holds_the_deadline_off() {
+    let Harness { client, ns } = Harness::new("model-ready").await;
+    let _nodes = GpuNodes::add(&client, &ns, 2, 1, Some(101)).await;
+    let servers = ModelServers::start(&client, &ns, None);
+    let _op = Operator::start(&ns, &[]).await;
+    let extra = json!({
+        "capacity": {"maxSurge": 0, "maxUnavailable": 1},
+        "serving": {"port": 8000, "model": "llama", "warmup": "2m"}
+    });
+    let spec = json!({
+        "components": [llama(&ns, "vllm:0.6.3", 2, &[("LOAD_SECONDS", "1")], &extra)],
+        "strategy": {"steps": [{"setWeight": 50}]},
+        // Shorter than the new model's load: only the warm-up makes room.
+        "health": {"progressDeadlineSeconds": 5}
+    });
+    create(&client, &ns, &plan("llama", spec)).await;
+    wait_phase(&client, &ns, "llama", Phase::Stable, WAIT).await;
+    assert_eq!(servers.running().len(), 2, "a stand-in per pod");
+
+    let load = 15;
+    set_components(
+        &client,
+        &ns,
+        "llama",
+        json!([llama(
+            &ns,
+            "vllm:0.7.0",
+            2,
+            &[("LOAD_SECONDS", &load.to_string())],
+            &extra
+        )]),
+    )
+    .await;
+    // The canary pod is Ready (kwok says so at once) but still loading.
+    wait_until(WAIT, "a Ready canary pod", || async {
+        llama_pods(&client, &ns)
+            .await
+            .iter()
+            .any(|(i, _, r)| i == "vllm:0.7.0" && *r)
+            .then_some(())
+    })
+    .await;
+    let ready_at = Instant::now();
+    // While it loads, the plan counts no ready canary pod.
+    while ready_at.elapsed() < Duration::from_secs(load - 5) {
+        let s = get(&client, &ns, "llama").await.unwrap().status.unwrap();
+        assert_eq!(
+            s.components[0].current_ready, 0,
+            "a pod that does not serve yet is not ready"
+        );
+        assert_eq!(s.phase, Phase::RollingOut);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Loaded, it counts; the release completes past the 5 s deadline.
+    let p = wait_phase(&client, &ns, "llama", Phase::Stable, WAIT).await;
+    assert!(ready_at.elapsed() >= Duration::from_secs(load - 5));
+    let s = p.status.unwrap();
+    assert_eq!(s.components[0].current_ready, 2);
+    assert!(s.failure.is_none(), "{:?}", s.failure);
+}
+
+/// The shipped vLLM gate templates, each renamed `<name>-<ns>` (cluster
+/// scoped, so that tests do not share them); deleted by the caller.
+async fn apply_vllm_templates(client: &Client, ns: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("integrations/vllm/gate-templates.yaml"),
+    )
+    .unwrap();
+    let api: Api<ClusterGateTemplate> = Api::all(client.clone());
+    let mut names = Vec::new();
+    for doc in yaml_serde::Deserializer::from_str(&text) {
+        let mut v: Value = serde::Deserialize::deserialize(doc).unwrap();
+        let name = format!("{}-{ns}", v["metadata"]["name"].as_str().unwrap());
+        v["metadata"]["name"] = json!(name);
+        let t: ClusterGateTemplate = serde_json::from_value(v).unwrap();
+        api.patch(
+            &name,
+            &PatchParams::apply("releaseplan-tests").force(),
+            &Patch::Apply(&t),
+        )
+        .await
+        .unwrap();
+        names.push(name);
+    }
+    names
+}
+
+#[tokio::test]
+async fn the_vllm_time_to_first_token_gate_rolls_back_a_slower_version_and_lets_an_equal_one_through()
+ {
+    let Harness { client, ns } = Harness::new("vllm-gate").await;
+    let _nodes = GpuNodes::add(&client, &ns, 2, 2, Some(102)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let targets = dir.path().join("targets.json");
+    let _servers = ModelServers::start(&client, &ns, Some(targets.clone()));
+    let prometheus = Prometheus::start_file_sd(&targets);
+    let templates = apply_vllm_templates(&client, &ns).await;
+    let _op = Operator::start(&ns, &[]).await;
+    let gate = json!([{
+        "name": "ttft", "component": "llama",
+        "template": {
+            "kind": "ClusterGateTemplate", "name": format!("vllm-time-to-first-token-{ns}"),
+            "args": {"prometheus": prometheus.url.trim_start_matches("http://"), "window": "10s", "maxRatio": "2"}
+        }
+    }]);
+    let extra = json!({
+        "capacity": {"maxSurge": 0, "maxUnavailable": 1},
+        "serving": {"port": 8000, "model": "llama"}
+    });
+    let env = |ttft: &'static str| [("TTFT_MS", ttft), ("LOAD_SECONDS", "1"), ("RPS", "20")];
+    let spec = json!({
+        "components": [llama(&ns, "vllm:0.6.3", 4, &env("50"), &extra)],
+        "strategy": {"steps": [{"setWeight": 50}, {"pause": {"duration": "25s"}}]},
+        "health": {"gates": gate, "progressDeadlineSeconds": 120}
+    });
+    create(&client, &ns, &plan("llama", spec)).await;
+    wait_phase(&client, &ns, "llama", Phase::Stable, WAIT).await;
+
+    // Three times the time to first token: the gate fails, the rollback
+    // names it.
+    set_components(
+        &client,
+        &ns,
+        "llama",
+        json!([llama(&ns, "vllm:0.7.0", 4, &env("150"), &extra)]),
+    )
+    .await;
+    let p = wait_phase(&client, &ns, "llama", Phase::RolledBack, support::WAIT * 2).await;
+    let failure = p.status.unwrap().failure.unwrap();
+    assert_eq!(failure.gate, "ttft", "{failure:?}");
+
+    // The same time to first token: the gate passes, the release completes.
+    set_components(
+        &client,
+        &ns,
+        "llama",
+        json!([llama(&ns, "vllm:0.7.1", 4, &env("50"), &extra)]),
+    )
+    .await;
+    let p = wait_phase(&client, &ns, "llama", Phase::Stable, support::WAIT * 2).await;
+    let s = p.status.unwrap();
+    assert!(s.failure.is_none(), "{:?}", s.failure);
+    assert!(
+        s.history
+            .last()
+            .is_some_and(|h| h.outcome == releaseplan::api::Outcome::Promoted),
+        "{:?}",
+        s.history
+    );
+    let api: Api<ClusterGateTemplate> = Api::all(client.clone());
+    for t in templates {
+        let _ = api.delete(&t, &Default::default()).await;
+    }
+}
