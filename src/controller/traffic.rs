@@ -17,8 +17,9 @@ use tracing::warn;
 
 use super::context::Context;
 use super::outcome::Acted;
-use super::owned::{labels, meta, write};
+use super::owned::{labels, meta, write, write_judged};
 use super::router::{Dispatch as _, Routes};
+use crate::api::inference::{InferencePool, InferencePoolSpec, PoolPort, PoolSelector};
 use crate::api::{LABEL_REVISION, LABEL_ROLE, ReleasePlan, Traffic};
 use crate::plan::Target;
 use crate::plan::traffic::{TrafficIntent, TrafficObs};
@@ -100,8 +101,17 @@ pub fn build_service(
             .map_or_else(|_| IntOrString::String(p.clone()), IntOrString::Int),
         None => IntOrString::Int(spec.port),
     };
+    let mut metadata = meta(plan, name, labels);
+    // The pool's content is recorded on the Service: a change of it is a
+    // change of the Service, which writes both ([`act`]).
+    if let Some(pool) = build_pool(plan, intent, role, spec) {
+        metadata.annotations = Some(std::collections::BTreeMap::from([(
+            ANNOTATION_POOL.to_string(),
+            pool_digest(&pool),
+        )]));
+    }
     Service {
-        metadata: meta(plan, name, labels),
+        metadata,
         spec: Some(ServiceSpec {
             selector: Some(revision_labels(&plan_name, &intent.component, hash)),
             ports: Some(vec![ServicePort {
@@ -115,6 +125,52 @@ pub fn build_service(
         }),
         status: None,
     }
+}
+
+/// The annotation of a Service that records its InferencePool's content.
+const ANNOTATION_POOL: &str = "releaseplan.io/inference-pool";
+
+/// The InferencePool of `role` (`traffic.gatewayAPI.inferencePool`): named
+/// and selecting as the Service of that role.
+pub fn build_pool(
+    plan: &ReleasePlan,
+    intent: &TrafficIntent,
+    role: Role,
+    spec: &Traffic,
+) -> Option<InferencePool> {
+    let backend = spec.gateway_api.as_ref()?.inference_pool.as_ref()?;
+    let plan_name = plan.name_any();
+    let (name, hash) = match role {
+        Role::Stable => (&intent.names.stable, &intent.stable),
+        Role::Canary => (&intent.names.canary, &intent.canary),
+    };
+    let mut labels = labels(&plan_name, &intent.component);
+    labels.insert(LABEL_ROLE.into(), role.as_str().into());
+    let port = spec
+        .target_port
+        .as_deref()
+        .and_then(|p| p.parse::<i32>().ok())
+        .unwrap_or(spec.port);
+    let mut pool = InferencePool::new(
+        name,
+        InferencePoolSpec {
+            selector: PoolSelector {
+                match_labels: revision_labels(&plan_name, &intent.component, hash),
+            },
+            target_ports: vec![PoolPort { number: port }],
+            endpoint_picker_ref: backend.endpoint_picker_ref.clone(),
+        },
+    );
+    pool.metadata = meta(plan, name, labels);
+    Some(pool)
+}
+
+/// A short digest of a pool's spec.
+fn pool_digest(pool: &InferencePool) -> String {
+    use sha2::Digest;
+    let bytes = serde_json::to_vec(&pool.spec).unwrap_or_default();
+    let sum = sha2::Sha256::digest(&bytes);
+    sum.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
 /// Writes the Services and routes that differ from the intents (Services
@@ -152,10 +208,25 @@ pub(super) async fn act(
             }
             match write(&service_api, "Service", &desired, cached, &uid).await {
                 Ok(true) => ctx.metrics.write("apply"),
-                Ok(false) => {}
+                Ok(false) => continue,
                 Err(a) => {
                     warn!(service = %name, "Service write failed");
                     return a;
+                }
+            }
+            // Its pool, when the route goes through InferencePools: written
+            // with the Service (created with a new one, applied with a
+            // changed one), before the route that names it.
+            if let Some(pool) = build_pool(plan, intent, role, spec) {
+                let api: Api<InferencePool> = Api::namespaced(ctx.client.clone(), ns);
+                let fresh = cached.map(|_| false);
+                match write_judged(&api, "InferencePool", &pool, fresh, &uid).await {
+                    Ok(true) => ctx.metrics.write("apply"),
+                    Ok(false) => {}
+                    Err(a) => {
+                        warn!(pool = %name, "InferencePool write failed");
+                        return a;
+                    }
                 }
             }
         }

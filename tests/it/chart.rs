@@ -185,6 +185,11 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
         ),
         ("", "pods", &["delete", "list", "watch"]),
         ("", "services", &["create", "get", "list", "patch", "watch"]),
+        (
+            "inference.networking.k8s.io",
+            "inferencepools",
+            &["create", "get", "patch"],
+        ),
         ("batch", "jobs", &["create", "delete", "list", "watch"]),
         ("events.k8s.io", "events", &["create"]),
         (

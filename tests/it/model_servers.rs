@@ -343,3 +343,116 @@ async fn the_vllm_time_to_first_token_gate_rolls_back_a_slower_version_and_lets_
         let _ = api.delete(&t, &Default::default()).await;
     }
 }
+
+/// The revision each InferencePool selects, its target port and picker:
+/// (stable pool, canary pool).
+async fn pools(client: &Client, ns: &str) -> Option<(String, String)> {
+    let api = Api::<releaseplan::api::inference::InferencePool>::namespaced(client.clone(), ns);
+    let rev = |p: &releaseplan::api::inference::InferencePool| {
+        p.spec
+            .selector
+            .match_labels
+            .get("releaseplan.io/revision")
+            .cloned()
+    };
+    let stable = api.get_opt("shop-web-stable").await.ok()??;
+    let canary = api.get_opt("shop-web-canary").await.ok()??;
+    Some((rev(&stable)?, rev(&canary)?))
+}
+
+/// The route's weights by backend name, each backend an InferencePool
+/// (group, kind, no port), else `None`.
+async fn pool_weights(client: &Client, ns: &str) -> Option<(i32, i32)> {
+    let route = Api::<releaseplan::api::gateway::HTTPRoute>::namespaced(client.clone(), ns)
+        .get_opt("shop-web")
+        .await
+        .ok()??;
+    let mut out = (0, 0);
+    for b in route.spec.rules.iter().flat_map(|r| &r.backend_refs) {
+        if b.group.as_deref() != Some("inference.networking.k8s.io")
+            || b.kind.as_deref() != Some("InferencePool")
+            || b.port.is_some()
+        {
+            return None;
+        }
+        match b.name.as_str() {
+            "shop-web-stable" => out.0 += b.weight.unwrap_or(1),
+            "shop-web-canary" => out.1 += b.weight.unwrap_or(1),
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+#[tokio::test]
+async fn an_inference_pool_route_weights_a_stable_and_a_canary_pool_through_the_steps() {
+    let h = Harness::new("infpool").await;
+    support::crd::install_gateway_api(&h.client).await;
+    support::crd::install_inference_pool(&h.client).await;
+    // Started after the CRDs: the operator watches HTTPRoutes only when it
+    // can list them at start-up.
+    let _op = h.operator().start().await;
+    let (client, ns) = (h.client.clone(), h.ns.clone());
+    let web = |image: &str| {
+        json!({
+            "name": "web", "replicas": 2,
+            "template": support::fixtures::template(image),
+            "traffic": {
+                "port": 8000,
+                "gatewayAPI": {
+                    "parentRefs": [{"name": "inference-gateway"}],
+                    "inferencePool": {"endpointPickerRef": {"name": "llama-epp", "port": {"number": 9002}, "failureMode": "FailClose"}}
+                }
+            }
+        })
+    };
+    let spec = json!({
+        "components": [web("vllm:0.6.3")],
+        "strategy": {"steps": [{"setWeight": 30}, {"pause": {}}]}
+    });
+    let p = support::plans::create_stable(&client, &ns, "shop", spec).await;
+    let v1 = p.status.unwrap().components[0]
+        .current_hash
+        .clone()
+        .unwrap();
+    wait_until(
+        WAIT,
+        "both pools on v1, the route 100/0 to the pools",
+        || async {
+            (pools(&client, &ns).await == Some((v1.clone(), v1.clone()))
+                && pool_weights(&client, &ns).await == Some((100, 0)))
+            .then_some(())
+        },
+    )
+    .await;
+    let pool = Api::<releaseplan::api::inference::InferencePool>::namespaced(client.clone(), &ns)
+        .get("shop-web-stable")
+        .await
+        .unwrap();
+    assert_eq!(pool.spec.target_ports[0].number, 8000);
+    let picker = pool.spec.endpoint_picker_ref.unwrap();
+    assert_eq!(
+        (picker.name.as_str(), picker.port.map(|p| p.number)),
+        ("llama-epp", Some(9002))
+    );
+    assert_eq!(
+        pool.metadata.owner_references.unwrap()[0].kind,
+        "ReleasePlan"
+    );
+
+    // The new version: the canary pool selects it, the route weights 70/30.
+    set_components(&client, &ns, "shop", json!([web("vllm:0.7.0")])).await;
+    let v2 = wait_until(WAIT, "the canary pool on v2 at 70/30", || async {
+        let (st, ca) = pools(&client, &ns).await?;
+        (st == v1 && ca != v1 && pool_weights(&client, &ns).await == Some((70, 30))).then_some(ca)
+    })
+    .await;
+    support::plans::request(&client, &ns, "shop", "promote").await;
+    wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
+    wait_until(WAIT, "both pools on v2, the route 100/0", || async {
+        (pools(&client, &ns).await == Some((v2.clone(), v2.clone()))
+            && pool_weights(&client, &ns).await == Some((100, 0)))
+        .then_some(())
+    })
+    .await;
+}

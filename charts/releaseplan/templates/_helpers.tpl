@@ -154,6 +154,14 @@ true
 - apiGroups: ["traefik.io"]
   resources: ["ingressroutes"]
   verbs: ["get", "list", "watch", "create", "patch"]
+# The stable and canary InferencePools of components whose route goes
+# through the Gateway API Inference Extension
+# (traffic.gatewayAPI.inferencePool): written with their Services (create,
+# then server-side apply: patch), read one by one (get) only when a create
+# finds the name taken. Not cached. The plan's deletion takes them.
+- apiGroups: ["inference.networking.k8s.io"]
+  resources: ["inferencepools"]
+  verbs: ["get", "create", "patch"]
 # The ComponentScale of each autoscaled component: cached (list, watch),
 # created once (create; its replicas then belong to the autoscaler), its
 # status written with a merge patch (componentscales/status patch), read one

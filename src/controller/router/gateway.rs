@@ -45,9 +45,14 @@ impl Router for HTTPRoute {
             type_: Some("PathPrefix".into()),
             value: Some(gw.path_prefix.clone().unwrap_or_else(|| "/".into())),
         });
+        // Through InferencePools (named as the Services), which take no
+        // port: the pool's own targetPorts say where its pods serve.
+        let pools = gw.inference_pool.is_some();
         let backend = |service: &str, weight: i32| BackendRef {
+            group: pools.then(|| crate::api::inference::GROUP.to_string()),
+            kind: pools.then(|| crate::api::inference::KIND.to_string()),
             name: service.to_string(),
-            port: Some(spec.port),
+            port: (!pools).then_some(spec.port),
             weight: Some(weight),
         };
         let mut rules = Vec::new();

@@ -160,6 +160,22 @@ pub async fn install_gateway_api(client: &Client) {
     apply(client, &all).await;
 }
 
+/// The Gateway API Inference Extension's InferencePool CRD of `make tools`
+/// (part `gateway-api-inference-extension-crds`, version pinned in
+/// e2e/versions.env), applied.
+pub async fn install_inference_pool(client: &Client) {
+    let file = super::tools::cached(
+        "gateway-api-inference-extension-crds",
+        "INFERENCE_EXTENSION_VERSION",
+    )
+    .map(|d| d.join("inference.networking.k8s.io_inferencepools.yaml"))
+    .filter(|f| f.is_file())
+    .expect("the InferencePool CRD is not in the cache: run `make tools`");
+    let all = crds_in(std::slice::from_ref(&file));
+    assert!(!all.is_empty(), "no CRD in {}", file.display());
+    apply(client, &all).await;
+}
+
 /// Traefik's own CRDs of `make tools` (part `traffic-crds`, Traefik's
 /// version pinned in e2e/versions.env: IngressRoute and every other kind
 /// its Kubernetes CRD provider watches), applied.

@@ -82,11 +82,17 @@ pub struct HeaderMatch {
     pub value: String,
 }
 
-/// A backend of a rule: a Service port and its weight.
+/// A backend of a rule: a Service port (or an InferencePool) and its weight.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct BackendRef {
-    /// Service name.
+    /// API group of the backend; unset: the core group (a Service).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Kind of the backend; unset: `Service`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Service (or pool) name.
     pub name: String,
     /// Service port.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -14,6 +14,7 @@ pub mod config;
 pub mod foreign;
 pub mod gate;
 pub mod gateway;
+pub mod inference;
 pub mod kind_gates;
 pub mod order;
 pub mod policy;
@@ -307,7 +308,8 @@ impl Component {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(
     validation = Rule::new("!has(self.stableService) || !has(self.canaryService) || self.stableService != self.canaryService").message("traffic: stableService and canaryService must differ").field_path(".canaryService"),
-    validation = Rule::new("!has(self.gatewayAPI) || !has(self.traefik)").message("traffic: set one router, gatewayAPI or traefik, not both").field_path(".traefik")
+    validation = Rule::new("!has(self.gatewayAPI) || !has(self.traefik)").message("traffic: set one router, gatewayAPI or traefik, not both").field_path(".traefik"),
+    validation = Rule::new("!has(self.gatewayAPI) || !has(self.gatewayAPI.inferencePool) || !has(self.targetPort) || self.targetPort.matches('^[0-9]+$')").message("traffic: an InferencePool names its target port by number: targetPort must be a number").field_path(".targetPort")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct Traffic {
@@ -457,6 +459,12 @@ pub struct GatewayRoute {
     #[x_kube(validation = Rule::new("self.startsWith('/')").message("pathPrefix must start with '/'"))]
     #[schemars(length(min = 1, max = 1024))]
     pub path_prefix: Option<String>,
+
+    /// Route to InferencePools (inference.networking.k8s.io/v1) instead of the
+    /// Services: the operator owns a stable and a canary pool named as the Services,
+    /// each selecting its revision's pods, and the route weights the two pools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inference_pool: Option<inference::InferencePoolBackend>,
 }
 
 /// At most 16 host names, each a DNS name of at most 253 characters (a
