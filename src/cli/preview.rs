@@ -805,7 +805,10 @@ async fn gates_now(
                 revision: component
                     .and_then(|c| c.current_hash.clone())
                     .unwrap_or_default(),
+                // The gates are tried at the first step, where the stable
+                // revision still has its pods.
                 stable_revision: component
+                    .filter(|c| c.stable_replicas > 0)
                     .and_then(|c| c.stable_hash.clone())
                     .unwrap_or_default(),
             },

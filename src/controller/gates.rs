@@ -115,7 +115,10 @@ impl GateWork {
                     revision: component
                         .and_then(|c| c.current_hash.clone())
                         .unwrap_or_default(),
+                    // A stable revision that serves no pod (a first release, or
+                    // the last step once its pods are replaced) is none to compare with.
                     stable_revision: component
+                        .filter(|c| c.stable_ready > 0)
                         .and_then(|c| c.stable_hash.clone())
                         .unwrap_or_default(),
                 },

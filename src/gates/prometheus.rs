@@ -28,12 +28,11 @@ pub async fn evaluate_with(
     gate: &PrometheusSpec,
     vars: &TemplateVars,
 ) -> GateResult {
-    // A first release has no stable revision to compare with: such a
-    // query would only ever find no data.
+    // No stable revision serving (a first release, or the last step once
+    // its pods are all replaced): such a query would only find no data.
     if vars.stable_revision.is_empty() && compares_with_stable(&gate.query) {
         return GateResult::NotApplicable {
-            reason: "the query compares with the stable revision, and this first release has none"
-                .into(),
+            reason: "the query compares with the stable revision, which serves no pod (a first release, or all its pods are replaced)".into(),
         };
     }
     let timeout = gate.timeout;

@@ -291,14 +291,16 @@ async fn the_vllm_time_to_first_token_gate_rolls_back_a_slower_version_and_lets_
         "name": "ttft", "component": "llama",
         "template": {
             "kind": "ClusterGateTemplate", "name": format!("vllm-time-to-first-token-{ns}"),
-            "args": {"prometheus": prometheus.url.trim_start_matches("http://"), "window": "10s", "maxRatio": "2"}
+            "args": {"prometheus": prometheus.url.trim_start_matches("http://"), "window": "5s", "maxRatio": "2"}
         }
     }]);
     let extra = json!({
         "capacity": {"maxSurge": 0, "maxUnavailable": 1},
         "serving": {"port": 8000, "model": "llama"}
     });
-    let env = |ttft: &'static str| [("TTFT_MS", ttft), ("LOAD_SECONDS", "1"), ("RPS", "20")];
+    // The last step outlasts the rate window once the stable pods are gone:
+    // the comparison then has no stable side (it passes without a query).
+    let env = |ttft: &'static str| [("TTFT_MS", ttft), ("LOAD_SECONDS", "8"), ("RPS", "20")];
     let spec = json!({
         "components": [llama(&ns, "vllm:0.6.3", 4, &env("50"), &extra)],
         "strategy": {"steps": [{"setWeight": 50}, {"pause": {"duration": "25s"}}]},
