@@ -153,6 +153,7 @@ demo:
 	e2e/demo.sh
 	e2e/demo-traffic.sh
 	e2e/demo-autoscale.sh
+	e2e/demo-model-server.sh
 
 .PHONY: chart-crd chart-lint
 

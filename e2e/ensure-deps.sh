@@ -3,8 +3,10 @@
 # anything else runs:   e2e/ensure-deps.sh SET...
 #   cluster  openssl, curl, ss (iproute2), ps and kill (procps): cluster-up/down
 #   demo     what `make demo` needs: cluster, plus python3 (the traffic part's
-#            backends and load, e2e/demo-backends.py and e2e/demo-load.py, and
-#            the notification receiver, e2e/demo-notify.py)
+#            backends and load, e2e/demo-backends.py and e2e/demo-load.py,
+#            the notification receiver, e2e/demo-notify.py, and the
+#            model-server part's stand-in vLLM servers) and prometheus
+#            (which scrapes them)
 #   test     what `make test` needs: cluster, plus prometheus (metric gate
 #            tests) and promtool (tests/it/alerts.rs), both of package prometheus,
 #            prometheus-alertmanager (the Alertmanager receiver's test),
@@ -34,7 +36,11 @@ done
 needs() {
   case "$1" in
     cluster) echo openssl:openssl curl:curl ss:iproute2 ps:procps ;;
-    demo) needs cluster; echo python3:python3 ;;
+    demo)
+      needs cluster; echo python3:python3
+      # The model-server demo scrapes its stand-in vLLM servers with a real
+      # Prometheus (e2e/prometheus.sh runs PROMETHEUS_BIN instead when set).
+      [ -x "${PROMETHEUS_BIN:-}" ] || echo prometheus:prometheus ;;
     test)
       needs cluster
       # e2e/prometheus.sh runs PROMETHEUS_BIN instead when it is set.
