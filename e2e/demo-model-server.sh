@@ -151,7 +151,7 @@ spec:
         template:
           kind: ClusterGateTemplate
           name: vllm-time-to-first-token
-          args: {prometheus: "${PROM_URL#http://}", window: 15s, maxRatio: "2"}
+          args: {prometheus: "${PROM_URL#http://}", window: 15s}
 YAML
 }
 

@@ -291,7 +291,7 @@ async fn the_vllm_time_to_first_token_gate_rolls_back_a_slower_version_and_lets_
         "name": "ttft", "component": "llama",
         "template": {
             "kind": "ClusterGateTemplate", "name": format!("vllm-time-to-first-token-{ns}"),
-            "args": {"prometheus": prometheus.url.trim_start_matches("http://"), "window": "5s", "maxRatio": "2"}
+            "args": {"prometheus": prometheus.url.trim_start_matches("http://"), "window": "5s"}
         }
     }]);
     let extra = json!({
@@ -321,6 +321,8 @@ async fn the_vllm_time_to_first_token_gate_rolls_back_a_slower_version_and_lets_
     let p = wait_phase(&client, &ns, "llama", Phase::RolledBack, support::WAIT * 2).await;
     let failure = p.status.unwrap().failure.unwrap();
     assert_eq!(failure.gate, "ttft", "{failure:?}");
+    // The message carries the ratio itself.
+    assert!(failure.message.contains("is not <= 1.5"), "{failure:?}");
 
     // The same time to first token: the gate passes, the release completes.
     set_components(
