@@ -128,18 +128,7 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         });
     let (request, invalid_request) =
         pending_request(plan).map_or_else(|bad| (None, Some(bad)), |r| (r, None));
-    let work = target
-        .as_ref()
-        .ok()
-        .and_then(|t| GateWork::of(plan, t, &status));
-    // The runner's verdicts while it serves the plan, else the persisted ones;
-    // the core decides which of them count.
-    let gates = if work.is_some() {
-        ctx.gates.observe(&key, work)
-    } else {
-        ctx.gates.observe(&key, None);
-        status.gates.clone()
-    };
+    let gates = gate_verdicts(ctx, plan, &key, target.as_ref().ok(), &status);
     let services = plan_objects(&ctx.services, &ns, &name, &uid);
     let traffic = target
         .as_ref()
@@ -161,13 +150,13 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
         }
         Err(e) => (Err(e), BTreeMap::new()),
     };
-    let mut revisions = revisions(&owned, &workloads);
-    serving_ready(
+    let revisions = revisions(
         ctx,
         &key,
         (&ns, &name),
         target.as_ref().ok(),
-        &mut revisions,
+        &owned,
+        &workloads,
     );
     let obs = Observation {
         plan: name.clone(),
@@ -207,16 +196,41 @@ pub(crate) fn observe(ctx: &Context, plan: &ReleasePlan) -> Result<Seen, Error> 
     })
 }
 
-/// The revisions: of each Deployment, and of the StatefulSets' pods.
+/// The runner's verdicts while it serves the plan, else the persisted ones;
+/// the core decides which of them count.
+fn gate_verdicts(
+    ctx: &Context,
+    plan: &ReleasePlan,
+    key: &ObjectRef<ReleasePlan>,
+    target: Option<&Target>,
+    status: &ReleasePlanStatus,
+) -> Vec<crate::api::GateStatus> {
+    let work = target.and_then(|t| GateWork::of(plan, t, status));
+    if work.is_some() {
+        ctx.gates.observe(key, work)
+    } else {
+        ctx.gates.observe(key, None);
+        status.gates.clone()
+    }
+}
+
+/// The revisions: of each Deployment, and of the StatefulSets' pods; of a
+/// component with `serving`, only pods that answer count as ready.
 fn revisions(
+    ctx: &Context,
+    key: &ObjectRef<ReleasePlan>,
+    plan: (&str, &str),
+    target: Option<&Target>,
     owned: &[Arc<CachedDeployment>],
     workloads: &releaseplan_core::plan::stateful::WorkloadObs,
 ) -> Vec<crate::plan::RevisionObs> {
-    owned
+    let mut revisions: Vec<_> = owned
         .iter()
         .filter_map(|d| revision_of_cached(d))
         .chain(releaseplan_core::plan::stateful::revisions(workloads))
-        .collect()
+        .collect();
+    serving_ready(ctx, key, plan, target, &mut revisions);
+    revisions
 }
 
 /// Of components with `serving`, a revision's ready pods are only those

@@ -168,9 +168,13 @@ pub fn build_pool(
 /// A short digest of a pool's spec.
 fn pool_digest(pool: &InferencePool) -> String {
     use sha2::Digest;
+    use std::fmt::Write as _;
     let bytes = serde_json::to_vec(&pool.spec).unwrap_or_default();
     let sum = sha2::Sha256::digest(&bytes);
-    sum.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    sum.iter().take(8).fold(String::new(), |mut out, b| {
+        let _ = write!(out, "{b:02x}");
+        out
+    })
 }
 
 /// Writes the Services and routes that differ from the intents (Services

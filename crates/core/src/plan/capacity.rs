@@ -78,6 +78,26 @@ pub fn limit(
     })
 }
 
+/// `want` within the component's capacity, and every revision's count
+/// (the revisions being left included) when it has one: all come from the
+/// one rolling replacement.
+pub fn within(
+    obs: &Observation,
+    target: &Target,
+    status: &ReleasePlanStatus,
+    c: &ComponentStatus,
+    want: BTreeMap<String, i32>,
+) -> (BTreeMap<String, i32>, Option<BTreeMap<String, i32>>) {
+    let Some(limited) = limit(obs, target, status, c, &want).map(|l| l.want) else {
+        return (want, None);
+    };
+    let want = want
+        .keys()
+        .map(|h| (h.clone(), limited.get(h).copied().unwrap_or(0)))
+        .collect();
+    (want, Some(limited))
+}
+
 fn replicas(revs: &BTreeMap<&str, &RevisionObs>, hash: &str) -> i32 {
     revs.get(hash).map_or(0, |r| r.replicas.max(0))
 }

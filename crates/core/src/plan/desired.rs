@@ -224,16 +224,7 @@ pub fn intents(
         if workload_intents(obs, target, c, &want, templates, &mut kept) {
             continue;
         }
-        // Within a capacity, every revision's count comes from the one
-        // rolling replacement (the revisions being left included).
-        let limited = super::capacity::limit(obs, target, status, c, &want).map(|l| l.want);
-        let want = match &limited {
-            Some(l) => want
-                .keys()
-                .map(|h| (h.clone(), l.get(h).copied().unwrap_or(0)))
-                .collect(),
-            None => want,
-        };
+        let (want, limited) = super::capacity::within(obs, target, status, c, want);
         // With nothing to keep (no stable revision to return to), nothing is protected.
         // An adopted Deployment is the stable capacity of a first rollout.
         let is_covered =
