@@ -115,10 +115,13 @@ impl GateWork {
                     revision: component
                         .and_then(|c| c.current_hash.clone())
                         .unwrap_or_default(),
-                    // A stable revision that serves no pod (a first release, or
-                    // the last step once its pods are replaced) is none to compare with.
+                    // For a query that compares with it, a stable revision
+                    // that serves no pod (a first release, or the last step
+                    // once its pods are replaced) is none. Only such a gate's
+                    // context changes when its pods go: the others' tasks
+                    // keep running.
                     stable_revision: component
-                        .filter(|c| c.stable_ready > 0)
+                        .filter(|c| c.stable_ready > 0 || !compares_with_stable(gate))
                         .and_then(|c| c.stable_hash.clone())
                         .unwrap_or_default(),
                 },
@@ -164,6 +167,14 @@ impl GateWork {
             && self.gates == other.gates
             && self.ctxs == other.ctxs
             && self.trials == other.trials
+    }
+}
+
+/// Whether a gate's query names `{{stableRevision}}`.
+fn compares_with_stable(gate: &GateSpec) -> bool {
+    match gate {
+        GateSpec::Prometheus(p) => crate::gates::prometheus::compares_with_stable(&p.query),
+        GateSpec::Webhook(_) => false,
     }
 }
 

@@ -128,7 +128,7 @@ pub fn build_service(
 }
 
 /// The annotation of a Service that records its InferencePool's content.
-const ANNOTATION_POOL: &str = "releaseplan.io/inference-pool";
+pub(crate) const ANNOTATION_POOL: &str = "releaseplan.io/inference-pool";
 
 /// The InferencePool of `role` (`traffic.gatewayAPI.inferencePool`): named
 /// and selecting as the Service of that role.

@@ -141,7 +141,10 @@ pub fn daemon_set(d: &mut k8s_openapi::api::apps::v1::DaemonSet) {
 /// compared); managedFields, annotations and status are never read.
 pub fn service(s: &mut Service) {
     s.managed_fields_mut().clear();
-    s.annotations_mut().clear();
+    // Of the annotations, only the record of its InferencePool, which the
+    // desired Service carries (else it would differ at every look).
+    s.annotations_mut()
+        .retain(|k, _| k == super::traffic::ANNOTATION_POOL);
     s.status = None;
 }
 

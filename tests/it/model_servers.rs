@@ -459,4 +459,36 @@ async fn an_inference_pool_route_weights_a_stable_and_a_canary_pool_through_the_
         .then_some(())
     })
     .await;
+    // Settled, a reconcile writes neither a Service nor a pool again (the
+    // cached Service keeps the record of its pool).
+    let versions = || async {
+        let svc = Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), &ns)
+            .get("shop-web-stable")
+            .await
+            .unwrap();
+        let pool =
+            Api::<releaseplan::api::inference::InferencePool>::namespaced(client.clone(), &ns)
+                .get("shop-web-stable")
+                .await
+                .unwrap();
+        (
+            svc.metadata.resource_version,
+            pool.metadata.resource_version,
+        )
+    };
+    let before = versions().await;
+    Api::<releaseplan::api::ReleasePlan>::namespaced(client.clone(), &ns)
+        .patch(
+            "shop",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"touched": "1"}}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        versions().await,
+        before,
+        "a settled plan rewrote its Service or pool"
+    );
 }

@@ -518,3 +518,35 @@ async fn the_api_server_accepts_the_monitoring_objects_against_the_prometheus_op
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn the_vllm_gates_are_installed_only_when_asked_and_read_as_templates() {
+    let objs = render("ops", &["modelServerGates.enabled=true"]);
+    let mut names: Vec<String> = objs
+        .iter()
+        .filter(|o| o["kind"] == "ClusterGateTemplate")
+        .map(|o| {
+            // Each one is a template the operator reads.
+            let _: releaseplan::api::template::ClusterGateTemplate =
+                serde_json::from_value(o.clone()).expect("a ClusterGateTemplate");
+            o["metadata"]["name"].as_str().unwrap().to_string()
+        })
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "vllm-e2e-latency",
+            "vllm-error-rate",
+            "vllm-inter-token-latency",
+            "vllm-kv-cache-usage",
+            "vllm-requests-waiting",
+            "vllm-time-to-first-token"
+        ]
+    );
+    assert!(
+        !render("ops", &[])
+            .iter()
+            .any(|o| o["kind"] == "ClusterGateTemplate")
+    );
+}
