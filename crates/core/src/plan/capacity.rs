@@ -102,6 +102,12 @@ fn replicas(revs: &BTreeMap<&str, &RevisionObs>, hash: &str) -> i32 {
     revs.get(hash).map_or(0, |r| r.replicas.max(0))
 }
 
+/// The pods of a revision that exist and are not terminating
+/// (`status.replicas`).
+fn existing(revs: &BTreeMap<&str, &RevisionObs>, hash: &str) -> i32 {
+    revs.get(hash).map_or(0, |r| r.current.max(0))
+}
+
 fn ready(revs: &BTreeMap<&str, &RevisionObs>, hash: &str) -> i32 {
     revs.get(hash)
         .map_or(0, |r| r.ready.clamp(0, r.replicas.max(0)))
@@ -110,7 +116,7 @@ fn ready(revs: &BTreeMap<&str, &RevisionObs>, hash: &str) -> i32 {
 /// One move of a rolling replacement: `left` revisions go down towards their
 /// targets (their not-ready pods first, then ready ones while the ready pods
 /// stay at `replicas - unavailable`), then `up` comes up in the room left
-/// under `replicas + surge`. A revision is never scaled past its target, and
+/// under `replicas + surge` by the pods that still exist. A revision is never scaled past its target, and
 /// the one coming up never down (unless its target is lower).
 fn replace(
     revs: &BTreeMap<&str, &RevisionObs>,
@@ -134,7 +140,10 @@ fn replace(
         let ready_gone = budget.min(excess - unready);
         budget -= ready_gone;
         let w = have - unready - ready_gone;
-        after += w;
+        // Room is counted from the pods that still exist: a pod the
+        // ReplicaSet has not yet deleted holds its GPU, and a new pod made
+        // beside it would only wait (or briefly be one too many).
+        after += w.max(existing(revs, h));
         out.insert((*h).to_string(), w);
     }
     let up_have = replicas(revs, up);

@@ -24,7 +24,7 @@ fn spec(replicas: i32, image: &str, weights: &[i32], capacity: Option<Value>) ->
     serde_json::from_value(json!({
         "components": [c],
         "strategy": {"steps": steps},
-        "health": {"progressDeadlineSeconds": 60}
+        "health": {"progressDeadlineSeconds": 300}
     }))
     .unwrap()
 }
@@ -44,6 +44,10 @@ struct Dep {
     replicas: i32,
     pods: Vec<Pod>,
     created: DateTime<Utc>,
+    /// The tick its count was lowered: its ReplicaSet deletes the extra pods
+    /// a tick later (the worst order of two ReplicaSet controllers: the new
+    /// one creating before the old one deletes).
+    lowered: Option<u32>,
 }
 
 struct World {
@@ -144,12 +148,17 @@ impl World {
         self.status = d.status.clone();
         for i in &d.deployments {
             let now = self.now;
+            let tick = self.tick;
             let dep = self.deps.entry(i.name.clone()).or_insert_with(|| Dep {
                 hash: i.hash.clone(),
                 replicas: 0,
                 pods: Vec::new(),
                 created: now,
+                lowered: None,
             });
+            if i.replicas < dep.replicas {
+                dep.lowered = Some(tick);
+            }
             dep.replicas = i.replicas;
         }
         for name in &d.delete {
@@ -169,7 +178,7 @@ impl World {
                 .filter(|i| d.pods[*i] != Pod::Terminating)
                 .collect();
             let want = usize::try_from(d.replicas.max(0)).unwrap();
-            if live.len() > want {
+            if live.len() > want && d.lowered.is_none_or(|t| t < tick) {
                 let mut order = live.clone();
                 // Pending first, then not ready (scheduled this tick), then youngest.
                 order.sort_by_key(|i| match d.pods[*i] {
