@@ -13,6 +13,7 @@
 // Unit tests follow the lint policy's correctness lints, not pedantic style.
 #![cfg_attr(test, allow(clippy::pedantic))]
 
+pub mod analysis;
 pub mod api;
 pub mod gates;
 pub mod notify;
