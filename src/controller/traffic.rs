@@ -17,13 +17,14 @@ use tracing::warn;
 
 use super::context::Context;
 use super::outcome::Acted;
-use super::owned::{labels, meta, write, write_judged};
+use super::owned::{labels, meta, write_judged};
 use super::router::{Dispatch as _, Routes};
 use crate::api::inference::{InferencePool, InferencePoolSpec, PoolPort, PoolSelector};
 use crate::api::{LABEL_REVISION, LABEL_ROLE, ReleasePlan, Traffic};
 use crate::plan::Target;
 use crate::plan::traffic::{TrafficIntent, TrafficObs};
 use releaseplan_core::objects::deployment::revision_labels;
+use releaseplan_core::objects::has_desired;
 
 /// The two Services of a component.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,18 +211,12 @@ pub(super) async fn act(
             if deleting && cached.is_none() {
                 continue;
             }
-            match write(&service_api, "Service", &desired, cached, &uid).await {
-                Ok(true) => ctx.metrics.write("apply"),
-                Ok(false) => continue,
-                Err(a) => {
-                    warn!(service = %name, "Service write failed");
-                    return a;
-                }
-            }
             // Its pool, when the route goes through InferencePools: written
-            // with the Service (created with a new one, applied with a
-            // changed one), before the route that names it.
-            if let Some(pool) = build_pool(plan, intent, role, spec) {
+            // before the Service that records it (created with a new one,
+            // applied with a changed one), so a pool write that fails is
+            // tried again, and before the route that names it.
+            let service_fresh = cached.is_some_and(|o| has_desired(&desired, o.as_ref()));
+            if !service_fresh && let Some(pool) = build_pool(plan, intent, role, spec) {
                 let api: Api<InferencePool> = Api::namespaced(ctx.client.clone(), ns);
                 let fresh = cached.map(|_| false);
                 match write_judged(&api, "InferencePool", &pool, fresh, &uid).await {
@@ -231,6 +226,22 @@ pub(super) async fn act(
                         warn!(pool = %name, "InferencePool write failed");
                         return a;
                     }
+                }
+            }
+            match write_judged(
+                &service_api,
+                "Service",
+                &desired,
+                cached.map(|_| service_fresh),
+                &uid,
+            )
+            .await
+            {
+                Ok(true) => ctx.metrics.write("apply"),
+                Ok(false) => {}
+                Err(a) => {
+                    warn!(service = %name, "Service write failed");
+                    return a;
                 }
             }
         }
