@@ -38,7 +38,7 @@ use crate::gates::access::CredentialReader;
 use crate::gates::budget::{GateBudget, Permit};
 use crate::gates::outbound::GateHttp;
 use crate::gates::prometheus::TemplateVars;
-use crate::gates::{self as g, GateContext, GateResult, GateSpec, NotEvaluated};
+use crate::gates::{self as g, Evaluation, GateContext, GateResult, GateSpec, NotEvaluated};
 use crate::ops::metrics::{GateKindLabel, GaugeGuard, Metrics, NamespaceLabel};
 use crate::plan::Target;
 use chrono::Utc;
@@ -175,6 +175,8 @@ fn compares_with_stable(gate: &GateSpec) -> bool {
     match gate {
         GateSpec::Prometheus(p) => crate::gates::prometheus::compares_with_stable(&p.query),
         GateSpec::Webhook(_) => false,
+        // The judge compares with the stable revision's pods.
+        GateSpec::Analysis(_) => true,
     }
 }
 
@@ -381,6 +383,10 @@ impl GateRunner {
             let in_flight = GaugeGuard::new(&self.metrics.gate_calls_in_flight);
             let evaluated = self.evaluate(gate, work.ctxs.get(index)).await;
             drop((in_flight, permit));
+            let (evaluated, analysis) = match evaluated {
+                Ok(e) => (Ok(e.result), e.analysis),
+                Err(n) => (Err(n), None),
+            };
             let result = match unevaluated.result(evaluated, Instant::now()) {
                 Ok(r) => r,
                 Err(n) => {
@@ -399,6 +405,12 @@ impl GateRunner {
                 trial,
                 Utc::now(),
             );
+            // An analysis shows its last judgement (kept through an
+            // evaluation that went wrong).
+            let st = GateStatus {
+                analysis: analysis.or_else(|| prev.as_ref().and_then(|p| p.analysis.clone())),
+                ..st
+            };
             let last = st.verdict == Verdict::Failed || st.awaiting_decision;
             self.store(&key, &work, index, &verdicts, st);
             if last {
@@ -458,12 +470,12 @@ impl GateRunner {
         &self,
         gate: &GateSpec,
         ctx: Option<&GateContext>,
-    ) -> Result<GateResult, NotEvaluated> {
+    ) -> Result<Evaluation, NotEvaluated> {
         let bound = gate.worst_case() + CALL_GRACE;
         let Some(ctx) = ctx else {
-            return Ok(GateResult::Error {
+            return Ok(Evaluation::from(GateResult::Error {
                 reason: "no context for this gate (a bug)".into(),
-            });
+            }));
         };
         // The policies as cached: read before any call, never fetched here.
         let Some(policy) = self.policy.for_namespace(&ctx.vars.namespace) else {
@@ -474,11 +486,11 @@ impl GateRunner {
         let started = Instant::now();
         let evaluation =
             crate::gates::evaluate_checked(gate, &self.http, &self.secrets, &policy, ctx);
-        let result = match tokio::time::timeout(bound, evaluation).await {
+        let evaluated = match tokio::time::timeout(bound, evaluation).await {
             Ok(r) => r?,
-            Err(_) => GateResult::Error {
+            Err(_) => Evaluation::from(GateResult::Error {
                 reason: format!("no answer within {}s", bound.as_secs()),
-            },
+            }),
         };
         let kind = GateKindLabel {
             kind: gate.kind().to_string(),
@@ -487,10 +499,10 @@ impl GateRunner {
             .gate_duration
             .get_or_create(&kind)
             .observe(started.elapsed().as_secs_f64());
-        if matches!(result, GateResult::Error { .. }) {
+        if matches!(evaluated.result, GateResult::Error { .. }) {
             self.metrics.gate_errors.get_or_create(&kind).inc();
         }
-        Ok(result)
+        Ok(evaluated)
     }
 
     fn store(

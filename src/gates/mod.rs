@@ -7,6 +7,7 @@
 pub use releaseplan_core::gates::*;
 
 pub mod access;
+pub mod analysis;
 pub mod budget;
 pub(crate) mod http;
 pub mod outbound;
@@ -29,7 +30,25 @@ pub async fn evaluate(
 ) -> GateResult {
     evaluate_checked(gate, http, secrets, policy, ctx)
         .await
-        .unwrap_or_else(|n| GateResult::Error { reason: n.reason })
+        .map_or_else(|n| GateResult::Error { reason: n.reason }, |e| e.result)
+}
+
+/// One evaluation: its result, and an analysis gate's judgement for status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation {
+    /// What the evaluation gave.
+    pub result: GateResult,
+    /// The judge's judgement (analysis gates).
+    pub analysis: Option<releaseplan_core::api::analysis::AnalysisStatus>,
+}
+
+impl From<GateResult> for Evaluation {
+    fn from(result: GateResult) -> Self {
+        Evaluation {
+            result,
+            analysis: None,
+        }
+    }
 }
 
 /// The gate was not evaluated: the operator could not read its credentials
@@ -50,16 +69,13 @@ pub async fn evaluate_checked(
     secrets: &access::CredentialReader,
     policy: &policy::NamespacePolicy,
     ctx: &GateContext,
-) -> Result<GateResult, NotEvaluated> {
-    let (what, url) = match gate {
-        GateSpec::Prometheus(p) => ("prometheus", p.address.as_str()),
-        GateSpec::Webhook(w) => ("webhook", w.url.as_str()),
-    };
+) -> Result<Evaluation, NotEvaluated> {
+    let (what, url) = (gate.kind(), gate.url());
     // Configuration, not a health verdict: `Refused`, which holds the step.
     if let Err(r) = policy.admit_gate(gate) {
-        return Ok(GateResult::Refused {
+        return Ok(Evaluation::from(GateResult::Refused {
             reason: format!("{what} at {} not called: {r}", outbound::redact(url)),
-        });
+        }));
     }
     let destination = reqwest::Url::parse(url.trim())
         .ok()
@@ -69,9 +85,9 @@ pub async fn evaluate_checked(
         Ok(p) => p,
         // Checked by `admit_gate` just above; kept for the type.
         Err(r) => {
-            return Ok(GateResult::Refused {
+            return Ok(Evaluation::from(GateResult::Refused {
                 reason: format!("{what} at {} not called: {r}", outbound::redact(url)),
-            });
+            }));
         }
     };
     let bound = access::Binding {
@@ -88,14 +104,14 @@ pub async fn evaluate_checked(
             });
         }
         Ok(Err(e @ access::AccessError::Policy(_))) => {
-            return Ok(GateResult::Refused {
+            return Ok(Evaluation::from(GateResult::Refused {
                 reason: format!("{} gate credentials: {e}", gate.kind()),
-            });
+            }));
         }
         Ok(Err(e)) => {
-            return Ok(GateResult::Error {
+            return Ok(Evaluation::from(GateResult::Error {
                 reason: format!("{} gate credentials: {e}", gate.kind()),
-            });
+            }));
         }
         Err(_) => {
             return Err(NotEvaluated {
@@ -108,7 +124,13 @@ pub async fn evaluate_checked(
         }
     };
     Ok(match gate {
-        GateSpec::Prometheus(p) => prometheus::evaluate_with(http, &resolved, p, &ctx.vars).await,
+        GateSpec::Prometheus(p) => prometheus::evaluate_with(http, &resolved, p, &ctx.vars)
+            .await
+            .into(),
+        GateSpec::Analysis(a) => {
+            let (result, analysis) = analysis::evaluate_with(http, &resolved, a, &ctx.vars).await;
+            Evaluation { result, analysis }
+        }
         GateSpec::Webhook(w) => {
             let body = webhook::WebhookBody {
                 plan: ctx.vars.plan.clone(),
@@ -119,7 +141,7 @@ pub async fn evaluate_checked(
                 component: ctx.vars.component.clone(),
                 component_revision: ctx.vars.revision.clone(),
             };
-            webhook::call_with(http, &resolved, w, &body).await
+            webhook::call_with(http, &resolved, w, &body).await.into()
         }
     })
 }
@@ -165,7 +187,7 @@ mod tests {
         let reader = access::CredentialReader::new(answering(vec![status(403)]).0, "ops".into());
         let got = evaluate_checked(&gates[0], &http, &reader, &policy, &ctx).await;
         assert!(
-            matches!(&got, Ok(GateResult::Error { reason }) if reason.contains("HTTP 403")),
+            matches!(&got, Ok(Evaluation { result: GateResult::Error { reason }, .. }) if reason.contains("HTTP 403")),
             "{got:?}"
         );
     }

@@ -41,6 +41,24 @@ pub async fn evaluate_with(
         Ok(u) => u,
         Err(reason) => return GateResult::Error { reason },
     };
+    match ask(http, access, &gate.address, url, timeout).await {
+        Ok((json, detail)) => interpret(&json, &gate.threshold, detail),
+        Err(result) => result,
+    }
+}
+
+/// Sends one GET to Prometheus (`url`, built from `address`) with the gate's
+/// access and `timeout`, and reads its JSON answer: the answer and how many
+/// characters of error text may be repeated, or the gate's result for a
+/// call that went wrong (refused, transport, redirect, too large, not JSON,
+/// an HTTP error).
+pub(super) async fn ask(
+    http: &GateHttp,
+    access: &Resolved,
+    address: &str,
+    url: reqwest::Url,
+    timeout: std::time::Duration,
+) -> Result<(Value, usize), GateResult> {
     let client = access.client(http);
     let sent = match access
         .apply(
@@ -57,7 +75,7 @@ pub async fn evaluate_with(
     // An address the operator's own rules refuse is configuration, not an
     // answer of Prometheus: `Refused`, which holds the step.
     let error = |e: CallError| {
-        let reason = describe("prometheus", &gate.address, timeout, &e);
+        let reason = describe("prometheus", address, timeout, &e);
         if e.is_refusal() {
             GateResult::Refused { reason }
         } else {
@@ -66,31 +84,31 @@ pub async fn evaluate_with(
     };
     let response = match sent {
         Ok(r) => r,
-        Err(e) => return error(e),
+        Err(e) => return Err(error(e)),
     };
     let status = response.status();
     if status.is_redirection() {
-        return GateResult::Error {
+        return Err(GateResult::Error {
             reason: redirect_reason("prometheus", &response),
-        };
+        });
     }
     // A gate query returns one number, not thousands of series: a bigger
     // answer is an error, and never held whole (`--gate-max-answer-bytes`).
     let max = http.max_answer_bytes();
     let (body, complete) = match read_limited(response, max).await {
         Ok(b) => b,
-        Err(e) => return error(e.into()),
+        Err(e) => return Err(error(e.into())),
     };
     if !complete {
-        return GateResult::Error {
+        return Err(GateResult::Error {
             reason: format!(
                 "prometheus answer is larger than {max} bytes (the operator's --gate-max-answer-bytes): make the query return one series"
             ),
-        };
+        });
     }
     let detail = usize::from(http.policy().error_body_chars);
     let Ok(json) = serde_json::from_slice::<Value>(&body) else {
-        return GateResult::Error {
+        return Err(GateResult::Error {
             reason: with_detail(
                 format!(
                     "prometheus answered HTTP {} with a body that is not JSON",
@@ -98,16 +116,16 @@ pub async fn evaluate_with(
                 ),
                 &http.body_excerpt(&body),
             ),
-        };
+        });
     };
     if !status.is_success() {
         // Prometheus classifies its errors (bad query, timeout) in the JSON body.
-        return GateResult::Error {
+        return Err(GateResult::Error {
             reason: with_detail(
                 format!("prometheus answered HTTP {}", status.as_u16()),
                 &error_of(&json, detail),
             ),
-        };
+        });
     }
-    interpret(&json, &gate.threshold, detail)
+    Ok((json, detail))
 }

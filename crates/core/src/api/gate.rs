@@ -139,8 +139,8 @@ pub const MAX_GATES: u32 = 16;
 /// server, and exactly one kind.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[x_kube(
-    validation = Rule::new("[has(self.prometheus), has(self.webhook), has(self.job), has(self.template)].filter(k, k).size() == 1").message("a gate holds exactly one kind: set one of prometheus, webhook, job and template"),
-    validation = Rule::new("has(self.prometheus) || has(self.webhook) || (!has(self.auth) && !has(self.headers) && !has(self.tls))").message("auth, headers and tls apply to prometheus and webhook gates only (a template gate takes them from its template)"),
+    validation = Rule::new("[has(self.prometheus), has(self.webhook), has(self.job), has(self.template), has(self.analysis)].filter(k, k).size() == 1").message("a gate holds exactly one kind: set one of prometheus, webhook, job, template and analysis"),
+    validation = Rule::new("has(self.prometheus) || has(self.webhook) || has(self.analysis) || (!has(self.auth) && !has(self.headers) && !has(self.tls))").message("auth, headers and tls apply to prometheus, webhook and analysis gates only (a template gate takes them from its template)"),
     validation = Rule::new(access::AUTH_HEADER_RULE).message(access::AUTH_HEADER_MESSAGE),
     validation = Rule::new("!has(self.job) || (!has(self.consecutiveSuccesses) && !has(self.consecutiveErrors))").message("consecutiveSuccesses and consecutiveErrors apply to prometheus, webhook and template gates: a Job gate runs once per step")
 )]
@@ -193,6 +193,13 @@ pub struct Gate {
     /// when a step starts and kept as read (`status.resolvedGates`) until the step ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<TemplateUse>,
+
+    /// Canary analysis: each metric queried for the new revision and for the
+    /// stable one, compared by a statistical judge (Mann-Whitney U for
+    /// samples, Fisher's exact test for counts) and scored; see
+    /// docs/gates.md, "Canary analysis".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<super::analysis::AnalysisCheck>,
 
     /// Trial the gate: it runs and its verdicts are recorded in status, Events and
     /// metrics as for any gate, but it never fails, holds or pauses the rollout.
@@ -295,6 +302,8 @@ pub enum GateEntry {
     Job(JobGate),
     /// A gate made from a template, read when a step starts.
     Template(GateTemplateRef),
+    /// A canary analysis gate.
+    Analysis(super::analysis::AnalysisGate),
 }
 
 /// A gate and where the user wrote it, so an error names the field.
@@ -347,6 +356,7 @@ impl GateAt {
             GateEntry::Webhook(g) => &g.name,
             GateEntry::Job(g) => &g.name,
             GateEntry::Template(g) => &g.name,
+            GateEntry::Analysis(g) => &g.name,
         }
     }
 
@@ -357,6 +367,7 @@ impl GateAt {
             GateEntry::Webhook(g) => g.component.as_deref(),
             GateEntry::Job(g) => g.component.as_deref(),
             GateEntry::Template(g) => g.component.as_deref(),
+            GateEntry::Analysis(g) => g.component.as_deref(),
         }
     }
 }
@@ -372,6 +383,7 @@ impl Gate {
             self.webhook.is_some(),
             self.job.is_some(),
             self.template.is_some(),
+            self.analysis.is_some(),
         ];
         if kinds.iter().filter(|k| **k).count() != 1 {
             return None;
@@ -395,6 +407,19 @@ impl Gate {
                 GateEntry::Webhook(WebhookGate {
                     name,
                     check: w.clone(),
+                    auth: self.auth.clone(),
+                    headers: self.headers.clone(),
+                    tls: self.tls.clone(),
+                    component,
+                }),
+            ));
+        }
+        if let Some(a) = &self.analysis {
+            return Some((
+                "analysis",
+                GateEntry::Analysis(super::analysis::AnalysisGate {
+                    name,
+                    check: a.clone(),
                     auth: self.auth.clone(),
                     headers: self.headers.clone(),
                     tls: self.tls.clone(),
@@ -432,7 +457,9 @@ impl Gate {
 /// A gate of `health.gates` that holds no kind or several (the CRD refuses
 /// it; an object stored before the rule could hold one).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{path}: a gate holds exactly one kind: set one of prometheus, webhook, job and template")]
+#[error(
+    "{path}: a gate holds exactly one kind: set one of prometheus, webhook, job, template and analysis"
+)]
 pub struct NotOneKind {
     /// JSON path of the gate.
     pub path: String,

@@ -8,6 +8,7 @@
 
 pub mod access;
 pub mod adopt;
+pub mod analysis;
 pub mod cached;
 pub mod capacity;
 pub mod config;
@@ -1124,6 +1125,10 @@ pub struct GateStatus {
     /// paused until a human promotes, retries or aborts it (unless the gate is a dry run).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub awaiting_decision: bool,
+    /// An analysis gate's last judgement: the score, and per metric the
+    /// samples on each side, the statistic, p-value, effect and verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<analysis::AnalysisStatus>,
 }
 
 // serde's skip_serializing_if takes a reference.

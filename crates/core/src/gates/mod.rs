@@ -10,6 +10,7 @@
 //! [`next_due`] says when a gate is evaluated again.
 
 pub mod access;
+pub mod analysis;
 pub mod job;
 pub mod pod_security;
 pub mod pods;
@@ -48,6 +49,8 @@ pub enum GateSpec {
     Prometheus(prometheus::PrometheusSpec),
     /// A URL that must answer 2xx.
     Webhook(webhook::WebhookSpec),
+    /// Metrics of the new revision compared with the stable one's by the judge.
+    Analysis(analysis::AnalysisSpec),
 }
 
 /// A gate setting that cannot be used, with the path of its field.
@@ -73,10 +76,10 @@ pub struct GateContext {
 
 impl GateSpec {
     /// Every gate kind, as [`GateSpec::kind`] names it.
-    pub const KINDS: [&'static str; 2] = ["prometheus", "webhook"];
+    pub const KINDS: [&'static str; 3] = ["prometheus", "webhook", "analysis"];
 
-    /// The gates of `entries` that the runner evaluates (Prometheus and
-    /// webhook gates), in spec order, each parsed once; an error names the
+    /// The gates of `entries` that the runner evaluates (Prometheus, webhook
+    /// and analysis gates), in spec order, each parsed once; an error names the
     /// field where the user wrote it.
     pub fn all(entries: &[GateAt]) -> Result<Vec<GateSpec>, GateSpecError> {
         let mut out = Vec::with_capacity(entries.len());
@@ -90,6 +93,9 @@ impl GateSpec {
                     prometheus::PrometheusSpec::parse(g).map_err(|(f, m)| error(f, m))?,
                 ),
                 GateEntry::Webhook(g) => GateSpec::Webhook(webhook::WebhookSpec::parse(g)),
+                GateEntry::Analysis(g) => GateSpec::Analysis(
+                    analysis::AnalysisSpec::parse(g).map_err(|(f, m)| error(f, m))?,
+                ),
                 GateEntry::Job(_) | GateEntry::Template(_) => continue,
             };
             // auth, headers and tls: the same rules for every kind.
@@ -104,6 +110,7 @@ impl GateSpec {
         match self {
             GateSpec::Prometheus(p) => &p.name,
             GateSpec::Webhook(w) => &w.name,
+            GateSpec::Analysis(a) => &a.name,
         }
     }
 
@@ -112,6 +119,7 @@ impl GateSpec {
         match self {
             GateSpec::Prometheus(p) => p.interval,
             GateSpec::Webhook(_) => webhook::INTERVAL,
+            GateSpec::Analysis(a) => a.interval,
         }
     }
 
@@ -126,6 +134,10 @@ impl GateSpec {
                 failures: webhook::FAILURE_LIMIT,
                 inconclusive: w.inconclusive_limit,
             },
+            GateSpec::Analysis(a) => Limits {
+                failures: a.failure_limit,
+                inconclusive: a.inconclusive_limit,
+            },
         }
     }
 
@@ -134,6 +146,7 @@ impl GateSpec {
         let call = match self {
             GateSpec::Prometheus(p) => p.timeout,
             GateSpec::Webhook(w) => w.worst_case(),
+            GateSpec::Analysis(a) => a.worst_case(),
         };
         if self.access().reads_nothing() {
             call
@@ -147,6 +160,16 @@ impl GateSpec {
         match self {
             GateSpec::Prometheus(_) => "prometheus",
             GateSpec::Webhook(_) => "webhook",
+            GateSpec::Analysis(_) => "analysis",
+        }
+    }
+
+    /// The URL it calls: a Prometheus address or a webhook URL.
+    pub fn url(&self) -> &str {
+        match self {
+            GateSpec::Prometheus(p) => &p.address,
+            GateSpec::Webhook(w) => &w.url,
+            GateSpec::Analysis(a) => &a.address,
         }
     }
 
@@ -155,6 +178,7 @@ impl GateSpec {
         match self {
             GateSpec::Prometheus(p) => &p.access,
             GateSpec::Webhook(w) => &w.access,
+            GateSpec::Analysis(a) => &a.access,
         }
     }
 }
@@ -483,6 +507,7 @@ pub fn record_with(
         inconclusive,
         last_evaluated: Some(now),
         message: Some(message),
+        analysis: None,
         dry_run: trial.dry_run,
         consecutive_successes: passes,
         consecutive_errors: errors,

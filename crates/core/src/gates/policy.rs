@@ -593,10 +593,7 @@ impl NamespacePolicy {
     /// other hosts ([`NamespacePolicy::admit_credential`]) and the
     /// operator's own address rules are checked when the call is made.
     pub fn admit_gate(&self, gate: &super::GateSpec) -> Result<(), GateRefusal> {
-        let url = match gate {
-            super::GateSpec::Prometheus(p) => p.address.as_str(),
-            super::GateSpec::Webhook(w) => w.url.as_str(),
-        };
+        let url = gate.url();
         // A URL that does not parse fails in the call itself, with its own message.
         let destination = url::Url::parse(url.trim())
             .ok()

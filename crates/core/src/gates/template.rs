@@ -676,8 +676,7 @@ mod tests {
 
     fn url_of(g: &TemplateGate) -> &str {
         match g {
-            TemplateGate::Runner(GateSpec::Webhook(w)) => &w.url,
-            TemplateGate::Runner(GateSpec::Prometheus(p)) => &p.address,
+            TemplateGate::Runner(g) => g.url(),
             TemplateGate::Job(j) => &j.name,
         }
     }

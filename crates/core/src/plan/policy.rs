@@ -49,10 +49,7 @@ pub fn blocks(
         .filter(|g| !target.dry_run(g.name()))
         .filter_map(|g| {
             let refusal = policy.admit_gate(g).err()?;
-            let url = match g {
-                crate::gates::GateSpec::Prometheus(p) => &p.address,
-                crate::gates::GateSpec::Webhook(w) => &w.url,
-            };
+            let url = g.url();
             Some(PolicyBlock {
                 what: format!("gate {} ({} at {})", g.name(), g.kind(), redact(url)),
                 refusal: refusal.to_string(),
