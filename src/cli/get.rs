@@ -317,6 +317,11 @@ pub fn render_tree(plan: &ReleasePlan, live: Live<'_>) -> String {
         },
         children: columns(&gate_rows).into_iter().map(Node::leaf).collect(),
     });
+    for g in &status.gates {
+        if let Some(a) = &g.analysis {
+            top.push(analysis_node(&g.name, a));
+        }
+    }
 
     let cond_rows: Vec<Vec<String>> = status
         .conditions
@@ -454,6 +459,39 @@ fn autoscaling_text(a: &crate::api::ComponentAutoscaling) -> String {
     }
 }
 
+/// An analysis gate's last judgement: its score and outcome, then one row
+/// per metric (samples each side, the change, p-value, interval).
+fn analysis_node(gate: &str, a: &crate::api::analysis::AnalysisStatus) -> Node {
+    let rows: Vec<Vec<String>> = a
+        .metrics
+        .iter()
+        .map(|m| {
+            let mut row = vec![
+                m.name.clone(),
+                m.verdict.clone(),
+                format!(
+                    "canary {} / stable {}",
+                    m.canary_samples, m.baseline_samples
+                ),
+            ];
+            if let Some(e) = m.effect {
+                row.push(format!("change {:+.1}%", e * 100.0));
+            }
+            if let Some(p) = m.p_value {
+                row.push(format!("p {p:.2e}"));
+            }
+            if let [lo, hi] = m.interval.as_slice() {
+                row.push(format!("shift [{lo:.4}, {hi:.4}]"));
+            }
+            row
+        })
+        .collect();
+    Node {
+        text: format!("analysis {gate}  score {:.0}  {}", a.score, a.outcome),
+        children: columns(&rows).into_iter().map(Node::leaf).collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -553,6 +591,45 @@ ReleasePlan prod/shop  RollingOut  step 2/4  weight 25%
     └── Paused  True   PauseStep
 ";
         assert_eq!(text, expected, "\n{text}");
+    }
+
+    #[test]
+    fn an_analysis_shows_each_metric_judged() {
+        use crate::api::analysis::{AnalysisStatus, MetricVerdict};
+        let a = AnalysisStatus {
+            score: 50.0,
+            outcome: "Fail".into(),
+            metrics: vec![
+                MetricVerdict {
+                    name: "ttft".into(),
+                    verdict: "Failed".into(),
+                    canary_samples: 16,
+                    baseline_samples: 16,
+                    statistic: Some(256.0),
+                    p_value: Some(1.2e-6),
+                    effect: Some(0.3),
+                    interval: vec![0.014, 0.016],
+                },
+                MetricVerdict {
+                    name: "errors".into(),
+                    verdict: "Inconclusive".into(),
+                    canary_samples: 4,
+                    baseline_samples: 1200,
+                    ..MetricVerdict::default()
+                },
+            ],
+        };
+        let mut out = String::new();
+        draw(&mut out, &[analysis_node("judge", &a)], "");
+        assert_eq!(
+            out,
+            "\
+└── analysis judge  score 50  Fail
+    ├── ttft    Failed        canary 16 / stable 16   change +30.0%  p 1.20e-6  shift [0.0140, 0.0160]
+    └── errors  Inconclusive  canary 4 / stable 1200
+",
+            "\n{out}"
+        );
     }
 
     #[test]

@@ -27,6 +27,7 @@ mod admission;
 mod adoption;
 mod alerts;
 mod allocator;
+mod analysis;
 mod autoscaling;
 mod chart;
 mod cluster;

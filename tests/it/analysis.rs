@@ -1,0 +1,196 @@
+//! Canary analysis end to end: stand-in vLLM servers (`e2e/model-server.py`)
+//! on loopback pod IPs, a real Prometheus scraping them every second, and an
+//! `analysis` gate whose judge compares the new revision's samples with the
+//! stable revision's.
+//!
+//! - A version 30 % slower (65 ms to the first token against 50 ms), well
+//!   under the fixed threshold a user would write (`< 0.1` s, which a
+//!   dry-run Prometheus gate beside it passes), is rolled back, the reason
+//!   naming the metric, its change and the tolerance.
+//! - An equal version is promoted.
+//! - A version whose pods get a handful of requests a minute is never
+//!   judged: the analysis stays inconclusive and, past its limit, the
+//!   rollout pauses for a human; it is never rolled back for lack of data.
+
+use crate::support;
+
+use releaseplan::api::{Phase, ReleasePlan};
+use serde_json::{Value, json};
+use support::fixtures::plan;
+use support::gpu::{GpuNodes, ModelServers, model_server_template};
+use support::operator::Operator;
+use support::plans::{create, get, set_components, wait_phase};
+use support::servers::Prometheus;
+use support::{Harness, wait_until};
+
+/// The mean time to first token of `{{revision}}` over 10 s windows.
+fn mean_ttft(ns: &str) -> String {
+    format!(
+        "sum(rate(vllm:time_to_first_token_seconds_sum{{namespace=\"{ns}\",revision=\"{{{{revision}}}}\"}}[10s])) / sum(rate(vllm:time_to_first_token_seconds_count{{namespace=\"{ns}\",revision=\"{{{{revision}}}}\"}}[10s]))"
+    )
+}
+
+fn requests(ns: &str, extra: &str) -> String {
+    format!(
+        "sum(increase(vllm:request_success_total{{namespace=\"{ns}\",revision=\"{{{{revision}}}}\"{extra}}}[{{{{window}}}}]))"
+    )
+}
+
+fn llama(ns: &str, image: &str, env: &[(&str, &str)]) -> Value {
+    json!({"name": "llama", "replicas": 2, "template": model_server_template(ns, image, env)})
+}
+
+/// The judge's gate, and a dry-run fixed-threshold gate on the same
+/// latency.
+fn gates(ns: &str, prometheus: &str) -> Value {
+    json!([
+        {
+            "name": "judge", "component": "llama",
+            "analysis": {
+                "address": prometheus,
+                "lookback": "30s", "sampleInterval": "2s", "interval": "8s",
+                "inconclusiveLimit": 6,
+                "metrics": [
+                    {"name": "ttft", "query": mean_ttft(ns), "minSamples": 10},
+                    {"name": "errors", "failed": requests(ns, ",finished_reason=\"abort\""),
+                     "total": requests(ns, ""), "minSamples": 100}
+                ]
+            }
+        },
+        {
+            "name": "fixed", "component": "llama", "dryRun": true,
+            "prometheus": {"address": prometheus, "query": mean_ttft(ns), "threshold": "< 0.1", "interval": "4s"}
+        }
+    ])
+}
+
+fn gate<'a>(p: &'a ReleasePlan, name: &str) -> Option<&'a releaseplan::api::GateStatus> {
+    p.status.as_ref()?.gates.iter().find(|g| g.name == name)
+}
+
+#[tokio::test]
+async fn the_judge_rolls_back_a_slower_canary_promotes_an_equal_one_and_waits_on_too_little_data() {
+    let Harness { client, ns } = Harness::new("analysis").await;
+    let _nodes = GpuNodes::add(&client, &ns, 2, 4, Some(103)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let targets = dir.path().join("targets.json");
+    let _servers = ModelServers::start(&client, &ns, Some(targets.clone()));
+    let prometheus = Prometheus::start_file_sd(&targets);
+    let _op = Operator::start(&ns, &[]).await;
+    let env = |ttft: &'static str, rps: &'static str| {
+        [("TTFT_MS", ttft), ("LOAD_SECONDS", "1"), ("RPS", rps)]
+    };
+    let spec = json!({
+        "components": [llama(&ns, "vllm:0.6.3", &env("50", "20"))],
+        "strategy": {"steps": [{"setWeight": 50}, {"pause": {"duration": "10s"}}]},
+        "health": {"gates": gates(&ns, &prometheus.url), "progressDeadlineSeconds": 300}
+    });
+    create(&client, &ns, &plan("llama", spec)).await;
+    wait_phase(&client, &ns, "llama", Phase::Stable, support::WAIT).await;
+
+    // 30 % slower: under the fixed threshold, which passes it; the judge
+    // fails it and the release rolls back.
+    set_components(
+        &client,
+        &ns,
+        "llama",
+        json!([llama(&ns, "vllm:0.7.0", &env("65", "20"))]),
+    )
+    .await;
+    let fixed_passed = std::sync::atomic::AtomicBool::new(false);
+    let p = wait_until(
+        support::WAIT * 3,
+        "the slower version rolled back",
+        || async {
+            let p = get(&client, &ns, "llama").await?;
+            if gate(&p, "fixed").is_some_and(|g| g.verdict == releaseplan::api::Verdict::Passed) {
+                fixed_passed.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            (p.status.as_ref()?.phase == Phase::RolledBack).then_some(p)
+        },
+    )
+    .await;
+    let failure = p.status.unwrap().failure.unwrap();
+    assert_eq!(failure.gate, "judge", "{failure:?}");
+    assert!(
+        failure.message.contains("ttft: canary +")
+            && failure.message.contains("beyond the 10.0% tolerance"),
+        "{failure:?}"
+    );
+    assert!(
+        fixed_passed.load(std::sync::atomic::Ordering::Relaxed),
+        "the fixed threshold < 0.1 s never passed the slower version"
+    );
+
+    // Equal: promoted, the judgement in status while it runs.
+    set_components(
+        &client,
+        &ns,
+        "llama",
+        json!([llama(&ns, "vllm:0.7.1", &env("50", "20"))]),
+    )
+    .await;
+    let judged = wait_until(
+        support::WAIT * 3,
+        "a judgement of the equal version",
+        || async {
+            let p = get(&client, &ns, "llama").await?;
+            let a = gate(&p, "judge")?.analysis.clone()?;
+            (a.outcome == "Pass").then_some(a)
+        },
+    )
+    .await;
+    let ttft = judged.metrics.iter().find(|m| m.name == "ttft").unwrap();
+    assert_eq!(ttft.verdict, "Passed", "{judged:?}");
+    assert!(
+        ttft.canary_samples >= 10 && ttft.baseline_samples >= 10,
+        "{judged:?}"
+    );
+    assert!(
+        ttft.p_value.is_some() && ttft.interval.len() == 2,
+        "{judged:?}"
+    );
+    let errors = judged.metrics.iter().find(|m| m.name == "errors").unwrap();
+    assert!(errors.canary_samples >= 100, "{judged:?}");
+    let p = wait_phase(&client, &ns, "llama", Phase::Stable, support::WAIT * 3).await;
+    assert!(p.status.unwrap().failure.is_none());
+
+    // A handful of requests a minute: inconclusive, then paused for a
+    // human; never rolled back.
+    set_components(
+        &client,
+        &ns,
+        "llama",
+        json!([llama(&ns, "vllm:0.7.2", &env("200", "0.05"))]),
+    )
+    .await;
+    let p = wait_until(
+        support::WAIT * 4,
+        "paused on the inconclusive analysis",
+        || async {
+            let p = get(&client, &ns, "llama").await?;
+            let s = p.status.as_ref()?;
+            assert_ne!(
+                s.phase,
+                Phase::RolledBack,
+                "rolled back for a lack of data: {:?}",
+                s.failure
+            );
+            let paused = s.conditions.iter().any(|c| {
+                c.type_ == "Paused" && c.status == "True" && c.reason == "GateInconclusive"
+            });
+            paused.then_some(p)
+        },
+    )
+    .await;
+    let s = p.status.unwrap();
+    assert_eq!(s.phase, Phase::RollingOut);
+    let judge = s.gates.iter().find(|g| g.name == "judge").unwrap();
+    assert!(judge.awaiting_decision, "{judge:?}");
+    let a = judge.analysis.as_ref().unwrap();
+    assert_eq!(a.outcome, "Marginal", "{a:?}");
+    assert!(
+        a.metrics.iter().all(|m| m.verdict == "Inconclusive"),
+        "{a:?}"
+    );
+}
