@@ -111,6 +111,7 @@ async fn the_judge_rolls_back_a_slower_canary_promotes_an_equal_one_and_waits_on
     )
     .await;
     let failure = p.status.unwrap().failure.unwrap();
+    eprintln!("the slower version: {}", failure.message);
     assert_eq!(failure.gate, "judge", "{failure:?}");
     assert!(
         failure.message.contains("ttft: canary +")
@@ -140,6 +141,7 @@ async fn the_judge_rolls_back_a_slower_canary_promotes_an_equal_one_and_waits_on
         },
     )
     .await;
+    eprintln!("the equal version: {}", serde_json::to_string(&judged).unwrap());
     let ttft = judged.metrics.iter().find(|m| m.name == "ttft").unwrap();
     assert_eq!(ttft.verdict, "Passed", "{judged:?}");
     assert!(
