@@ -49,10 +49,28 @@ pub async fn evaluate_with(
     for m in &gate.metrics {
         for side in [Side::Canary, Side::Baseline] {
             match &m.queries {
-                Queries::Values(q) => asks.push(Ask::Range(render(q, vars, side, gate.lookback))),
+                Queries::Values(q) => asks.push(Ask::Range(render(
+                    q,
+                    vars,
+                    side,
+                    gate.lookback,
+                    gate.sample_interval,
+                ))),
                 Queries::Counts { failed, total } => {
-                    asks.push(Ask::Count(render(failed, vars, side, gate.lookback)));
-                    asks.push(Ask::Count(render(total, vars, side, gate.lookback)));
+                    asks.push(Ask::Count(render(
+                        failed,
+                        vars,
+                        side,
+                        gate.lookback,
+                        gate.sample_interval,
+                    )));
+                    asks.push(Ask::Count(render(
+                        total,
+                        vars,
+                        side,
+                        gate.lookback,
+                        gate.sample_interval,
+                    )));
                 }
             }
         }

@@ -23,10 +23,12 @@ use support::plans::{create, get, set_components, wait_phase};
 use support::servers::Prometheus;
 use support::{Harness, wait_until};
 
-/// The mean time to first token of `{{revision}}` over 10 s windows.
-fn mean_ttft(ns: &str) -> String {
+/// The mean time to first token of `{{revision}}` over `window`: for the
+/// judge, each sample's own interval (`{{sampleInterval}}`), so a sample
+/// never repeats a neighbour's requests.
+fn mean_ttft(ns: &str, window: &str) -> String {
     format!(
-        "sum(rate(vllm:time_to_first_token_seconds_sum{{namespace=\"{ns}\",revision=\"{{{{revision}}}}\"}}[10s])) / sum(rate(vllm:time_to_first_token_seconds_count{{namespace=\"{ns}\",revision=\"{{{{revision}}}}\"}}[10s]))"
+        "sum(rate(vllm:time_to_first_token_seconds_sum{{namespace=\"{ns}\",revision=\"{{{{revision}}}}\"}}[{window}])) / sum(rate(vllm:time_to_first_token_seconds_count{{namespace=\"{ns}\",revision=\"{{{{revision}}}}\"}}[{window}]))"
     )
 }
 
@@ -48,10 +50,10 @@ fn gates(ns: &str, prometheus: &str) -> Value {
             "name": "judge", "component": "llama",
             "analysis": {
                 "address": prometheus,
-                "lookback": "30s", "sampleInterval": "2s", "interval": "8s",
+                "lookback": "36s", "sampleInterval": "3s", "interval": "8s",
                 "inconclusiveLimit": 6,
                 "metrics": [
-                    {"name": "ttft", "query": mean_ttft(ns), "minSamples": 10},
+                    {"name": "ttft", "query": mean_ttft(ns, "{{sampleInterval}}"), "minSamples": 8},
                     {"name": "errors", "failed": requests(ns, ",finished_reason=\"abort\""),
                      "total": requests(ns, ""), "minSamples": 100}
                 ]
@@ -59,7 +61,7 @@ fn gates(ns: &str, prometheus: &str) -> Value {
         },
         {
             "name": "fixed", "component": "llama", "dryRun": true,
-            "prometheus": {"address": prometheus, "query": mean_ttft(ns), "threshold": "< 0.1", "interval": "4s"}
+            "prometheus": {"address": prometheus, "query": mean_ttft(ns, "10s"), "threshold": "< 0.1", "interval": "4s"}
         }
     ])
 }
@@ -141,7 +143,10 @@ async fn the_judge_rolls_back_a_slower_canary_promotes_an_equal_one_and_waits_on
         },
     )
     .await;
-    eprintln!("the equal version: {}", serde_json::to_string(&judged).unwrap());
+    eprintln!(
+        "the equal version: {}",
+        serde_json::to_string(&judged).unwrap()
+    );
     let ttft = judged.metrics.iter().find(|m| m.name == "ttft").unwrap();
     assert_eq!(ttft.verdict, "Passed", "{judged:?}");
     assert!(

@@ -567,3 +567,69 @@ async fn bound_beyond_loopback_it_warns_and_still_wants_the_token() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[tokio::test]
+async fn an_analysis_gate_shows_each_metric_judged() {
+    // No operator: the status is written here as the operator writes it,
+    // so the page is checked against a judgement whose every figure is known.
+    let Harness { client, ns } = Harness::new("dash-analysis").await;
+    create(
+        &client,
+        &ns,
+        &plan("shop", json!({"components": [web("shop:1", 1)]})),
+    )
+    .await;
+    let status = json!({"status": {
+        "phase": "RollingOut", "currentStep": 0,
+        "gates": [{
+            "name": "judge", "verdict": "Failed", "failures": 1, "inconclusive": 0,
+            "message": "score 50 below the marginal 75; ttft: canary +29.4% against baseline",
+            "analysis": {"score": 50.0, "outcome": "Fail", "metrics": [
+                {"name": "ttft", "verdict": "Failed", "canarySamples": 12, "baselineSamples": 12,
+                 "statistic": 144.0, "pValue": 0.0000913, "effect": 0.294, "interval": [0.0142, 0.0158]},
+                {"name": "errors", "verdict": "Inconclusive", "canarySamples": 4, "baselineSamples": 1200}
+            ]}
+        }]
+    }});
+    kube::Api::<ReleasePlan>::namespaced(client.clone(), &ns)
+        .patch_status(
+            "shop",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&status),
+        )
+        .await
+        .unwrap();
+    let dash = Dashboard::start(&["-n", &ns]).await;
+    let b = Browser::start().await;
+    b.client.goto(&dash.url).await.unwrap();
+    b.wait_text(WAIT, &row(&ns, "shop"), "RollingOut").await;
+    b.click(&format!("{} a", row(&ns, "shop"))).await;
+    let heading = b.wait_text(WAIT, "#plan h4.analysis", "judge").await;
+    assert!(
+        heading.contains("score 50") && heading.contains("Fail"),
+        "{heading}"
+    );
+    let rows = b
+        .js(
+            "return [...document.querySelectorAll('#plan h4.analysis + table tbody tr')]
+               .map(r => [...r.cells].map(c => c.textContent));",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        rows,
+        json!([
+            [
+                "ttft",
+                "Failed",
+                "12 / 12",
+                "+29.4%",
+                "9.13e-5",
+                "0.0142 … 0.0158"
+            ],
+            ["errors", "Inconclusive", "4 / 1200", "-", "-", "-"]
+        ])
+    );
+    b.screenshot("plan-analysis").await;
+    b.close().await;
+}

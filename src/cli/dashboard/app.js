@@ -234,6 +234,13 @@ function drawPlan(msg) {
   const comps = r.components.map((c) => `<h4>${esc(c.name)} <span class="st">${c.replicas} replicas${autoText(c.autoscaling)}</span></h4>` + table(["Deployment", "hash", "ready / wanted", "role", "images", "config read"],
     (c.revisions || []).map((v) => `<tr><td class="mono">${esc(v.deployment)}</td><td class="mono">${esc(v.hash)}</td><td>${v.ready}/${v.replicas}</td><td>${esc(v.role)}</td><td class="mono">${esc(v.images.join(", "))}</td><td class="mono">${esc((v.config || []).join(", ") || "-")}</td></tr>`))).join("");
   const gateRows = r.gates.map((g) => `<tr><td>${esc(g.name)}</td><td class="g-${esc(g.verdict)}">${esc(g.verdict)}</td><td>${esc(g.value ?? "-")}</td><td>${g.failures}</td><td>${chart(d.gateSeries[g.name] || [])}</td></tr>`);
+  // An analysis gate's last judgement: the score, then each metric judged.
+  const num = (x, f) => x == null ? "-" : f(x);
+  const analyses = r.gates.filter((g) => g.analysis).map((g) => `<h4 class="analysis">${esc(g.name)} <span class="st">score ${Math.round(g.analysis.score)} · ${esc(g.analysis.outcome)}</span></h4>` +
+    table(["metric", "verdict", "new / stable samples", "change", "p-value", "shift interval"], (g.analysis.metrics || []).map((m) =>
+      `<tr><td>${esc(m.name)}</td><td class="g-${esc(m.verdict)}">${esc(m.verdict)}</td><td>${m.canarySamples} / ${m.baselineSamples}</td>` +
+      `<td>${num(m.effect, (e) => (e >= 0 ? "+" : "") + (e * 100).toFixed(1) + "%")}</td><td>${num(m.pValue, (p) => p.toExponential(2))}</td>` +
+      `<td>${m.interval && m.interval.length === 2 ? esc(m.interval[0].toPrecision(3) + " … " + m.interval[1].toPrecision(3)) : "-"}</td></tr>`))).join("");
   const hist = d.history.items.slice().reverse().map((h) => `<tr><td>${h.number}</td><td class="mono">${esc(h.revision)}</td><td class="${h.outcome === "RolledBack" ? "fail" : ""}">${esc(h.outcome)}</td><td>${since(h.startedAt)} ago</td><td>${dur(h.startedAt, h.finishedAt)}</td><td>${esc(h.reason || "")}</td><td class="mono">${esc((h.config || []).join(", ") || "-")}</td></tr>`);
   if (d.history.inProgress) { const p = d.history.inProgress; hist.unshift(`<tr><td>${p.number}</td><td class="mono">${esc(p.revision)}</td><td>${esc(p.phase)} (in progress)</td><td>${since(p.startedAt)} ago</td><td>-</td><td></td><td></td></tr>`); }
   const events = d.events.map((e) => `<tr><td class="${e.type === "Warning" ? "fail" : ""}">${esc(e.type)}</td><td>${esc(e.reason)}</td><td>${esc(e.message)}</td><td>${e.count}</td><td>${since(e.last)} ago</td></tr>`);
@@ -245,7 +252,7 @@ function drawPlan(msg) {
 <div id="notice" role="status">${lastNotice}</div>
 <h3>Steps</h3><ol class="timeline">${timeline || `<li>${r.step.text === "no steps" ? "no steps: straight to 100%" : esc(r.step.text)}</li>`}</ol>
 <h3>Components</h3>${comps}
-<h3>Gates of this step</h3>${table(["gate", "verdict", "value", "failures", "values seen"], gateRows)}
+<h3>Gates of this step</h3>${table(["gate", "verdict", "value", "failures", "values seen"], gateRows)}${analyses}
 <h3>Rollouts</h3>${table(["#", "revision", "outcome", "started", "took", "reason", "config"], hist)}
 <h3>Events</h3>${table(["type", "reason", "message", "count", "last"], events)}
 <h3>Conditions</h3>${table(["type", "status", "reason", "message"], conds)}`;

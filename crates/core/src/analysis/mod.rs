@@ -311,10 +311,11 @@ pub fn judge(metrics: &[(Metric, Data)], settings: &Settings) -> Judgement {
             .map(|((m, _), _)| m.weight.max(0.0))
             .sum()
     };
+    // An empty f64 sum is -0.0: `+ 0.0` makes it the 0 a reader expects.
     let (passed, failed, unknown) = (
-        weight(Verdict::Pass),
-        weight(Verdict::Fail),
-        weight(Verdict::Inconclusive),
+        weight(Verdict::Pass) + 0.0,
+        weight(Verdict::Fail) + 0.0,
+        weight(Verdict::Inconclusive) + 0.0,
     );
     let total = passed + failed + unknown;
     let score = if total > 0.0 {

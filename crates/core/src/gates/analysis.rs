@@ -206,16 +206,19 @@ pub enum Side {
 }
 
 /// A metric's query for one side: `{{window}}` (the lookback, `300s`),
-/// `{{role}}` and `{{revision}}` of that side, and the other placeholders
-/// of a Prometheus gate (`{{plan}}`, `{{namespace}}`, `{{component}}`,
-/// `{{stableRevision}}`).
+/// `{{sampleInterval}}` (`15s`: a range query's rate window that makes each
+/// sample its own requests, not its neighbours' too), `{{role}}` and
+/// `{{revision}}` of that side, and the other placeholders of a Prometheus
+/// gate (`{{plan}}`, `{{namespace}}`, `{{component}}`, `{{stableRevision}}`).
 pub fn render(
     query: &str,
     vars: &super::prometheus::TemplateVars,
     side: Side,
     lookback: Duration,
+    sample_interval: Duration,
 ) -> String {
     let window = format!("{}s", lookback.as_secs().max(1));
+    let step = format!("{}s", sample_interval.as_secs().max(1));
     let role = match side {
         Side::Canary => "canary",
         Side::Baseline => "stable",
@@ -230,6 +233,7 @@ pub fn render(
         out.push_str(&rest[..start]);
         match after[..end].trim() {
             "window" => out.push_str(&window),
+            "sampleInterval" => out.push_str(&step),
             "role" => out.push_str(role),
             _ => out.push_str(&rest[start..start + 2 + end + 2]),
         }
@@ -496,14 +500,15 @@ mod tests {
             revision: "new".into(),
             stable_revision: "old".into(),
         };
-        let q = r#"rate(x{revision="{{revision}}",role="{{ role }}"}[{{window}}]) {{other}}"#;
+        let q = r#"rate(x{revision="{{revision}}",role="{{ role }}"}[{{window}}]) / rate(y[{{sampleInterval}}]) {{other}}"#;
+        let (lookback, step) = (Duration::from_secs(120), Duration::from_secs(15));
         assert_eq!(
-            render(q, &vars, Side::Canary, Duration::from_secs(120)),
-            r#"rate(x{revision="new",role="canary"}[120s]) {{other}}"#
+            render(q, &vars, Side::Canary, lookback, step),
+            r#"rate(x{revision="new",role="canary"}[120s]) / rate(y[15s]) {{other}}"#
         );
         assert_eq!(
-            render(q, &vars, Side::Baseline, Duration::from_secs(120)),
-            r#"rate(x{revision="old",role="stable"}[120s]) {{other}}"#
+            render(q, &vars, Side::Baseline, lookback, step),
+            r#"rate(x{revision="old",role="stable"}[120s]) / rate(y[15s]) {{other}}"#
         );
     }
 
