@@ -283,6 +283,10 @@ fn the_score_maps_onto_continue_pause_and_roll_back() {
         "{}",
         j.reason
     );
+    // Nothing passed: 0, never "-0" (an empty f64 sum).
+    let j = all(&[Fail]);
+    assert!(j.reason.starts_with("score 0 below"), "{}", j.reason);
+    assert_eq!(j.score.to_string(), "0");
     // A critical metric fails the release alone.
     let mut metrics: Vec<_> = vec![Pass; 9].into_iter().map(verdict_of).collect();
     let (mut crit, data) = verdict_of(Fail);
