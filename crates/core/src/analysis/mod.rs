@@ -276,21 +276,29 @@ pub fn judge_metric(metric: &Metric, data: &Data, alpha: f64) -> MetricJudgement
     } else {
         Verdict::Pass
     };
-    let shown = if effect.is_finite() {
-        format!("{:+.1}%", effect * 100.0)
-    } else {
+    // Values change by a share of the baseline's median; counts by points
+    // of the share of requests that fail.
+    let counts = matches!(data, Data::Counts { .. });
+    let shown = if !effect.is_finite() {
         "a change from zero".to_string()
+    } else if counts {
+        format!("{:+.2} points of failing requests", effect * 100.0)
+    } else {
+        format!("{:+.1}%", effect * 100.0)
+    };
+    let tolerance = if counts {
+        format!("{:.2}-point", metric.tolerance * 100.0)
+    } else {
+        format!("{:.1}%", metric.tolerance * 100.0)
     };
     j.reason = match j.verdict {
         Verdict::Fail => format!(
-            "{}: canary {shown} against baseline, beyond the {:.1}% tolerance (p = {p:.2e} < {alpha})",
+            "{}: canary {shown} against baseline, beyond the {tolerance} tolerance (p = {p:.2e} < {alpha})",
             metric.name,
-            metric.tolerance * 100.0
         ),
         _ => format!(
-            "{}: canary {shown} against baseline (p = {p:.2e}, tolerance {:.1}%)",
+            "{}: canary {shown} against baseline (p = {p:.2e}, tolerance {tolerance})",
             metric.name,
-            metric.tolerance * 100.0
         ),
     };
     j

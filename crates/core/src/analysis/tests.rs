@@ -232,7 +232,12 @@ fn errors_against_a_baseline_with_none() {
     // 2 % of the canary's requests fail, none of the baseline's.
     let j = judge_metric(&errors(100), &counts(20, 1000, 0, 1000), 0.05);
     assert_eq!(j.verdict, Verdict::Fail, "{}", j.reason);
-    assert!(j.reason.contains("+2.0%"), "{}", j.reason);
+    assert!(
+        j.reason
+            .contains("errors: canary +2.00 points of failing requests against baseline, beyond the 0.10-point tolerance"),
+        "{}",
+        j.reason
+    );
     // One failed request is noise.
     let j = judge_metric(&errors(100), &counts(1, 1000, 0, 1000), 0.05);
     assert_eq!(j.verdict, Verdict::Pass, "{}", j.reason);
