@@ -114,6 +114,13 @@ fn prometheus_gate(name: &str) -> Value {
     })
 }
 
+/// An analysis gate of one metric.
+fn analysis_gate(metric: Value) -> Value {
+    json!({"name": "judge", "analysis": {
+        "address": "http://prometheus.monitoring:9090", "metrics": [metric]
+    }})
+}
+
 fn webhook_gate(name: &str) -> Value {
     json!({
         "name": name,
@@ -1188,11 +1195,44 @@ fn invalid_cases() -> Vec<Case> {
         at(
             "spec.health.gates[0]",
             "gate-with-two-kinds",
-            &["a gate holds exactly one kind: set one of prometheus, webhook, job and template"],
+            &[
+                "a gate holds exactly one kind: set one of prometheus, webhook, job, template and analysis",
+            ],
             |p| {
                 let mut g = in_gates(webhook_gate("smoke"), "webhook");
                 g["job"] = job_gate("x");
                 g["job"].as_object_mut().unwrap().remove("name");
+                p["spec"]["health"] = json!({ "gates": [g] });
+            },
+        ),
+        at(
+            "spec.health.gates[0].analysis.metrics[0]",
+            "analysis-metric-with-query-and-counts",
+            &["a metric is either a query or failed and total"],
+            |p| {
+                p["spec"]["health"] = json!({ "gates": [analysis_gate(json!(
+                    {"name": "latency", "query": "q", "failed": "f", "total": "t"}
+                ))] });
+            },
+        ),
+        at(
+            "spec.health.gates[0].analysis.metrics[0].tolerance",
+            "analysis-tolerance-not-a-percentage",
+            &["tolerance must be a percentage such as 10% or 0.5%"],
+            |p| {
+                p["spec"]["health"] = json!({ "gates": [analysis_gate(json!(
+                    {"name": "latency", "query": "q", "tolerance": "0.1"}
+                ))] });
+            },
+        ),
+        at(
+            "spec.health.gates[0].analysis",
+            "analysis-marginal-above-pass",
+            &["analysis.marginal must not be above analysis.pass"],
+            |p| {
+                let mut g = analysis_gate(json!({"name": "latency", "query": "q"}));
+                g["analysis"]["pass"] = json!(80);
+                g["analysis"]["marginal"] = json!(90);
                 p["spec"]["health"] = json!({ "gates": [g] });
             },
         ),
@@ -1205,7 +1245,7 @@ fn invalid_cases() -> Vec<Case> {
         at(
             "spec.health.gates[0]",
             "job-gate-with-auth",
-            &["auth, headers and tls apply to prometheus and webhook gates only"],
+            &["auth, headers and tls apply to prometheus, webhook and analysis gates only"],
             |p| {
                 let mut g = in_gates(job_gate("load"), "job");
                 g["headers"] = json!([{ "name": "X-Team", "value": "a" }]);

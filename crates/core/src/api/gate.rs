@@ -1,6 +1,7 @@
 //! Health gates in the API: `spec.health` and its one list of gates,
 //! `health.gates`. A gate is `{name, component?, auth?, headers?, tls?}`
-//! and exactly one kind: `prometheus`, `webhook`, `job` or `template`.
+//! and exactly one kind: `prometheus`, `webhook`, `job`, `template` or
+//! `analysis`.
 //!
 //! The four lists of the first API (`prometheus`, `webhooks`, `jobs`,
 //! `templates`) stay in the schema, deprecated, so the API server never
@@ -100,8 +101,8 @@ pub struct Health {
     pub detect_pod_failures: Option<bool>,
 
     /// The health gates: each has a name and exactly one kind (`prometheus`,
-    /// `webhook`, `job` or `template`). A rollout advances only while every gate
-    /// passes.
+    /// `webhook`, `job`, `template` or `analysis`). A rollout advances only
+    /// while every gate passes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_GATES))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
