@@ -8,7 +8,7 @@
 //!   dry-run Prometheus gate beside it passes), is rolled back, the reason
 //!   naming the metric, its change and the tolerance.
 //! - An equal version is promoted.
-//! - A version whose pods get a handful of requests a minute is never
+//! - A version whose pods get a request or two a minute is never
 //!   judged: the analysis stays inconclusive and, past its limit, the
 //!   rollout pauses for a human; it is never rolled back for lack of data.
 
@@ -50,8 +50,12 @@ fn gates(ns: &str, prometheus: &str) -> Value {
             "name": "judge", "component": "llama",
             "analysis": {
                 "address": prometheus,
-                "lookback": "36s", "sampleInterval": "3s", "interval": "8s",
-                "inconclusiveLimit": 6,
+                // A sample per 5 s (five scrapes in its rate window, so a
+                // slow scrape on a busy machine still leaves a value), 60 s
+                // looked back: 12 samples a side once the canary has run
+                // that long; room for 12 inconclusive evaluations meanwhile.
+                "lookback": "60s", "sampleInterval": "5s", "interval": "8s",
+                "inconclusiveLimit": 12,
                 "metrics": [
                     {"name": "ttft", "query": mean_ttft(ns, "{{sampleInterval}}"), "minSamples": 8},
                     {"name": "errors", "failed": requests(ns, ",finished_reason=\"abort\""),
@@ -100,6 +104,7 @@ async fn the_judge_rolls_back_a_slower_canary_promotes_an_equal_one_and_waits_on
     )
     .await;
     let fixed_passed = std::sync::atomic::AtomicBool::new(false);
+    let seen = std::sync::Mutex::new(String::new());
     let p = wait_until(
         support::WAIT * 3,
         "the slower version rolled back",
@@ -108,6 +113,19 @@ async fn the_judge_rolls_back_a_slower_canary_promotes_an_equal_one_and_waits_on
             if gate(&p, "fixed").is_some_and(|g| g.verdict == releaseplan::api::Verdict::Passed) {
                 fixed_passed.store(true, std::sync::atomic::Ordering::Relaxed);
             }
+            // What the gates saw, each time it changes: a failure explains itself.
+            let now = format!(
+                "{:?} fixed {:?} judge {:?}",
+                p.status.as_ref().map(|s| (s.phase, s.current_step)),
+                gate(&p, "fixed").map(|g| (g.verdict, g.value.clone())),
+                gate(&p, "judge").map(|g| (g.verdict, g.message.clone()))
+            );
+            let mut last = seen.lock().unwrap();
+            if *last != now {
+                eprintln!("{now}");
+                *last = now;
+            }
+            drop(last);
             (p.status.as_ref()?.phase == Phase::RolledBack).then_some(p)
         },
     )
@@ -162,13 +180,13 @@ async fn the_judge_rolls_back_a_slower_canary_promotes_an_equal_one_and_waits_on
     let p = wait_phase(&client, &ns, "llama", Phase::Stable, support::WAIT * 3).await;
     assert!(p.status.unwrap().failure.is_none());
 
-    // A handful of requests a minute: inconclusive, then paused for a
+    // A request or two a minute (0.01 a second): inconclusive, then paused for a
     // human; never rolled back.
     set_components(
         &client,
         &ns,
         "llama",
-        json!([llama(&ns, "vllm:0.7.2", &env("200", "0.05"))]),
+        json!([llama(&ns, "vllm:0.7.2", &env("200", "0.01"))]),
     )
     .await;
     let p = wait_until(

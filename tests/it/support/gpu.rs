@@ -127,6 +127,8 @@ pub fn model_server_template(ns: &str, image: &str, env: &[(&str, &str)]) -> Val
 /// One running stand-in.
 struct Server {
     child: Child,
+    /// Its standard error.
+    log: PathBuf,
     ip: String,
     pod: String,
     revision: String,
@@ -162,9 +164,17 @@ impl ModelServers {
                         .default_backoff()
                         .reflect(writer)
                 );
-                while let Some(ev) = events.next().await {
-                    if ev.is_err() {
-                        continue;
+                // Also once a second: a stand-in that exited is started again
+                // (and said), not left as a target nothing answers.
+                let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+                loop {
+                    tokio::select! {
+                        ev = events.next() => match ev {
+                            None => break,
+                            Some(Err(_)) => continue,
+                            Some(Ok(_)) => {}
+                        },
+                        _ = tick.tick() => {}
                     }
                     let pods: Vec<Pod> = store.state().iter().map(|p| (**p).clone()).collect();
                     let changed = sync(&ns, &pods, &servers);
@@ -227,6 +237,24 @@ fn sync(ns: &str, pods: &[Pod], servers: &Mutex<BTreeMap<String, Server>>) -> bo
         }
     }
     let before = servers.len();
+    // A stand-in that exited (it could not bind its address, or crashed):
+    // dropped, so the next sync starts it again, and said, with its output.
+    let exited: Vec<String> = servers
+        .iter_mut()
+        .filter_map(|(uid, s)| matches!(s.child.try_wait(), Ok(Some(_))).then(|| uid.clone()))
+        .collect();
+    for uid in &exited {
+        if let Some(s) = servers.remove(uid) {
+            let out = std::fs::read_to_string(&s.log).unwrap_or_default();
+            let tail: Vec<&str> = out.lines().rev().take(5).collect();
+            eprintln!(
+                "model server of {ns}/{} on {} exited: {}",
+                s.pod,
+                s.ip,
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            );
+        }
+    }
     let gone: Vec<String> = servers
         .keys()
         .filter(|uid| !want.contains_key(*uid))
@@ -245,6 +273,7 @@ fn sync(ns: &str, pods: &[Pod], servers: &Mutex<BTreeMap<String, Server>>) -> bo
         }
         let get = |k: &str, d: &str| env_of(p, k).unwrap_or_else(|| d.to_string());
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("e2e/model-server.py");
+        let log = std::env::temp_dir().join(format!("model-server-{ns}-{uid}.log"));
         let child = Command::new("python3")
             .arg(script)
             .args(["--listen", &format!("{ip}:{PORT}")])
@@ -256,7 +285,11 @@ fn sync(ns: &str, pods: &[Pod], servers: &Mutex<BTreeMap<String, Server>>) -> bo
             .args(["--rps", &get("RPS", "10")])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(
+                std::fs::File::create(&log)
+                    .map(Stdio::from)
+                    .unwrap_or_else(|_| Stdio::null()),
+            )
             .spawn();
         match child {
             Ok(child) => {
@@ -264,6 +297,7 @@ fn sync(ns: &str, pods: &[Pod], servers: &Mutex<BTreeMap<String, Server>>) -> bo
                     uid,
                     Server {
                         child,
+                        log,
                         ip,
                         pod: p.name_any(),
                         revision: p
