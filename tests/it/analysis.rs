@@ -8,7 +8,7 @@
 //!   dry-run Prometheus gate beside it passes), is rolled back, the reason
 //!   naming the metric, its change and the tolerance.
 //! - An equal version is promoted.
-//! - A version whose pods get a request or two a minute is never
+//! - A version whose pods get less than a request a minute is never
 //!   judged: the analysis stays inconclusive and, past its limit, the
 //!   rollout pauses for a human; it is never rolled back for lack of data.
 
@@ -180,7 +180,7 @@ async fn the_judge_rolls_back_a_slower_canary_promotes_an_equal_one_and_waits_on
     let p = wait_phase(&client, &ns, "llama", Phase::Stable, support::WAIT * 3).await;
     assert!(p.status.unwrap().failure.is_none());
 
-    // A request or two a minute (0.01 a second): inconclusive, then paused for a
+    // Less than a request a minute (0.01 a second): inconclusive, then paused for a
     // human; never rolled back.
     set_components(
         &client,
