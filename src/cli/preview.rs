@@ -94,7 +94,7 @@ pub struct PreviewView {
 pub struct GateNowView {
     /// Gate name.
     pub name: String,
-    /// `prometheus` or `webhook`.
+    /// `prometheus`, `webhook` or `analysis`.
     pub kind: String,
     /// `Passed`, `Failed`, `Inconclusive` or `Error` (the call itself failed).
     pub verdict: String,

@@ -5,7 +5,7 @@
 pub use releaseplan_core::gates::analysis::*;
 
 use futures::StreamExt as _;
-use releaseplan_core::analysis::Counts;
+use releaseplan_core::analysis::{Counts, Data};
 use releaseplan_core::api::analysis::AnalysisStatus;
 use releaseplan_core::gates::prometheus::TemplateVars;
 
@@ -94,7 +94,7 @@ pub async fn evaluate_with(
         let f = match &m.queries {
             Queries::Values(_) => match (next(), next()) {
                 (Ok(Answer::Samples(canary)), Ok(Answer::Samples(baseline))) => {
-                    Fetched::Values { canary, baseline }
+                    Data::Values { canary, baseline }
                 }
                 (Err(e), _) | (_, Err(e)) => return (named(&m.metric.name, e), None),
                 _ => return (named(&m.metric.name, mixed()), None),
@@ -105,7 +105,7 @@ pub async fn evaluate_with(
                     Ok(Answer::Count(ct)),
                     Ok(Answer::Count(bf)),
                     Ok(Answer::Count(bt)),
-                ) => Fetched::Counts {
+                ) => Data::Counts {
                     canary: Counts {
                         failed: cf,
                         total: ct,

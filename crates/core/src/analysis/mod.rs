@@ -192,10 +192,15 @@ pub struct Judgement {
     pub reason: String,
 }
 
-/// The median of non-empty sorted-or-not `v`.
+/// The median of non-empty `v`, in any order.
 fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
+    median_sorted(&s)
+}
+
+/// The median of non-empty, sorted `s`.
+fn median_sorted(s: &[f64]) -> f64 {
     let n = s.len();
     if n % 2 == 1 {
         s[n / 2]

@@ -112,11 +112,7 @@ pub fn hodges_lehmann(x: &[f64], y: &[f64], confidence: f64) -> Shift {
         .collect();
     d.sort_by(f64::total_cmp);
     let n = d.len();
-    let estimate = if n % 2 == 1 {
-        d[n / 2]
-    } else {
-        f64::midpoint(d[n / 2 - 1], d[n / 2])
-    };
+    let estimate = super::median_sorted(&d);
     let (n1, n2) = (x.len() as f64, y.len() as f64);
     let z = standard_normal().inverse_cdf(1.0 - (1.0 - confidence) / 2.0);
     let k = (n1 * n2 / 2.0 - z * (n1 * n2 * (n1 + n2 + 1.0) / 12.0).sqrt()).floor();

@@ -11,7 +11,7 @@ use super::access::Access;
 use super::prometheus::{error_of, with_detail};
 use super::text::redact;
 use super::{GateResult, timeout_of};
-use crate::analysis::{self, Counts, Data, Direction, Judgement, Outcome, Settings, Verdict};
+use crate::analysis::{self, Data, Direction, Judgement, Outcome, Settings, Verdict};
 use crate::api::analysis::{
     AnalysisDirection, AnalysisGate, AnalysisStatus, MetricVerdict, percent,
 };
@@ -223,28 +223,19 @@ pub fn render(
         Side::Canary => "canary",
         Side::Baseline => "stable",
     };
-    let mut out = String::with_capacity(query.len());
-    let mut rest = query;
-    while let Some(start) = rest.find("{{") {
-        let after = &rest[start + 2..];
-        let Some(end) = after.find("}}") else {
-            break;
-        };
-        out.push_str(&rest[..start]);
-        match after[..end].trim() {
-            "window" => out.push_str(&window),
-            "sampleInterval" => out.push_str(&step),
-            "role" => out.push_str(role),
-            _ => out.push_str(&rest[start..start + 2 + end + 2]),
-        }
-        rest = &after[end + 2..];
-    }
-    out.push_str(rest);
     let mut side_vars = vars.clone();
     if side == Side::Baseline {
         side_vars.revision.clone_from(&vars.stable_revision);
     }
-    super::prometheus::render_query(&out, &side_vars)
+    super::prometheus::render_with(
+        query,
+        &side_vars,
+        &[
+            ("window", &window),
+            ("sampleInterval", &step),
+            ("role", role),
+        ],
+    )
 }
 
 /// `<address>/api/v1/query_range?query=…&start=…&end=…&step=…&timeout=…`,
@@ -288,14 +279,8 @@ fn number(sample: &Value) -> Result<f64, String> {
     let text = sample.get(1).and_then(Value::as_str).ok_or_else(|| {
         "unexpected prometheus answer: sample is not [time, \"value\"]".to_string()
     })?;
-    match text {
-        "NaN" => Ok(f64::NAN),
-        "+Inf" | "Inf" => Ok(f64::INFINITY),
-        "-Inf" => Ok(f64::NEG_INFINITY),
-        t => t
-            .parse()
-            .map_err(|_| "unexpected prometheus answer: sample value is not a number".to_string()),
-    }
+    super::prometheus::parse_sample(text)
+        .ok_or_else(|| "unexpected prometheus answer: sample value is not a number".to_string())
 }
 
 /// The samples of a range query's answer: the finite values of its one
@@ -373,41 +358,16 @@ pub fn instant_count(body: &Value, detail: usize) -> Result<u64, String> {
     })
 }
 
-/// What one metric's queries gave, per side.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Fetched {
-    /// Samples of a range query.
-    Values {
-        /// The new revision's.
-        canary: Vec<f64>,
-        /// The compared side's.
-        baseline: Vec<f64>,
-    },
-    /// Failed of all requests.
-    Counts {
-        /// The new revision's.
-        canary: Counts,
-        /// The compared side's.
-        baseline: Counts,
-    },
-}
-
 /// One evaluation of the gate from what its queries gave (in the order of
 /// `spec.metrics`): the judge's judgement as a gate result, and as status.
 /// Pass passes; Fail fails; Marginal is inconclusive (past the limit, a
 /// human decides).
-pub fn evaluate(spec: &AnalysisSpec, fetched: Vec<Fetched>) -> (GateResult, AnalysisStatus) {
+pub fn evaluate(spec: &AnalysisSpec, fetched: Vec<Data>) -> (GateResult, AnalysisStatus) {
     let metrics: Vec<(analysis::Metric, Data)> = spec
         .metrics
         .iter()
         .zip(fetched)
-        .map(|(m, f)| {
-            let data = match f {
-                Fetched::Values { canary, baseline } => Data::Values { canary, baseline },
-                Fetched::Counts { canary, baseline } => Data::Counts { canary, baseline },
-            };
-            (m.metric.clone(), data)
-        })
+        .map(|(m, data)| (m.metric.clone(), data))
         .collect();
     let j = analysis::judge(&metrics, &spec.settings);
     let status = status_of(&j);
@@ -452,6 +412,7 @@ pub fn status_of(j: &Judgement) -> AnalysisStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::Counts;
     use crate::gates::prometheus::TemplateVars;
     use serde_json::json;
 
@@ -565,7 +526,7 @@ mod tests {
             "metrics": [{"name": "errors", "failed": "f", "total": "t"}]
         })))
         .unwrap();
-        let counts = |cf, bf| Fetched::Counts {
+        let counts = |cf, bf| Data::Counts {
             canary: Counts {
                 failed: cf,
                 total: 1000,
@@ -588,7 +549,7 @@ mod tests {
         );
         assert_eq!(st.metrics[0].canary_samples, 1000);
         assert!(st.metrics[0].p_value.unwrap() < 0.05);
-        let few = Fetched::Counts {
+        let few = Data::Counts {
             canary: Counts {
                 failed: 3,
                 total: 4,

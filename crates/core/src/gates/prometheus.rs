@@ -102,6 +102,12 @@ impl PrometheusSpec {
 /// (spaces inside the braces allowed: `{{ plan }}`) with their values. Any
 /// other `{{...}}` is left as written, so Prometheus reports it.
 pub fn render_query(query: &str, vars: &TemplateVars) -> String {
+    render_with(query, vars, &[])
+}
+
+/// [`render_query`] with `extra` placeholders (name, value) beside the
+/// gate's own: an analysis's `{{window}}`, `{{sampleInterval}}` and `{{role}}`.
+pub fn render_with(query: &str, vars: &TemplateVars, extra: &[(&str, &str)]) -> String {
     let mut out = String::with_capacity(query.len());
     let mut rest = query;
     while let Some(start) = rest.find("{{") {
@@ -111,13 +117,14 @@ pub fn render_query(query: &str, vars: &TemplateVars) -> String {
             out.push_str(&rest[start..]);
             return out;
         };
-        let value = match after[..end].trim() {
-            "plan" => Some(&vars.plan),
-            "namespace" => Some(&vars.namespace),
-            "component" => Some(&vars.component),
-            "revision" => Some(&vars.revision),
-            "stableRevision" => Some(&vars.stable_revision),
-            _ => None,
+        let name = after[..end].trim();
+        let value = match name {
+            "plan" => Some(vars.plan.as_str()),
+            "namespace" => Some(vars.namespace.as_str()),
+            "component" => Some(vars.component.as_str()),
+            "revision" => Some(vars.revision.as_str()),
+            "stableRevision" => Some(vars.stable_revision.as_str()),
+            _ => extra.iter().find(|(n, _)| *n == name).map(|(_, v)| *v),
         };
         match value {
             Some(v) => out.push_str(v),
@@ -270,7 +277,7 @@ pub fn interpret(body: &Value, threshold: &Threshold, detail: usize) -> GateResu
 }
 
 /// Parses a Prometheus sample value: a decimal, `NaN`, `+Inf` or `-Inf`.
-fn parse_sample(text: &str) -> Option<f64> {
+pub(crate) fn parse_sample(text: &str) -> Option<f64> {
     match text {
         "NaN" => Some(f64::NAN),
         "+Inf" | "Inf" => Some(f64::INFINITY),
