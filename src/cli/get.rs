@@ -142,13 +142,15 @@ fn component_nodes(status: &ReleasePlanStatus, live: Live<'_>) -> Vec<Node> {
                     (true, true) => "current, stable",
                     (true, false) => "current",
                     (false, true) => "stable",
+                    (false, false) if crate::api::revision::is_baseline(hash) => "baseline",
                     (false, false) => "old",
                 }
             };
             let rank = |hash: &str| match role(hash) {
                 "current, stable" | "current" => 0,
                 "stable" => 1,
-                _ => 2,
+                "baseline" => 2,
+                _ => 3,
             };
             let mut revs = by_component.remove(&name).unwrap_or_default();
             revs.sort_by(|a, b| {
@@ -462,6 +464,11 @@ fn autoscaling_text(a: &crate::api::ComponentAutoscaling) -> String {
 /// An analysis gate's last judgement: its score and outcome, then one row
 /// per metric (samples each side, the change, p-value, interval).
 fn analysis_node(gate: &str, a: &crate::api::analysis::AnalysisStatus) -> Node {
+    // The side compared with: the baseline, or the stable pods.
+    let other = match &a.compared_with {
+        Some(r) if crate::api::revision::is_baseline(r) => "baseline",
+        _ => "stable",
+    };
     let rows: Vec<Vec<String>> = a
         .metrics
         .iter()
@@ -470,7 +477,7 @@ fn analysis_node(gate: &str, a: &crate::api::analysis::AnalysisStatus) -> Node {
                 m.name.clone(),
                 m.verdict.clone(),
                 format!(
-                    "canary {} / stable {}",
+                    "canary {} / {other} {}",
                     m.canary_samples, m.baseline_samples
                 ),
             ];
@@ -486,8 +493,16 @@ fn analysis_node(gate: &str, a: &crate::api::analysis::AnalysisStatus) -> Node {
             row
         })
         .collect();
+    let against = a
+        .compared_with
+        .as_ref()
+        .map(|r| format!("  against {r}"))
+        .unwrap_or_default();
     Node {
-        text: format!("analysis {gate}  score {:.0}  {}", a.score, a.outcome),
+        text: format!(
+            "analysis {gate}  score {:.0}  {}{against}",
+            a.score, a.outcome
+        ),
         children: columns(&rows).into_iter().map(Node::leaf).collect(),
     }
 }
@@ -597,6 +612,7 @@ ReleasePlan prod/shop  RollingOut  step 2/4  weight 25%
     fn an_analysis_shows_each_metric_judged() {
         use crate::api::analysis::{AnalysisStatus, MetricVerdict};
         let a = AnalysisStatus {
+            compared_with: Some("abc-baseline".into()),
             score: 50.0,
             outcome: "Fail".into(),
             metrics: vec![
@@ -624,9 +640,9 @@ ReleasePlan prod/shop  RollingOut  step 2/4  weight 25%
         assert_eq!(
             out,
             "\
-└── analysis judge  score 50  Fail
-    ├── ttft    Failed        canary 16 / stable 16   change +30.0%  p 1.20e-6  shift [0.0140, 0.0160]
-    └── errors  Inconclusive  canary 4 / stable 1200
+└── analysis judge  score 50  Fail  against abc-baseline
+    ├── ttft    Failed        canary 16 / baseline 16   change +30.0%  p 1.20e-6  shift [0.0140, 0.0160]
+    └── errors  Inconclusive  canary 4 / baseline 1200
 ",
             "\n{out}"
         );

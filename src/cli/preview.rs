@@ -811,6 +811,15 @@ async fn gates_now(
                     .filter(|c| c.stable_replicas > 0)
                     .and_then(|c| c.stable_hash.clone())
                     .unwrap_or_default(),
+                // What the operator's judge would compare with at that step.
+                baseline_revision: match gate {
+                    crate::gates::GateSpec::Analysis(_) => component
+                        .filter(|c| target.component(&c.name).is_some_and(|t| t.baseline))
+                        .and_then(|c| c.stable_hash.as_deref())
+                        .map(crate::api::revision::baseline_of)
+                        .unwrap_or_default(),
+                    _ => String::new(),
+                },
             },
             revision: target.revision.clone(),
             step: first.map_or(0, |s| s.step),

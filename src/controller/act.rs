@@ -12,6 +12,7 @@ use crate::api::ReleasePlan;
 use crate::api::cached::{CachedDeployment, CachedRevision};
 use crate::plan::{Decision, Refusal, TemplateSource};
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
@@ -177,7 +178,7 @@ pub(crate) async fn deployments(
     ctx: &Context,
     plan: &ReleasePlan,
     ns: &str,
-    (owned, stored): (&[Arc<CachedDeployment>], &[Arc<CachedRevision>]),
+    (seen_deployments, stored): (&[Arc<CachedDeployment>], &[Arc<CachedRevision>]),
     waiting: &std::collections::BTreeSet<String>,
     decision: &Decision,
 ) -> Acted {
@@ -188,7 +189,9 @@ pub(crate) async fn deployments(
         m.keep_checked(|name| decision.deployments.iter().any(|i| i.name == name));
     });
     for intent in &decision.deployments {
-        let observed = owned.iter().find(|d| d.name_any() == intent.name);
+        let observed = seen_deployments
+            .iter()
+            .find(|d| d.name_any() == intent.name);
         if deleting {
             // While the plan is deleted, only scale what exists: never create (the
             // namespace may be terminating, where every create is refused), and
@@ -230,19 +233,12 @@ pub(crate) async fn deployments(
         {
             continue;
         }
-        let template = match (&intent.template, observed) {
-            (TemplateSource::Spec(t), _) => std::borrow::Cow::Borrowed(&**t),
-            (TemplateSource::Existing, Some(d)) => std::borrow::Cow::Owned(d.template()),
-            // Gone, and the spec has moved on: the template stored for the revision.
-            (TemplateSource::Existing, None) => {
-                let revision = (&*intent.component, &*intent.hash, &*intent.name);
-                match super::stored::template(ctx, ns, stored, revision, intent.replicas).await {
-                    Ok(Some(t)) => std::borrow::Cow::Owned(t),
-                    Ok(None) => continue,
-                    Err(acted) => return acted,
-                }
-            }
-        };
+        let template =
+            match template_of(ctx, ns, (seen_deployments, stored), intent, observed).await {
+                Ok(Some(t)) => t,
+                Ok(None) => continue,
+                Err(acted) => return acted,
+            };
         let desired = deployment::build(plan, intent, &template, owned);
         if observed.is_some_and(|o| deployment::up_to_date(&desired, o)) {
             if let Some(k) = checked {
@@ -286,6 +282,44 @@ pub(crate) async fn deployments(
     Acted::Done
 }
 
+/// The template an intent's Deployment is written with: the spec's, the one
+/// it runs, or, when it is gone, the one stored for its revision; a
+/// baseline not yet there takes its stable revision's, from that revision's
+/// Deployment or as stored. `None`: none to be had (logged).
+async fn template_of<'a>(
+    ctx: &Context,
+    ns: &str,
+    (seen, stored): (&[Arc<CachedDeployment>], &[Arc<CachedRevision>]),
+    intent: &'a crate::plan::DeploymentIntent,
+    observed: Option<&Arc<CachedDeployment>>,
+) -> Result<Option<std::borrow::Cow<'a, PodTemplateSpec>>, Acted> {
+    use std::borrow::Cow;
+    let of = match (&intent.template, observed) {
+        (TemplateSource::Spec(t), _) => return Ok(Some(Cow::Borrowed(&**t))),
+        (TemplateSource::Existing | TemplateSource::Of(_), Some(d)) => {
+            return Ok(Some(Cow::Owned(d.template())));
+        }
+        (TemplateSource::Of(of), None) => {
+            let source = seen.iter().find(|d| {
+                d.labels.get(crate::api::LABEL_COMPONENT) == Some(intent.component.as_str())
+                    && d.labels.get(crate::api::LABEL_REVISION) == Some(of.as_str())
+            });
+            if let Some(d) = source {
+                return Ok(Some(Cow::Owned(d.template())));
+            }
+            of.as_str()
+        }
+        // Gone, and the spec has moved on: the template stored for the revision.
+        (TemplateSource::Existing, None) => intent.hash.as_str(),
+    };
+    let revision = (&*intent.component, of, &*intent.name);
+    Ok(
+        super::stored::template(ctx, ns, stored, revision, intent.replicas)
+            .await?
+            .map(Cow::Owned),
+    )
+}
+
 /// What decides whether an observed Deployment matches its intent, hashed:
 /// the intent (its template by revision: a spec template hashes to its
 /// revision, an existing one is the object's own), the plan it is owned by,
@@ -314,7 +348,11 @@ fn checked_key(
         intent.replicas,
     )
         .hash(&mut h);
-    matches!(intent.template, TemplateSource::Existing).hash(&mut h);
+    matches!(
+        intent.template,
+        TemplateSource::Existing | TemplateSource::Of(_)
+    )
+    .hash(&mut h);
     owned.hash(&mut h);
     let m = &o.metadata;
     (&m.uid, m.generation, &m.annotations).hash(&mut h);

@@ -45,11 +45,11 @@ pub(crate) async fn act(
         }
         let template = match (&intent.template, observed) {
             (TemplateSource::Spec(t), _) => Cow::Borrowed(&**t),
-            (TemplateSource::Existing, Some(o)) => match o.spec.as_ref() {
+            (TemplateSource::Existing | TemplateSource::Of(_), Some(o)) => match o.spec.as_ref() {
                 Some(s) => Cow::Owned(s.template.clone()),
                 None => continue,
             },
-            (TemplateSource::Existing, None) => {
+            (TemplateSource::Existing | TemplateSource::Of(_), None) => {
                 let revision = (&*intent.component, &*intent.hash, &*intent.name);
                 match super::stored::template(ctx, ns, &seen.stored, revision, 1).await {
                     Ok(Some(t)) => Cow::Owned(t),

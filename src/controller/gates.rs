@@ -124,6 +124,9 @@ impl GateWork {
                         .filter(|c| c.stable_ready > 0 || !compares_with_stable(gate))
                         .and_then(|c| c.stable_hash.clone())
                         .unwrap_or_default(),
+                    // Only a judge compares with a baseline: the other gates'
+                    // contexts stay as they were when one comes and goes.
+                    baseline_revision: baseline_of(gate, component),
                 },
                 revision: status.current_revision.clone().unwrap_or_default(),
                 step: status.current_step,
@@ -171,6 +174,21 @@ impl GateWork {
 }
 
 /// Whether a gate's query names `{{stableRevision}}`.
+/// The baseline an analysis gate compares with: the component's, as the
+/// decided status records it, while one is wanted or still has pods.
+fn baseline_of(
+    gate: &GateSpec,
+    component: Option<&releaseplan_core::api::ComponentStatus>,
+) -> String {
+    match gate {
+        GateSpec::Analysis(_) => component
+            .and_then(|c| c.baseline.as_ref())
+            .map(|b| b.revision.clone())
+            .unwrap_or_default(),
+        GateSpec::Prometheus(_) | GateSpec::Webhook(_) => String::new(),
+    }
+}
+
 fn compares_with_stable(gate: &GateSpec) -> bool {
     match gate {
         GateSpec::Prometheus(p) => crate::gates::prometheus::compares_with_stable(&p.query),

@@ -51,7 +51,7 @@ pub(crate) async fn act(
         }
         let template = match (&intent.template, observed) {
             (TemplateSource::Spec(t), _) => Cow::Borrowed(&**t),
-            (TemplateSource::Existing, Some(o))
+            (TemplateSource::Existing | TemplateSource::Of(_), Some(o))
                 if stateful_set::observe(o).and_then(|s| s.hash).as_deref()
                     == Some(intent.hash.as_str()) =>
             {
@@ -61,21 +61,19 @@ pub(crate) async fn act(
                 }
             }
             // Another revision's template (a rollback): the one stored for it.
-            (TemplateSource::Existing, _) => {
-                match super::stored::template(
-                    ctx,
-                    ns,
-                    &seen.stored,
-                    (&intent.component, &intent.hash, &intent.name),
-                    intent.replicas,
-                )
-                .await
-                {
-                    Ok(Some(t)) => Cow::Owned(t),
-                    Ok(None) => continue,
-                    Err(acted) => return acted,
-                }
-            }
+            (TemplateSource::Existing | TemplateSource::Of(_), _) => match super::stored::template(
+                ctx,
+                ns,
+                &seen.stored,
+                (&intent.component, &intent.hash, &intent.name),
+                intent.replicas,
+            )
+            .await
+            {
+                Ok(Some(t)) => Cow::Owned(t),
+                Ok(None) => continue,
+                Err(acted) => return acted,
+            },
         };
         let owned = deployment::should_own(plan, observed.map(|o| &o.metadata));
         let desired = stateful_set::build(plan, intent, &template, owned);

@@ -33,6 +33,8 @@ pub enum Role {
     Stable,
     /// Selects the revision being rolled out.
     Canary,
+    /// Selects the component's baseline (`baseline` with a router).
+    Baseline,
 }
 
 impl Role {
@@ -40,6 +42,17 @@ impl Role {
         match self {
             Role::Stable => "stable",
             Role::Canary => "canary",
+            Role::Baseline => "baseline",
+        }
+    }
+
+    /// The Service's name and the revision it selects for an intent; `None`
+    /// for a baseline Service the component does not have.
+    fn of(self, intent: &TrafficIntent) -> Option<(&String, &String)> {
+        match self {
+            Role::Stable => Some((&intent.names.stable, &intent.stable)),
+            Role::Canary => Some((&intent.names.canary, &intent.canary)),
+            Role::Baseline => intent.names.baseline.as_ref().zip(intent.baseline.as_ref()),
         }
     }
 }
@@ -76,24 +89,23 @@ pub(crate) fn observe(
                 component: c.name.clone(),
                 stable: selected(services, &names.stable),
                 canary: selected(services, &names.canary),
+                baseline: names.baseline.as_ref().and_then(|b| selected(services, b)),
                 route,
             })
         })
         .collect()
 }
 
-/// The Service of `role` for an intent.
+/// The Service of `role` for an intent; `None` for a baseline Service the
+/// component does not have.
 pub fn build_service(
     plan: &ReleasePlan,
     intent: &TrafficIntent,
     role: Role,
     spec: &Traffic,
-) -> Service {
+) -> Option<Service> {
     let plan_name = plan.name_any();
-    let (name, hash) = match role {
-        Role::Stable => (&intent.names.stable, &intent.stable),
-        Role::Canary => (&intent.names.canary, &intent.canary),
-    };
+    let (name, hash) = role.of(intent)?;
     let mut labels = labels(&plan_name, &intent.component);
     labels.insert(LABEL_ROLE.into(), role.as_str().into());
     let target_port = match &spec.target_port {
@@ -111,7 +123,7 @@ pub fn build_service(
             pool_digest(&pool),
         )]));
     }
-    Service {
+    Some(Service {
         metadata,
         spec: Some(ServiceSpec {
             selector: Some(revision_labels(&plan_name, &intent.component, hash)),
@@ -125,7 +137,7 @@ pub fn build_service(
             ..ServiceSpec::default()
         }),
         status: None,
-    }
+    })
 }
 
 /// The annotation of a Service that records its InferencePool's content.
@@ -141,10 +153,7 @@ pub fn build_pool(
 ) -> Option<InferencePool> {
     let backend = spec.gateway_api.as_ref()?.inference_pool.as_ref()?;
     let plan_name = plan.name_any();
-    let (name, hash) = match role {
-        Role::Stable => (&intent.names.stable, &intent.stable),
-        Role::Canary => (&intent.names.canary, &intent.canary),
-    };
+    let (name, hash) = role.of(intent)?;
     let mut labels = labels(&plan_name, &intent.component);
     labels.insert(LABEL_ROLE.into(), role.as_str().into());
     let port = spec
@@ -204,8 +213,10 @@ pub(super) async fn act(
             continue;
         };
         // Services first: a route must never name a Service that is not there.
-        for role in [Role::Stable, Role::Canary] {
-            let desired = build_service(plan, intent, role, spec);
+        for role in [Role::Stable, Role::Canary, Role::Baseline] {
+            let Some(desired) = build_service(plan, intent, role, spec) else {
+                continue;
+            };
             let name = desired.metadata.name.clone().unwrap_or_default();
             let cached = services.iter().find(|s| s.name_any() == name);
             if deleting && cached.is_none() {

@@ -37,7 +37,7 @@ pub async fn evaluate_with(
     gate: &AnalysisSpec,
     vars: &TemplateVars,
 ) -> (GateResult, Option<AnalysisStatus>) {
-    if vars.stable_revision.is_empty() {
+    if compared_with(vars).is_empty() {
         return (
             GateResult::NotApplicable {
                 reason: "nothing to compare with: the stable revision serves no pod (a first release, or all its pods are replaced)".into(),
@@ -123,7 +123,8 @@ pub async fn evaluate_with(
         };
         fetched.push(f);
     }
-    let (result, status) = evaluate(gate, fetched);
+    let (result, mut status) = evaluate(gate, fetched);
+    status.compared_with = Some(compared_with(vars).clone());
     (result, Some(status))
 }
 

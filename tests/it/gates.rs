@@ -99,6 +99,7 @@ fn vars(revision: &str) -> TemplateVars {
         component: "web".into(),
         revision: revision.into(),
         stable_revision: String::new(),
+        baseline_revision: String::new(),
     }
 }
 

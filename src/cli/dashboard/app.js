@@ -236,8 +236,8 @@ function drawPlan(msg) {
   const gateRows = r.gates.map((g) => `<tr><td>${esc(g.name)}</td><td class="g-${esc(g.verdict)}">${esc(g.verdict)}</td><td>${esc(g.value ?? "-")}</td><td>${g.failures}</td><td>${chart(d.gateSeries[g.name] || [])}</td></tr>`);
   // An analysis gate's last judgement: the score, then each metric judged.
   const num = (x, f) => x == null ? "-" : f(x);
-  const analyses = r.gates.filter((g) => g.analysis).map((g) => `<h4 class="analysis">${esc(g.name)} <span class="st">score ${Math.round(g.analysis.score)} · ${esc(g.analysis.outcome)}</span></h4>` +
-    table(["metric", "verdict", "new / stable samples", "change", "p-value", "shift interval"], (g.analysis.metrics || []).map((m) =>
+  const analyses = r.gates.filter((g) => g.analysis).map((g) => `<h4 class="analysis">${esc(g.name)} <span class="st">score ${Math.round(g.analysis.score)} · ${esc(g.analysis.outcome)}${g.analysis.comparedWith ? ` · against ${esc(g.analysis.comparedWith)}` : ""}</span></h4>` +
+    table(["metric", "verdict", `new / ${(g.analysis.comparedWith || "").endsWith("-baseline") ? "baseline" : "stable"} samples`, "change", "p-value", "shift interval"], (g.analysis.metrics || []).map((m) =>
       `<tr><td>${esc(m.name)}</td><td class="g-${esc(m.verdict)}">${esc(m.verdict)}</td><td>${m.canarySamples} / ${m.baselineSamples}</td>` +
       `<td>${num(m.effect, (e) => (e >= 0 ? "+" : "") + (e * 100).toFixed(1) + "%")}</td><td>${num(m.pValue, (p) => p.toExponential(2))}</td>` +
       `<td>${m.interval && m.interval.length === 2 ? esc(m.interval[0].toPrecision(3) + " … " + m.interval[1].toPrecision(3)) : "-"}</td></tr>`))).join("");

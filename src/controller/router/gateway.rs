@@ -28,6 +28,8 @@ impl Router for HTTPRoute {
                         out.stable_weight += w;
                     } else if b.name == names.canary {
                         out.canary_weight += w;
+                    } else if names.baseline.as_deref() == Some(b.name.as_str()) {
+                        out.baseline_weight += w;
                     }
                 }
             } else if rule.backend_refs.iter().any(|b| b.name == names.canary) {
@@ -78,10 +80,15 @@ impl Router for HTTPRoute {
                 path,
                 headers: Vec::new(),
             }],
-            backend_refs: vec![
-                backend(&names.stable, want.stable_weight),
-                backend(&names.canary, want.canary_weight),
-            ],
+            backend_refs: std::iter::once(backend(&names.stable, want.stable_weight))
+                .chain(std::iter::once(backend(&names.canary, want.canary_weight)))
+                .chain(
+                    names
+                        .baseline
+                        .as_deref()
+                        .map(|b| backend(b, want.baseline_weight)),
+                )
+                .collect(),
         });
         Some(HTTPRoute::new(
             names.route.as_deref().unwrap_or_default(),
@@ -104,6 +111,7 @@ mod tests {
             stable: "web-stable".into(),
             canary: "web-canary".into(),
             route: Some("shop-web".into()),
+            baseline: None,
         };
         let spec = Traffic {
             port: 8080,
@@ -120,10 +128,41 @@ mod tests {
             stable_weight: 90,
             canary_weight: 10,
             headers: vec![("x-canary".into(), "1".into())],
+            baseline_weight: 0,
         };
         let r = HTTPRoute::desired(&names, &want, &spec).unwrap();
         assert_eq!(r.observe(&names), want);
         assert_eq!(r.spec.rules.len(), 2);
+        assert_eq!(
+            r.spec.rules[1].backend_refs.len(),
+            2,
+            "no baseline: two backends"
+        );
+        // A baseline: a third backend, as heavy as the canary's.
+        let names = Names {
+            baseline: Some("web-baseline".into()),
+            ..names
+        };
+        let want = RouteObs {
+            stable_weight: 80,
+            baseline_weight: 10,
+            ..want
+        };
+        let r = HTTPRoute::desired(&names, &want, &spec).unwrap();
+        assert_eq!(r.observe(&names), want);
+        let split: Vec<(&str, Option<i32>)> = r.spec.rules[1]
+            .backend_refs
+            .iter()
+            .map(|b| (b.name.as_str(), b.weight))
+            .collect();
+        assert_eq!(
+            split,
+            [
+                ("web-stable", Some(80)),
+                ("web-canary", Some(10)),
+                ("web-baseline", Some(10))
+            ]
+        );
         let traefik_only = Traffic {
             port: 8080,
             traefik: Some(crate::api::TraefikRoute::default()),

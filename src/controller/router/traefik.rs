@@ -26,6 +26,8 @@ impl Router for IngressRoute {
                         out.stable_weight += w;
                     } else if s.name == names.canary {
                         out.canary_weight += w;
+                    } else if names.baseline.as_deref() == Some(s.name.as_str()) {
+                        out.baseline_weight += w;
                     }
                 }
             } else if route.services.iter().any(|s| s.name == names.canary) {
@@ -63,10 +65,15 @@ impl Router for IngressRoute {
         routes.push(IngressRouteRule {
             match_: rule,
             kind: Some("Rule".into()),
-            services: vec![
-                service(&names.stable, want.stable_weight),
-                service(&names.canary, want.canary_weight),
-            ],
+            services: std::iter::once(service(&names.stable, want.stable_weight))
+                .chain(std::iter::once(service(&names.canary, want.canary_weight)))
+                .chain(
+                    names
+                        .baseline
+                        .as_deref()
+                        .map(|b| service(b, want.baseline_weight)),
+                )
+                .collect(),
         });
         Some(IngressRoute::new(
             names.route.as_deref().unwrap_or_default(),
@@ -126,6 +133,7 @@ mod tests {
             stable: "web-stable".into(),
             canary: "web-canary".into(),
             route: Some("shop-web".into()),
+            baseline: None,
         }
     }
 
@@ -151,6 +159,7 @@ mod tests {
                 ("x-canary".into(), "1".into()),
                 ("x-user".into(), "qa".into()),
             ],
+            baseline_weight: 0,
         };
         let r = IngressRoute::desired(&names(), &want, &spec()).unwrap();
         assert_eq!(r.observe(&names()), want);
@@ -170,10 +179,30 @@ mod tests {
             stable_weight: 100,
             canary_weight: 0,
             headers: Vec::new(),
+            baseline_weight: 0,
         };
         let r = IngressRoute::desired(&names(), &plain, &spec()).unwrap();
         assert_eq!(r.spec.routes.len(), 1);
         assert_eq!(r.observe(&names()), plain);
+        // A baseline: a third Service, as heavy as the canary.
+        let names = Names {
+            baseline: Some("web-baseline".into()),
+            ..names()
+        };
+        let split = RouteObs {
+            stable_weight: 60,
+            canary_weight: 20,
+            headers: Vec::new(),
+            baseline_weight: 20,
+        };
+        let r = IngressRoute::desired(&names, &split, &spec()).unwrap();
+        assert_eq!(r.observe(&names), split);
+        let services: Vec<&str> = r.spec.routes[0]
+            .services
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect();
+        assert_eq!(services, ["web-stable", "web-canary", "web-baseline"]);
     }
 
     #[test]

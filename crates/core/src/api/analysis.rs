@@ -7,6 +7,19 @@ use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
 /// CEL on a tolerance: a percentage.
+/// A component's baseline (`baseline: true`) copies a stable Deployment revision.
+pub const BASELINE_DEPLOYMENT_ONLY_RULE: &str =
+    "!has(self.baseline) || !self.baseline || !has(self.kind) || self.kind == 'Deployment'";
+/// Message of [`BASELINE_DEPLOYMENT_ONLY_RULE`].
+pub const BASELINE_DEPLOYMENT_ONLY_MESSAGE: &str = "baseline is for Deployment components only: it runs a copy of the stable revision beside the canary, and a StatefulSet or DaemonSet replaces its pods in place";
+/// Blue-green runs the whole new revision beside the whole old one: no canary
+/// step for a baseline to stand beside.
+pub const BASELINE_NOT_BLUE_GREEN_RULE: &str =
+    "!has(self.strategy.blueGreen) || self.components.all(c, !has(c.baseline) || !c.baseline)";
+/// Message of [`BASELINE_NOT_BLUE_GREEN_RULE`].
+pub const BASELINE_NOT_BLUE_GREEN_MESSAGE: &str =
+    "strategy.blueGreen runs both revisions at full scale: a baseline stands beside canary steps";
+
 const PERCENT_RULE: &str = "self.matches('^[0-9]{1,3}(\\\\.[0-9]{1,4})?%$')";
 
 /// An analysis gate: each metric queried for the new revision and for the
@@ -225,4 +238,8 @@ pub struct AnalysisStatus {
     /// Per metric.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub metrics: Vec<MetricVerdict>,
+    /// The revision the canary was compared with: the component's baseline
+    /// (`<stable>-baseline`) while it runs, else the stable revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compared_with: Option<String>,
 }

@@ -117,19 +117,19 @@ fn carries_the_cel_rules_and_bounds() {
     assert_eq!(spec.required, Some(vec!["components".to_string()]));
     assert_eq!(
         rules(spec).len(),
-        10,
+        11,
         "unique component names, blue-green needs traffic, routed steps need a router, gate components exist, \
          dependsOn: known, not itself, listed before, named step exists, not with blue-green, \
-         no capacity with blue-green"
+         no capacity with blue-green, no baseline with blue-green"
     );
     let component = schema_at(spec, &["components", "[]"]);
     assert_eq!(
         rules(component).len(),
-        12,
+        13,
         "replicas or autoscaling (or a DaemonSet), containers, reserved labels, unique container and init container names, \
          statefulSet only with its kind, traffic/autoscaling/adopt only for Deployments, kind kept, \
          no replicas for a DaemonSet, daemonSet only with its kind, capacity only for Deployments, \
-         serving not with hostNetwork"
+         baseline only for Deployments, serving not with hostNetwork"
     );
     assert_eq!(
         component.required,

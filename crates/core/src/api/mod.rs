@@ -148,11 +148,13 @@ pub fn crd() -> CustomResourceDefinition {
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = Rule::new("size(self.metadata.name) <= 63").message("metadata.name must be at most 63 characters: it is used as a label value").field_path(".metadata.name"),
     validation = Rule::new("self.spec.components.all(c, !has(c.traffic) || (has(c.traffic.stableService) && has(c.traffic.canaryService)) || size(self.metadata.name) + size(c.name) <= 55)").message("spec.components: the default Service names <plan>-<component>-stable and -canary must be at most 63 characters; set traffic.stableService and traffic.canaryService").field_path(".spec.components"),
+    validation = Rule::new("self.spec.components.all(c, !has(c.baseline) || !c.baseline || !has(c.traffic) || (!has(c.traffic.gatewayAPI) && !has(c.traffic.traefik)) || (size(self.metadata.name) + size(c.name) <= 53 && self.metadata.name.matches('^[a-z]')))").message("spec.components: with a router, a baseline's Service <plan>-<component>-baseline must be a DNS-1035 name of at most 63 characters: a plan name starting with a letter, and plan and component names of at most 53 characters together").field_path(".spec.components"),
     validation = Rule::new("self.metadata.name.matches('^[a-z]') || self.spec.components.all(c, !has(c.traffic) || (has(c.traffic.stableService) && has(c.traffic.canaryService)))").message("spec.components: the default Service names <plan>-<component>-stable and -canary must start with a letter (DNS-1035); set traffic.stableService and traffic.canaryService").field_path(".spec.components")
 )]
 #[x_kube(
     validation = Rule::new("self.components.all(c, self.components.exists_one(d, d.name == c.name))").message("spec.components: component names must be unique").field_path(".components"),
     validation = Rule::new("!has(self.strategy.blueGreen) || self.components.all(c, !has(c.capacity))").message("strategy.blueGreen runs both revisions at full scale: capacity is for canary steps").field_path(".strategy.blueGreen"),
+    validation = Rule::new(analysis::BASELINE_NOT_BLUE_GREEN_RULE).message(analysis::BASELINE_NOT_BLUE_GREEN_MESSAGE).field_path(".strategy.blueGreen"),
     validation = Rule::new("!has(self.strategy.blueGreen) || self.components.all(c, has(c.traffic))").message("strategy.blueGreen needs traffic on every component: its stable Service is the active one, its canary Service the preview").field_path(".strategy.blueGreen"),
     validation = Rule::new("!self.strategy.steps.exists(s, has(s.setCanaryScale) || has(s.setHeaderRoute)) || self.components.exists(c, has(c.traffic) && (has(c.traffic.gatewayAPI) || has(c.traffic.traefik)))").message("strategy.steps: setCanaryScale and setHeaderRoute need a router: set traffic.gatewayAPI or traffic.traefik on a component").field_path(".strategy.steps"),
     validation = Rule::new(gate::GATE_COMPONENTS_RULE).message("health: a gate's component must name one of spec.components").field_path(".health"),
@@ -203,6 +205,7 @@ pub struct ReleasePlanSpec {
     validation = Rule::new(workload::DAEMON_SET_ONLY_RULE).message(workload::DAEMON_SET_ONLY_MESSAGE).field_path(".daemonSet"),
     validation = Rule::new(workload::STATEFUL_SET_ONLY_RULE).message(workload::STATEFUL_SET_ONLY_MESSAGE).field_path(".statefulSet"),
     validation = Rule::new(capacity::CAPACITY_DEPLOYMENT_ONLY_RULE).message(capacity::CAPACITY_DEPLOYMENT_ONLY_MESSAGE).field_path(".capacity"),
+    validation = Rule::new(analysis::BASELINE_DEPLOYMENT_ONLY_RULE).message(analysis::BASELINE_DEPLOYMENT_ONLY_MESSAGE).field_path(".baseline"),
     validation = Rule::new("!has(self.serving) || !has(self.template.spec.hostNetwork) || !self.template.spec.hostNetwork").message("serving asks each pod on its own IP: not with template.spec.hostNetwork (the node's address)").field_path(".serving"),
     validation = Rule::new(workload::DEPLOYMENT_ONLY_RULE).message(workload::DEPLOYMENT_ONLY_MESSAGE).field_path(".kind"),
     validation = Rule::new(workload::KIND_KEPT_RULE).message(workload::KIND_KEPT_MESSAGE).field_path(".kind"),
@@ -261,6 +264,17 @@ pub struct Component {
     /// progress deadline grows by `warmup`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serving: Option<serving::Serving>,
+
+    /// Runs a baseline beside the canary while a canary step runs: the stable
+    /// revision's template started fresh at the canary's replica count, its pods
+    /// labelled `releaseplan.io/revision: <stable>-baseline`, given the canary's
+    /// share of requests (with a router a third backend, the Service
+    /// `<plan>-<component>-baseline`; without one by its pods), removed once the
+    /// release is promoted or rolled back. An `analysis` gate then compares the
+    /// canary with it instead of the long-running stable pods. Deployment components
+    /// only. Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub baseline: bool,
 
     /// The pod template of the component. A change to it starts a new revision.
     #[schemars(schema_with = "pod_template_schema")]
@@ -1045,6 +1059,24 @@ pub struct ComponentStatus {
     /// started after it and are not yet back on stable. Empty when it waits for none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waiting_for: Vec<String>,
+    /// The component's baseline (`baseline: true`) while a canary step runs or its
+    /// pods are still going.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<BaselineStatus>,
+}
+
+/// A baseline beside the canary: the stable template started fresh.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct BaselineStatus {
+    /// Its revision, `<stable>-baseline`: the `releaseplan.io/revision` label of its pods.
+    pub revision: String,
+    /// Replicas wanted now (the canary's count while a step runs, 0 once it is removed).
+    #[serde(default)]
+    pub replicas: i32,
+    /// Ready pods.
+    #[serde(default)]
+    pub ready: i32,
 }
 
 /// The autoscaling of one component, as observed.

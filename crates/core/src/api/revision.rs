@@ -112,6 +112,22 @@ pub fn plan_revision<'a>(components: impl IntoIterator<Item = (&'a str, &'a str)
     encode(&digest, HASH_LEN)
 }
 
+/// What a baseline's revision adds to the stable revision it copies.
+pub const BASELINE_SUFFIX: &str = "-baseline";
+
+/// The revision of a component's baseline (`baseline: true`): the stable
+/// revision's template, started fresh beside the canary and labelled apart,
+/// so a query tells canary, baseline and stable pods apart.
+pub fn baseline_of(stable: &str) -> String {
+    format!("{stable}{BASELINE_SUFFIX}")
+}
+
+/// Whether a revision is a baseline (see [`baseline_of`]): it is never a
+/// release's revision, only a copy run while a canary is judged.
+pub fn is_baseline(hash: &str) -> bool {
+    hash.ends_with(BASELINE_SUFFIX)
+}
+
 /// Name of the Deployment of one component revision: `<plan>-<component>-<hash>`,
 /// shortened with a hash of the full prefix when it would exceed 63 characters, so
 /// two long names never collide.

@@ -200,8 +200,9 @@ impl AnalysisSpec {
 pub enum Side {
     /// The new revision: `{{revision}}` is it, `{{role}}` is `canary`.
     Canary,
-    /// The side compared with: `{{revision}}` is the stable revision,
-    /// `{{role}}` is `stable`.
+    /// The side compared with: `{{revision}}` is the baseline revision and
+    /// `{{role}}` `baseline` when the component runs a baseline, else the
+    /// stable revision and `stable`.
     Baseline,
 }
 
@@ -219,14 +220,18 @@ pub fn render(
 ) -> String {
     let window = format!("{}s", lookback.as_secs().max(1));
     let step = format!("{}s", sample_interval.as_secs().max(1));
+    let mut side_vars = vars.clone();
     let role = match side {
         Side::Canary => "canary",
-        Side::Baseline => "stable",
+        Side::Baseline => {
+            side_vars.revision.clone_from(compared_with(vars));
+            if vars.baseline_revision.is_empty() {
+                "stable"
+            } else {
+                "baseline"
+            }
+        }
     };
-    let mut side_vars = vars.clone();
-    if side == Side::Baseline {
-        side_vars.revision.clone_from(&vars.stable_revision);
-    }
     super::prometheus::render_with(
         query,
         &side_vars,
@@ -236,6 +241,16 @@ pub fn render(
             ("role", role),
         ],
     )
+}
+
+/// The revision the new one is compared with: the component's baseline
+/// when it runs one, else its stable revision (empty: none serves).
+pub fn compared_with(vars: &super::prometheus::TemplateVars) -> &String {
+    if vars.baseline_revision.is_empty() {
+        &vars.stable_revision
+    } else {
+        &vars.baseline_revision
+    }
 }
 
 /// `<address>/api/v1/query_range?query=…&start=…&end=…&step=…&timeout=…`,
@@ -385,6 +400,7 @@ pub fn evaluate(spec: &AnalysisSpec, fetched: Vec<Data>) -> (GateResult, Analysi
 /// The judgement as status shows it.
 pub fn status_of(j: &Judgement) -> AnalysisStatus {
     AnalysisStatus {
+        compared_with: None,
         score: j.score,
         outcome: format!("{:?}", j.outcome),
         metrics: j
@@ -460,6 +476,7 @@ mod tests {
             component: "web".into(),
             revision: "new".into(),
             stable_revision: "old".into(),
+            baseline_revision: String::new(),
         };
         let q = r#"rate(x{revision="{{revision}}",role="{{ role }}"}[{{window}}]) / rate(y[{{sampleInterval}}]) {{other}}"#;
         let (lookback, step) = (Duration::from_secs(120), Duration::from_secs(15));
@@ -471,6 +488,16 @@ mod tests {
             render(q, &vars, Side::Baseline, lookback, step),
             r#"rate(x{revision="old",role="stable"}[120s]) / rate(y[15s]) {{other}}"#
         );
+        // With a baseline beside the canary, the other side is the baseline.
+        let vars = TemplateVars {
+            baseline_revision: "old-baseline".into(),
+            ..vars
+        };
+        assert_eq!(
+            render(q, &vars, Side::Baseline, lookback, step),
+            r#"rate(x{revision="old-baseline",role="baseline"}[120s]) / rate(y[15s]) {{other}}"#
+        );
+        assert_eq!(compared_with(&vars), "old-baseline");
     }
 
     #[test]

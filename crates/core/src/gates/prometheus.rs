@@ -28,6 +28,10 @@ pub struct TemplateVars {
     /// The component's stable revision (template hash), which a query
     /// compares the new one with; empty before a first release.
     pub stable_revision: String,
+    /// The component's baseline revision (`<stable>-baseline`) when it runs
+    /// one (`baseline: true`): an analysis compares the new revision with
+    /// it instead of the stable one. Empty without a baseline.
+    pub baseline_revision: String,
 }
 
 /// Interval of a Prometheus gate without `interval`.
@@ -352,6 +356,7 @@ mod tests {
             component: "web".into(),
             revision: "7f3c".into(),
             stable_revision: "2b9d".into(),
+            baseline_revision: String::new(),
         };
         assert_eq!(
             render_query(

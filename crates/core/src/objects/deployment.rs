@@ -40,6 +40,15 @@ pub fn build(
         .extend(selector.clone());
     let mut labels = selector.clone();
     labels.insert(MANAGED_BY.into(), "releaseplan".into());
+    // A baseline's pods and object say so: queries and people tell them
+    // from the canary's and the stable ones'.
+    if crate::api::revision::is_baseline(&intent.hash) {
+        let role = (crate::api::LABEL_ROLE.to_string(), "baseline".to_string());
+        meta.labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(role.0.clone(), role.1.clone());
+        labels.insert(role.0, role.1);
+    }
     Deployment {
         metadata: super::plan_meta(plan, &intent.name, labels, owned),
         spec: Some(DeploymentSpec {

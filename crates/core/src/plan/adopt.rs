@@ -123,7 +123,11 @@ fn wanted(
         // Not started, rolled back, or rolling back: it is the stable capacity.
         (None, _) => r,
         (Some(_), _) => {
-            let own: i32 = revs.values().map(|rev| rev.ready.max(0)).sum();
+            let own: i32 = revs
+                .iter()
+                .filter(|(h, _)| !crate::api::revision::is_baseline(h))
+                .map(|(_, rev)| rev.ready.max(0))
+                .sum();
             if own >= r { 0 } else { f.replicas.clamp(0, r) }
         }
     }

@@ -103,7 +103,11 @@ pub fn intents(obs: &Observation, target: &Target, status: &ReleasePlanStatus) -
                     let (pods, ready) = obs
                         .revisions
                         .iter()
-                        .filter(|r| r.component == name)
+                        // A baseline's pods stand beside the component's, never
+                        // among what its autoscaler scales.
+                        .filter(|r| {
+                            r.component == name && !crate::api::revision::is_baseline(&r.hash)
+                        })
                         .fold((0, 0), |(p, r), rev| {
                             (p + rev.current.max(0), r + rev.ready.max(0))
                         });

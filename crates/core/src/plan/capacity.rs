@@ -13,6 +13,7 @@
 
 use super::{Observation, RevisionObs, Target, order, revisions_of};
 use crate::api::capacity::Limits;
+use crate::api::revision::is_baseline;
 use crate::api::workload::WorkloadKind;
 use crate::api::{ComponentStatus, Phase, ReleasePlanStatus};
 use std::collections::BTreeMap;
@@ -47,34 +48,44 @@ pub fn limit(
     let limits = limits(target, &c.name)?;
     let r = target.component(&c.name)?.replicas.max(0);
     let revs = revisions_of(obs, &c.name);
-    let (up, up_target, kept) = match (status.phase, &c.current_hash, &c.stable_hash) {
+    // A baseline comes up after the canary, in the stable revision's room:
+    // the three together run `replicas`.
+    let baseline = want
+        .iter()
+        .find(|(h, _)| is_baseline(h))
+        .map(|(h, w)| (h.as_str(), (*w).clamp(0, r)));
+    let (ups, kept) = match (status.phase, &c.current_hash, &c.stable_hash) {
         (Phase::RollingOut, Some(cur), Some(st)) if cur != st => {
             // The stable revision gives up its share whatever traffic still
             // reaches it: within a capacity the new pods need its room, and
             // the Services and route follow the ready pods instead
             // ([`super::traffic`]).
             let new = want.get(cur).copied().unwrap_or(0).clamp(0, r);
-            (cur, new, Some((st.as_str(), r - new)))
+            let beside = baseline.map_or(0, |b| b.1);
+            let ups: Vec<(&str, i32)> = std::iter::once((cur.as_str(), new))
+                .chain(baseline)
+                .collect();
+            (ups, Some((st.as_str(), (r - new - beside).max(0))))
         }
         (Phase::RollbackInProgress, _, Some(st))
             if order::rollback_waits_on(obs, target, status, &c.name).is_empty() =>
         {
-            (st, r, None)
+            (vec![(st.as_str(), r)], None)
         }
-        (Phase::RolledBack, _, Some(st)) => (st, r, None),
+        (Phase::RolledBack, _, Some(st)) => (vec![(st.as_str(), r)], None),
         _ => return None,
     };
     // Every other revision is being left, down to zero (the stable one, in
     // a rollout, down to its share).
     let mut left: Vec<(&str, i32)> = revs
         .keys()
-        .filter(|h| **h != up.as_str() && Some(**h) != kept.map(|k| k.0))
+        .filter(|h| !ups.iter().any(|u| u.0 == **h) && Some(**h) != kept.map(|k| k.0))
         .map(|h| (*h, 0))
         .collect();
     // The stable revision last: older revisions go first.
     left.extend(kept);
     Some(Limited {
-        want: replace(&revs, limits, r, (up, up_target), &left),
+        want: replace(&revs, limits, r, &ups, &left),
     })
 }
 
@@ -115,18 +126,19 @@ fn ready(revs: &BTreeMap<&str, &RevisionObs>, hash: &str) -> i32 {
 
 /// One move of a rolling replacement: `left` revisions go down towards their
 /// targets (their not-ready pods first, then ready ones while the ready pods
-/// stay at `replicas - unavailable`), then `up` comes up in the room left
-/// under `replicas + surge` by the pods that still exist. A revision is never scaled past its target, and
-/// the one coming up never down (unless its target is lower).
+/// stay at `replicas - unavailable`), then the `ups` come up, in order, in the
+/// room left under `replicas + surge` by the pods that still exist. A revision
+/// is never scaled past its target, and one coming up never down (unless its
+/// target is lower).
 fn replace(
     revs: &BTreeMap<&str, &RevisionObs>,
     limits: Limits,
     r: i32,
-    (up, up_target): (&str, i32),
+    ups: &[(&str, i32)],
     left: &[(&str, i32)],
 ) -> BTreeMap<String, i32> {
     let mut out = BTreeMap::new();
-    let up_ready = ready(revs, up);
+    let up_ready: i32 = ups.iter().map(|(h, _)| ready(revs, h)).sum();
     let left_ready: i32 = left.iter().map(|(h, _)| ready(revs, h)).sum();
     // Ready pods that may go: what is ready beyond `replicas - unavailable`.
     let mut budget = (up_ready + left_ready - (r - limits.unavailable)).max(0);
@@ -146,10 +158,17 @@ fn replace(
         after += w.max(existing(revs, h));
         out.insert((*h).to_string(), w);
     }
-    let up_have = replicas(revs, up);
-    let room = r + limits.surge - after;
-    let up_want = room.clamp(up_have.min(up_target), up_target.max(0));
-    out.insert(up.to_string(), up_want);
+    // Each revision coming up keeps the pods it has; the room beyond them
+    // goes to the first that wants it.
+    let held: i32 = ups.iter().map(|(h, _)| existing(revs, h)).sum();
+    let mut room = r + limits.surge - after - held;
+    for (up, up_target) in ups {
+        let up_have = replicas(revs, up);
+        let room_of = room + existing(revs, up);
+        let up_want = room_of.clamp(up_have.min(*up_target), (*up_target).max(0));
+        room = room_of - up_want.max(existing(revs, up));
+        out.insert((*up).to_string(), up_want);
+    }
     out
 }
 

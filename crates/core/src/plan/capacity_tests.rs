@@ -368,6 +368,90 @@ fn a_plan_without_capacity_decides_as_before() {
     assert_eq!((canary.replicas, stable.replicas), (2, 4));
 }
 
+/// A world whose component runs a baseline (`baseline: true`).
+fn with_baseline(replicas: i32, weights: &[i32], capacity: Option<Value>, gpus: usize) -> World {
+    let mut spec = spec(replicas, "vllm:0.6.3", weights, capacity);
+    spec.components[0].baseline = true;
+    let mut w = World::new(spec, gpus);
+    assert!(w.settle(400, |_, _| {}), "the first release settles");
+    w
+}
+
+/// The baseline's Deployment in the world: (replicas, live pods, ready pods).
+fn baseline_of(w: &World, stable: &str) -> Option<(i32, i32, i32)> {
+    let hash = crate::api::revision::baseline_of(stable);
+    w.deps
+        .values()
+        .find(|d| d.hash == hash)
+        .map(|d| (d.replicas, w.pods_of(&hash).0, w.pods_of(&hash).1))
+}
+
+#[test]
+fn a_baseline_runs_beside_the_canary_only_while_a_step_runs() {
+    let mut w = with_baseline(4, &[25, 50], None, 100);
+    let old = w.hash();
+    assert!(baseline_of(&w, &old).is_none(), "no baseline at rest");
+    w.release("vllm:0.7.0");
+    let mut seen = BTreeSet::new();
+    let done = w.settle(400, |w, d| {
+        let new = w.hash();
+        let canary = d.deployments.iter().find(|i| i.hash == new);
+        let base = d
+            .deployments
+            .iter()
+            .find(|i| crate::api::revision::is_baseline(&i.hash));
+        let step = w.status.current_step;
+        match (w.status.phase, canary, base) {
+            (Phase::RollingOut, Some(c), Some(b)) if b.replicas > 0 => {
+                // Sized as the canary, from the stable revision's template,
+                // named and labelled apart.
+                assert_eq!(b.replicas, c.replicas, "step {step}");
+                assert_eq!(b.template, TemplateSource::Of(old.clone()));
+                assert_eq!(b.name, format!("shop-llama-{old}-baseline"));
+                let status = w.status.components[0].baseline.clone().unwrap();
+                assert_eq!(status.revision, format!("{old}-baseline"));
+                assert_eq!(status.replicas, c.replicas);
+                seen.insert(c.replicas);
+            }
+            (Phase::Stable, _, Some(b)) => assert_eq!(b.replicas, 0, "none once promoted"),
+            _ => {}
+        }
+    });
+    assert!(done, "{:?}", w.status.phase);
+    assert_eq!(w.status.phase, Phase::Stable);
+    assert_eq!(
+        seen,
+        BTreeSet::from([1, 2]),
+        "a baseline at each canary step, as large as the canary"
+    );
+    assert!(
+        baseline_of(&w, &old).is_none(),
+        "the baseline's Deployment is deleted once promoted"
+    );
+    assert!(w.status.components[0].baseline.is_none());
+}
+
+#[test]
+fn a_rollback_removes_the_baseline() {
+    let mut w = with_baseline(4, &[50, 60], None, 100);
+    let old = w.hash();
+    w.release("vllm:0.7.0");
+    w.step();
+    let new = w.hash();
+    // The canary's pods come up but never get ready: the progress deadline
+    // rolls the release back while the baseline stands beside it.
+    w.broken.insert(new.clone());
+    let mut during = false;
+    let done = w.settle(600, |w, _| {
+        during |= w.status.phase == Phase::RollingOut && baseline_of(w, &old).is_some();
+    });
+    assert!(during, "the baseline stood beside the canary");
+    assert!(done, "{:?}", w.status.phase);
+    assert_eq!(w.status.phase, Phase::RolledBack);
+    assert!(baseline_of(&w, &old).is_none(), "gone after the rollback");
+    assert_eq!(w.pods_of(&old), (4, 4));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
@@ -382,6 +466,7 @@ proptest! {
         unavailable in 0i32..3,
         weights in prop::collection::btree_set(1i32..100, 0..3),
         healthy in any::<bool>(),
+        baseline in any::<bool>(),
     ) {
         let cap = json!({"maxSurge": surge, "maxUnavailable": unavailable});
         let limits = crate::api::capacity::Capacity {
@@ -390,7 +475,12 @@ proptest! {
         }.limits(replicas);
         let gpus = usize::try_from(replicas + limits.surge).unwrap();
         let weights: Vec<i32> = weights.into_iter().collect();
-        let mut w = released(replicas, &weights, Some(cap), gpus);
+        // A baseline is counted in the capacity: it takes the stable revision's room.
+        let mut w = if baseline {
+            with_baseline(replicas, &weights, Some(cap), gpus)
+        } else {
+            released(replicas, &weights, Some(cap), gpus)
+        };
         let old = w.hash();
         w.release("vllm:0.7.0");
         w.step();
@@ -407,6 +497,7 @@ proptest! {
         });
         prop_assert!(ok, "limits kept");
         prop_assert!(done, "settles: {:?}", w.status.phase);
+        prop_assert!(baseline_of(&w, &old).is_none(), "no baseline once settled");
         if healthy {
             prop_assert_eq!(w.status.phase, Phase::Stable);
             prop_assert_eq!(w.pods_of(&new), (replicas, replicas));

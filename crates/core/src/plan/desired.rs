@@ -12,7 +12,8 @@ use super::traffic;
 use super::{
     DeploymentIntent, Observation, RevisionObs, Target, TemplateSource, order, revisions_of,
 };
-use crate::api::{ComponentStatus, Phase, ReleasePlanStatus, revision::deployment_name};
+use crate::api::revision::{baseline_of, deployment_name, is_baseline};
+use crate::api::{BaselineStatus, ComponentStatus, Phase, ReleasePlanStatus};
 use std::collections::{BTreeMap, BTreeSet};
 
 fn ready(revs: &BTreeMap<&str, &RevisionObs>, hash: &str) -> i32 {
@@ -144,7 +145,70 @@ fn wanted(
             }
         }
     }
+    if let Some((hash, pods)) = baseline(target, status, c) {
+        want.insert(hash, pods);
+    }
     want
+}
+
+/// The baseline of a component (`baseline: true`) and its pods: while a
+/// canary step runs part of the replicas on the new revision, as many pods
+/// of the stable template, started fresh. None at the final step, outside a
+/// rollout, and while its canary has no pods.
+pub(crate) fn baseline(
+    target: &Target,
+    status: &ReleasePlanStatus,
+    c: &ComponentStatus,
+) -> Option<(String, i32)> {
+    let t = target.component(&c.name)?;
+    if !t.baseline
+        || t.kind != crate::api::workload::WorkloadKind::Deployment
+        || status.phase != Phase::RollingOut
+        || target.blue_green.is_some()
+    {
+        return None;
+    }
+    let (cur, st) = (c.current_hash.as_ref()?, c.stable_hash.as_ref()?);
+    let weight = order::weight(target, status, &c.name);
+    let routed = routed(target, &c.name);
+    // With a router the baseline takes as large a share of requests as the
+    // canary, from stable's: only while stable keeps some.
+    if cur == st || weight >= 100 || (routed && 2 * weight >= 100) {
+        return None;
+    }
+    // As many pods as the canary has at this step (see `wanted`); within a
+    // capacity they come out of the stable revision's, which keeps one.
+    let canary = if routed {
+        traffic::canary_pods(target, status, &c.name, t.replicas)
+    } else {
+        canary_replicas(t.replicas, weight)
+    };
+    let pods = if super::capacity::limits(target, &c.name).is_some() {
+        canary.min(t.replicas - canary - 1)
+    } else {
+        canary
+    };
+    (canary > 0 && canary < t.replicas && pods > 0).then(|| (baseline_of(st), pods))
+}
+
+/// A component's baseline as status shows it, while one is wanted or still
+/// has pods.
+fn baseline_status(
+    revs: &BTreeMap<&str, &RevisionObs>,
+    want: &BTreeMap<String, i32>,
+    c: &ComponentStatus,
+) -> Option<BaselineStatus> {
+    let hash = baseline_of(c.stable_hash.as_ref()?);
+    let wanted = want.get(&hash).copied();
+    let seen = revs.get(hash.as_str()).filter(|r| r.replicas > 0);
+    if wanted.is_none() && seen.is_none() {
+        return None;
+    }
+    Some(BaselineStatus {
+        replicas: wanted.unwrap_or(0),
+        ready: ready(revs, &hash),
+        revision: hash,
+    })
 }
 
 /// How long after a blue-green switch the old revision still keeps its pods
@@ -180,9 +244,14 @@ fn routed(target: &Target, component: &str) -> bool {
         .is_some_and(traffic::TrafficTarget::routed)
 }
 
-/// Whether the wanted revisions of a component cover its replicas with ready pods.
+/// Whether the wanted revisions of a component cover its replicas with ready
+/// pods (a baseline is never part of them: it only stands beside the canary).
 fn covered(revs: &BTreeMap<&str, &RevisionObs>, want: &BTreeMap<String, i32>, r: i32) -> bool {
-    let have: i32 = want.iter().map(|(h, w)| ready(revs, h).min(*w)).sum();
+    let have: i32 = want
+        .iter()
+        .filter(|(h, _)| !is_baseline(h))
+        .map(|(h, w)| ready(revs, h).min(*w))
+        .sum();
     have >= r
 }
 
@@ -231,12 +300,7 @@ pub fn intents(
             (want.is_empty() && super::adopt::covers(obs, target, c)) || covered(&revs, &want, r);
         let in_spec = target.component(&c.name);
         for (hash, replicas) in &want {
-            let template = match (in_spec, templates.get(&c.name)) {
-                (Some(t), Some(tpl)) if &t.hash == hash => {
-                    TemplateSource::Spec(std::sync::Arc::clone(tpl))
-                }
-                _ => TemplateSource::Existing,
-            };
+            let template = template_of(in_spec, templates, c, hash);
             let name = revs
                 .get(hash.as_str())
                 .map_or_else(|| deployment_name(&plan, &c.name, hash), |r| r.name.clone());
@@ -269,6 +333,11 @@ pub fn intents(
                 rev.replicas.clamp(0, r.max(0))
             };
             if replicas == 0 && rev.replicas == 0 {
+                // A baseline is no revision to return to: gone once it has no pods.
+                if is_baseline(hash) {
+                    delete.push(rev.name.clone());
+                    continue;
+                }
                 idle.push(rev);
             }
             out.push(DeploymentIntent {
@@ -319,6 +388,22 @@ pub fn intents(
         delete,
         delete_stateful_sets: delete_sets,
         ..kept
+    }
+}
+
+/// Where the Deployment of revision `hash` of a component gets its template.
+fn template_of(
+    in_spec: Option<&super::TargetComponent>,
+    templates: &super::Templates,
+    c: &ComponentStatus,
+    hash: &str,
+) -> TemplateSource {
+    match (in_spec, templates.get(&c.name), &c.stable_hash) {
+        (Some(t), Some(tpl), _) if t.hash == hash => {
+            TemplateSource::Spec(std::sync::Arc::clone(tpl))
+        }
+        (_, _, Some(st)) if is_baseline(hash) => TemplateSource::Of(st.clone()),
+        _ => TemplateSource::Existing,
     }
 }
 
@@ -400,6 +485,13 @@ fn pods_ready(obs: &Observation, target: &Target, status: &ReleasePlanStatus) ->
         if changed && ready(&revs, cur) < cur_want {
             return false;
         }
+        // The baseline stands beside the canary before the step counts as
+        // reached: a judge compares the two only once both serve.
+        if let Some((h, w)) = want.iter().find(|(h, _)| is_baseline(h))
+            && ready(&revs, h) < *w
+        {
+            return false;
+        }
         // The scale-down the step asks of the stable revision has been applied.
         let stable_applied = match &c.stable_hash {
             Some(st) if changed => want
@@ -476,6 +568,14 @@ pub fn component_status(
                 })
             };
             let ready_of = |h: &Option<String>| h.as_ref().map_or(0, |h| ready(&revs, h));
+            let baseline = in_place.is_none().then(|| {
+                let want: BTreeMap<String, i32> = intents
+                    .iter()
+                    .filter(|i| i.component == c.name && is_baseline(&i.hash) && i.replicas > 0)
+                    .map(|i| (i.hash.clone(), i.replicas))
+                    .collect();
+                baseline_status(&revs, &want, c)
+            });
             ComponentStatus {
                 name: c.name.clone(),
                 current_hash: c.current_hash.clone(),
@@ -493,6 +593,7 @@ pub fn component_status(
                     .map_or_else(|| c.config.clone(), |t| t.config.clone()),
                 adopted: None,
                 waiting_for: order::waiting_for(obs, target, status, &c.name),
+                baseline: baseline.flatten(),
             }
         })
         .collect()

@@ -71,6 +71,9 @@ pub enum TemplateSource {
     /// Deployment's, or, when that is gone, the one stored for it in a
     /// ControllerRevision (the controller resolves which).
     Existing,
+    /// Another revision's template, as [`TemplateSource::Existing`] resolves
+    /// it for that revision: a baseline runs its stable revision's.
+    Of(String),
 }
 
 /// Scale (and create when missing) one revision Deployment.

@@ -54,6 +54,8 @@ pub struct TargetComponent {
     pub capacity: Option<crate::api::capacity::Capacity>,
     /// Its model-ready check (`serving`), when set.
     pub serving: Option<crate::api::serving::Serving>,
+    /// A baseline runs beside its canary (`baseline`).
+    pub baseline: bool,
 }
 
 /// The spec, validated and digested into what the machine needs.
@@ -159,7 +161,10 @@ impl Target {
                 hash: hasher.hash(&c.name, None, &c.template),
                 replicas: c.spec_replicas(),
                 spec_replicas: c.spec_replicas(),
-                traffic: c.traffic.as_ref().map(traffic::TrafficTarget::of),
+                traffic: c
+                    .traffic
+                    .as_ref()
+                    .map(|t| traffic::TrafficTarget::of(t).with_baseline(c.baseline)),
                 autoscaling: c.autoscaling.clone(),
                 config: Vec::new(),
                 adopt: c.adopt.as_ref().map(|a| a.deployment.clone()),
@@ -168,6 +173,7 @@ impl Target {
                 stateful_set: c.stateful_set.clone(),
                 daemon_set: c.daemon_set.clone(),
                 capacity: c.capacity.clone(),
+                baseline: c.baseline,
                 serving: c.serving.clone(),
             })
             .collect();

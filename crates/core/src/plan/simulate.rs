@@ -311,6 +311,7 @@ impl World {
                     stable: Some(i.stable.clone()),
                     canary: Some(i.canary.clone()),
                     route: i.route.clone(),
+                    baseline: i.baseline.clone(),
                 },
             );
         }

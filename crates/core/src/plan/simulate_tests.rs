@@ -38,6 +38,7 @@ fn spec(replicas: &[i32], image: &str, steps: Vec<Step>) -> ReleasePlanSpec {
                 daemon_set: None,
                 capacity: None,
                 serving: None,
+                baseline: false,
             })
             .collect(),
         strategy: ApiStrategy {

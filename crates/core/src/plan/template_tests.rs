@@ -33,6 +33,7 @@ fn spec() -> ReleasePlanSpec {
             daemon_set: None,
             capacity: None,
             serving: None,
+            baseline: false,
         }],
         ..Default::default()
     };

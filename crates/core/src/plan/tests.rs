@@ -36,6 +36,7 @@ fn component(name: &str, image: &str, replicas: i32) -> Component {
         daemon_set: None,
         capacity: None,
         serving: None,
+        baseline: false,
     }
 }
 
@@ -245,6 +246,7 @@ impl Sim {
                     stable: Some(i.stable.clone()),
                     canary: Some(i.canary.clone()),
                     route: i.route.clone(),
+                    baseline: i.baseline.clone(),
                 },
             );
         }
@@ -345,9 +347,16 @@ impl Sim {
                     dep.ready = dep.ready.min(i.replicas);
                 }
                 None => {
+                    // A baseline is made from its stable revision's Deployment.
+                    let of = match &i.template {
+                        TemplateSource::Of(h) => self.deployments.values().any(|d| &d.hash == h),
+                        _ => false,
+                    };
                     if let TemplateSource::Spec(t) = &i.template {
                         self.revision_config
                             .insert(i.hash.clone(), config::references(t));
+                    }
+                    if matches!(i.template, TemplateSource::Spec(_)) || of {
                         self.deployments.insert(
                             i.name.clone(),
                             SimDeployment {
@@ -1724,7 +1733,8 @@ fn run_history(spec: ReleasePlanSpec, ops: Vec<Op>, lag: bool) -> Result<(), Tes
                     &traffic::RouteObs {
                         stable_weight: 100,
                         canary_weight: 0,
-                        headers: Vec::new()
+                        headers: Vec::new(),
+                        baseline_weight: 0,
                     }
                 );
             }
@@ -2122,6 +2132,7 @@ fn split(stable: i32, canary: i32) -> traffic::RouteObs {
         stable_weight: stable,
         canary_weight: canary,
         headers: Vec::new(),
+        baseline_weight: 0,
     }
 }
 
@@ -2280,6 +2291,85 @@ fn rollback_moves_requests_before_pods() {
     assert_eq!(sim.status.phase, Phase::RolledBack);
     assert_eq!(sim.selects("web"), (v1.clone(), v1));
     assert_eq!(sim.status.traffic_weight, Some(0));
+}
+
+#[test]
+fn a_routed_baseline_gets_the_canary_share_once_ready_and_loses_it_before_its_pods() {
+    let mut web = routed(component("web", "shop:1", 10));
+    web.baseline = true;
+    let mut sim = stable_sim(spec(vec![web], vec![weight(20), pause(None)]));
+    let v1 = sim.hash_of("web");
+    let b = crate::api::revision::baseline_of(&v1);
+    let names = &sim.last.as_ref().unwrap().traffic[0].names;
+    assert_eq!(names.baseline.as_deref(), Some("shop-web-baseline"));
+    sim.change_image("web", "shop:2");
+    let v2 = sim.hash_of("web");
+    sim.reconcile();
+    assert_eq!(
+        (sim.at("web", &v2), sim.at("web", &b), sim.at("web", &v1)),
+        (2, 2, 10),
+        "a baseline as large as the canary, stable untouched"
+    );
+    assert_eq!(
+        sim.route("web").baseline_weight,
+        0,
+        "no request before its pods are ready"
+    );
+    sim.settle();
+    assert_eq!(sim.status.current_step, 1, "at the pause");
+    let r = sim.route("web");
+    assert_eq!(
+        (r.stable_weight, r.canary_weight, r.baseline_weight),
+        (60, 20, 20),
+        "the baseline takes the canary's share from stable's"
+    );
+    assert_eq!(
+        sim.traffic["web"].baseline.as_deref(),
+        Some(b.as_str()),
+        "the baseline Service selects the baseline"
+    );
+    let status = sim.status.components[0].baseline.clone().unwrap();
+    assert_eq!((status.replicas, status.ready), (2, 2));
+    // A rollback: requests leave the baseline before its pods go.
+    sim.traffic_lag = true;
+    sim.crashing.insert(v2.clone());
+    sim.reconcile();
+    assert_eq!(sim.status.phase, Phase::RollbackInProgress);
+    let d = sim.last.clone().unwrap();
+    assert_eq!(
+        d.traffic[0].route,
+        Some(split(100, 0)),
+        "requests leave first"
+    );
+    assert_eq!(
+        sim.at("web", &b),
+        2,
+        "baseline pods stay while the route shows them requests"
+    );
+    sim.sync_traffic();
+    sim.reconcile();
+    assert_eq!(sim.at("web", &b), 0, "the route shows none: its pods go");
+    sim.traffic_lag = false;
+    sim.settle();
+    assert_eq!(sim.status.phase, Phase::RolledBack);
+    assert!(
+        !sim.deployments.values().any(|d| d.hash == b),
+        "the baseline's Deployment is deleted"
+    );
+    assert!(sim.status.components[0].baseline.is_none());
+}
+
+#[test]
+fn a_routed_baseline_sits_out_steps_of_half_or_more() {
+    let mut web = routed(component("web", "shop:1", 4));
+    web.baseline = true;
+    let mut sim = stable_sim(spec(vec![web], vec![weight(50), pause(None)]));
+    let v1 = sim.hash_of("web");
+    sim.change_image("web", "shop:2");
+    sim.settle();
+    assert_eq!(sim.status.current_step, 1);
+    assert_eq!(sim.route("web"), split(50, 50), "stable keeps its share");
+    assert_eq!(sim.at("web", &crate::api::revision::baseline_of(&v1)), 0);
 }
 
 #[test]

@@ -32,6 +32,9 @@ pub struct TrafficTarget {
     pub router: Option<RouteRef>,
     /// `traffic.drainSeconds`.
     pub drain: Duration,
+    /// The component runs a baseline (`baseline`): with a router, a third
+    /// Service and backend.
+    pub baseline: bool,
 }
 
 /// A component's router: its kind and the route's name.
@@ -60,7 +63,15 @@ impl TrafficTarget {
                 .drain_seconds
                 .and_then(|d| u64::try_from(d).ok())
                 .map_or(DEFAULT_DRAIN, Duration::from_secs),
+            baseline: false,
         }
+    }
+
+    /// With the component's `baseline` setting.
+    #[must_use]
+    pub fn with_baseline(mut self, baseline: bool) -> TrafficTarget {
+        self.baseline = baseline;
+        self
     }
 
     /// A router splits this component's requests by weight.
@@ -84,6 +95,8 @@ impl TrafficTarget {
                     .clone()
                     .unwrap_or_else(|| format!("{plan}-{component}"))
             }),
+            baseline: (self.baseline && self.routed())
+                .then(|| format!("{plan}-{component}-baseline")),
         }
     }
 }
@@ -97,6 +110,9 @@ pub struct Names {
     pub canary: String,
     /// The route, with a router.
     pub route: Option<String>,
+    /// The baseline Service, with a router and a baseline:
+    /// `<plan>-<component>-baseline`.
+    pub baseline: Option<String>,
 }
 
 /// A component's traffic objects as observed.
@@ -110,6 +126,8 @@ pub struct TrafficObs {
     pub canary: Option<String>,
     /// The route; `None` when it does not exist.
     pub route: Option<RouteObs>,
+    /// Revision the baseline Service selects; `None` when it does not exist.
+    pub baseline: Option<String>,
 }
 
 /// A route as observed, whatever its router: the weights of the stable and
@@ -122,6 +140,8 @@ pub struct RouteObs {
     pub canary_weight: i32,
     /// Headers of the header route to the canary Service; empty: none.
     pub headers: Vec<(String, String)>,
+    /// Weight of the baseline Service (0 without one).
+    pub baseline_weight: i32,
 }
 
 impl RouteObs {
@@ -144,6 +164,8 @@ pub struct TrafficIntent {
     pub canary: String,
     /// The route, with a router.
     pub route: Option<RouteObs>,
+    /// Revision the baseline Service selects, with a router and a baseline.
+    pub baseline: Option<String>,
 }
 
 fn observed<'a>(obs: &'a Observation, component: &str) -> Option<&'a TrafficObs> {
@@ -201,16 +223,80 @@ fn step_route(target: &Target, status: &ReleasePlanStatus, c: &ComponentStatus) 
     // Blue-green switches the active (stable) Service, never the weights.
     if status.phase == Phase::RollingOut && in_flight(status, c) && target.blue_green.is_none() {
         let w = order::weight(target, status, &c.name);
+        // A baseline takes as large a share as the canary, from stable's.
+        let b = if super::desired::baseline(target, status, c).is_some() {
+            w
+        } else {
+            0
+        };
+        RouteObs {
+            stable_weight: 100 - w - b,
+            canary_weight: w,
+            headers: headers_at(target, status, &c.name),
+            baseline_weight: b,
+        }
+    } else {
+        all_stable()
+    }
+}
+
+/// Every request to the stable Service.
+fn all_stable() -> RouteObs {
+    RouteObs {
+        stable_weight: 100,
+        ..RouteObs::default()
+    }
+}
+
+/// The route of a step whose new pods (and baseline) are coming up: no
+/// request to a revision before it has ready pods, the step's weight once
+/// they are all ready.
+fn coming_up(
+    obs: &Observation,
+    target: &Target,
+    status: &ReleasePlanStatus,
+    c: &ComponentStatus,
+    step: RouteObs,
+    seen_route: Option<&RouteObs>,
+) -> RouteObs {
+    let revs = revisions_of(obs, &c.name);
+    let Some(cur) = c.current_hash.as_deref() else {
+        return step;
+    };
+    let have = ready(&revs, cur);
+    let want = canary_pods(
+        target,
+        status,
+        &c.name,
+        target.component(&c.name).map_or(c.replicas, |t| t.replicas),
+    );
+    // The baseline's share only once its pods are all ready: until then
+    // stable serves it.
+    let baseline_up =
+        super::desired::baseline(target, status, c).is_none_or(|(h, w)| ready(&revs, &h) >= w);
+    if have == 0 {
+        all_stable()
+    } else if have >= want && baseline_up {
+        step
+    } else if have >= want {
+        RouteObs {
+            stable_weight: step.stable_weight + step.baseline_weight,
+            baseline_weight: 0,
+            ..step
+        }
+    } else {
+        // Some pods ready: no more than the route has already, or, within a
+        // capacity (where the new pods come up only as the stable ones go),
+        // their ready share.
+        let had = seen_route.map_or(0, |r| r.canary_weight);
+        let w = super::capacity::ready_share(obs, target, &c.name, cur)
+            .map_or(had, |share| had.max(share))
+            .clamp(0, step.canary_weight);
         RouteObs {
             stable_weight: 100 - w,
             canary_weight: w,
-            headers: headers_at(target, status, &c.name),
-        }
-    } else {
-        RouteObs {
-            stable_weight: 100,
-            canary_weight: 0,
-            headers: Vec::new(),
+            headers: step.headers,
+            baseline_weight: 0,
         }
     }
 }
@@ -234,7 +320,6 @@ pub fn intents(
             };
             let seen = observed(obs, &c.name);
             let seen_route = seen.and_then(|s| s.route.as_ref());
-            let revs = revisions_of(obs, &c.name);
             let cur = c.current_hash.as_deref().unwrap_or(&stable);
             let route = t.routed().then(|| {
                 // Rolled back after the components that started after it
@@ -256,7 +341,7 @@ pub fn intents(
                     return RouteObs {
                         stable_weight: 100 - w,
                         canary_weight: w,
-                        headers: Vec::new(),
+                        ..RouteObs::default()
                     };
                 }
                 if status.phase == Phase::Stable {
@@ -268,44 +353,15 @@ pub fn intents(
                         && draining(obs, target, &c.name).is_none();
                     match seen_route {
                         Some(r) if !moved && r.canary_weight > 0 => RouteObs {
-                            stable_weight: r.stable_weight,
-                            canary_weight: r.canary_weight,
                             headers: Vec::new(),
+                            ..r.clone()
                         },
                         _ => step,
                     }
                 } else if step.canary_weight == 0 && step.headers.is_empty() {
                     step
                 } else {
-                    let have = ready(&revs, cur);
-                    let want = canary_pods(
-                        target,
-                        status,
-                        &c.name,
-                        target.component(&c.name).map_or(c.replicas, |t| t.replicas),
-                    );
-                    if have == 0 {
-                        RouteObs {
-                            stable_weight: 100,
-                            canary_weight: 0,
-                            headers: Vec::new(),
-                        }
-                    } else if have >= want {
-                        step
-                    } else {
-                        // Some pods ready: no more than the route has already,
-                        // or, within a capacity (where the new pods come up
-                        // only as the stable ones go), their ready share.
-                        let had = seen_route.map_or(0, |r| r.canary_weight);
-                        let w = super::capacity::ready_share(obs, target, &c.name, cur)
-                            .map_or(had, |share| had.max(share))
-                            .clamp(0, step.canary_weight);
-                        RouteObs {
-                            stable_weight: 100 - w,
-                            canary_weight: w,
-                            headers: step.headers,
-                        }
-                    }
+                    coming_up(obs, target, status, c, step, seen_route)
                 }
             });
             // The canary Service follows the new revision while it may get
@@ -323,12 +379,20 @@ pub fn intents(
             } else {
                 stable.clone()
             };
+            let names = t.names(&obs.plan, &c.name);
+            // The baseline Service selects the baseline of the revision the
+            // stable one selects (no pods outside a canary step).
+            let baseline = names
+                .baseline
+                .as_ref()
+                .map(|_| crate::api::revision::baseline_of(&stable));
             Some(TrafficIntent {
                 component: c.name.clone(),
-                names: t.names(&obs.plan, &c.name),
+                names,
                 stable,
                 canary,
                 route,
+                baseline,
             })
         })
         .collect()
@@ -376,8 +440,10 @@ pub fn held(obs: &Observation, target: &Target, component: &str, hash: &str) -> 
     let route = seen.route.as_ref().filter(|_| t.routed());
     let stable_carries = route.is_none_or(|r| r.stable_weight > 0);
     let canary_carries = route.is_none_or(RouteObs::to_canary);
+    let baseline_carries = route.is_some_and(|r| r.baseline_weight > 0);
     (seen.stable.as_deref() == Some(hash) && stable_carries)
         || (seen.canary.as_deref() == Some(hash) && canary_carries)
+        || (seen.baseline.as_deref() == Some(hash) && baseline_carries)
 }
 
 /// Whether a routed component's route sends the new revision nothing at all
@@ -479,6 +545,7 @@ fn changes(obs: &Observation, intents: &[TrafficIntent]) -> bool {
             o.stable.as_deref() != Some(i.stable.as_str())
                 || o.canary.as_deref() != Some(i.canary.as_str())
                 || o.route != i.route
+                || o.baseline != i.baseline
         })
     })
 }
