@@ -1444,6 +1444,39 @@ fn invalid_cases() -> Vec<Case> {
             |p| p["spec"]["rollback"] = json!({ "automatic": "no" }),
         ),
         at(
+            "spec.components[0].baseline",
+            "baseline-on-a-stateful-set",
+            &["baseline is for Deployment components only"],
+            |p| {
+                component(p)["baseline"] = json!(true);
+                component(p)["kind"] = json!("StatefulSet");
+            },
+        ),
+        at(
+            "spec.strategy.blueGreen",
+            "baseline-with-blue-green",
+            &["a baseline stands beside canary steps"],
+            |p| {
+                component(p)["baseline"] = json!(true);
+                component(p)["traffic"] = json!({ "port": 80 });
+                p["spec"]["strategy"] = json!({ "blueGreen": {} });
+            },
+        ),
+        at(
+            "spec.components",
+            "baseline-service-name-too-long",
+            &["a baseline's Service <plan>-<component>-baseline must be a DNS-1035 name"],
+            |p| {
+                p["metadata"]["name"] = json!(format!("b{}", "x".repeat(40)));
+                component(p)["name"] = json!("w".repeat(13));
+                component(p)["baseline"] = json!(true);
+                component(p)["traffic"] = json!({
+                    "port": 80, "stableService": "s", "canaryService": "c",
+                    "gatewayAPI": { "parentRefs": [{ "name": "gw" }] }
+                });
+            },
+        ),
+        at(
             "spec.strategy.steps",
             "canary-scale-without-router",
             &["setCanaryScale and setHeaderRoute need a router"],

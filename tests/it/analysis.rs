@@ -219,3 +219,154 @@ async fn the_judge_rolls_back_a_slower_canary_promotes_an_equal_one_and_waits_on
         "{a:?}"
     );
 }
+
+/// The Deployment of the plan's baseline, when it exists: (replicas, the
+/// labels of its pod template).
+async fn baseline_deployment(
+    client: &kube::Client,
+    ns: &str,
+    stable: &str,
+) -> Option<(i32, std::collections::BTreeMap<String, String>)> {
+    let api: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+        kube::Api::namespaced(client.clone(), ns);
+    let d = api
+        .get_opt(&format!("llama-llama-{stable}-baseline"))
+        .await
+        .unwrap()?;
+    let spec = d.spec?;
+    Some((
+        spec.replicas.unwrap_or(1),
+        spec.template.metadata?.labels.unwrap_or_default(),
+    ))
+}
+
+/// The pods of the namespace labelled as a baseline's.
+async fn baseline_pods(client: &kube::Client, ns: &str) -> usize {
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client.clone(), ns);
+    api.list(&kube::api::ListParams::default().labels("releaseplan.io/role=baseline"))
+        .await
+        .unwrap()
+        .items
+        .len()
+}
+
+#[tokio::test]
+async fn with_a_baseline_the_judge_compares_with_fresh_stable_pods_that_exist_only_while_it_judges()
+{
+    let Harness { client, ns } = Harness::new("analysis-baseline").await;
+    let _nodes = GpuNodes::add(&client, &ns, 2, 4, Some(104)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let targets = dir.path().join("targets.json");
+    let _servers = ModelServers::start(&client, &ns, Some(targets.clone()));
+    let prometheus = Prometheus::start_file_sd(&targets);
+    let _op = Operator::start(&ns, &[]).await;
+    let env = |ttft: &'static str| [("TTFT_MS", ttft), ("LOAD_SECONDS", "1"), ("RPS", "20")];
+    let with_baseline = |image: &str, ttft: &'static str| {
+        let mut c = llama(&ns, image, &env(ttft));
+        c["baseline"] = json!(true);
+        c
+    };
+    let spec = json!({
+        "components": [with_baseline("vllm:0.6.3", "50")],
+        "strategy": {"steps": [{"setWeight": 50}, {"pause": {"duration": "10s"}}]},
+        "health": {"gates": gates(&ns, &prometheus.url), "progressDeadlineSeconds": 300}
+    });
+    create(&client, &ns, &plan("llama", spec)).await;
+    let p = wait_phase(&client, &ns, "llama", Phase::Stable, support::WAIT).await;
+    let stable_hash = p.status.unwrap().components[0].stable_hash.clone().unwrap();
+    assert!(
+        baseline_deployment(&client, &ns, &stable_hash)
+            .await
+            .is_none(),
+        "no baseline at rest"
+    );
+
+    // 30 % slower: the judge compares it with the baseline, which stands
+    // beside it at its size, and fails it.
+    set_components(
+        &client,
+        &ns,
+        "llama",
+        json!([with_baseline("vllm:0.7.0", "65")]),
+    )
+    .await;
+    let seen = wait_until(
+        support::WAIT * 3,
+        "a judgement against the baseline",
+        || async {
+            let p = get(&client, &ns, "llama").await?;
+            let a = gate(&p, "judge")?.analysis.clone()?;
+            let b = p.status.as_ref()?.components[0].baseline.clone()?;
+            let d = baseline_deployment(&client, &ns, &stable_hash).await?;
+            (a.compared_with.as_deref() == Some(b.revision.as_str())).then_some((a, b, d))
+        },
+    )
+    .await;
+    let (analysis, status, (replicas, labels)) = seen;
+    eprintln!("judged against the baseline: {analysis:?} {status:?}");
+    assert_eq!(status.revision, format!("{stable_hash}-baseline"));
+    assert_eq!(replicas, 1, "as large as the canary at 50% of 2");
+    assert_eq!(
+        labels.get("releaseplan.io/revision"),
+        Some(&format!("{stable_hash}-baseline"))
+    );
+    assert_eq!(
+        labels.get("releaseplan.io/role").map(String::as_str),
+        Some("baseline")
+    );
+    let p = wait_phase(&client, &ns, "llama", Phase::RolledBack, support::WAIT * 3).await;
+    let failure = p.status.unwrap().failure.unwrap();
+    eprintln!(
+        "the slower version against the baseline: {}",
+        failure.message
+    );
+    assert_eq!(failure.gate, "judge", "{failure:?}");
+    wait_until(
+        support::WAIT,
+        "the baseline gone after the rollback",
+        || async {
+            (baseline_deployment(&client, &ns, &stable_hash)
+                .await
+                .is_none()
+                && baseline_pods(&client, &ns).await == 0)
+                .then_some(())
+        },
+    )
+    .await;
+
+    // Equal: promoted; its baseline ran while it was judged, and is gone.
+    set_components(
+        &client,
+        &ns,
+        "llama",
+        json!([with_baseline("vllm:0.7.1", "50")]),
+    )
+    .await;
+    let ran = std::sync::atomic::AtomicBool::new(false);
+    wait_until(support::WAIT * 3, "the equal version promoted", || async {
+        let p = get(&client, &ns, "llama").await?;
+        if baseline_pods(&client, &ns).await > 0 {
+            ran.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        (p.status.as_ref()?.phase == Phase::Stable).then_some(())
+    })
+    .await;
+    assert!(
+        ran.load(std::sync::atomic::Ordering::Relaxed),
+        "the baseline ran while the equal version was judged"
+    );
+    wait_until(
+        support::WAIT,
+        "the baseline gone after the promotion",
+        || async {
+            let p = get(&client, &ns, "llama").await?;
+            (baseline_deployment(&client, &ns, &stable_hash)
+                .await
+                .is_none()
+                && baseline_pods(&client, &ns).await == 0
+                && p.status.as_ref()?.components[0].baseline.is_none())
+            .then_some(())
+        },
+    )
+    .await;
+}

@@ -199,6 +199,43 @@ pub fn percent(text: &str) -> Option<f64> {
     (n.is_finite() && n >= 0.0).then_some(n / 100.0)
 }
 
+impl AnalysisStatus {
+    /// One line for a notification: the score and outcome, what was compared
+    /// with, then per metric its verdict, samples on each side, change and
+    /// p-value.
+    pub fn summary(&self) -> String {
+        let against = self
+            .compared_with
+            .as_ref()
+            .map(|r| format!(" against {r}"))
+            .unwrap_or_default();
+        let metrics: Vec<String> = self
+            .metrics
+            .iter()
+            .map(|m| {
+                let mut s = format!(
+                    "{} {} ({}/{} samples",
+                    m.name, m.verdict, m.canary_samples, m.baseline_samples
+                );
+                if let Some(e) = m.effect {
+                    s.push_str(&format!(", change {:+.1}%", e * 100.0));
+                }
+                if let Some(p) = m.p_value {
+                    s.push_str(&format!(", p {p:.2e}"));
+                }
+                s.push(')');
+                s
+            })
+            .collect();
+        format!(
+            "score {:.0} {}{against}: {}",
+            self.score,
+            self.outcome,
+            metrics.join("; ")
+        )
+    }
+}
+
 /// A metric's judgement in status.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]

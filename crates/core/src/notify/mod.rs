@@ -139,6 +139,10 @@ pub struct Notice {
     pub at: DateTime<Utc>,
     /// Seconds from the rollout's start to a promotion or a finished rollback.
     pub duration_seconds: Option<i64>,
+    /// The judgement of the analysis gate the notice is about (a failure or
+    /// a pause for a human): per metric, samples, change, p-value, verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<crate::api::analysis::AnalysisStatus>,
 }
 
 impl Notice {
@@ -196,6 +200,16 @@ pub fn notices(
         started_at,
         at: now,
         duration_seconds: None,
+        analysis: None,
+    };
+    // The last judgement of an analysis gate, by name.
+    let judgement = |gate: &str| {
+        status
+            .gates
+            .iter()
+            .chain(&before.gates)
+            .find(|g| g.name == gate)
+            .and_then(|g| g.analysis.clone())
     };
     let took = || {
         before
@@ -203,6 +217,7 @@ pub fn notices(
             .map(|s| (now - s).num_seconds().max(0))
     };
     let failed = |trigger: Trigger, f: &crate::api::Failure, message: String| Notice {
+        analysis: judgement(&f.gate),
         gate: Some(f.gate.clone()),
         reason: Some(f.reason.clone()),
         revision: Some(f.revision.clone())
@@ -253,6 +268,7 @@ pub fn notices(
             let f = status.failure.as_ref().or(before.failure.as_ref());
             out.push(Notice {
                 duration_seconds: took(),
+                analysis: f.and_then(|f| judgement(&f.gate)),
                 gate: f.map(|f| f.gate.clone()),
                 reason: f.map(|f| f.reason.clone()),
                 revision: before.current_revision.clone(),
@@ -287,6 +303,7 @@ fn awaiting(
         .iter()
         .find(|g| g.awaiting_decision && !g.dry_run);
     Some(Notice {
+        analysis: gate.and_then(|g| g.analysis.clone()),
         gate: gate.map(|g| g.name.clone()),
         reason: Some("GateInconclusive".into()),
         ..make(e.message.clone())

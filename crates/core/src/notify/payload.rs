@@ -426,6 +426,9 @@ impl Message {
             let reason = n.reason.as_deref().unwrap_or("-");
             facts.push(("Reason", format!("{g}: {reason}")));
         }
+        if let Some(a) = &n.analysis {
+            facts.push(("Analysis", a.summary()));
+        }
         facts
     }
 

@@ -153,6 +153,7 @@ fn notice(trigger: Trigger) -> Notice {
         started_at: Some(Utc.with_ymd_and_hms(2026, 12, 2, 10, 0, 0).unwrap()),
         at: Utc.with_ymd_and_hms(2026, 12, 2, 10, 14, 5).unwrap(),
         duration_seconds: Some(845),
+        analysis: None,
     }
 }
 
@@ -570,4 +571,96 @@ fn the_slowest_templates_within_the_budget_stop_in_milliseconds() {
         );
         assert!(took < std::time::Duration::from_secs(2), "took {took:?}");
     }
+}
+
+#[test]
+fn a_notice_about_an_analysis_gate_carries_its_judgement_to_every_receiver() {
+    use crate::api::analysis::{AnalysisStatus, MetricVerdict};
+    use crate::api::{Failure, GateStatus, ReleasePlanStatus};
+    use crate::plan::machine::Cause;
+    let judgement = AnalysisStatus {
+        score: 50.0,
+        outcome: "Fail".into(),
+        compared_with: Some("old999-baseline".into()),
+        metrics: vec![
+            MetricVerdict {
+                name: "ttft".into(),
+                verdict: "Failed".into(),
+                canary_samples: 12,
+                baseline_samples: 12,
+                p_value: Some(9.13e-5),
+                effect: Some(0.294),
+                ..MetricVerdict::default()
+            },
+            MetricVerdict {
+                name: "errors".into(),
+                verdict: "Passed".into(),
+                canary_samples: 590,
+                baseline_samples: 606,
+                p_value: Some(1.0),
+                effect: Some(0.0),
+                ..MetricVerdict::default()
+            },
+        ],
+    };
+    let failure = Failure {
+        gate: "judge".into(),
+        reason: "GateFailed".into(),
+        message: "score 50 below the marginal 75".into(),
+        revision: "abc123".into(),
+        ..Failure::default()
+    };
+    let status = ReleasePlanStatus {
+        phase: Phase::RollbackInProgress,
+        gates: vec![GateStatus {
+            name: "judge".into(),
+            analysis: Some(judgement.clone()),
+            ..GateStatus::default()
+        }],
+        failure: Some(failure.clone()),
+        ..ReleasePlanStatus::default()
+    };
+    let spec: crate::api::ReleasePlanSpec = serde_json::from_value(serde_json::json!({
+        "components": [{"name": "web", "replicas": 2,
+            "template": {"spec": {"containers": [{"name": "app", "image": "shop:1"}]}}}]
+    }))
+    .unwrap();
+    let target = crate::plan::Target::from_spec(&spec).unwrap();
+    let now = Utc.with_ymd_and_hms(2026, 12, 7, 12, 0, 0).unwrap();
+    let out = notices(
+        now,
+        &ReleasePlanStatus::default(),
+        &target,
+        &Cause::RollbackStarted(failure),
+        &status,
+        &[],
+    );
+    let triggers: Vec<Trigger> = out.iter().map(|n| n.trigger).collect();
+    assert_eq!(triggers, [Trigger::GateFailed, Trigger::RollbackStarted]);
+    assert!(out.iter().all(|n| n.analysis.as_ref() == Some(&judgement)));
+    let (m, _) = Message::new(plan(), out[1].clone(), None, None);
+    let line = "score 50 Fail against old999-baseline: ttft Failed (12/12 samples, change +29.4%, p 9.13e-5); errors Passed (590/606 samples, change +0.0%, p 1.00e0)";
+    assert_eq!(m.json()["analysis"]["comparedWith"], "old999-baseline");
+    assert_eq!(m.json()["analysis"]["metrics"][0]["pValue"], 9.13e-5);
+    let slack = m.slack();
+    let fields = slack["blocks"][2]["fields"].as_array().unwrap();
+    assert!(
+        fields
+            .iter()
+            .any(|f| f["text"] == format!("*Analysis*\n{line}")),
+        "{fields:?}"
+    );
+    let teams = m.teams();
+    let facts = teams["attachments"][0]["content"]["body"][2]["facts"]
+        .as_array()
+        .unwrap();
+    assert!(
+        facts
+            .iter()
+            .any(|f| f["title"] == "Analysis" && f["value"] == line),
+        "{facts:?}"
+    );
+    // Other notices carry none.
+    let (m, _) = Message::new(plan(), notice(Trigger::RolledBack), None, None);
+    assert!(m.json().get("analysis").is_none());
 }
