@@ -51,6 +51,29 @@ fn prom_template(kind: &str, name: &str) -> Value {
     })
 }
 
+fn analysis_template(kind: &str, name: &str) -> Value {
+    json!({
+        "apiVersion": "releaseplan.io/v1alpha1",
+        "kind": kind,
+        "metadata": { "name": name },
+        "spec": {
+            "parameters": [{ "name": "service" }, { "name": "prom", "default": "prometheus.monitoring" }],
+            "analysis": {
+                "address": "http://{{args.prom}}:9090",
+                "auth": { "bearer": { "secretKeyRef": { "name": "prom-token", "key": "token" } } },
+                "metrics": [
+                    { "name": "latency", "query": "avg(rate(latency_sum{svc=\"{{args.service}}\",revision=\"{{revision}}\"}[{{sampleInterval}}]))", "tolerance": "10%" },
+                    { "name": "errors", "failed": "sum(increase(e{svc=\"{{args.service}}\"}[{{window}}]))", "total": "sum(increase(t{svc=\"{{args.service}}\"}[{{window}}]))", "critical": true }
+                ]
+            }
+        }
+    })
+}
+
+fn analysis_gate_template(name: &str) -> Value {
+    analysis_template("GateTemplate", name)
+}
+
 fn job_template(kind: &str, name: &str) -> Value {
     json!({
         "apiVersion": "releaseplan.io/v1alpha1",
@@ -163,6 +186,22 @@ fn cluster_template(name: &str) -> Value {
 
 fn template_cases() -> Vec<Case> {
     vec![
+        case(
+            "analysis-and-webhook",
+            analysis_gate_template,
+            Some("spec"),
+            &[
+                "a gate template must hold exactly one gate: set one of prometheus, webhook, job and analysis",
+            ],
+            |t| t["spec"]["webhook"] = json!({ "name": "x", "url": "https://hooks.example.com/" }),
+        ),
+        case(
+            "analysis-address-undeclared-argument",
+            analysis_gate_template,
+            Some("spec.analysis.address"),
+            &["analysis.address: each {{args.NAME}} must name one of parameters"],
+            |t| t["spec"]["analysis"]["address"] = json!("http://{{args.host}}:9090"),
+        ),
         case(
             "no-gate",
             gate_template,
@@ -293,7 +332,7 @@ fn template_cases() -> Vec<Case> {
             "job-and-webhook",
             gate_job_template,
             Some("spec"),
-            &["a gate template must hold exactly one gate: set one of prometheus, webhook and job"],
+            &["a gate template must hold exactly one gate: set one of prometheus, webhook, job and analysis"],
             |t| {
                 t["spec"]["webhook"] = hook_template("GateTemplate", "x")["spec"]["webhook"].clone()
             },
@@ -562,6 +601,12 @@ async fn accepts_templates_plans_using_them_and_the_example() {
     )
     .await
     .expect("a GateTemplate with a Job gate");
+    create(
+        &api(&client, Some(&ns), "GateTemplate"),
+        &analysis_gate_template("judge"),
+    )
+    .await
+    .expect("a GateTemplate with an analysis gate");
     let cluster_name = format!("errors-{ns}");
     let cluster = api(&client, None, "ClusterGateTemplate");
     create(&cluster, &cluster_template(&cluster_name))

@@ -175,6 +175,32 @@ pub enum AnalysisDirection {
     Either,
 }
 
+/// The `analysis` of a gate template: the analysis and how its queries
+/// reach Prometheus (the plan's reference names the gate and its component).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[x_kube(validation = Rule::new(super::access::AUTH_HEADER_RULE).message(super::access::AUTH_HEADER_MESSAGE))]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateAnalysis {
+    /// The analysis.
+    #[serde(flatten)]
+    pub check: AnalysisCheck,
+
+    /// Credentials sent with every query (bearer token or basic auth), read
+    /// from Secrets in the operator's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<super::access::GateAuth>,
+
+    /// Extra request headers, each a plain value or read from a Secret.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(h, self.exists_one(g, g.name.lowerAscii() == h.name.lowerAscii()))").message("headers: header names must be unique (case-insensitive)"))]
+    #[schemars(length(max = 16))]
+    pub headers: Vec<super::access::GateHeader>,
+
+    /// TLS settings: a CA bundle to trust for this gate's server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<super::access::GateTls>,
+}
+
 /// An analysis gate as written: the check with the gate's name, component
 /// and access (the shape [`super::GateEntry::Analysis`] holds).
 #[derive(Clone, Debug, PartialEq, Default)]

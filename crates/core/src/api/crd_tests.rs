@@ -406,7 +406,20 @@ fn template_kinds_share_the_gate_schemas_of_plans() {
             plan_hook.properties
         );
         assert_eq!(schema_at(spec, &["job"]).properties, plan_job.properties);
-        assert_eq!(rules(spec).len(), 7, "template rules");
+        // A template's analysis: the plan gate's analysis, with the access fields beside it.
+        let plan_analysis = schema_at(plan_spec, &["health", "gates", "[]", "analysis"]);
+        let template_analysis = schema_at(spec, &["analysis"]).properties.as_ref().unwrap();
+        for (field, schema) in plan_analysis.properties.as_ref().unwrap() {
+            assert_eq!(
+                template_analysis.get(field),
+                Some(schema),
+                "analysis.{field}"
+            );
+        }
+        for field in ["auth", "headers", "tls"] {
+            assert!(template_analysis.contains_key(field), "analysis.{field}");
+        }
+        assert_eq!(rules(spec).len(), 8, "template rules");
     }
 }
 

@@ -80,13 +80,14 @@ macro_rules! template_spec {
         #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
         $(#[$meta])*
         #[x_kube(
-            validation = Rule::new("[has(self.prometheus), has(self.webhook), has(self.job)].filter(k, k).size() == 1").message("a gate template must hold exactly one gate: set one of prometheus, webhook and job"),
+            validation = Rule::new("[has(self.prometheus), has(self.webhook), has(self.job), has(self.analysis)].filter(k, k).size() == 1").message("a gate template must hold exactly one gate: set one of prometheus, webhook, job and analysis"),
             validation = Rule::new("self.parameters.all(p, self.parameters.exists_one(q, q.name == p.name))").message("parameters: parameter names must be unique").field_path(".parameters"),
             validation = Rule::new("!has(self.prometheus) || !has(self.prometheus.component)").message("prometheus.component: a template does not name a component; set component on the plan's reference").field_path(".prometheus"),
             validation = Rule::new("!has(self.webhook) || !has(self.webhook.component)").message("webhook.component: a template does not name a component; set component on the plan's reference").field_path(".webhook"),
             validation = Rule::new("!has(self.job) || !has(self.job.component)").message("job.component: a template does not name a component; set component on the plan's reference").field_path(".job"),
             validation = Rule::new(args_declared_rule!("self.webhook", "url")).message("webhook.url: each {{args.NAME}} must name one of parameters").field_path(".webhook.url"),
-            validation = Rule::new(args_declared_rule!("self.prometheus", "address")).message("prometheus.address: each {{args.NAME}} must name one of parameters").field_path(".prometheus.address")
+            validation = Rule::new(args_declared_rule!("self.prometheus", "address")).message("prometheus.address: each {{args.NAME}} must name one of parameters").field_path(".prometheus.address"),
+            validation = Rule::new(args_declared_rule!("self.analysis", "address")).message("analysis.address: each {{args.NAME}} must name one of parameters").field_path(".analysis.address")
         )]
         #[serde(rename_all = "camelCase")]
         pub struct $name {
@@ -113,6 +114,11 @@ macro_rules! template_spec {
             /// reference names the gate.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub job: Option<JobGate>,
+
+            /// A canary analysis gate. `{{args.NAME}}` is replaced in its `address` and
+            /// in each metric's `query`, `failed` and `total`.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub analysis: Option<super::analysis::TemplateAnalysis>,
         }
     };
 }
@@ -152,6 +158,7 @@ impl From<ClusterGateTemplateSpec> for GateTemplateSpec {
             prometheus: c.prometheus,
             webhook: c.webhook,
             job: c.job,
+            analysis: c.analysis,
         }
     }
 }

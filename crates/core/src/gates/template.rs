@@ -372,8 +372,9 @@ pub fn instantiate(r: &GateTemplateRef, t: &GateTemplateSpec) -> Result<Template
             }
         }
     }
-    match (&t.prometheus, &t.webhook, &t.job) {
-        (Some(p), None, None) => {
+    match (&t.prometheus, &t.webhook, &t.job, &t.analysis) {
+        (None, None, None, Some(a)) => analysis_of(r, a, &values),
+        (Some(p), None, None, None) => {
             let mut g = p.clone();
             g.name.clone_from(&r.name);
             g.component.clone_from(&r.component);
@@ -392,7 +393,7 @@ pub fn instantiate(r: &GateTemplateRef, t: &GateTemplateSpec) -> Result<Template
                 .map(|p| TemplateGate::Runner(GateSpec::Prometheus(p)))
                 .map_err(|(field, message)| format!("prometheus.{field}: {message}"))
         }
-        (None, Some(w), None) => {
+        (None, Some(w), None, None) => {
             let mut g = w.clone();
             g.name.clone_from(&r.name);
             g.component.clone_from(&r.component);
@@ -403,7 +404,7 @@ pub fn instantiate(r: &GateTemplateRef, t: &GateTemplateSpec) -> Result<Template
                 webhook::WebhookSpec::parse(&g),
             )))
         }
-        (None, None, Some(j)) => {
+        (None, None, Some(j), None) => {
             let mut g = j.clone();
             g.name.clone_from(&r.name);
             g.component.clone_from(&r.component);
@@ -425,8 +426,52 @@ pub fn instantiate(r: &GateTemplateRef, t: &GateTemplateSpec) -> Result<Template
                 .map(TemplateGate::Job)
                 .map_err(|(field, message)| format!("job.{field}: {message}"))
         }
-        _ => Err("the template must hold exactly one gate (prometheus, webhook or job)".into()),
+        _ => Err(
+            "the template must hold exactly one gate (prometheus, webhook, job or analysis)".into(),
+        ),
     }
+}
+
+/// The analysis gate a reference makes of a template's `analysis`:
+/// `{{args.NAME}}` replaced in the address and every metric's queries.
+fn analysis_of(
+    r: &GateTemplateRef,
+    a: &crate::api::analysis::TemplateAnalysis,
+    values: &BTreeMap<&str, &str>,
+) -> Result<TemplateGate, String> {
+    let mut check = a.check.clone();
+    check.address =
+        substitute(&check.address, values).map_err(|e| format!("analysis.address: {e}"))?;
+    check_url("analysis.address", &check.address, 512)?;
+    for m in &mut check.metrics {
+        for (field, q) in [
+            ("query", &mut m.query),
+            ("failed", &mut m.failed),
+            ("total", &mut m.total),
+        ] {
+            if let Some(q) = q.as_mut() {
+                *q = substitute(q, values)
+                    .map_err(|e| format!("analysis.metrics[{}].{field}: {e}", m.name))?;
+                if q.is_empty() || q.chars().count() > 4096 {
+                    return Err(format!(
+                        "analysis.metrics[{}].{field}: must hold 1 to 4096 characters once its arguments are in",
+                        m.name
+                    ));
+                }
+            }
+        }
+    }
+    let gate = crate::api::analysis::AnalysisGate {
+        name: r.name.clone(),
+        check,
+        auth: a.auth.clone(),
+        headers: a.headers.clone(),
+        tls: a.tls.clone(),
+        component: r.component.clone(),
+    };
+    super::analysis::AnalysisSpec::parse(&gate)
+        .map(|s| TemplateGate::Runner(GateSpec::Analysis(s)))
+        .map_err(|(field, message)| format!("analysis.{field}: {message}"))
 }
 
 /// The fields of a Job gate's containers where `{{args.NAME}}` is replaced:
@@ -637,6 +682,7 @@ mod tests {
             }),
             prometheus: None,
             job: None,
+            analysis: None,
         }
     }
 
@@ -885,6 +931,7 @@ mod tests {
             }),
             webhook: None,
             job: None,
+            analysis: None,
         };
         let mut r = reference("up", "up", &[]);
         r.component = Some("api".into());
@@ -907,6 +954,54 @@ mod tests {
             instantiate(&r, &neither)
                 .unwrap_err()
                 .contains("exactly one gate")
+        );
+    }
+
+    #[test]
+    fn an_analysis_template_is_parsed_like_a_plan_gate_with_its_queries_filled_in() {
+        let spec: GateTemplateSpec = serde_json::from_value(serde_json::json!({
+            "parameters": [{"name": "service"}, {"name": "prom", "default": "http://127.0.0.1:9090"}],
+            "analysis": {
+                "address": "{{args.prom}}",
+                "lookback": "2m",
+                "metrics": [
+                    {"name": "latency", "query": "avg(rate(x{svc=\"{{args.service}}\",revision=\"{{revision}}\"}[{{sampleInterval}}]))"},
+                    {"name": "errors", "failed": "sum(increase(e{svc=\"{{args.service}}\"}[{{window}}]))",
+                     "total": "sum(increase(t{svc=\"{{args.service}}\"}[{{window}}]))", "critical": true}
+                ]
+            }
+        }))
+        .unwrap();
+        let mut r = reference("judge", "judge", &[("service", "shop")]);
+        r.component = Some("web".into());
+        let TemplateGate::Runner(GateSpec::Analysis(a)) = instantiate(&r, &spec).unwrap() else {
+            panic!("not an analysis")
+        };
+        assert_eq!(
+            (a.name.as_str(), a.address.as_str()),
+            ("judge", "http://127.0.0.1:9090")
+        );
+        assert_eq!(a.lookback, std::time::Duration::from_secs(120));
+        let super::super::analysis::Queries::Values(q) = &a.metrics[0].queries else {
+            panic!("a values metric")
+        };
+        assert_eq!(
+            q, r#"avg(rate(x{svc="shop",revision="{{revision}}"}[{{sampleInterval}}]))"#,
+            "the template's arguments in, the judge's placeholders kept"
+        );
+        assert!(a.metrics[1].metric.critical);
+        // A missing argument names the parameter; a bad setting its field.
+        let bare = reference("judge", "judge", &[]);
+        assert!(
+            instantiate(&bare, &spec)
+                .unwrap_err()
+                .contains("argument service is required")
+        );
+        let mut bad = spec;
+        bad.analysis.as_mut().unwrap().check.significance = Some("0%".into());
+        assert_eq!(
+            instantiate(&r, &bad).unwrap_err(),
+            "analysis.significance: 0% is not a percentage between 0 and 100"
         );
     }
 

@@ -69,6 +69,7 @@ fn template(url: &str) -> ObservedTemplate {
             }),
             prometheus: None,
             job: None,
+            analysis: None,
         },
         lists_namespace: false,
     }
