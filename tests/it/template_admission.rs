@@ -332,7 +332,9 @@ fn template_cases() -> Vec<Case> {
             "job-and-webhook",
             gate_job_template,
             Some("spec"),
-            &["a gate template must hold exactly one gate: set one of prometheus, webhook, job and analysis"],
+            &[
+                "a gate template must hold exactly one gate: set one of prometheus, webhook, job and analysis",
+            ],
             |t| {
                 t["spec"]["webhook"] = hook_template("GateTemplate", "x")["spec"]["webhook"].clone()
             },

@@ -230,6 +230,7 @@ impl AnalysisStatus {
     /// with, then per metric its verdict, samples on each side, change and
     /// p-value.
     pub fn summary(&self) -> String {
+        use std::fmt::Write as _;
         let against = self
             .compared_with
             .as_ref()
@@ -243,11 +244,12 @@ impl AnalysisStatus {
                     "{} {} ({}/{} samples",
                     m.name, m.verdict, m.canary_samples, m.baseline_samples
                 );
+                // Writing into a String cannot fail.
                 if let Some(e) = m.effect {
-                    s.push_str(&format!(", change {:+.1}%", e * 100.0));
+                    let _ = write!(s, ", change {:+.1}%", e * 100.0);
                 }
                 if let Some(p) = m.p_value {
-                    s.push_str(&format!(", p {p:.2e}"));
+                    let _ = write!(s, ", p {p:.2e}");
                 }
                 s.push(')');
                 s

@@ -174,13 +174,7 @@ pub fn notices(
 ) -> Vec<Notice> {
     // Global steps: with `dependsOn` the rollout runs more than the spec's.
     let steps = crate::plan::order::total(target, &status.components);
-    let text = |reason: EventReason| {
-        events
-            .iter()
-            .find(|e| e.reason == reason)
-            .map(|e| e.message.clone())
-            .unwrap_or_default()
-    };
+    let text = |reason: EventReason| event_text(events, reason);
     let started_at = status.rollout_started_at.or(before.rollout_started_at);
     let base = |trigger: Trigger, message: String| Notice {
         trigger,
@@ -202,15 +196,7 @@ pub fn notices(
         duration_seconds: None,
         analysis: None,
     };
-    // The last judgement of an analysis gate, by name.
-    let judgement = |gate: &str| {
-        status
-            .gates
-            .iter()
-            .chain(&before.gates)
-            .find(|g| g.name == gate)
-            .and_then(|g| g.analysis.clone())
-    };
+    let judgement = |gate: &str| judgement(before, status, gate);
     let took = || {
         before
             .rollout_started_at
@@ -285,6 +271,29 @@ pub fn notices(
         )
     }));
     out
+}
+
+/// The text of the decision's Event of `reason` (empty without one).
+fn event_text(events: &[EventIntent], reason: EventReason) -> String {
+    events
+        .iter()
+        .find(|e| e.reason == reason)
+        .map(|e| e.message.clone())
+        .unwrap_or_default()
+}
+
+/// The last judgement of the analysis gate named `gate`, if it is one.
+fn judgement(
+    before: &ReleasePlanStatus,
+    status: &ReleasePlanStatus,
+    gate: &str,
+) -> Option<crate::api::analysis::AnalysisStatus> {
+    status
+        .gates
+        .iter()
+        .chain(&before.gates)
+        .find(|g| g.name == gate)
+        .and_then(|g| g.analysis.clone())
 }
 
 /// The `paused` notice when a gate went past its `inconclusiveLimit`: the

@@ -608,7 +608,6 @@ fn a_notice_about_an_analysis_gate_carries_its_judgement_to_every_receiver() {
         reason: "GateFailed".into(),
         message: "score 50 below the marginal 75".into(),
         revision: "abc123".into(),
-        ..Failure::default()
     };
     let status = ReleasePlanStatus {
         phase: Phase::RollbackInProgress,
