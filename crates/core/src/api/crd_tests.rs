@@ -472,6 +472,8 @@ fn lists_with_a_unique_key_merge_under_server_side_apply() {
     for list in ["gates", "jobs", "prometheus", "templates", "webhooks"] {
         want.push(format!(".spec.health.{list} by name"));
     }
+    // Conditions by type, as Kubernetes' own.
+    want.push(".status.conditions by type".to_string());
     let mut got_sorted = got.clone();
     got_sorted.sort();
     want.sort();

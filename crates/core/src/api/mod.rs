@@ -1005,8 +1005,10 @@ pub struct ReleasePlanStatus {
     #[serde(default)]
     pub rollout_count: i64,
     /// Standard conditions: Ready, Reconciling, Stalled, Progressing, RollbackInProgress,
-    /// Paused.
+    /// Paused. A map list keyed by `type`, as Kubernetes' own conditions: server-side
+    /// apply merges them by type, and the API server refuses two of one type.
     #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// Finished rollouts, newest last.
     #[serde(default)]
