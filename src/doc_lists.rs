@@ -1769,3 +1769,25 @@ fn every_owned_kind_is_watched_cached_granted_and_documented() {
     }
     assert!(problems.is_empty(), "{problems:#?}");
 }
+
+#[test]
+fn api_event_actions_table_is_the_code() {
+    let doc = read("docs/api.md");
+    let table: Vec<(String, String)> = rows(section(&doc, "## Event actions"))
+        .into_iter()
+        .map(|r| {
+            (
+                r[0].trim_matches('`').to_string(),
+                r[1].trim_matches('`').to_string(),
+            )
+        })
+        .collect();
+    let code: Vec<(String, String)> = EventReason::ALL
+        .iter()
+        .map(|r| (r.as_str().to_string(), r.action().to_string()))
+        .collect();
+    assert_eq!(
+        table, code,
+        "docs/api.md's Event actions table differs from EventReason::action"
+    );
+}

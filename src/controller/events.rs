@@ -131,20 +131,19 @@ impl Events {
     /// Queues the Events a written decision announces.
     pub fn planned(&self, reference: &ObjectReference, events: &[EventIntent]) {
         for e in events {
-            self.send(reference, e.type_, e.reason, &e.message, &e.message);
+            self.send(reference, e.type_, e.reason, &e.message);
         }
     }
 
-    /// Queues one Event. `key` tells Events apart in their `action`
-    /// (`<reason>-<hash of key>`), so tools that group Events by reason and
-    /// action keep distinct messages apart.
+    /// Queues one Event, its `action` what the operator did
+    /// ([`EventReason::action`]). Every Event is a new object (named by its
+    /// time), so distinct messages are never folded into one series.
     pub fn send(
         &self,
         reference: &ObjectReference,
         type_: EventType,
         reason: EventReason,
         note: &str,
-        key: &str,
     ) {
         let event = Event {
             type_: match type_ {
@@ -153,7 +152,7 @@ impl Events {
             },
             reason: reason.to_string(),
             note: Some(note.chars().take(1000).collect()),
-            action: action(reason.as_str(), key),
+            action: reason.action().to_string(),
             secondary: None,
         };
         // The publisher stops only after every sender is gone.
@@ -220,12 +219,6 @@ fn to_k8s(reporter: &Reporter, ev: &Event, reference: ObjectReference, now: Time
     }
 }
 
-/// `<reason>-<hash of the message>`: distinct messages make distinct events.
-fn action(reason: &str, message: &str) -> String {
-    let h = crate::api::revision::hash_value(&serde_json::Value::String(message.to_string()));
-    format!("{}-{h}", reason.chars().take(100).collect::<String>())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,16 +230,18 @@ mod tests {
     }
 
     #[test]
-    fn event_actions_differ_by_message() {
-        assert_ne!(
-            action("StepAdvanced", "step 1"),
-            action("StepAdvanced", "step 2")
-        );
-        assert_eq!(
-            action("StepAdvanced", "step 1"),
-            action("StepAdvanced", "step 1")
-        );
-        assert!(action(&"R".repeat(300), "m").len() <= 128);
+    fn event_actions_say_what_the_operator_did() {
+        for r in EventReason::ALL {
+            let a = r.action();
+            // Kubernetes keeps an action of at most 128 characters; a verb,
+            // never a hash or a message.
+            assert!(
+                a.len() <= 128 && a.starts_with(char::is_uppercase),
+                "{r}: {a}"
+            );
+            assert!(a.chars().all(|c| c.is_ascii_alphabetic()), "{r}: {a}");
+        }
+        assert_eq!(EventReason::RollbackStarted.action(), "StartRollback");
     }
 
     #[test]
@@ -259,7 +254,7 @@ mod tests {
             type_: KubeEventType::Warning,
             reason: "RolledBack".into(),
             note: Some("gate failed".into()),
-            action: action("RolledBack", "gate failed"),
+            action: EventReason::RolledBack.action().into(),
             secondary: None,
         };
         let reference = ObjectReference {

@@ -283,7 +283,6 @@ fn warn_plan(shared: &Shared, reference: &ObjectReference, message: &str) {
         EventType::Warning,
         EventReason::NotificationFailed,
         message,
-        message,
     );
 }
 
@@ -478,7 +477,6 @@ async fn work(s: SharedRef, mut rx: mpsc::Receiver<Delivery>) {
                         &d.reference,
                         EventType::Warning,
                         EventReason::NotificationFailed,
-                        &msg,
                         &msg,
                     );
                 }

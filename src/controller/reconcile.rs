@@ -105,7 +105,6 @@ pub fn error_policy(plan: Arc<CachedPlan>, err: &Error, ctx: Arc<Context>) -> Ac
             EventType::Warning,
             EventReason::ReconcileError,
             &format!("{err} (failure {n} in a row; retrying in {delay:?})"),
-            &err.to_string(),
         );
     }
     Action::requeue(delay)

@@ -122,6 +122,50 @@ reasons! {
     }
 }
 
+impl EventReason {
+    /// The Event's `action`: what the operator did (or tried to do), a verb
+    /// in the style of Kubernetes' own (`Scheduling`, `Binding`): tools
+    /// group Events by reason and action.
+    pub fn action(self) -> &'static str {
+        match self {
+            EventReason::RolloutStarted => "StartRollout",
+            EventReason::RolloutSuperseded => "SupersedeRollout",
+            EventReason::StepAdvanced => "AdvanceStep",
+            EventReason::RetryRequested => "RetryRollout",
+            EventReason::Promoted => "Promote",
+            EventReason::RolloutHalted => "HaltRollout",
+            EventReason::RollbackStarted => "StartRollback",
+            EventReason::RolledBack => "FinishRollback",
+            EventReason::RequestApplied => "ApplyRequest",
+            EventReason::RequestIgnored => "IgnoreRequest",
+            EventReason::InvalidRequest => "ReadRequest",
+            EventReason::InvalidSpec => "ReadSpec",
+            EventReason::DeploymentRefused => "WriteDeployment",
+            EventReason::ApiUnavailable => "WriteObject",
+            EventReason::TrafficRefused => "WriteTraffic",
+            EventReason::AutoscalerRefused => "WriteAutoscaler",
+            EventReason::ReconcileError => "Reconcile",
+            EventReason::GatePassed | EventReason::GateFailed | EventReason::GateInconclusive => {
+                "EvaluateGate"
+            }
+            EventReason::RolloutAwaitingDecision => "AwaitDecision",
+            EventReason::GateTemplateNotFound | EventReason::GateTemplateInvalid => {
+                "ResolveGateTemplate"
+            }
+            EventReason::ConfigMissing | EventReason::ConfigNotVersioned => "ReadConfig",
+            EventReason::ConfigRefused => "CopyConfig",
+            EventReason::AdoptionStarted
+            | EventReason::HandedOver
+            | EventReason::AdoptionTargetNotFound
+            | EventReason::AdoptionRefused => "AdoptDeployment",
+            EventReason::WindowOverridden => "OverrideWindow",
+            EventReason::RolloutHeld => "HoldRollout",
+            EventReason::NotificationFailed => "Notify",
+            EventReason::GatePolicyRefused => "ApplyGatePolicy",
+        }
+    }
+}
+
 reasons! {
     /// `reason` of a condition the operator sets (see `conditions`).
     ConditionReason {
