@@ -14,6 +14,7 @@ use super::error::{CliError, chain};
 use super::lint::{LINT_INVALID, Verdict, check_document, read_documents};
 use super::view::{API_VERSION, Format, to_text};
 use crate::api::{Component, ReleasePlan, ReleasePlanStatus};
+use crate::plan::config::{ConfigObs, ConfigObservation};
 use crate::plan::simulate::{End, Simulation, Start, StepAt, simulate};
 use crate::plan::steps::{Step, strategy_steps};
 use crate::plan::{RevisionObs, revision_of};
@@ -120,6 +121,11 @@ pub struct ChangeView {
     pub fields: Vec<String>,
     /// Containers whose image changes.
     pub images: Vec<ImageChange>,
+    /// ConfigMaps and Secrets the component reads whose content differs from
+    /// what its live revision carries (`ConfigMap shop-config`): with config
+    /// versioning, a change of one alone is a new revision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub config: Vec<String>,
 }
 
 /// A container's image, before and after.
@@ -344,6 +350,25 @@ pub fn changes(
     let mut out = Vec::new();
     for c in &file.spec.components {
         let old = live_components.iter().find(|o| o.name == c.name);
+        // The config the live revision carries against what is read now.
+        let carried = live_status
+            .and_then(|s| s.components.iter().find(|x| x.name == c.name))
+            .map_or(&[][..], |x| x.config.as_slice());
+        let config_changed: Vec<String> = sim
+            .config_read()
+            .map(|seen| {
+                carried
+                    .iter()
+                    .filter(|k| !k.live)
+                    .filter(|k| {
+                        seen.objects
+                            .get(&(k.kind, k.name.clone()))
+                            .is_some_and(|o| Some(&o.digest) != k.digest.as_ref())
+                    })
+                    .map(|k| format!("{} {}", k.kind.as_str(), k.name))
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut fields = Vec::new();
         if let Some(o) = old {
             let (a, b) = (
@@ -366,6 +391,7 @@ pub fn changes(
             hash,
             fields,
             images: image_changes(old.map(|o| &o.template), Some(&c.template)),
+            config: config_changed,
         });
     }
     for o in live_components {
@@ -377,6 +403,7 @@ pub fn changes(
                 hash: None,
                 fields: Vec::new(),
                 images: image_changes(Some(&o.template), None),
+                config: Vec::new(),
             });
         }
     }
@@ -608,6 +635,9 @@ pub fn text(v: &PreviewView) -> String {
             .filter(|f| f.rsplit('.').next() != Some("image"))
         {
             let _ = writeln!(o, "    changed: {f}");
+        }
+        for k in &c.config {
+            let _ = writeln!(o, "    config changed: {k}");
         }
     }
     let _ = writeln!(o, "\nSteps (replicas new/stable per component):");
@@ -844,6 +874,77 @@ async fn gates_now(
     Ok(out)
 }
 
+/// Whether the operator reads this plan's config live (its `ConfigVersioned`
+/// condition is False: versioning off, or no access to the namespace).
+fn reads_config_live(status: &ReleasePlanStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == releaseplan_core::plan::config::CONFIG_VERSIONED && c.status == "False")
+}
+
+/// The ConfigMaps and Secrets the plan's templates reference, read for their
+/// digests as the operator's caches hold them, so the simulation versions
+/// config as the operator does. `None` (and a note) when one cannot be read:
+/// config is then read in place and a revision's hash may differ from the
+/// operator's.
+async fn config_seen(ctx: &Ctx, plan: &ReleasePlan) -> Option<ConfigObservation> {
+    use crate::api::config::{ConfigKind, LIVE_SECRET_TYPES, digest_of_map, digest_of_secret};
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let mut objects = std::collections::BTreeMap::new();
+    for c in &plan.spec.components {
+        for (kind, name) in releaseplan_core::plan::config::references(&c.template) {
+            let read = match kind {
+                ConfigKind::ConfigMap => {
+                    kube::Api::<ConfigMap>::namespaced(ctx.client.clone(), &ctx.namespace)
+                        .get_opt(&name)
+                        .await
+                        .map(|o| {
+                            o.map(|m| ConfigObs {
+                                digest: digest_of_map(&m),
+                                copy_of: None,
+                                always_live: false,
+                            })
+                        })
+                }
+                ConfigKind::Secret => {
+                    kube::Api::<Secret>::namespaced(ctx.client.clone(), &ctx.namespace)
+                        .get_opt(&name)
+                        .await
+                        .map(|o| {
+                            o.map(|s| ConfigObs {
+                                digest: digest_of_secret(&s),
+                                copy_of: None,
+                                always_live: s
+                                    .type_
+                                    .as_deref()
+                                    .is_some_and(|t| LIVE_SECRET_TYPES.contains(&t)),
+                            })
+                        })
+                }
+            };
+            match read {
+                Ok(Some(o)) => {
+                    objects.insert((kind, name), o);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    eprintln!(
+                        "note: cannot read {} {name} ({}): config is read in place, so a revision's hash may differ from the operator's",
+                        kind.as_str(),
+                        chain(&e)
+                    );
+                    return None;
+                }
+            }
+        }
+    }
+    Some(ConfigObservation {
+        objects,
+        ..ConfigObservation::default()
+    })
+}
+
 /// `preview`: read the file, simulate (from the live plan with `--live`),
 /// dry-run, print. Exits 2 (as `lint`) when the file is invalid.
 // Read, connect, observe, simulate, dry-run, print: in that order, once.
@@ -923,6 +1024,12 @@ pub(super) async fn run(global: &Global, args: &PreviewArgs) -> Result<i32, CliE
         Some(p) => p.metadata.generation.unwrap_or(0) + 1,
         None => 1,
     };
+    // Config versioned as the operator does it, unless it reads config live
+    // for this plan (its ConfigVersioned condition says so) or none can be read.
+    let config = match &ctx {
+        Some(ctx) if !reads_config_live(&status) => config_seen(ctx, &plan).await,
+        _ => None,
+    };
     let start = Start {
         plan: name.clone(),
         spec: plan.spec.clone(),
@@ -932,6 +1039,7 @@ pub(super) async fn run(global: &Global, args: &PreviewArgs) -> Result<i32, CliE
         workloads: workloads.clone(),
         now: chrono::Utc::now(),
         ready_after: Duration::ZERO,
+        config,
     };
     let min = simulate(start.clone());
     let expected = simulate(Start {

@@ -35,6 +35,7 @@ fn start(
         workloads: Default::default(),
         now: chrono::Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap(),
         ready_after: Duration::from_secs(ready_after),
+        config: None,
     }
 }
 

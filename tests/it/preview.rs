@@ -313,3 +313,71 @@ async fn preview_with_gates_asks_each_gate_once_and_acts_on_nothing() {
     assert!(v["gatesNow"].is_null(), "{v:#}");
     assert_eq!(ok_calls.load(Ordering::SeqCst), 1);
 }
+
+/// A plan that reads a ConfigMap (config versioned, the default): preview
+/// runs the operator's config versioning, so an unchanged plan previews as no
+/// change, and a change of the ConfigMap alone as a new revision naming it,
+/// the very revision the operator then rolls out.
+#[tokio::test]
+async fn preview_versions_config_as_the_operator_does() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let (h, _op) = Harness::with_operator("preview-config").await;
+    let (client, ns) = (&h.client, h.ns.as_str());
+    let maps = kube::Api::<ConfigMap>::namespaced(client.clone(), ns);
+    let config = |value: &str| -> ConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {"name": "shop-config"},
+            "data": {"GREETING": value}
+        }))
+        .unwrap()
+    };
+    maps.create(&Default::default(), &config("hello"))
+        .await
+        .unwrap();
+    let mut web = template("shop:1");
+    web["spec"]["containers"][0]["envFrom"] = json!([{"configMapRef": {"name": "shop-config"}}]);
+    let spec = json!({
+        "components": [{"name": "web", "replicas": 2, "template": web}],
+        "strategy": {"steps": [{"setWeight": 50}]}
+    });
+    let live = create_stable(client, ns, "shop", spec.clone()).await;
+    let live_hash = live.status.unwrap().components[0]
+        .current_hash
+        .clone()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+
+    // Unchanged: no rollout, the live revision kept.
+    let (code, v, stderr) = preview(ns, dir.path(), spec.clone()).await;
+    assert_eq!(code, 0, "{v:#}\n{stderr}");
+    assert_eq!(v["rollout"], false, "{v:#}\n{stderr}");
+    let web = &v["changes"][0];
+    assert_eq!(web["newRevision"], false, "{v:#}");
+    assert_eq!(web["hash"].as_str(), Some(live_hash.as_str()), "{v:#}");
+
+    // The ConfigMap alone changes: a new revision, naming it.
+    maps.replace("shop-config", &Default::default(), &{
+        let mut m = maps.get("shop-config").await.unwrap();
+        m.data = config("bonjour").data;
+        m
+    })
+    .await
+    .unwrap();
+    let (code, v, stderr) = preview(ns, dir.path(), spec).await;
+    assert_eq!(code, 0, "{v:#}\n{stderr}");
+    assert_eq!(v["rollout"], true, "{v:#}");
+    let web = &v["changes"][0];
+    assert_eq!(web["change"], "unchanged", "the spec is the same: {v:#}");
+    assert_eq!(web["newRevision"], true, "{v:#}");
+    assert_eq!(web["config"], json!(["ConfigMap shop-config"]), "{v:#}");
+    let previewed = web["hash"].as_str().unwrap().to_string();
+    assert_ne!(previewed, live_hash);
+    // The operator rolls out the revision the preview announced.
+    let rolled = wait_until(WAIT, "the operator rolls the new config out", || async {
+        let p = get(client, ns, "shop").await?;
+        let h = p.status?.components[0].current_hash.clone()?;
+        (h != live_hash).then_some(h)
+    })
+    .await;
+    assert_eq!(rolled, previewed);
+}

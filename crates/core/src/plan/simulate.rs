@@ -45,6 +45,10 @@ pub struct Start {
     pub now: DateTime<Utc>,
     /// How long a new or scaled-up pod takes to become ready.
     pub ready_after: Duration,
+    /// The ConfigMaps and Secrets the templates reference, as the operator
+    /// observes them: config is versioned as the operator does it, so a
+    /// revision's hash is the live one. `None`: read in place (offline).
+    pub config: Option<config::ConfigObservation>,
 }
 
 /// One component at a step: replicas of its current and stable revisions.
@@ -121,6 +125,15 @@ pub struct Simulation {
     pub status: ReleasePlanStatus,
     /// The revision Deployments at the end.
     pub revisions: Vec<RevisionObs>,
+    /// The config it versioned ([`Start::config`]), when it read any.
+    pub config: Option<config::ConfigObservation>,
+}
+
+impl Simulation {
+    /// The config the simulation was started with, when it read any.
+    pub fn config_read(&self) -> Option<&config::ConfigObservation> {
+        self.config.as_ref()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -176,16 +189,25 @@ impl World {
             .collect()
     }
 
-    /// The target and templates as the controller builds them; config is read
-    /// in place (the simulation has no ConfigMaps to copy).
+    /// What the simulation observes of config: what [`Start::config`] says,
+    /// else every reference read in place.
+    fn config_seen(&self) -> config::ConfigObservation {
+        self.start
+            .config
+            .clone()
+            .unwrap_or_else(|| config::ConfigObservation {
+                disabled: true,
+                ..config::ConfigObservation::default()
+            })
+    }
+
+    /// The target and templates as the controller builds them, config
+    /// versioned as [`Start::config`] says.
     fn target(&self) -> (Result<Target, SpecError>, crate::plan::Templates) {
         let spec = &self.start.spec;
         match Target::from_spec(spec) {
             Ok(t) => {
-                let seen = config::ConfigObservation {
-                    disabled: true,
-                    ..config::ConfigObservation::default()
-                };
+                let seen = self.config_seen();
                 let (t, templates) = t
                     .with_scales(&self.scale_obs())
                     .with_workloads(&self.workloads())
@@ -222,10 +244,7 @@ impl World {
             jobs: self.jobs.clone(),
             traffic: self.traffic.values().cloned().collect(),
             scales: self.scale_obs(),
-            config: config::ConfigObservation {
-                disabled: true,
-                ..config::ConfigObservation::default()
-            },
+            config: self.config_seen(),
             adopted: Vec::new(),
             request: self.request.clone(),
             invalid_request: None,
@@ -781,6 +800,7 @@ pub fn simulate(start: Start) -> Simulation {
         revisions: w.revisions(),
         created: w.created,
         templates,
+        config: w.start.config.clone(),
     }
 }
 

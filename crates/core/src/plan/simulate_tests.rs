@@ -76,6 +76,7 @@ fn start(spec: ReleasePlanSpec) -> Start {
         workloads: Default::default(),
         now: Utc.with_ymd_and_hms(2026, 12, 1, 12, 0, 0).unwrap(),
         ready_after: Duration::ZERO,
+        config: None,
     }
 }
 
