@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Peak RSS of a bench's cluster and controller, by process name, sampled with
-# ps every 5 s (not part of any make target; docs/benchmarks.md, session 22):
+# ps every 5 s (not part of any make target; docs/benchmarks.md, "How to reproduce"):
 #   e2e/sample-rss.sh OUT &   ...run the bench...   touch OUT.stop
 # OUT is rewritten at each sample: "<process> <peak MiB>" per line.
 set -euo pipefail
