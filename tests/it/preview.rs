@@ -321,7 +321,7 @@ async fn preview_with_gates_asks_each_gate_once_and_acts_on_nothing() {
 #[tokio::test]
 async fn preview_versions_config_as_the_operator_does() {
     use k8s_openapi::api::core::v1::ConfigMap;
-    let (h, _op) = Harness::with_operator("preview-config").await;
+    let (h, op) = Harness::with_operator("preview-config").await;
     let (client, ns) = (&h.client, h.ns.as_str());
     let maps = kube::Api::<ConfigMap>::namespaced(client.clone(), ns);
     let config = |value: &str| -> ConfigMap {
@@ -355,7 +355,10 @@ async fn preview_versions_config_as_the_operator_does() {
     assert_eq!(web["newRevision"], false, "{v:#}");
     assert_eq!(web["hash"].as_str(), Some(live_hash.as_str()), "{v:#}");
 
-    // The ConfigMap alone changes: a new revision, naming it.
+    // The ConfigMap alone changes: a new revision, naming it. The operator
+    // is stopped meanwhile, or it would roll the change out before the
+    // preview reads the live plan.
+    drop(op);
     maps.replace("shop-config", &Default::default(), &{
         let mut m = maps.get("shop-config").await.unwrap();
         m.data = config("bonjour").data;
@@ -373,6 +376,7 @@ async fn preview_versions_config_as_the_operator_does() {
     let previewed = web["hash"].as_str().unwrap().to_string();
     assert_ne!(previewed, live_hash);
     // The operator rolls out the revision the preview announced.
+    let _op = h.operator().start().await;
     let rolled = wait_until(WAIT, "the operator rolls the new config out", || async {
         let p = get(client, ns, "shop").await?;
         let h = p.status?.components[0].current_hash.clone()?;
