@@ -294,11 +294,19 @@ async fn with_a_baseline_the_judge_compares_with_fresh_stable_pods_that_exist_on
         support::WAIT * 3,
         "a judgement against the baseline",
         || async {
+            // While the step runs: once the judge fails the canary, the
+            // baseline is already going (to 0 pods) in the same moment.
             let p = get(&client, &ns, "llama").await?;
+            let s = p.status.as_ref()?;
             let a = gate(&p, "judge")?.analysis.clone()?;
-            let b = p.status.as_ref()?.components[0].baseline.clone()?;
+            let b = s.components[0].baseline.clone()?;
             let d = baseline_deployment(&client, &ns, &stable_hash).await?;
-            (a.compared_with.as_deref() == Some(b.revision.as_str())).then_some((a, b, d))
+            (s.phase == Phase::RollingOut
+                && b.replicas == 1
+                && b.ready == 1
+                && d.0 == 1
+                && a.compared_with.as_deref() == Some(b.revision.as_str()))
+            .then_some((a, b, d))
         },
     )
     .await;
