@@ -82,6 +82,13 @@ pub fn limit(
         .filter(|h| !ups.iter().any(|u| u.0 == **h) && Some(**h) != kept.map(|k| k.0))
         .map(|h| (*h, 0))
         .collect();
+    // A revision coming up with more pods than its target now (a baseline at
+    // a step that gives it fewer) goes down as the left ones do: within the
+    // budget of ready pods.
+    let (ups, shrinking): (Vec<(&str, i32)>, Vec<(&str, i32)>) = ups
+        .into_iter()
+        .partition(|(h, target)| replicas(&revs, h) <= *target);
+    left.extend(shrinking);
     // The stable revision last: older revisions go first.
     left.extend(kept);
     Some(Limited {

@@ -507,3 +507,25 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_baseline_given_fewer_pods_at_the_next_step_goes_down_within_the_limits() {
+    // Found by the proptest: at 41% of 5 the baseline gets 1 pod where it had
+    // 2; dropping its ready pod outside the budget left 4 ready of 5.
+    let cap = json!({"maxSurge": 1, "maxUnavailable": 0});
+    let mut w = with_baseline(5, &[21, 41], Some(cap), 6);
+    w.release("vllm:0.7.0");
+    let done = w.settle(400, |w, _| {
+        let (live, ready) = w.total();
+        assert!(
+            live <= 6,
+            "never more pods than replicas + maxSurge: {live}"
+        );
+        assert!(
+            ready >= 5,
+            "never fewer ready than replicas - maxUnavailable: {ready}"
+        );
+    });
+    assert!(done, "{:?}", w.status.phase);
+    assert_eq!(w.status.phase, Phase::Stable);
+}
