@@ -18,6 +18,9 @@ use crate::api::workload::WorkloadKind;
 use crate::api::{ComponentStatus, Phase, ReleasePlanStatus};
 use std::collections::BTreeMap;
 
+/// A revision and the replicas it moves towards.
+type Move<'a> = (&'a str, i32);
+
 /// The wanted replicas of every revision of a component, within its limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limited {
@@ -85,7 +88,7 @@ pub fn limit(
     // A revision coming up with more pods than its target now (a baseline at
     // a step that gives it fewer) goes down as the left ones do: within the
     // budget of ready pods.
-    let (ups, shrinking): (Vec<(&str, i32)>, Vec<(&str, i32)>) = ups
+    let (ups, shrinking): (Vec<Move<'_>>, Vec<Move<'_>>) = ups
         .into_iter()
         .partition(|(h, target)| replicas(&revs, h) <= *target);
     left.extend(shrinking);
