@@ -896,31 +896,17 @@ async fn config_seen(ctx: &Ctx, plan: &ReleasePlan) -> Option<ConfigObservation>
         for (kind, name) in releaseplan_core::plan::config::references(&c.template) {
             let read = match kind {
                 ConfigKind::ConfigMap => {
-                    kube::Api::<ConfigMap>::namespaced(ctx.client.clone(), &ctx.namespace)
-                        .get_opt(&name)
-                        .await
-                        .map(|o| {
-                            o.map(|m| ConfigObs {
-                                digest: digest_of_map(&m),
-                                copy_of: None,
-                                always_live: false,
-                            })
-                        })
+                    read_config(ctx, &name, |m: &ConfigMap| (digest_of_map(m), false)).await
                 }
                 ConfigKind::Secret => {
-                    kube::Api::<Secret>::namespaced(ctx.client.clone(), &ctx.namespace)
-                        .get_opt(&name)
-                        .await
-                        .map(|o| {
-                            o.map(|s| ConfigObs {
-                                digest: digest_of_secret(&s),
-                                copy_of: None,
-                                always_live: s
-                                    .type_
-                                    .as_deref()
-                                    .is_some_and(|t| LIVE_SECRET_TYPES.contains(&t)),
-                            })
-                        })
+                    read_config(ctx, &name, |s: &Secret| {
+                        let live = s
+                            .type_
+                            .as_deref()
+                            .is_some_and(|t| LIVE_SECRET_TYPES.contains(&t));
+                        (digest_of_secret(s), live)
+                    })
+                    .await
                 }
             };
             match read {
@@ -943,6 +929,33 @@ async fn config_seen(ctx: &Ctx, plan: &ReleasePlan) -> Option<ConfigObservation>
         objects,
         ..ConfigObservation::default()
     })
+}
+
+/// One referenced ConfigMap or Secret, read as the operator observes it:
+/// its digest and whether it is always read live (`None`: it does not exist).
+async fn read_config<K>(
+    ctx: &Ctx,
+    name: &str,
+    observe: impl Fn(&K) -> (String, bool),
+) -> Result<Option<ConfigObs>, kube::Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let found = kube::Api::<K>::namespaced(ctx.client.clone(), &ctx.namespace)
+        .get_opt(name)
+        .await?;
+    Ok(found.map(|o| {
+        let (digest, always_live) = observe(&o);
+        ConfigObs {
+            digest,
+            copy_of: None,
+            always_live,
+        }
+    }))
 }
 
 /// `preview`: read the file, simulate (from the live plan with `--live`),

@@ -568,7 +568,11 @@ pub fn component_status(
                 })
             };
             let ready_of = |h: &Option<String>| h.as_ref().map_or(0, |h| ready(&revs, h));
-            let baseline = in_place.is_none().then(|| {
+            // Only a component that runs a baseline, or still has one, has
+            // any to show (most have none: nothing is built for them).
+            let has_baseline = target.component(&c.name).is_some_and(|t| t.baseline)
+                || revs.keys().any(|h| is_baseline(h));
+            let baseline = (in_place.is_none() && has_baseline).then(|| {
                 let want: BTreeMap<String, i32> = intents
                     .iter()
                     .filter(|i| i.component == c.name && is_baseline(&i.hash) && i.replicas > 0)
