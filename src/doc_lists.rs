@@ -194,8 +194,9 @@ fn metric_families() -> BTreeMap<String, String> {
         })
         .collect();
     let source = read("src/ops/metrics.rs");
-    let registered =
-        source.matches(".register(").count() + source.matches(".register_with_unit(").count();
+    let registered = source.matches(".register(").count()
+        + source.matches(".register_with_unit(").count()
+        + crate::ops::process::FAMILIES.len();
     assert_eq!(
         families.len(),
         registered,
@@ -210,7 +211,7 @@ fn metric_families() -> BTreeMap<String, String> {
 fn metrics_table(doc: &str) -> BTreeMap<String, Vec<String>> {
     rows(section(doc, "## Metrics"))
         .into_iter()
-        .filter(|r| r[0].starts_with("`releaseplan_"))
+        .filter(|r| r[0].starts_with("`releaseplan_") || r[0].starts_with("`process_"))
         .map(|r| (r[0].trim_matches('`').to_string(), r))
         .collect()
 }

@@ -144,7 +144,7 @@ impl Context {
                 return (false, b.failures, b.retry_at - now);
             }
             b.failures = b.failures.saturating_add(1);
-            let delay = backoff_delay(b.failures);
+            let delay = crate::ops::backoff::reconcile_delay(b.failures);
             b.retry_at = now + delay;
             (true, b.failures, delay)
         })
@@ -215,22 +215,3 @@ impl Context {
 
 /// How soon a plan is tried again while the caches fill.
 pub(crate) const CACHE_SYNC_RETRY: Duration = Duration::from_millis(250);
-
-/// Exponential backoff: 1s, 2s, 4s ... capped at 5 minutes.
-pub fn backoff_delay(failures: u32) -> Duration {
-    let exp = failures.saturating_sub(1).min(9);
-    Duration::from_secs((1u64 << exp).min(300))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_grows_and_caps() {
-        assert_eq!(backoff_delay(1), Duration::from_secs(1));
-        assert_eq!(backoff_delay(2), Duration::from_secs(2));
-        assert_eq!(backoff_delay(5), Duration::from_secs(16));
-        assert_eq!(backoff_delay(50), Duration::from_secs(300));
-    }
-}

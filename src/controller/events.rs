@@ -49,10 +49,6 @@ const IN_FLIGHT: usize = 8;
 /// 429, 5xx): longer than any blip, short enough that an API server gone for
 /// good does not pile Events up.
 const RETRY_FOR: Duration = Duration::from_secs(300);
-/// The first wait between two tries.
-const RETRY_FIRST: Duration = Duration::from_millis(250);
-/// The longest wait between two tries.
-const RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// An Event, the object it is about and when it was queued.
 struct Outgoing {
@@ -102,11 +98,7 @@ impl Events {
                 let api: Api<K8sEvent> = Api::namespaced(client, &ns);
                 let params = PostParams::default();
                 let create = || api.create(&params, &event);
-                let tries = backon::ExponentialBuilder::default()
-                    .with_min_delay(RETRY_FIRST)
-                    .with_max_delay(RETRY_MAX)
-                    .with_total_delay(Some(RETRY_FOR))
-                    .without_max_times();
+                let tries = crate::ops::backoff::event(RETRY_FOR);
                 let res = create
                     .retry(tries)
                     .sleep(tokio::time::sleep)

@@ -48,7 +48,7 @@ pub mod trim;
 mod watches;
 mod write;
 
-pub use context::{Context, Settings, backoff_delay};
+pub use context::{Context, Settings};
 pub use error::{Error, StartError};
 pub use outcome::FIELD_MANAGER;
 pub use queue::WakeSource;

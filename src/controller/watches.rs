@@ -62,20 +62,22 @@ const START_PATIENCE: Duration = Duration::from_secs(120);
 
 /// Runs `ask` until it gets an answer, success or not, for at most
 /// [`START_PATIENCE`]: a transient error is asked again (250ms doubling to
-/// 5s), logged at warn; past the patience the last error is returned.
+/// 5s, with jitter), logged at warn; past the patience the last error is returned.
 async fn until_answered<T, F, Fut>(what: &str, mut ask: F) -> Result<T, kube::Error>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, kube::Error>>,
 {
+    use backon::BackoffBuilder;
     let give_up = tokio::time::Instant::now() + START_PATIENCE;
-    let mut delay = Duration::from_millis(250);
+    let mut waits = crate::ops::backoff::api_away().build();
+    let mut delay = waits.next().unwrap_or(Duration::from_secs(1));
     loop {
         match ask().await {
             Err(e) if is_transient(&e) && tokio::time::Instant::now() + delay < give_up => {
                 warn!(error = %e, retry_in = ?delay, "cannot list {what} yet; asking again");
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
+                delay = waits.next().unwrap_or(delay);
             }
             answer => return answer,
         }
@@ -85,16 +87,18 @@ where
 /// Whether the cluster serves an optional kind (GatePolicies,
 /// ReleaseFreezes, routes), asked once at start: not found (no CRD) or
 /// forbidden (no RBAC) means no, and the kind stays off until a restart.
-/// Any other error, an API blip, is asked again (250ms doubling to 5s): a
+/// Any other error, an API blip, is asked again (250ms doubling, under 5s): a
 /// blip at start must not switch a policy or a freeze off for the life of
 /// the process.
 pub(crate) async fn optional_kind_served<K>(api: &Api<K>, kind: &str) -> bool
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
 {
+    use backon::BackoffBuilder;
     let one = ListParams::default().limit(1);
-    let mut delay = Duration::from_millis(250);
+    let mut waits = crate::ops::backoff::api_away().build();
     loop {
+        let delay = waits.next().unwrap_or(Duration::from_secs(1));
         match api.list_metadata(&one).await {
             Ok(_) => return true,
             Err(e) if is_not_found(&e) || matches!(&e, kube::Error::Api(s) if s.code == 403) => {
@@ -106,7 +110,6 @@ where
             Err(e) => {
                 warn!(error = %e, retry_in = ?delay, "cannot list {kind} yet; asking again");
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
             }
         }
     }
@@ -119,19 +122,14 @@ pub(crate) fn plan_of<K: Resource + Labelled>(obj: &K) -> Option<ObjectRef<Relea
     Some(ObjectRef::new(plan).within(ns))
 }
 
-/// Backoff of each watch stream after an error: 250ms doubling to 2s, reset
+/// Backoff of each watch stream after an error: 250ms doubling, under 2s with jitter, reset
 /// on success (backon's exponential backoff, as kube-runtime wraps it). The
 /// default (up to 30s) leaves every cache stale for that long after an API
 /// server restart (and a restarted API server answers the first watch with
 /// 410 Expired, which costs one more round); a watch re-established within
 /// seconds keeps rollouts moving.
 pub fn watch_backoff() -> watcher::ExponentialBackoff {
-    backon::ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(250))
-        .with_max_delay(Duration::from_secs(2))
-        .with_factor(2.0)
-        .without_max_times()
-        .into()
+    crate::ops::backoff::watch().into()
 }
 
 /// Objects per page of a watch's list (kube-runtime's default is 500). A

@@ -40,8 +40,9 @@ pub async fn call_with(
     gate: &WebhookSpec,
     body: &WebhookBody,
 ) -> GateResult {
+    use backon::BackoffBuilder;
     let (timeout, retries) = (gate.timeout, gate.retries);
-    let mut backoff = FIRST_BACKOFF;
+    let mut pauses = crate::ops::backoff::gate_call().build();
     let mut attempt = 0;
     loop {
         let (result, retry) = call_once(http, access, gate, body, timeout).await;
@@ -58,8 +59,7 @@ pub async fn call_with(
             };
         }
         tracing::debug!(gate = %gate.name, attempt, ?result, "webhook gate call failed, retrying");
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        tokio::time::sleep(pauses.next().unwrap_or(MAX_BACKOFF)).await;
         attempt += 1;
     }
 }

@@ -167,6 +167,8 @@ pub struct PlanState {
 pub struct Metrics {
     /// The registry rendered on `/metrics`.
     pub registry: Registry,
+    /// The `process_*` families, unprefixed as every exporter has them.
+    process: Registry,
     /// Reconciles run.
     pub reconciles: Counter,
     /// Reconciles failed, by error kind.
@@ -491,8 +493,11 @@ impl Metrics {
                 })
                 .clone()
         });
+        let mut process = Registry::default();
+        process.register_collector(Box::new(super::process::ProcessCollector));
         Metrics {
             registry,
+            process,
             reconciles,
             failures,
             duration,
@@ -671,8 +676,12 @@ impl Metrics {
 
     /// Renders the registry as OpenMetrics text.
     pub fn render(&self) -> String {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut out = String::new();
-        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+        let written = encode_registry(&mut out, &self.registry)
+            .and_then(|()| encode_registry(&mut out, &self.process))
+            .and_then(|()| encode_eof(&mut out));
+        if written.is_err() {
             return String::new();
         }
         out

@@ -22,9 +22,10 @@ pub const DEFAULT_INCONCLUSIVE_LIMIT: i32 = 0;
 /// Bytes of a 2xx answer read for an explicit verdict.
 pub const MAX_VERDICT_BODY: usize = 4096;
 
-/// Pause before the first retry; doubled before each further one.
+/// Pause before the first retry; doubled before each further one, each
+/// pause lengthened by a random jitter of up to as much again.
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(200);
-/// Longest pause between two calls.
+/// Longest pause between two calls before the jitter.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// Most retries honoured whatever the gate says (the CRD allows up to 10).
 const MAX_RETRIES: i32 = 10;
@@ -80,11 +81,12 @@ impl WebhookSpec {
         }
     }
 
-    /// The longest a call of the gate can take: every attempt timing out, plus the pauses.
+    /// The longest a call of the gate can take: every attempt timing out,
+    /// plus the pauses at their longest (twice the plain ones, the jitter).
     pub fn worst_case(&self) -> Duration {
         let attempts = u32::try_from(self.retries).unwrap_or(0) + 1;
         let pauses = (0..attempts.saturating_sub(1))
-            .map(|i| (FIRST_BACKOFF * 2u32.saturating_pow(i)).min(MAX_BACKOFF))
+            .map(|i| (FIRST_BACKOFF * 2u32.saturating_pow(i)).min(MAX_BACKOFF) * 2)
             .sum::<Duration>();
         self.timeout * attempts + pauses
     }
