@@ -79,17 +79,19 @@ fn dashboard_queries(d: &Value) -> Vec<(String, String)> {
     out
 }
 
-/// The metric names a query reads (`releaseplan_...`).
+/// The metric names a query reads (`releaseplan_...`, `process_...`).
 fn metric_names(expr: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
-    let mut rest = expr;
-    while let Some(i) = rest.find("releaseplan_") {
-        let name: String = rest[i..]
-            .chars()
-            .take_while(|c| c.is_ascii_lowercase() || *c == '_' || c.is_ascii_digit())
-            .collect();
-        rest = &rest[i + name.len()..];
-        out.insert(name);
+    for prefix in ["releaseplan_", "process_"] {
+        let mut rest = expr;
+        while let Some(i) = rest.find(prefix) {
+            let name: String = rest[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_' || c.is_ascii_digit())
+                .collect();
+            rest = &rest[i + name.len()..];
+            out.insert(name);
+        }
     }
     out
 }
@@ -229,7 +231,7 @@ fn the_dashboard_config_map_holds_the_dashboard_for_grafanas_sidecar() {
 fn the_dashboards_queries_read_only_metrics_the_operator_registers() {
     // Offline half of the live test below: every family a query names is
     // registered by the operator (its HELP is in the source).
-    let source = read("src/ops/metrics.rs");
+    let source = read("src/ops/metrics.rs") + &read("src/ops/process.rs");
     let queries = dashboard_queries(&dashboard());
     assert!(queries.len() >= 15, "{} queries", queries.len());
     for (title, expr) in &queries {
