@@ -38,12 +38,14 @@ use crate::gates::outbound::{CallError, GateHttp};
 use crate::gates::policy::{Destination, NamespacePolicy};
 use crate::ops::metrics::{Metrics, NotificationLabel};
 use crate::plan::{EventReason, EventType};
+use backon::BackoffBuilder;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use kube::{Api, Client, Resource, ResourceExt};
-use releaseplan_core::notify::Notice;
 use releaseplan_core::notify::alertmanager;
+use releaseplan_core::notify::commit_status::{self, Forge};
 use releaseplan_core::notify::config::{self as ncfg, NotifyConfig, Receiver, ReceiverKind};
 use releaseplan_core::notify::payload::{Message, PlanRef};
+use releaseplan_core::notify::{Notice, Trigger};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -62,12 +64,15 @@ const READ_TIMEOUT: Duration = Duration::from_secs(5);
 const READ_DEADLINE: Duration = Duration::from_secs(60);
 /// Tries of one delivery (the first and the retries).
 const TRIES: u32 = 4;
-/// The first wait between two tries; doubled each time.
-const RETRY_FIRST: Duration = Duration::from_secs(1);
-/// Longest pause between tries while the API server is away.
-const AWAY_RETRY_MAX: Duration = Duration::from_secs(5);
+/// The pauses between tries: `ops::backoff::notification`, 1 s doubling,
+/// each under 5 s (with its jitter).
+const RETRY_MAX: Duration = Duration::from_secs(5);
 /// Failed deliveries in a row after which the plan gets a Warning Event.
 pub const FAILING_AFTER: u32 = 3;
+/// Who sends: GitHub refuses a request without a User-Agent.
+const USER_AGENT: &str = concat!("releaseplan/", env!("CARGO_PKG_VERSION"));
+/// The GitHub REST API version the commit statuses are written for.
+const GITHUB_API_VERSION: &str = "2022-11-28";
 /// Label of drops before any receiver is known.
 const NO_RECEIVER: &str = "-";
 
@@ -85,6 +90,8 @@ struct Delivery {
     plan_namespace: String,
     receiver: Receiver,
     message: Message,
+    /// The commit a commit-status receiver marks.
+    commit: Option<String>,
 }
 
 /// The notifier's settings.
@@ -105,6 +112,63 @@ struct Shared {
     settings: NotifySettings,
     /// The queue of each receiver's worker, by `namespace/receiver`.
     workers: Mutex<HashMap<String, mpsc::Sender<Delivery>>>,
+    /// The commit each plan's revisions started with.
+    commits: Mutex<Commits>,
+}
+
+/// Revisions kept per plan in [`Commits`]: the rollout, the one it
+/// superseded, a rollback's.
+const COMMITS_PER_PLAN: usize = 4;
+/// Plans kept in [`Commits`]; past it, it starts again (a plan released
+/// before loses only the superseded mark of a rollout started before).
+const COMMITS_PLANS: usize = 10_000;
+
+/// The commit each revision of a plan started with (the annotation when its
+/// `rolloutStarted` was routed), so that the transitions of a rollout, its
+/// supersession included, mark its own commit after the annotation has
+/// moved on to a newer one. In memory: after a restart a rollout's later
+/// transitions read the annotation, and a supersession marks nothing.
+#[derive(Default)]
+struct Commits(HashMap<String, Vec<(String, String)>>);
+
+impl Commits {
+    /// The commit a notice marks; `Ok(None)` when none is known for it.
+    fn of(
+        &mut self,
+        uid: &str,
+        notice: &Notice,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<Option<String>, commit_status::CommitError> {
+        use releaseplan_core::notify::Trigger;
+        let revision = notice.revision.clone().unwrap_or_default();
+        let kept = self.0.get(uid).and_then(|revs| {
+            revs.iter()
+                .find(|(r, _)| *r == revision)
+                .map(|(_, c)| c.clone())
+        });
+        if notice.trigger != Trigger::RolloutStarted
+            && let Some(c) = kept
+        {
+            return Ok(Some(c));
+        }
+        if notice.trigger == Trigger::Superseded {
+            return Ok(None);
+        }
+        let Some(value) = annotations.get(commit_status::COMMIT_ANNOTATION) else {
+            return Ok(None);
+        };
+        let commit = commit_status::commit_of(value)?;
+        if self.0.len() >= COMMITS_PLANS && !self.0.contains_key(uid) {
+            self.0.clear();
+        }
+        let revs = self.0.entry(uid.to_string()).or_default();
+        revs.retain(|(r, _)| *r != revision);
+        revs.push((revision, commit.clone()));
+        if revs.len() > COMMITS_PER_PLAN {
+            revs.remove(0);
+        }
+        Ok(Some(commit))
+    }
 }
 
 /// The queue of notices to deliver; cheap to use from any reconcile.
@@ -134,6 +198,7 @@ impl Notifier {
             metrics: Arc::clone(&metrics),
             settings,
             workers: Mutex::new(HashMap::new()),
+            commits: Mutex::new(Commits::default()),
         });
         tokio::spawn(dispatch(shared, rx));
         Notifier { tx, metrics }
@@ -244,8 +309,9 @@ async fn read_config(shared: &Shared, namespace: &str) -> Result<Option<NotifyCo
 /// so a notice given up here is never sent.
 async fn get_config_map(api: &Api<ConfigMap>) -> Result<Option<ConfigMap>, String> {
     let deadline = tokio::time::Instant::now() + READ_DEADLINE;
-    let mut delay = Duration::from_millis(250);
+    let mut waits = crate::ops::backoff::api_away().build();
     loop {
+        let delay = waits.next().unwrap_or(RETRY_MAX);
         let why = match tokio::time::timeout(READ_TIMEOUT, api.get_opt(ncfg::CONFIG_MAP)).await {
             Ok(Ok(got)) => return Ok(got),
             Ok(Err(kube::Error::Api(s))) if !crate::kube_errors::away_status(s.code) => {
@@ -271,7 +337,6 @@ async fn get_config_map(api: &Api<ConfigMap>) -> Result<Option<ConfigMap>, Strin
         }
         debug!(retry_in = ?delay, "ConfigMap {} not read yet: {why}", ncfg::CONFIG_MAP);
         tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(5));
     }
 }
 
@@ -356,6 +421,16 @@ fn route(shared: &Shared, job: Job, config: Result<Option<NotifyConfig>, String>
             );
         }
         for r in receivers {
+            let Ok(commit) = commit_to_mark(
+                shared,
+                &job.reference,
+                &job.plan.uid,
+                &job.annotations,
+                r,
+                &message,
+            ) else {
+                continue;
+            };
             enqueue(
                 shared,
                 Delivery {
@@ -363,10 +438,56 @@ fn route(shared: &Shared, job: Job, config: Result<Option<NotifyConfig>, String>
                     plan_namespace: ns.clone(),
                     receiver: r.clone(),
                     message: message.clone(),
+                    commit,
                 },
             );
         }
     }
+}
+
+/// The commit a commit-status receiver marks with `message` (`Ok(None)`
+/// for other receivers); `Err(())` when nothing is to be sent to it: the
+/// transition sets no state, or a supersession whose commit is not known,
+/// or no commit to mark (a Warning on the plan, counted failed).
+fn commit_to_mark(
+    shared: &Shared,
+    reference: &ObjectReference,
+    uid: &str,
+    annotations: &BTreeMap<String, String>,
+    r: &Receiver,
+    message: &Message,
+) -> Result<Option<String>, ()> {
+    let Some(forge) = Forge::of(r.kind) else {
+        return Ok(None);
+    };
+    let notice = &message.notice;
+    if forge.state(notice.trigger).is_none() {
+        return Err(());
+    }
+    let found = shared
+        .commits
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .of(uid, notice, annotations);
+    let why = match found {
+        Ok(Some(c)) => return Ok(Some(c)),
+        Ok(None) if notice.trigger == Trigger::Superseded => return Err(()),
+        Ok(None) => format!(
+            "notification receiver {} marks the commit the plan's annotation {} names, and the plan has none: nothing sent to it",
+            r.name,
+            commit_status::COMMIT_ANNOTATION
+        ),
+        Err(e) => format!("notification receiver {}: {e}: nothing sent to it", r.name),
+    };
+    warn_plan(shared, reference, &why);
+    count(
+        &shared.metrics,
+        &message.plan.namespace,
+        &r.name,
+        "failed",
+        1,
+    );
+    Err(())
 }
 
 /// Hands a delivery to its receiver's worker, starting it when needed; a
@@ -425,6 +546,9 @@ struct Failed {
     /// answer, the GatePolicies not listed yet): tried again for up to
     /// [`READ_DEADLINE`], past the receiver's own tries.
     away: bool,
+    /// Refused by the namespace's GatePolicy or the operator's egress rules:
+    /// a setting to change, warned about at once, not after three in a row.
+    refused: bool,
 }
 
 /// Whether a delivery that failed at its `attempt`-th try, `elapsed`
@@ -440,11 +564,13 @@ async fn work(s: SharedRef, mut rx: mpsc::Receiver<Delivery>) {
     let mut failing: u32 = 0;
     while let Some(d) = rx.recv().await {
         let (ns, name) = (d.plan_namespace.as_str(), d.receiver.name.as_str());
-        let mut wait = RETRY_FIRST;
+        let mut waits = crate::ops::backoff::notification().build();
+        let mut wait = waits.next().unwrap_or(RETRY_MAX);
         let mut outcome = Err(Failed {
             why: String::new(),
             retry: false,
             away: false,
+            refused: false,
         });
         let started = tokio::time::Instant::now();
         for attempt in 1.. {
@@ -453,7 +579,7 @@ async fn work(s: SharedRef, mut rx: mpsc::Receiver<Delivery>) {
                 Err(f) if try_again(f, attempt, started.elapsed(), wait) => {
                     debug!(namespace = %ns, receiver = %name, attempt, why = %f.why, "notification not delivered yet");
                     tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(AWAY_RETRY_MAX);
+                    wait = waits.next().unwrap_or(RETRY_MAX);
                 }
                 _ => break,
             }
@@ -468,11 +594,18 @@ async fn work(s: SharedRef, mut rx: mpsc::Receiver<Delivery>) {
                 failing = failing.saturating_add(1);
                 count(&s.metrics, ns, name, "failed", 1);
                 warn!(namespace = %ns, receiver = %name, id = %d.message.id, why = %f.why, "notification not delivered");
-                if failing == FAILING_AFTER {
-                    let msg = format!(
-                        "notification receiver {name} failed {FAILING_AFTER} times in a row, last: {}",
-                        f.why
-                    );
+                // A refusal by policy is a setting to change: said at once.
+                let msg = if f.refused {
+                    Some(format!("notification receiver {name}: {}", f.why))
+                } else {
+                    (failing == FAILING_AFTER).then(|| {
+                        format!(
+                            "notification receiver {name} failed {FAILING_AFTER} times in a row, last: {}",
+                            f.why
+                        )
+                    })
+                };
+                if let Some(msg) = msg {
                     s.events.send(
                         &d.reference,
                         EventType::Warning,
@@ -503,6 +636,7 @@ async fn secret(
         .await
         .map_err(|e| Failed {
             away: matches!(e, AccessError::Unreadable { away: true, .. }),
+            refused: false,
             why: format!("credentials: {e}"),
             retry: true,
         })
@@ -516,12 +650,28 @@ async fn deliver(s: &SharedRef, d: &Delivery) -> Result<(), Failed> {
             why: "GatePolicies not listed yet".into(),
             retry: true,
             away: true,
+            refused: false,
         });
     };
     let url = secret(s, &d.receiver.url_from.secret_key_ref, ns, &policy, None).await?;
-    // An Alertmanager receiver's URL is the Alertmanager's, the API path follows.
-    let url = match d.receiver.kind {
-        ReceiverKind::Alertmanager => alertmanager::alerts_url(url.trim()),
+    // An Alertmanager receiver's URL is the Alertmanager's, a commit
+    // status receiver's the forge's API: the API path follows.
+    let forge = Forge::of(d.receiver.kind);
+    let url = match (d.receiver.kind, forge, &d.receiver.repository, &d.commit) {
+        (ReceiverKind::Alertmanager, ..) => alertmanager::alerts_url(url.trim()),
+        (_, Some(forge), Some(repo), Some(commit)) => format!(
+            "{}/{}",
+            url.trim().trim_end_matches('/'),
+            commit_status::path(forge, repo, commit)
+        ),
+        (_, Some(_), ..) => {
+            return Err(Failed {
+                why: "no commit to mark".into(),
+                retry: false,
+                away: false,
+                refused: false,
+            });
+        }
         _ => url,
     };
     let url = reqwest::Url::parse(&url).map_err(|_| Failed {
@@ -531,6 +681,7 @@ async fn deliver(s: &SharedRef, d: &Delivery) -> Result<(), Failed> {
         ),
         retry: false,
         away: false,
+        refused: false,
     })?;
     let destination = Destination::of(&url);
     if let Some(dest) = &destination
@@ -540,6 +691,7 @@ async fn deliver(s: &SharedRef, d: &Delivery) -> Result<(), Failed> {
             why: format!("not sent: {r}"),
             retry: false,
             away: false,
+            refused: true,
         });
     }
     let token = match &d.receiver.token_from {
@@ -553,8 +705,15 @@ async fn deliver(s: &SharedRef, d: &Delivery) -> Result<(), Failed> {
         .post(url)
         .timeout(SEND_TIMEOUT)
         .header(reqwest::header::CONTENT_TYPE, content_type)
+        .header(reqwest::header::USER_AGENT, USER_AGENT)
         .header("Idempotency-Key", d.message.id.as_str())
         .body(body.to_string());
+    if forge == Some(Forge::GitHub) {
+        // What GitHub's REST API documents for every request.
+        req = req
+            .header(reqwest::header::ACCEPT, "application/vnd.github+json")
+            .header("X-GitHub-Api-Version", GITHUB_API_VERSION);
+    }
     if let Some(t) = token {
         req = req.bearer_auth(t);
     }
@@ -562,6 +721,7 @@ async fn deliver(s: &SharedRef, d: &Delivery) -> Result<(), Failed> {
         why: "the request cannot be built".into(),
         retry: false,
         away: false,
+        refused: false,
     })?;
     match s.http.send(req).await {
         Ok(resp) if resp.status().is_success() => Ok(()),
@@ -571,6 +731,7 @@ async fn deliver(s: &SharedRef, d: &Delivery) -> Result<(), Failed> {
                 why: format!("the receiver answered HTTP {}", code.as_u16()),
                 retry: code.as_u16() == 429 || code.is_server_error(),
                 away: false,
+                refused: false,
             })
         }
         Err(e) => Err(describe(&e)),
@@ -587,6 +748,7 @@ fn describe(e: &CallError) -> Failed {
                 why: format!("not sent: {r}"),
                 retry: false,
                 away: false,
+                refused: true,
             };
         }
         CallError::Transport(_) if e.is_refusal() => {
@@ -595,6 +757,7 @@ fn describe(e: &CallError) -> Failed {
                     .into(),
                 retry: false,
                 away: false,
+                refused: true,
             };
         }
         CallError::Transport(t) => t,
@@ -604,18 +767,21 @@ fn describe(e: &CallError) -> Failed {
             why: format!("no answer within {}s", SEND_TIMEOUT.as_secs()),
             retry: false,
             away: false,
+            refused: false,
         }
     } else if t.is_connect() {
         Failed {
             why: "could not connect".into(),
             retry: true,
             away: false,
+            refused: false,
         }
     } else {
         Failed {
             why: "the request failed (connection lost)".into(),
             retry: false,
             away: false,
+            refused: false,
         }
     }
 }
@@ -706,6 +872,7 @@ mod tests {
             why: "x".into(),
             retry,
             away,
+            refused: false,
         };
         let s = Duration::from_secs;
         let receiver_down = failed(true, false);
@@ -728,17 +895,200 @@ mod tests {
         );
 
         // The waits of a delivery while the API server is away: doubling
-        // from a second to at most five, all tries starting within the
-        // deadline.
-        let (mut wait, mut elapsed, mut tries) = (RETRY_FIRST, Duration::ZERO, 1);
-        while try_again(&api_away, tries, elapsed, wait) {
-            elapsed += wait;
-            wait = (wait * 2).min(AWAY_RETRY_MAX);
-            tries += 1;
+        // from a second, each under five (the jitter), every try starting
+        // within the deadline: the shortest pauses (1 + 2 + 2.5 * 22 s) make
+        // 25 tries, the longest (2 + 4 + 5 * 10 s) 13.
+        for _ in 0..50 {
+            let mut waits = crate::ops::backoff::notification().build();
+            let (mut wait, mut elapsed, mut tries) = (waits.next().unwrap(), Duration::ZERO, 1);
+            while try_again(&api_away, tries, elapsed, wait) {
+                elapsed += wait;
+                wait = waits.next().unwrap();
+                tries += 1;
+            }
+            assert!(elapsed <= READ_DEADLINE, "{elapsed:?}");
+            assert!(elapsed > READ_DEADLINE - RETRY_MAX, "{elapsed:?}");
+            assert!((12..=26).contains(&tries), "{tries} tries in {elapsed:?}");
         }
-        assert!(elapsed <= READ_DEADLINE, "{elapsed:?}");
-        assert!(elapsed > READ_DEADLINE - AWAY_RETRY_MAX, "{elapsed:?}");
-        assert_eq!(tries, 14, "1 + 2 + 4 + 5 * 10 = 57 s of waits");
+    }
+
+    fn notice(trigger: Trigger, revision: &str) -> Notice {
+        Notice {
+            trigger,
+            rollout: 1,
+            phase: crate::api::Phase::RollingOut,
+            revision: Some(revision.into()),
+            stable_revision: None,
+            step: 1,
+            steps: 1,
+            weight: 0,
+            gate: None,
+            reason: None,
+            message: String::new(),
+            started_at: None,
+            at: chrono::Utc::now(),
+            duration_seconds: None,
+            analysis: None,
+        }
+    }
+
+    fn counted(metrics: &Metrics, receiver: &str, result: &str) -> u64 {
+        metrics
+            .notifications
+            .get_or_create(&NotificationLabel {
+                namespace: "shop".into(),
+                receiver: receiver.into(),
+                result: result.into(),
+            })
+            .get()
+    }
+
+    /// What the dispatcher and the workers need, on a canned API server.
+    fn shared() -> (Shared, Arc<Metrics>) {
+        use crate::canned_api::{answering, status};
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = answering(vec![status(500)]).0;
+        let metrics = Arc::new(Metrics::new());
+        let reporter = kube::runtime::events::Reporter {
+            controller: "test".into(),
+            instance: None,
+        };
+        let (events, _publisher) = Events::start(client.clone(), reporter, Arc::clone(&metrics));
+        let shared = Shared {
+            client: client.clone(),
+            http: GateHttp::new(crate::gates::outbound::OutboundPolicy::default()).unwrap(),
+            secrets: CredentialReader::new(client, "ops".into()),
+            policy: PolicyCaches::none(crate::gates::policy::Mode::Optional),
+            events,
+            metrics: Arc::clone(&metrics),
+            settings: NotifySettings::default(),
+            workers: Mutex::new(HashMap::new()),
+            commits: Mutex::new(Commits::default()),
+        };
+        (shared, metrics)
+    }
+
+    /// A receiver whose worker is busy: its queue holds 64 messages, the
+    /// rest are dropped and counted `dropped` under its name, nothing waits.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_full_receiver_queue_drops_what_does_not_fit_and_counts_it() {
+        let (shared, metrics) = shared();
+        let receiver: Receiver = serde_json::from_value(serde_json::json!({"name": "hook",
+            "type": "webhook", "urlFrom": {"secretKeyRef": {"name": "hooks", "key": "url"}}}))
+        .unwrap();
+        let plan = PlanRef {
+            namespace: "shop".into(),
+            name: "web".into(),
+            uid: "u".into(),
+        };
+        // No await in between: the worker takes nothing meanwhile.
+        for i in 0..RECEIVER_QUEUE + 3 {
+            let (message, _) = Message::new(
+                plan.clone(),
+                notice(Trigger::StepAdvanced, &format!("r{i}")),
+                None,
+                None,
+            );
+            enqueue(
+                &shared,
+                Delivery {
+                    reference: ObjectReference::default(),
+                    plan_namespace: "shop".into(),
+                    receiver: receiver.clone(),
+                    message,
+                    commit: None,
+                },
+            );
+        }
+        assert_eq!(counted(&metrics, "hook", "dropped"), 3);
+    }
+
+    /// The dispatcher's queue full (1024 transitions waiting): a reconcile
+    /// queueing more does not wait, and the notices are counted `dropped`
+    /// before any receiver is known.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_full_dispatch_queue_drops_without_waiting_and_counts_it() {
+        let (shared, metrics) = shared();
+        let notifier = Notifier::start(
+            shared.client.clone(),
+            shared.http.clone(),
+            shared.secrets.clone(),
+            shared.policy.clone(),
+            shared.events.clone(),
+            Arc::clone(&metrics),
+            NotifySettings::default(),
+        );
+        let plan: ReleasePlan = serde_json::from_value(serde_json::json!({
+            "apiVersion": "releaseplan.io/v1alpha1", "kind": "ReleasePlan",
+            "metadata": {"name": "web", "namespace": "shop", "uid": "u"},
+            "spec": {"components": [], "strategy": {"steps": []}}}))
+        .unwrap();
+        let two = [
+            notice(Trigger::RolloutStarted, "r"),
+            notice(Trigger::StepAdvanced, "r"),
+        ];
+        for _ in 0..DISPATCH_QUEUE + 2 {
+            notifier.planned(&plan, &two);
+        }
+        assert_eq!(counted(&metrics, NO_RECEIVER, "dropped"), 4);
+    }
+
+    /// A rollout's transitions mark the commit it started with, also once
+    /// the annotation names a newer one; a supersession of a rollout whose
+    /// start was not seen marks nothing rather than the newer commit.
+    #[test]
+    fn a_revision_keeps_the_commit_it_started_with() {
+        use releaseplan_core::notify::Trigger as T;
+        let annotated = |c: &str| {
+            BTreeMap::from([(commit_status::COMMIT_ANNOTATION.to_string(), c.to_string())])
+        };
+        let mut commits = Commits::default();
+        let (a, b) = ("aaaaaaa1", "bbbbbbb2");
+        fn got(c: &mut Commits, t: T, r: &str, ann: &BTreeMap<String, String>) -> Option<String> {
+            c.of("uid", &notice(t, r), ann).unwrap()
+        }
+        assert_eq!(
+            got(&mut commits, T::RolloutStarted, "r1", &annotated(a)).as_deref(),
+            Some(a)
+        );
+        assert_eq!(
+            got(&mut commits, T::StepAdvanced, "r1", &annotated(b)).as_deref(),
+            Some(a)
+        );
+        assert_eq!(
+            got(&mut commits, T::Superseded, "r1", &annotated(b)).as_deref(),
+            Some(a)
+        );
+        assert_eq!(
+            got(&mut commits, T::RolloutStarted, "r2", &annotated(b)).as_deref(),
+            Some(b)
+        );
+        assert_eq!(
+            got(&mut commits, T::RolledBack, "r2", &annotated(b)).as_deref(),
+            Some(b)
+        );
+        // Not seen start (a restart): the annotation, but never for a supersession.
+        assert_eq!(
+            got(&mut commits, T::Promoted, "r3", &annotated(b)).as_deref(),
+            Some(b)
+        );
+        assert_eq!(got(&mut commits, T::Superseded, "r9", &annotated(b)), None);
+        assert_eq!(got(&mut commits, T::Promoted, "r4", &BTreeMap::new()), None);
+        assert!(
+            commits
+                .of("uid", &notice(T::RolloutStarted, "r5"), &annotated("main"))
+                .is_err()
+        );
+        // Bounded per plan.
+        for i in 0..10 {
+            got(
+                &mut commits,
+                T::RolloutStarted,
+                &format!("x{i}"),
+                &annotated(a),
+            );
+        }
+        assert_eq!(commits.0["uid"].len(), COMMITS_PER_PLAN);
     }
 
     #[tokio::test]

@@ -53,6 +53,8 @@ mod model_servers;
 mod monitoring;
 mod notifications;
 mod notify_alertmanager;
+mod notify_commit_status;
+mod notify_failures;
 mod order;
 mod plugin;
 mod preview;

@@ -30,6 +30,7 @@ pub mod cluster;
 pub mod crd;
 pub mod faults;
 pub mod fixtures;
+pub mod forge;
 pub mod gpu;
 pub mod metrics;
 pub mod operator;

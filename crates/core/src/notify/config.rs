@@ -37,6 +37,13 @@ pub enum ReceiverKind {
     Teams,
     /// Alertmanager's API (`<url>/api/v2/alerts`): an alert per notice.
     Alertmanager,
+    /// A GitHub commit status on the plan's commit (`commit_status`): the
+    /// URL is the REST API's (`https://api.github.com`, or a GitHub
+    /// Enterprise Server's `https://<host>/api/v3`).
+    GithubStatus,
+    /// A GitLab commit status on the plan's commit: the URL is the GitLab
+    /// instance's (`https://gitlab.com`); the API path follows.
+    GitlabStatus,
 }
 
 /// The body of a generic webhook.
@@ -72,9 +79,14 @@ pub struct Receiver {
     pub format: Format,
     /// The URL (a Secret: webhook URLs are credentials).
     pub url_from: FromSecret,
-    /// A bearer token sent as `Authorization`, if the receiver wants one.
+    /// A bearer token sent as `Authorization`, if the receiver wants one
+    /// (required by `githubStatus` and `gitlabStatus`).
     #[serde(default)]
     pub token_from: Option<FromSecret>,
+    /// The repository whose commits get statuses: `owner/name` on GitHub, a
+    /// project id or `group/project` path on GitLab. Only for those kinds.
+    #[serde(default)]
+    pub repository: Option<String>,
 }
 
 /// A namespace-wide subscription: every plan of the namespace.
@@ -145,6 +157,30 @@ pub enum ConfigError {
     },
 }
 
+/// What a receiver of its kind needs: a commit status a repository and a
+/// token; other kinds no repository.
+fn check_receiver(r: &Receiver) -> Result<(), ConfigError> {
+    use super::commit_status::{Forge, check_repository};
+    let bad = |why: String| {
+        Err(ConfigError::Receivers(format!(
+            "receiver {:?}: {why}",
+            r.name
+        )))
+    };
+    match (Forge::of(r.kind), &r.repository) {
+        (Some(_), None) => bad("a commit status receiver needs repository".into()),
+        (Some(forge), Some(repo)) => match check_repository(forge, repo) {
+            Err(e) => bad(e.to_string()),
+            Ok(()) if r.token_from.is_none() => {
+                bad("a commit status receiver needs tokenFrom (the API token)".into())
+            }
+            Ok(()) => Ok(()),
+        },
+        (None, Some(_)) => bad("repository is only for githubStatus and gitlabStatus".into()),
+        (None, None) => Ok(()),
+    }
+}
+
 fn trigger_names() -> String {
     Trigger::ALL
         .iter()
@@ -195,6 +231,7 @@ impl NotifyConfig {
                                 r.name
                             )));
                         }
+                        check_receiver(&r)?;
                         if let Some(dup) = cfg.receivers.insert(r.name.clone(), r) {
                             return Err(ConfigError::Receivers(format!(
                                 "two receivers are named {:?}",

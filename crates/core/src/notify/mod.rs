@@ -9,6 +9,7 @@
 //! and only after the status write that made the transition landed.
 
 pub mod alertmanager;
+pub mod commit_status;
 pub mod config;
 pub mod payload;
 

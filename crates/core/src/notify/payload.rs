@@ -358,6 +358,16 @@ impl Message {
             (ReceiverKind::Slack, _) => (self.slack(), "application/json"),
             (ReceiverKind::Teams, _) => (self.teams(), "application/json"),
             (ReceiverKind::Alertmanager, _) => (self.alertmanager(), "application/json"),
+            (ReceiverKind::GithubStatus, _) => (
+                super::commit_status::body(super::commit_status::Forge::GitHub, self)
+                    .unwrap_or(Value::Null),
+                "application/json",
+            ),
+            (ReceiverKind::GitlabStatus, _) => (
+                super::commit_status::body(super::commit_status::Forge::GitLab, self)
+                    .unwrap_or(Value::Null),
+                "application/json",
+            ),
         }
     }
 
@@ -468,8 +478,11 @@ impl Message {
             "type": "AdaptiveCard",
             "version": "1.4",
             "body": [
+                // No `style: heading`: that is schema 1.5, and the card is
+                // 1.4, what every Teams client renders (the Adaptive Cards
+                // SDK refuses it: tests/it/notifications.rs).
                 {"type": "TextBlock", "size": "Medium", "weight": "Bolder", "wrap": true,
-                 "style": "heading", "text": self.title(),
+                 "text": self.title(),
                  "color": if self.notice.trigger.is_bad() { "Attention" } else { "Good" }},
                 {"type": "TextBlock", "wrap": true, "text": self.text},
                 {"type": "FactSet", "facts": facts},

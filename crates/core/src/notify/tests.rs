@@ -663,3 +663,39 @@ fn a_notice_about_an_analysis_gate_carries_its_judgement_to_every_receiver() {
     let (m, _) = Message::new(plan(), notice(Trigger::RolledBack), None, None);
     assert!(m.json().get("analysis").is_none());
 }
+
+#[test]
+fn commit_status_receivers_need_a_repository_and_a_token() {
+    let parse = |r: &str| NotifyConfig::parse(&data(&[("receivers", r)]));
+    let ok = parse(
+        "- name: gh\n  type: githubStatus\n  repository: acme/shop\n  urlFrom: {secretKeyRef: {name: gh, key: api}}\n  tokenFrom: {secretKeyRef: {name: gh, key: token}}\n- name: gl\n  type: gitlabStatus\n  repository: group/sub/shop\n  urlFrom: {secretKeyRef: {name: gl, key: url}}\n  tokenFrom: {secretKeyRef: {name: gl, key: token}}\n",
+    )
+    .unwrap();
+    assert_eq!(ok.receivers["gh"].kind, ReceiverKind::GithubStatus);
+    assert_eq!(
+        ok.receivers["gl"].repository.as_deref(),
+        Some("group/sub/shop")
+    );
+    for (yaml, why) in [
+        (
+            "- name: gh\n  type: githubStatus\n  urlFrom: {secretKeyRef: {name: gh, key: api}}\n  tokenFrom: {secretKeyRef: {name: gh, key: token}}\n",
+            "needs repository",
+        ),
+        (
+            "- name: gh\n  type: githubStatus\n  repository: acme/shop\n  urlFrom: {secretKeyRef: {name: gh, key: api}}\n",
+            "needs tokenFrom",
+        ),
+        (
+            "- name: gh\n  type: githubStatus\n  repository: acme\n  urlFrom: {secretKeyRef: {name: gh, key: api}}\n  tokenFrom: {secretKeyRef: {name: gh, key: token}}\n",
+            "repository \"acme\" is not owner/name",
+        ),
+        (
+            "- name: hook\n  type: webhook\n  repository: acme/shop\n  urlFrom: {secretKeyRef: {name: h, key: url}}\n",
+            "only for githubStatus and gitlabStatus",
+        ),
+    ] {
+        let err = parse(yaml).unwrap_err().to_string();
+        assert!(err.contains(why), "{err}");
+        assert!(err.contains("key \"receivers\""), "{err}");
+    }
+}
