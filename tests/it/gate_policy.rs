@@ -73,7 +73,7 @@ fn count(seen: &Recorded) -> usize {
 }
 
 /// Labels `ns` as tenant `tenant`.
-async fn label(client: &Client, ns: &str, tenant: &str) {
+pub(crate) async fn label(client: &Client, ns: &str, tenant: &str) {
     Api::<Namespace>::all(client.clone())
         .patch(
             ns,
@@ -86,7 +86,7 @@ async fn label(client: &Client, ns: &str, tenant: &str) {
 
 /// Creates (or replaces) the GatePolicy `name` for the namespaces labelled
 /// tenant `tenant`, with `spec` (its selector set here).
-async fn put_policy(client: &Client, name: &str, tenant: &str, mut spec: Value) {
+pub(crate) async fn put_policy(client: &Client, name: &str, tenant: &str, mut spec: Value) {
     spec["namespaceSelector"] = json!({"matchLabels": {TENANT: tenant}});
     let obj = json!({"apiVersion": "releaseplan.io/v1alpha1", "kind": "GatePolicy",
         "metadata": {"name": name}, "spec": spec});
@@ -100,7 +100,7 @@ async fn put_policy(client: &Client, name: &str, tenant: &str, mut spec: Value) 
         .expect("apply the GatePolicy");
 }
 
-async fn delete_policy(client: &Client, name: &str) {
+pub(crate) async fn delete_policy(client: &Client, name: &str) {
     let _ = Api::<GatePolicy>::all(client.clone())
         .delete(name, &DeleteParams::default())
         .await;
