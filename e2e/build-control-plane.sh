@@ -153,6 +153,19 @@ build_consumers() {
   log "rp-health built"
 }
 
+# The Adaptive Cards JavaScript SDK from npm (no build): the Teams messages'
+# consumer in tests/it/notifications.rs. A few seconds, 2 MB.
+build_adaptivecards() {
+  local js="$ADAPTIVECARDS_DIR/node_modules/adaptivecards/dist/adaptivecards.js"
+  [ -f "$js" ] && { log "adaptivecards v$ADAPTIVECARDS_VERSION cached"; return; }
+  command -v npm >/dev/null || die "npm not found: install Node.js (README, prerequisites)"
+  log "fetching adaptivecards v$ADAPTIVECARDS_VERSION from npm"
+  mkdir -p "$ADAPTIVECARDS_DIR"
+  npm install --silent --no-audit --no-fund --no-save --prefix "$ADAPTIVECARDS_DIR" \
+    "adaptivecards@$ADAPTIVECARDS_VERSION" >/dev/null
+  [ -f "$js" ] || die "npm installed no $js"
+}
+
 # The prometheus-operator's ServiceMonitor and PrometheusRule CRDs, from the
 # module's example/prometheus-operator-crd (a 4 MB module zip; nothing is
 # built): the chart's monitoring objects are applied against them.
@@ -325,14 +338,15 @@ build_krew() {
 start=$(date +%s)
 case "${1:-all}" in
   all) build_etcd; build_kwok; build_metrics_server; build_helm; build_k8s; build_consumers
-    build_monitoring_crds; build_traefik; build_gateway_crds; build_inference_crds; build_traefik_crds ;;
+    build_adaptivecards; build_monitoring_crds; build_traefik; build_gateway_crds; build_inference_crds; build_traefik_crds ;;
   k8s) build_k8s ;; etcd) build_etcd ;; kwok) build_kwok ;; helm) build_helm ;;
   metrics-server) build_metrics_server ;;
   consumers) build_consumers ;;
+  adaptivecards) build_adaptivecards ;;
   monitoring-crds) build_monitoring_crds ;;
   traefik) build_traefik; build_gateway_crds; build_inference_crds; build_traefik_crds ;;
   argo-rollouts) build_argo_rollouts ;;
   krew) build_krew ;;
-  *) die "usage: $0 [all|k8s|etcd|kwok|metrics-server|helm|consumers|monitoring-crds|traefik|argo-rollouts|krew]" ;;
+  *) die "usage: $0 [all|k8s|etcd|kwok|metrics-server|helm|consumers|adaptivecards|monitoring-crds|traefik|argo-rollouts|krew]" ;;
 esac
 log "control plane binaries ready in $(( $(date +%s) - start ))s"

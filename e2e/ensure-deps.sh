@@ -10,7 +10,8 @@
 #   test     what `make test` needs: cluster, plus prometheus (metric gate
 #            tests) and promtool (tests/it/alerts.rs), both of package prometheus,
 #            prometheus-alertmanager (the Alertmanager receiver's test),
-#            and chromium and chromedriver (tests/it/dashboard.rs)
+#            chromium and chromedriver (tests/it/dashboard.rs), and node
+#            and npm (the Adaptive Cards SDK that checks Teams messages)
 #   lint     what `make lint` needs: shellcheck
 #   dist     what `make dist` needs: python3 with venv (ziglang from PyPI),
 #            file (checks the binaries are static), ssh-keygen (signing)
@@ -53,6 +54,9 @@ needs() {
       # tests/it/dashboard.rs drives the plugin's dashboard in headless
       # Chromium through chromedriver.
       echo chromium:chromium chromedriver:chromium-driver
+      # tests/it/notifications.rs checks Teams messages with the Adaptive
+      # Cards SDK (npm adaptivecards) under Node.
+      echo node:nodejs npm:npm
       ;;
     lint) echo shellcheck:shellcheck ;;
     # venv: python3's venv module (with ensurepip), not a command; see have().

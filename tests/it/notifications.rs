@@ -4,7 +4,8 @@
 //! plan's subscription annotations). A promoted and a rolled-back release
 //! each send their sequence exactly once per receiver, also across a SIGKILL
 //! of the operator mid-rollout; the Slack body follows Block Kit; the
-//! CloudEvent parses with the CloudEvents SDK; a receiver that never answers
+//! CloudEvent parses with the CloudEvents SDK; each Teams message parses with
+//! the Adaptive Cards SDK; a receiver that never answers
 //! delays nothing; neither the token nor a receiver URL is logged. With two
 //! replicas under leader election, a leader killed mid-rollout hands over to
 //! the follower without a notice repeated or lost.
@@ -55,6 +56,9 @@ async fn put_config(client: &Client, ns: &str) {
 - name: slack
   type: slack
   urlFrom: {secretKeyRef: {name: hooks, key: slack}}
+- name: teams
+  type: teams
+  urlFrom: {secretKeyRef: {name: hooks, key: teams}}
 - name: hung
   type: webhook
   urlFrom: {secretKeyRef: {name: hooks, key: hung}}
@@ -170,6 +174,7 @@ async fn releases_notify_each_transition_once_per_receiver() {
         ("hook", url("hook")),
         ("ce", url("ce")),
         ("slack", url(SLACK_PATH)),
+        ("teams", url("teams")),
         (
             "hung",
             format!("http://127.0.0.1:{}/hung", hung_addr.port()),
@@ -195,6 +200,7 @@ async fn releases_notify_each_transition_once_per_receiver() {
                 "notifications.releaseplan.io/subscribe.rolledBack.slack",
                 "",
             ),
+            ("notifications.releaseplan.io/subscribe.any.teams", ""),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -345,6 +351,34 @@ async fn releases_notify_each_transition_once_per_receiver() {
         slack[2].body["blocks"][4]["elements"][0]["url"],
         format!("https://dash.example/plans/{ns}/shop")
     );
+
+    // Teams: every message is one the Adaptive Cards SDK, Teams' renderer
+    // on the web, parses without a complaint, and writes back whole.
+    let teams = wait_until(WAIT, "teams: every message", || {
+        let got = log.at("teams");
+        async move { (got.len() >= n).then_some(got) }
+    })
+    .await;
+    assert_eq!(teams.len(), n);
+    for r in &teams {
+        if let Err(report) = support::tools::check_teams_card(&r.body) {
+            panic!("a Teams message the SDK refuses: {report}\n{}", r.body);
+        }
+    }
+    let last = &teams[n - 1].body["attachments"][0]["content"];
+    assert!(
+        last["body"][0]["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("rolledBack"),
+        "{last}"
+    );
+    assert_eq!(last["body"][0]["color"], "Attention");
+    // The check can fail: a schema 1.5 property in this 1.4 card is refused.
+    let mut newer = teams[0].body.clone();
+    newer["attachments"][0]["content"]["body"][0]["style"] = json!("heading");
+    let refused = support::tools::check_teams_card(&newer).expect_err("a 1.5 property refused");
+    assert!(refused.contains("style"), "{refused}");
 
     // The receiver that never answers held nothing up: each of its
     // deliveries waits 10 s for an answer, and the webhook receiver, fed by

@@ -134,3 +134,33 @@ pub fn output(program: &Path, args: &[&str], stdin: Option<&str>) -> std::proces
         .wait_with_output()
         .unwrap_or_else(|e| panic!("{} did not finish: {e}", program.display()))
 }
+
+/// What the Adaptive Cards SDK (e2e/teams/check-card.js, under Node) says
+/// of a Teams message: `Ok(report)` when it finds nothing wrong, else
+/// `Err(report)` naming each problem.
+pub fn check_teams_card(body: &serde_json::Value) -> Result<String, String> {
+    let sdk = cached("adaptivecards", "ADAPTIVECARDS_VERSION")
+        .map(|d| d.join("node_modules/adaptivecards/dist/adaptivecards.js"))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "the Adaptive Cards SDK is not there: run e2e/build-control-plane.sh adaptivecards"
+            )
+        });
+    let script = cluster::repo_root().join("e2e/teams/check-card.js");
+    let out = output(
+        Path::new("node"),
+        &[script.to_str().unwrap(), sdk.to_str().unwrap()],
+        Some(&body.to_string()),
+    );
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() {
+        Ok(report)
+    } else {
+        Err(report)
+    }
+}
