@@ -294,6 +294,34 @@ async fn bad_dependencies_are_refused_at_admission() {
             other => panic!("{name}: accepted or another error: {other:?}"),
         }
     }
+    // A cycle of three, and a dependency on a component listed later that
+    // closes no cycle: both refused by the rule that compares positions,
+    // naming the first component whose dependency comes after it.
+    let c3 = |n: &str, d: &str| json!({"name": n, "replicas": 1, "template": template(&format!("{n}:1")), "dependsOn": [{"component": d}]});
+    for (name, components, first) in [
+        (
+            "three",
+            json!([c3("a", "c"), c3("b", "a"), c3("c", "b")]),
+            "a",
+        ),
+        (
+            "later",
+            json!([c3("a", "b"), {"name": "b", "replicas": 1, "template": template("b:1")}]),
+            "a",
+        ),
+    ] {
+        let e = api
+            .create(
+                &PostParams::default(),
+                &plan(&format!("cycle-{name}"), json!({"components": components})),
+            )
+            .await
+            .expect_err(name);
+        let want = format!(
+            "spec.components[].dependsOn: {first} depends on a component that is not listed before it"
+        );
+        assert!(e.to_string().contains(&want), "{name}: {e}");
+    }
     // A step name twice is refused too; a valid order is accepted.
     let twice = json!({"components": [{"name": "a", "replicas": 1, "template": template("a:1")}],
                        "strategy": {"steps": [{"name": "x", "setWeight": 10}, {"name": "x", "setWeight": 20}]}});

@@ -117,7 +117,7 @@ fn carries_the_cel_rules_and_bounds() {
     assert_eq!(spec.required, Some(vec!["components".to_string()]));
     assert_eq!(
         rules(spec).len(),
-        11,
+        12,
         "unique component names, blue-green needs traffic, routed steps need a router, gate components exist, \
          dependsOn: known, not itself, listed before, named step exists, not with blue-green, \
          no capacity with blue-green, no baseline with blue-green"

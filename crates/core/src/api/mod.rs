@@ -161,6 +161,7 @@ pub fn crd() -> CustomResourceDefinition {
     validation = Rule::new(order::KNOWN_RULE).message(order::KNOWN_MESSAGE).field_path(".components"),
     validation = Rule::new(order::NOT_SELF_RULE).message(order::NOT_SELF_MESSAGE).field_path(".components"),
     validation = Rule::new(order::MUTUAL_RULE).message(order::MUTUAL_MESSAGE).field_path(".components"),
+    validation = Rule::new(order::LISTED_BEFORE_RULE).message(kube::core::Message::Expression(order::LISTED_BEFORE_MESSAGE.into())).field_path(".components"),
     validation = Rule::new(order::STEP_RULE).message(order::STEP_MESSAGE).field_path(".components"),
     validation = Rule::new(order::BLUE_GREEN_RULE).message(order::BLUE_GREEN_MESSAGE).field_path(".components")
 )]

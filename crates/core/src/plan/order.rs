@@ -32,6 +32,43 @@ pub struct Dep {
     pub step: Option<usize>,
 }
 
+/// A cycle of `dependsOn` through `start`, as the names along it from
+/// `start` back to it (`[a, c, b, a]`: a depends on c, c on b, b on a);
+/// `None` when `start` is on none. The admission rule refuses every cycle
+/// but cannot name one (CEL cannot walk a graph); this names it for the
+/// operator's condition and for `lint`.
+pub fn cycle_through(spec: &ReleasePlanSpec, start: &str) -> Option<Vec<String>> {
+    let deps = |name: &str| -> Vec<&str> {
+        spec.components
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| c.depends_on.iter().map(|d| d.component.as_str()).collect())
+            .unwrap_or_default()
+    };
+    // Depth-first, each name once: at most 16 components, 8 edges each.
+    let mut path: Vec<&str> = vec![start];
+    let mut next: Vec<std::vec::IntoIter<&str>> = vec![deps(start).into_iter()];
+    let mut seen = std::collections::BTreeSet::from([start]);
+    while let Some(it) = next.last_mut() {
+        match it.next() {
+            Some(n) if n == start => {
+                path.push(start);
+                return Some(path.into_iter().map(str::to_string).collect());
+            }
+            Some(n) if seen.insert(n) => {
+                path.push(n);
+                next.push(deps(n).into_iter());
+            }
+            Some(_) => {}
+            None => {
+                next.pop();
+                path.pop();
+            }
+        }
+    }
+    None
+}
+
 /// Checks `dependsOn` as the CRD's rules do (for objects stored before those
 /// rules existed) and resolves named steps to their index, by component.
 pub fn check(spec: &ReleasePlanSpec) -> Result<BTreeMap<String, Vec<Dep>>, SpecError> {
@@ -64,10 +101,15 @@ pub fn check(spec: &ReleasePlanSpec) -> Result<BTreeMap<String, Vec<Dep>>, SpecE
                 ));
             }
             if !spec.components[..i].iter().any(|o| o.name == d.component) {
-                let why = if spec.components.iter().any(|o| o.name == d.component) {
-                    "must be listed before this one in spec.components (list components in dependency order): cycles are refused"
+                let why = if let Some(path) = cycle_through(spec, &c.name) {
+                    format!(
+                        "must be listed before this one in spec.components, and dependsOn forms a cycle: {}",
+                        path.join(" -> ")
+                    )
+                } else if spec.components.iter().any(|o| o.name == d.component) {
+                    "must be listed before this one in spec.components (list components in dependency order): cycles are refused".to_string()
                 } else {
-                    "is not one of spec.components"
+                    "is not one of spec.components".to_string()
                 };
                 return Err(SpecError::new(
                     format!("{field}.component"),

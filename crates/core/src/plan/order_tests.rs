@@ -593,3 +593,42 @@ fn each_pause_for_a_human_is_announced_on_the_global_timeline() {
     let at: Vec<(i32, i32)> = paused.iter().map(|n| (n.step, n.steps)).collect();
     assert_eq!(at, [(2, 6), (5, 6), (6, 6)], "{paused:?}");
 }
+
+/// A cycle of any length is named along its path, from the component whose
+/// dependency is listed after it; a dependency listed later that closes no
+/// cycle is refused without one.
+#[test]
+fn a_cycle_of_any_length_is_named_along_its_path() {
+    let message = |s: &ReleasePlanSpec| Target::from_spec(s).err().map(|e| e.message);
+    let three = spec(
+        vec![
+            after(component("a", "a:1", 1), "c", None),
+            after(component("b", "b:1", 1), "a", None),
+            after(component("c", "c:1", 1), "b", None),
+        ],
+        vec![weight(50)],
+    );
+    let m = message(&three).unwrap();
+    assert!(
+        m.contains("dependsOn forms a cycle: a -> c -> b -> a"),
+        "{m}"
+    );
+    assert_eq!(
+        crate::plan::order::cycle_through(&three, "b").unwrap(),
+        ["b", "a", "c", "b"]
+    );
+    // Listed later, no cycle: a depends on b, b on nothing.
+    let later = spec(
+        vec![
+            after(component("a", "a:1", 1), "b", None),
+            component("b", "b:1", 1),
+        ],
+        vec![weight(50)],
+    );
+    let m = message(&later).unwrap();
+    assert!(
+        m.contains("must be listed before this one") && !m.contains("cycle:"),
+        "{m}"
+    );
+    assert_eq!(crate::plan::order::cycle_through(&later, "a"), None);
+}
