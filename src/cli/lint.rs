@@ -1,9 +1,13 @@
 //! The offline checks of `lint`: a plan file against the CRD's structural
-//! schema (types, unknown and required fields, bounds), then through serde
-//! into the typed spec, then the operator's own `check_spec`. The same
-//! order as the API server and the operator, so a file that passes here fails
-//! only on what needs a cluster (CEL rules, admission): the server-side dry
-//! run that `run` adds covers those when a cluster is reachable.
+//! schema (types, unknown and required fields, bounds), then the CRD's CEL
+//! rules (`x-kubernetes-validations`, evaluated by kube-cel as the API
+//! server evaluates them, defaults applied first), then through serde into
+//! the typed spec, then the operator's own `check_spec`. The same order as
+//! the API server and the operator, so a file that passes here fails only on
+//! what needs a cluster (admission webhooks and policies, quotas): the
+//! server-side dry run that `run` adds covers those when a cluster is
+//! reachable. tests/it/admission.rs checks that lint refuses every plan the
+//! API server refuses, and accepts the ones it accepts.
 
 use super::connect::{Ctx, Global};
 use super::error::{CliError, chain};
@@ -37,8 +41,14 @@ fn problem(field: &str, message: impl Into<String>) -> Problem {
     }
 }
 
-/// The served version's OpenAPI schema of the ReleasePlan CRD, as JSON.
-fn crd_schema() -> Value {
+/// The served version's OpenAPI schema of the ReleasePlan CRD, as JSON;
+/// built once (generating the CRD takes longer than checking a plan).
+fn crd_schema() -> &'static Value {
+    static SCHEMA: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    SCHEMA.get_or_init(build_crd_schema)
+}
+
+fn build_crd_schema() -> Value {
     let crd = crate::api::crd();
     crd.spec
         .versions
@@ -148,12 +158,30 @@ fn bounds(v: &Value, schema: &Value, path: &str, out: &mut Vec<Problem>) {
             out.push(problem(path, format!("must be at most {max}")));
         }
     }
+    if let (Value::String(s), Some(pattern)) = (v, schema["pattern"].as_str()) {
+        // The API server's patterns are ECMA 262 ones that the regex crate
+        // reads alike (no lookaround in the CRD).
+        match regex::Regex::new(pattern) {
+            Ok(re) if !re.is_match(s) => {
+                out.push(problem(path, format!("must match the pattern {pattern}")));
+            }
+            Ok(_) => {}
+            Err(_) => out.push(problem(
+                path,
+                format!("the CRD's pattern {pattern} cannot be read"),
+            )),
+        }
+    }
     let (len, what) = match v {
         Value::String(s) => (
             Some(s.chars().count() as u64),
             ("minLength", "maxLength", "characters"),
         ),
         Value::Array(a) => (Some(a.len() as u64), ("minItems", "maxItems", "items")),
+        Value::Object(o) => (
+            Some(o.len() as u64),
+            ("minProperties", "maxProperties", "entries"),
+        ),
         _ => (None, ("", "", "")),
     };
     if let Some(len) = len {
@@ -239,18 +267,78 @@ pub fn check_document(doc: &Value) -> Verdict {
             m.remove(k);
         }
     }
-    walk(&body, &schema, "", &mut out);
+    walk(&body, schema, "", &mut out);
     if !out.is_empty() {
         return Verdict::Invalid(out);
     }
+    let cel = cel_problems(doc, schema);
     let plan: ReleasePlan = match serde_json::from_value(doc.clone()) {
         Ok(p) => p,
-        Err(e) => return Verdict::Invalid(vec![problem("spec", e.to_string())]),
+        Err(e) if cel.is_empty() => {
+            return Verdict::Invalid(vec![problem("spec", e.to_string())]);
+        }
+        Err(_) => return Verdict::Invalid(cel),
     };
+    if !cel.is_empty() {
+        return Verdict::Invalid(with_cycles(cel, &plan));
+    }
     match check_spec(&plan.spec) {
         Ok(_) => Verdict::Valid(Box::new(plan)),
         Err(e) => Verdict::Invalid(vec![problem(&e.field, e.message)]),
     }
+}
+
+/// The CRD's CEL rules on the whole object (root rules read
+/// `self.metadata.name`), defaults applied as the API server applies them.
+/// A rule kube-cel cannot evaluate is a problem too (fail closed, as the API
+/// server would refuse what it cannot check), naming the rule.
+fn cel_problems(doc: &Value, schema: &Value) -> Vec<Problem> {
+    thread_local! {
+        // Compiling the CRD's rules takes longer than running them: once a
+        // thread (a file of many plans, the tests' hundreds).
+        static COMPILED: (kube_cel::Validator, kube_cel::CompiledSchema) = (
+            kube_cel::Validator::new(),
+            kube_cel::compile_schema(crd_schema()),
+        );
+    }
+    let doc = kube_cel::apply_defaults(schema, doc);
+    let checked =
+        COMPILED.with(|(validator, compiled)| validator.validate_compiled(compiled, &doc, None));
+    match checked {
+        Ok(()) => Vec::new(),
+        Err(errors) => errors
+            .into_iter()
+            .map(|e| {
+                let field = if e.field_path.is_empty() {
+                    "spec".to_string()
+                } else {
+                    e.field_path.clone()
+                };
+                // The rules' messages often start with their field already.
+                let message = e
+                    .message
+                    .strip_prefix(&format!("{field}: "))
+                    .unwrap_or(&e.message)
+                    .to_string();
+                problem(&field, message)
+            })
+            .collect(),
+    }
+}
+
+/// The cycle `dependsOn` forms, when it forms one, beside the admission
+/// rule's message (which cannot name it: CEL cannot walk a graph).
+fn with_cycles(mut out: Vec<Problem>, plan: &ReleasePlan) -> Vec<Problem> {
+    for (i, c) in plan.spec.components.iter().enumerate() {
+        if let Some(path) = crate::plan::order::cycle_through(&plan.spec, &c.name) {
+            out.push(problem(
+                &format!("spec.components[{i}].dependsOn"),
+                format!("dependsOn forms a cycle: {}", path.join(" -> ")),
+            ));
+            break;
+        }
+    }
+    out
 }
 
 /// What a valid plan should still change, printed under its verdict without
@@ -498,11 +586,9 @@ mod tests {
 
     #[test]
     fn check_spec_problems_come_last() {
+        // The CRD's rule says it first, as the API server would.
         let p = problems(&doc(json!({"components": [web(), web()]})));
-        assert_eq!(
-            p,
-            ["spec.components[1].name: duplicate component name \"web\""]
-        );
+        assert_eq!(p, ["spec.components: component names must be unique"]);
         let p = problems(&doc(
             json!({"components": [web()], "strategy": {"steps": [{"pause": {"duration": "soon"}}]}}),
         ));
@@ -510,6 +596,50 @@ mod tests {
         assert!(
             p[0].starts_with("spec.strategy.steps[0].pause.duration: "),
             "{p:?}"
+        );
+    }
+
+    /// The CRD's CEL rules run offline: a rule the structural schema cannot
+    /// express (a component listed twice, a 3-cycle of dependsOn) is
+    /// refused with the API server's message, and the cycle named.
+    #[test]
+    fn cel_rules_run_offline() {
+        let named = |n: &str, deps: &[&str]| {
+            let mut c = web();
+            c["name"] = json!(n);
+            c["dependsOn"] = json!(
+                deps.iter()
+                    .map(|d| json!({"component": d}))
+                    .collect::<Vec<_>>()
+            );
+            c
+        };
+        let p = problems(&doc(json!({"components": [
+            named("a", &["c"]), named("b", &["a"]), named("c", &["b"])]})));
+        assert!(
+            p.iter()
+                .any(|l| l.contains("a depends on a component that is not listed before it")),
+            "{p:?}"
+        );
+        assert!(
+            p.iter()
+                .any(|l| l.ends_with("dependsOn forms a cycle: a -> c -> b -> a")),
+            "{p:?}"
+        );
+        let p = problems(&doc(json!({"components": [web(), web()]})));
+        assert!(
+            p.iter()
+                .any(|l| l.contains("component names must be unique")),
+            "{p:?}"
+        );
+        // In dependency order: valid.
+        let ok = doc(
+            json!({"components": [named("a", &[]), named("b", &["a"]), named("c", &["b", "a"])]}),
+        );
+        assert!(
+            matches!(check_document(&ok), Verdict::Valid(_)),
+            "{:?}",
+            check_document(&ok)
         );
     }
 

@@ -315,15 +315,11 @@ async fn pod_fields_newer_than_the_oldest_supported_kubernetes_are_not_stored() 
 }
 
 /// Values at the edge of every rule, which must pass.
-#[tokio::test]
-async fn accepts_values_at_the_limits() {
-    let client = client().await;
-    crd::install(&client).await;
-    let ns = test_namespace(&client, "adm-limits").await;
-    let api = plans(&client, &ns);
+type Edit = fn(&mut Value);
 
-    type Edit = fn(&mut Value);
-    let cases: Vec<(&str, Edit)> = vec![
+/// Valid plans at the schema's limits.
+fn limit_cases() -> Vec<(&'static str, Edit)> {
+    vec![
         ("zero-replicas", |p| {
             p["spec"]["components"][0]["replicas"] = json!(0);
         }),
@@ -449,7 +445,17 @@ async fn accepts_values_at_the_limits() {
                 .expect("template")
                 .remove("metadata");
         }),
-    ];
+    ]
+}
+
+#[tokio::test]
+async fn accepts_values_at_the_limits() {
+    let client = client().await;
+    crd::install(&client).await;
+    let ns = test_namespace(&client, "adm-limits").await;
+    let api = plans(&client, &ns);
+
+    let cases = limit_cases();
     for (name, edit) in cases {
         let mut plan = minimal(name);
         edit(&mut plan);
@@ -1735,5 +1741,73 @@ async fn status_is_a_subresource() {
         replaced.status.map(|s| s.phase),
         Some(releaseplan::api::Phase::RollingOut),
         "status is only written through the status subresource"
+    );
+}
+
+/// `kubectl releaseplan lint` offline (the CRD's structural schema, its CEL
+/// rules evaluated by kube-cel, then the operator's `check_spec`) and the
+/// API server agree: every plan the API server refuses above, lint refuses;
+/// every plan it accepts above, lint accepts. Where the API server's refusal
+/// comes from a CEL rule, lint says the same words.
+#[test]
+fn lint_offline_agrees_with_the_api_server_on_every_plan() {
+    use releaseplan::cli::lint::{Verdict, check_document};
+    let mut problems = Vec::new();
+    let cases = invalid_cases();
+    let mut same_words = 0;
+    for (i, c) in cases.iter().enumerate() {
+        let mut plan = minimal(&format!("invalid-{i}"));
+        (c.edit)(&mut plan);
+        match check_document(&plan) {
+            Verdict::Invalid(found) => {
+                let text: Vec<String> = found.iter().map(ToString::to_string).collect();
+                let text = text.join("; ");
+                if c.expect.iter().all(|e| text.contains(e)) {
+                    same_words += 1;
+                }
+            }
+            other => problems.push(format!(
+                "{}: the API server refuses it, lint says {other:?}",
+                c.name
+            )),
+        }
+    }
+    let mut valid: Vec<(String, Value)> = vec![
+        ("minimal".into(), minimal("minimal")),
+        ("full".into(), full("full")),
+        ("full-gates".into(), full_in_gates("full-gates")),
+    ];
+    for file in [
+        "full.yaml",
+        "job-gate.yaml",
+        "traffic-canary.yaml",
+        "blue-green.yaml",
+        "autoscaled.yaml",
+    ] {
+        valid.push((file.into(), example(file)));
+    }
+    for (name, edit) in limit_cases() {
+        let mut plan = minimal(name);
+        edit(&mut plan);
+        valid.push((name.into(), plan));
+    }
+    for (name, plan) in &valid {
+        if let Verdict::Invalid(p) = check_document(plan) {
+            problems.push(format!(
+                "{name}: the API server accepts it, lint refuses it: {p:?}"
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "lint and the API server disagree on {} plans:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+    // Most refusals are CEL rules' or the schema's, said the same way.
+    assert!(
+        same_words * 2 >= cases.len(),
+        "lint says the API server's words for only {same_words} of {} plans",
+        cases.len()
     );
 }

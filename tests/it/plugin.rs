@@ -1061,6 +1061,60 @@ fn dead_kubeconfig(dir: &tempfile::TempDir) -> String {
     file_in(dir, "dead", &yaml_serde::to_string(&config).expect("yaml"))
 }
 
+/// A ValidatingAdmissionPolicy refusing ReleasePlans without a `team`
+/// label in `ns` (cluster-scoped, deleted at the end of the test).
+struct Policy(String);
+
+impl Policy {
+    async fn delete(self, client: &Client) {
+        use k8s_openapi::api::admissionregistration::v1::{
+            ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+        };
+        let _ = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+            .delete(&self.0, &DeleteParams::default())
+            .await;
+        let _ = Api::<ValidatingAdmissionPolicy>::all(client.clone())
+            .delete(&self.0, &DeleteParams::default())
+            .await;
+    }
+}
+
+async fn admission_policy(client: &Client, ns: &str) -> Policy {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use kube::api::PostParams;
+    let name = format!("{ns}-team-label");
+    let vap: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": ["releaseplan.io"],
+                "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
+                "resources": ["releaseplans"]}]},
+            "validations": [{"expression": "has(object.metadata.labels) && 'team' in object.metadata.labels",
+                             "message": "plans here need a team label"}]
+        }}))
+    .unwrap();
+    Api::<ValidatingAdmissionPolicy>::all(client.clone())
+        .create(&PostParams::default(), &vap)
+        .await
+        .expect("create the ValidatingAdmissionPolicy");
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
+        }}))
+    .unwrap();
+    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("create the binding");
+    Policy(name)
+}
+
 #[tokio::test]
 async fn lint_checks_offline_and_with_a_server_side_dry_run() {
     let Harness { client, ns } = Harness::new("plugin-lint").await;
@@ -1125,26 +1179,42 @@ async fn lint_checks_offline_and_with_a_server_side_dry_run() {
     assert_eq!(out.code, 2, "{}", out.show());
     assert!(
         out.stdout
-            .contains("  spec.components[1].name: duplicate component name \"web\""),
+            .contains("  spec.components: component names must be unique"),
         "{}",
         out.show()
     );
 
-    // Valid offline, refused by the CRD's CEL rules in the dry run.
+    // The CRD's CEL rules run offline too, with the API server's words.
     let cel = file_in(
         &dir,
         "cel.yaml",
         "apiVersion: releaseplan.io/v1alpha1\nkind: ReleasePlan\nmetadata:\n  name: shop\nspec:\n  components:\n  - name: Web_1\n    replicas: 1\n    template:\n      spec:\n        containers:\n        - name: app\n          image: shop:1\n",
     );
     let out = rp_in(&ns, &["lint", "-f", &cel, "--offline"]).await;
-    assert_eq!(out.code, 0, "{}", out.show());
+    assert_eq!(out.code, 2, "{}", out.show());
     assert!(
-        out.stdout.contains("valid (offline checks)"),
+        out.stdout.contains("component name must be a DNS label"),
         "{}",
         out.show()
     );
-    let out = rp_in(&ns, &["lint", "-f", &cel]).await;
-    assert_eq!(out.code, 2, "{}", out.show());
+
+    // What only the cluster knows, an admission policy of the namespace's
+    // owners, is the dry run's: valid offline, refused with the policy's words.
+    let policy = admission_policy(&client, &ns).await;
+    let out = rp_in(&ns, &["lint", "-f", &valid, "--offline"]).await;
+    assert_eq!(out.code, 0, "{}", out.show());
+    let out = wait_until(WAIT, "the policy to refuse the dry run", || {
+        let (ns, valid) = (ns.clone(), valid.clone());
+        async move {
+            let out = rp_in(&ns, &["lint", "-f", &valid]).await;
+            if out.code == 2 {
+                Ok(out)
+            } else {
+                Err(out.show())
+            }
+        }
+    })
+    .await;
     assert!(
         out.stdout
             .contains("refused by the API server's dry run (422"),
@@ -1152,10 +1222,11 @@ async fn lint_checks_offline_and_with_a_server_side_dry_run() {
         out.show()
     );
     assert!(
-        out.stdout.contains("component name must be a DNS label"),
+        out.stdout.contains("plans here need a team label"),
         "{}",
         out.show()
     );
+    policy.delete(&client).await;
 
     // No cluster: the offline checks, and a note.
     let dead = dead_kubeconfig(&dir);
