@@ -139,7 +139,17 @@ log "image index $digest in $OUT/oci (tag $VERSION)"
 # helm package writes its tar entries' times from the clock: unpacked and
 # packed again like the tarballs above, files only as helm does (helm reads
 # it the same).
-"$HELM_BIN/helm" package charts/releaseplan --destination "$stage/chart" >/dev/null
+# The repository's URL is the release's (RP_SOURCE_URL): written into a
+# copy of the chart as home, sources and icon (docs/images/icon.svg in it).
+mkdir -p "$stage/chart-src"
+cp -r charts/releaseplan "$stage/chart-src/"
+{
+  echo "home: $RP_SOURCE_URL"
+  echo "sources:"
+  echo "  - $RP_SOURCE_URL"
+  echo "icon: ${RP_ICON_URL:-$RP_SOURCE_URL/raw/v$VERSION/docs/images/icon.svg}"
+} >>"$stage/chart-src/releaseplan/Chart.yaml"
+"$HELM_BIN/helm" package "$stage/chart-src/releaseplan" --destination "$stage/chart" >/dev/null
 chart="releaseplan-$CHART_VERSION.tgz"
 mkdir -p "$stage/chart/x"
 tar -xzf "$stage/chart/$chart" -C "$stage/chart/x"

@@ -2432,3 +2432,76 @@ fn network_policy_egress_can_be_limited_to_cidrs() {
     let err = render_error(&["networkPolicy.egressCidrs={10.0.0.1}"]);
     assert!(err.contains("schema"), "{err}");
 }
+
+/// What Artifact Hub shows of the chart is true: the CRDs its annotation
+/// lists are the chart's `crds/` (kind, version, name), each example is a
+/// plan `lint` finds valid offline (the CRD's schema and CEL rules, the
+/// operator's checks), the license is Cargo.toml's, and the repository's
+/// URLs are left to `make dist` (which knows them), not made up here.
+#[test]
+fn the_charts_artifact_hub_annotations_are_true() {
+    use releaseplan::cli::lint::{Verdict, check_document};
+    use std::collections::BTreeSet;
+    let chart: yaml_serde::Value = yaml_serde::from_str(
+        &std::fs::read_to_string(chart_dir().join("Chart.yaml")).expect("Chart.yaml"),
+    )
+    .expect("Chart.yaml is YAML");
+    let ann = &chart["annotations"];
+    let listed: Vec<serde_json::Value> =
+        yaml_serde::from_str(ann["artifacthub.io/crds"].as_str().expect("crds")).expect("YAML");
+    let listed: BTreeSet<(String, String, String)> = listed
+        .iter()
+        .map(|c| {
+            assert!(
+                c["description"].as_str().is_some_and(|d| !d.is_empty()),
+                "{c}"
+            );
+            (
+                c["kind"].as_str().unwrap().to_string(),
+                c["version"].as_str().unwrap().to_string(),
+                c["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let mut shipped = BTreeSet::new();
+    for entry in std::fs::read_dir(chart_dir().join("crds")).expect("crds/") {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for doc in yaml_serde::Deserializer::from_str(&text) {
+            let crd: serde_json::Value = serde::Deserialize::deserialize(doc).expect("a CRD");
+            for v in crd["spec"]["versions"].as_array().unwrap() {
+                shipped.insert((
+                    crd["spec"]["names"]["kind"].as_str().unwrap().to_string(),
+                    v["name"].as_str().unwrap().to_string(),
+                    crd["metadata"]["name"].as_str().unwrap().to_string(),
+                ));
+            }
+        }
+    }
+    assert_eq!(
+        listed, shipped,
+        "artifacthub.io/crds against charts/releaseplan/crds"
+    );
+    let examples: Vec<serde_json::Value> = yaml_serde::from_str(
+        ann["artifacthub.io/crdsExamples"]
+            .as_str()
+            .expect("examples"),
+    )
+    .expect("YAML");
+    assert!(!examples.is_empty());
+    for ex in &examples {
+        assert!(
+            matches!(check_document(ex), Verdict::Valid(_)),
+            "an invalid example: {:?}",
+            check_document(ex)
+        );
+    }
+    let cargo = std::fs::read_to_string(cluster::repo_root().join("Cargo.toml")).unwrap();
+    let license = cargo
+        .lines()
+        .find_map(|l| l.strip_prefix("license = "))
+        .expect("license in Cargo.toml")
+        .trim_matches('"');
+    assert_eq!(ann["artifacthub.io/license"].as_str(), Some(license));
+    assert!(chart.get("home").is_none() && chart.get("sources").is_none());
+    assert!(cluster::repo_root().join("docs/images/icon.svg").is_file());
+}
