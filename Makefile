@@ -176,12 +176,13 @@ chart-lint: tools
 	"$${RP_CACHE:-$$HOME/.cache/releaseplan}/helm-v$$(sed -n 's/^HELM_VERSION=//p' e2e/versions.env)/bin/helm" \
 	  lint --strict charts/releaseplan
 
-.PHONY: lint shellcheck core-purity
+.PHONY: lint shellcheck core-purity supply-chain
 ## lint: shellcheck, formatting, clippy with warnings as errors, the committed CRD is
-## current, and the Helm chart lints with a current copy of it
+## current, the Helm chart lints with a current copy of it, and the dependencies
+## follow deny.toml (supply-chain)
 lint:
 	e2e/ensure-deps.sh lint
-	@$(MAKE) --no-print-directory shellcheck crds-check chart-lint core-purity
+	@$(MAKE) --no-print-directory shellcheck crds-check chart-lint core-purity supply-chain
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --test release -- -D warnings
@@ -198,6 +199,12 @@ core-purity:
 	  exit 1; \
 	fi; \
 	echo "core-purity: releaseplan-core depends on none of tokio, reqwest, hyper, kube-client, kube-runtime, tower, mio"
+
+## supply-chain: licenses, banned and duplicate crates and allowed sources of every
+## dependency against deny.toml, by cargo-deny (built once into the cache); not the
+## advisories, whose database cannot be fetched here (e2e/supply-chain.sh says why)
+supply-chain:
+	e2e/supply-chain.sh
 
 ## shellcheck: the shell scripts (-x follows the files they source)
 shellcheck:

@@ -139,7 +139,6 @@ impl Commits {
         notice: &Notice,
         annotations: &BTreeMap<String, String>,
     ) -> Result<Option<String>, commit_status::CommitError> {
-        use releaseplan_core::notify::Trigger;
         let revision = notice.revision.clone().unwrap_or_default();
         let kept = self.0.get(uid).and_then(|revs| {
             revs.iter()
