@@ -451,6 +451,15 @@ async fn an_inference_pool_route_weights_a_stable_and_a_canary_pool_through_the_
         (st == v1 && ca != v1 && pool_weights(&client, &ns).await == Some((70, 30))).then_some(ca)
     })
     .await;
+    // The route is at 70/30 from the step's start, before the canary's pods
+    // are ready: a promote then would only skip to the pause. It is sent
+    // once the plan waits at the pause (seen on a busy machine).
+    wait_until(WAIT, "the plan to wait at its pause", || async {
+        let p = support::plans::get(&client, &ns, "shop").await?;
+        let held = support::plans::condition(&p, "Paused").map(|c| c.0);
+        (held.as_deref() == Some("True")).then_some(())
+    })
+    .await;
     support::plans::request(&client, &ns, "shop", "promote").await;
     wait_phase(&client, &ns, "shop", Phase::Stable, WAIT).await;
     wait_until(WAIT, "both pools on v2, the route 100/0", || async {
