@@ -61,8 +61,8 @@ fn missing(e: kube::Error, crd: StartError) -> StartError {
 const START_PATIENCE: Duration = Duration::from_secs(120);
 
 /// Runs `ask` until it gets an answer, success or not, for at most
-/// [`START_PATIENCE`]: a transient error is asked again (250ms doubling to
-/// 5s, with jitter), logged at warn; past the patience the last error is returned.
+/// [`START_PATIENCE`]: a transient error is asked again (250ms doubling,
+/// under 5s with jitter), logged at warn; past the patience the last error is returned.
 async fn until_answered<T, F, Fut>(what: &str, mut ask: F) -> Result<T, kube::Error>
 where
     F: FnMut() -> Fut,

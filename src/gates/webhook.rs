@@ -21,7 +21,7 @@ const MAX_REASON_CHARS: usize = 256;
 /// `{"verdict": "Inconclusive", "reason": "..."}`: then it is `Inconclusive`
 /// (not retried). Any other answer, a timeout or
 /// a connection error is retried up to `retries` times (default 2) after
-/// 200ms, 400ms, ... (at most 5s); the last attempt decides: a non-2xx answer
+/// pauses doubling from 200ms, with jitter, each under 5s; the last attempt decides: a non-2xx answer
 /// gives `Fail` with its status code (and the start of its body only when
 /// the operator allows it, see [`GateHttp::body_excerpt`]); a 3xx is not
 /// followed; a transport problem gives `Error`; an address the operator

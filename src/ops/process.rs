@@ -139,24 +139,19 @@ impl Collector for ProcessCollector {
 mod tests {
     use super::*;
 
-    /// The figures are this process's: its threads, a file it opens, the
-    /// memory it touches, a start before now.
+    /// The figures are this process's: the files it holds open, the memory
+    /// it touches, its threads, a start before now. Lower bounds only: the
+    /// other tests of this binary run beside it and open and free their own.
     #[test]
     fn reads_this_process() {
         let before = read();
-        let files: Vec<std::fs::File> = (0..20)
+        let files: Vec<std::fs::File> = (0..200)
             .map(|_| std::fs::File::open("/proc/self/stat").unwrap())
             .collect();
-        let ballast = vec![1u8; 64 << 20];
+        let ballast = vec![1u8; 256 << 20];
         let after = read();
-        assert!(
-            after.open_fds.unwrap() >= before.open_fds.unwrap() + 20,
-            "{before:?} {after:?}"
-        );
-        assert!(
-            after.resident_bytes.unwrap() >= before.resident_bytes.unwrap() + (60 << 20),
-            "{before:?} {after:?}"
-        );
+        assert!(after.open_fds.unwrap() >= 200, "{after:?}");
+        assert!(after.resident_bytes.unwrap() >= 256 << 20, "{after:?}");
         assert!(std::hint::black_box(&ballast).iter().all(|b| *b == 1));
         drop(files);
         assert!(after.threads.unwrap() >= 1);

@@ -482,3 +482,24 @@ fn lists_with_a_unique_key_merge_under_server_side_apply() {
     let steps = schema_at(root_schema(&crd), &["spec", "strategy", "steps"]);
     assert_eq!(steps.x_kubernetes_list_type, None);
 }
+
+/// The dependsOn ordering rule walks a literal list of indexes: it must
+/// cover every index `spec.components` may have (its `maxItems`), or the
+/// components past it would escape the rule.
+#[test]
+fn the_listed_before_rule_covers_every_component_index() {
+    let crd = serde_json::to_value(super::crd()).unwrap();
+    let max =
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            ["components"]["maxItems"]
+            .as_u64()
+            .expect("components maxItems");
+    let list: Vec<String> = (0..max).map(|i| i.to_string()).collect();
+    let literal = format!("[{}]", list.join(", "));
+    for text in [
+        super::order::LISTED_BEFORE_RULE,
+        super::order::LISTED_BEFORE_MESSAGE,
+    ] {
+        assert!(text.contains(&literal), "not over {literal}: {text}");
+    }
+}

@@ -101,15 +101,15 @@ pub fn check(spec: &ReleasePlanSpec) -> Result<BTreeMap<String, Vec<Dep>>, SpecE
                 ));
             }
             if !spec.components[..i].iter().any(|o| o.name == d.component) {
-                let why = if let Some(path) = cycle_through(spec, &c.name) {
+                let why = if !spec.components.iter().any(|o| o.name == d.component) {
+                    "is not one of spec.components".to_string()
+                } else if let Some(path) = cycle_through(spec, &c.name) {
                     format!(
                         "must be listed before this one in spec.components, and dependsOn forms a cycle: {}",
                         path.join(" -> ")
                     )
-                } else if spec.components.iter().any(|o| o.name == d.component) {
-                    "must be listed before this one in spec.components (list components in dependency order): cycles are refused".to_string()
                 } else {
-                    "is not one of spec.components".to_string()
+                    "must be listed before this one in spec.components (list components in dependency order): cycles are refused".to_string()
                 };
                 return Err(SpecError::new(
                     format!("{field}.component"),
