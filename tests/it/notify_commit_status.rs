@@ -190,14 +190,23 @@ async fn a_commit_shows_its_release_on_github_and_gitlab() {
 
     // C3 crash-loops and rolls back.
     wait_phase(&client, &ns, "shop", Phase::RolledBack, WAIT).await;
-    let gh3 = wait_last(&forge, "github", C3, "failure").await;
+    // The rollback's start already sets failure; its end follows, each
+    // receiver's deliveries in order: wait for the end's description.
+    let gh3 = wait_until(WAIT, "github: C3 rolled back", || {
+        let got = forge.statuses("github", C3);
+        async move {
+            got.last()
+                .is_some_and(|s| {
+                    s.state == "failure"
+                        && s.description
+                            .starts_with("rolled back (podHealth: CrashLoopBackOff)")
+                })
+                .then(|| got.clone())
+                .ok_or_else(|| format!("{got:?}"))
+        }
+    })
+    .await;
     let gl3 = wait_last(&forge, "gitlab", C3, "failed").await;
-    let last = gh3.last().unwrap();
-    assert!(
-        last.description
-            .starts_with("rolled back (podHealth: CrashLoopBackOff)"),
-        "{last:?}"
-    );
     assert_eq!(states(&gh3)[0], "pending");
     assert_eq!(states(&gl3), ["running", "failed"]);
 
