@@ -43,6 +43,7 @@ cluster-down:
 test:
 	e2e/ensure-deps.sh test
 	e2e/build-control-plane.sh all
+	e2e/build-control-plane.sh adaptivecards
 	e2e/build-release.sh all >/dev/null
 	e2e/with-cluster.sh $(TEST_CLUSTER) -- cargo test --all-targets
 
@@ -52,6 +53,7 @@ test:
 test-oldest:
 	e2e/ensure-deps.sh test
 	K8S_VERSION=$(K8S_OLDEST_VERSION) e2e/build-control-plane.sh all
+	e2e/build-control-plane.sh adaptivecards
 	K8S_VERSION=$(K8S_OLDEST_VERSION) e2e/with-cluster.sh $(TEST_OLDEST_CLUSTER) -- \
 	  cargo test --test it --test apiserver_restart --test upgrade
 
