@@ -14,9 +14,9 @@ use crate::support;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use releaseplan::api::Phase;
 use serde_json::{Value, json};
 use support::fixtures::{faulty_template, plan, web, web_with};
@@ -30,17 +30,7 @@ const TOKEN: &str = "notify-token-4d61c2e8";
 const SLACK_PATH: &str = "slack-T0001-B0002-xoxsecret77";
 
 async fn put_secret(client: &Client, ns: &str, data: &BTreeMap<&str, String>) {
-    let obj = json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "hooks", "annotations": {"releaseplan.io/gate-namespaces": ns}},
-        "stringData": data});
-    Api::<Secret>::namespaced(client.clone(), ns)
-        .patch(
-            "hooks",
-            &PatchParams::apply("notify-test").force(),
-            &Patch::Apply(obj),
-        )
-        .await
-        .expect("apply the Secret");
+    recorder::put_receivers_secret(client, ns, "hooks", json!(data)).await;
 }
 
 async fn put_config(client: &Client, ns: &str) {

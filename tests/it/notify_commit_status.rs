@@ -12,7 +12,7 @@ use crate::support;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use releaseplan::api::{Phase, ReleasePlan};
@@ -45,17 +45,13 @@ async fn release(client: &Client, ns: &str, name: &str, commit: &str, components
 }
 
 async fn configure(client: &Client, ns: &str, api: &str) {
-    let secret = json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "forge", "annotations": {"releaseplan.io/gate-namespaces": ns}},
-        "stringData": {"github": api, "gitlab": format!("{api}/"), "token": TOKEN, "wrong": "not-the-token"}});
-    Api::<Secret>::namespaced(client.clone(), ns)
-        .patch(
-            "forge",
-            &PatchParams::apply("notify-test").force(),
-            &Patch::Apply(secret),
-        )
-        .await
-        .expect("apply the Secret");
+    support::recorder::put_receivers_secret(
+        client,
+        ns,
+        "forge",
+        json!({"github": api, "gitlab": format!("{api}/"), "token": TOKEN, "wrong": "not-the-token"}),
+    )
+    .await;
     let receivers = r"
 - name: github
   type: githubStatus

@@ -10,7 +10,7 @@
 use crate::gate_policy::{delete_policy, label, put_policy};
 use crate::support;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use releaseplan::api::Phase;
@@ -21,17 +21,7 @@ use support::recorder::{self, Log};
 use support::{Harness, WAIT, wait_until};
 
 async fn put_secret(client: &Client, ns: &str, data: serde_json::Value) {
-    let obj = json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "hooks", "annotations": {"releaseplan.io/gate-namespaces": ns}},
-        "stringData": data});
-    Api::<Secret>::namespaced(client.clone(), ns)
-        .patch(
-            "hooks",
-            &PatchParams::apply("notify-test").force(),
-            &Patch::Apply(obj),
-        )
-        .await
-        .expect("apply the Secret");
+    recorder::put_receivers_secret(client, ns, "hooks", data).await;
 }
 
 /// Applies the ConfigMap with `receivers` (names of webhook receivers,

@@ -106,3 +106,22 @@ impl Log {
             .position(|r| r.path == path && f(&r.body))
     }
 }
+
+/// Applies Secret `name` of `ns` holding receivers' URLs and tokens
+/// (`string_data`), shared with `ns` under the gates' credential rules, as
+/// a namespace's owners write it for their notifications.
+pub async fn put_receivers_secret(client: &kube::Client, ns: &str, name: &str, string_data: Value) {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Api, Patch, PatchParams};
+    let obj = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "annotations": {"releaseplan.io/gate-namespaces": ns}},
+        "stringData": string_data});
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::apply("notify-test").force(),
+            &Patch::Apply(obj),
+        )
+        .await
+        .expect("apply the Secret");
+}
