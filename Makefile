@@ -39,11 +39,14 @@ cluster-down:
 
 ## test: run all cargo tests against a fresh cluster $(TEST_CLUSTER), stopped after
 ## (set RP_KUBECONFIG to test against an already running cluster instead); builds each
-## earlier release first (e2e/build-release.sh all, cached) for tests/upgrade_release.rs
+## earlier release first (e2e/build-release.sh all, cached) for tests/upgrade_release.rs,
+## and cosign and krew (cached) for tests/packaging.rs, which packages, signs, publishes
+## and installs the test build as a release
 test:
 	e2e/ensure-deps.sh test
 	e2e/build-control-plane.sh all
 	e2e/build-control-plane.sh adaptivecards
+	e2e/build-control-plane.sh packaging
 	e2e/build-release.sh all >/dev/null
 	e2e/with-cluster.sh $(TEST_CLUSTER) -- cargo test --all-targets
 

@@ -336,6 +336,22 @@ build_krew() {
   log "krew built"
 }
 
+# cosign (github.com/sigstore/cosign/v2/cmd/cosign), which signs and attests
+# the image in e2e/publish.sh and verifies it in tests/packaging.rs (make
+# test) and tests/release.rs; not in "all". Cold: about 2 min here (its
+# module graph is large: several minutes more to download on a fresh machine).
+build_cosign() {
+  if [ -x "$COSIGN_BIN/cosign" ]; then
+    log "cosign v$COSIGN_VERSION cached"; return
+  fi
+  log "building cosign v$COSIGN_VERSION"
+  mkdir -p "$COSIGN_BIN"
+  (cd /tmp && GOBIN="$COSIGN_BIN" go install -trimpath \
+    -ldflags "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=v$COSIGN_VERSION" \
+    "github.com/sigstore/cosign/v2/cmd/cosign@v$COSIGN_VERSION")
+  log "cosign built"
+}
+
 start=$(date +%s)
 case "${1:-all}" in
   all) build_etcd; build_kwok; build_metrics_server; build_helm; build_k8s; build_consumers
@@ -348,6 +364,8 @@ case "${1:-all}" in
   traefik) build_traefik; build_gateway_crds; build_inference_crds; build_traefik_crds ;;
   argo-rollouts) build_argo_rollouts ;;
   krew) build_krew ;;
-  *) die "usage: $0 [all|k8s|etcd|kwok|metrics-server|helm|consumers|adaptivecards|monitoring-crds|traefik|argo-rollouts|krew]" ;;
+  cosign) build_cosign ;;
+  packaging) build_krew; build_cosign ;;
+  *) die "usage: $0 [all|k8s|etcd|kwok|metrics-server|helm|consumers|adaptivecards|monitoring-crds|traefik|argo-rollouts|krew|cosign|packaging]" ;;
 esac
 log "control plane binaries ready in $(( $(date +%s) - start ))s"

@@ -10,8 +10,11 @@
 #   test     what `make test` needs: cluster, plus prometheus (metric gate
 #            tests) and promtool (tests/it/alerts.rs), both of package prometheus,
 #            prometheus-alertmanager (the Alertmanager receiver's test),
-#            chromium and chromedriver (tests/it/dashboard.rs), and node
-#            and npm (the Adaptive Cards SDK that checks Teams messages)
+#            chromium and chromedriver (tests/it/dashboard.rs), node
+#            and npm (the Adaptive Cards SDK that checks Teams messages),
+#            and tests/packaging.rs's: file, docker-registry (a throwaway
+#            registry on 127.0.0.1), skopeo (pushes the image) and the CA
+#            bundle the image carries
 #   lint     what `make lint` needs: shellcheck
 #   dist     what `make dist` needs: python3 with venv (ziglang from PyPI),
 #            file (checks the binaries are static), ssh-keygen (signing)
@@ -57,6 +60,8 @@ needs() {
       # tests/it/notifications.rs checks Teams messages with the Adaptive
       # Cards SDK (npm adaptivecards) under Node.
       echo node:nodejs npm:npm
+      # tests/packaging.rs: the test build packaged as a release and pushed.
+      echo file:file cacerts:ca-certificates docker-registry:docker-registry skopeo:skopeo
       ;;
     lint) echo shellcheck:shellcheck ;;
     # venv: python3's venv module (with ensurepip), not a command; see have().

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A CycloneDX 1.5 JSON SBOM of the crates linked into the released binaries.
 
-    e2e/sbom.py EPOCH METADATA.json... > releaseplan.cdx.json
+    e2e/sbom.py [--ca-bundle PATH --ca-version V] EPOCH METADATA.json... > releaseplan.cdx.json
 
 Each METADATA.json is the output of
 `cargo metadata --locked --format-version 1 --filter-platform TARGET` for one
@@ -11,12 +11,17 @@ operator and the plugin. Build scripts, proc macros' own dependencies and
 dev-dependencies are left out (they run at build time, they are not shipped);
 proc macros themselves are kept (their code expands into the binary).
 Checksums come from Cargo.lock (crates.io's SHA-256 of the .crate file).
+With --ca-bundle, the image's other file is listed too: the CA bundle at
+/etc/ssl/certs/ca-certificates.crt, as Debian's ca-certificates package at
+version V (its purl, for scanners) with the file's own SHA-256; an empty V
+(a bundle from elsewhere) lists the file by its hash only.
 
 Reproducible: components sorted by purl, the timestamp is EPOCH (the
 commit's time) and the serial number is derived from the content.
 Standard library only.
 """
 
+import hashlib
 import json
 import os
 import sys
@@ -46,8 +51,36 @@ def shipped(meta):
     return seen, nodes
 
 
+def ca_component(path, version):
+    """The image's CA bundle: Debian's ca-certificates when VERSION is known."""
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    c = {
+        "type": "data",
+        "bom-ref": "file:/etc/ssl/certs/ca-certificates.crt",
+        "name": "ca-certificates",
+        "description": "CA bundle at /etc/ssl/certs/ca-certificates.crt in the operator's image",
+        "hashes": [{"alg": "SHA-256", "content": digest}],
+        "properties": [{"name": "releaseplan:image-path", "value": "/etc/ssl/certs/ca-certificates.crt"}],
+    }
+    if version:
+        c["version"] = version
+        c["purl"] = f"pkg:deb/debian/ca-certificates@{version}?arch=all"
+        c["bom-ref"] = c["purl"]
+        c["licenses"] = [{"expression": "GPL-2.0-or-later AND MPL-2.0"}]
+    return c
+
+
 def main(argv):
     """Reads the metadata files and prints the SBOM."""
+    ca_bundle, ca_version = None, ""
+    while len(argv) > 1 and argv[1].startswith("--"):
+        if argv[1] == "--ca-bundle" and len(argv) > 2:
+            ca_bundle, argv = argv[2], argv[:1] + argv[3:]
+        elif argv[1] == "--ca-version" and len(argv) > 2:
+            ca_version, argv = argv[2], argv[:1] + argv[3:]
+        else:
+            sys.exit(f"sbom: unknown option {argv[1]}\n" + __doc__.split("\n\n")[1])
     if len(argv) < 3:
         sys.exit(__doc__.split("\n\n")[1])
     epoch = int(argv[1])
@@ -85,6 +118,8 @@ def main(argv):
 
     root_ref = purl(root)
     components = [component(packages[r], "library") for r in sorted(packages) if r != root_ref]
+    if ca_bundle:
+        components.append(ca_component(ca_bundle, ca_version))
     bom = {
         "bomFormat": "CycloneDX",
         "specVersion": "1.5",

@@ -22,15 +22,15 @@
     clippy::pedantic
 )]
 
-use serde_json::Value;
-use sha2::{Digest, Sha256};
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod release_support;
 
-const VERSION: &str = env!("CARGO_PKG_VERSION");
+use release_support::{
+    VERSION, helm, json, krew_installs_every_platform, layout_blob, pinned, run, sha256_hex, skopeo,
+};
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 /// The directory `make dist` wrote.
 fn dist() -> PathBuf {
@@ -46,40 +46,9 @@ fn dist() -> PathBuf {
     dir
 }
 
-fn sha256_hex(data: &[u8]) -> String {
-    Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// Runs a command; panics with its output when it fails.
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
 /// A blob of the OCI layout by its digest ("sha256:...").
 fn blob(dist: &Path, digest: &str) -> Vec<u8> {
-    let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
-    let data = std::fs::read(dist.join("oci/blobs/sha256").join(hex)).unwrap();
-    assert_eq!(
-        sha256_hex(&data),
-        hex,
-        "blob {digest} does not match its digest"
-    );
-    data
-}
-
-fn json(data: &[u8]) -> Value {
-    serde_json::from_slice(data).unwrap()
+    layout_blob(&dist.join("oci"), digest)
 }
 
 /// The image index the layout's index.json tags VERSION: (digest, index).
@@ -278,129 +247,18 @@ fn each_image_runs_the_tarballs_static_operator_as_65532_from_scratch() {
     assert_eq!(arches, ["amd64", "arm64"]);
 }
 
-/// A docker-registry on 127.0.0.1, killed when dropped.
-struct Registry {
-    child: Child,
-    addr: String,
-}
-
-impl Registry {
-    fn start(dir: &Path) -> Registry {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = format!("127.0.0.1:{port}");
-        let config = dir.join("registry.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
-                 http:\n  addr: {addr}\n",
-                dir.join("storage").display()
-            ),
-        )
-        .unwrap();
-        let child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("registry.log")).unwrap())
-            .spawn()
-            .expect("docker-registry (Debian package docker-registry: e2e/ensure-deps.sh release)");
-        let registry = Registry { child, addr };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !registry.answers() {
-            assert!(
-                Instant::now() < deadline,
-                "docker-registry on {} did not answer in 30 s:\n{}",
-                registry.addr,
-                std::fs::read_to_string(dir.join("registry.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        registry
-    }
-
-    /// GET /v2/ answers 200 (Go answers an HTTP/1.0 request in HTTP/1.0).
-    fn answers(&self) -> bool {
-        let Ok(mut s) = TcpStream::connect(&self.addr) else {
-            return false;
-        };
-        let request = format!("GET /v2/ HTTP/1.0\r\nHost: {}\r\n\r\n", self.addr);
-        let mut answer = String::new();
-        s.write_all(request.as_bytes()).is_ok()
-            && s.read_to_string(&mut answer).is_ok()
-            && answer.split_whitespace().nth(1) == Some("200")
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A pinned version of e2e/versions.env (HELM_VERSION, K8S_VERSION): a
-/// parameter's (`K8S_VERSION=${K8S_VERSION:-1.36.3}`) is the environment's
-/// when set, as for the scripts.
-fn pinned(name: &str) -> String {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let versions = std::fs::read_to_string(root.join("e2e/versions.env")).unwrap();
-    let prefix = format!("{name}=");
-    let value = versions
-        .lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .unwrap_or_else(|| panic!("{name} in e2e/versions.env"));
-    match value
-        .strip_prefix(&format!("${{{name}:-"))
-        .and_then(|v| v.strip_suffix('}'))
-    {
-        Some(default) => std::env::var(name)
-            .ok()
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| default.to_string()),
-        None => value.to_string(),
-    }
-}
-
-/// The helm binary e2e/build-control-plane.sh builds (or HELM_BIN).
-fn helm_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("HELM_BIN") {
-        return bin.into();
-    }
-    let version = pinned("HELM_VERSION");
-    let cache = std::env::var_os("RP_CACHE").map_or_else(
-        || PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/releaseplan"),
-        PathBuf::from,
-    );
-    cache.join(format!("helm-v{version}/bin/helm"))
-}
-
 #[test]
 fn image_and_chart_pushed_to_a_loopback_registry_render_with_the_pushed_digest() {
     let dist = dist();
     let (index_digest, index) = image_index(&dist);
     let tmp = tempfile::tempdir().unwrap();
-    let registry = Registry::start(tmp.path());
+    let registry = release_support::Registry::start(tmp.path());
     let host = registry.addr.clone();
 
     // The image: every arch, digests kept (skopeo fails rather than
     // rewrite a manifest).
-    let policy = tmp.path().join("policy.json");
-    std::fs::write(
-        &policy,
-        r#"{"default":[{"type":"insecureAcceptAnything"}]}"#,
-    )
-    .unwrap();
+    let skopeo = || skopeo(tmp.path());
     let digestfile = tmp.path().join("digest");
-    let skopeo = || {
-        let mut c = Command::new("skopeo");
-        c.arg("--policy").arg(&policy).env("HOME", tmp.path());
-        c
-    };
     run(skopeo()
         .args([
             "copy",
@@ -448,17 +306,7 @@ fn image_and_chart_pushed_to_a_loopback_registry_render_with_the_pushed_digest()
     }
 
     // The chart, as an OCI artifact, with helm's state in the temp dir.
-    let helm = || {
-        let mut c = Command::new(helm_bin());
-        for (var, sub) in [
-            ("HELM_CONFIG_HOME", "helm/config"),
-            ("HELM_CACHE_HOME", "helm/cache"),
-            ("HELM_DATA_HOME", "helm/data"),
-        ] {
-            c.env(var, tmp.path().join(sub));
-        }
-        c
-    };
+    let helm = || helm(tmp.path());
     let chart = std::fs::read_dir(&dist)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -560,84 +408,9 @@ fn image_and_chart_pushed_to_a_loopback_registry_render_with_the_pushed_digest()
     drop(registry);
 }
 
-/// krew's own validator (built by `e2e/build-control-plane.sh krew`) accepts
-/// the manifest and installs the plugin from it on each platform (with
-/// krew itself), from dist/ served on 127.0.0.1 in place of the release's
-/// home; it also wants a LICENSE among the installed files.
+/// krew's own validator installs the plugin from the manifest on each
+/// platform (release_support::krew_installs_every_platform).
 #[test]
 fn krews_validator_installs_the_plugin_from_the_manifest_on_each_platform() {
-    let dist = dist();
-    let tmp = tempfile::tempdir().unwrap();
-    let server = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = server.local_addr().unwrap().port();
-    drop(server);
-    let mut http = Command::new("python3")
-        .args(["-m", "http.server", "--bind", "127.0.0.1", "--directory"])
-        .arg(&dist)
-        .arg(port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("python3 -m http.server");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "http.server on {port} did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let manifest = std::fs::read_to_string(dist.join("releaseplan.yaml")).unwrap();
-    let mut uris = 0;
-    let local: String = manifest
-        .lines()
-        .map(|l| match l.split_once("uri: ") {
-            Some((indent, uri)) => {
-                uris += 1;
-                let file = uri.rsplit('/').next().unwrap();
-                format!("{indent}uri: http://127.0.0.1:{port}/{file}\n")
-            }
-            None => format!("{l}\n"),
-        })
-        .collect();
-    assert_eq!(uris, 2, "one uri per platform:\n{manifest}");
-    // The validator wants the file named after the plugin.
-    let path = tmp.path().join("releaseplan.yaml");
-    std::fs::write(&path, local).unwrap();
-    let version = pinned("KREW_VERSION");
-    let cache = std::env::var_os("RP_CACHE").map_or_else(
-        || PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/releaseplan"),
-        PathBuf::from,
-    );
-    // The validator installs through `kubectl krew`: kubectl (the test
-    // cluster's PATH) and krew's own plugin binary beside the validator.
-    let bin = cache.join(format!("krew-v{version}/bin"));
-    let path_var = std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(
-        &std::env::var_os("PATH").unwrap_or_default(),
-    )))
-    .unwrap();
-    let out = run(Command::new(bin.join("validate-krew-manifest"))
-        .arg("-manifest")
-        .arg(&path)
-        .env("HOME", tmp.path())
-        .env("PATH", path_var));
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let _ = http.kill();
-    let _ = http.wait();
-    // Each platform installed (downloaded, its sum checked, unpacked, the
-    // binary and a LICENSE found), in the manifest's order: amd64, arm64.
-    for i in 0..2 {
-        assert!(
-            said.contains(&format!("installed  spec.platforms[{i}]")),
-            "the validator did not install spec.platforms[{i}]:\n{said}"
-        );
-    }
-    assert!(
-        said.contains("all 2 spec.platforms installed fine"),
-        "{said}"
-    );
+    assert_eq!(krew_installs_every_platform(&dist()), 2);
 }
