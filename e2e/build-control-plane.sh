@@ -352,6 +352,22 @@ build_cosign() {
   log "cosign built"
 }
 
+# Kyverno's ImageValidatingPolicy CRD, from the module's config/crds (a 77 MB
+# module zip; nothing is built): tests/packaging.rs applies the admission
+# policy of docs/releasing.md (examples/kyverno-image-policy.yaml) against it.
+build_kyverno_crds() {
+  local mod=github.com/kyverno/kyverno moddir
+  [ -f "$KYVERNO_CRDS/policies.kyverno.io_imagevalidatingpolicies.yaml" ] && {
+    log "Kyverno CRDs v$KYVERNO_VERSION cached"; return; }
+  log "fetching Kyverno's ImageValidatingPolicy CRD v$KYVERNO_VERSION"
+  moddir=$(cd /tmp && GOFLAGS=-mod=mod go mod download -json "$mod@v$KYVERNO_VERSION" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$moddir" ] || die "go mod download $mod@v$KYVERNO_VERSION gave no module directory"
+  mkdir -p "$KYVERNO_CRDS"
+  cp "$moddir/config/crds/policies.kyverno.io/policies.kyverno.io_imagevalidatingpolicies.yaml" "$KYVERNO_CRDS/"
+  chmod -R u+w "$KYVERNO_CRDS"
+}
+
 start=$(date +%s)
 case "${1:-all}" in
   all) build_etcd; build_kwok; build_metrics_server; build_helm; build_k8s; build_consumers
@@ -365,7 +381,8 @@ case "${1:-all}" in
   argo-rollouts) build_argo_rollouts ;;
   krew) build_krew ;;
   cosign) build_cosign ;;
-  packaging) build_krew; build_cosign ;;
-  *) die "usage: $0 [all|k8s|etcd|kwok|metrics-server|helm|consumers|adaptivecards|monitoring-crds|traefik|argo-rollouts|krew|cosign|packaging]" ;;
+  kyverno-crds) build_kyverno_crds ;;
+  packaging) build_krew; build_cosign; build_kyverno_crds ;;
+  *) die "usage: $0 [all|k8s|etcd|kwok|metrics-server|helm|consumers|adaptivecards|monitoring-crds|traefik|argo-rollouts|krew|cosign|kyverno-crds|packaging]" ;;
 esac
 log "control plane binaries ready in $(( $(date +%s) - start ))s"

@@ -290,16 +290,16 @@ fn the_test_build_is_published_signed_installed_by_digest_and_releases_a_plan() 
             index_digest.strip_prefix("sha256:"),
             "{kind}: the attestation's subject is not the image"
         );
-        st["predicate"].clone()
+        (
+            st["predicateType"].as_str().unwrap().to_string(),
+            st["predicate"].clone(),
+        )
     };
-    assert_eq!(
-        attested("cyclonedx"),
-        sbom,
-        "the attested SBOM is not the layout's"
-    );
+    let (sbom_type, attested_sbom) = attested("cyclonedx");
+    assert_eq!(attested_sbom, sbom, "the attested SBOM is not the layout's");
     // cosign parses the provenance into SLSA's types (it adds an empty
     // runDetails.metadata): the build and the builder are the layout's.
-    let attested_provenance = attested("slsaprovenance1");
+    let (provenance_type, attested_provenance) = attested("slsaprovenance1");
     assert_eq!(
         attested_provenance["buildDefinition"], provenance["buildDefinition"],
         "the attested provenance is not the layout's"
@@ -308,6 +308,7 @@ fn the_test_build_is_published_signed_installed_by_digest_and_releases_a_plan() 
         attested_provenance["runDetails"]["builder"],
         provenance["runDetails"]["builder"]
     );
+    admission_policy_fits(&public, &host, &[sbom_type, provenance_type]);
     // Another key verifies nothing.
     run(Command::new(cosign_bin())
         .args(["generate-key-pair", "--output-key-prefix", "other"])
@@ -594,6 +595,72 @@ fn the_test_build_is_published_signed_installed_by_digest_and_releases_a_plan() 
             .output();
     }
     drop(registry);
+}
+
+/// The Kyverno policy docs/releasing.md gives (examples/kyverno-image-policy.yaml),
+/// with this test's key and registry, is accepted by the API server under
+/// Kyverno's own CRD (its schema: field names and types; Kyverno compiles
+/// the CEL itself at admission, which is not run here), and asks for exactly
+/// the attestation types cosign wrote (TYPES).
+fn admission_policy_fits(public: &Path, host: &str, types: &[String]) {
+    let crd = release_support::cache()
+        .join(format!(
+            "kyverno-crds-v{}",
+            release_support::pinned("KYVERNO_VERSION")
+        ))
+        .join("policies.kyverno.io_imagevalidatingpolicies.yaml");
+    assert!(
+        crd.is_file(),
+        "{} is missing: e2e/build-control-plane.sh kyverno-crds",
+        crd.display()
+    );
+    run(Command::new("kubectl")
+        .args(["apply", "--server-side", "-f"])
+        .arg(&crd));
+    run(Command::new("kubectl").args([
+        "wait",
+        "--for=condition=established",
+        "--timeout=60s",
+        "crd/imagevalidatingpolicies.policies.kyverno.io",
+    ]));
+    let example =
+        std::fs::read_to_string(root().join("examples/kyverno-image-policy.yaml")).unwrap();
+    let key = std::fs::read_to_string(public).unwrap();
+    let indent = "            ";
+    let key_block: String = key.lines().map(|l| format!("{indent}{l}\n")).collect();
+    let placeholder = format!(
+        "{indent}-----BEGIN PUBLIC KEY-----\n{indent}REPLACE WITH THE RELEASE KEY (cosign.pub)\n{indent}-----END PUBLIC KEY-----\n"
+    );
+    assert!(
+        example.contains(&placeholder),
+        "the example's key placeholder moved"
+    );
+    let filled = example.replace(&placeholder, &key_block).replace(
+        "registry.example.com/releaseplan",
+        &format!("{host}/releaseplan"),
+    );
+    let policy: Value = yaml_serde::from_str(&filled).unwrap();
+    let mut wanted: Vec<&str> = policy["spec"]["attestations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["intoto"]["type"].as_str().unwrap())
+        .collect();
+    wanted.sort_unstable();
+    let mut written: Vec<&str> = types.iter().map(String::as_str).collect();
+    written.sort_unstable();
+    assert_eq!(
+        wanted, written,
+        "the policy's attestation types against cosign's"
+    );
+    let key_in_policy = policy["spec"]["attestors"][0]["cosign"]["key"]["data"]
+        .as_str()
+        .unwrap();
+    assert_eq!(key_in_policy, key, "the key did not land in the policy");
+    run_with_stdin(
+        Command::new("kubectl").args(["apply", "--dry-run=server", "-f", "-"]),
+        filled.as_bytes(),
+    );
 }
 
 /// krew's own validator installs the test build's plugin from the manifest
