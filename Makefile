@@ -216,7 +216,7 @@ shellcheck:
 	e2e/ensure-deps.sh lint
 	shellcheck -x e2e/*.sh .ci/run
 
-.PHONY: dist dist-check test-release dist-run-image
+.PHONY: dist dist-check test-release dist-run-image publish
 # Where make dist writes; dist-check's second build goes to $(DIST)-check.
 DIST ?= dist
 
@@ -248,6 +248,16 @@ test-release:
 	e2e/build-control-plane.sh krew
 	@$(MAKE) --no-print-directory dist
 	RP_DIST_DIR=$(abspath $(DIST)) e2e/with-cluster.sh release -- cargo test --test release
+
+## publish: push $(DIST)'s image and chart to REGISTRY (host[:port][/path]), then sign
+## them and attest the image's SBOM and provenance with cosign and COSIGN_KEY
+## (e2e/publish.sh; docs/releasing.md, "Publishing")
+publish:
+	e2e/ensure-deps.sh release
+	e2e/build-control-plane.sh helm
+	e2e/build-control-plane.sh cosign
+	@test -n "$(REGISTRY)" || { echo "publish: set REGISTRY=host[:port][/path]" >&2; exit 1; }
+	e2e/publish.sh $(DIST) $(REGISTRY)
 
 ## dist-run-image: the operator unpacked from $(DIST)/oci's amd64 image, run with leader
 ## election against a fresh local cluster (dist, stopped after) until it holds its Lease

@@ -4,13 +4,14 @@
 #   releaseplan_<v>_linux_<arch>.tar.gz, kubectl-releaseplan_<v>_linux_<arch>.tar.gz
 #       static (musl) release binaries for amd64 and arm64, linked by
 #       cargo-zigbuild with zig from PyPI (both built into ~/.cache/releaseplan)
-#   oci/                 the operator's image (e2e/oci-image.py): an OCI image
-#                        layout, FROM scratch, one manifest per arch, one index
-#   releaseplan-<chart version>.tgz   the Helm chart (helm package)
-#   releaseplan.yaml     the krew plugin manifest (uri: RP_DIST_URL/<tarball>)
-#   releaseplan.cdx.json a CycloneDX SBOM of the shipped crates (e2e/sbom.py)
-#   SHA256SUMS           over every file above; SHA256SUMS.sig when
-#                        RP_SIGNING_KEY names an SSH private key (ssh-keygen -Y sign)
+#   kubectl-releaseplan_<v>_windows_amd64.tar.gz  the plugin for Windows
+#       (x86_64-pc-windows-gnu, linked by zig's MinGW); _darwin_{amd64,arm64}
+#       too when SDKROOT names a macOS SDK (zig has no Apple frameworks)
+#   and what e2e/package.sh lays out from them: the image, the chart, the krew
+#   manifest, the SBOM, the provenance, SHA256SUMS (and SHA256SUMS.sig when
+#   RP_SIGNING_KEY names an SSH private key)
+# Every binary is built by cargo-auditable: it carries its dependency list
+# (section .dep-v0), which scanners (cargo audit bin, trivy, grype, syft) read.
 # Reproducible: the same commit gives the same bytes (make dist-check checks
 # it). Times are SOURCE_DATE_EPOCH, the commit's time; the sources' paths are
 # remapped out of the binaries. Uses CARGO_TARGET_DIR as cargo does.
@@ -20,6 +21,16 @@ set -euo pipefail
 
 OUT=$(realpath -m "${1:-$REPO_ROOT/dist}")
 TARGETS=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl)
+# The plugin alone, for the desktops kubectl users run it on. macOS needs the
+# SDK's Security and CoreFoundation frameworks (rustls-native-certs links
+# them), which zig does not ship and no package registry serves: built only
+# when SDKROOT names a MacOSX SDK (docs/releasing.md).
+PLUGIN_TARGETS=(x86_64-pc-windows-gnu)
+if [ -n "${SDKROOT:-}" ]; then
+  [ -d "$SDKROOT/System/Library/Frameworks/Security.framework" ] ||
+    die "SDKROOT=$SDKROOT is not a macOS SDK (no System/Library/Frameworks/Security.framework)"
+  PLUGIN_TARGETS+=(x86_64-apple-darwin aarch64-apple-darwin)
+fi
 # Where the krew manifest says the plugin's tarballs are: a placeholder until
 # a release has a home (docs/releasing.md).
 RP_DIST_URL="${RP_DIST_URL:-https://releases.example.invalid/releaseplan/v\{VERSION\}}"
@@ -33,6 +44,7 @@ arch() { case "$1" in x86_64-*) echo amd64 ;; aarch64-*) echo arm64 ;; *) die "u
 # ------------------------------------------------------------------- tools
 ZIG_VENV="$RP_CACHE/zig-venv-$ZIGLANG_VERSION"
 ZIGBUILD_ROOT="$RP_CACHE/cargo-zigbuild-v$CARGO_ZIGBUILD_VERSION"
+AUDITABLE_ROOT="$RP_CACHE/cargo-auditable-v$CARGO_AUDITABLE_VERSION"
 if ! "$ZIG_VENV/bin/python3" -m ziglang version >/dev/null 2>&1; then
   log "installing ziglang $ZIGLANG_VERSION from PyPI into $ZIG_VENV"
   rm -rf "$ZIG_VENV"
@@ -45,10 +57,15 @@ if [ ! -x "$ZIGBUILD_ROOT/bin/cargo-zigbuild" ]; then
   CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/cargo-zigbuild" \
     nice cargo install --locked --quiet cargo-zigbuild --version "$CARGO_ZIGBUILD_VERSION" --root "$ZIGBUILD_ROOT"
 fi
-# The Rust standard library of each musl target (rustup's rust-std
+if [ ! -x "$AUDITABLE_ROOT/bin/cargo-auditable" ]; then
+  log "building cargo-auditable $CARGO_AUDITABLE_VERSION into $AUDITABLE_ROOT (cargo install --locked)"
+  CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/cargo-auditable" \
+    nice cargo install --locked --quiet cargo-auditable --version "$CARGO_AUDITABLE_VERSION" --root "$AUDITABLE_ROOT"
+fi
+# The Rust standard library of each target (rustup's rust-std
 # component, from the same distribution server as the toolchain).
 missing=()
-for t in "${TARGETS[@]}"; do
+for t in "${TARGETS[@]}" "${PLUGIN_TARGETS[@]}"; do
   rustc --print target-libdir --target "$t" 2>/dev/null | xargs -r test -d 2>/dev/null &&
     compgen -G "$(rustc --print target-libdir --target "$t")/libcore-*" >/dev/null || missing+=("$t")
 done
@@ -58,7 +75,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   rustup target add "${missing[@]}"
 fi
 # cargo-zigbuild finds zig as `python3 -m ziglang` through the venv's python3.
-export PATH="$ZIG_VENV/bin:$ZIGBUILD_ROOT/bin:$PATH"
+export PATH="$ZIG_VENV/bin:$ZIGBUILD_ROOT/bin:$AUDITABLE_ROOT/bin:$PATH"
 
 # ------------------------------------------------------------ what and when
 VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
@@ -90,15 +107,21 @@ for t in "${TARGETS[@]}"; do
   # cannot ask the target, so it is told.
   lg_page=
   case "$t" in aarch64-*) lg_page=16 ;; esac
-  log "cargo zigbuild --release --target $t${lg_page:+ (jemalloc pages 2^$lg_page)}"
+  log "cargo auditable zigbuild --release --target $t${lg_page:+ (jemalloc pages 2^$lg_page)}"
   nice env -u SOURCE_DATE_EPOCH ${lg_page:+JEMALLOC_SYS_WITH_LG_PAGE=$lg_page} \
-    cargo zigbuild --locked --release --target "$t" \
+    cargo auditable zigbuild --locked --release --target "$t" \
     --bin releaseplan --bin kubectl-releaseplan
+done
+for t in "${PLUGIN_TARGETS[@]}"; do
+  # The plugin needs no jemalloc (the operator's allocator, a default feature).
+  log "cargo auditable zigbuild --release --no-default-features --target $t (the plugin)"
+  nice env -u SOURCE_DATE_EPOCH cargo auditable zigbuild --locked --release --no-default-features \
+    --target "$t" --bin kubectl-releaseplan
 done
 
 # ---------------------------------------------------------------- packaging
 # The same code packages the test build in CI (tests/packaging.rs).
 pairs=()
-for t in "${TARGETS[@]}"; do pairs+=("$t=$target_dir/$t/release"); done
+for t in "${TARGETS[@]}" "${PLUGIN_TARGETS[@]}"; do pairs+=("$t=$target_dir/$t/release"); done
 RP_PACKAGE_STATIC=1 RP_DIST_URL="$RP_DIST_URL" RP_SOURCE_URL="$RP_SOURCE_URL" \
   "$E2E_DIR/package.sh" "$OUT" "${pairs[@]}"

@@ -96,7 +96,12 @@ fn sha256sums_cover_every_artifact_and_a_signature_over_them_verifies() {
             assert!(listed.contains(&name), "SHA256SUMS lacks {name}");
         }
     }
-    for name in ["releaseplan.yaml", "releaseplan.cdx.json", "oci/index.json"] {
+    for name in [
+        "releaseplan.yaml",
+        "releaseplan.cdx.json",
+        "releaseplan.provenance.json",
+        "oci/index.json",
+    ] {
         assert!(listed.iter().any(|l| l == name), "SHA256SUMS lacks {name}");
     }
     assert!(
@@ -232,9 +237,16 @@ fn each_image_runs_the_tarballs_static_operator_as_65532_from_scratch() {
             binary.starts_with("-rwxr-xr-x 0/0"),
             "{arch} layer: {listing}"
         );
+        let ca = untar(&layer, "etc/ssl/certs/ca-certificates.crt");
+        assert!(ca.len() > 1000, "{arch}: the CA bundle is empty");
+        // The SBOM lists everything in the image: the CA bundle too.
+        let sbom = json(&std::fs::read(dist.join("releaseplan.cdx.json")).unwrap());
         assert!(
-            untar(&layer, "etc/ssl/certs/ca-certificates.crt").len() > 1000,
-            "{arch}: the CA bundle is empty"
+            sbom["components"].as_array().unwrap().iter().any(|c| {
+                c["name"] == "ca-certificates"
+                    && c["hashes"][0]["content"] == sha256_hex(&ca).as_str()
+            }),
+            "{arch}: the SBOM does not list the image's CA bundle"
         );
         let tarball = dist.join(format!("releaseplan_{VERSION}_linux_{arch}.tar.gz"));
         assert!(
@@ -409,8 +421,84 @@ fn image_and_chart_pushed_to_a_loopback_registry_render_with_the_pushed_digest()
 }
 
 /// krew's own validator installs the plugin from the manifest on each
-/// platform (release_support::krew_installs_every_platform).
+/// platform (release_support::krew_installs_every_platform): one per plugin
+/// tarball, Windows included.
 #[test]
 fn krews_validator_installs_the_plugin_from_the_manifest_on_each_platform() {
-    assert_eq!(krew_installs_every_platform(&dist()), 2);
+    let dist = dist();
+    let tarballs = plugin_tarballs(&dist);
+    assert!(
+        tarballs.iter().any(|t| t.contains("_windows_amd64")),
+        "no Windows plugin in {tarballs:?}"
+    );
+    assert_eq!(krew_installs_every_platform(&dist), tarballs.len());
+}
+
+/// The plugin tarballs of dist/, by name.
+fn plugin_tarballs(dist: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dist)
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().into_string().ok())
+        .filter(|n| n.starts_with("kubectl-releaseplan_") && n.ends_with(".tar.gz"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Every shipped binary carries its dependency list as cargo-auditable
+/// writes it (section `.dep-v0`: zlib-compressed JSON), which `cargo audit
+/// bin`, trivy, grype and syft read: the root package and the crates of
+/// Cargo.lock at their locked versions.
+#[test]
+fn every_binary_carries_its_dependency_list_for_scanners() {
+    let dist = dist();
+    let lock = std::fs::read_to_string(release_support::root().join("Cargo.lock")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut names = plugin_tarballs(&dist);
+    names.extend(["amd64", "arm64"].map(|a| format!("releaseplan_{VERSION}_linux_{a}.tar.gz")));
+    for name in names {
+        let bin = if name.contains("_windows_") {
+            "kubectl-releaseplan.exe"
+        } else if name.starts_with("kubectl-") {
+            "kubectl-releaseplan"
+        } else {
+            "releaseplan"
+        };
+        let exe = tmp.path().join(format!("{name}.bin"));
+        std::fs::write(&exe, untar(&dist.join(&name), bin)).unwrap();
+        let section = tmp.path().join(format!("{name}.dep-v0"));
+        run(Command::new("objcopy")
+            .arg("--dump-section")
+            .arg(format!(".dep-v0={}", section.display()))
+            .arg(&exe)
+            .arg(tmp.path().join("discard")));
+        let inflated = run(Command::new("python3")
+            .args([
+                "-c",
+                "import sys, zlib; sys.stdout.buffer.write(zlib.decompress(open(sys.argv[1], 'rb').read()))",
+            ])
+            .arg(&section))
+        .stdout;
+        let deps = json(&inflated);
+        let packages = deps["packages"].as_array().expect("packages");
+        let root = packages
+            .iter()
+            .find(|p| p["root"] == true)
+            .unwrap_or_else(|| panic!("{name}: no root package"));
+        assert_eq!(root["name"], "releaseplan", "{name}");
+        assert_eq!(root["version"], VERSION, "{name}");
+        let kube = packages
+            .iter()
+            .find(|p| p["name"] == "kube-client")
+            .unwrap_or_else(|| panic!("{name}: kube-client is not listed"));
+        let pinned = format!(
+            "name = \"kube-client\"\nversion = \"{}\"",
+            kube["version"].as_str().unwrap()
+        );
+        assert!(
+            lock.contains(&pinned),
+            "{name}: kube-client is not Cargo.lock's"
+        );
+        assert!(packages.len() > 100, "{name}: {} packages", packages.len());
+    }
 }
