@@ -45,7 +45,15 @@ pub struct Reading {
     pub threads: Option<u64>,
 }
 
+/// Off Linux (the plugin is built for Windows and macOS, where the procfs
+/// crate does not build): nothing to read.
+#[cfg(not(target_os = "linux"))]
+pub fn read() -> Reading {
+    Reading::default()
+}
+
 /// Reads this process's figures from `/proc/self`.
+#[cfg(target_os = "linux")]
 #[allow(clippy::cast_precision_loss)] // Tick and byte counts far below 2^52.
 pub fn read() -> Reading {
     let Ok(me) = procfs::process::Process::myself() else {
