@@ -253,10 +253,11 @@ test-release:
 ## them and attest the image's SBOM and provenance with cosign and COSIGN_KEY
 ## (e2e/publish.sh; docs/releasing.md, "Publishing")
 publish:
+	@test -n "$(REGISTRY)" || { echo "publish: set REGISTRY=host[:port][/path]" >&2; exit 1; }
+	@test -n "$${COSIGN_KEY:-}" || { echo "publish: set COSIGN_KEY (a cosign key file or KMS URI)" >&2; exit 1; }
 	e2e/ensure-deps.sh release
 	e2e/build-control-plane.sh helm
 	e2e/build-control-plane.sh cosign
-	@test -n "$(REGISTRY)" || { echo "publish: set REGISTRY=host[:port][/path]" >&2; exit 1; }
 	e2e/publish.sh $(DIST) $(REGISTRY)
 
 ## dist-run-image: the operator unpacked from $(DIST)/oci's amd64 image, run with leader

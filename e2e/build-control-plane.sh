@@ -337,8 +337,8 @@ build_krew() {
 }
 
 # cosign (github.com/sigstore/cosign/v2/cmd/cosign), which signs and attests
-# the image in e2e/publish.sh and verifies it in tests/packaging.rs (make
-# test) and tests/release.rs; not in "all". Cold: about 2 min here (its
+# the image in e2e/publish.sh (make publish) and verifies it in
+# tests/packaging.rs (make test); not in "all". Cold: about 2 min here (its
 # module graph is large: several minutes more to download on a fresh machine).
 build_cosign() {
   if [ -x "$COSIGN_BIN/cosign" ]; then

@@ -38,8 +38,6 @@ RP_DIST_URL="${RP_DIST_URL:-https://releases.example.invalid/releaseplan/v\{VERS
 RP_SOURCE_URL="${RP_SOURCE_URL:-https://git.example.invalid/releaseplan}"
 
 cd "$REPO_ROOT"
-# arch TRIPLE: the Go/OCI name of a target's architecture.
-arch() { case "$1" in x86_64-*) echo amd64 ;; aarch64-*) echo arm64 ;; *) die "unknown target $1" ;; esac; }
 
 # ------------------------------------------------------------------- tools
 ZIG_VENV="$RP_CACHE/zig-venv-$ZIGLANG_VERSION"
@@ -114,8 +112,12 @@ for t in "${TARGETS[@]}"; do
 done
 for t in "${PLUGIN_TARGETS[@]}"; do
   # The plugin needs no jemalloc (the operator's allocator, a default feature).
+  # A PE linker writes the clock into the header unless told -Brepro
+  # (a hash of the content instead): the same commit gives the same .exe.
+  flags=$RUSTFLAGS
+  case "$t" in *-windows-*) flags="$flags -C link-arg=-Wl,-Brepro" ;; esac
   log "cargo auditable zigbuild --release --no-default-features --target $t (the plugin)"
-  nice env -u SOURCE_DATE_EPOCH cargo auditable zigbuild --locked --release --no-default-features \
+  nice env -u SOURCE_DATE_EPOCH RUSTFLAGS="$flags" cargo auditable zigbuild --locked --release --no-default-features \
     --target "$t" --bin kubectl-releaseplan
 done
 
@@ -124,4 +126,5 @@ done
 pairs=()
 for t in "${TARGETS[@]}" "${PLUGIN_TARGETS[@]}"; do pairs+=("$t=$target_dir/$t/release"); done
 RP_PACKAGE_STATIC=1 RP_DIST_URL="$RP_DIST_URL" RP_SOURCE_URL="$RP_SOURCE_URL" \
+  RP_BUILD_TOOLS="zig $ZIGLANG_VERSION, cargo-zigbuild $CARGO_ZIGBUILD_VERSION, cargo-auditable $CARGO_AUDITABLE_VERSION" \
   "$E2E_DIR/package.sh" "$OUT" "${pairs[@]}"

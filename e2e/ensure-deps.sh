@@ -19,7 +19,8 @@
 #   dist     what `make dist` needs: python3 with venv (ziglang from PyPI),
 #            file (checks the binaries are static), ssh-keygen (signing)
 #   release  what `make test-release` needs: dist, plus docker-registry (a
-#            throwaway registry on 127.0.0.1) and skopeo (pushes the image)
+#            throwaway registry on 127.0.0.1), skopeo (pushes the image) and
+#            objcopy (reads the binaries' dependency lists)
 #   ci       what .ci/run needs: test and lint
 # A missing command's Debian package is installed with apt-get (one
 # `apt-get update` first): directly as root, else with `sudo -n` when sudo
@@ -61,13 +62,14 @@ needs() {
       # Cards SDK (npm adaptivecards) under Node.
       echo node:nodejs npm:npm
       # tests/packaging.rs: the test build packaged as a release and pushed.
-      echo file:file cacerts:ca-certificates docker-registry:docker-registry skopeo:skopeo
+      echo python3:python3 file:file cacerts:ca-certificates docker-registry:docker-registry skopeo:skopeo
       ;;
     lint) echo shellcheck:shellcheck ;;
     # venv: python3's venv module (with ensurepip), not a command; see have().
     # cacerts: the CA bundle the image carries (e2e/oci-image.py).
     dist) echo python3:python3 venv:python3-venv file:file ssh-keygen:openssh-client cacerts:ca-certificates ;;
-    release) needs dist; echo docker-registry:docker-registry skopeo:skopeo ;;
+    # objcopy: tests/release.rs reads each binary's dependency list section.
+    release) needs dist; echo docker-registry:docker-registry skopeo:skopeo objcopy:binutils ;;
     ci) needs test; needs lint ;;
   esac
 }

@@ -33,15 +33,14 @@ RP_SOURCE_URL="${RP_SOURCE_URL:-https://git.example.invalid/releaseplan}"
 # Who built: the provenance's builder id.
 RP_BUILDER_ID="${RP_BUILDER_ID:-$RP_SOURCE_URL/blob/main/e2e/dist.sh}"
 
-cd "$REPO_ROOT"
 # os TRIPLE / arch TRIPLE: the Go/OCI/krew names of a target.
 os() { case "$1" in *-linux-*) echo linux ;; *-apple-darwin) echo darwin ;; *-windows-*) echo windows ;; *) die "unknown target $1" ;; esac; }
 arch() { case "$1" in x86_64-*) echo amd64 ;; aarch64-*) echo arm64 ;; *) die "unknown target $1" ;; esac; }
 
-VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
-CHART_VERSION=$(sed -n 's/^version: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/releaseplan/Chart.yaml)
-REVISION=$(git rev-parse HEAD)
-SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct HEAD)}
+VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$REPO_ROOT/Cargo.toml" | head -n 1)
+CHART_VERSION=$(sed -n 's/^version: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$REPO_ROOT/charts/releaseplan/Chart.yaml")
+REVISION=$(git -C "$REPO_ROOT" rev-parse HEAD)
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$REPO_ROOT" log -1 --format=%ct HEAD)}
 export SOURCE_DATE_EPOCH
 { [ -n "$VERSION" ] && [ -n "$CHART_VERSION" ]; } || die "no version in Cargo.toml or charts/releaseplan/Chart.yaml"
 
@@ -51,11 +50,12 @@ for pair in "$@"; do
   [[ "$pair" == *=* ]] || die "not TRIPLE=DIR: $pair"
   t=${pair%%=*}
   triples+=("$t")
-  dir_of[$t]=${pair#*=}
+  dir_of[$t]=$(realpath -m "${pair#*=}")
   os "$t" >/dev/null
   arch "$t" >/dev/null
 done
 
+cd "$REPO_ROOT"
 rm -rf "$OUT"
 mkdir -p "$OUT"
 stage=$(mktemp -d)
@@ -188,33 +188,36 @@ python3 e2e/sbom.py "${sbom_args[@]}" "$SOURCE_DATE_EPOCH" "$stage"/metadata-*.j
 # An SLSA v1 provenance predicate (https://slsa.dev/provenance/v1): what was
 # built, from which commit and lock file, by which toolchain. e2e/publish.sh
 # attests it on the image with cosign; the subject is the image's digest.
-python3 - "$OUT/releaseplan.provenance.json" <<EOF
+# Values reach Python as arguments, never pasted into its source.
+python3 - "$OUT/releaseplan.provenance.json" "$RP_SOURCE_URL" "$VERSION" "$REVISION" \
+  "$SOURCE_DATE_EPOCH" "$RP_BUILDER_ID" "$(rustc -V)" "${RP_BUILD_TOOLS:-}" "${triples[@]}" <<'PY'
 import hashlib, json, sys
+out, source, version, revision, epoch, builder, rustc, tools, *targets = sys.argv[1:]
 lock = hashlib.sha256(open("Cargo.lock", "rb").read()).hexdigest()
+internal = {"rustc": rustc, "sourceDateEpoch": int(epoch)}
+if tools:
+    internal["tools"] = tools
 predicate = {
     "buildDefinition": {
-        "buildType": "$RP_SOURCE_URL/blob/v$VERSION/docs/releasing.md#provenance",
+        "buildType": f"{source}/blob/v{version}/docs/releasing.md#provenance",
         "externalParameters": {
-            "source": "$RP_SOURCE_URL",
-            "revision": "$REVISION",
-            "version": "$VERSION",
-            "targets": "${triples[*]}".split(),
+            "source": source,
+            "revision": revision,
+            "version": version,
+            "targets": targets,
         },
-        "internalParameters": {
-            "rustc": "$(rustc -V)",
-            "sourceDateEpoch": $SOURCE_DATE_EPOCH,
-        },
+        "internalParameters": internal,
         "resolvedDependencies": [
-            {"uri": "git+$RP_SOURCE_URL", "digest": {"gitCommit": "$REVISION"}},
+            {"uri": f"git+{source}", "digest": {"gitCommit": revision}},
             {"uri": "Cargo.lock", "digest": {"sha256": lock}},
         ],
     },
-    "runDetails": {"builder": {"id": "$RP_BUILDER_ID"}},
+    "runDetails": {"builder": {"id": builder}},
 }
-with open(sys.argv[1], "w") as f:
+with open(out, "w") as f:
     json.dump(predicate, f, sort_keys=True, indent=2)
     f.write("\n")
-EOF
+PY
 
 # ----------------------------------------------------------------- checksums
 (cd "$OUT" && find . -type f -printf '%P\n' | LC_ALL=C sort | xargs -d '\n' sha256sum) >"$stage/SHA256SUMS"

@@ -42,26 +42,60 @@ fn host_triple() -> String {
 }
 
 /// The release layout of the test build, made once per test binary (the
-/// packaging gzips two debug binaries: most of a minute).
+/// packaging gzips two debug binaries: most of a minute), in a folder of
+/// cargo's target dir emptied first (a temp dir in a static is never removed).
 fn packaged() -> &'static Path {
-    static DIST: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    &DIST
-        .get_or_init(|| {
-            let operator = Path::new(env!("CARGO_BIN_EXE_releaseplan"));
-            let plugin = Path::new(env!("CARGO_BIN_EXE_kubectl-releaseplan"));
-            assert_eq!(operator.parent(), plugin.parent());
-            let tmp = tempfile::tempdir().unwrap();
-            let dist = tmp.path().join("dist");
-            run(Command::new(root().join("e2e/package.sh"))
-                .arg(&dist)
-                .arg(format!(
-                    "{}={}",
-                    host_triple(),
-                    operator.parent().unwrap().display()
-                )));
-            (tmp, dist)
-        })
-        .1
+    static DIST: OnceLock<PathBuf> = OnceLock::new();
+    DIST.get_or_init(|| {
+        let operator = Path::new(env!("CARGO_BIN_EXE_releaseplan"));
+        let plugin = Path::new(env!("CARGO_BIN_EXE_kubectl-releaseplan"));
+        assert_eq!(operator.parent(), plugin.parent());
+        let dist = Path::new(env!("CARGO_TARGET_TMPDIR")).join("packaging-dist");
+        let _ = std::fs::remove_dir_all(&dist);
+        run(scripted(&root().join("e2e/package.sh"))
+            .arg(&dist)
+            .arg(format!(
+                "{}={}",
+                host_triple(),
+                operator.parent().unwrap().display()
+            )));
+        dist
+    })
+}
+
+/// A script of e2e/ run by the test: none of the release's own settings
+/// from the environment (a signing key, a public transparency log, another
+/// CA bundle or home), cargo offline, and a proxy on a closed loopback port
+/// for anything that would leave the machine (loopback is exempt), so a tool
+/// that reaches out fails loudly instead of sending traffic.
+fn scripted(script: &Path) -> Command {
+    let mut c = Command::new(script);
+    for var in [
+        "RP_SIGNING_KEY",
+        "RP_COSIGN_TLOG",
+        "CA_BUNDLE",
+        "RP_DIST_URL",
+        "RP_SOURCE_URL",
+        "RP_BUILDER_ID",
+        "RP_ICON_URL",
+        "COSIGN_REPOSITORY",
+        "SDKROOT",
+    ] {
+        c.env_remove(var);
+    }
+    no_egress(&mut c);
+    c.env("CARGO_NET_OFFLINE", "true");
+    c
+}
+
+/// Points every proxy variable at a closed loopback port, loopback exempt.
+fn no_egress(c: &mut Command) {
+    for var in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"] {
+        c.env(var, "http://127.0.0.1:9");
+    }
+    for var in ["NO_PROXY", "no_proxy"] {
+        c.env(var, "127.0.0.1,localhost");
+    }
 }
 
 /// The tagged image index of a layout: (digest, index).
@@ -88,6 +122,7 @@ fn cosign_verify(dir: &Path, what: &str, key: &Path, reference: &str) -> Command
     )
     .unwrap();
     let mut c = Command::new(cosign_bin());
+    no_egress(&mut c);
     c.arg(what)
         .arg("--key")
         .arg(key)
@@ -219,15 +254,7 @@ fn the_test_build_is_published_signed_installed_by_digest_and_releases_a_plan() 
         provenance["buildDefinition"]["resolvedDependencies"][0]["digest"]["gitCommit"],
         commit.as_str()
     );
-    // The SBOM lists the image's other file, the CA bundle, by its hash.
     let sbom = json(&std::fs::read(dist.join("releaseplan.cdx.json")).unwrap());
-    let ca = std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap();
-    assert!(
-        sbom["components"].as_array().unwrap().iter().any(|c| {
-            c["name"] == "ca-certificates" && c["hashes"][0]["content"] == sha256_hex(&ca).as_str()
-        }),
-        "the SBOM does not list the image's CA bundle"
-    );
 
     // Published with a throwaway key: pushed, signed, attested.
     run(Command::new(cosign_bin())
@@ -237,7 +264,7 @@ fn the_test_build_is_published_signed_installed_by_digest_and_releases_a_plan() 
         .env("HOME", dir));
     let key = dir.join("release.key");
     let public = dir.join("release.pub");
-    let out = run(Command::new(root().join("e2e/publish.sh"))
+    let out = run(scripted(&root().join("e2e/publish.sh"))
         .arg(dist)
         .arg(&host)
         .env("COSIGN_KEY", &key)
@@ -365,6 +392,26 @@ fn the_test_build_is_published_signed_installed_by_digest_and_releases_a_plan() 
         &format!("{host}/releaseplan@{changed_digest}"),
     ));
     assert!(said.contains("no signatures found"), "{said}");
+    // The signed image's signature copied onto the changed image (cosign
+    // finds it by the tag sha256-<digest>.sig): it names the signed digest,
+    // so it does not verify the changed one.
+    let sig_tag = |digest: &str| {
+        format!(
+            "docker://{host}/releaseplan:{}.sig",
+            digest.replacen(':', "-", 1)
+        )
+    };
+    run(skopeo(dir)
+        .args(["copy", "--src-tls-verify=false", "--dest-tls-verify=false"])
+        .arg(sig_tag(&index_digest))
+        .arg(sig_tag(&changed_digest)));
+    let said = run_fails(&mut cosign_verify(
+        dir,
+        "verify",
+        &public,
+        &format!("{host}/releaseplan@{changed_digest}"),
+    ));
+    assert!(said.contains("no matching signatures"), "{said}");
     // The signed digest still verifies, whatever the tag now names.
     run(&mut cosign_verify(dir, "verify", &public, &image));
 
@@ -382,13 +429,23 @@ fn the_test_build_is_published_signed_installed_by_digest_and_releases_a_plan() 
     let ns = format!("rp-packaging-{pid}");
     let apps = format!("rp-packaging-apps-{pid}");
     kubectl(&["create", "namespace", &apps]);
+    // The release named for this run, its GatePolicy limited to the apps
+    // namespace (labelled for it), as tests/it/chart.rs does: nothing of it
+    // reaches the rest of the cluster.
+    let release = format!("rp-{pid}");
+    kubectl(&["label", "namespace", &apps, &format!("rptenant={apps}")]);
+    let installed = Installed {
+        dir: dir.to_path_buf(),
+        release: release.clone(),
+        namespaces: vec![apps.clone(), ns.clone()],
+    };
     let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     run(helm(dir)
-        .args(["install", "rp"])
+        .args(["install", &release])
         .arg(format!("oci://{host}/charts/releaseplan"))
         .args([
             "--version",
@@ -401,7 +458,10 @@ fn the_test_build_is_published_signed_installed_by_digest_and_releases_a_plan() 
         .arg(format!("--set=image.repository={host}/releaseplan"))
         .arg(format!("--set=image.digest={index_digest}"))
         .arg(format!("--set=watchNamespace={apps}"))
-        .arg(format!("--set=metricsPort={metrics_port}")));
+        .arg(format!("--set=metricsPort={metrics_port}"))
+        .arg(format!(
+            "--set=gatePolicy.namespaceSelector.matchLabels.rptenant={apps}"
+        )));
     let stored = json(&kubectl(&["get", "deployments", "-o", "json", "-n", &ns]));
     let deployment = &stored["items"][0];
     let pod = &deployment["spec"]["template"]["spec"];
@@ -448,6 +508,14 @@ fn the_test_build_is_published_signed_installed_by_digest_and_releases_a_plan() 
         std::fs::read(&binary).unwrap()
             == std::fs::read(env!("CARGO_BIN_EXE_releaseplan")).unwrap(),
         "the image's {entrypoint} is not the test build"
+    );
+    // The SBOM lists the image's other file, the CA bundle, by its hash.
+    let ca = std::fs::read(rootfs.join("etc/ssl/certs/ca-certificates.crt")).unwrap();
+    assert!(
+        sbom["components"].as_array().unwrap().iter().any(|c| {
+            c["name"] == "ca-certificates" && c["hashes"][0]["content"] == sha256_hex(&ca).as_str()
+        }),
+        "the SBOM does not list the image's CA bundle"
     );
 
     // Run as the chart's ServiceAccount, with the Deployment's arguments.
@@ -504,7 +572,7 @@ fn the_test_build_is_published_signed_installed_by_digest_and_releases_a_plan() 
         .map(|a| expand(a.as_str().unwrap(), &env))
         .collect();
     let log = dir.join("operator.log");
-    let _operator = Operator(
+    let operator = Operator(
         Command::new(&binary)
             .args(&args)
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -526,14 +594,23 @@ fn the_test_build_is_published_signed_installed_by_digest_and_releases_a_plan() 
         .find_map(|a| a.strip_prefix("--lease-name="))
         .expect("the chart runs the operator with leader election");
     let lease = lease.to_string();
-    wait_for(60, "the image's operator holds the Lease", || {
-        let out = Command::new("kubectl")
-            .args(["get", "lease", &lease, "-n", &ns, "-o"])
-            .arg("jsonpath={.spec.holderIdentity}")
-            .output()
-            .ok()?;
-        (String::from_utf8_lossy(&out.stdout) == pod_name).then_some(())
-    });
+    let mut operator = operator;
+    let leads = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_for(60, "the image's operator holds the Lease", || {
+            if let Ok(Some(exit)) = operator.0.try_wait() {
+                panic!("the operator exited ({exit})");
+            }
+            let out = Command::new("kubectl")
+                .args(["get", "lease", &lease, "-n", &ns, "-o"])
+                .arg("jsonpath={.spec.holderIdentity}")
+                .output()
+                .ok()?;
+            (String::from_utf8_lossy(&out.stdout) == pod_name).then_some(())
+        });
+    }));
+    if leads.is_err() {
+        panic!("the Lease; operator log:\n{}", operator_log());
+    }
 
     // It releases a plan: the first revision, then a new image.
     let plan = |image: &str| {
@@ -588,13 +665,62 @@ fn the_test_build_is_published_signed_installed_by_digest_and_releases_a_plan() 
         .collect();
     assert_eq!(images, ["registry.example/shop:2.0"], "after the release");
 
-    run(helm(dir).args(["uninstall", "rp", "--namespace", &ns]));
-    for n in [&apps, &ns] {
-        let _ = Command::new("kubectl")
-            .args(["delete", "namespace", n, "--wait=false"])
-            .output();
-    }
+    // Deleted while the operator runs, so its finalizer is taken off and
+    // the namespace can go.
+    run(Command::new("kubectl").args([
+        "delete",
+        "releaseplan",
+        "shop",
+        "-n",
+        &apps,
+        "--wait",
+        "--timeout=60s",
+    ]));
+    drop(operator);
+    drop(installed);
     drop(registry);
+}
+
+/// The chart's release and the test's namespaces, removed when dropped
+/// (also when the test fails), so the test binaries after this one find the
+/// cluster as they would without it: helm uninstall takes the chart's
+/// cluster-scoped objects (roles, bindings, the GatePolicy) with it.
+struct Installed {
+    dir: PathBuf,
+    release: String,
+    namespaces: Vec<String>,
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        if let Some(ns) = self.namespaces.last() {
+            let _ = helm(&self.dir)
+                .args(["uninstall", &self.release, "--namespace", ns])
+                .output();
+        }
+        // A plan left by a failed run keeps its finalizer (no operator runs
+        // now): taken off, or the namespace stays Terminating.
+        for n in &self.namespaces {
+            let _ = Command::new("kubectl")
+                .args(["patch", "releaseplan", "shop", "-n", n, "--type=merge"])
+                .args(["-p", r#"{"metadata":{"finalizers":null}}"#])
+                .output();
+        }
+        let _ = Command::new("kubectl")
+            .args([
+                "delete",
+                "crd",
+                "imagevalidatingpolicies.policies.kyverno.io",
+                "--ignore-not-found",
+                "--wait=false",
+            ])
+            .output();
+        for n in &self.namespaces {
+            let _ = Command::new("kubectl")
+                .args(["delete", "namespace", n, "--wait=false"])
+                .output();
+        }
+    }
 }
 
 /// The Kyverno policy docs/releasing.md gives (examples/kyverno-image-policy.yaml),
