@@ -15,6 +15,7 @@
 
 pub mod analysis;
 pub mod api;
+pub mod fleet;
 pub mod gates;
 pub mod notify;
 pub mod objects;
