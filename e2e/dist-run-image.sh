@@ -39,7 +39,13 @@ log "unpacked $(file -b "$work/releaseplan")"
 # shellcheck source=/dev/null
 . "$RUN_ROOT/dist/env"
 kubectl apply --server-side -f "$REPO_ROOT/crds/" >/dev/null
-kubectl wait --for condition=established --timeout=60s crd --all >/dev/null
+# Polled a moment first: `kubectl wait` fails at once on a CRD that has no
+# conditions yet.
+for _ in $(seq 60); do
+  kubectl wait --for condition=established --timeout=60s crd --all >/dev/null 2>&1 && break
+  sleep 1
+done
+kubectl wait --for condition=established --timeout=5s crd --all >/dev/null
 
 "$work/releaseplan" --leader-election --operator-namespace default --identity dist-image \
   --metrics-addr 127.0.0.1:0 >"$work/operator.log" 2>&1 &

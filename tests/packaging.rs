@@ -743,12 +743,21 @@ fn admission_policy_fits(public: &Path, host: &str, types: &[String]) {
     run(Command::new("kubectl")
         .args(["apply", "--server-side", "-f"])
         .arg(&crd));
-    run(Command::new("kubectl").args([
-        "wait",
-        "--for=condition=established",
-        "--timeout=60s",
-        "crd/imagevalidatingpolicies.policies.kyverno.io",
-    ]));
+    // Polled: `kubectl wait` fails at once while a new CRD has no
+    // conditions yet (seen: "<nil> is of the type <nil>").
+    wait_for(60, "Kyverno's CRD is established", || {
+        let out = Command::new("kubectl")
+            .args([
+                "get",
+                "crd",
+                "imagevalidatingpolicies.policies.kyverno.io",
+                "-o",
+            ])
+            .arg(r#"jsonpath={.status.conditions[?(@.type=="Established")].status}"#)
+            .output()
+            .ok()?;
+        (String::from_utf8_lossy(&out.stdout) == "True").then_some(())
+    });
     let example =
         std::fs::read_to_string(root().join("examples/kyverno-image-policy.yaml")).unwrap();
     let key = std::fs::read_to_string(public).unwrap();
