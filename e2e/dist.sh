@@ -31,9 +31,8 @@ if [ -n "${SDKROOT:-}" ]; then
     die "SDKROOT=$SDKROOT is not a macOS SDK (no System/Library/Frameworks/Security.framework)"
   PLUGIN_TARGETS+=(x86_64-apple-darwin aarch64-apple-darwin)
 fi
-# Where the krew manifest says the plugin's tarballs are: a placeholder until
-# a release has a home (docs/releasing.md).
-RP_DIST_URL="${RP_DIST_URL:-https://releases.example.invalid/releaseplan/v\{VERSION\}}"
+# RP_DIST_URL (where the krew manifest says the tarballs are) and its
+# placeholder default are e2e/package.sh's.
 # The image's org.opencontainers.image.source (no public home yet).
 RP_SOURCE_URL="${RP_SOURCE_URL:-https://git.example.invalid/releaseplan}"
 
@@ -125,6 +124,6 @@ done
 # The same code packages the test build in CI (tests/packaging.rs).
 pairs=()
 for t in "${TARGETS[@]}" "${PLUGIN_TARGETS[@]}"; do pairs+=("$t=$target_dir/$t/release"); done
-RP_PACKAGE_STATIC=1 RP_DIST_URL="$RP_DIST_URL" RP_SOURCE_URL="$RP_SOURCE_URL" \
+RP_PACKAGE_STATIC=1 RP_SOURCE_URL="$RP_SOURCE_URL" \
   RP_BUILD_TOOLS="zig $ZIGLANG_VERSION, cargo-zigbuild $CARGO_ZIGBUILD_VERSION, cargo-auditable $CARGO_AUDITABLE_VERSION" \
   "$E2E_DIR/package.sh" "$OUT" "${pairs[@]}"

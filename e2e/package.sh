@@ -27,7 +27,10 @@ OUT=$(realpath -m "$1")
 shift
 # Where the krew manifest says the plugin's tarballs are: a placeholder until
 # a release has a home (docs/releasing.md).
-RP_DIST_URL="${RP_DIST_URL:-https://releases.example.invalid/releaseplan/v\{VERSION\}}"
+# (Assigned from a variable: inside ${...:-word} a brace needs a backslash,
+# and bash keeps that backslash in the value.)
+default_dist_url='https://releases.example.invalid/releaseplan/v{VERSION}'
+RP_DIST_URL=${RP_DIST_URL:-$default_dist_url}
 # The image's org.opencontainers.image.source (no public home yet).
 RP_SOURCE_URL="${RP_SOURCE_URL:-https://git.example.invalid/releaseplan}"
 # Who built: the provenance's builder id.

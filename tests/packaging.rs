@@ -802,5 +802,16 @@ fn admission_policy_fits(public: &Path, host: &str, types: &[String]) {
 /// package.sh wrote (the platform of this machine).
 #[test]
 fn krews_validator_installs_the_test_builds_plugin_from_its_manifest() {
+    // The placeholder home, with the version in it (RP_DIST_URL unset).
+    let manifest = std::fs::read_to_string(packaged().join("releaseplan.yaml")).unwrap();
+    let want = format!(
+        "uri: https://releases.example.invalid/releaseplan/v{VERSION}/kubectl-releaseplan_{VERSION}_linux_{}.tar.gz",
+        match std::env::consts::ARCH {
+            "x86_64" => "amd64",
+            "aarch64" => "arm64",
+            other => other,
+        }
+    );
+    assert!(manifest.contains(&want), "{want} not in:\n{manifest}");
     assert_eq!(krew_installs_every_platform(packaged()), 1);
 }

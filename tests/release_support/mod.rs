@@ -238,6 +238,10 @@ pub fn krew_installs_every_platform(dist: &Path) -> usize {
         .map(|l| match l.split_once("uri: ") {
             Some((indent, uri)) => {
                 uris += 1;
+                assert!(
+                    !uri.contains('\\') && uri.contains(&format!("{VERSION}/")),
+                    "a krew uri that is not a URL of this version: {uri}"
+                );
                 let file = uri.rsplit('/').next().unwrap();
                 format!("{indent}uri: http://127.0.0.1:{port}/{file}\n")
             }
