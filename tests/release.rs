@@ -467,7 +467,14 @@ fn every_binary_carries_its_dependency_list_for_scanners() {
         let exe = tmp.path().join(format!("{name}.bin"));
         std::fs::write(&exe, untar(&dist.join(&name), bin)).unwrap();
         let section = tmp.path().join(format!("{name}.dep-v0"));
-        run(Command::new("objcopy")
+        // The host's objcopy knows its own arch and PE; an arm64 ELF is read
+        // as a generic little-endian ELF.
+        let elf = std::fs::read(&exe).unwrap().starts_with(b"\x7fELF");
+        let mut objcopy = Command::new("objcopy");
+        if elf {
+            objcopy.args(["-I", "elf64-little"]);
+        }
+        run(objcopy
             .arg("--dump-section")
             .arg(format!(".dep-v0={}", section.display()))
             .arg(&exe)
