@@ -15,6 +15,7 @@ pub use releaseplan_core::{api, objects, plan};
 pub mod build_info;
 pub mod cli;
 pub mod controller;
+pub mod fleet;
 // Lists in the docs checked against the code (docs that cannot drift).
 #[cfg(test)]
 mod canned_api;
