@@ -190,7 +190,7 @@ lint:
 	@$(MAKE) --no-print-directory shellcheck crds-check chart-lint core-purity supply-chain
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
-	cargo clippy --test release -- -D warnings
+	cargo clippy --test release --test fleet -- -D warnings
 
 ## core-purity: the pure core (crates/core) depends on no async runtime, Kubernetes
 ## client or HTTP client, so an I/O call there cannot compile; built alone (features
@@ -259,6 +259,14 @@ publish:
 	e2e/build-control-plane.sh helm
 	e2e/build-control-plane.sh cosign
 	e2e/publish.sh $(DIST) $(REGISTRY)
+
+## test-fleet: the fleet hub's read path (tests/fleet.rs) against two member clusters it
+## starts and stops itself, plus a closed and a silent one (docs/fleets.md; not in test yet)
+.PHONY: test-fleet
+test-fleet:
+	e2e/ensure-deps.sh cluster
+	e2e/build-control-plane.sh all
+	cargo test --test fleet
 
 ## dist-run-image: the operator unpacked from $(DIST)/oci's amd64 image, run with leader
 ## election against a fresh local cluster (dist, stopped after) until it holds its Lease

@@ -3,3 +3,4 @@
 //! The decision itself is pure, in `releaseplan_core::fleet`.
 
 pub mod member;
+pub mod observe;
