@@ -416,15 +416,7 @@ fn the_test_build_is_published_signed_installed_by_digest_and_releases_a_plan() 
     run(&mut cosign_verify(dir, "verify", &public, &image));
 
     // Installed from the registry by digest into the test cluster.
-    let chart_version = std::fs::read_dir(dist)
-        .unwrap()
-        .filter_map(|e| e.unwrap().file_name().into_string().ok())
-        .find_map(|n| {
-            n.strip_prefix("releaseplan-")
-                .and_then(|v| v.strip_suffix(".tgz"))
-                .map(str::to_string)
-        })
-        .expect("a chart .tgz in the layout");
+    let (_, chart_version) = release_support::chart_of(dist);
     let pid = std::process::id();
     let ns = format!("rp-packaging-{pid}");
     let apps = format!("rp-packaging-apps-{pid}");
@@ -444,24 +436,14 @@ fn the_test_build_is_published_signed_installed_by_digest_and_releases_a_plan() 
         .local_addr()
         .unwrap()
         .port();
-    run(helm(dir)
-        .args(["install", &release])
-        .arg(format!("oci://{host}/charts/releaseplan"))
-        .args([
-            "--version",
-            &chart_version,
-            "--plain-http",
-            "--namespace",
-            &ns,
-            "--create-namespace",
-        ])
-        .arg(format!("--set=image.repository={host}/releaseplan"))
-        .arg(format!("--set=image.digest={index_digest}"))
-        .arg(format!("--set=watchNamespace={apps}"))
-        .arg(format!("--set=metricsPort={metrics_port}"))
-        .arg(format!(
-            "--set=gatePolicy.namespaceSelector.matchLabels.rptenant={apps}"
-        )));
+    run(
+        release_support::helm_install(dir, &release, &host, &chart_version, &ns, &index_digest)
+            .arg(format!("--set=watchNamespace={apps}"))
+            .arg(format!("--set=metricsPort={metrics_port}"))
+            .arg(format!(
+                "--set=gatePolicy.namespaceSelector.matchLabels.rptenant={apps}"
+            )),
+    );
     let stored = json(&kubectl(&["get", "deployments", "-o", "json", "-n", &ns]));
     let deployment = &stored["items"][0];
     let pod = &deployment["spec"]["template"]["spec"];

@@ -319,19 +319,7 @@ fn image_and_chart_pushed_to_a_loopback_registry_render_with_the_pushed_digest()
 
     // The chart, as an OCI artifact, with helm's state in the temp dir.
     let helm = || helm(tmp.path());
-    let chart = std::fs::read_dir(&dist)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "tgz"))
-        .expect("a chart .tgz in dist/");
-    let chart_version = chart
-        .file_stem()
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .strip_prefix("releaseplan-")
-        .unwrap()
-        .to_string();
+    let (chart, chart_version) = release_support::chart_of(&dist);
     run(helm()
         .arg("push")
         .arg(&chart)
@@ -381,19 +369,14 @@ fn image_and_chart_pushed_to_a_loopback_registry_render_with_the_pushed_digest()
         "no test cluster (KUBECONFIG unset): run make test-release"
     );
     let ns = format!("releaseplan-release-{}", std::process::id());
-    run(helm()
-        .args(["install", "rp"])
-        .arg(format!("oci://{host}/charts/releaseplan"))
-        .args([
-            "--version",
-            &chart_version,
-            "--plain-http",
-            "--namespace",
-            &ns,
-            "--create-namespace",
-        ])
-        .arg(format!("--set=image.repository={host}/releaseplan"))
-        .arg(format!("--set=image.digest={pushed}")));
+    run(&mut release_support::helm_install(
+        tmp.path(),
+        "rp",
+        &host,
+        &chart_version,
+        &ns,
+        &pushed,
+    ));
     let stored = json(
         &run(Command::new("kubectl")
             .args(["get", "deployments", "-o", "json", "-n"])

@@ -190,6 +190,50 @@ pub fn helm(dir: &Path) -> Command {
     c
 }
 
+/// The chart package of a release layout and its version
+/// (`releaseplan-<version>.tgz`).
+pub fn chart_of(dist: &Path) -> (PathBuf, String) {
+    let chart = std::fs::read_dir(dist)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "tgz"))
+        .expect("a chart .tgz in the layout");
+    let version = chart
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.strip_prefix("releaseplan-"))
+        .expect("releaseplan-<version>.tgz")
+        .to_string();
+    (chart, version)
+}
+
+/// `helm install RELEASE` (state in DIR) of the chart pushed to the
+/// plain-HTTP registry HOST, at VERSION, the image named by DIGEST, into
+/// the namespace NS (created); more `--set`s can be added.
+pub fn helm_install(
+    dir: &Path,
+    release: &str,
+    host: &str,
+    version: &str,
+    ns: &str,
+    digest: &str,
+) -> Command {
+    let mut c = helm(dir);
+    c.args(["install", release])
+        .arg(format!("oci://{host}/charts/releaseplan"))
+        .args([
+            "--version",
+            version,
+            "--plain-http",
+            "--namespace",
+            ns,
+            "--create-namespace",
+        ])
+        .arg(format!("--set=image.repository={host}/releaseplan"))
+        .arg(format!("--set=image.digest={digest}"));
+    c
+}
+
 /// skopeo with an accept-anything policy file in DIR (the push needs none).
 pub fn skopeo(dir: &Path) -> Command {
     let policy = dir.join("skopeo-policy.json");
