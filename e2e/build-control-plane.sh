@@ -360,8 +360,7 @@ build_kyverno_crds() {
   [ -f "$KYVERNO_CRDS/policies.kyverno.io_imagevalidatingpolicies.yaml" ] && {
     log "Kyverno CRDs v$KYVERNO_VERSION cached"; return; }
   log "fetching Kyverno's ImageValidatingPolicy CRD v$KYVERNO_VERSION"
-  moddir=$(cd /tmp && GOFLAGS=-mod=mod go mod download -json "$mod@v$KYVERNO_VERSION" |
-    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  moddir=$(module_dir "$mod@v$KYVERNO_VERSION")
   [ -d "$moddir" ] || die "go mod download $mod@v$KYVERNO_VERSION gave no module directory"
   mkdir -p "$KYVERNO_CRDS"
   cp "$moddir/config/crds/policies.kyverno.io/policies.kyverno.io_imagevalidatingpolicies.yaml" "$KYVERNO_CRDS/"

@@ -288,15 +288,7 @@ fn the_test_build_is_published_signed_installed_by_digest_and_releases_a_plan() 
         format!("{host}/releaseplan@{index_digest}"),
         "the registry's digest is not the layout's index"
     );
-    let raw = run(skopeo(dir)
-        .args(["inspect", "--raw", "--tls-verify=false"])
-        .arg(format!("docker://{host}/releaseplan:{VERSION}")))
-    .stdout;
-    assert_eq!(
-        json(&raw),
-        index,
-        "the tag does not serve the layout's index"
-    );
+    release_support::assert_tag_serves(dir, &host, &index);
 
     // Verified as an admission policy would: the signature, the SBOM and
     // the provenance, on the index and on each arch's image.

@@ -290,15 +290,7 @@ fn image_and_chart_pushed_to_a_loopback_registry_render_with_the_pushed_digest()
         pushed, index_digest,
         "the registry's digest is not the layout's index"
     );
-    let raw = run(skopeo()
-        .args(["inspect", "--raw", "--tls-verify=false"])
-        .arg(format!("docker://{host}/releaseplan:{VERSION}")))
-    .stdout;
-    assert_eq!(
-        json(&raw),
-        index,
-        "the tag does not serve the layout's index"
-    );
+    release_support::assert_tag_serves(tmp.path(), &host, &index);
     for arch in ["amd64", "arm64"] {
         let seen = json(
             &run(skopeo()

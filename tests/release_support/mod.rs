@@ -190,6 +190,20 @@ pub fn helm(dir: &Path) -> Command {
     c
 }
 
+/// The tag VERSION of HOST's releaseplan repository serves exactly INDEX
+/// (skopeo with its state in DIR).
+pub fn assert_tag_serves(dir: &Path, host: &str, index: &Value) {
+    let raw = run(skopeo(dir)
+        .args(["inspect", "--raw", "--tls-verify=false"])
+        .arg(format!("docker://{host}/releaseplan:{VERSION}")))
+    .stdout;
+    assert_eq!(
+        &json(&raw),
+        index,
+        "the tag does not serve the layout's index"
+    );
+}
+
 /// The chart package of a release layout and its version
 /// (`releaseplan-<version>.tgz`).
 pub fn chart_of(dist: &Path) -> (PathBuf, String) {
